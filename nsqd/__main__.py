@@ -1,0 +1,5 @@
+"""``python -m nsqd``."""
+
+from .cli import main
+
+main()

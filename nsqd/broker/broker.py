@@ -1,0 +1,450 @@
+"""The broker: the one place that joins pure state (``nsqd.core``) with the partition logs
+(``nsqd.storage``). Publishing is synchronous (the append lands in the page cache before the
+ack, so ``kill -9`` loses nothing); fsync, checkpoints and retention run in background tasks,
+with fsync in a worker thread (DESIGN.md §4, §6).
+
+On-disk layout under ``data_path``::
+
+    pnsq.dat                          topics, partitions, channels, paused flags (JSON)
+    topics/t-<topic>/<partition>/     segments + index files of one partition log
+    topics/t-<topic>/<partition>/state.json   channel cursors and the first-channel start
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import trio
+
+from protocol.message import PARTITION_SHIFT, SEQUENCE_MASK
+from protocol.names import is_ephemeral
+
+from ..core.cursor import Message
+from ..core.errors import ChannelNotFoundError, ExitingError, TopicNotFoundError
+from ..storage.checkpoint import read_json, write_json
+from ..storage.log import PartitionLog
+from ..storage.memory import MemoryLog
+from ..storage.record import NewRecord, Record
+from .channel import Channel, Subscriber
+from .partition import Partition
+from .topic import Topic
+
+log = logging.getLogger("nsqd.broker")
+
+METADATA_FILE = "pnsq.dat"
+STATE_FILE = "state.json"
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerConfig:
+    """What the broker needs of nsqd's options (durations in seconds)."""
+
+    data_path: Path
+    default_partitions: int = 1
+    max_bytes_per_file: int = 100 * 1024 * 1024
+    sync_every: int = 2500
+    sync_timeout: float = 2.0
+    mem_queue_size: int = 10_000
+    retention: float = 7 * 24 * 3600.0
+    retention_check_interval: float = 60.0
+    max_req_timeout: float = 3600.0
+    version: str = "1.3.0"
+
+
+class Broker:
+    """Topics, channels and their logs on this node. Create with :func:`open_broker`."""
+
+    def __init__(self, config: BrokerConfig, nursery: trio.Nursery) -> None:
+        self.config = config
+        self.topics: dict[str, Topic] = {}
+        self.start_time = int(time.time())
+        self.exiting = False
+        self._nursery = nursery
+        self._sync_wanted = trio.Event()
+        self._sync_started = 0
+        self._sync_done = 0
+        self._sync_done_event = trio.Event()
+        self._metadata_dirty = False
+        self._timer_scopes: dict[Channel, trio.CancelScope] = {}
+
+    # ------------------------------------------------------------------ topics
+
+    def get_topic(self, name: str) -> Topic:
+        """An existing topic, or TopicNotFoundError."""
+        topic = self.topics.get(name)
+        if topic is None:
+            raise TopicNotFoundError(name)
+        return topic
+
+    def get_or_create_topic(self, name: str, partitions: int | None = None) -> Topic:
+        """The topic ``name``, created (with ``--default-partitions``) on first use."""
+        topic = self.topics.get(name)
+        if topic is not None:
+            return topic
+        if self.exiting:
+            raise ExitingError
+        count = partitions or self.config.default_partitions
+        topic = self._build_topic(name, count, {})
+        self.topics[name] = topic
+        self._metadata_dirty = True
+        self._sync_wanted.set()
+        log.info("TOPIC(%s): created with %d partition(s)", name, count)
+        return topic
+
+    def _topic_dir(self, name: str) -> Path:
+        return self.config.data_path / "topics" / f"t-{name}"
+
+    def _build_topic(self, name: str, count: int, states: dict[int, dict[str, object]]) -> Topic:
+        ephemeral = is_ephemeral(name)
+        parts: list[Partition] = []
+        for number in range(count):
+            if ephemeral:
+                parts.append(
+                    Partition(number, MemoryLog(number, self.config.mem_queue_size), None, 0)
+                )
+                continue
+            directory = self._topic_dir(name) / str(number)
+            plog = PartitionLog.open(
+                directory, partition=number, max_bytes_per_file=self.config.max_bytes_per_file
+            )
+            state = states.get(number) or _load_state(directory)
+            start = state.get("topic_start", plog.start_offset)
+            assert isinstance(start, int)
+            parts.append(Partition(number, plog, directory, start))
+        return Topic(name, parts, ephemeral=ephemeral)
+
+    # ------------------------------------------------------------------ channels
+
+    def get_or_create_channel(self, topic: Topic, name: str) -> Channel:
+        """The channel ``name`` of ``topic``, created on first use."""
+        channel = topic.channels.get(name)
+        if channel is not None:
+            return channel
+        if self.exiting:
+            raise ExitingError
+        channel = Channel(topic, name, ephemeral=is_ephemeral(name) or topic.ephemeral)
+        for partition in topic.partitions:
+            channel.add_partition(partition, topic.first_channel_start(partition), [])
+            partition.dirty = True
+        topic.channels[name] = channel
+        self._start_timer(channel)
+        self._metadata_dirty = True
+        self._sync_wanted.set()
+        log.info("TOPIC(%s): new channel(%s)", topic.name, name)
+        return channel
+
+    def _start_timer(self, channel: Channel) -> None:
+        scope = trio.CancelScope()
+        self._timer_scopes[channel] = scope
+
+        async def timer() -> None:
+            with scope:
+                await channel.run_timer()
+
+        self._nursery.start_soon(timer)
+
+    def subscribe(self, topic_name: str, channel_name: str, client: Subscriber) -> Channel:
+        """Add ``client`` to the channel, creating topic and channel as nsqd does."""
+        topic = self.get_or_create_topic(topic_name)
+        channel = self.get_or_create_channel(topic, channel_name)
+        channel.clients.add(client)
+        return channel
+
+    def unsubscribe(self, channel: Channel, client: Subscriber) -> None:
+        """Remove ``client``; an #ephemeral channel goes with its last client.
+
+        Its in-flight messages stay in flight until they time out, as in nsqd.
+        """
+        channel.clients.discard(client)
+        if channel.ephemeral and not channel.clients and not channel.deleted:
+            self.delete_channel(channel.topic, channel.name)
+
+    def delete_channel(self, topic: Topic, name: str) -> None:
+        """Remove a channel and its cursors; an #ephemeral topic goes with its last channel."""
+        channel = topic.channels.pop(name, None)
+        if channel is None:
+            raise ChannelNotFoundError(name)
+        channel.deleted = True
+        scope = self._timer_scopes.pop(channel, None)
+        if scope is not None:
+            scope.cancel()
+        if not topic.channels:
+            for partition in topic.partitions:
+                partition.topic_start = partition.log.end_offset
+        for partition in topic.partitions:
+            partition.dirty = True
+        self._metadata_dirty = True
+        self._sync_wanted.set()
+        if topic.ephemeral and not topic.channels and not topic.deleted:
+            self._drop_topic(topic)
+
+    def _drop_topic(self, topic: Topic) -> None:
+        topic.deleted = True
+        self.topics.pop(topic.name, None)
+        for channel in list(topic.channels.values()):
+            channel.deleted = True
+            scope = self._timer_scopes.pop(channel, None)
+            if scope is not None:
+                scope.cancel()
+        for partition in topic.partitions:
+            partition.log.close()
+        self._metadata_dirty = True
+
+    async def delete_topic(self, name: str) -> None:
+        """Delete a topic, its channels and its data on disk."""
+        topic = self.get_topic(name)
+        self._drop_topic(topic)
+        if not topic.ephemeral:
+            await trio.to_thread.run_sync(shutil.rmtree, self._topic_dir(name), True)
+        self._sync_wanted.set()
+
+    # ------------------------------------------------------------------ publish
+
+    def publish(
+        self, topic_name: str, entries: list[NewRecord], partition: int | None = None
+    ) -> list[Record]:
+        """Append ``entries`` atomically to one partition of the topic (created on first use).
+
+        On return the records are in the OS page cache; with ``--sync-every=1`` the caller
+        must also ``await wait_durable()`` before acknowledging.
+        """
+        if self.exiting:
+            raise ExitingError
+        topic = self.get_or_create_topic(topic_name)
+        target = topic.pick_partition(partition)
+        records = topic.append(target, entries)
+        if target.unsynced >= self.config.sync_every:
+            self._sync_wanted.set()
+        return records
+
+    @property
+    def durable_acks(self) -> bool:
+        """True when acks wait for fsync (``--sync-every=1``)."""
+        return self.config.sync_every <= 1
+
+    async def wait_durable(self) -> None:
+        """Wait for an fsync that started after this call (group commit: waiters share one)."""
+        target = self._sync_started + 1
+        self._sync_wanted.set()
+        while self._sync_done < target:
+            await self._sync_done_event.wait()
+
+    # ------------------------------------------------------------------ FIN / REQ / TOUCH
+
+    @staticmethod
+    def locate(message_id: bytes) -> tuple[int, int]:
+        """(partition, offset) of a 16-byte message id."""
+        internal_id = int.from_bytes(message_id[:8], "big")
+        return (internal_id >> PARTITION_SHIFT) & 1023, (internal_id & SEQUENCE_MASK) - 1
+
+    def finish(self, channel: Channel, message_id: bytes, client: object) -> Message:
+        """FIN; raises NotInFlightError / NotOwnerError."""
+        partition, offset = self.locate(message_id)
+        message = channel.cursor_for(partition).finish(offset, client)
+        channel.topic.partitions[partition].dirty = True
+        return message
+
+    def requeue(self, channel: Channel, message_id: bytes, client: object, delay_ms: int) -> None:
+        """REQ with the delay clamped to [0, --max-req-timeout]."""
+        delay_ms = max(0, min(delay_ms, int(self.config.max_req_timeout * 1000)))
+        partition, offset = self.locate(message_id)
+        now_ns = time.time_ns()
+        channel.cursor_for(partition).requeue(offset, client, delay_ms * 1_000_000, now_ns)
+        if delay_ms:
+            channel.arm_timer(now_ns + delay_ms * 1_000_000)
+        else:
+            channel.notify()
+
+    def touch(
+        self,
+        channel: Channel,
+        message_id: bytes,
+        client: object,
+        msg_timeout_ns: int,
+        max_msg_timeout_ns: int,
+    ) -> None:
+        """TOUCH: deadline = now + msg timeout, capped at delivery + --max-msg-timeout."""
+        partition, offset = self.locate(message_id)
+        cursor = channel.cursor_for(partition)
+        message = cursor.in_flight.get(offset)
+        now_ns = time.time_ns()
+        deadline = now_ns + msg_timeout_ns
+        if message is not None:
+            deadline = min(deadline, message.delivered_ns + max_msg_timeout_ns)
+        cursor.touch(offset, client, deadline)
+
+    # ------------------------------------------------------------------ persistence
+
+    def restore(self) -> None:
+        """Load topics and channels from ``pnsq.dat`` and the partition directories (startup)."""
+        meta = read_json(self.config.data_path / METADATA_FILE)
+        entries: dict[str, dict[str, object]] = {}
+        if isinstance(meta, dict):
+            for entry in meta.get("topics", []):
+                entries[str(entry["name"])] = entry
+        topics_dir = self.config.data_path / "topics"
+        if topics_dir.is_dir():  # topics created just before a crash, not yet in pnsq.dat
+            for path in sorted(topics_dir.iterdir()):
+                name = path.name.removeprefix("t-")
+                if path.name.startswith("t-") and name not in entries:
+                    found = sum(1 for p in path.iterdir() if p.name.isdigit())
+                    entries[name] = {"name": name, "partitions": max(found, 1), "channels": []}
+        for name, entry in entries.items():
+            count = entry.get("partitions", 1)
+            assert isinstance(count, int)
+            topic = self._build_topic(name, count, {})
+            topic.paused = bool(entry.get("paused", False))
+            self.topics[name] = topic
+            states = {p.number: _load_state(p.directory) for p in topic.partitions if p.directory}
+            channel_entries = entry.get("channels", [])
+            assert isinstance(channel_entries, list)
+            names = {str(c["name"]): bool(c.get("paused", False)) for c in channel_entries}
+            for state in states.values():
+                cursors = state.get("channels", {})
+                assert isinstance(cursors, dict)
+                for channel_name in cursors:
+                    names.setdefault(str(channel_name), False)
+            for channel_name, paused in names.items():
+                channel = Channel(topic, channel_name, ephemeral=False)
+                channel.paused = paused
+                for partition in topic.partitions:
+                    saved = states.get(partition.number, {}).get("channels", {})
+                    assert isinstance(saved, dict)
+                    cursor = saved.get(channel_name, {})
+                    confirmed = int(cursor.get("confirmed", partition.topic_start))
+                    start = max(confirmed, partition.log.start_offset)
+                    channel.add_partition(partition, start, list(cursor.get("acked", [])))
+                topic.channels[channel_name] = channel
+                self._start_timer(channel)
+            log.info("TOPIC(%s): restored, %d channel(s)", name, len(topic.channels))
+
+    def _metadata(self) -> dict[str, object]:
+        topics = []
+        for topic in self.topics.values():
+            if topic.ephemeral:
+                continue
+            channels = [
+                {"name": c.name, "paused": c.paused}
+                for c in topic.channels.values()
+                if not c.ephemeral
+            ]
+            topics.append(
+                {
+                    "name": topic.name,
+                    "paused": topic.paused,
+                    "partitions": len(topic.partitions),
+                    "channels": channels,
+                }
+            )
+        return {"version": self.config.version, "topics": topics}
+
+    @staticmethod
+    def _partition_state(topic: Topic, partition: Partition) -> dict[str, object]:
+        channels = {
+            c.name: c.cursors[partition.number].checkpoint()
+            for c in topic.channels.values()
+            if not c.ephemeral
+        }
+        return {"topic_start": partition.topic_start, "channels": channels}
+
+    async def sync_once(self) -> None:
+        """fsync what was appended, checkpoint changed cursors, save metadata if it changed."""
+        self._sync_started += 1
+        generation = self._sync_started
+        for topic in list(self.topics.values()):
+            for partition in topic.partitions:
+                if partition.directory is None or topic.deleted:
+                    continue
+                if partition.unsynced:
+                    partition.unsynced = 0
+                    await trio.to_thread.run_sync(partition.log.sync)
+                if partition.dirty:
+                    partition.dirty = False
+                    state = self._partition_state(topic, partition)
+                    path = partition.directory / STATE_FILE
+                    await trio.to_thread.run_sync(write_json, path, state)
+        if self._metadata_dirty:
+            self._metadata_dirty = False
+            path = self.config.data_path / METADATA_FILE
+            await trio.to_thread.run_sync(write_json, path, self._metadata())
+        self._sync_done = generation
+        done, self._sync_done_event = self._sync_done_event, trio.Event()
+        done.set()
+
+    async def run_syncer(self) -> None:
+        """Sync every ``--sync-timeout``, or at once when ``--sync-every`` records are pending."""
+        while True:
+            with trio.move_on_after(self.config.sync_timeout):
+                await self._sync_wanted.wait()
+            self._sync_wanted = trio.Event()
+            await self.sync_once()
+
+    async def run_retention(self) -> None:
+        """Delete segments every channel has consumed once they are older than the retention."""
+        while True:
+            await trio.sleep(self.config.retention_check_interval)
+            self.apply_retention(time.time_ns())
+
+    def apply_retention(self, now_ns: int) -> int:
+        """One retention pass; returns the number of segments deleted."""
+        deleted = 0
+        older_than = now_ns - int(self.config.retention * 1e9)
+        for topic in list(self.topics.values()):
+            for partition in topic.partitions:
+                cursors = [c.cursors[partition.number] for c in topic.channels.values()]
+                needed = min((c.confirmed for c in cursors), default=partition.topic_start)
+                if isinstance(partition.log, MemoryLog):
+                    partition.log.trim(needed)
+                    continue
+                assert isinstance(partition.log, PartitionLog)
+                deleted += partition.log.delete_segments(
+                    before_offset=needed, older_than_ns=older_than
+                )
+                for cursor in cursors:
+                    cursor.skip_to(partition.log.start_offset)
+        return deleted
+
+    async def close(self) -> None:
+        """Stop taking writes, checkpoint everything and close the logs."""
+        self.exiting = True
+        self._metadata_dirty = True
+        for topic in self.topics.values():
+            for partition in topic.partitions:
+                partition.dirty = True
+        await self.sync_once()
+        for topic in self.topics.values():
+            for partition in topic.partitions:
+                partition.log.close()
+
+
+def _load_state(directory: Path | None) -> dict[str, object]:
+    if directory is None:
+        return {}
+    state = read_json(directory / STATE_FILE)
+    return state if isinstance(state, dict) else {}
+
+
+@asynccontextmanager
+async def open_broker(config: BrokerConfig) -> AsyncIterator[Broker]:
+    """Restore the broker from ``config.data_path`` and run its background tasks.
+
+    On exit (including cancellation) everything is checkpointed and the logs are closed.
+    """
+    config.data_path.mkdir(parents=True, exist_ok=True)
+    async with trio.open_nursery() as nursery:
+        broker = Broker(config, nursery)
+        broker.restore()
+        nursery.start_soon(broker.run_syncer)
+        nursery.start_soon(broker.run_retention)
+        try:
+            yield broker
+        finally:
+            with trio.CancelScope(shield=True):
+                await broker.close()
+            nursery.cancel_scope.cancel()

@@ -1,0 +1,182 @@
+"""A channel at runtime: one cursor per partition, its subscribed sessions, its timer.
+
+The pure bookkeeping is :class:`nsqd.core.cursor.PartitionCursor`; this class adds what needs
+Trio: waking parked sessions when messages arrive, and one timer task per channel that sleeps
+until the earliest in-flight or deferred deadline (DESIGN.md §6).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+import trio
+
+from ..core.cursor import Message, PartitionCursor
+from ..core.errors import NotInFlightError
+from .partition import Partition
+
+if TYPE_CHECKING:
+    from .topic import Topic
+
+
+class Subscriber(Protocol):
+    """What a channel needs of a subscribed session."""
+
+    def wake(self) -> None:
+        """Messages may be available: re-check readiness."""
+
+    def message_timed_out(self) -> None:
+        """One of the messages this subscriber held in flight timed out."""
+
+
+class Channel:
+    """A named channel of a topic, spanning every partition of that topic on this node."""
+
+    def __init__(self, topic: Topic, name: str, *, ephemeral: bool) -> None:
+        self.topic = topic
+        self.name = name
+        self.ephemeral = ephemeral
+        self.paused = False
+        self.deleted = False
+        self.cursors: dict[int, PartitionCursor] = {}
+        self.clients: set[Subscriber] = set()
+        self._rr = 0
+        self._timer_scope: trio.CancelScope | None = None
+        self._timer_deadline_ns: int | None = None
+
+    def add_partition(self, partition: Partition, start: int, acked: list[int]) -> None:
+        """Attach the cursor of ``partition`` (on creation and on restore)."""
+        self.cursors[partition.number] = PartitionCursor(partition.number, start, acked)
+
+    # ------------------------------------------------------------------ delivery
+
+    def has_ready(self, only: int | None = None) -> bool:
+        """True if a ready client (of partition ``only``, if given) would get a message now."""
+        if self.paused:
+            return False
+        parts = self.topic.partitions
+        return any(
+            c.has_ready(parts[p].log.end_offset)
+            for p, c in self.cursors.items()
+            if only is None or p == only
+        )
+
+    def take(
+        self,
+        max_messages: int,
+        owner: object,
+        deadline_ns: int,
+        now_ns: int,
+        only: int | None = None,
+    ) -> list[Message]:
+        """Up to ``max_messages`` for ``owner``, each in flight until ``deadline_ns``.
+
+        ``only`` restricts delivery to one partition (a partitioned SUB).
+        """
+        if self.paused or max_messages <= 0:
+            return []
+        out: list[Message] = []
+        cursors = list(self.cursors.values())
+        if only is not None:
+            cursors = [c for c in cursors if c.partition == only]
+        count = len(cursors)
+        for i in range(count):
+            cursor = cursors[(self._rr + i) % count]
+            log = self.topic.partitions[cursor.partition].log
+            got = cursor.take(log.read, max_messages - len(out), now_ns, log.end_offset)
+            for message in got:
+                cursor.start_flight(message, owner, deadline_ns, now_ns)
+            out.extend(got)
+            if len(out) >= max_messages:
+                break
+        self._rr += 1
+        if out:
+            self.arm_timer(deadline_ns)
+        for cursor in cursors:
+            if cursor.deferred:
+                self.arm_timer(cursor.deferred[0].due_ns)
+        return out
+
+    def notify(self) -> None:
+        """Wake every subscribed session (new messages, unpause, requeue)."""
+        for client in self.clients:
+            client.wake()
+
+    # ------------------------------------------------------------------ FIN / REQ / TOUCH
+
+    def cursor_for(self, partition: int) -> PartitionCursor:
+        """The cursor of ``partition``, or NotInFlightError for an id this channel never sent."""
+        cursor = self.cursors.get(partition)
+        if cursor is None:
+            raise NotInFlightError
+        return cursor
+
+    # ------------------------------------------------------------------ timer
+
+    def next_deadline(self) -> int | None:
+        """Earliest in-flight or deferred deadline over all partitions (ns)."""
+        deadlines = [d for c in self.cursors.values() if (d := c.next_deadline()) is not None]
+        return min(deadlines) if deadlines else None
+
+    def arm_timer(self, deadline_ns: int | None) -> None:
+        """Make sure the timer wakes no later than ``deadline_ns``."""
+        if deadline_ns is None or self._timer_scope is None:
+            return
+        if self._timer_deadline_ns is None or deadline_ns < self._timer_deadline_ns:
+            self._timer_deadline_ns = deadline_ns
+            self._timer_scope.deadline = _trio_deadline(deadline_ns)
+
+    async def run_timer(self) -> None:
+        """Requeue timed-out messages and release deferred ones when due. Runs until cancelled."""
+        while True:
+            deadline = self.next_deadline()
+            with trio.CancelScope() as scope:
+                self._timer_scope = scope
+                self._timer_deadline_ns = deadline
+                scope.deadline = math.inf if deadline is None else _trio_deadline(deadline)
+                await trio.sleep_forever()
+            self._timer_scope = None
+            now_ns = time.time_ns()
+            moved = 0
+            for cursor in self.cursors.values():
+                owners, released = cursor.expire(now_ns)
+                for owner in owners:
+                    if isinstance(owner, _TimeoutAware):
+                        owner.message_timed_out()
+                moved += len(owners) + released
+            if moved:
+                self.notify()
+
+    # ------------------------------------------------------------------ stats
+
+    def iter_cursors(self) -> Iterator[tuple[Partition, PartitionCursor]]:
+        """(partition, cursor) pairs."""
+        for number, cursor in self.cursors.items():
+            yield self.topic.partitions[number], cursor
+
+    @property
+    def depth(self) -> int:
+        """Messages waiting for delivery over all partitions."""
+        return sum(c.depth(p.log.end_offset) for p, c in self.iter_cursors())
+
+    @property
+    def in_flight_count(self) -> int:
+        """Messages delivered and not yet FINed / requeued / timed out."""
+        return sum(len(c.in_flight) for c in self.cursors.values())
+
+    @property
+    def deferred_count(self) -> int:
+        """Messages waiting for their delay."""
+        return sum(len(c.deferred) for c in self.cursors.values())
+
+
+@runtime_checkable
+class _TimeoutAware(Protocol):
+    def message_timed_out(self) -> None: ...
+
+
+def _trio_deadline(deadline_ns: int) -> float:
+    return trio.current_time() + max(0.0, (deadline_ns - time.time_ns()) / 1e9)

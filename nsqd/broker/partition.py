@@ -1,0 +1,35 @@
+"""One partition of a topic on this node: its log and where a first channel starts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol
+
+from ..storage.record import NewRecord, Record
+
+
+class Log(Protocol):
+    """The log API the broker uses (``PartitionLog`` on disk, ``MemoryLog`` for #ephemeral)."""
+
+    @property
+    def start_offset(self) -> int: ...
+    @property
+    def end_offset(self) -> int: ...
+    def append(self, entries: list[NewRecord]) -> list[Record]: ...
+    def read(self, offset: int, max_records: int) -> list[Record]: ...
+    def sync(self) -> None: ...
+    def close(self) -> None: ...
+
+
+class Partition:
+    """A partition log plus the partition-level state a topic keeps in it."""
+
+    def __init__(self, number: int, log: Log, directory: Path | None, topic_start: int) -> None:
+        self.number = number
+        self.log = log
+        self.directory = directory  # None for #ephemeral topics
+        #: where a topic's *first* channel starts: messages published while a topic has no
+        #: channel are kept for it (nsqd semantics); moves to end_offset when channels go away.
+        self.topic_start = topic_start
+        self.unsynced = 0  # records appended since the last fsync
+        self.dirty = True  # cursors changed since the last checkpoint

@@ -1,0 +1,255 @@
+"""A channel's cursor over one partition log: what is confirmed, in flight, deferred, requeued.
+
+A channel is not a copy of the data. For each partition it keeps:
+
+* ``confirmed``: every offset below it is FINed (the durable cursor, checkpointed);
+* ``acked``: offsets at or above ``confirmed`` that are FINed out of order;
+* ``next_read``: the next offset to read from the log;
+* in-flight messages, each with its owner and deadline;
+* deferred messages (REQ with a delay, DPUB) ordered by due time;
+* requeued messages due now, delivered before anything new.
+
+Pure: no I/O and no clock; every method that needs the time takes ``now_ns`` (wall clock, ns).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from sortedcontainers import SortedKeyList
+
+from .errors import NotInFlightError, NotOwnerError
+
+
+class RecordLike(Protocol):
+    """What the cursor needs of a stored record (``nsqd.storage.Record`` has these)."""
+
+    @property
+    def offset(self) -> int: ...
+    @property
+    def timestamp_ns(self) -> int: ...
+    @property
+    def internal_id(self) -> int: ...
+    @property
+    def trace_id(self) -> int: ...
+    @property
+    def deliver_at_ns(self) -> int: ...
+    @property
+    def body(self) -> bytes: ...
+
+
+class Message:
+    """One message of a channel between its first delivery and its FIN."""
+
+    __slots__ = (
+        "attempts",
+        "deadline_ns",
+        "delivered_ns",
+        "due_ns",
+        "owner",
+        "partition",
+        "record",
+    )
+
+    def __init__(self, partition: int, record: RecordLike) -> None:
+        self.partition = partition
+        self.record = record
+        self.attempts = 0
+        self.owner: object | None = None  # the session holding it while in flight
+        self.deadline_ns = 0  # in-flight timeout
+        self.delivered_ns = 0  # when the current delivery started (TOUCH caps against it)
+        self.due_ns = 0  # deferred until
+
+    @property
+    def offset(self) -> int:
+        """The message's offset in its partition log."""
+        return self.record.offset
+
+
+Fetch = Callable[[int, int], Sequence[RecordLike]]
+"""``fetch(offset, max_records)``: records from the partition log (supplied by the broker)."""
+
+
+def _due(message: Message) -> tuple[int, int]:
+    return (message.due_ns, message.record.offset)
+
+
+class PartitionCursor:
+    """A channel's state in one partition. See the module docstring."""
+
+    def __init__(self, partition: int, start: int, acked: Sequence[int] = ()) -> None:
+        self.partition = partition
+        self.confirmed = start
+        self.next_read = start
+        self.acked: set[int] = {o for o in acked if o >= start}
+        self._advance_confirmed()
+        self.in_flight: dict[int, Message] = {}
+        self.deferred: SortedKeyList[Message, tuple[int, int]] = SortedKeyList(key=_due)
+        self.ready: deque[Message] = deque()
+        self._timeouts: list[tuple[int, int]] = []  # heap of (deadline_ns, offset); lazy deletion
+        self.requeue_count = 0
+        self.timeout_count = 0
+        self.message_count = 0
+
+    # ------------------------------------------------------------------ reading
+
+    def take(self, fetch: Fetch, max_messages: int, now_ns: int, end_offset: int) -> list[Message]:
+        """Up to ``max_messages`` deliverable messages: requeued first, then new from the log.
+
+        Records from the log that are not due yet (DPUB) go to the deferred set instead.
+        Acked offsets (FINed before a restart) are skipped.
+        """
+        out: list[Message] = []
+        ready = self.ready
+        while ready and len(out) < max_messages:
+            out.append(ready.popleft())
+        while len(out) < max_messages and self.next_read < end_offset:
+            records = fetch(self.next_read, max(max_messages - len(out), 64))
+            if not records:
+                break
+            used = 0
+            for record in records:
+                if len(out) >= max_messages:
+                    break
+                used += 1
+                if record.offset in self.acked:
+                    continue
+                message = Message(self.partition, record)
+                self.message_count += 1
+                if record.deliver_at_ns > now_ns:
+                    message.due_ns = record.deliver_at_ns
+                    self.deferred.add(message)
+                else:
+                    out.append(message)
+            self.next_read = records[used - 1].offset + 1 if used else self.next_read
+        return out
+
+    def has_ready(self, end_offset: int) -> bool:
+        """True if :meth:`take` could return something now."""
+        return bool(self.ready) or self.next_read < end_offset
+
+    def depth(self, end_offset: int) -> int:
+        """Messages waiting for delivery (nsqd's channel ``depth``)."""
+        return end_offset - self.next_read + len(self.ready)
+
+    # ------------------------------------------------------------------ in flight
+
+    def start_flight(self, message: Message, owner: object, deadline_ns: int, now_ns: int) -> None:
+        """Record a delivery: attempts + 1, owned by ``owner`` until FIN/REQ or ``deadline_ns``."""
+        message.attempts = min(message.attempts + 1, 0xFFFF)
+        message.delivered_ns = now_ns
+        message.owner = owner
+        message.deadline_ns = deadline_ns
+        self.in_flight[message.record.offset] = message
+        heapq.heappush(self._timeouts, (deadline_ns, message.record.offset))
+
+    def _owned(self, offset: int, owner: object) -> Message:
+        message = self.in_flight.get(offset)
+        if message is None:
+            raise NotInFlightError
+        if message.owner is not owner:
+            raise NotOwnerError
+        return message
+
+    def finish(self, offset: int, owner: object) -> Message:
+        """FIN: the message is done; advance ``confirmed`` past contiguous FINs."""
+        message = self._owned(offset, owner)
+        del self.in_flight[offset]
+        message.owner = None
+        self.acked.add(offset)
+        self._advance_confirmed()
+        return message
+
+    def requeue(self, offset: int, owner: object, delay_ns: int, now_ns: int) -> Message:
+        """REQ: back to the channel now (``delay_ns == 0``) or after ``delay_ns``."""
+        message = self._owned(offset, owner)
+        del self.in_flight[offset]
+        message.owner = None
+        self.requeue_count += 1
+        if delay_ns > 0:
+            message.due_ns = now_ns + delay_ns
+            self.deferred.add(message)
+        else:
+            self.ready.append(message)
+        return message
+
+    def touch(self, offset: int, owner: object, deadline_ns: int) -> None:
+        """TOUCH: move the in-flight deadline to ``deadline_ns``."""
+        message = self._owned(offset, owner)
+        message.deadline_ns = deadline_ns
+        heapq.heappush(self._timeouts, (deadline_ns, offset))
+
+    # ------------------------------------------------------------------ time
+
+    def expire(self, now_ns: int) -> tuple[list[object], int]:
+        """Requeue timed-out in-flight messages and release due deferred ones.
+
+        Returns the owners of the timed-out messages (one entry per message) and how many
+        deferred messages were released.
+        """
+        owners: list[object] = []
+        released = 0
+        heap = self._timeouts
+        while heap and heap[0][0] <= now_ns:
+            deadline, offset = heapq.heappop(heap)
+            message = self.in_flight.get(offset)
+            if message is None or message.deadline_ns != deadline:
+                continue  # finished, requeued or touched since: a stale heap entry
+            del self.in_flight[offset]
+            owners.append(message.owner)
+            message.owner = None
+            self.timeout_count += 1
+            self.ready.append(message)
+        deferred = self.deferred
+        while deferred and deferred[0].due_ns <= now_ns:
+            self.ready.append(deferred.pop(0))
+            released += 1
+        return owners, released
+
+    def next_deadline(self) -> int | None:
+        """The earliest in-flight or deferred deadline (ns), if any."""
+        heap = self._timeouts
+        while heap:
+            deadline, offset = heap[0]
+            message = self.in_flight.get(offset)
+            if message is not None and message.deadline_ns == deadline:
+                break
+            heapq.heappop(heap)
+        candidates = []
+        if heap:
+            candidates.append(heap[0][0])
+        if self.deferred:
+            candidates.append(self.deferred[0].due_ns)
+        return min(candidates) if candidates else None
+
+    # ------------------------------------------------------------------ bookkeeping
+
+    def _advance_confirmed(self) -> None:
+        acked = self.acked
+        while self.confirmed in acked:
+            acked.discard(self.confirmed)
+            self.confirmed += 1
+
+    def empty(self, end_offset: int) -> None:
+        """Drop everything: depth, in-flight and deferred (nsqd's channel empty)."""
+        self.in_flight.clear()
+        self.deferred.clear()
+        self.ready.clear()
+        self._timeouts.clear()
+        self.acked.clear()
+        self.confirmed = self.next_read = end_offset
+
+    def skip_to(self, offset: int) -> None:
+        """Move a cursor forward past data that retention removed."""
+        if offset > self.confirmed:
+            self.acked = {o for o in self.acked if o >= offset}
+            self.confirmed = offset
+            self._advance_confirmed()
+        self.next_read = max(self.next_read, offset)
+
+    def checkpoint(self) -> dict[str, object]:
+        """The durable part: ``confirmed`` and the out-of-order FINs above it."""
+        return {"confirmed": self.confirmed, "acked": sorted(self.acked)}

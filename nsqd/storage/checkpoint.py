@@ -1,0 +1,91 @@
+"""Atomic metadata files (channel cursors, epoch history, high-watermark) and raw-fd helpers.
+
+:func:`atomic_write` is the only way this project writes metadata: the new content is complete
+and durable on return, and a crash at any moment leaves either the old or the new file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Final
+
+from .errors import StorageError
+
+_O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
+
+
+def write_all(fd: int, data: bytes, position: int) -> None:
+    """``pwrite`` all of ``data`` at ``position``, looping on short writes. Raises ``OSError``."""
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, position)
+        view = view[written:]
+        position += written
+
+
+def read_all(fd: int) -> bytes:
+    """The whole content of the file behind ``fd`` (``pread`` from 0). Raises ``OSError``."""
+    parts = []
+    position = 0
+    while data := os.pread(fd, 1 << 20, position):
+        parts.append(data)
+        position += len(data)
+    return b"".join(parts)
+
+
+def fsync_directory(directory: Path) -> None:
+    """fsync ``directory`` so file creations, renames and unlinks in it are durable."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | _O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data``; durable on return.
+
+    Writes a temporary file in the same directory, fsyncs it, renames it over ``path`` and
+    fsyncs the directory. On failure the temporary file is removed and :class:`StorageError`
+    raised; ``path`` then holds its old content (or nothing, if it did not exist).
+    """
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _O_CLOEXEC, 0o644)
+        try:
+            write_all(fd, data, 0)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        tmp.replace(path)
+        fsync_directory(path.parent)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise StorageError(f"cannot write {path}: {exc}") from exc
+
+
+def read_json(path: Path) -> object | None:
+    """The JSON value stored at ``path``, or None if the file does not exist.
+
+    Raises :class:`StorageError` if the file cannot be read or is not valid JSON (it was not
+    written by :func:`write_json`, since that never leaves a partial file).
+    """
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise StorageError(f"cannot read {path}: {exc}") from exc
+    try:
+        value: object = json.loads(data)
+    except ValueError as exc:
+        raise StorageError(f"{path} is not valid JSON: {exc}") from exc
+    return value
+
+
+def write_json(path: Path, value: object) -> None:
+    """:func:`atomic_write` ``value`` as compact JSON; durable on return."""
+    atomic_write(path, json.dumps(value, separators=(",", ":")).encode())

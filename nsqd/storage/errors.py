@@ -1,0 +1,36 @@
+"""Errors raised by the storage layer.
+
+Every ``OSError`` from a file operation is translated once, at the public method that caught it,
+into :class:`StorageError` (``raise StorageError(...) from exc``); callers never see a raw
+``OSError`` from this package.
+"""
+
+from __future__ import annotations
+
+
+class StorageError(Exception):
+    """Base class for every error raised by :mod:`nsqd.storage`."""
+
+
+class CorruptRecordError(StorageError):
+    """A stored record failed validation (length, CRC, or offset sequence).
+
+    Raised when reading a sealed segment; recovery of the active segment truncates instead.
+    ``position`` is the byte position of the bad record in its segment file and ``offset`` the
+    log offset that was expected there, when known.
+    """
+
+    def __init__(
+        self, message: str, *, position: int | None = None, offset: int | None = None
+    ) -> None:
+        super().__init__(message)
+        self.position = position
+        self.offset = offset
+
+
+class OffsetOutOfRangeError(StorageError):
+    """A read or seek below ``start_offset`` or above ``end_offset``."""
+
+
+class LogClosedError(StorageError):
+    """The log was closed; no further operation is possible."""

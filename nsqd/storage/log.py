@@ -1,0 +1,415 @@
+"""The partition log: an append-only sequence of records over segment files, with recovery.
+
+Durability contract (nsqd's, see DESIGN.md §4): :meth:`PartitionLog.append` returns once the
+bytes are in the OS page cache, so a crash of the process (kill -9) loses nothing; a crash of
+the machine loses what was appended after the last completed :meth:`PartitionLog.sync`. The
+broker decides when to sync (``--sync-every`` / ``--sync-timeout``) and runs it in a worker
+thread; every other method runs on the caller's thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from bisect import bisect_left, bisect_right
+from collections.abc import Sequence
+from operator import attrgetter
+from pathlib import Path
+from typing import Final, final
+
+from .checkpoint import fsync_directory
+from .errors import LogClosedError, OffsetOutOfRangeError, StorageError
+from .record import HEADER_SIZE, NewRecord, Record, make_record
+from .segment import INDEX_NAME, SEGMENT_NAME, Segment
+
+_base_offset: Final = attrgetter("base_offset")
+_DEFAULT_LOGGER: Final = logging.getLogger("nsqd.storage")
+
+
+@final
+class PartitionLog:
+    """The log of one partition: a directory of segments named by their base offset.
+
+    Thread safety: a ``threading.Lock`` guards all bookkeeping, so any method may be called
+    from any thread; :meth:`sync` drops the lock before its fsyncs, so appends and reads on
+    the event-loop thread go on while a worker thread syncs.
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        partition: int,
+        segments: list[Segment],
+        *,
+        max_bytes_per_file: int,
+        index_interval_bytes: int,
+        cache_records: int,
+        logger: logging.Logger,
+    ) -> None:
+        """Use :meth:`open`."""
+        self.partition = partition
+        self.directory = directory
+        self._segments = segments
+        self._max_bytes = max_bytes_per_file
+        self._interval = index_interval_bytes
+        self._cache_records = cache_records
+        self._logger = logger
+        self._lock = threading.Lock()
+        self._end = segments[-1].next_offset
+        self._cache: list[Record] = []  # the records [self._cache_start, self._end)
+        self._cache_start = self._end
+        self._unsynced: list[int] = []  # fds of segments rotated out since the last sync
+        self._dir_dirty = False  # a segment file was created since the last sync
+        self._closed = False
+
+    @classmethod
+    def open(
+        cls,
+        directory: Path,
+        *,
+        partition: int,
+        max_bytes_per_file: int = 100 * 1024 * 1024,
+        index_interval_bytes: int = 4096,
+        cache_records: int = 10_000,
+        logger: logging.Logger | None = None,
+    ) -> PartitionLog:
+        """Open (creating ``directory`` if missing) and recover the log.
+
+        Sealed segments are trusted (verified when read). The last segment is scanned from its
+        last intact index entry; a torn or corrupt tail is truncated (durably) and reported with
+        a WARNING on ``logger``. Missing or inconsistent index files are rebuilt.
+        """
+        log = logger or _DEFAULT_LOGGER
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            names = [p.name for p in directory.iterdir()]
+            bases = sorted(int(m[1]) for m in map(SEGMENT_NAME.match, names) if m)
+            for m in map(INDEX_NAME.match, names):
+                if m and int(m[1]) not in bases:
+                    log.warning("removing index %s without a segment", directory / m[0])
+                    (directory / m[0]).unlink()
+            args = (index_interval_bytes, log)
+            if bases:
+                segments = [Segment.sealed(directory, base, *args) for base in bases[:-1]]
+                segments.append(Segment.recover(directory, bases[-1], *args))
+            else:
+                segments = [Segment.create(directory, 0, *args)]
+                fsync_directory(directory)
+        except OSError as exc:
+            raise StorageError(f"cannot open log {directory}: {exc}") from exc
+        return cls(
+            directory,
+            partition,
+            segments,
+            max_bytes_per_file=max_bytes_per_file,
+            index_interval_bytes=index_interval_bytes,
+            cache_records=cache_records,
+            logger=log,
+        )
+
+    @property
+    def start_offset(self) -> int:
+        """Lowest offset still stored (== ``end_offset`` when the log is empty)."""
+        return self._segments[0].base_offset
+
+    @property
+    def end_offset(self) -> int:
+        """Offset the next append gets."""
+        return self._end
+
+    @property
+    def size_bytes(self) -> int:
+        """Bytes on disk over all segment files (indexes not counted)."""
+        return sum(seg.size for seg in self._segments)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogClosedError(f"log {self.directory} is closed")
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def append(self, entries: Sequence[NewRecord]) -> list[Record]:
+        """Append ``entries`` at consecutive offsets and return them as :class:`Record`\\ s.
+
+        ``internal_id = (partition << 50) | (offset + 1)``. All entries go to the segment in
+        one ``pwrite`` (more only where the batch crosses ``max_bytes_per_file`` and the log
+        rotates). Durable against a process crash on return; against a machine crash after the
+        next :meth:`sync`. Raises ``ValueError`` for a field that does not fit the layout (nothing
+        written) and :class:`StorageError` on an I/O error; then a prefix of the batch may be
+        stored, as ``end_offset`` tells.
+        """
+        with self._lock:
+            self._check_open()
+            if not entries:
+                return []
+            first = self._end
+            pid = self.partition << 50
+            records: list[Record] = []
+            splits: list[int] = []  # indexes where a new segment starts
+            size = self._segments[-1].size
+            max_bytes = self._max_bytes
+            for i, e in enumerate(entries, first):
+                records.append(
+                    make_record(
+                        i, e.timestamp_ns, pid | (i + 1), e.trace_id, e.deliver_at_ns, e.body, e.ext
+                    )
+                )
+                n = HEADER_SIZE + len(e.ext) + len(e.body)
+                if size and size + n > max_bytes:
+                    splits.append(i - first)
+                    size = 0
+                size += n
+            bounds = [0, *splits, len(records)]
+            try:
+                for k in range(len(bounds) - 1):
+                    if k:
+                        self._rotate()
+                    chunk = records if not splits else records[bounds[k] : bounds[k + 1]]
+                    if chunk:  # empty when the very first entry already needs a new segment
+                        self._segments[-1].append(chunk)
+                        self._end = chunk[-1].offset + 1
+                        self._cache_extend(chunk)
+            except OSError as exc:
+                raise StorageError(f"append to {self.directory} failed: {exc}") from exc
+            return records
+
+    def _rotate(self) -> None:
+        new = Segment.create(self.directory, self._end, self._interval, self._logger)
+        try:
+            self._unsynced.extend(self._segments[-1].seal())
+        except OSError:
+            new.delete()
+            raise
+        self._segments.append(new)
+        self._dir_dirty = True
+
+    def _cache_extend(self, records: list[Record]) -> None:
+        if self._cache_records <= 0:
+            self._cache_start = self._end
+            return
+        cache = self._cache
+        cache.extend(records)
+        if len(cache) > 2 * self._cache_records:  # trim in bulk: amortised O(1) per record
+            drop = len(cache) - self._cache_records
+            del cache[:drop]
+            self._cache_start += drop
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def read(self, offset: int, max_records: int) -> list[Record]:
+        """Records ``[offset, min(offset + max_records, end_offset))``; ``[]`` at ``end_offset``.
+
+        Served from the in-memory tail cache (at least the last ``cache_records`` appended)
+        when possible, else from disk: an index seek and ``pread``s, never a scan from the start
+        of a segment. Raises :class:`OffsetOutOfRangeError` outside
+        ``[start_offset, end_offset]`` and :class:`CorruptRecordError` if a stored record fails
+        its checks.
+        """
+        with self._lock:
+            self._check_open()
+            if offset < self.start_offset or offset > self._end:
+                raise OffsetOutOfRangeError(
+                    f"offset {offset} outside [{self.start_offset}, {self._end}] "
+                    f"of partition {self.partition}"
+                )
+            stop = min(self._end, offset + max(max_records, 0))
+            cache_start = self._cache_start
+            if offset >= cache_start:
+                return self._cache[offset - cache_start : stop - cache_start]
+            try:
+                out = self._read_disk(offset, min(stop, cache_start))
+            except OSError as exc:
+                raise StorageError(f"read from {self.directory} failed: {exc}") from exc
+            if stop > cache_start:
+                out.extend(self._cache[: stop - cache_start])
+            return out
+
+    def _read_disk(self, start: int, stop: int) -> list[Record]:
+        segments = self._segments
+        i = bisect_right(segments, start, key=_base_offset) - 1
+        out: list[Record] = []
+        while start < stop:
+            seg_end = segments[i + 1].base_offset if i + 1 < len(segments) else self._end
+            upto = min(stop, seg_end)
+            out.extend(segments[i].read(start, upto))
+            start = upto
+            i += 1
+        return out
+
+    def offset_for_timestamp(self, timestamp_ns: int) -> int:
+        """First offset whose ``timestamp_ns >= timestamp_ns``, ``end_offset`` if there is none.
+
+        Exact even if timestamps are not monotone. Cost: the newest timestamp of each earlier
+        segment (from its seal index entry, cached), one binary search in the index of the
+        segment that holds the answer and a scan of about one index interval.
+        """
+        with self._lock:
+            self._check_open()
+            segments = self._segments
+            try:
+                for i, seg in enumerate(segments):
+                    seg_end = segments[i + 1].base_offset if i + 1 < len(segments) else self._end
+                    newest = seg.max_timestamp(seg_end)
+                    if newest is not None and newest >= timestamp_ns:
+                        return seg.find_timestamp(timestamp_ns, seg_end)
+            except OSError as exc:
+                raise StorageError(f"timestamp seek in {self.directory} failed: {exc}") from exc
+            return self._end
+
+    # -- durability ------------------------------------------------------------------------------
+
+    def _take_sync_work(self) -> tuple[list[int], bool]:
+        """Under the lock: the fds to fsync and close, and whether the directory needs one."""
+        active = self._segments[-1]
+        assert active.fd is not None
+        assert active.index_fd is not None
+        fds = self._unsynced
+        self._unsynced = []
+        try:
+            # Duplicates, so that truncate()/close() on another thread may close the originals.
+            fds += [os.dup(active.fd), os.dup(active.index_fd)]
+        except OSError:
+            self._unsynced = fds
+            raise
+        dir_dirty, self._dir_dirty = self._dir_dirty, False
+        return fds, dir_dirty
+
+    def _do_sync(self, fds: list[int], dir_dirty: bool) -> None:
+        """Without the lock: fsync ``fds`` (then close them) and the directory."""
+        error: OSError | None = None
+        try:
+            for fd in fds:
+                os.fsync(fd)
+            if dir_dirty:
+                fsync_directory(self.directory)
+        except OSError as exc:
+            error = exc
+            if dir_dirty:
+                with self._lock:
+                    self._dir_dirty = True
+        for fd in fds:
+            try:
+                os.close(fd)
+            except OSError as exc:
+                error = error or exc
+        if error is not None:
+            # After a failed fsync the page cache state is unknown (fsyncgate): callers must
+            # treat the data since the last good sync as lost, not retry and assume success.
+            raise StorageError(f"sync of {self.directory} failed: {error}") from error
+
+    def sync(self) -> None:
+        """Make every record appended before the call durable (fsync of data, index and, after
+        a rotation, the directory), and close the fds of segments rotated out since.
+
+        Safe to call from a worker thread while another thread appends and reads: the lock is
+        held only to take the work, not across the fsyncs.
+        """
+        with self._lock:
+            self._check_open()
+            try:
+                fds, dir_dirty = self._take_sync_work()
+            except OSError as exc:
+                raise StorageError(f"sync of {self.directory} failed: {exc}") from exc
+        self._do_sync(fds, dir_dirty)
+
+    def close(self) -> None:
+        """:meth:`sync`, then close every fd. Idempotent; other methods then raise
+        :class:`LogClosedError`. The fds are closed even if the sync fails."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            active = self._segments[-1]
+            try:
+                fds, dir_dirty = self._take_sync_work()
+            except OSError as exc:
+                fds, dir_dirty = [], True
+                error: OSError | None = exc
+            else:
+                error = None
+        try:
+            if error is not None:
+                raise StorageError(f"sync of {self.directory} failed: {error}") from error
+            self._do_sync(fds, dir_dirty)
+        finally:
+            try:
+                active.close()
+            except OSError as exc:
+                raise StorageError(f"close of {active.log_path} failed: {exc}") from exc
+
+    # -- truncation and retention ----------------------------------------------------------------
+
+    def truncate(self, offset: int) -> None:
+        """Drop the records ``[offset, end_offset)``; later appends reuse those offsets.
+
+        Deletes whole later segments (last first, so a crash leaves a prefix of the log) and
+        truncates the one holding ``offset``. Durable on return. Raises
+        :class:`OffsetOutOfRangeError` unless ``start_offset <= offset <= end_offset``; on an I/O
+        error the log closes itself (reopen it: recovery repairs it) and raises
+        :class:`StorageError`.
+        """
+        with self._lock:
+            self._check_open()
+            if offset < self.start_offset or offset > self._end:
+                raise OffsetOutOfRangeError(
+                    f"cannot truncate to {offset}: outside [{self.start_offset}, {self._end}]"
+                )
+            if offset == self._end:
+                return
+            segments = self._segments
+            keep = max(1, bisect_left(segments, offset, key=_base_offset))
+            try:
+                while len(segments) > keep:
+                    segments[-1].delete()
+                    segments.pop()
+                    self._dir_dirty = True
+                if self._dir_dirty:
+                    fsync_directory(self.directory)
+                    self._dir_dirty = False
+                target = segments[-1]
+                if target.fd is None:
+                    target.reactivate()
+                target.truncate(offset)
+            except (OSError, StorageError) as exc:
+                self._closed = True
+                raise StorageError(f"truncate of {self.directory} failed: {exc}") from exc
+            self._end = offset
+            if offset <= self._cache_start:
+                self._cache.clear()
+                self._cache_start = offset
+            else:
+                del self._cache[offset - self._cache_start :]
+
+    def delete_segments(self, *, before_offset: int, older_than_ns: int) -> int:
+        """Retention: delete leading segments whose records all have offsets ``< before_offset``
+        and whose newest ``timestamp_ns < older_than_ns``; return how many were deleted.
+
+        Only a prefix of the log is deleted (it stops at the first segment that must stay) and
+        never the active segment, so ``end_offset`` (and the id sequence) survives a restart.
+        Durable on return (directory fsynced).
+        """
+        with self._lock:
+            self._check_open()
+            segments = self._segments
+            deleted = 0
+            try:
+                while len(segments) > 1:
+                    next_base = segments[1].base_offset
+                    if next_base > before_offset:
+                        break
+                    newest = segments[0].max_timestamp(next_base)
+                    if newest is not None and newest >= older_than_ns:
+                        break
+                    segments[0].delete()
+                    del segments[0]
+                    deleted += 1
+                if deleted:
+                    fsync_directory(self.directory)
+            except OSError as exc:
+                raise StorageError(f"retention in {self.directory} failed: {exc}") from exc
+            drop = min(max(self.start_offset - self._cache_start, 0), len(self._cache))
+            if drop:
+                del self._cache[:drop]
+                self._cache_start += drop
+            return deleted

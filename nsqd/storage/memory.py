@@ -1,0 +1,72 @@
+"""An in-memory partition log for #ephemeral topics: no disk, bounded like nsqd's memory queue."""
+
+from __future__ import annotations
+
+from collections import deque
+
+from .record import NewRecord, Record
+
+
+class MemoryLog:
+    """Same reading/appending API as :class:`PartitionLog`, kept in memory only.
+
+    At most ``capacity`` unconsumed records are kept; like nsqd's memory queue for ephemeral
+    topics, what does not fit is silently dropped.
+    """
+
+    def __init__(self, partition: int, capacity: int) -> None:
+        self.partition = partition
+        self.capacity = max(capacity, 1)
+        self._records: deque[Record] = deque()
+        self._start = 0
+        self._end = 0
+        self.dropped = 0
+
+    @property
+    def start_offset(self) -> int:
+        """Lowest offset still held."""
+        return self._start
+
+    @property
+    def end_offset(self) -> int:
+        """Offset the next append gets."""
+        return self._end
+
+    def append(self, entries: list[NewRecord]) -> list[Record]:
+        """Append what fits; the rest is dropped (and counted in ``dropped``)."""
+        room = self.capacity - len(self._records)
+        out: list[Record] = []
+        for entry in entries[: max(room, 0)]:
+            offset = self._end
+            record = Record(
+                offset=offset,
+                timestamp_ns=entry.timestamp_ns,
+                internal_id=(self.partition << 50) | (offset + 1),
+                trace_id=entry.trace_id,
+                deliver_at_ns=entry.deliver_at_ns,
+                body=entry.body,
+                ext=entry.ext,
+            )
+            self._records.append(record)
+            self._end += 1
+            out.append(record)
+        self.dropped += len(entries) - len(out)
+        return out
+
+    def read(self, offset: int, max_records: int) -> list[Record]:
+        """Records from ``offset`` (clamped to what is held)."""
+        first = max(offset, self._start) - self._start
+        last = min(first + max_records, len(self._records))
+        return [self._records[i] for i in range(first, last)]
+
+    def trim(self, offset: int) -> None:
+        """Forget records below ``offset`` (every channel has confirmed them)."""
+        while self._records and self._start < offset:
+            self._records.popleft()
+            self._start += 1
+
+    def sync(self) -> None:
+        """Nothing to make durable."""
+
+    def close(self) -> None:
+        """Nothing to release."""

@@ -1,0 +1,280 @@
+"""The log record: its values and its one on-disk layout.
+
+No file I/O of its own: :func:`scan_records` reads through the ``read_at(size, position)``
+callable it is given (``segment.py`` passes ``os.pread`` bound to an fd), so it is testable on
+plain bytes. ``segment.py`` encodes batches with :func:`encode_record_parts`.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, fields
+from typing import Final
+
+import crc32c as _crc32c
+
+from .errors import CorruptRecordError
+
+# Record => Length u32 | Crc u32 | Offset u64 | TimestampNs i64 | InternalId u64 | TraceId u64
+#           | DeliverAtNs i64 | ExtLen u16 | Ext [ExtLen] | Body [Length - 46 - ExtLen]
+# Big-endian, as NSQ's own message encoding. A record occupies 4 + Length bytes.
+# Crc is CRC-32C (Castagnoli) over every byte after the Crc field: Offset through the end of Body.
+# The offset is inside the CRC because offsets are never re-based (a replica copies the leader's
+# offsets verbatim), and recovery must not accept a record whose offset bytes rotted.
+RECORD_HEADER: Final = struct.Struct(
+    ">I"  # length: number of bytes after this field (header rest + ext + body)
+    "I"  # crc: CRC-32C of bytes [CRC_START, 4 + length) of the record
+    "Q"  # offset: position of the record in its partition log (0, 1, 2, ...)
+    "q"  # timestamp_ns: publish time, ns since the Unix epoch
+    "Q"  # internal_id: (partition << 50) | (offset + 1), the first half of the message id
+    "Q"  # trace_id: the second half of the message id (youzan tracing), 0 when unused
+    "q"  # deliver_at_ns: earliest delivery time (DPUB), 0 = at once
+    "H"  # ext_len: length of the opaque extension header that follows
+)
+LENGTH_SIZE: Final = struct.calcsize(">I")
+CRC_START: Final = struct.calcsize(">II")
+HEADER_SIZE: Final = RECORD_HEADER.size
+# Smallest legal value of the length field: a record with empty ext and body.
+MIN_LENGTH: Final = HEADER_SIZE - LENGTH_SIZE
+# Largest record this layer will read back; anything longer is treated as corruption rather
+# than allocated. nsqd's --max-msg-size defaults to 1 MiB, so this leaves a wide margin.
+MAX_RECORD_SIZE: Final = 1 << 30
+MAX_EXT_LEN: Final = 0xFFFF
+READ_CHUNK: Final = 64 * 1024  # default read size of a scan
+# Encoding packs the two halves of RECORD_HEADER separately so the CRC can be computed over the
+# covered half before the first half is packed. Both are derived from RECORD_HEADER's format.
+_PREFIX: Final = struct.Struct(RECORD_HEADER.format[:3])
+_COVERED: Final = struct.Struct(">" + RECORD_HEADER.format[3:])
+assert _PREFIX.size == CRC_START
+assert _PREFIX.size + _COVERED.size == HEADER_SIZE
+
+_crc: Final = _crc32c.crc32c
+_pack_prefix: Final = _PREFIX.pack
+_pack_covered: Final = _COVERED.pack
+_unpack_header_from: Final = RECORD_HEADER.unpack_from
+_unpack_length_from: Final = struct.Struct(">I").unpack_from
+
+
+@dataclass(frozen=True, slots=True)
+class NewRecord:
+    """A message the broker hands to :meth:`PartitionLog.append`."""
+
+    timestamp_ns: int
+    """Publish time, ns since the Unix epoch."""
+    body: bytes
+    trace_id: int = 0
+    """u64 trace id (second half of the 16-byte message id)."""
+    deliver_at_ns: int = 0
+    """0 = deliverable at once; DPUB sets a future time."""
+    ext: bytes = b""
+    """Opaque extension header (youzan ext), usually empty; at most 65535 bytes."""
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """A stored message, as returned by ``PartitionLog.append`` and ``PartitionLog.read``."""
+
+    offset: int
+    timestamp_ns: int
+    internal_id: int
+    """``(partition << 50) | (offset + 1)``, computed by ``append`` and stored in the record."""
+    trace_id: int
+    deliver_at_ns: int
+    body: bytes
+    ext: bytes
+
+
+def _record_maker() -> Callable[[int, int, int, int, int, bytes, bytes], Record]:
+    """A positional constructor of :class:`Record` for ``append``'s per-record loop.
+
+    A frozen dataclass ``__init__`` sets each field through ``object.__setattr__``; calling
+    the slot descriptors directly builds the same object in about half the time (0.3 vs 0.6
+    µs), which is a fifth of an append. tests/unit/test_storage_record.py checks that both
+    give equal records.
+    """
+    names = tuple(f.name for f in fields(Record))
+    assert names == (
+        "offset",
+        "timestamp_ns",
+        "internal_id",
+        "trace_id",
+        "deliver_at_ns",
+        "body",
+        "ext",
+    ), "update _record_maker with Record's fields"
+    set_off, set_ts, set_id, set_trace, set_deliver, set_body, set_ext = (
+        getattr(Record, name).__set__ for name in names
+    )
+    new = object.__new__
+
+    def make(
+        offset: int,
+        ts: int,
+        internal_id: int,
+        trace_id: int,
+        deliver_at: int,
+        body: bytes,
+        ext: bytes,
+    ) -> Record:
+        record = new(Record)
+        set_off(record, offset)
+        set_ts(record, ts)
+        set_id(record, internal_id)
+        set_trace(record, trace_id)
+        set_deliver(record, deliver_at)
+        set_body(record, body)
+        set_ext(record, ext)
+        return record
+
+    return make
+
+
+make_record: Final = _record_maker()
+
+
+def internal_id_for(partition: int, offset: int) -> int:
+    """The first half of the message id of the record at ``offset`` (never 0)."""
+    return (partition << 50) | (offset + 1)
+
+
+def record_size(record: Record) -> int:
+    """Bytes the encoded ``record`` occupies on disk."""
+    return HEADER_SIZE + len(record.ext) + len(record.body)
+
+
+def encode_record_parts(record: Record, out: list[bytes]) -> int:
+    """Append the encoded pieces of ``record`` to ``out`` (join them to get the record).
+
+    Returns the encoded size. Raises ``ValueError`` when a field does not fit its layout slot.
+    """
+    ext = record.ext
+    body = record.body
+    try:
+        covered = _pack_covered(
+            record.offset,
+            record.timestamp_ns,
+            record.internal_id,
+            record.trace_id,
+            record.deliver_at_ns,
+            len(ext),
+        )
+    except struct.error as exc:  # includes an ext longer than MAX_EXT_LEN
+        raise ValueError(f"record field out of range: {exc}") from exc
+    crc = _crc(covered)
+    if ext:
+        crc = _crc(ext, crc)
+    crc = _crc(body, crc)
+    size = HEADER_SIZE + len(ext) + len(body)
+    out.append(_pack_prefix(size - LENGTH_SIZE, crc))
+    out.append(covered)
+    if ext:
+        out.append(ext)
+    out.append(body)
+    return size
+
+
+def encode_record(record: Record) -> bytes:
+    """The on-disk bytes of ``record`` (see :data:`RECORD_HEADER`)."""
+    parts: list[bytes] = []
+    encode_record_parts(record, parts)
+    return b"".join(parts)
+
+
+def peek_size(buf: bytes, pos: int) -> int:
+    """Total size of the record starting at ``buf[pos]``, from its length field alone.
+
+    The caller guarantees ``LENGTH_SIZE`` bytes at ``pos``. Raises :class:`CorruptRecordError`
+    when the length is too small to hold a header or larger than :data:`MAX_RECORD_SIZE`.
+    """
+    (length,) = _unpack_length_from(buf, pos)
+    if length < MIN_LENGTH or length > MAX_RECORD_SIZE - LENGTH_SIZE:
+        raise CorruptRecordError(f"implausible record length {length}")
+    return int(length) + LENGTH_SIZE
+
+
+def decode_record(buf: bytes, pos: int) -> Record:
+    """Decode and verify the whole record at ``buf[pos]``.
+
+    The caller guarantees the full record (``peek_size`` bytes) is in ``buf``. Raises
+    :class:`CorruptRecordError` on a CRC mismatch or an ext length that overruns the record.
+    """
+    length, crc, offset, ts, internal_id, trace_id, deliver_at, ext_len = _unpack_header_from(
+        buf, pos
+    )
+    end = pos + LENGTH_SIZE + length
+    with memoryview(buf) as view:
+        actual = _crc(view[pos + CRC_START : end])
+    if actual != crc:
+        raise CorruptRecordError(f"CRC mismatch (stored {crc:#010x}, computed {actual:#010x})")
+    ext_end = pos + HEADER_SIZE + ext_len
+    if ext_end > end:
+        raise CorruptRecordError(f"ext length {ext_len} overruns record length {length}")
+    ext = buf[pos + HEADER_SIZE : ext_end] if ext_len else b""
+    return make_record(offset, ts, internal_id, trace_id, deliver_at, buf[ext_end:end], ext)
+
+
+def scan_records(
+    read_at: Callable[[int, int], bytes],
+    name: str,
+    *,
+    position: int,
+    limit: int,
+    offset: int,
+    chunk: int = READ_CHUNK,
+) -> Iterator[tuple[int, int, Record]]:
+    """Yield ``(position, size, record)`` for each record in bytes ``[position, limit)``.
+
+    ``read_at(size, position)`` returns up to ``size`` bytes (fewer only at end of data).
+    Validates each record (complete header, plausible length, CRC, ``offset`` then consecutive
+    offsets) and raises :class:`CorruptRecordError` carrying the byte position and the expected
+    offset at the first one that fails, including one cut off by ``limit`` or end of data.
+    """
+    buf = b""
+    buf_start = position  # position of buf[0]
+    while position < limit:
+        i = position - buf_start
+        try:
+            if len(buf) - i < HEADER_SIZE:
+                buf, buf_start, i = _refill(read_at, buf, buf_start, i, HEADER_SIZE, limit, chunk)
+            size = peek_size(buf, i)
+            if len(buf) - i < size:
+                buf, buf_start, i = _refill(read_at, buf, buf_start, i, size, limit, chunk)
+            record = decode_record(buf, i)
+            if record.offset != offset:
+                raise CorruptRecordError(f"offset {record.offset} out of sequence")
+        except CorruptRecordError as exc:
+            raise CorruptRecordError(
+                f"{name}: {exc} at byte {position} (expected offset {offset})",
+                position=position,
+                offset=offset,
+            ) from exc
+        yield position, size, record
+        position += size
+        offset += 1
+
+
+def _refill(
+    read_at: Callable[[int, int], bytes],
+    buf: bytes,
+    buf_start: int,
+    i: int,
+    need: int,
+    limit: int,
+    chunk: int,
+) -> tuple[bytes, int, int]:
+    """Drop ``buf[:i]`` and read until ``need`` bytes are buffered. Raises
+    :class:`CorruptRecordError` if ``limit`` or end of data comes first (a torn record)."""
+    parts = [buf[i:]]
+    buf_start += i
+    have = len(parts[0])
+    end = buf_start + have
+    while have < need:
+        want = min(max(chunk, need - have), limit - end)
+        data = read_at(want, end) if want > 0 else b""
+        if not data:
+            raise CorruptRecordError(f"incomplete record ({have} of {need} bytes)")
+        parts.append(data)
+        have += len(data)
+        end += len(data)
+    return b"".join(parts), buf_start, 0

@@ -1,0 +1,435 @@
+"""One segment of a partition log: a ``<base>.log`` file of records plus its ``<base>.index``.
+
+Blocking file I/O on raw fds (``os.pwrite``/``os.pread``), no Python-level buffering. A segment
+is *active* (the last one: it owns a read-write fd pair and takes appends) or *sealed* (read-only,
+opened per read; its index is loaded lazily). The caller (:class:`~.log.PartitionLog`) serialises
+access; nothing here locks.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import re
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Final, final
+
+from .checkpoint import atomic_write, read_all, write_all
+from .errors import CorruptRecordError
+from .index import ENTRY_SIZE, INDEX_ENTRY, SparseIndex
+from .record import HEADER_SIZE, READ_CHUNK, Record, encode_record_parts, scan_records
+
+LOG_SUFFIX: Final = ".log"
+INDEX_SUFFIX: Final = ".index"
+SEGMENT_NAME: Final = re.compile(r"^(\d{20})\.log$")
+INDEX_NAME: Final = re.compile(r"^(\d{20})\.index$")
+NO_TIMESTAMP: Final = -(1 << 63)  # running-max start value; a segment without records has it
+_O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
+
+
+def segment_stem(base_offset: int) -> str:
+    """The file name stem of the segment starting at ``base_offset`` (20 zero-padded digits)."""
+    return f"{base_offset:020d}"
+
+
+def scan(
+    fd: int, name: str, *, position: int, limit: int, offset: int, chunk: int = READ_CHUNK
+) -> Iterator[tuple[int, int, Record]]:
+    """:func:`~.record.scan_records` over the file behind ``fd`` (named ``name`` in errors)."""
+    read_at = functools.partial(os.pread, fd)
+    return scan_records(read_at, name, position=position, limit=limit, offset=offset, chunk=chunk)
+
+
+@final
+class Segment:
+    """A segment file and its sparse index (see module docstring for active vs sealed)."""
+
+    def __init__(
+        self, directory: Path, base_offset: int, size: int, interval: int, logger: logging.Logger
+    ) -> None:
+        stem = segment_stem(base_offset)
+        self.base_offset = base_offset
+        self.log_path = directory / (stem + LOG_SUFFIX)
+        self.index_path = directory / (stem + INDEX_SUFFIX)
+        self.size = size  # bytes of valid records; the file may hold garbage after a failed write
+        self.fd: int | None = None  # read-write fds, only while active
+        self.index_fd: int | None = None
+        self._interval = interval
+        self._logger = logger
+        self._index: SparseIndex | None = None  # loaded lazily for sealed segments
+        self._max_ts: int | None = None  # None = not computed yet (sealed segments)
+        self._last_index_pos = 0  # position of the last index entry (0: the implicit one)
+        self._last_record_pos = -1  # position of the newest record (-1: none)
+        self.next_offset = base_offset  # offset the next append gets (active segment only)
+
+    # -- opening -------------------------------------------------------------------------------
+
+    @classmethod
+    def create(
+        cls, directory: Path, base_offset: int, interval: int, logger: logging.Logger
+    ) -> Segment:
+        """A new, empty active segment. Its directory entry is durable after a directory fsync."""
+        seg = cls(directory, base_offset, 0, interval, logger)
+        flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | _O_CLOEXEC
+        seg.fd = os.open(seg.log_path, flags, 0o644)
+        seg.index_fd = os.open(
+            seg.index_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | _O_CLOEXEC, 0o644
+        )
+        seg._index = SparseIndex()
+        seg._max_ts = NO_TIMESTAMP
+        return seg
+
+    @classmethod
+    def sealed(
+        cls, directory: Path, base_offset: int, interval: int, logger: logging.Logger
+    ) -> Segment:
+        """An existing sealed segment; trusted as is (records are verified when read)."""
+        seg = cls(directory, base_offset, 0, interval, logger)
+        seg.size = seg.log_path.stat().st_size
+        return seg
+
+    @classmethod
+    def recover(
+        cls, directory: Path, base_offset: int, interval: int, logger: logging.Logger
+    ) -> Segment:
+        """Open the last segment as the active one, validating its tail.
+
+        The scan starts at the last index entry whose record is intact (or at byte 0) and checks
+        every record up to end of file. At the first torn or corrupt record the file is truncated
+        there (and fsynced) with a WARNING naming file, byte position, offset and bytes dropped.
+        """
+        seg = cls(directory, base_offset, 0, interval, logger)
+        seg.fd = os.open(seg.log_path, os.O_RDWR | _O_CLOEXEC)
+        seg.index_fd = os.open(seg.index_path, os.O_RDWR | os.O_CREAT | _O_CLOEXEC, 0o644)
+        file_size = os.fstat(seg.fd).st_size
+        old = read_all(seg.index_fd)
+        index, _ = SparseIndex.from_bytes(old, limit=file_size)
+        while len(index):  # the last entry is trusted only if its record is intact
+            rel, pos, _ts = index.entry(len(index) - 1)
+            try:
+                next(
+                    scan(
+                        seg.fd,
+                        seg.log_path.name,
+                        position=pos,
+                        limit=file_size,
+                        offset=rel + base_offset,
+                    )
+                )
+                break
+            except CorruptRecordError:
+                index.truncate(len(index) - 1)
+        seg._index = index
+        rel, pos, max_ts = index.entry(len(index) - 1) if len(index) else (0, 0, NO_TIMESTAMP)
+        seg._last_index_pos = pos
+        seg._max_ts = max_ts
+        seg.size = pos
+        try:
+            records = scan(
+                seg.fd, seg.log_path.name, position=pos, limit=file_size, offset=base_offset + rel
+            )
+            for position, size, record in records:
+                seg._note(position, record)
+                seg.size = position + size
+        except CorruptRecordError as exc:
+            logger.warning(
+                "segment %s: torn or corrupt record at byte %d (offset %s): %s; "
+                "truncating the file there, dropping %d bytes",
+                seg.log_path,
+                seg.size,
+                exc.offset,
+                exc.__cause__,
+                file_size - seg.size,
+            )
+            os.ftruncate(seg.fd, seg.size)
+            os.fsync(seg.fd)
+        new = index.encode()
+        if new != old:
+            os.ftruncate(seg.index_fd, 0)
+            write_all(seg.index_fd, new, 0)
+        return seg
+
+    # -- appending (active segment) -------------------------------------------------------------
+
+    def _note(self, position: int, record: Record) -> None:
+        """Bookkeeping for a record found by a scan: max timestamp, index, last position."""
+        assert self._index is not None
+        assert self._max_ts is not None
+        self._max_ts = max(self._max_ts, record.timestamp_ns)
+        if position - self._last_index_pos >= self._interval:
+            self._index.append(record.offset - self.base_offset, position, self._max_ts)
+            self._last_index_pos = position
+        self._last_record_pos = position
+        self.next_offset = record.offset + 1
+
+    def append(self, records: Sequence[Record]) -> None:
+        """Write ``records`` (consecutive, starting at ``next_offset``) with one ``pwrite``.
+
+        On return the bytes are in the OS page cache (they survive a crash of the process, not
+        of the machine). On ``OSError`` the segment is left as before the call and the error
+        propagates.
+        """
+        assert self.fd is not None
+        assert self.index_fd is not None
+        assert self._index is not None
+        assert self._max_ts is not None
+        parts: list[bytes] = []
+        entries: list[tuple[int, int, int]] = []
+        pos = self.size
+        max_ts = self._max_ts
+        last_index_pos = self._last_index_pos
+        last_record_pos = self._last_record_pos
+        interval = self._interval
+        base = self.base_offset
+        for record in records:
+            if record.timestamp_ns > max_ts:
+                max_ts = record.timestamp_ns
+            if pos - last_index_pos >= interval:
+                entries.append((record.offset - base, pos, max_ts))
+                last_index_pos = pos
+            last_record_pos = pos
+            pos += encode_record_parts(record, parts)
+        try:
+            write_all(self.fd, b"".join(parts), self.size)
+            if entries:
+                data = b"".join(INDEX_ENTRY.pack(*e) for e in entries)
+                write_all(self.index_fd, data, len(self._index) * ENTRY_SIZE)
+        except OSError:
+            # Best effort: the next write overwrites the garbage anyway, and recovery drops it.
+            try:
+                os.ftruncate(self.fd, self.size)
+            except OSError as exc:
+                self._logger.warning(
+                    "segment %s: rollback ftruncate failed: %s", self.log_path, exc
+                )
+            raise
+        for e in entries:
+            self._index.append(*e)
+        self.size = pos
+        self._max_ts = max_ts
+        self._last_index_pos = last_index_pos
+        self._last_record_pos = last_record_pos
+        self.next_offset = records[-1].offset + 1
+
+    def seal(self) -> tuple[int, int]:
+        """Stop being active: index the last record (so the segment's newest timestamp is in its
+        index), and hand back ``(log_fd, index_fd)`` for the caller to fsync and close."""
+        assert self.fd is not None
+        assert self.index_fd is not None
+        assert self._index is not None
+        assert self._max_ts is not None
+        if self._last_record_pos > self._last_index_pos:
+            entry = (self.next_offset - 1 - self.base_offset, self._last_record_pos, self._max_ts)
+            write_all(self.index_fd, INDEX_ENTRY.pack(*entry), len(self._index) * ENTRY_SIZE)
+            self._index.append(*entry)
+            self._last_index_pos = self._last_record_pos
+        fds = (self.fd, self.index_fd)
+        self.fd = self.index_fd = None
+        return fds
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def _open_reader(self) -> tuple[int, bool]:
+        """An fd to read from, and whether the caller must close it."""
+        if self.fd is not None:
+            return self.fd, False
+        return os.open(self.log_path, os.O_RDONLY | _O_CLOEXEC), True
+
+    def _get_index(self) -> SparseIndex:
+        """The index, loaded (or rebuilt by a full scan, with a WARNING) on first use."""
+        if self._index is not None:
+            return self._index
+        try:
+            data = self.index_path.read_bytes()
+        except FileNotFoundError:
+            data = None
+        index, whole = SparseIndex.from_bytes(data or b"", limit=self.size)
+        if data is None or not whole:
+            self._logger.warning(
+                "segment %s: index %s, rebuilding it from the segment",
+                self.log_path,
+                "missing" if data is None else "inconsistent",
+            )
+            index = self._rebuild_index()
+            atomic_write(self.index_path, index.encode())
+        self._index = index
+        return index
+
+    def _rebuild_index(self) -> SparseIndex:
+        index = SparseIndex()
+        max_ts = NO_TIMESTAMP
+        last_index_pos = 0
+        fd, owned = self._open_reader()
+        try:
+            for pos, _size, record in scan(
+                fd, self.log_path.name, position=0, limit=self.size, offset=self.base_offset
+            ):
+                max_ts = max(max_ts, record.timestamp_ns)
+                if pos - last_index_pos >= self._interval:
+                    index.append(record.offset - self.base_offset, pos, max_ts)
+                    last_index_pos = pos
+        finally:
+            if owned:
+                os.close(fd)
+        return index
+
+    def _records_from(
+        self, fd: int, offset: int, *, by_timestamp: int | None = None, chunk: int = READ_CHUNK
+    ) -> Iterator[tuple[int, int, Record]]:
+        """Scan from the index entry at or before ``offset`` (or before ``by_timestamp``)."""
+        index = self._get_index()
+        if by_timestamp is None:
+            i = index.floor_for_offset(offset - self.base_offset)
+        else:
+            i = index.floor_for_timestamp(by_timestamp)
+        rel, pos, _ts = index.entry(i) if i >= 0 else (0, 0, NO_TIMESTAMP)
+        return scan(
+            fd,
+            self.log_path.name,
+            position=pos,
+            limit=self.size,
+            offset=self.base_offset + rel,
+            chunk=chunk,
+        )
+
+    def read(self, start: int, stop: int) -> list[Record]:
+        """Records ``[start, stop)``, all of which this segment must hold.
+
+        Seeks with the index and ``pread``s from there. Raises :class:`CorruptRecordError` when a
+        record fails validation or the segment ends before ``stop``.
+        """
+        out: list[Record] = []
+        if stop <= start:
+            return out
+        fd, owned = self._open_reader()
+        try:
+            for _pos, _size, record in self._records_from(fd, start):
+                if record.offset >= start:
+                    out.append(record)
+                    if record.offset + 1 >= stop:
+                        return out
+        finally:
+            if owned:
+                os.close(fd)
+        raise CorruptRecordError(
+            f"{self.log_path.name}: ends at offset {start + len(out)}, expected {stop}",
+            position=self.size,
+            offset=start + len(out),
+        )
+
+    def find_timestamp(self, timestamp_ns: int, end_offset: int) -> int:
+        """First offset in this segment whose timestamp is ``>= timestamp_ns``, else
+        ``end_offset``. Scans from the last index entry whose running max is older."""
+        fd, owned = self._open_reader()
+        try:
+            chunk = self._interval + 4 * HEADER_SIZE
+            for _pos, _size, record in self._records_from(
+                fd, self.base_offset, by_timestamp=timestamp_ns, chunk=chunk
+            ):
+                if record.timestamp_ns >= timestamp_ns:
+                    return record.offset
+        finally:
+            if owned:
+                os.close(fd)
+        return end_offset
+
+    def max_timestamp(self, end_offset: int) -> int | None:
+        """Newest ``timestamp_ns`` in the segment, None when it is empty; ``end_offset`` is the
+        offset after its last record. Cached; for a sealed segment it comes from the seal index
+        entry, else from a scan of the bytes after the last index entry."""
+        if self.size == 0:
+            return None
+        if self._max_ts is None:
+            self._max_ts = self._scan_max_timestamp(end_offset)
+        return self._max_ts
+
+    def _scan_max_timestamp(self, end_offset: int) -> int:
+        index = self._get_index()
+        rel, _pos, max_ts = index.entry(len(index) - 1) if len(index) else (0, 0, NO_TIMESTAMP)
+        if len(index) and self.base_offset + rel == end_offset - 1:
+            return max_ts
+        last = -1
+        fd, owned = self._open_reader()
+        try:
+            for _pos, _size, record in self._records_from(fd, self.base_offset + rel):
+                max_ts = max(max_ts, record.timestamp_ns)
+                last = record.offset
+        finally:
+            if owned:
+                os.close(fd)
+        if last != end_offset - 1:
+            raise CorruptRecordError(
+                f"{self.log_path.name}: ends at offset {last + 1}, expected {end_offset}",
+                position=self.size,
+                offset=last + 1,
+            )
+        return max_ts
+
+    # -- truncating, closing, deleting ----------------------------------------------------------
+
+    def reactivate(self) -> None:
+        """Make a sealed segment the active one again (``truncate`` removed its successors)."""
+        assert self.fd is None
+        index = self._get_index()
+        self.fd = os.open(self.log_path, os.O_RDWR | _O_CLOEXEC)
+        self.index_fd = os.open(self.index_path, os.O_RDWR | os.O_CREAT | _O_CLOEXEC, 0o644)
+        self._index = index
+
+    def truncate(self, offset: int) -> None:
+        """Drop records ``>= offset`` (active segment; ``offset`` within it or at its end).
+
+        Durable on return: both files are truncated and fsynced.
+        """
+        assert self.fd is not None
+        assert self.index_fd is not None
+        index = self._get_index()
+        keep = index.count_below_offset(offset - self.base_offset)
+        rel, pos, max_ts = index.entry(keep - 1) if keep else (0, 0, NO_TIMESTAMP)
+        index.truncate(keep)
+        self._max_ts = max_ts
+        self._last_index_pos = pos
+        self._last_record_pos = pos if keep else -1
+        self.next_offset = self.base_offset + rel if keep else self.base_offset
+        new_size = pos
+        for position, size, record in scan(
+            self.fd,
+            self.log_path.name,
+            position=pos,
+            limit=self.size,
+            offset=self.base_offset + rel,
+        ):
+            if record.offset >= offset:
+                break
+            self._max_ts = max(self._max_ts, record.timestamp_ns)
+            self._last_record_pos = position
+            self.next_offset = record.offset + 1
+            new_size = position + size
+        if self.next_offset != offset:
+            raise CorruptRecordError(
+                f"{self.log_path.name}: ends at offset {self.next_offset}, expected {offset}",
+                position=new_size,
+                offset=self.next_offset,
+            )
+        self.size = new_size
+        os.ftruncate(self.fd, new_size)
+        os.ftruncate(self.index_fd, keep * ENTRY_SIZE)
+        os.fsync(self.fd)
+        os.fsync(self.index_fd)
+
+    def close(self) -> None:
+        """Close the active fds without syncing them (the caller syncs first)."""
+        fds = [fd for fd in (self.fd, self.index_fd) if fd is not None]
+        self.fd = self.index_fd = None
+        for fd in fds:
+            os.close(fd)
+
+    def delete(self) -> None:
+        """Close and unlink both files (directory fsync is the caller's)."""
+        self.close()
+        self.log_path.unlink()
+        self.index_path.unlink(missing_ok=True)
+
+
+__all__ = ["INDEX_NAME", "SEGMENT_NAME", "Segment", "scan", "segment_stem"]

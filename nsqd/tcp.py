@@ -1,0 +1,63 @@
+"""The TCP listener: read the 4-byte magic, then hand the connection to a protocol session."""
+
+from __future__ import annotations
+
+import logging
+
+import trio
+
+from protocol import frames
+
+from .broker import Broker
+from .session import Session, SessionSettings
+
+log = logging.getLogger("nsqd.tcp")
+
+MAGIC_TIMEOUT = 60.0  # nsqd's ClientTimeout: how long a new connection may stay silent
+
+
+class TCPServer:
+    """Accepts connections and runs one :class:`Session` per protocol V2 client."""
+
+    def __init__(self, broker: Broker, settings: SessionSettings) -> None:
+        self.broker = broker
+        self.settings = settings
+        self.sessions: set[Session] = set()
+
+    async def serve(
+        self, host: str, port: int, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Listen on ``host:port`` (port 0: any free port); reports the bound port when ready."""
+        listeners = await trio.open_tcp_listeners(port, host=host or None)
+        bound = listeners[0].socket.getsockname()[1]
+        log.info("TCP: listening on %s:%d", host or "0.0.0.0", bound)
+        task_status.started(bound)
+        await trio.serve_listeners(self._handle, listeners)
+
+    async def _handle(self, stream: trio.SocketStream) -> None:
+        peer = stream.socket.getpeername()
+        remote = f"{peer[0]}:{peer[1]}"
+        try:
+            magic = b""
+            with trio.move_on_after(MAGIC_TIMEOUT):
+                while len(magic) < 4:
+                    chunk = await stream.receive_some(65536)
+                    if not chunk:
+                        return
+                    magic += chunk
+            if len(magic) < 4:
+                return
+            if magic[:4] != frames.MAGIC_V2:
+                log.info("[%s] bad protocol magic %r", remote, magic[:4])
+                await stream.send_all(frames.encode_error("E_BAD_PROTOCOL"))
+                return
+            session = Session(stream, self.broker, self.settings, remote)
+            self.sessions.add(session)
+            try:
+                await session.run(initial=magic[4:])
+            finally:
+                self.sessions.discard(session)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError) as exc:
+            log.debug("[%s] connection closed: %r", remote, exc)
+        finally:
+            await stream.aclose()

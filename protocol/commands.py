@@ -1,0 +1,171 @@
+"""Client commands of protocol V2, as the parser emits them.
+
+Every command is a frozen, slotted value; :data:`Command` is the closed union a server matches on.
+Partitioned forms (youzan) carry ``partition``: ``None`` when the client did not name one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+
+class SubMode(Enum):
+    """How a subscription wants its messages."""
+
+    PLAIN = "SUB"
+    ORDERED = "SUB_ORDERED"  # also reached through the documented name SUB_ORDER
+    ADVANCED = "SUB_ADVANCED"
+
+
+@dataclass(frozen=True, slots=True)
+class Identify:
+    """``IDENTIFY`` + JSON body (validated by :func:`protocol.identify.parse_identify`)."""
+
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Auth:
+    """``AUTH`` + secret."""
+
+    secret: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Sub:
+    """``SUB``/``SUB_ORDERED``/``SUB_ADVANCED`` ``<topic> <channel> [<partition> [<start>]]``."""
+
+    topic: str
+    channel: str
+    partition: int | None = None
+    mode: SubMode = SubMode.PLAIN
+    consume_start: str | None = (
+        None  # SUB_ADVANCED: timestamp:<s>|msgcount:<n>|virtual_queue:<o>|special:-1
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Pub:
+    """``PUB <topic> [<partition>]`` + body."""
+
+    topic: str
+    body: bytes
+    partition: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Mpub:
+    """``MPUB <topic> [<partition>]`` + ``[n]([len][body])*``; atomic."""
+
+    topic: str
+    bodies: list[bytes]
+    partition: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Dpub:
+    """``DPUB <topic> <defer ms>`` + body."""
+
+    topic: str
+    defer_ms: int
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class PubTrace:
+    """``PUB_TRACE <topic> [<partition>]`` + ``[u64 trace id][body]``."""
+
+    topic: str
+    trace_id: int
+    body: bytes
+    partition: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MpubTrace:
+    """``MPUB_TRACE <topic> [<partition>]``: like MPUB, each element ``[u64 trace id][body]``."""
+
+    topic: str
+    messages: list[tuple[int, bytes]]
+    partition: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PubExt:
+    """``PUB_EXT <topic> [<partition>]`` + ``[u16 json len][json header][body]``."""
+
+    topic: str
+    header: bytes
+    body: bytes
+    partition: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MpubExt:
+    """``MPUB_EXT <topic> [<partition>]``: like MPUB, each element ``[u16 len][json][body]``."""
+
+    topic: str
+    messages: list[tuple[bytes, bytes]]
+    partition: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Rdy:
+    """``RDY <count>``: at most ``count`` messages in flight on this connection."""
+
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class Fin:
+    """``FIN <16-byte id>``."""
+
+    message_id: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Req:
+    """``REQ <16-byte id> <timeout ms>``; the timeout is not yet clamped."""
+
+    message_id: bytes
+    timeout_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Touch:
+    """``TOUCH <16-byte id>``."""
+
+    message_id: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Cls:
+    """``CLS``: the client is about to close; answer ``CLOSE_WAIT``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Nop:
+    """``NOP``: no reply; counts as activity."""
+
+
+Command = (
+    Identify
+    | Auth
+    | Sub
+    | Pub
+    | Mpub
+    | Dpub
+    | PubTrace
+    | MpubTrace
+    | PubExt
+    | MpubExt
+    | Rdy
+    | Fin
+    | Req
+    | Touch
+    | Cls
+    | Nop
+)
+
+PublishCommand = Pub | Mpub | Dpub | PubTrace | MpubTrace | PubExt | MpubExt

@@ -1,0 +1,97 @@
+"""Protocol errors: every NSQ error code, its fatality, and the exceptions the parser raises.
+
+nsqd answers a bad command with an error frame whose text is ``"<CODE> <description>"``; most
+errors are fatal (the frame is sent, then the connection closes), a few are not. The split lives
+here, in one table, so that the server shell never decides it case by case.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Final
+
+
+class ErrorCode(StrEnum):
+    """Error codes of nsqd 1.3 (stock) and youzan nsqd (partitioned extensions)."""
+
+    INVALID = "E_INVALID"
+    BAD_PROTOCOL = "E_BAD_PROTOCOL"
+    BAD_BODY = "E_BAD_BODY"
+    BAD_TOPIC = "E_BAD_TOPIC"
+    BAD_CHANNEL = "E_BAD_CHANNEL"
+    BAD_MESSAGE = "E_BAD_MESSAGE"
+    PUB_FAILED = "E_PUB_FAILED"
+    MPUB_FAILED = "E_MPUB_FAILED"
+    DPUB_FAILED = "E_DPUB_FAILED"
+    SUB_FAILED = "E_SUB_FAILED"
+    FIN_FAILED = "E_FIN_FAILED"
+    REQ_FAILED = "E_REQ_FAILED"
+    TOUCH_FAILED = "E_TOUCH_FAILED"
+    IDENTIFY_FAILED = "E_IDENTIFY_FAILED"
+    AUTH_FAILED = "E_AUTH_FAILED"
+    AUTH_FIRST = "E_AUTH_FIRST"
+    AUTH_DISABLED = "E_AUTH_DISABLED"
+    AUTH_ERROR = "E_AUTH_ERROR"
+    UNAUTHORIZED = "E_UNAUTHORIZED"
+    # youzan extensions
+    BAD_PARTITION = "E_BAD_PARTITION"
+    TOPIC_NOT_EXIST = "E_TOPIC_NOT_EXIST"
+    SUB_ORDER_IS_MUST = "E_SUB_ORDER_IS_MUST"
+    SUB_EXTEND_NEED = "E_SUB_EXTEND_NEED"
+    SUB_EXTEND_FORBIDDEN = "E_SUB_EXTEND_FORBIDDON"  # sic: youzan's spelling on the wire
+    FAILED_ON_NOT_LEADER = "E_FAILED_ON_NOT_LEADER"
+    FAILED_ON_NOT_WRITABLE = "E_FAILED_ON_NOT_WRITABLE"
+    PUB_TOO_MUCH_WAITING = "E_PUB_TOO_MUCH_WAITING"
+    EXT_NOT_SUPPORT = "E_EXT_NOT_SUPPORT"
+    INVALID_JSON_HEADER = "E_INVALID_JSON_HEADER"
+    INVALID_TRACE_ID = "INVALID_TRACE_ID"  # sic: youzan sends it without the E_ prefix
+
+
+#: Codes after which the connection stays open. Everything else is fatal. youzan's
+#: E_FAILED_ON_NOT_LEADER / E_FAILED_ON_NOT_WRITABLE are non-fatal on publish and fatal on
+#: SUB/FIN; callers pick with ``ClientError(..., fatal=...)`` for those two.
+NON_FATAL_CODES: Final = frozenset(
+    {
+        ErrorCode.FIN_FAILED,
+        ErrorCode.REQ_FAILED,
+        ErrorCode.TOUCH_FAILED,
+        ErrorCode.PUB_FAILED,
+        ErrorCode.MPUB_FAILED,
+        ErrorCode.EXT_NOT_SUPPORT,
+        ErrorCode.INVALID_JSON_HEADER,
+        ErrorCode.INVALID_TRACE_ID,
+    }
+)
+
+
+class ProtocolError(Exception):
+    """Base class: the peer broke the protocol."""
+
+
+class ConnectionAbort(ProtocolError):
+    """Close the connection without sending an error frame (nsqd: "failed to read command")."""
+
+
+class ClientError(ProtocolError):
+    """An NSQ error reply: ``code`` plus ``description``, sent as one error frame.
+
+    Args:
+        code: the error code.
+        description: nsqd's exact description text (may be empty; the frame then ends in a space,
+            as youzan's do).
+        fatal: whether the connection closes after the frame; defaults to the code's class.
+    """
+
+    def __init__(self, code: ErrorCode, description: str = "", *, fatal: bool | None = None):
+        self.code = code
+        self.description = description
+        self.fatal = code not in NON_FATAL_CODES if fatal is None else fatal
+        super().__init__(self.text)
+
+    @property
+    def text(self) -> str:
+        """The frame payload: ``"<CODE> <description>"``."""
+        return f"{self.code} {self.description}"
+
+    def __repr__(self) -> str:
+        return f"ClientError({self.text!r}, fatal={self.fatal})"
