@@ -136,7 +136,7 @@ def build_table(results: dict[str, dict[str, tuple[str, str]]], pnsq_label: str)
         rows.append(f"| {label} | {cells[0]} | {cells[1]} | {ratio(go, pn)} |")
     if notes:
         rows.append("")
-        rows.extend(f"[{i}] {n}" for i, n in enumerate(notes, 1))
+        rows.extend(f"- [{i}] {n}" for i, n in enumerate(notes, 1))
     return rows
 
 

@@ -1,0 +1,33 @@
+"""The client's errors: what nsqd said (:class:`NsqError`) and what happened to the connection."""
+
+from __future__ import annotations
+
+from protocol.errors import NON_FATAL_CODES
+
+
+class NsqError(Exception):
+    """nsqd answered a command with an error frame.
+
+    Attributes:
+        text: the frame's whole text, ``"<CODE> <description>"``, exactly as nsqd sent it.
+        code: the leading code, e.g. ``"E_BAD_TOPIC"``.
+        description: the text after the code (may be empty).
+    """
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+        self.code, _, self.description = text.partition(" ")
+
+    @property
+    def fatal(self) -> bool:
+        """Whether nsqd closes the connection after this error."""
+        return self.code not in NON_FATAL_CODES
+
+
+class ConnectionClosedError(Exception):
+    """The connection is closed (by us, by nsqd, or broken); ``__cause__`` says why if known."""
+
+
+class UnexpectedResponseError(Exception):
+    """nsqd sent a frame this client cannot make sense of (a reply of the wrong shape)."""

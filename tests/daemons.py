@@ -1,0 +1,135 @@
+"""Start real daemons for tests: pnsq's nsqd (``python -m nsqd``) and the Go nsqd 1.3.0.
+
+Each listens on 127.0.0.1 with port 0; the bound ports are read from the daemon's own log line
+``TCP: listening on HOST:PORT`` / ``HTTP: listening on [http://]HOST:PORT``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TOOLS = ROOT / ".tools"
+GO_NSQD = TOOLS / "nsq-1.3.0" / "bin" / "nsqd"
+GONSQ_INTEROP = TOOLS / "bin" / "gonsq-interop"
+
+_TCP = re.compile(r"TCP: listening on \[?([^\s\]]+?)\]?:(\d+)")
+_HTTP = re.compile(r"HTTP: listening on (?:http://)?\[?([^\s\]]+?)\]?:(\d+)")
+
+
+@dataclass
+class Daemon:
+    """A running nsqd process and where it listens."""
+
+    argv: list[str]
+    data_path: Path
+    log_path: Path
+    proc: subprocess.Popen[bytes] | None = None
+    tcp_port: int = 0
+    http_port: int = 0
+    extra: list[str] = field(default_factory=list)
+
+    @property
+    def tcp_address(self) -> str:
+        return f"127.0.0.1:{self.tcp_port}"
+
+    @property
+    def http_address(self) -> str:
+        return f"127.0.0.1:{self.http_port}"
+
+    def start(self, timeout: float = 20.0) -> Daemon:
+        """Start (or restart on the same data path) and wait until both ports answer."""
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = self.log_path.open("ab")
+        offset = self.log_path.stat().st_size
+        self.proc = subprocess.Popen(self.argv, stdout=log, stderr=log, cwd=self.data_path)
+        log.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            text = self.log_path.read_bytes()[offset:].decode(errors="replace")
+            tcp, http = _TCP.search(text), _HTTP.search(text)
+            if tcp and http:
+                self.tcp_port, self.http_port = int(tcp[2]), int(http[2])
+                if self._ping():
+                    return self
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"daemon did not start: {self.argv}\n{self.log_text()}")
+
+    def _ping(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://{self.http_address}/ping", timeout=1) as r:
+                return bool(r.read() == b"OK")
+        except OSError:
+            return False
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def kill(self) -> None:
+        """SIGKILL: no chance to checkpoint."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self, timeout: float = 15.0) -> int | None:
+        """SIGTERM and wait; returns the exit status."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        return self.proc.returncode
+
+
+def pnsq_nsqd(data_path: Path, *flags: str) -> Daemon:
+    """pnsq's nsqd on ephemeral loopback ports (not started)."""
+    data_path.mkdir(parents=True, exist_ok=True)
+    argv = [
+        sys.executable,
+        "-m",
+        "nsqd",
+        "--tcp-address=127.0.0.1:0",
+        "--http-address=127.0.0.1:0",
+        f"--data-path={data_path}",
+        "--broadcast-address=127.0.0.1",
+        *flags,
+    ]
+    return Daemon(argv, data_path, data_path.parent / f"{data_path.name}.log")
+
+
+def go_nsqd(data_path: Path, *flags: str) -> Daemon:
+    """The real Go nsqd 1.3.0 (installed by scripts/setup) on ephemeral loopback ports."""
+    if not GO_NSQD.exists():
+        raise RuntimeError(f"{GO_NSQD} missing: run scripts/setup")
+    data_path.mkdir(parents=True, exist_ok=True)
+    argv = [
+        str(GO_NSQD),
+        "--tcp-address=127.0.0.1:0",
+        "--http-address=127.0.0.1:0",
+        f"--data-path={data_path}",
+        "--broadcast-address=127.0.0.1",
+        *flags,
+    ]
+    return Daemon(argv, data_path, data_path.parent / f"{data_path.name}.log")
+
+
+def env_with_tools() -> dict[str, str]:
+    """The environment with .tools/bin first on PATH."""
+    env = dict(os.environ)
+    env["PATH"] = f"{TOOLS / 'bin'}:{env.get('PATH', '')}"
+    return env
