@@ -100,7 +100,7 @@ def test_golden_frames(wire: bytes, expected: ServerFrame) -> None:
 def test_error_frame_code_and_fatality() -> None:
     assert ErrorFrame("E_FIN_FAILED FIN x failed ID not in flight").code == "E_FIN_FAILED"
     assert not ErrorFrame("E_FIN_FAILED FIN x failed").fatal
-    assert ErrorFrame("E_BAD_TOPIC PUB topic name \"a b\" is not valid").fatal
+    assert ErrorFrame('E_BAD_TOPIC PUB topic name "a b" is not valid').fatal
     assert ErrorFrame("E_INVALID").code == "E_INVALID"
 
 

@@ -1,0 +1,388 @@
+"""One protocol V2 connection to nsqd, on Trio.
+
+:func:`open_connection` opens TCP, sends the magic and IDENTIFY, and runs two tasks for the life
+of the ``async with`` block: a reader that decodes frames (:mod:`protocol.client_frames`),
+answers heartbeats with NOP, hands replies to waiting :meth:`Connection.command` calls in FIFO
+order and messages to :attr:`Connection.messages`; and a writer that sends everything queued in
+one ``send_all`` (FINs of a busy consumer and concurrent publishes leave together).
+
+Reply matching is FIFO: nsqd answers the commands that have a reply (IDENTIFY, AUTH, SUB, the
+PUB family, CLS) in order, and never answers RDY/FIN/REQ/TOUCH/NOP except with the non-fatal
+E_FIN_FAILED / E_REQ_FAILED / E_TOUCH_FAILED, which are therefore not matched to a waiter.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import socket
+from collections import deque
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, suppress
+from typing import Any, Final, TypedDict, final
+
+import trio
+from trio.lowlevel import ParkingLot
+
+from protocol.client_frames import ErrorFrame, FrameDecoder, MessageFrame, Response, ServerFrame
+from protocol.commands import Command, Identify, Nop
+from protocol.encode import encode_command
+from protocol.errors import ErrorCode, ProtocolError
+from protocol.frames import HEARTBEAT_DATA, MAGIC_V2
+from protocol.parser import NEED_DATA
+
+from .errors import ConnectionClosedError, NsqError, UnexpectedResponseError
+from .message import Message
+
+_log = logging.getLogger("pnsq.client")
+
+USER_AGENT: Final = "pnsq-client/0.1.0"
+_READ_SIZE: Final = 64 * 1024
+_NOP: Final = encode_command(Nop())
+#: ``send()`` waits for the writer once this many bytes are queued (back-pressure).
+_HIGH_WATER: Final = 1024 * 1024
+#: The writer waits up to this many scheduling rounds / seconds for more bytes before a send,
+#: and stops waiting as soon as a round adds nothing.
+_COALESCE_ROUNDS: Final = 16
+_COALESCE_SECONDS: Final = 0.002
+_CLOSE_DRAIN_SECONDS: Final = 2.0
+#: Errors answering a command that has no success reply; never matched to a waiting command.
+_UNSOLICITED: Final = frozenset(
+    {ErrorCode.FIN_FAILED.value, ErrorCode.REQ_FAILED.value, ErrorCode.TOUCH_FAILED.value}
+)
+
+
+class ConnectOptions(TypedDict, total=False):
+    """The keyword options of :func:`open_connection`, for wrappers that pass them on."""
+
+    client_id: str
+    heartbeat_interval_ms: int
+    msg_timeout_ms: int | None
+    feature_negotiation: bool
+    identify_extra: dict[str, Any] | None
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """``"host:port"`` or ``"[v6]:port"`` → ``(host, port)``."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ValueError(f"invalid address {address!r}: expected HOST:PORT")
+    return host.strip("[]"), int(port)
+
+
+@final
+class _Pending:
+    """A command waiting for its reply frame."""
+
+    __slots__ = ("data", "error", "event")
+
+    def __init__(self) -> None:
+        self.event = trio.Event()
+        self.data = b""
+        self.error: BaseException | None = None
+
+    def resolve(self, data: bytes) -> None:
+        self.data = data
+        self.event.set()
+
+    def fail(self, error: BaseException) -> None:
+        self.error = error
+        self.event.set()
+
+
+@final
+class Connection:
+    """One V2 connection. Create it with :func:`open_connection`.
+
+    Attributes:
+        address: ``host:port`` it is connected to.
+        features: nsqd's IDENTIFY reply (``max_rdy_count``, ``msg_timeout``, ``version``…), or
+            ``{}`` when feature negotiation was off.
+        messages: delivered messages, in arrival order (unbounded: RDY bounds it).
+        failed_acks: count of E_FIN_FAILED / E_REQ_FAILED / E_TOUCH_FAILED received.
+    """
+
+    def __init__(self, stream: trio.abc.Stream, address: str) -> None:
+        self.address = address
+        self.features: dict[str, Any] = {}
+        self.failed_acks = 0
+        self._stream = stream
+        self._decoder = FrameDecoder()
+        self._pending: deque[_Pending] = deque()
+        self._out = bytearray()
+        self._sending = False
+        self._wake = ParkingLot()
+        self._idle = ParkingLot()
+        self._scope = trio.CancelScope()
+        self._message_send, self.messages = trio.open_memory_channel[Message](math.inf)
+        self._closed = False
+        self._closed_locally = False
+        self._close_reason: BaseException | None = None
+        self._last_error: NsqError | None = None
+
+    # ------------------------------------------------------------------ public API
+
+    @property
+    def closed(self) -> bool:
+        """Whether the connection is closed (by :meth:`aclose`, by nsqd, or broken)."""
+        return self._closed
+
+    @property
+    def closed_locally(self) -> bool:
+        """Whether it was closed by :meth:`aclose` rather than by nsqd or the network."""
+        return self._closed_locally
+
+    @property
+    def close_reason(self) -> BaseException | None:
+        """Why it closed: nsqd's last fatal error, the transport error, or the local close."""
+        return self._close_reason
+
+    async def command(self, cmd: Command) -> bytes:
+        """Send ``cmd`` and wait for its reply frame's data (``OK``, JSON, a traced reply…).
+
+        Raises:
+            NsqError: nsqd answered with an error frame (its text, verbatim).
+            ConnectionClosedError: the connection closed before the reply arrived.
+        """
+        return await self._request(encode_command(cmd))
+
+    async def send(self, cmd: Command) -> None:
+        """Queue a command that has no reply (RDY, FIN, REQ, TOUCH, NOP); waits only when the
+        output buffer is over its high-water mark.
+
+        Raises:
+            ConnectionClosedError: the connection is closed.
+        """
+        self.send_nowait(cmd)
+        if len(self._out) <= _HIGH_WATER:
+            await trio.lowlevel.checkpoint()
+            return
+        while len(self._out) > _HIGH_WATER:
+            self._check_open()
+            await self._idle.park()
+
+    def send_nowait(self, cmd: Command) -> None:
+        """Queue a command that has no reply, without waiting."""
+        self._queue(encode_command(cmd))
+
+    async def drain(self) -> None:
+        """Wait until everything queued so far has been handed to the socket."""
+        while self._out or self._sending:
+            self._check_open()
+            self._wake.unpark_all()
+            await self._idle.park()
+        self._check_open()
+        await trio.lowlevel.checkpoint()
+
+    async def aclose(self) -> None:
+        """Flush what is queued (for at most 2 s), then close. Idempotent."""
+        if not self._closed:
+            with trio.move_on_after(_CLOSE_DRAIN_SECONDS, shield=True):
+                with suppress(ConnectionClosedError):
+                    await self.drain()
+            self._closed_locally = not self._closed
+            self._shutdown(ConnectionClosedError("connection closed by the client"))
+        await self._stream.aclose()
+
+    # ------------------------------------------------------------------ internals
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ConnectionClosedError(f"connection to {self.address} is closed") from (
+                self._close_reason
+            )
+
+    def _queue(self, data: bytes) -> None:
+        self._check_open()
+        self._out += data
+        self._wake.unpark_all()
+
+    async def _request(self, data: bytes) -> bytes:
+        self._queue(data)
+        pending = _Pending()
+        self._pending.append(pending)
+        await pending.event.wait()
+        if pending.error is not None:
+            raise pending.error
+        return pending.data
+
+    async def _identify(self, body: dict[str, Any]) -> None:
+        reply = await self._request(MAGIC_V2 + encode_command(Identify(json.dumps(body).encode())))
+        if reply == b"OK":
+            return
+        try:
+            features = json.loads(reply)
+        except ValueError as exc:
+            raise UnexpectedResponseError(f"IDENTIFY reply is not JSON: {reply!r}") from exc
+        if not isinstance(features, dict):
+            raise UnexpectedResponseError(f"IDENTIFY reply is not an object: {reply!r}")
+        upgrades = [k for k in ("tls_v1", "snappy", "deflate") if features.get(k) is True]
+        if upgrades:
+            raise UnexpectedResponseError(f"nsqd negotiated {upgrades}: not supported")
+        self.features = features
+
+    def _shutdown(self, reason: BaseException) -> None:
+        """Mark closed, fail every waiter, end the message channel, stop the tasks."""
+        if self._closed:
+            return
+        self._closed = True
+        self._close_reason = self._last_error or reason
+        while self._pending:
+            error = ConnectionClosedError(f"connection to {self.address} closed")
+            error.__cause__ = self._close_reason
+            self._pending.popleft().fail(error)
+        self._message_send.close()
+        self._scope.cancel()
+        self._wake.unpark_all()
+        self._idle.unpark_all()
+
+    async def _run(self) -> None:
+        with self._scope:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._reader)
+                nursery.start_soon(self._writer)
+
+    async def _reader(self) -> None:
+        decoder = self._decoder
+        try:
+            while True:
+                data = await self._stream.receive_some(_READ_SIZE)
+                if not data:
+                    raise ConnectionClosedError(f"nsqd at {self.address} closed the connection")
+                decoder.receive_data(data)
+                while (frame := decoder.next_frame()) is not NEED_DATA:
+                    self._dispatch(frame)
+        except (
+            trio.BrokenResourceError,
+            trio.ClosedResourceError,
+            ProtocolError,
+            ConnectionClosedError,
+        ) as exc:
+            self._shutdown(exc)
+
+    def _dispatch(self, frame: ServerFrame) -> None:
+        match frame:
+            case MessageFrame(timestamp_ns=ts, attempts=attempts, message_id=mid, body=body):
+                message = Message(mid, attempts, ts, body, self)
+                try:
+                    self._message_send.send_nowait(message)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    _log.debug("message %r dropped: nobody receives", mid)
+            case Response(data=data):
+                if data == HEARTBEAT_DATA:
+                    self._queue(_NOP)
+                elif self._pending:
+                    self._pending.popleft().resolve(data)
+                else:
+                    raise ProtocolError(f"unexpected response {data[:64]!r}")
+            case ErrorFrame(text=text):
+                error = NsqError(text)
+                if error.code in _UNSOLICITED:
+                    self.failed_acks += 1
+                    _log.warning("%s: %s", self.address, text)
+                    return
+                if error.fatal:
+                    self._last_error = error
+                if self._pending:
+                    self._pending.popleft().fail(error)
+                else:
+                    _log.error("%s: %s", self.address, text)
+
+    async def _writer(self) -> None:
+        try:
+            while True:
+                while not self._out:
+                    self._idle.unpark_all()
+                    await self._wake.park()
+                await self._coalesce()
+                data, self._out = self._out, bytearray()
+                self._sending = True
+                await self._stream.send_all(data)
+                self._sending = False
+                self._idle.unpark_all()
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            self._shutdown(exc)
+
+    async def _coalesce(self) -> None:
+        """Let other tasks add to the buffer while they still do, within a small bound."""
+        start = trio.current_time()
+        for _ in range(_COALESCE_ROUNDS):
+            queued = len(self._out)
+            await trio.lowlevel.checkpoint()
+            if (
+                len(self._out) == queued
+                or len(self._out) >= _HIGH_WATER
+                or trio.current_time() - start >= _COALESCE_SECONDS
+            ):
+                return
+
+
+def _identify_body(
+    client_id: str,
+    heartbeat_interval_ms: int,
+    msg_timeout_ms: int | None,
+    feature_negotiation: bool,
+    identify_extra: dict[str, Any] | None,
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "client_id": client_id,
+        "hostname": socket.gethostname(),
+        "user_agent": USER_AGENT,
+        "feature_negotiation": feature_negotiation,
+        "heartbeat_interval": heartbeat_interval_ms,
+    }
+    if msg_timeout_ms is not None:
+        body["msg_timeout"] = msg_timeout_ms
+    body.update(identify_extra or {})
+    return body
+
+
+@asynccontextmanager
+async def open_connection(
+    address: str,
+    *,
+    client_id: str = "pnsq-client",
+    heartbeat_interval_ms: int = 30_000,
+    msg_timeout_ms: int | None = None,
+    feature_negotiation: bool = True,
+    identify_extra: dict[str, Any] | None = None,
+) -> AsyncIterator[Connection]:
+    """Connect to nsqd at ``address`` (``host:port``), IDENTIFY, and yield the connection.
+
+    The reader and writer tasks live until the block exits; on exit queued commands are flushed
+    (for at most 2 s) and the socket is closed.
+
+    Raises:
+        OSError: the TCP connection failed.
+        NsqError: nsqd rejected IDENTIFY.
+    """
+    host, port = parse_address(address)
+    stream = await trio.open_tcp_stream(host, port)
+    conn = Connection(stream, address)
+    body = _identify_body(
+        client_id, heartbeat_interval_ms, msg_timeout_ms, feature_negotiation, identify_extra
+    )
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(conn._run)
+            try:
+                await conn._identify(body)
+                yield conn
+            finally:
+                await conn.aclose()
+    except BaseExceptionGroup as group:
+        _raise_single(group)
+        raise
+
+
+def _raise_single(group: BaseExceptionGroup[BaseException]) -> None:
+    """Re-raise the only exception of ``group`` (the body's), unwrapped, with its own context."""
+    if len(group.exceptions) != 1 or isinstance(group.exceptions[0], BaseExceptionGroup):
+        return
+    exc = group.exceptions[0]
+    context = exc.__context__
+    try:
+        raise exc
+    finally:
+        exc.__context__ = context
