@@ -79,12 +79,20 @@ def _bad(text: str) -> ClientError:
     return ClientError(ErrorCode.BAD_BODY, f"IDENTIFY {text}")
 
 
+def _no_constant(name: str) -> object:
+    raise ValueError(f"{name} is not JSON")  # Go has no NaN / Infinity
+
+
 def _decode(body: bytes) -> dict[str, object]:
     """Go's json.Unmarshal into nsqd's struct: wrong types fail, unknown keys are ignored."""
     try:
-        raw = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
+        # Go: invalid UTF-8 in strings becomes U+FFFD, no BOM / UTF-16 sniffing, no NaN;
+        # too deep nesting is a decode error, never a crash.
+        raw = json.loads(body.decode("utf-8", "replace"), parse_constant=_no_constant)
+    except (ValueError, RecursionError) as exc:
         raise _bad("failed to decode JSON body") from exc
+    if raw is None:
+        raw = {}  # Go: null into a struct is a no-op
     if not isinstance(raw, dict):
         raise _bad("failed to decode JSON body")
     values: dict[str, object] = {}
@@ -174,7 +182,7 @@ def parse_identify(body: bytes, limits: IdentifyLimits) -> IdentifyResult:
             ErrorCode.IDENTIFY_FAILED, "cannot enable both deflate and snappy compression"
         )
     level = get_int("deflate_level")
-    deflate_level = min(level if level > 0 else 6, limits.max_deflate_level)
+    deflate_level = min(level if deflate and level > 0 else 6, limits.max_deflate_level)
 
     return IdentifyResult(
         client_id=get_str("client_id") or get_str("short_id"),

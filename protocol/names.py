@@ -13,7 +13,7 @@ _NAME_RE: Final = re.compile(r"^[.a-zA-Z0-9_-]+(#ephemeral)?$")
 
 def is_valid_name(name: str) -> bool:
     """True if ``name`` is a legal topic or channel name: 1..64 chars incl. ``#ephemeral``."""
-    return 0 < len(name) <= MAX_NAME_LENGTH and _NAME_RE.match(name) is not None
+    return 0 < len(name) <= MAX_NAME_LENGTH and _NAME_RE.fullmatch(name) is not None
 
 
 is_valid_topic_name = is_valid_name

@@ -6,6 +6,7 @@ Every command these strategies build is valid for nsqd/pnsq in the state it is d
 
 from __future__ import annotations
 
+import itertools
 import string
 from collections.abc import Sequence
 
@@ -52,7 +53,7 @@ _TRICKY = [b" ", b"\n", b"\r", b"\r\n", b"  ", b"\x00", b"\xff", b"FIN ", b"PUB 
 #: 16-byte binary message ids, often containing ``' '``, ``'\n'`` or ``'\r'``.
 message_ids = st.one_of(
     st.binary(min_size=16, max_size=16),
-    st.lists(st.sampled_from(_TRICKY + [b"a", b"0"]), min_size=16)
+    st.lists(st.sampled_from([*_TRICKY, b"a", b"0"]), min_size=16)
     .map(b"".join)
     .map(lambda b: b[:16]),
     st.sampled_from([b" " * 16, b"\n" * 16, b"\r" * 16, b"\r\n" * 8, b"0123456789abcdef"]),
@@ -183,7 +184,7 @@ def splits(draw: st.DrawFn, data: bytes) -> list[bytes]:
     """``data`` cut into chunks at random points (empty chunks included)."""
     cuts = sorted(draw(st.lists(st.integers(0, len(data)), max_size=12)))
     bounds = [0, *cuts, len(data)]
-    return [data[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
+    return [data[a:b] for a, b in itertools.pairwise(bounds)]
 
 
 _MUTATION_TOKENS = [

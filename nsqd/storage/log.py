@@ -400,7 +400,7 @@ class PartitionLog:
                         break
                     newest = segments[0].max_timestamp(next_base)
                     if newest is not None and newest >= older_than_ns:
-                        pass
+                        break
                     segments[0].delete()
                     del segments[0]
                     deleted += 1

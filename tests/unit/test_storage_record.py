@@ -1,0 +1,119 @@
+"""The record layout: round trips, CRC coverage, torn data, the fast constructor."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from hypothesis import given, strategies as st
+
+from nsqd.storage import CorruptRecordError, Record, decode_record, encode_record
+from nsqd.storage.record import (
+    CRC_START,
+    HEADER_SIZE,
+    RECORD_HEADER,
+    make_record,
+    peek_size,
+    scan_records,
+)
+
+records_st = st.builds(
+    Record,
+    offset=st.integers(0, 2**63),
+    timestamp_ns=st.integers(-(2**63), 2**63 - 1),
+    internal_id=st.integers(0, 2**64 - 1),
+    trace_id=st.integers(0, 2**64 - 1),
+    deliver_at_ns=st.integers(-(2**63), 2**63 - 1),
+    body=st.binary(max_size=300),
+    ext=st.binary(max_size=40),
+)
+
+
+def _reader(data: bytes) -> Callable[[int, int], bytes]:
+    return lambda size, position: data[position : position + size]
+
+
+def test_layout_is_fixed() -> None:
+    # A change here changes the on-disk format: bump a format version first.
+    assert RECORD_HEADER.format == ">IIQqQQqH"
+    assert HEADER_SIZE == 50
+    assert CRC_START == 8
+
+
+@given(records_st)
+def test_round_trip(record: Record) -> None:
+    data = encode_record(record)
+    assert len(data) == HEADER_SIZE + len(record.ext) + len(record.body)
+    assert peek_size(data, 0) == len(data)
+    assert decode_record(data, 0) == record
+    assert decode_record(b"xy" + data, 2) == record
+
+
+@given(records_st, st.data())
+def test_any_bit_flip_is_detected(record: Record, data: st.DataObject) -> None:
+    encoded = bytearray(encode_record(record))
+    bit = data.draw(st.integers(0, len(encoded) * 8 - 1), label="bit")
+    encoded[bit // 8] ^= 1 << (bit % 8)
+    reader = _reader(bytes(encoded))
+    with pytest.raises(CorruptRecordError) as info:
+        list(
+            scan_records(
+                reader, "seg", position=0, limit=len(encoded), offset=record.offset, chunk=7
+            )
+        )
+    assert info.value.position == 0
+    assert info.value.offset == record.offset
+
+
+@given(st.lists(records_st, min_size=1, max_size=5), st.integers(1, 64), st.data())
+def test_scan_yields_positions_and_stops_at_a_torn_tail(
+    records: list[Record], chunk: int, data: st.DataObject
+) -> None:
+    records = [make_record(100 + i, *_fields(r)) for i, r in enumerate(records)]
+    encoded = [encode_record(r) for r in records]
+    blob = b"".join(encoded)
+    got = list(
+        scan_records(_reader(blob), "seg", position=0, limit=len(blob), offset=100, chunk=chunk)
+    )
+    positions = [sum(map(len, encoded[:i])) for i in range(len(encoded))]
+    assert got == [(p, len(e), r) for p, e, r in zip(positions, encoded, records, strict=True)]
+    cut = data.draw(st.integers(1, len(encoded[-1]) - 1), label="cut")
+    torn = blob[:-cut]
+    with pytest.raises(CorruptRecordError) as info:
+        list(scan_records(_reader(torn), "seg", position=0, limit=len(torn), offset=100))
+    assert info.value.position == positions[-1]
+    assert info.value.offset == 100 + len(records) - 1
+
+
+def test_scan_rejects_out_of_sequence_offsets() -> None:
+    blob = encode_record(make_record(7, 0, 8, 0, 0, b"a", b""))
+    with pytest.raises(CorruptRecordError, match="out of sequence"):
+        list(scan_records(_reader(blob), "seg", position=0, limit=len(blob), offset=6))
+
+
+def test_implausible_length_is_corrupt() -> None:
+    with pytest.raises(CorruptRecordError, match="implausible"):
+        peek_size(b"\x00\x00\x00\x05" + bytes(60), 0)
+    with pytest.raises(CorruptRecordError, match="implausible"):
+        peek_size(b"\xff\xff\xff\xff" + bytes(60), 0)
+
+
+def _fields(r: Record) -> tuple[int, int, int, int, bytes, bytes]:
+    return r.timestamp_ns, r.internal_id, r.trace_id, r.deliver_at_ns, r.body, r.ext
+
+
+@given(records_st)
+def test_make_record_equals_the_dataclass_constructor(record: Record) -> None:
+    made = make_record(record.offset, *_fields(record))
+    assert type(made) is Record
+    assert made == record
+    assert hash(made) == hash(record)
+    with pytest.raises(AttributeError):
+        made.offset = 1  # type: ignore[misc]
+
+
+def test_encode_rejects_out_of_range_fields() -> None:
+    with pytest.raises(ValueError, match="out of range"):
+        encode_record(make_record(0, 0, 1, 2**64, 0, b"", b""))
+    with pytest.raises(ValueError, match="out of range"):
+        encode_record(make_record(0, 0, 1, 0, 0, b"", bytes(70_000)))
