@@ -98,6 +98,7 @@ class Session:
         self.requeue_count = 0
         self.connect_time = int(time.time())
         self._pump_lot = ParkingLot()
+        self._gathered: list[tuple[tuple[str, int | None], list[NewRecord]]] = []
         self._heartbeat_scope: trio.CancelScope | None = None
         self._nursery: trio.Nursery | None = None
 
@@ -138,16 +139,26 @@ class Session:
                 return
 
     async def _process(self) -> bool:
-        """Handle every complete buffered command; False when the connection must close."""
+        """Handle every complete buffered command; False when the connection must close.
+
+        Consecutive PUBs are gathered and appended as one batch per topic (group commit), then
+        acknowledged together; any other command first flushes the gathered PUBs, so replies
+        stay in command order.
+        """
         parser = self.parser
         while True:
             try:
                 command = parser.next_event()
+                if type(command) is Pub:
+                    self._gather(command)
+                    continue
+                await self._flush_gathered()
                 if command is NEED_DATA:
                     self.output.flush()
                     return True
                 await self._handle(command)
             except ClientError as exc:
+                self._gathered.clear()
                 log.info("[%s] %s", self.remote_address, exc.text)
                 self.output.write(frames.encode_error(exc.text))
                 if exc.fatal:
@@ -157,6 +168,32 @@ class Session:
             except ConnectionAbort as exc:
                 log.info("[%s] closing: %s", self.remote_address, exc)
                 return False
+
+    def _gather(self, command: Pub) -> None:
+        key = (command.topic, command.partition)
+        entry = NewRecord(timestamp_ns=time.time_ns(), body=command.body)
+        gathered = self._gathered
+        if gathered and gathered[-1][0] == key:
+            gathered[-1][1].append(entry)
+        else:
+            gathered.append((key, [entry]))
+
+    async def _flush_gathered(self) -> None:
+        """Append the gathered PUBs, one batch per (topic, partition) run, and ack them."""
+        if not self._gathered:
+            return
+        gathered, self._gathered = self._gathered, []
+        acked = 0
+        try:
+            for (topic, partition), entries in gathered:
+                self.broker.publish(topic, entries, partition)
+                acked += len(entries)
+        except HANDLED_ERRORS as exc:
+            self.output.append(frames.OK * acked)
+            raise client_error_for(exc, "PUB", ErrorCode.PUB_FAILED) from exc
+        if self.broker.durable_acks:
+            await self.broker.wait_durable()
+        self.output.append(frames.OK * acked)
 
     async def _heartbeats(self) -> None:
         while True:
@@ -173,8 +210,6 @@ class Session:
 
     async def _handle(self, command: object) -> None:
         match command:
-            case Pub(topic=topic, body=body, partition=partition):
-                await self._publish(topic, [body], partition, "PUB", ErrorCode.PUB_FAILED)
             case Mpub(topic=topic, bodies=bodies, partition=partition):
                 await self._publish(topic, bodies, partition, "MPUB", ErrorCode.MPUB_FAILED)
             case Dpub(topic=topic, defer_ms=defer_ms, body=body):

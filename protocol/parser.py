@@ -54,6 +54,10 @@ _FIN_LEN: Final = 20  # "FIN " + 16-byte id, then "\n"
 _TOUCH_LEN: Final = 22  # "TOUCH " + 16-byte id, then "\n"
 _ATOI: Final = re.compile(rb"[+-]?[0-9]+\Z")
 
+# Names already validated: the hot PUB path skips the regex (bounded, shared by connections).
+_VALID_NAMES: dict[bytes, str] = {}
+_VALID_NAMES_MAX: Final = 10_000
+
 
 class ConnState(Enum):
     """Client states; the numbers are what nsqd's /stats reports."""
@@ -175,7 +179,7 @@ class CommandParser:
             return self._fixed_fin_req(pos)
         if buf.startswith(b"TOUCH ", pos):
             return self._fixed_touch(pos)
-        nl = buf.find(b"\n", pos)
+        nl = buf.find(b"\n", pos, pos + self.limits.max_line)  # nsqd: one 16 KiB ReadSlice
         if nl < 0:
             if len(buf) - pos >= self.limits.max_line:
                 raise ConnectionAbort("failed to read command - line too long")
@@ -220,12 +224,17 @@ class CommandParser:
 
     @staticmethod
     def _topic(cmd: str, raw: bytes, code_prefix: str = "") -> str:
+        name = _VALID_NAMES.get(raw)
+        if name is not None:
+            return name
         name = raw.decode("utf-8", "surrogateescape")
-        if not is_valid_name(name):
-            raise ClientError(
-                ErrorCode.BAD_TOPIC, f"{code_prefix}{cmd} topic name {go_quote(raw)} is not valid"
-            )
-        return name
+        if is_valid_name(name):
+            if len(_VALID_NAMES) < _VALID_NAMES_MAX:
+                _VALID_NAMES[raw] = name
+            return name
+        raise ClientError(
+            ErrorCode.BAD_TOPIC, f"{code_prefix}{cmd} topic name {go_quote(raw)} is not valid"
+        )
 
     @staticmethod
     def _partition(params: list[bytes], index: int) -> int | None:
@@ -261,12 +270,12 @@ class CommandParser:
         size = self._size_at(start)
         if size is None:
             return None
-        checks = [(size > limit, too_big.format(size, limit)), (size <= 0, invalid.format(size))]
-        if not big_first:
-            checks.reverse()
-        for failed, text in checks:
-            if failed:
-                raise ClientError(code, f"{cmd} {text}")
+        if size <= 0 or size > limit:
+            checks = [(size > limit, too_big), (size <= 0, invalid)]
+            if not big_first:
+                checks.reverse()
+            text = next(t for failed, t in checks if failed)
+            raise ClientError(code, f"{cmd} {text.format(size, limit)}")
         return self._take(start + 4, size)
 
     def _identify(self, params: list[bytes], start: int) -> _Result:
@@ -479,10 +488,13 @@ class CommandParser:
             self._pos = nxt
             return Fin(message_id)
         if sep != 0x20:
-            if _line_end(buf, pos + _FIN_LEN) not in (None, -1):
+            line_end = _line_end(buf, pos + _FIN_LEN)
+            if line_end is None:
+                return NEED_DATA  # "\r" may be the start of "\r\n"
+            if line_end != -1:
                 raise ClientError(ErrorCode.INVALID, "REQ insufficient number of params")
             raise ClientError(ErrorCode.INVALID, "invalid message ID")
-        nl = buf.find(b"\n", pos + _FIN_LEN + 1)
+        nl = buf.find(b"\n", pos + _FIN_LEN + 1, pos + self.limits.max_line)
         if nl < 0:
             if len(buf) - pos >= self.limits.max_line:
                 raise ConnectionAbort("failed to read command - line too long")

@@ -20,7 +20,7 @@ from typing import Final, final
 
 from .checkpoint import fsync_directory
 from .errors import LogClosedError, OffsetOutOfRangeError, StorageError
-from .record import HEADER_SIZE, NewRecord, Record, make_record
+from .record import HEADER_SIZE, NewRecord, Record, encode_record_parts, make_record
 from .segment import INDEX_NAME, SEGMENT_NAME, Segment
 
 _base_offset: Final = attrgetter("base_offset")
@@ -160,6 +160,9 @@ class PartitionLog:
                     splits.append(i - first)
                     size = 0
                 size += n
+            if splits:  # rare (rotation): validate every record before writing any chunk
+                for record in records:
+                    encode_record_parts(record, [])
             bounds = [0, *splits, len(records)]
             try:
                 for k in range(len(bounds) - 1):

@@ -106,21 +106,8 @@ class Segment:
         file_size = os.fstat(seg.fd).st_size
         old = read_all(seg.index_fd)
         index, _ = SparseIndex.from_bytes(old, limit=file_size)
-        while len(index):  # the last entry is trusted only if its record is intact
-            rel, pos, _ts = index.entry(len(index) - 1)
-            try:
-                next(
-                    scan(
-                        seg.fd,
-                        seg.log_path.name,
-                        position=pos,
-                        limit=file_size,
-                        offset=rel + base_offset,
-                    )
-                )
-                break
-            except CorruptRecordError:
-                index.truncate(len(index) - 1)
+        while len(index) and not seg._intact(index.entry(len(index) - 1), file_size):
+            index.truncate(len(index) - 1)  # an entry is trusted only if its record is intact
         seg._index = index
         rel, pos, max_ts = index.entry(len(index) - 1) if len(index) else (0, 0, NO_TIMESTAMP)
         seg._last_index_pos = pos
@@ -151,15 +138,24 @@ class Segment:
             write_all(seg.index_fd, new, 0)
         return seg
 
+    def _intact(self, entry: tuple[int, int, int], limit: int) -> bool:
+        """Whether the record an index entry points at is there and valid."""
+        assert self.fd is not None
+        rel, pos, _ts = entry
+        try:
+            next(scan(self.fd, "", position=pos, limit=limit, offset=self.base_offset + rel))
+        except CorruptRecordError:
+            return False
+        return True
+
     # -- appending (active segment) -------------------------------------------------------------
 
     def _note(self, position: int, record: Record) -> None:
         """Bookkeeping for a record found by a scan: max timestamp, index, last position."""
-        assert self._index is not None
         assert self._max_ts is not None
         self._max_ts = max(self._max_ts, record.timestamp_ns)
         if position - self._last_index_pos >= self._interval:
-            self._index.append(record.offset - self.base_offset, position, self._max_ts)
+            self.index.append(record.offset - self.base_offset, position, self._max_ts)
             self._last_index_pos = position
         self._last_record_pos = position
         self.next_offset = record.offset + 1
@@ -173,7 +169,6 @@ class Segment:
         """
         assert self.fd is not None
         assert self.index_fd is not None
-        assert self._index is not None
         assert self._max_ts is not None
         parts: list[bytes] = []
         entries: list[tuple[int, int, int]] = []
@@ -195,7 +190,7 @@ class Segment:
             write_all(self.fd, b"".join(parts), self.size)
             if entries:
                 data = b"".join(INDEX_ENTRY.pack(*e) for e in entries)
-                write_all(self.index_fd, data, len(self._index) * ENTRY_SIZE)
+                write_all(self.index_fd, data, len(self.index) * ENTRY_SIZE)
         except OSError:
             # Best effort: the next write overwrites the garbage anyway, and recovery drops it.
             try:
@@ -206,25 +201,32 @@ class Segment:
                 )
             raise
         for e in entries:
-            self._index.append(*e)
+            self.index.append(*e)
         self.size = pos
         self._max_ts = max_ts
         self._last_index_pos = last_index_pos
         self._last_record_pos = last_record_pos
         self.next_offset = records[-1].offset + 1
 
+    def _index_last_record(self) -> tuple[int, int, int] | None:
+        """Index the newest record unless it already is; return the new entry, if any."""
+        assert self._max_ts is not None
+        if self._last_record_pos <= self._last_index_pos:
+            return None
+        entry = (self.next_offset - 1 - self.base_offset, self._last_record_pos, self._max_ts)
+        self.index.append(*entry)
+        self._last_index_pos = self._last_record_pos
+        return entry
+
     def seal(self) -> tuple[int, int]:
         """Stop being active: index the last record (so the segment's newest timestamp is in its
         index), and hand back ``(log_fd, index_fd)`` for the caller to fsync and close."""
         assert self.fd is not None
         assert self.index_fd is not None
-        assert self._index is not None
         assert self._max_ts is not None
-        if self._last_record_pos > self._last_index_pos:
-            entry = (self.next_offset - 1 - self.base_offset, self._last_record_pos, self._max_ts)
-            write_all(self.index_fd, INDEX_ENTRY.pack(*entry), len(self._index) * ENTRY_SIZE)
-            self._index.append(*entry)
-            self._last_index_pos = self._last_record_pos
+        entry = self._index_last_record()
+        if entry is not None:
+            write_all(self.index_fd, INDEX_ENTRY.pack(*entry), (len(self.index) - 1) * ENTRY_SIZE)
         fds = (self.fd, self.index_fd)
         self.fd = self.index_fd = None
         return fds
@@ -237,7 +239,8 @@ class Segment:
             return self.fd, False
         return os.open(self.log_path, os.O_RDONLY | _O_CLOEXEC), True
 
-    def _get_index(self) -> SparseIndex:
+    @property
+    def index(self) -> SparseIndex:
         """The index, loaded (or rebuilt by a full scan, with a WARNING) on first use."""
         if self._index is not None:
             return self._index
@@ -258,28 +261,28 @@ class Segment:
         return index
 
     def _rebuild_index(self) -> SparseIndex:
-        index = SparseIndex()
-        max_ts = NO_TIMESTAMP
-        last_index_pos = 0
+        """Index the whole segment by scanning it, as appends would have (seal entry included)."""
+        self._index, self._max_ts, self._last_index_pos = SparseIndex(), NO_TIMESTAMP, 0
         fd, owned = self._open_reader()
         try:
             for pos, _size, record in scan(
                 fd, self.log_path.name, position=0, limit=self.size, offset=self.base_offset
             ):
-                max_ts = max(max_ts, record.timestamp_ns)
-                if pos - last_index_pos >= self._interval:
-                    index.append(record.offset - self.base_offset, pos, max_ts)
-                    last_index_pos = pos
+                self._note(pos, record)
+        except CorruptRecordError:
+            self._index = self._max_ts = None
+            raise
         finally:
             if owned:
                 os.close(fd)
-        return index
+        self._index_last_record()
+        return self._index
 
     def _records_from(
         self, fd: int, offset: int, *, by_timestamp: int | None = None, chunk: int = READ_CHUNK
     ) -> Iterator[tuple[int, int, Record]]:
         """Scan from the index entry at or before ``offset`` (or before ``by_timestamp``)."""
-        index = self._get_index()
+        index = self.index
         if by_timestamp is None:
             i = index.floor_for_offset(offset - self.base_offset)
         else:
@@ -346,7 +349,7 @@ class Segment:
         return self._max_ts
 
     def _scan_max_timestamp(self, end_offset: int) -> int:
-        index = self._get_index()
+        index = self.index
         rel, _pos, max_ts = index.entry(len(index) - 1) if len(index) else (0, 0, NO_TIMESTAMP)
         if len(index) and self.base_offset + rel == end_offset - 1:
             return max_ts
@@ -372,10 +375,9 @@ class Segment:
     def reactivate(self) -> None:
         """Make a sealed segment the active one again (``truncate`` removed its successors)."""
         assert self.fd is None
-        index = self._get_index()
+        self.index  # noqa: B018  # load (or rebuild) the index before taking the write fds
         self.fd = os.open(self.log_path, os.O_RDWR | _O_CLOEXEC)
         self.index_fd = os.open(self.index_path, os.O_RDWR | os.O_CREAT | _O_CLOEXEC, 0o644)
-        self._index = index
 
     def truncate(self, offset: int) -> None:
         """Drop records ``>= offset`` (active segment; ``offset`` within it or at its end).
@@ -384,7 +386,7 @@ class Segment:
         """
         assert self.fd is not None
         assert self.index_fd is not None
-        index = self._get_index()
+        index = self.index
         keep = index.count_below_offset(offset - self.base_offset)
         rel, pos, max_ts = index.entry(keep - 1) if keep else (0, 0, NO_TIMESTAMP)
         index.truncate(keep)

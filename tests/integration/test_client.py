@@ -129,6 +129,7 @@ async def test_touch_keeps_a_message_in_flight(server: Daemon) -> None:
             async def collect() -> None:
                 async for message in consumer:
                     redelivered.append(message)
+                    await message.finish()
 
             start = trio.current_time()
             async with trio.open_nursery() as nursery:
@@ -139,8 +140,6 @@ async def test_touch_keeps_a_message_in_flight(server: Daemon) -> None:
                     await touched.touch()
                 nursery.cancel_scope.cancel()
             await touched.finish()
-            for message in redelivered:
-                await message.finish()
             # a PUB on the same connection: its OK comes after any E_FIN_FAILED
             await consumer.connection.command(Pub("ttouch-barrier", b"x"))
             assert consumer.connection.failed_acks == 0

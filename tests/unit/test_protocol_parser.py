@@ -41,7 +41,8 @@ from protocol.names import is_ephemeral, is_valid_name
 from tests import strategies as S
 
 ID = b"0123456789abcdef"
-BIN_ID = b" \n\r\x00\xff FIN \n\n\r\n  \xfe"  # 16 bytes a line parser would mis-split
+BIN_ID = b" \n\r\x00\xff FIN \n\n\r\n \xfe"  # 16 bytes a line parser would mis-split
+assert len(BIN_ID) == 16
 
 _FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 _PROPS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -109,7 +110,7 @@ def test_round_trip_every_command_type(
             Sub("t", "c", 0, SubMode.ADVANCED, "timestamp:123"),
             id="SUB_ADVANCED-start",
         ),
-        pytest.param(b"SUB t c extra params\n", Sub("t", "c", None), id="extra-params-ignored"),
+        pytest.param(b"SUB t c 3 extra\n", Sub("t", "c", 3), id="extra-params-ignored"),
         pytest.param(b"SUB t c\r\n", Sub("t", "c"), id="crlf"),
         pytest.param(b"SUB t#ephemeral c#ephemeral\n", Sub("t#ephemeral", "c#ephemeral"), id="eph"),
     ],
@@ -500,7 +501,7 @@ def test_mutated_streams(
             id="mpub-elem-big",
         ),
         pytest.param(
-            b"MPUB t\n" + size(6) + size(2) + b"\x00\x00",
+            b"MPUB t\n" + size(9) + size(2) + size(1) + b"a",
             ConnState.INIT,
             "E_BAD_MESSAGE MPUB failed to read message(1) body size",
             id="mpub-short",
@@ -651,7 +652,15 @@ def test_mutated_streams(
         pytest.param(
             b"AUTH\n" + size(0), ConnState.INIT, "E_BAD_BODY AUTH invalid body size 0", id="auth-0"
         ),
-        # youzan extensions
+        # youzan extensions. nsqd 1.3 ignores a 4th SUB / 3rd PUB parameter; pnsq reads it as
+        # the partition, as youzan nsqd does
+        pytest.param(
+            b"SUB t c extra\n",
+            ConnState.INIT,
+            'E_BAD_PARTITION topic partition is not valid: strconv.Atoi: parsing "extra": '
+            "invalid syntax",
+            id="sub-partition",
+        ),
         pytest.param(
             b"PUB t x\n",
             ConnState.INIT,

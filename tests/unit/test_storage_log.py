@@ -24,7 +24,9 @@ from nsqd.storage.record import HEADER_SIZE
 
 
 def _entries(n: int, *, ts: Callable[[int], int] = lambda i: i, size: int = 20) -> list[NewRecord]:
-    return [NewRecord(timestamp_ns=ts(i), body=i.to_bytes(4, "big") * (size // 4)) for i in range(n)]
+    return [
+        NewRecord(timestamp_ns=ts(i), body=i.to_bytes(4, "big") * (size // 4)) for i in range(n)
+    ]
 
 
 def _segment_files(directory: Path) -> list[Path]:
@@ -88,7 +90,7 @@ def test_batch_is_one_write_and_rotation_splits_it(
     monkeypatch.undo()
     sizes = [p.stat().st_size for p in _segment_files(tmp_path / "p")]
     assert sizes == [980, 980, 840]
-    assert calls == [280, 980, 840]
+    assert calls == [280, 20, 980, 20, 840]  # 20: the index entry that seals a segment
     assert log.read(0, 100)[-1].offset == 39
 
 
@@ -149,7 +151,15 @@ def test_offset_for_timestamp_is_a_seek(
 
     monkeypatch.setattr(os, "pread", counting_pread)
     started = time.perf_counter()
-    for t, expected in [(-5, 0), (0, 0), (1, 3), (10, 3), (15, 6), (66_650, 19_995), (66_660, 19_998)]:
+    for t, expected in [
+        (-5, 0),
+        (0, 0),
+        (1, 3),
+        (10, 3),
+        (15, 6),
+        (66_650, 19_995),
+        (66_660, 19_998),
+    ]:
         read_bytes.clear()
         assert log.offset_for_timestamp(t) == expected, t
         assert sum(read_bytes) <= 2 * (interval + 4 * HEADER_SIZE)
@@ -227,7 +237,7 @@ def test_end_offset_survives_deleting_every_sealed_segment(
     deleted = log.delete_segments(before_offset=10, older_than_ns=1_000)
     assert deleted == 1
     assert (log.start_offset, log.end_offset) == (5, 10)
-    log.append(_entries(1))  # rotates: the active segment is now empty-then-one
+    log.append(_entries(1))  # rotates
     assert log.delete_segments(before_offset=100, older_than_ns=1_000) == 1
     assert (log.start_offset, log.end_offset) == (10, 11)
     with pytest.raises(OffsetOutOfRangeError):
