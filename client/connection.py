@@ -43,8 +43,10 @@ _NOP: Final = encode_command(Nop())
 #: ``send()`` waits for the writer once this many bytes are queued (back-pressure).
 _HIGH_WATER: Final = 1024 * 1024
 #: The writer waits up to this many scheduling rounds / seconds for more bytes before a send,
-#: and stops waiting as soon as a round adds nothing.
-_COALESCE_ROUNDS: Final = 16
+#: and stops waiting once ``_COALESCE_IDLE_ROUNDS`` rounds in a row added nothing (two, because
+#: a consumer loop passes two schedule points per message: receive, then FIN).
+_COALESCE_ROUNDS: Final = 32
+_COALESCE_IDLE_ROUNDS: Final = 2
 _COALESCE_SECONDS: Final = 0.002
 _CLOSE_DRAIN_SECONDS: Final = 2.0
 #: Errors answering a command that has no success reply; never matched to a waiting command.
@@ -141,6 +143,8 @@ class Connection:
     async def command(self, cmd: Command) -> bytes:
         """Send ``cmd`` and wait for its reply frame's data (``OK``, JSON, a traced reply…).
 
+        If cancelled while waiting, the command may still take effect on nsqd.
+
         Raises:
             NsqError: nsqd answered with an error frame (its text, verbatim).
             ConnectionClosedError: the connection closed before the reply arrived.
@@ -148,19 +152,18 @@ class Connection:
         return await self._request(encode_command(cmd))
 
     async def send(self, cmd: Command) -> None:
-        """Queue a command that has no reply (RDY, FIN, REQ, TOUCH, NOP); waits only when the
-        output buffer is over its high-water mark.
+        """Queue a command that has no reply (RDY, FIN, REQ, TOUCH, NOP). Waits first only while
+        the output buffer is over its high-water mark; cancelled, it has queued nothing.
 
         Raises:
             ConnectionClosedError: the connection is closed.
         """
-        self.send_nowait(cmd)
-        if len(self._out) <= _HIGH_WATER:
-            await trio.lowlevel.checkpoint()
-            return
+        await trio.lowlevel.checkpoint_if_cancelled()
         while len(self._out) > _HIGH_WATER:
             self._check_open()
             await self._idle.park()
+        self.send_nowait(cmd)
+        await trio.lowlevel.cancel_shielded_checkpoint()
 
     def send_nowait(self, cmd: Command) -> None:
         """Queue a command that has no reply, without waiting."""
@@ -199,6 +202,9 @@ class Connection:
         self._wake.unpark_all()
 
     async def _request(self, data: bytes) -> bytes:
+        # Cancelled before this point nothing is sent; cancelled while waiting for the reply, the
+        # command was sent and its reply is still consumed (FIFO matching stays aligned).
+        await trio.lowlevel.checkpoint_if_cancelled()
         self._queue(data)
         pending = _Pending()
         self._pending.append(pending)
@@ -307,11 +313,13 @@ class Connection:
     async def _coalesce(self) -> None:
         """Let other tasks add to the buffer while they still do, within a small bound."""
         start = trio.current_time()
+        idle = 0
         for _ in range(_COALESCE_ROUNDS):
             queued = len(self._out)
             await trio.lowlevel.checkpoint()
+            idle = idle + 1 if len(self._out) == queued else 0
             if (
-                len(self._out) == queued
+                idle >= _COALESCE_IDLE_ROUNDS
                 or len(self._out) >= _HIGH_WATER
                 or trio.current_time() - start >= _COALESCE_SECONDS
             ):

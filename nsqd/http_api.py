@@ -35,7 +35,7 @@ Scope = Mapping[str, Any]  # the ASGI interface is untyped JSON-like dicts
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
-NSQ_HEADER = (b"x-nsq-content-type", b"nsq; version=1.0")
+NSQ_HEADER = (b"X-Nsq-Content-Type", b"nsq; version=1.0")  # Go's canonical casing
 _BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
 
 
@@ -257,7 +257,7 @@ async def _respond(send: Send, status: int, reply: Reply, *, nsq_header: bool = 
     else:
         body = reply or b""
         content_type = b"text/plain; charset=utf-8"
-    headers = [(b"content-type", content_type), (b"content-length", str(len(body)).encode())]
+    headers = [(b"Content-Type", content_type), (b"Content-Length", str(len(body)).encode())]
     if nsq_header:
         headers.append(NSQ_HEADER)
     await send({"type": "http.response.start", "status": status, "headers": headers})

@@ -149,8 +149,11 @@ class Session:
         while True:
             try:
                 command = parser.next_event()
-                if type(command) is Pub:
+                if isinstance(command, Pub):
                     self._gather(command)
+                    continue
+                if isinstance(command, Fin):  # the consumer hot path: no coroutine per FIN
+                    self._fin(command.message_id)
                     continue
                 await self._flush_gathered()
                 if command is NEED_DATA:

@@ -83,20 +83,26 @@ def _no_constant(name: str) -> object:
     raise ValueError(f"{name} is not JSON")  # Go has no NaN / Infinity
 
 
+class _Pairs(list[tuple[str, object]]):
+    """A JSON object as its (key, value) pairs: Go assigns every duplicate key in turn."""
+
+
 def _decode(body: bytes) -> dict[str, object]:
     """Go's json.Unmarshal into nsqd's struct: wrong types fail, unknown keys are ignored."""
     try:
         # Go: invalid UTF-8 in strings becomes U+FFFD, no BOM / UTF-16 sniffing, no NaN;
         # too deep nesting is a decode error, never a crash.
-        raw = json.loads(body.decode("utf-8", "replace"), parse_constant=_no_constant)
+        raw = json.loads(
+            body.decode("utf-8", "replace"), parse_constant=_no_constant, object_pairs_hook=_Pairs
+        )
     except (ValueError, RecursionError) as exc:
         raise _bad("failed to decode JSON body") from exc
     if raw is None:
-        raw = {}  # Go: null into a struct is a no-op
-    if not isinstance(raw, dict):
+        raw = _Pairs()  # Go: null into a struct is a no-op
+    if not isinstance(raw, _Pairs):
         raise _bad("failed to decode JSON body")
     values: dict[str, object] = {}
-    for key, value in raw.items():
+    for key, value in raw:
         field = key.lower()
         spec = _FIELDS.get(field)
         if spec is None or value is None:

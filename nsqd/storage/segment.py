@@ -13,6 +13,7 @@ import logging
 import os
 import re
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Final, final
 
@@ -74,9 +75,13 @@ class Segment:
         seg = cls(directory, base_offset, 0, interval, logger)
         flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | _O_CLOEXEC
         seg.fd = os.open(seg.log_path, flags, 0o644)
-        seg.index_fd = os.open(
-            seg.index_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | _O_CLOEXEC, 0o644
-        )
+        try:
+            seg.index_fd = os.open(
+                seg.index_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | _O_CLOEXEC, 0o644
+            )
+        except OSError:
+            seg.delete()
+            raise
         seg._index = SparseIndex()
         seg._max_ts = NO_TIMESTAMP
         return seg
@@ -102,41 +107,55 @@ class Segment:
         """
         seg = cls(directory, base_offset, 0, interval, logger)
         seg.fd = os.open(seg.log_path, os.O_RDWR | _O_CLOEXEC)
-        seg.index_fd = os.open(seg.index_path, os.O_RDWR | os.O_CREAT | _O_CLOEXEC, 0o644)
-        file_size = os.fstat(seg.fd).st_size
-        old = read_all(seg.index_fd)
+        try:
+            seg.index_fd = os.open(seg.index_path, os.O_RDWR | os.O_CREAT | _O_CLOEXEC, 0o644)
+            seg._recover_tail()
+        except BaseException:
+            seg.close()
+            raise
+        return seg
+
+    def _recover_tail(self) -> None:
+        """See :meth:`recover`."""
+        assert self.fd is not None
+        assert self.index_fd is not None
+        file_size = os.fstat(self.fd).st_size
+        old = read_all(self.index_fd)
         index, _ = SparseIndex.from_bytes(old, limit=file_size)
-        while len(index) and not seg._intact(index.entry(len(index) - 1), file_size):
+        while len(index) and not self._intact(index.entry(len(index) - 1), file_size):
             index.truncate(len(index) - 1)  # an entry is trusted only if its record is intact
-        seg._index = index
+        self._index = index
         rel, pos, max_ts = index.entry(len(index) - 1) if len(index) else (0, 0, NO_TIMESTAMP)
-        seg._last_index_pos = pos
-        seg._max_ts = max_ts
-        seg.size = pos
+        self._last_index_pos = pos
+        self._max_ts = max_ts
+        self.size = pos
         try:
             records = scan(
-                seg.fd, seg.log_path.name, position=pos, limit=file_size, offset=base_offset + rel
+                self.fd,
+                self.log_path.name,
+                position=pos,
+                limit=file_size,
+                offset=self.base_offset + rel,
             )
             for position, size, record in records:
-                seg._note(position, record)
-                seg.size = position + size
+                self._note(position, record)
+                self.size = position + size
         except CorruptRecordError as exc:
-            logger.warning(
+            self._logger.warning(
                 "segment %s: torn or corrupt record at byte %d (offset %s): %s; "
                 "truncating the file there, dropping %d bytes",
-                seg.log_path,
-                seg.size,
+                self.log_path,
+                self.size,
                 exc.offset,
                 exc.__cause__,
-                file_size - seg.size,
+                file_size - self.size,
             )
-            os.ftruncate(seg.fd, seg.size)
-            os.fsync(seg.fd)
+            os.ftruncate(self.fd, self.size)
+            os.fsync(self.fd)
         new = index.encode()
         if new != old:
-            os.ftruncate(seg.index_fd, 0)
-            write_all(seg.index_fd, new, 0)
-        return seg
+            os.ftruncate(self.index_fd, 0)
+            write_all(self.index_fd, new, 0)
 
     def _intact(self, entry: tuple[int, int, int], limit: int) -> bool:
         """Whether the record an index entry points at is there and valid."""
@@ -233,11 +252,17 @@ class Segment:
 
     # -- reading --------------------------------------------------------------------------------
 
-    def _open_reader(self) -> tuple[int, bool]:
-        """An fd to read from, and whether the caller must close it."""
+    @contextmanager
+    def _reader(self) -> Iterator[int]:
+        """An fd to read from: the active fd, or a read-only one opened for the duration."""
         if self.fd is not None:
-            return self.fd, False
-        return os.open(self.log_path, os.O_RDONLY | _O_CLOEXEC), True
+            yield self.fd
+            return
+        fd = os.open(self.log_path, os.O_RDONLY | _O_CLOEXEC)
+        try:
+            yield fd
+        finally:
+            os.close(fd)
 
     @property
     def index(self) -> SparseIndex:
@@ -263,18 +288,15 @@ class Segment:
     def _rebuild_index(self) -> SparseIndex:
         """Index the whole segment by scanning it, as appends would have (seal entry included)."""
         self._index, self._max_ts, self._last_index_pos = SparseIndex(), NO_TIMESTAMP, 0
-        fd, owned = self._open_reader()
         try:
-            for pos, _size, record in scan(
-                fd, self.log_path.name, position=0, limit=self.size, offset=self.base_offset
-            ):
-                self._note(pos, record)
+            with self._reader() as fd:
+                for pos, _size, record in scan(
+                    fd, self.log_path.name, position=0, limit=self.size, offset=self.base_offset
+                ):
+                    self._note(pos, record)
         except CorruptRecordError:
             self._index = self._max_ts = None
             raise
-        finally:
-            if owned:
-                os.close(fd)
         self._index_last_record()
         return self._index
 
@@ -306,16 +328,12 @@ class Segment:
         out: list[Record] = []
         if stop <= start:
             return out
-        fd, owned = self._open_reader()
-        try:
+        with self._reader() as fd:
             for _pos, _size, record in self._records_from(fd, start):
                 if record.offset >= start:
                     out.append(record)
                     if record.offset + 1 >= stop:
                         return out
-        finally:
-            if owned:
-                os.close(fd)
         raise CorruptRecordError(
             f"{self.log_path.name}: ends at offset {start + len(out)}, expected {stop}",
             position=self.size,
@@ -325,17 +343,13 @@ class Segment:
     def find_timestamp(self, timestamp_ns: int, end_offset: int) -> int:
         """First offset in this segment whose timestamp is ``>= timestamp_ns``, else
         ``end_offset``. Scans from the last index entry whose running max is older."""
-        fd, owned = self._open_reader()
-        try:
-            chunk = self._interval + 4 * HEADER_SIZE
+        chunk = self._interval + 4 * HEADER_SIZE
+        with self._reader() as fd:
             for _pos, _size, record in self._records_from(
                 fd, self.base_offset, by_timestamp=timestamp_ns, chunk=chunk
             ):
                 if record.timestamp_ns >= timestamp_ns:
                     return record.offset
-        finally:
-            if owned:
-                os.close(fd)
         return end_offset
 
     def max_timestamp(self, end_offset: int) -> int | None:
@@ -349,26 +363,41 @@ class Segment:
         return self._max_ts
 
     def _scan_max_timestamp(self, end_offset: int) -> int:
-        index = self.index
-        rel, _pos, max_ts = index.entry(len(index) - 1) if len(index) else (0, 0, NO_TIMESTAMP)
-        if len(index) and self.base_offset + rel == end_offset - 1:
-            return max_ts
-        last = -1
-        fd, owned = self._open_reader()
-        try:
-            for _pos, _size, record in self._records_from(fd, self.base_offset + rel):
+        if self._index is None:  # try the seal entry alone before loading the whole index
+            try:
+                with self.index_path.open("rb") as f:
+                    size = f.seek(0, os.SEEK_END)
+                    f.seek(max(size - ENTRY_SIZE, 0))
+                    tail = f.read()
+            except FileNotFoundError:
+                size, tail = 0, b""
+            if size % ENTRY_SIZE == 0 and len(tail) == ENTRY_SIZE:
+                rel, pos, max_ts = INDEX_ENTRY.unpack(tail)
+                if self.base_offset + rel == end_offset - 1 and pos < self.size:
+                    return int(max_ts)
+        return self._scan_until(len(self.index), end_offset)[3]
+
+    def _scan_until(self, entries: int, stop: int) -> tuple[int, int, int, int]:
+        """Scan from index entry ``entries - 1`` (or byte 0) over the records before offset
+        ``stop``, which must all be there; return the state after them: ``(size,
+        last_record_pos, next_offset, max_timestamp)``."""
+        rel, pos, max_ts = self.index.entry(entries - 1) if entries else (0, 0, NO_TIMESTAMP)
+        size, last_pos, next_offset = pos, -1, self.base_offset + rel
+        with self._reader() as fd:
+            for position, n, record in scan(
+                fd, self.log_path.name, position=pos, limit=self.size, offset=next_offset
+            ):
+                if record.offset >= stop:
+                    break
                 max_ts = max(max_ts, record.timestamp_ns)
-                last = record.offset
-        finally:
-            if owned:
-                os.close(fd)
-        if last != end_offset - 1:
+                size, last_pos, next_offset = position + n, position, record.offset + 1
+        if next_offset != stop:
             raise CorruptRecordError(
-                f"{self.log_path.name}: ends at offset {last + 1}, expected {end_offset}",
-                position=self.size,
-                offset=last + 1,
+                f"{self.log_path.name}: ends at offset {next_offset}, expected {stop}",
+                position=size,
+                offset=next_offset,
             )
-        return max_ts
+        return size, last_pos, next_offset, max_ts
 
     # -- truncating, closing, deleting ----------------------------------------------------------
 
@@ -386,36 +415,12 @@ class Segment:
         """
         assert self.fd is not None
         assert self.index_fd is not None
-        index = self.index
-        keep = index.count_below_offset(offset - self.base_offset)
-        rel, pos, max_ts = index.entry(keep - 1) if keep else (0, 0, NO_TIMESTAMP)
-        index.truncate(keep)
-        self._max_ts = max_ts
-        self._last_index_pos = pos
-        self._last_record_pos = pos if keep else -1
-        self.next_offset = self.base_offset + rel if keep else self.base_offset
-        new_size = pos
-        for position, size, record in scan(
-            self.fd,
-            self.log_path.name,
-            position=pos,
-            limit=self.size,
-            offset=self.base_offset + rel,
-        ):
-            if record.offset >= offset:
-                break
-            self._max_ts = max(self._max_ts, record.timestamp_ns)
-            self._last_record_pos = position
-            self.next_offset = record.offset + 1
-            new_size = position + size
-        if self.next_offset != offset:
-            raise CorruptRecordError(
-                f"{self.log_path.name}: ends at offset {self.next_offset}, expected {offset}",
-                position=new_size,
-                offset=self.next_offset,
-            )
-        self.size = new_size
-        os.ftruncate(self.fd, new_size)
+        keep = self.index.count_below_offset(offset - self.base_offset)
+        state = self._scan_until(keep, offset)
+        self.size, self._last_record_pos, self.next_offset, self._max_ts = state
+        self.index.truncate(keep)
+        self._last_index_pos = self.index.positions[-1] if keep else 0
+        os.ftruncate(self.fd, self.size)
         os.ftruncate(self.index_fd, keep * ENTRY_SIZE)
         os.fsync(self.fd)
         os.fsync(self.index_fd)

@@ -11,9 +11,11 @@ import struct
 
 import pytest
 import trio
+import trio.testing
 
 from client import (
     ConnectionClosedError,
+    Consumer,
     Message,
     NsqError,
     open_connection,
@@ -39,9 +41,9 @@ def server(request: pytest.FixtureRequest) -> Daemon:
 pnsq_only = pytest.mark.skipif(DAEMON == "go", reason="pnsq / youzan extension")
 
 
-async def _receive(consumer_iter: object, count: int) -> list[Message]:
+async def _receive(consumer: Consumer, count: int) -> list[Message]:
     out: list[Message] = []
-    async for message in consumer_iter:  # type: ignore[attr-defined]
+    async for message in consumer:
         out.append(message)
         if len(out) == count:
             break
@@ -153,9 +155,7 @@ async def test_publish_traced_id_carries_the_trace_id(server: Daemon) -> None:
         async with open_producer(server.tcp_address) as producer:
             await producer.publish("ttrace", b"first")
             message_id, offset = await producer.publish_traced("ttrace", b"traced", trace_id)
-        async with open_consumer(
-            server.tcp_address, "ttrace", "ch", auto_finish=True
-        ) as consumer:
+        async with open_consumer(server.tcp_address, "ttrace", "ch", auto_finish=True) as consumer:
             seen = {m.body: m for m in await _receive(consumer, 2)}
     assert len(message_id) == 16
     assert message_id[8:] == struct.pack(">Q", trace_id)
@@ -197,3 +197,18 @@ async def test_heartbeats_are_answered(server: Daemon) -> None:
         async with open_connection(server.tcp_address, heartbeat_interval_ms=1000) as conn:
             await trio.sleep(2.5)
             assert await conn.command(Pub("thb", b"alive")) == b"OK"
+
+
+async def test_cancelled_publishes_keep_replies_matched(server: Daemon) -> None:
+    """Replies of cancelled commands are still consumed, so later replies reach their callers."""
+    with trio.fail_after(TIMEOUT):
+        async with open_producer(server.tcp_address) as producer:
+            async with trio.open_nursery() as nursery:
+                for i in range(50):
+                    nursery.start_soon(producer.publish, "tcancel", b"%d" % i)
+                await trio.testing.wait_all_tasks_blocked()
+                nursery.cancel_scope.cancel()
+            await producer.publish("tcancel", b"last")
+            if DAEMON != "go":  # a traced reply: an OK matched to it would raise
+                message_id, _ = await producer.publish_traced("tcancel", b"traced", 7)
+                assert message_id[8:] == struct.pack(">Q", 7)

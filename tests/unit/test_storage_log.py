@@ -370,3 +370,54 @@ def test_unrelated_files_are_left_alone(
     log.append(_entries(1))
     assert (directory / "channels.json").exists()
     assert not (directory / "00000000000000000042.index").exists()
+
+
+def test_bad_field_in_a_rotating_batch_writes_nothing(
+    open_log: Callable[..., PartitionLog], tmp_path: Path
+) -> None:
+    log = open_log(max_bytes_per_file=350)
+    log.append(_entries(4))
+    with pytest.raises(ValueError, match="out of range"):
+        log.append([*_entries(5), NewRecord(1, b"", trace_id=2**64)])
+    assert log.end_offset == 4
+    assert len(_segment_files(tmp_path / "p")) == 1
+
+
+def test_failed_write_leaves_the_log_unchanged(
+    open_log: Callable[..., PartitionLog], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    log = open_log()
+    written = log.append(_entries(3))
+    real_pwrite = os.pwrite
+
+    def short_then_full_disk(fd: int, data: bytes, position: int) -> int:
+        if len(data) > 10:  # write a fragment, then fail like a full disk would
+            real_pwrite(fd, bytes(data[:10]), position)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "pwrite", short_then_full_disk)
+    with pytest.raises(StorageError, match="No space left"):
+        log.append(_entries(2))
+    monkeypatch.undo()
+    assert log.end_offset == 3
+    written += log.append(_entries(2, ts=lambda i: 50 + i))
+    assert log.read(0, 10) == written
+    log.close()
+    log = open_log()
+    assert log.read(0, 10) == written
+
+
+def test_failed_fsync_is_reported(
+    open_log: Callable[..., PartitionLog], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = open_log()
+    log.append(_entries(3))
+
+    def failing_fsync(fd: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "fsync", failing_fsync)
+    with pytest.raises(StorageError, match="Input/output error"):
+        log.sync()
+    monkeypatch.undo()
+    log.sync()

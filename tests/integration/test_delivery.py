@@ -1,0 +1,133 @@
+"""Delivery semantics over real TCP: timeouts, TOUCH, REQ delays, ephemeral, heartbeats."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+
+import pytest
+
+from protocol import Cls, Fin, Nop, Pub, Rdy, Req, Sub, Touch
+from tests.daemons import Daemon
+from tests.rawclient import RawClient
+
+pytestmark = pytest.mark.integration
+
+
+def consumer(
+    nsqd: Daemon, topic: str, channel: str, rdy: int = 10, **identify: object
+) -> RawClient:
+    c = RawClient(nsqd.tcp_address)
+    assert c.identify(**identify).type == 0
+    c.send(Sub(topic, channel), Rdy(rdy))
+    assert c.read().data == b"OK"
+    return c
+
+
+def publish(nsqd: Daemon, topic: str, *bodies: bytes) -> None:
+    p = RawClient(nsqd.tcp_address)
+    p.send(*(Pub(topic, b) for b in bodies))
+    assert [p.read().data for _ in bodies] == [b"OK"] * len(bodies)
+    p.close()
+
+
+def test_in_flight_timeout_redelivers_with_attempts_plus_one(nsqd: Daemon) -> None:
+    c = consumer(nsqd, "to", "ch", msg_timeout=1000)
+    publish(nsqd, "to", b"late")
+    first = c.read(skip_heartbeats=True)
+    started = time.monotonic()
+    again = c.read(skip_heartbeats=True)  # not FINed: comes back after msg_timeout
+    assert time.monotonic() - started >= 0.9
+    assert (again.message_id, again.body, again.attempts) == (first.message_id, b"late", 2)
+    c.send(Fin(again.message_id), Nop())
+    assert not c.closed_by_server(1.5)  # nothing else arrives; FIN was accepted
+
+
+def test_touch_keeps_a_message_in_flight(nsqd: Daemon) -> None:
+    c = consumer(nsqd, "touch", "ch", msg_timeout=1000)
+    publish(nsqd, "touch", b"slow")
+    m = c.read(skip_heartbeats=True)
+    for _ in range(4):  # 2 s of work in 0.5 s steps, each TOUCH pushing the deadline
+        time.sleep(0.5)
+        c.send(Touch(m.message_id))
+    c.send(Fin(m.message_id))
+    c.sock.settimeout(1.5)
+    with pytest.raises(TimeoutError):
+        c.read(skip_heartbeats=True)  # no redelivery: the TOUCHes kept it in flight
+
+
+def test_req_with_delay_is_not_delivered_before_it(nsqd: Daemon) -> None:
+    c = consumer(nsqd, "reqd", "ch")
+    publish(nsqd, "reqd", b"again")
+    m = c.read(skip_heartbeats=True)
+    c.send(Req(m.message_id, 1000))
+    started = time.monotonic()
+    again = c.read(skip_heartbeats=True)
+    assert time.monotonic() - started >= 0.95
+    assert again.attempts == 2
+
+
+def test_rdy_limits_unacknowledged_messages(nsqd: Daemon) -> None:
+    publish(nsqd, "rdy", *(b"m%d" % i for i in range(5)))
+    c = consumer(nsqd, "rdy", "ch", rdy=2)
+    got = [c.read(skip_heartbeats=True), c.read(skip_heartbeats=True)]
+    c.sock.settimeout(0.7)
+    with pytest.raises(TimeoutError):
+        c.read(skip_heartbeats=True)  # window full
+    c.sock.settimeout(5)
+    c.send(Fin(got[0].message_id))
+    assert c.read(skip_heartbeats=True).body == b"m2"
+
+
+def test_messages_before_first_channel_go_to_it_only(nsqd: Daemon) -> None:
+    publish(nsqd, "kept", b"old")
+    first = consumer(nsqd, "kept", "first")
+    assert first.read(skip_heartbeats=True).body == b"old"
+    second = consumer(nsqd, "kept", "second")  # a later channel starts at the end
+    publish(nsqd, "kept", b"new")
+    assert first.read(skip_heartbeats=True).body == b"new"
+    assert second.read(skip_heartbeats=True).body == b"new"
+
+
+def test_ephemeral_channel_and_topic_vanish_with_their_last_client(nsqd: Daemon) -> None:
+    c = consumer(nsqd, "eph#ephemeral", "ch#ephemeral")
+    publish(nsqd, "eph#ephemeral", b"x")
+    assert c.read(skip_heartbeats=True).body == b"x"
+    c.send(Cls())
+    assert c.read().data == b"CLOSE_WAIT"
+    c.close()
+    time.sleep(0.5)
+    assert not list((nsqd.data_path / "topics").glob("*eph*"))  # never on disk
+    # the topic went with its last channel: a new channel does not see old messages
+    publish(nsqd, "eph#ephemeral", b"y")
+    c2 = consumer(nsqd, "eph#ephemeral", "other#ephemeral")
+    publish(nsqd, "eph#ephemeral", b"z")
+    assert c2.read(skip_heartbeats=True).body == b"y"  # y was kept for the topic's first channel
+    meta = json.loads((nsqd.data_path / "pnsq.dat").read_text())
+    assert all("ephemeral" not in t["name"] for t in meta["topics"])
+
+
+def test_silent_client_is_closed_after_two_heartbeat_intervals(nsqd: Daemon) -> None:
+    c = RawClient(nsqd.tcp_address, timeout=10)
+    c.identify(heartbeat_interval=1000)
+    started = time.monotonic()
+    frames = []
+    c.sock.settimeout(5)
+    try:
+        while True:
+            frames.append(c.read())
+    except ConnectionError:
+        pass
+    elapsed = time.monotonic() - started
+    assert [f.data for f in frames] == [b"_heartbeat_"] * len(frames)
+    assert len(frames) >= 1
+    assert 1.8 <= elapsed <= 3.5
+
+
+def test_http_pub_reaches_a_tcp_consumer(nsqd: Daemon) -> None:
+    c = consumer(nsqd, "web", "ch")
+    req = urllib.request.Request(f"http://{nsqd.http_address}/pub?topic=web", b"hi", method="POST")
+    with urllib.request.urlopen(req) as r:
+        assert r.read() == b"OK"
+    assert c.read(skip_heartbeats=True).body == b"hi"
