@@ -38,6 +38,7 @@ def broker_config(options: Options) -> BrokerConfig:
         mem_queue_size=options.mem_queue_size,
         retention=options.retention,
         max_req_timeout=options.max_req_timeout,
+        max_channel_consumers=options.max_channel_consumers,
         version=NSQD_VERSION,
     )
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+import random
 import time
 from dataclasses import dataclass, field
 
@@ -46,6 +47,7 @@ from protocol.message import MESSAGE_ID, message_frame_header
 from protocol.tracing import traced_response
 
 from .broker import Broker, Channel
+from .core.cursor import Message
 from .errors import HANDLED_ERRORS, client_error_for
 from .output import OutputBuffer
 from .storage.record import NewRecord
@@ -371,6 +373,18 @@ class Session:
         if self.in_flight < self.ready_count:
             self._pump_lot.unpark_all()
 
+    def _sample(self, channel: Channel, messages: list[Message]) -> list[Message]:
+        """IDENTIFY sample_rate: like nsqd, a message this client skips is taken from the
+        channel and dropped (never sent, never requeued)."""
+        kept = []
+        for message in messages:
+            if random.randrange(100) > self.sample_rate:  # noqa: S311 - sampling, not security
+                channel.cursor_for(message.partition).finish(message.offset, self)
+                channel.topic.partitions[message.partition].dirty = True
+            else:
+                kept.append(message)
+        return kept
+
     async def _pump(self) -> None:
         channel = self.channel
         assert channel is not None
@@ -384,6 +398,8 @@ class Session:
                 continue
             now = time.time_ns()
             messages = channel.take(room, self, now + self.msg_timeout_ns, now, only)
+            if self.sample_rate:
+                messages = self._sample(channel, messages)
             for message in messages:
                 record = message.record
                 body = record.body

@@ -26,7 +26,12 @@ from protocol.message import PARTITION_SHIFT, SEQUENCE_MASK
 from protocol.names import is_ephemeral
 
 from ..core.cursor import Message
-from ..core.errors import ChannelNotFoundError, ExitingError, TopicNotFoundError
+from ..core.errors import (
+    ChannelNotFoundError,
+    ConsumerLimitError,
+    ExitingError,
+    TopicNotFoundError,
+)
 from ..storage.checkpoint import read_json, write_json
 from ..storage.log import PartitionLog
 from ..storage.memory import MemoryLog
@@ -54,6 +59,7 @@ class BrokerConfig:
     retention: float = 7 * 24 * 3600.0
     retention_check_interval: float = 60.0
     max_req_timeout: float = 3600.0
+    max_channel_consumers: int = 0  # 0: unlimited
     version: str = "1.3.0"
 
 
@@ -153,6 +159,11 @@ class Broker:
         """Add ``client`` to the channel, creating topic and channel as nsqd does."""
         topic = self.get_or_create_topic(topic_name)
         channel = self.get_or_create_channel(topic, channel_name)
+        limit = self.config.max_channel_consumers
+        if limit and len(channel.clients) >= limit:
+            raise ConsumerLimitError(
+                f"consumers for {topic_name}:{channel_name} exceeds limit of {limit}"
+            )
         channel.clients.add(client)
         return channel
 

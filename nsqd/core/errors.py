@@ -42,3 +42,7 @@ class ExitingError(BrokerError):
 
 class NotWritableError(BrokerError):
     """The partition refuses writes (disk past its high-water mark, or a write error)."""
+
+
+class ConsumerLimitError(BrokerError):
+    """SUB past ``--max-channel-consumers``."""

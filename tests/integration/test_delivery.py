@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import time
 import urllib.request
+from pathlib import Path
 
 import pytest
 
 from protocol import Cls, Fin, Nop, Pub, Rdy, Req, Sub, Touch
-from tests.daemons import Daemon
+from tests.daemons import Daemon, pnsq_nsqd
 from tests.rawclient import RawClient
 
 pytestmark = pytest.mark.integration
@@ -131,3 +132,36 @@ def test_http_pub_reaches_a_tcp_consumer(nsqd: Daemon) -> None:
     with urllib.request.urlopen(req) as r:
         assert r.read() == b"OK"
     assert c.read(skip_heartbeats=True).body == b"hi"
+
+
+def test_sample_rate_drops_the_rest_for_good(nsqd: Daemon) -> None:
+    publish(nsqd, "sampled", *(b"%d" % i for i in range(200)))
+    c = consumer(nsqd, "sampled", "ch", rdy=200, sample_rate=50)
+    got = []
+    c.sock.settimeout(1.0)
+    try:
+        while True:
+            frame = c.read(skip_heartbeats=True)
+            got.append(frame.body)
+            c.send(Fin(frame.message_id))
+    except TimeoutError:
+        pass
+    assert 40 < len(got) < 160  # about half, each message at most once
+    assert len(got) == len(set(got))
+    c2 = consumer(nsqd, "sampled", "ch", rdy=200)  # the skipped ones are gone, not requeued
+    c2.sock.settimeout(1.0)
+    with pytest.raises(TimeoutError):
+        c2.read(skip_heartbeats=True)
+
+
+def test_max_channel_consumers(tmp_path: Path) -> None:
+    daemon = pnsq_nsqd(tmp_path / "d", "--max-channel-consumers=1").start()
+    try:
+        first = consumer(daemon, "lim", "ch")  # keep it connected
+        c = RawClient(daemon.tcp_address)
+        c.send(Sub("lim", "ch"))
+        assert c.read().data == b"E_SUB_FAILED SUB failed consumers for lim:ch exceeds limit of 1"
+        assert c.closed_by_server()
+        first.close()
+    finally:
+        daemon.stop()
