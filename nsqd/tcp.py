@@ -38,26 +38,31 @@ class TCPServer:
         peer = stream.socket.getpeername()
         remote = f"{peer[0]}:{peer[1]}"
         try:
-            magic = b""
-            with trio.move_on_after(MAGIC_TIMEOUT):
-                while len(magic) < 4:
-                    chunk = await stream.receive_some(65536)
-                    if not chunk:
-                        return
-                    magic += chunk
-            if len(magic) < 4:
-                return
-            if magic[:4] != frames.MAGIC_V2:
-                log.info("[%s] bad protocol magic %r", remote, magic[:4])
-                await stream.send_all(frames.encode_error("E_BAD_PROTOCOL"))
-                return
-            session = Session(stream, self.broker, self.settings, remote)
-            self.sessions.add(session)
-            try:
-                await session.run(initial=magic[4:])
-            finally:
-                self.sessions.discard(session)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError) as exc:
-            log.debug("[%s] connection closed: %r", remote, exc)
+            await self._serve_connection(stream, remote)
+        except* (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError) as group:
+            log.debug("[%s] connection closed: %r", remote, group.exceptions)
+        except* Exception:  # one connection's failure must not stop the broker: log it whole
+            log.exception("[%s] closing after an unexpected error", remote)
         finally:
             await stream.aclose()
+
+    async def _serve_connection(self, stream: trio.SocketStream, remote: str) -> None:
+        magic = b""
+        with trio.move_on_after(MAGIC_TIMEOUT):
+            while len(magic) < 4:
+                chunk = await stream.receive_some(65536)
+                if not chunk:
+                    return
+                magic += chunk
+        if len(magic) < 4:
+            return
+        if magic[:4] != frames.MAGIC_V2:
+            log.info("[%s] bad protocol magic %r", remote, magic[:4])
+            await stream.send_all(frames.encode_error("E_BAD_PROTOCOL"))
+            return
+        session = Session(stream, self.broker, self.settings, remote)
+        self.sessions.add(session)
+        try:
+            await session.run(initial=magic[4:])
+        finally:
+            self.sessions.discard(session)

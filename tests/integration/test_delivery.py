@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import socket
+import struct
 import time
 import urllib.request
 from pathlib import Path
@@ -165,3 +167,16 @@ def test_max_channel_consumers(tmp_path: Path) -> None:
         first.close()
     finally:
         daemon.stop()
+
+
+def test_a_client_reset_does_not_take_the_daemon_down(nsqd: Daemon) -> None:
+    publish(nsqd, "rst", *(b"%d" % i for i in range(50)))
+    for _ in range(3):
+        c = consumer(nsqd, "rst", "ch", rdy=100)
+        c.read(skip_heartbeats=True)
+        c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        c.close()  # RST with unread frames in flight
+    publish(nsqd, "rst", b"still here")
+    c = consumer(nsqd, "rst", "other")
+    assert c.read(skip_heartbeats=True).body == b"still here"
+    assert "Traceback" not in nsqd.log_text()
