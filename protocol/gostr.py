@@ -43,10 +43,18 @@ def go_bytes(raw: bytes) -> str:
 
 
 def parse_base10(raw: bytes) -> int | None:
-    """nsqd's ``ByteToBase10``: ASCII digits only (no sign); empty is 0; None if not digits."""
+    """nsqd's ``ByteToBase10``: ASCII digits only (no sign); empty is 0; None if not digits.
+
+    The result is a Go uint64: it wraps modulo 2**64, as nsqd's does.
+    """
     n = 0
     for c in raw:
         if c < 0x30 or c > 0x39:
             return None
-        n = n * 10 + (c - 0x30)
+        n = (n * 10 + (c - 0x30)) & 0xFFFF_FFFF_FFFF_FFFF
     return n
+
+
+def go_int64(n: int) -> int:
+    """Go's ``int64(n)`` and int64 arithmetic: ``n`` wrapped into [-2**63, 2**63)."""
+    return (n + (1 << 63)) % (1 << 64) - (1 << 63)

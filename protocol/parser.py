@@ -40,7 +40,7 @@ from .commands import (
     Touch,
 )
 from .errors import ClientError, ConnectionAbort, ErrorCode
-from .gostr import go_bytes, go_quote, parse_base10
+from .gostr import go_bytes, go_int64, go_quote, parse_base10
 from .mpub import MpubFormatError, split_mpub_body
 from .names import is_valid_name
 
@@ -329,13 +329,14 @@ class CommandParser:
             raise ClientError(
                 ErrorCode.INVALID, f"DPUB could not parse timeout {go_bytes(params[2])}"
             )
-        if defer_ms > self.limits.max_req_timeout_ms:
+        defer_ns = go_int64(defer_ms * 1_000_000)  # nsqd: time.Duration(ms) * time.Millisecond
+        if not 0 <= defer_ns <= self.limits.max_req_timeout_ms * 1_000_000:
             raise ClientError(
                 ErrorCode.INVALID,
                 f"DPUB timeout {defer_ms} out of range 0-{self.limits.max_req_timeout_ms}",
             )
         body = self._message_body(start, "DPUB")
-        return NEED_DATA if body is None else Dpub(topic, defer_ms, body)
+        return NEED_DATA if body is None else Dpub(topic, defer_ns // 1_000_000, body)
 
     def _pub_trace(self, params: list[bytes], start: int) -> _Result:
         if len(params) < 2:
@@ -449,8 +450,8 @@ class CommandParser:
                 raise ClientError(
                     ErrorCode.INVALID, f"RDY could not parse count {go_bytes(params[1])}"
                 )
-            count = parsed
-        if count > self.limits.max_rdy_count:
+            count = go_int64(parsed)  # nsqd: int64(ByteToBase10(...))
+        if count < 0 or count > self.limits.max_rdy_count:
             raise ClientError(
                 ErrorCode.INVALID, f"RDY count {count} out of range 0-{self.limits.max_rdy_count}"
             )
@@ -507,7 +508,8 @@ class CommandParser:
                 ErrorCode.INVALID, f"REQ could not parse timeout {go_bytes(raw_timeout)}"
             )
         self._pos = nl + 1
-        return Req(message_id, timeout)
+        # nsqd: time.Duration(ms) * time.Millisecond, wrapping; negative is clamped to 0 later
+        return Req(message_id, go_int64(timeout * 1_000_000) // 1_000_000)
 
     def _fixed_touch(self, pos: int) -> _Result:
         buf = self._buf

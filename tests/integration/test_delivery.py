@@ -176,7 +176,7 @@ def test_a_client_reset_does_not_take_the_daemon_down(nsqd: Daemon) -> None:
         c.read(skip_heartbeats=True)
         c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         c.close()  # RST with unread frames in flight
-    publish(nsqd, "rst", b"still here")
     c = consumer(nsqd, "rst", "other")
+    publish(nsqd, "rst", b"still here")
     assert c.read(skip_heartbeats=True).body == b"still here"
     assert "Traceback" not in nsqd.log_text()

@@ -349,6 +349,17 @@ CASES = [
         setup=SUBSCRIBED,
         error=b"E_INVALID RDY count 51 out of range 0-50",
     ),
+    case(
+        "rdy-uint64-wraps",
+        b"RDY 18446744073709551615\n",
+        setup=SUBSCRIBED,
+        error=b"E_INVALID RDY count -1 out of range 0-50",
+    ),
+    case(
+        "dpub-duration-overflow",
+        b"DPUB errtable 9223372036855\n",
+        error=b"E_INVALID DPUB timeout 9223372036855 out of range 0-3600000",
+    ),
     # ---- FIN / REQ / TOUCH
     case("fin-before-sub", b"FIN " + ID + b"\n", error=b"E_INVALID cannot FIN in current state"),
     case("req-before-sub", b"REQ " + ID + b" 0\n", error=b"E_INVALID cannot REQ in current state"),

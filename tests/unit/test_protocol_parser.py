@@ -20,6 +20,7 @@ from protocol import (
     CommandParser,
     ConnectionAbort,
     ConnState,
+    Dpub,
     Fin,
     Mpub,
     MpubExt,
@@ -882,6 +883,80 @@ def test_ephemeral() -> None:
 )
 def test_parse_base10(raw: bytes, value: int | None) -> None:
     assert parse_base10(raw) == value
+
+
+def test_parse_base10_wraps_like_go_uint64() -> None:
+    assert parse_base10(b"18446744073709551615") == 2**64 - 1
+    assert parse_base10(b"18446744073709551616") == 0
+    assert parse_base10(b"18446744073709551666") == 50
+
+
+@pytest.mark.parametrize(
+    ("data", "state", "outcome"),
+    [
+        # checked on the real nsqd 1.3.0 (--max-rdy-count=50 for the RDY rows)
+        pytest.param(
+            b"RDY 18446744073709551615\n",
+            ConnState.SUBSCRIBED,
+            "E_INVALID RDY count -1 out of range 0-50",
+            id="rdy-uint64-max-is-minus-1",
+        ),
+        pytest.param(
+            b"RDY 9223372036854775808\n",
+            ConnState.SUBSCRIBED,
+            "E_INVALID RDY count -9223372036854775808 out of range 0-50",
+            id="rdy-int64-min",
+        ),
+        pytest.param(b"RDY 18446744073709551616\n", ConnState.SUBSCRIBED, Rdy(0), id="rdy-wraps-0"),
+        pytest.param(
+            b"RDY 18446744073709551666\n", ConnState.SUBSCRIBED, Rdy(50), id="rdy-wraps-50"
+        ),
+        pytest.param(
+            b"DPUB t 18446744073709551615\n",
+            ConnState.INIT,
+            "E_INVALID DPUB timeout 18446744073709551615 out of range 0-3600000",
+            id="dpub-uint64-max",
+        ),
+        pytest.param(
+            b"DPUB t 9223372036855\n",  # * 1e6 ns overflows int64: negative
+            ConnState.INIT,
+            "E_INVALID DPUB timeout 9223372036855 out of range 0-3600000",
+            id="dpub-duration-overflow",
+        ),
+        pytest.param(
+            b"DPUB t 18446744073709\n",
+            ConnState.INIT,
+            "E_INVALID DPUB timeout 18446744073709 out of range 0-3600000",
+            id="dpub-duration-wraps-negative",
+        ),
+        pytest.param(
+            b"DPUB t 18446744073710\n" + size(1) + b"x",  # wraps to 448384 ns: accepted
+            ConnState.INIT,
+            Dpub("t", 0, b"x"),
+            id="dpub-duration-wraps-into-range",
+        ),
+        pytest.param(
+            b"DPUB t 18446744073709551616\n" + size(1) + b"x",
+            ConnState.INIT,
+            Dpub("t", 0, b"x"),
+            id="dpub-wraps-0",
+        ),
+        pytest.param(
+            b"REQ " + ID + b" 18446744073709\n",
+            ConnState.SUBSCRIBED,
+            Req(ID, -1),  # a negative duration: the broker clamps it to 0, as nsqd does
+            id="req-duration-wraps-negative",
+        ),
+    ],
+)
+def test_go_integer_overflow(data: bytes, state: ConnState, outcome: str | Command) -> None:
+    limits = ParserLimits(max_rdy_count=50)
+    if isinstance(outcome, str):
+        assert error_of(data, state, limits).text == outcome
+    else:
+        parser = parser_in(state, limits)
+        parser.receive_data(data)
+        assert drain(parser) == [outcome]
 
 
 # Each expectation is Go 1.26's fmt.Sprintf("%q", string(raw)).
