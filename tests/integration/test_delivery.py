@@ -170,9 +170,10 @@ def test_max_channel_consumers(tmp_path: Path) -> None:
 
 
 def test_a_client_reset_does_not_take_the_daemon_down(nsqd: Daemon) -> None:
-    publish(nsqd, "rst", *(b"%d" % i for i in range(50)))
-    for _ in range(3):
+    for round_ in range(3):
         c = consumer(nsqd, "rst", "ch", rdy=100)
+        # the previous client's messages stay in flight until they time out, as in nsqd
+        publish(nsqd, "rst", *(b"%d-%d" % (round_, i) for i in range(50)))
         c.read(skip_heartbeats=True)
         c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         c.close()  # RST with unread frames in flight

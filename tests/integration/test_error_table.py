@@ -550,6 +550,49 @@ def test_error_table(daemon: Daemon, case: Case) -> None:
 
 
 @pytest.mark.parametrize(
+    ("setup", "send", "replies"),
+    [
+        pytest.param((), b"PUB errtable\n" + size(100) + b"x" * 100, (b"OK",), id="pub-max-size"),
+        pytest.param(
+            (), mpub(199, *[size(1) + b"m"] * 199), (b"OK",), id="mpub-199-messages-999-bytes"
+        ),
+        pytest.param(
+            (), b"DPUB errtable 3600000\n" + size(1) + b"x", (b"OK",), id="dpub-max-timeout"
+        ),
+        pytest.param(
+            (),
+            b"DPUB errtable 18446744073710\n" + size(1) + b"x",  # * 1e6 wraps to 448384 ns
+            (b"OK",),
+            id="dpub-duration-wraps-into-range",
+        ),
+        pytest.param(SUBSCRIBED, b"RDY 18446744073709551616\n", (), id="rdy-wraps-to-0"),
+        pytest.param(SUBSCRIBED, b"RDY\nRDY 50\nRDY 0\n", (), id="rdy-forms"),
+        pytest.param(CLOSING, b"RDY 5\n", (), id="rdy-ignored-after-cls"),
+        pytest.param((), b"NOP with args\n", (), id="nop-args"),
+        pytest.param((), b"SUB errtable ch\r\n", (b"OK",), id="sub-crlf"),
+        pytest.param(
+            (),
+            ident({"heartbeat_interval": 60000, "msg_timeout": 900000, "sample_rate": 99})
+            + ident({"output_buffer_size": -1, "output_buffer_timeout": 30000}),
+            (b"OK", b"OK"),
+            id="identify-maxima-twice",
+        ),
+    ],
+)
+def test_accepted_by_both(
+    daemon: Daemon, setup: tuple[tuple[bytes, bytes], ...], send: bytes, replies: tuple[bytes, ...]
+) -> None:
+    with Conn(daemon) as conn:
+        for command, reply in setup:
+            conn.send(command)
+            assert conn.read_frame() == (RESPONSE, reply)
+        conn.send(send)
+        for reply in replies:
+            assert conn.read_frame() == (RESPONSE, reply)
+        conn.assert_open()
+
+
+@pytest.mark.parametrize(
     "body",
     [
         pytest.param(b"null", id="null"),  # Go: null into a struct is a no-op
