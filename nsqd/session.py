@@ -150,7 +150,11 @@ class Session:
         parser = self.parser
         while True:
             try:
-                command = parser.next_event()
+                try:
+                    command = parser.next_event()
+                except (ClientError, ConnectionAbort):
+                    await self._flush_gathered()  # the commands before the bad one still count
+                    raise
                 if isinstance(command, Pub):
                     self._gather(command)
                     continue
@@ -163,7 +167,6 @@ class Session:
                     return True
                 await self._handle(command)
             except ClientError as exc:
-                self._gathered.clear()
                 log.info("[%s] %s", self.remote_address, exc.text)
                 self.output.write(frames.encode_error(exc.text))
                 if exc.fatal:
@@ -172,6 +175,7 @@ class Session:
                     return False
             except ConnectionAbort as exc:
                 log.info("[%s] closing: %s", self.remote_address, exc)
+                self.output.flush()
                 return False
 
     def _gather(self, command: Pub) -> None:

@@ -14,6 +14,7 @@ import os
 import threading
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
+from contextlib import suppress
 from operator import attrgetter
 from pathlib import Path
 from typing import Final, final
@@ -271,7 +272,8 @@ class PartitionLog:
         self._unsynced = []
         try:
             # Duplicates, so that truncate()/close() on another thread may close the originals.
-            fds += [os.dup(active.fd), os.dup(active.index_fd)]
+            fds.append(os.dup(active.fd))
+            fds.append(os.dup(active.index_fd))
         except OSError:
             self._unsynced = fds
             raise
@@ -317,29 +319,17 @@ class PartitionLog:
         self._do_sync(fds, dir_dirty)
 
     def close(self) -> None:
-        """:meth:`sync`, then close every fd. Idempotent; other methods then raise
-        :class:`LogClosedError`. The fds are closed even if the sync fails."""
+        """:meth:`sync`, then close every fd (even if the sync fails, which raises
+        :class:`StorageError`). Idempotent; other methods then raise :class:`LogClosedError`."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
             active = self._segments[-1]
-            try:
-                fds, dir_dirty = self._take_sync_work()
-            except OSError as exc:
-                fds, dir_dirty = [], True
-                error: OSError | None = exc
-            else:
-                error = None
-        try:
-            if error is not None:
-                raise StorageError(f"sync of {self.directory} failed: {error}") from error
-            self._do_sync(fds, dir_dirty)
-        finally:
-            try:
-                active.close()
-            except OSError as exc:
-                raise StorageError(f"close of {active.log_path} failed: {exc}") from exc
+            fds = [*self._unsynced, *(fd for fd in (active.fd, active.index_fd) if fd is not None)]
+            self._unsynced = []
+            active.fd = active.index_fd = None  # ownership moves to _do_sync, which closes them
+        self._do_sync(fds, self._dir_dirty)
 
     # -- truncation and retention ----------------------------------------------------------------
 
@@ -375,7 +365,7 @@ class PartitionLog:
                     target.reactivate()
                 target.truncate(offset)
             except (OSError, StorageError) as exc:
-                self._closed = True
+                self._abandon()
                 raise StorageError(f"truncate of {self.directory} failed: {exc}") from exc
             self._end = offset
             if offset <= self._cache_start:
@@ -383,6 +373,18 @@ class PartitionLog:
                 self._cache_start = offset
             else:
                 del self._cache[offset - self._cache_start :]
+
+    def _abandon(self) -> None:
+        """Close every fd without syncing and refuse further use (after a failed truncate, the
+        in-memory state no longer matches the files; reopening recovers from the files)."""
+        self._closed = True
+        for fd in self._unsynced:
+            with suppress(OSError):
+                os.close(fd)
+        self._unsynced = []
+        for seg in self._segments:
+            with suppress(OSError):
+                seg.close()
 
     def delete_segments(self, *, before_offset: int, older_than_ns: int) -> int:
         """Retention: delete leading segments whose records all have offsets ``< before_offset``

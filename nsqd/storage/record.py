@@ -32,8 +32,8 @@ RECORD_HEADER: Final = struct.Struct(
     "q"  # deliver_at_ns: earliest delivery time (DPUB), 0 = at once
     "H"  # ext_len: length of the opaque extension header that follows
 )
-LENGTH_SIZE: Final = struct.calcsize(">I")
-CRC_START: Final = struct.calcsize(">II")
+LENGTH_SIZE: Final = struct.calcsize(RECORD_HEADER.format[:2])
+CRC_START: Final = struct.calcsize(RECORD_HEADER.format[:3])
 HEADER_SIZE: Final = RECORD_HEADER.size
 # Smallest legal value of the length field: a record with empty ext and body.
 MIN_LENGTH: Final = HEADER_SIZE - LENGTH_SIZE
@@ -53,7 +53,7 @@ _crc: Final = _crc32c.crc32c
 _pack_prefix: Final = _PREFIX.pack
 _pack_covered: Final = _COVERED.pack
 _unpack_header_from: Final = RECORD_HEADER.unpack_from
-_unpack_length_from: Final = struct.Struct(">I").unpack_from
+_unpack_length_from: Final = struct.Struct(RECORD_HEADER.format[:2]).unpack_from
 
 
 @dataclass(frozen=True, slots=True)

@@ -195,6 +195,18 @@ CASES = [
         error=b"E_INVALID invalid command BOGUS",
     ),
     case(
+        "pub-then-bad-command",  # the PUB is published and acknowledged before the error
+        b"PUB errtable\n" + size(1) + b"x" + b"BOGUS\n",
+        replies=(b"OK",),
+        error=b"E_INVALID invalid command BOGUS",
+    ),
+    case(
+        "pubs-then-bad-state",
+        b"PUB errtable\n" + size(1) + b"x" + b"PUB errtable\n" + size(2) + b"yz" + b"RDY 1\n",
+        replies=(b"OK", b"OK"),
+        error=b"E_INVALID cannot RDY in current state",
+    ),
+    case(
         "split-chunks",
         b"PU",
         b"B errtable\n",

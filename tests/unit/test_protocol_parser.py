@@ -184,13 +184,11 @@ def _encoded(commands: list[Command]) -> tuple[bytes, list[tuple[int, Command]]]
 
 
 def _feed(chunks: list[bytes]) -> tuple[CommandParser, list[Command]]:
-    """Feed chunk by chunk; after each, the events must be exactly the complete commands."""
+    """Feed chunk by chunk, draining after each; returns the parser and all events."""
     parser = CommandParser()
     events: list[Command] = []
-    fed = 0
     for chunk in chunks:
         parser.receive_data(chunk)
-        fed += len(chunk)
         events += drain(parser)
         assert parser.next_event() is NEED_DATA  # and it stays NEED_DATA
     return parser, events
