@@ -14,13 +14,15 @@ from trio.lowlevel import ParkingLot
 class OutputBuffer:
     """Coalescing writer for one stream. Run :meth:`run` in the connection's nursery."""
 
-    def __init__(self, stream: trio.abc.SendStream, write_timeout: float | None) -> None:
+    def __init__(self, stream: trio.abc.SendStream) -> None:
         self._stream = stream
         self._buf = bytearray()
         self._wake = ParkingLot()
         self._idle = ParkingLot()
         self._sending = False
-        self.write_timeout = write_timeout  # nsqd: 1 x heartbeat interval per write
+        #: when the current send began (None when idle): the session's watchdog enforces
+        #: nsqd's write deadline with it (a cancel scope per send would cost ~15% of a PUB)
+        self.send_started: float | None = None
         self.bytes_sent = 0
 
     def append(self, frame: bytes) -> None:
@@ -42,6 +44,32 @@ class OutputBuffer:
         """Bytes queued and not yet handed to the stream."""
         return len(self._buf)
 
+    async def send_pending(self) -> None:
+        """Send what is queued from the calling task, unless the writer is already sending.
+
+        The read loop calls this after each batch of commands: responses leave without a hop
+        through the writer task (the common case for clients that wait for each reply).
+        """
+        if self._sending or not self._buf:
+            self.flush()
+            return
+        await self._send()
+
+    async def _send(self) -> None:
+        data, self._buf = self._buf, bytearray()
+        self._sending = True
+        self.send_started = trio.current_time()
+        try:
+            await self._stream.send_all(data)
+        finally:
+            self._sending = False
+            self.send_started = None
+        self.bytes_sent += len(data)
+        if self._buf:
+            self._wake.unpark_all()
+        else:
+            self._idle.unpark_all()
+
     async def drain(self) -> None:
         """Wait until everything queued so far has been sent."""
         self.flush()
@@ -49,15 +77,10 @@ class OutputBuffer:
             await self._idle.park()
 
     async def run(self) -> None:
-        """Send queued bytes until cancelled; a write slower than ``write_timeout`` fails."""
+        """Send queued bytes until cancelled."""
         while True:
-            while not self._buf:
-                self._idle.unpark_all()
+            while not self._buf or self._sending:
+                if not self._sending:
+                    self._idle.unpark_all()
                 await self._wake.park()
-            data, self._buf = self._buf, bytearray()
-            self._sending = True
-            timeout = self.write_timeout
-            with trio.fail_after(timeout) if timeout else trio.CancelScope():
-                await self._stream.send_all(data)
-            self._sending = False
-            self.bytes_sent += len(data)
+            await self._send()

@@ -8,7 +8,6 @@ in order, so responses come back in command order as go-nsq and pynsq require.
 from __future__ import annotations
 
 import logging
-import math
 import random
 import time
 from dataclasses import dataclass, field
@@ -90,7 +89,7 @@ class Session:
         self.msg_timeout_ns = limits.default_msg_timeout_ms * 1_000_000
         self.output_buffer_timeout = limits.default_output_buffer_timeout_ms / 1000
         self.sample_rate = 0
-        self.output = OutputBuffer(stream, self.heartbeat_interval)
+        self.output = OutputBuffer(stream)
         self.channel: Channel | None = None
         self.partition: int | None = None
         self.ready_count = 0
@@ -100,6 +99,8 @@ class Session:
         self.requeue_count = 0
         self.connect_time = int(time.time())
         self._pump_lot = ParkingLot()
+        self._last_read = trio.current_time()
+        self._watchdog_scope: trio.CancelScope | None = None
         self._gathered: list[tuple[tuple[str, int | None], list[NewRecord]]] = []
         self._heartbeat_scope: trio.CancelScope | None = None
         self._nursery: trio.Nursery | None = None
@@ -117,6 +118,7 @@ class Session:
                 self._nursery = nursery
                 nursery.start_soon(self.output.run)
                 nursery.start_soon(self._heartbeats)
+                nursery.start_soon(self._watchdog, nursery.cancel_scope)
                 await self._read_loop()
                 nursery.cancel_scope.cancel()
         finally:
@@ -124,21 +126,40 @@ class Session:
                 self.broker.unsubscribe(self.channel, self)
 
     async def _read_loop(self) -> None:
-        if self.parser.buffered and not await self._process():
-            return
+        stream, parser, output = self.stream, self.parser, self.output
         while True:
-            # nsqd's read deadline: two heartbeat intervals without any command closes silently.
-            timeout = 2 * self.heartbeat_interval if self.heartbeat_interval else math.inf
-            with trio.move_on_after(timeout) as scope:
-                data = await self.stream.receive_some(RECEIVE_SIZE)
-            if scope.cancelled_caught:
-                log.info("[%s] closing: no command for %.1fs", self.remote_address, timeout)
-                return
+            if parser.buffered:
+                if not await self._process():
+                    return
+                await output.send_pending()
+            data = await stream.receive_some(RECEIVE_SIZE)
             if not data:
                 return
-            self.parser.receive_data(data)
-            if not await self._process():
+            self._last_read = trio.current_time()
+            parser.receive_data(data)
+
+    async def _watchdog(self, cancel_scope: trio.CancelScope) -> None:
+        """nsqd's deadlines, one timer per connection instead of a cancel scope per I/O call:
+        no command for two heartbeat intervals, or one send blocked for one interval (a client
+        that stopped reading), closes the connection."""
+        while True:
+            interval = self.heartbeat_interval
+            if not interval:
+                await trio.sleep(1.0)  # heartbeats disabled: no deadline (re-check after IDENTIFY)
+                continue
+            now = trio.current_time()
+            if now >= self._last_read + 2 * interval:
+                log.info("[%s] closing: no command for %.1fs", self.remote_address, 2 * interval)
+                cancel_scope.cancel()
                 return
+            started = self.output.send_started
+            if started is not None and now >= started + interval:
+                log.info("[%s] closing: write blocked for %.1fs", self.remote_address, interval)
+                cancel_scope.cancel()
+                return
+            with trio.CancelScope() as scope:
+                self._watchdog_scope = scope  # IDENTIFY cancels it to apply a new interval
+                await trio.sleep_until(min(self._last_read + 2 * interval, now + interval))
 
     async def _process(self) -> bool:
         """Handle every complete buffered command; False when the connection must close.
@@ -163,8 +184,7 @@ class Session:
                     continue
                 await self._flush_gathered()
                 if command is NEED_DATA:
-                    self.output.flush()
-                    return True
+                    return True  # the read loop sends the replies (OutputBuffer.send_pending)
                 await self._handle(command)
             except ClientError as exc:
                 log.info("[%s] %s", self.remote_address, exc.text)
@@ -301,12 +321,12 @@ class Session:
         self.user_agent = result.user_agent
         self.heartbeat_interval = result.heartbeat_interval_ms / 1000
         self.parser.heartbeats_disabled = result.heartbeat_interval_ms == 0
-        self.output.write_timeout = self.heartbeat_interval or None
         self.msg_timeout_ns = result.msg_timeout_ms * 1_000_000
         self.output_buffer_timeout = result.output_buffer_timeout_ms / 1000
         self.sample_rate = result.sample_rate
-        if self._heartbeat_scope is not None:
-            self._heartbeat_scope.cancel()  # restart the ticker with the new interval
+        for scope in (self._heartbeat_scope, self._watchdog_scope):
+            if scope is not None:
+                scope.cancel()  # restart the ticker and the read deadline with the new interval
         if not result.feature_negotiation:
             self.output.write(frames.OK)
             return

@@ -181,3 +181,15 @@ def test_a_client_reset_does_not_take_the_daemon_down(nsqd: Daemon) -> None:
     publish(nsqd, "rst", b"still here")
     assert c.read(skip_heartbeats=True).body == b"still here"
     assert "Traceback" not in nsqd.log_text()
+
+
+def test_a_consumer_that_stops_reading_is_dropped(nsqd: Daemon) -> None:
+    c = consumer(nsqd, "stuck", "ch", rdy=2500, heartbeat_interval=1000)
+    big = b"x" * 1_000_000
+    for _ in range(8):  # far more than the socket buffers hold
+        publish(nsqd, "stuck", *([big] * 5))
+    deadline = time.monotonic() + 8
+    while "write blocked" not in nsqd.log_text() and time.monotonic() < deadline:
+        c.send(Nop())  # still talking, so only the write deadline can fire
+        time.sleep(0.3)
+    assert "write blocked" in nsqd.log_text()
