@@ -32,18 +32,25 @@ from ..core.errors import (
     ExitingError,
     TopicNotFoundError,
 )
-from ..storage.checkpoint import read_json, write_json
+from ..storage.checkpoint import write_json
 from ..storage.log import PartitionLog
 from ..storage.memory import MemoryLog
 from ..storage.record import NewRecord, Record
 from .channel import Channel, Subscriber
 from .partition import Partition
+from .persistence import (
+    METADATA_FILE,
+    STATE_FILE,
+    SyncSchedule,
+    load_state,
+    load_topic_entries,
+    metadata_document,
+    partition_state,
+    topic_directory,
+)
 from .topic import Topic
 
 log = logging.getLogger("nsqd.broker")
-
-METADATA_FILE = "pnsq.dat"
-STATE_FILE = "state.json"
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,11 +79,7 @@ class Broker:
         self.start_time = int(time.time())
         self.exiting = False
         self._nursery = nursery
-        self._sync_wanted = trio.Event()
-        self._sync_started = 0
-        self._sync_done = 0
-        self._sync_done_event = trio.Event()
-        self._metadata_dirty = False
+        self.syncs = SyncSchedule()
         self._timer_scopes: dict[Channel, trio.CancelScope] = {}
 
     # ------------------------------------------------------------------ topics
@@ -98,13 +101,12 @@ class Broker:
         count = partitions or self.config.default_partitions
         topic = self._build_topic(name, count, {})
         self.topics[name] = topic
-        self._metadata_dirty = True
-        self._sync_wanted.set()
+        self.syncs.request(metadata=True)
         log.info("TOPIC(%s): created with %d partition(s)", name, count)
         return topic
 
     def _topic_dir(self, name: str) -> Path:
-        return self.config.data_path / "topics" / f"t-{name}"
+        return topic_directory(self.config.data_path, name)
 
     def _build_topic(self, name: str, count: int, states: dict[int, dict[str, object]]) -> Topic:
         ephemeral = is_ephemeral(name)
@@ -119,7 +121,7 @@ class Broker:
             plog = PartitionLog.open(
                 directory, partition=number, max_bytes_per_file=self.config.max_bytes_per_file
             )
-            state = states.get(number) or _load_state(directory)
+            state = states.get(number) or load_state(directory)
             start = state.get("topic_start", plog.start_offset)
             assert isinstance(start, int)
             parts.append(Partition(number, plog, directory, start))
@@ -140,8 +142,7 @@ class Broker:
             partition.dirty = True
         topic.channels[name] = channel
         self._start_timer(channel)
-        self._metadata_dirty = True
-        self._sync_wanted.set()
+        self.syncs.request(metadata=True)
         log.info("TOPIC(%s): new channel(%s)", topic.name, name)
         return channel
 
@@ -190,8 +191,7 @@ class Broker:
                 partition.topic_start = partition.log.end_offset
         for partition in topic.partitions:
             partition.dirty = True
-        self._metadata_dirty = True
-        self._sync_wanted.set()
+        self.syncs.request(metadata=True)
         if topic.ephemeral and not topic.channels and not topic.deleted:
             self._drop_topic(topic)
 
@@ -205,7 +205,7 @@ class Broker:
                 scope.cancel()
         for partition in topic.partitions:
             partition.log.close()
-        self._metadata_dirty = True
+        self.syncs.metadata_dirty = True
 
     async def delete_topic(self, name: str) -> None:
         """Delete a topic, its channels and its data on disk."""
@@ -213,7 +213,7 @@ class Broker:
         self._drop_topic(topic)
         if not topic.ephemeral:
             await trio.to_thread.run_sync(shutil.rmtree, self._topic_dir(name), True)
-        self._sync_wanted.set()
+        self.syncs.request()
 
     # ------------------------------------------------------------------ publish
 
@@ -231,7 +231,7 @@ class Broker:
         target = topic.pick_partition(partition)
         records = topic.append(target, entries)
         if target.unsynced >= self.config.sync_every:
-            self._sync_wanted.set()
+            self.syncs.request()
         return records
 
     @property
@@ -241,10 +241,7 @@ class Broker:
 
     async def wait_durable(self) -> None:
         """Wait for an fsync that started after this call (group commit: waiters share one)."""
-        target = self._sync_started + 1
-        self._sync_wanted.set()
-        while self._sync_done < target:
-            await self._sync_done_event.wait()
+        await self.syncs.wait_durable()
 
     # ------------------------------------------------------------------ FIN / REQ / TOUCH
 
@@ -294,25 +291,14 @@ class Broker:
 
     def restore(self) -> None:
         """Load topics and channels from ``pnsq.dat`` and the partition directories (startup)."""
-        meta = read_json(self.config.data_path / METADATA_FILE)
-        entries: dict[str, dict[str, object]] = {}
-        if isinstance(meta, dict):
-            for entry in meta.get("topics", []):
-                entries[str(entry["name"])] = entry
-        topics_dir = self.config.data_path / "topics"
-        if topics_dir.is_dir():  # topics created just before a crash, not yet in pnsq.dat
-            for path in sorted(topics_dir.iterdir()):
-                name = path.name.removeprefix("t-")
-                if path.name.startswith("t-") and name not in entries:
-                    found = sum(1 for p in path.iterdir() if p.name.isdigit())
-                    entries[name] = {"name": name, "partitions": max(found, 1), "channels": []}
+        entries = load_topic_entries(self.config.data_path)
         for name, entry in entries.items():
             count = entry.get("partitions", 1)
             assert isinstance(count, int)
             topic = self._build_topic(name, count, {})
             topic.paused = bool(entry.get("paused", False))
             self.topics[name] = topic
-            states = {p.number: _load_state(p.directory) for p in topic.partitions if p.directory}
+            states = {p.number: load_state(p.directory) for p in topic.partitions if p.directory}
             channel_entries = entry.get("channels", [])
             assert isinstance(channel_entries, list)
             names = {str(c["name"]): bool(c.get("paused", False)) for c in channel_entries}
@@ -335,39 +321,9 @@ class Broker:
                 self._start_timer(channel)
             log.info("TOPIC(%s): restored, %d channel(s)", name, len(topic.channels))
 
-    def _metadata(self) -> dict[str, object]:
-        topics = []
-        for topic in self.topics.values():
-            if topic.ephemeral:
-                continue
-            channels = [
-                {"name": c.name, "paused": c.paused}
-                for c in topic.channels.values()
-                if not c.ephemeral
-            ]
-            topics.append(
-                {
-                    "name": topic.name,
-                    "paused": topic.paused,
-                    "partitions": len(topic.partitions),
-                    "channels": channels,
-                }
-            )
-        return {"version": self.config.version, "topics": topics}
-
-    @staticmethod
-    def _partition_state(topic: Topic, partition: Partition) -> dict[str, object]:
-        channels = {
-            c.name: c.cursors[partition.number].checkpoint()
-            for c in topic.channels.values()
-            if not c.ephemeral
-        }
-        return {"topic_start": partition.topic_start, "channels": channels}
-
     async def sync_once(self) -> None:
         """fsync what was appended, checkpoint changed cursors, save metadata if it changed."""
-        self._sync_started += 1
-        generation = self._sync_started
+        generation = self.syncs.begin()
         for topic in list(self.topics.values()):
             for partition in topic.partitions:
                 if partition.directory is None or topic.deleted:
@@ -377,23 +333,20 @@ class Broker:
                     await trio.to_thread.run_sync(partition.log.sync)
                 if partition.dirty:
                     partition.dirty = False
-                    state = self._partition_state(topic, partition)
+                    state = partition_state(topic, partition)
                     path = partition.directory / STATE_FILE
                     await trio.to_thread.run_sync(write_json, path, state)
-        if self._metadata_dirty:
-            self._metadata_dirty = False
+        if self.syncs.metadata_dirty:
+            self.syncs.metadata_dirty = False
+            document = metadata_document(list(self.topics.values()), self.config.version)
             path = self.config.data_path / METADATA_FILE
-            await trio.to_thread.run_sync(write_json, path, self._metadata())
-        self._sync_done = generation
-        done, self._sync_done_event = self._sync_done_event, trio.Event()
-        done.set()
+            await trio.to_thread.run_sync(write_json, path, document)
+        self.syncs.end(generation)
 
     async def run_syncer(self) -> None:
         """Sync every ``--sync-timeout``, or at once when ``--sync-every`` records are pending."""
         while True:
-            with trio.move_on_after(self.config.sync_timeout):
-                await self._sync_wanted.wait()
-            self._sync_wanted = trio.Event()
+            await self.syncs.wait_requested(self.config.sync_timeout)
             await self.sync_once()
 
     async def run_retention(self) -> None:
@@ -424,7 +377,7 @@ class Broker:
     async def close(self) -> None:
         """Stop taking writes, checkpoint everything and close the logs."""
         self.exiting = True
-        self._metadata_dirty = True
+        self.syncs.metadata_dirty = True
         for topic in self.topics.values():
             for partition in topic.partitions:
                 partition.dirty = True
@@ -432,13 +385,6 @@ class Broker:
         for topic in self.topics.values():
             for partition in topic.partitions:
                 partition.log.close()
-
-
-def _load_state(directory: Path | None) -> dict[str, object]:
-    if directory is None:
-        return {}
-    state = read_json(directory / STATE_FILE)
-    return state if isinstance(state, dict) else {}
 
 
 @asynccontextmanager
