@@ -11,7 +11,8 @@ import trio
 from . import __version__
 from .app import NSQD_VERSION, main as run_main
 from .flags import parse_or_exit
-from .options import OptionsError, nsqd_flagset, options_from_flags
+from .option_flags import nsqd_flagset, options_from_flags
+from .options import OptionsError
 
 _LEVELS = {
     "debug": logging.DEBUG,

@@ -11,12 +11,9 @@ import math
 
 import pytest
 
-from nsqd.flags import (
-    FlagError,
-    FlagSet,
+from nsqd.flags import FlagError, FlagSet, HelpRequested, ParseResult, parse_or_exit
+from nsqd.gosyntax import (
     FlagValueError,
-    HelpRequested,
-    ParseResult,
     format_go_duration,
     format_go_float,
     go_quote,
@@ -24,7 +21,6 @@ from nsqd.flags import (
     parse_go_duration,
     parse_go_float,
     parse_go_int,
-    parse_or_exit,
 )
 
 

@@ -14,19 +14,16 @@ from pathlib import Path
 
 import pytest
 
-from nsqd.flags import FlagError, HelpRequested, go_quote
+from nsqd.addresses import address_kind, parse_host_port, split_host_port
+from nsqd.flags import FlagError, HelpRequested
+from nsqd.gosyntax import go_quote
+from nsqd.option_flags import nsqd_flagset, options_from_flags, parse_nsqd_args
 from nsqd.options import (
     LOG_LEVELS,
     Options,
     OptionsError,
-    address_kind,
     attribute_name,
     default_node_id,
-    nsqd_flagset,
-    options_from_flags,
-    parse_host_port,
-    parse_nsqd_args,
-    split_host_port,
     validate_options,
 )
 
@@ -582,7 +579,9 @@ STDLIB_AND_NSQD = {"__future__", "collections", "dataclasses", "decimal", "hashl
 }
 
 
-@pytest.mark.parametrize("module", ["flags.py", "options.py"])
+@pytest.mark.parametrize(
+    "module", ["flags.py", "options.py", "gosyntax.py", "addresses.py", "option_flags.py"]
+)
 def test_modules_do_not_import_trio(module: str) -> None:
     source = Path(__file__).parents[2] / "nsqd" / module
     imported: set[str] = set()

@@ -1,0 +1,142 @@
+"""The publish commands of the V2 parser: PUB, DPUB, PUB_TRACE, PUB_EXT and the MPUB family.
+
+:class:`PublishReader` is mixed into :class:`~protocol.parser.CommandParser`; each method reads
+one command (line already split, body still in the buffer) with nsqd's checks, in nsqd's order
+and words. Trace ids are a u64 BE before the body; PUB_EXT's JSON header is ``[u16 len][json]``
+before the body. PUB is the hot path: keep it free of extra calls.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Final
+
+from ._parser_base import NEED_DATA, ParserBase, Result
+from .commands import Dpub, Mpub, MpubExt, MpubTrace, Pub, PubExt, PubTrace
+from .errors import ClientError, ErrorCode
+from .gostr import go_bytes, go_int64, parse_base10
+from .mpub import MpubFormatError, split_mpub_body
+
+_TRACE_ID: Final = struct.Struct(">Q")  # PUB_TRACE trace id: u64 BE before the body
+_EXT_LEN: Final = struct.Struct(">H")  # PUB_EXT json header length: u16 BE before the header
+
+
+class PublishReader(ParserBase):
+    """Readers of the commands that publish messages."""
+
+    def _message_body(self, start: int, cmd: str) -> bytes | None:
+        return self._body_with_size_checks(
+            start,
+            cmd,
+            code=ErrorCode.BAD_MESSAGE,
+            limit=self.limits.max_msg_size,
+            too_big="message too big {} > {}",
+            invalid="invalid message body size {}",
+            big_first=False,
+        )
+
+    def _pub(self, params: list[bytes], start: int) -> Result:
+        if len(params) < 2:
+            raise ClientError(ErrorCode.INVALID, "PUB insufficient number of parameters")
+        topic = self._topic("PUB", params[1])
+        partition = self._partition(params, 2)
+        body = self._message_body(start, "PUB")
+        return NEED_DATA if body is None else Pub(topic, body, partition)
+
+    def _dpub(self, params: list[bytes], start: int) -> Result:
+        if len(params) < 3:
+            raise ClientError(ErrorCode.INVALID, "DPUB insufficient number of parameters")
+        topic = self._topic("DPUB", params[1])
+        defer_ms = parse_base10(params[2])
+        if defer_ms is None:
+            raise ClientError(
+                ErrorCode.INVALID, f"DPUB could not parse timeout {go_bytes(params[2])}"
+            )
+        defer_ns = go_int64(defer_ms * 1_000_000)  # nsqd: time.Duration(ms) * time.Millisecond
+        if not 0 <= defer_ns <= self.limits.max_req_timeout_ms * 1_000_000:
+            raise ClientError(
+                ErrorCode.INVALID,
+                f"DPUB timeout {defer_ms} out of range 0-{self.limits.max_req_timeout_ms}",
+            )
+        body = self._message_body(start, "DPUB")
+        return NEED_DATA if body is None else Dpub(topic, defer_ns // 1_000_000, body)
+
+    def _pub_trace(self, params: list[bytes], start: int) -> Result:
+        if len(params) < 2:
+            raise ClientError(ErrorCode.INVALID, "PUB_TRACE insufficient number of parameters")
+        topic = self._topic("PUB_TRACE", params[1])
+        partition = self._partition(params, 2)
+        body = self._message_body(start, "PUB_TRACE")
+        if body is None:
+            return NEED_DATA
+        if len(body) <= _TRACE_ID.size:
+            raise ClientError(
+                ErrorCode.BAD_MESSAGE, f"PUB_TRACE invalid message body size {len(body)}"
+            )
+        return PubTrace(topic, _TRACE_ID.unpack_from(body)[0], body[_TRACE_ID.size :], partition)
+
+    def _pub_ext(self, params: list[bytes], start: int) -> Result:
+        if len(params) < 2:
+            raise ClientError(ErrorCode.INVALID, "PUB_EXT insufficient number of parameters")
+        topic = self._topic("PUB_EXT", params[1])
+        partition = self._partition(params, 2)
+        body = self._message_body(start, "PUB_EXT")
+        if body is None:
+            return NEED_DATA
+        header, payload = _split_ext(body, "PUB_EXT")
+        return PubExt(topic, header, payload, partition)
+
+    def _mpub(self, params: list[bytes], start: int) -> Result:
+        cmd = go_bytes(params[0])
+        if len(params) < 2:
+            raise ClientError(ErrorCode.INVALID, f"{cmd} insufficient number of parameters")
+        # nsqd quirk: MPUB's text repeats the code ("E_BAD_TOPIC E_BAD_TOPIC MPUB ...").
+        topic = self._topic(cmd, params[1], code_prefix=f"{ErrorCode.BAD_TOPIC} ")
+        partition = self._partition(params, 2)
+        size = self._size_at(start)
+        if size is None:
+            return NEED_DATA
+        if size <= 0:
+            raise ClientError(ErrorCode.BAD_BODY, f"{cmd} invalid body size {size}")
+        if size > self.limits.max_body_size:
+            raise ClientError(
+                ErrorCode.BAD_BODY, f"{cmd} body too big {size} > {self.limits.max_body_size}"
+            )
+        if len(self._buf) < start + 4 + size:
+            return NEED_DATA
+        bodies = self._mpub_elements(cmd, start + 4, size)
+        self._pos = start + 4 + size
+        if cmd == "MPUB":
+            return Mpub(topic, bodies, partition)
+        if cmd == "MPUB_TRACE":
+            traced = []
+            for body in bodies:
+                if len(body) <= _TRACE_ID.size:
+                    raise ClientError(
+                        ErrorCode.BAD_MESSAGE, f"{cmd} invalid message body size {len(body)}"
+                    )
+                traced.append((int(_TRACE_ID.unpack_from(body)[0]), body[_TRACE_ID.size :]))
+            return MpubTrace(topic, traced, partition)
+        return MpubExt(
+            topic, [_split_ext(body, cmd, allow_empty_header=True) for body in bodies], partition
+        )
+
+    def _mpub_elements(self, cmd: str, start: int, size: int) -> list[bytes]:
+        """Split an MPUB body ``[n]([len][bytes])*`` with nsqd's checks and texts."""
+        with memoryview(self._buf) as view:
+            body = view[start : start + size].tobytes()
+        try:
+            return split_mpub_body(body, self.limits.max_msg_size, self.limits.max_body_size, cmd)
+        except MpubFormatError as exc:
+            raise ClientError(exc.code, str(exc)) from exc
+
+
+def _split_ext(body: bytes, cmd: str, *, allow_empty_header: bool = False) -> tuple[bytes, bytes]:
+    """``[u16 json len][json][body]`` → (header, body)."""
+    if len(body) < _EXT_LEN.size:
+        raise ClientError(ErrorCode.BAD_MESSAGE, f"{cmd} invalid message body size {len(body)}")
+    header_len = int(_EXT_LEN.unpack_from(body)[0])
+    end = _EXT_LEN.size + header_len
+    if len(body) <= end or (header_len == 0 and not allow_empty_header):
+        raise ClientError(ErrorCode.BAD_MESSAGE, f"{cmd} invalid message body size {len(body)}")
+    return body[_EXT_LEN.size : end], body[end:]
