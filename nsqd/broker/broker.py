@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import shutil
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +33,7 @@ from ..core.errors import (
     TopicNotFoundError,
 )
 from ..storage.checkpoint import write_json
+from ..storage.errors import StorageError
 from ..storage.log import PartitionLog
 from ..storage.memory import MemoryLog
 from ..storage.record import NewRecord, Record
@@ -80,6 +81,9 @@ class Broker:
         self.exiting = False
         self._nursery = nursery
         self.syncs = SyncSchedule()
+        self._sync_lock = trio.Lock()  # fsync and checkpoint vs. deleting logs
+        #: the last disk error (None while healthy); /ping answers "NOK - <error>"
+        self.health_error: str | None = None
         self._timer_scopes: dict[Channel, trio.CancelScope] = {}
 
     # ------------------------------------------------------------------ topics
@@ -210,9 +214,10 @@ class Broker:
     async def delete_topic(self, name: str) -> None:
         """Delete a topic, its channels and its data on disk."""
         topic = self.get_topic(name)
-        self._drop_topic(topic)
-        if not topic.ephemeral:
-            await trio.to_thread.run_sync(shutil.rmtree, self._topic_dir(name), True)
+        async with self._sync_lock:
+            self._drop_topic(topic)
+            if not topic.ephemeral:
+                await trio.to_thread.run_sync(shutil.rmtree, self._topic_dir(name), True)
         self.syncs.request()
 
     # ------------------------------------------------------------------ publish
@@ -322,26 +327,40 @@ class Broker:
             log.info("TOPIC(%s): restored, %d channel(s)", name, len(topic.channels))
 
     async def sync_once(self) -> None:
-        """fsync what was appended, checkpoint changed cursors, save metadata if it changed."""
+        """fsync what was appended, checkpoint changed cursors, save metadata if it changed.
+
+        Holds the sync lock, so no log is closed or deleted under a worker thread's fsync. A disk
+        error does not stop the broker: it is logged and reported by ``/ping`` (``NOK - <err>``),
+        as nsqd does.
+        """
         generation = self.syncs.begin()
-        for topic in list(self.topics.values()):
-            for partition in topic.partitions:
-                if partition.directory is None or topic.deleted:
-                    continue
-                if partition.unsynced:
-                    partition.unsynced = 0
-                    await trio.to_thread.run_sync(partition.log.sync)
-                if partition.dirty:
-                    partition.dirty = False
-                    state = partition_state(topic, partition)
-                    path = partition.directory / STATE_FILE
-                    await trio.to_thread.run_sync(write_json, path, state)
-        if self.syncs.metadata_dirty:
-            self.syncs.metadata_dirty = False
-            document = metadata_document(list(self.topics.values()), self.config.version)
-            path = self.config.data_path / METADATA_FILE
-            await trio.to_thread.run_sync(write_json, path, document)
+        async with self._sync_lock:
+            for topic in list(self.topics.values()):
+                for partition in topic.partitions:
+                    if partition.directory is None or topic.deleted:
+                        continue
+                    if partition.unsynced:
+                        partition.unsynced = 0
+                        await self._disk(partition.log.sync)
+                    if partition.dirty:
+                        partition.dirty = False
+                        state = partition_state(topic, partition)
+                        await self._disk(write_json, partition.directory / STATE_FILE, state)
+            if self.syncs.metadata_dirty:
+                self.syncs.metadata_dirty = False
+                document = metadata_document(list(self.topics.values()), self.config.version)
+                await self._disk(write_json, self.config.data_path / METADATA_FILE, document)
         self.syncs.end(generation)
+
+    async def _disk(self, fn: Callable[..., None], *args: object) -> None:
+        """Run blocking file I/O in a worker thread; a failure marks the broker unhealthy."""
+        try:
+            await trio.to_thread.run_sync(fn, *args)
+        except (StorageError, OSError) as exc:
+            self.health_error = f"{type(exc).__name__}: {exc}"
+            log.error("disk error: %s", self.health_error)
+        else:
+            self.health_error = None
 
     async def run_syncer(self) -> None:
         """Sync every ``--sync-timeout``, or at once when ``--sync-every`` records are pending."""
