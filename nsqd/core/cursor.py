@@ -93,6 +93,9 @@ class PartitionCursor:
         self.requeue_count = 0
         self.timeout_count = 0
         self.message_count = 0
+        #: ordered consumption (SUB_ORDERED): exactly one message in flight; a timeout or REQ
+        #: gives the same message back at the head (REQ delays are ignored), so order holds.
+        self.ordered = False
 
     # ------------------------------------------------------------------ reading
 
@@ -102,6 +105,10 @@ class PartitionCursor:
         Records from the log that are not due yet (DPUB) go to the deferred set instead.
         Acked offsets (FINed before a restart) are skipped.
         """
+        if self.ordered:
+            if self.in_flight or self.deferred:  # the head is out, or not due yet
+                return []
+            max_messages = min(max_messages, 1)
         out: list[Message] = []
         ready = self.ready
         while ready and len(out) < max_messages:
@@ -122,13 +129,19 @@ class PartitionCursor:
                 if record.deliver_at_ns > now_ns:
                     message.due_ns = record.deliver_at_ns
                     self.deferred.add(message)
+                    if self.ordered:
+                        break  # nothing passes a message that is not due yet
                 else:
                     out.append(message)
             self.next_read = records[used - 1].offset + 1 if used else self.next_read
+            if self.ordered and self.deferred:
+                break
         return out
 
     def has_ready(self, end_offset: int) -> bool:
         """True if :meth:`take` could return something now."""
+        if self.ordered and (self.in_flight or self.deferred):
+            return False
         return bool(self.ready) or self.next_read < end_offset
 
     def depth(self, end_offset: int) -> int:
@@ -169,7 +182,9 @@ class PartitionCursor:
         del self.in_flight[offset]
         message.owner = None
         self.requeue_count += 1
-        if delay_ns > 0:
+        if self.ordered:
+            self.ready.appendleft(message)  # delays are ignored: order first
+        elif delay_ns > 0:
             message.due_ns = now_ns + delay_ns
             self.deferred.add(message)
         else:
@@ -202,7 +217,10 @@ class PartitionCursor:
             owners.append(message.owner)
             message.owner = None
             self.timeout_count += 1
-            self.ready.append(message)
+            if self.ordered:
+                self.ready.appendleft(message)
+            else:
+                self.ready.append(message)
         deferred = self.deferred
         while deferred and deferred[0].due_ns <= now_ns:
             self.ready.append(deferred.pop(0))
@@ -233,14 +251,22 @@ class PartitionCursor:
             acked.discard(self.confirmed)
             self.confirmed += 1
 
-    def empty(self, end_offset: int) -> None:
-        """Drop everything: depth, in-flight and deferred (nsqd's channel empty)."""
+    def seek(self, offset: int) -> list[object]:
+        """Move the cursor to ``offset`` (replay, or skip ahead): everything in flight, deferred
+        or requeued is dropped. Returns the owners of the dropped in-flight messages (one entry
+        per message) so their RDY accounting can be released."""
+        owners = [m.owner for m in self.in_flight.values()]
         self.in_flight.clear()
         self.deferred.clear()
         self.ready.clear()
         self._timeouts.clear()
         self.acked.clear()
-        self.confirmed = self.next_read = end_offset
+        self.confirmed = self.next_read = offset
+        return owners
+
+    def empty(self, end_offset: int) -> list[object]:
+        """Drop everything: depth, in-flight and deferred (nsqd's channel empty)."""
+        return self.seek(end_offset)
 
     def skip_to(self, offset: int) -> None:
         """Move a cursor forward past data that retention removed."""

@@ -1,0 +1,156 @@
+"""PartitionCursor, the pure channel state, as a Hypothesis state machine against a model."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import hypothesis.strategies as st
+from hypothesis import settings
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from nsqd.core.cursor import Message, PartitionCursor
+from nsqd.core.errors import NotInFlightError, NotOwnerError
+
+
+@dataclass(frozen=True)
+class Rec:
+    offset: int
+    timestamp_ns: int = 0
+    internal_id: int = 0
+    trace_id: int = 0
+    deliver_at_ns: int = 0
+    body: bytes = b""
+
+
+OWNERS = ("a", "b")
+
+
+class CursorMachine(RuleBasedStateMachine):
+    """Model: the set of offsets not yet FINed; order of first deliveries in ordered mode."""
+
+    @initialize(ordered=st.booleans(), count=st.integers(0, 30))
+    def setup(self, ordered: bool, count: int) -> None:
+        self.log = [Rec(i) for i in range(count)]
+        self.cursor = PartitionCursor(0, 0)
+        self.cursor.ordered = ordered
+        self.now = 1_000
+        self.unfinished = set(range(count))
+        self.held: dict[int, tuple[str, Message]] = {}
+        self.delivered: list[int] = []
+
+    def fetch(self, offset: int, n: int) -> list[Rec]:
+        return self.log[offset : offset + n]
+
+    @rule(n=st.integers(1, 5), owner=st.sampled_from(OWNERS))
+    def take(self, n: int, owner: str) -> None:
+        got = self.cursor.take(self.fetch, n, self.now, len(self.log))
+        for m in got:
+            self.cursor.start_flight(m, owner, self.now + 100, self.now)
+            assert m.offset in self.unfinished
+            assert m.offset not in self.held
+            self.held[m.offset] = (owner, m)
+            self.delivered.append(m.offset)
+
+    @precondition(lambda self: bool(self.held))
+    @rule(data=st.data())
+    def fin(self, data: st.DataObject) -> None:
+        offset = data.draw(st.sampled_from(sorted(self.held)))
+        owner, _ = self.held.pop(offset)
+        self.cursor.finish(offset, owner)
+        self.unfinished.discard(offset)
+
+    @precondition(lambda self: bool(self.held))
+    @rule(data=st.data(), delay=st.sampled_from([0, 0, 50, 500]))
+    def req(self, data: st.DataObject, delay: int) -> None:
+        offset = data.draw(st.sampled_from(sorted(self.held)))
+        owner, _ = self.held.pop(offset)
+        self.cursor.requeue(offset, owner, delay, self.now)
+
+    @precondition(lambda self: bool(self.held))
+    @rule(data=st.data())
+    def wrong_owner_is_refused(self, data: st.DataObject) -> None:
+        offset = data.draw(st.sampled_from(sorted(self.held)))
+        owner, _ = self.held[offset]
+        other = "b" if owner == "a" else "a"
+        try:
+            self.cursor.finish(offset, other)
+        except NotOwnerError:
+            return
+        raise AssertionError("another client's FIN was accepted")
+
+    @rule(offset=st.integers(0, 40))
+    def fin_unknown_is_refused(self, offset: int) -> None:
+        if offset in self.held:
+            return
+        try:
+            self.cursor.finish(offset, "a")
+        except NotInFlightError:
+            return
+        raise AssertionError("FIN of a message not in flight was accepted")
+
+    @rule(step=st.sampled_from([10, 200, 1000]))
+    def time_passes(self, step: int) -> None:
+        self.now += step
+        owners, _released = self.cursor.expire(self.now)
+        timed_out = [o for o, (_, m) in self.held.items() if m.owner is None]
+        assert len(owners) == len(timed_out)
+        for offset in timed_out:
+            del self.held[offset]
+
+    @invariant()
+    def confirmed_is_below_every_unfinished_offset(self) -> None:
+        if self.unfinished:
+            assert self.cursor.confirmed <= min(self.unfinished)
+        else:
+            assert self.cursor.confirmed == len(self.log)
+
+    @invariant()
+    def ordered_mode_holds_one_and_delivers_in_order(self) -> None:
+        if not self.cursor.ordered:
+            return
+        assert len(self.cursor.in_flight) <= 1
+        # a redelivery repeats the head; a new first delivery is always the next offset
+        firsts = list(dict.fromkeys(self.delivered))
+        assert firsts == sorted(firsts)
+        assert all(a <= b for a, b in zip(self.delivered, self.delivered[1:], strict=False))
+
+    def teardown(self) -> None:
+        # drain: everything not FINed comes back, and FINing it all empties the cursor
+        for _ in range(10_000):
+            self.now += 10_000
+            self.cursor.expire(self.now)
+            got = self.cursor.take(self.fetch, 10, self.now, len(self.log))
+            for m in got:
+                self.cursor.start_flight(m, "a", self.now + 100, self.now)
+                self.cursor.finish(m.offset, "a")
+                self.unfinished.discard(m.offset)
+            if not self.unfinished:
+                break
+        assert not self.unfinished
+        assert self.cursor.confirmed == len(self.log)
+
+
+TestCursor = CursorMachine.TestCase
+TestCursor.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
+
+
+def test_seek_drops_in_flight_and_reports_owners() -> None:
+    log = [Rec(i) for i in range(10)]
+    cursor = PartitionCursor(0, 0)
+    got = cursor.take(lambda o, n: log[o : o + n], 3, 0, 10)
+    for m in got:
+        cursor.start_flight(m, "a", 100, 0)
+    assert cursor.seek(7) == ["a", "a", "a"]
+    assert (cursor.confirmed, cursor.next_read, cursor.in_flight) == (7, 7, {})
+    assert [m.offset for m in cursor.take(lambda o, n: log[o : o + n], 5, 0, 10)] == [7, 8, 9]
+
+
+def test_ordered_mode_blocks_behind_a_message_that_is_not_due() -> None:
+    log = [Rec(0, deliver_at_ns=500), Rec(1)]
+    cursor = PartitionCursor(0, 0)
+    cursor.ordered = True
+    fetch = lambda o, n: log[o : o + n]  # noqa: E731
+    assert cursor.take(fetch, 5, 0, 2) == []
+    assert not cursor.has_ready(2)
+    cursor.expire(600)
+    assert [m.offset for m in cursor.take(fetch, 5, 600, 2)] == [0]
