@@ -16,10 +16,12 @@ from protocol.identify import IdentifyLimits
 from protocol.parser import ParserLimits
 
 from . import __version__
+from .auth import AuthClient
 from .broker import Broker, BrokerConfig, open_broker
 from .http_api import HTTPSettings, NsqdHTTP, serve_http
-from .options import Options
+from .options import Options, OptionsError
 from .session import SessionSettings
+from .streams import tls_server_context
 from .tcp import TCPServer
 
 log = logging.getLogger("nsqd")
@@ -44,8 +46,28 @@ def broker_config(options: Options) -> BrokerConfig:
 
 
 def session_settings(options: Options) -> SessionSettings:
-    """The protocol limits of a TCP connection."""
+    """The protocol limits, TLS context and auth servers of TCP connections.
+
+    Raises:
+        OptionsError: the TLS key pair or CA file cannot be loaded.
+    """
     ms = 1000
+    tls_context = tls_server_context(
+        options.tls_cert,
+        options.tls_key,
+        options.tls_root_ca_file,
+        options.tls_client_auth_policy,
+        options.tls_min_version,
+    )
+    auth = None
+    if options.auth_http_addresses:
+        auth = AuthClient(
+            options.auth_http_addresses,
+            method=options.auth_http_request_method,
+            connect_timeout=options.http_client_connect_timeout,
+            request_timeout=options.http_client_request_timeout,
+            root_ca_file=options.tls_root_ca_file,
+        )
     return SessionSettings(
         parser=ParserLimits(
             max_msg_size=options.max_msg_size,
@@ -62,10 +84,16 @@ def session_settings(options: Options) -> SessionSettings:
             max_msg_timeout_ms=int(options.max_msg_timeout * ms),
             default_msg_timeout_ms=int(options.msg_timeout * ms),
             max_deflate_level=options.max_deflate_level,
+            tls_available=tls_context is not None,
+            snappy_available=options.snappy,
+            deflate_available=options.deflate,
         ),
         max_rdy_count=options.max_rdy_count,
         version=NSQD_VERSION,
-        auth_required=bool(options.auth_http_addresses),
+        tls_context=tls_context,
+        # nsqd: "true" and "tcp-https" both require TLS on TCP ("tcp-https" spares only HTTP)
+        tls_required=options.tls_required != "false",
+        auth=auth,
     )
 
 
@@ -88,26 +116,30 @@ def locked_data_path(path: Path) -> Iterator[None]:
 
 async def run_nsqd(
     options: Options,
+    settings: SessionSettings | None = None,
     *,
     task_status: trio.TaskStatus[tuple[int, int]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Run nsqd until cancelled; reports ``(tcp_port, http_port)`` once both listen."""
+    """Run nsqd until cancelled; reports ``(tcp_port, http_port)`` once both listen.
+    ``settings``: :func:`session_settings` of ``options``, if already built."""
     config = broker_config(options)
+    settings = settings or session_settings(options)
     with locked_data_path(config.data_path):
         async with open_broker(config) as broker, trio.open_nursery() as nursery:
-            await _start_servers(options, broker, nursery, task_status)
+            await _start_servers(options, settings, broker, nursery, task_status)
             await trio.sleep_forever()
 
 
 async def _start_servers(
     options: Options,
+    settings: SessionSettings,
     broker: Broker,
     nursery: trio.Nursery,
     task_status: trio.TaskStatus[tuple[int, int]],
 ) -> None:
     tcp_host, tcp_port = options.tcp_host_port()
     http_host, http_port = options.http_host_port()
-    tcp = TCPServer(broker, session_settings(options))
+    tcp = TCPServer(broker, settings)
     tcp_port = await nursery.start(tcp.serve, tcp_host, tcp_port)
     http_settings = HTTPSettings(
         max_msg_size=options.max_msg_size,
@@ -121,7 +153,7 @@ async def _start_servers(
         max_deflate_level=options.max_deflate_level,
         version=NSQD_VERSION,
     )
-    app = NsqdHTTP(broker, http_settings)
+    app = NsqdHTTP(broker, http_settings, sessions=tcp.sessions, options=options)
     http_port = await nursery.start(serve_http, app, http_host, http_port)
     app.settings = _with_http_port(http_settings, options.broadcast_http_port or http_port)
     log.info(
@@ -145,9 +177,14 @@ def _with_http_port(settings: HTTPSettings, port: int) -> HTTPSettings:
 
 async def main(options: Options) -> None:
     """Run until SIGINT/SIGTERM, then checkpoint and exit."""
+    try:
+        settings = session_settings(options)
+    except OptionsError as exc:
+        log.critical("FATAL: failed to instantiate nsqd - %s", exc)
+        raise SystemExit(1) from exc
     async with trio.open_nursery() as nursery:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            nursery.start_soon(run_nsqd, options)
+            nursery.start_soon(run_nsqd, options, settings)
             async for signum in signals:
                 log.info("received signal %s: exiting", signal.Signals(signum).name)
                 nursery.cancel_scope.cancel()

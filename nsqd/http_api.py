@@ -1,51 +1,58 @@
 """nsqd's HTTP API (v1 responder shape) as an ASGI app served by hypercorn on Trio.
 
-Every response except ``/ping`` carries ``X-NSQ-Content-Type: nsq; version=1.0``; errors are
-``{"message": "<TEXT>"}`` with nsqd's status codes. Hypercorn answers a non-HTTP byte stream
-with ``400`` at once, which go-nsq relies on to detect a producer pointed at the HTTP port.
+Every response except ``/ping``, ``OPTIONS`` and ``/metrics`` carries ``X-NSQ-Content-Type:
+nsq; version=1.0``; errors are ``{"message": "<TEXT>"}`` with nsqd's status codes. Routing
+follows nsqd's router (julienschmidt/httprouter): ``405`` with an ``Allow`` header, automatic
+``OPTIONS``, and a redirect for a trailing slash. This module has the publishing side (``/pub``,
+``/mpub``) and ``/ping``, ``/info``; :mod:`nsqd.http_admin` the rest. Hypercorn answers a
+non-HTTP byte stream with ``400`` at once, which go-nsq relies on to detect a producer pointed at
+the HTTP port.
 """
 
 from __future__ import annotations
 
-import json
+import html
 import logging
 import re
 import socket
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
-from typing import Any
-from urllib.parse import parse_qs
 
 import trio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve as hypercorn_serve
 
 from protocol.mpub import MpubFormatError, split_mpub_body
-from protocol.names import is_valid_name
 
 from .broker import Broker
 from .core.errors import BrokerError
+from .http_admin import AdminAPI, topic_arg
+from .http_base import (
+    Handler,
+    HTTPError,
+    Receive,
+    Reply,
+    Request,
+    Scope,
+    Send,
+    respond,
+    respond_error,
+)
+from .metrics import Metrics
+from .options import Options
+from .runtime_config import RuntimeConfig
+from .stats import SessionLike, health
 from .storage.errors import StorageError
 from .storage.record import NewRecord
 
+__all__ = ["HTTPError", "HTTPSettings", "NsqdHTTP", "Request", "serve_http"]
+
 log = logging.getLogger("nsqd.http")
 
-Scope = Mapping[str, Any]  # the ASGI interface is untyped JSON-like dicts
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
 
-NSQ_HEADER = (b"X-Nsq-Content-Type", b"nsq; version=1.0")  # Go's canonical casing
-_BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
-
-
-class HTTPError(Exception):
-    """An error reply: status and nsqd's message text."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
+class PlainTextError(HTTPError):
+    """An error sent as plain text without the NSQ header (``/ping``'s ``NOK - <err>``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,49 +72,51 @@ class HTTPSettings:
     version: str = "1.3.0"
 
 
-@dataclass(slots=True)
-class Request:
-    """What a handler sees of a request."""
-
-    method: str
-    path: str
-    query: dict[str, list[str]]
-    headers: dict[bytes, bytes]
-    receive: Receive
-
-    async def body(self, limit: int) -> bytes:
-        """Up to ``limit`` bytes of the body (read one past the limit to detect "too big")."""
-        chunks = bytearray()
-        more = True
-        while more and len(chunks) <= limit:
-            message = await self.receive()
-            chunks += message.get("body", b"")
-            more = bool(message.get("more_body", False))
-        return bytes(chunks[: limit + 1])
-
-    @property
-    def content_length(self) -> int | None:
-        """The declared Content-Length, if any."""
-        raw = self.headers.get(b"content-length")
-        return int(raw) if raw is not None and raw.isdigit() else None
-
-
-Reply = bytes | dict[str, object] | None
-Handler = Callable[[Request], Awaitable[Reply]]
-
-
 class NsqdHTTP:
-    """The ASGI application: a route table of ``(method, path) -> handler``."""
+    """The ASGI application: a route table of ``path -> {method: handler}``.
 
-    def __init__(self, broker: Broker, settings: HTTPSettings) -> None:
+    ``sessions``: the live TCP sessions (``TCPServer.sessions``), for ``/stats`` and
+    ``/metrics``; ``options``: for ``/config/:opt``. Creating the app installs the metrics'
+    latency histograms on the broker.
+    """
+
+    def __init__(
+        self,
+        broker: Broker,
+        settings: HTTPSettings,
+        *,
+        sessions: Collection[SessionLike] = (),
+        options: Options | None = None,
+        on_lookupd_change: Callable[[list[str]], None] | None = None,
+    ) -> None:
         self.broker = broker
         self.settings = settings
+        self.sessions = sessions
+        self.metrics = Metrics(broker, sessions, settings.version)
+        config = RuntimeConfig(
+            options or Options(),
+            lambda: (self.settings.tcp_port, self.settings.http_port),
+            on_lookupd_change,
+        )
+        admin = AdminAPI(self, config)
         self.routes: dict[str, dict[str, Handler]] = {
             "/ping": {"GET": self.ping, "HEAD": self.ping},
             "/info": {"GET": self.info},
             "/pub": {"POST": self.pub},
             "/mpub": {"POST": self.mpub},
+            **admin.routes(),
         }
+        self.config_routes: dict[str, Handler] = {"GET": admin.config, "PUT": admin.config}
+
+    def route(self, path: str) -> tuple[dict[str, Handler] | None, dict[str, str]]:
+        """The handlers of ``path`` by method, and its path parameters."""
+        methods = self.routes.get(path)
+        if methods is not None:
+            return methods, {}
+        opt = path.removeprefix("/config/")
+        if opt != path and opt and "/" not in opt:
+            return self.config_routes, {"opt": opt}
+        return None, {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -115,37 +124,58 @@ class NsqdHTTP:
             return
         if scope["type"] != "http":
             return
-        path = scope["path"]
-        methods = self.routes.get(path)
+        path, method = scope["path"], scope["method"]
         raw_query = scope.get("query_string", b"").decode("latin-1")
-        try:
-            if methods is None:
-                raise HTTPError(404, "NOT_FOUND")
-            handler = methods.get(scope["method"])
-            if handler is None:
-                raise HTTPError(405, "METHOD_NOT_ALLOWED")
-            if ";" in raw_query or _BAD_ESCAPE.search(raw_query):
-                raise HTTPError(400, "INVALID_REQUEST")
-            request = Request(
-                scope["method"],
-                path,
-                parse_qs(raw_query, keep_blank_values=True),
-                dict(scope.get("headers", [])),
-                receive,
-            )
-            reply = await handler(request)
-        except HTTPError as exc:
-            await _respond(send, exc.status, {"message": exc.message})
+        methods, params = self.route(path)
+        if methods is None:
+            if not await self._redirect_slash(send, path, method, raw_query):
+                await respond_error(send, HTTPError(404, "NOT_FOUND"))
             return
-        if path == "/ping":
-            await _respond(send, 200, reply, nsq_header=False)
-        else:
-            await _respond(send, 200, reply)
+        allow = ", ".join(sorted({*methods, "OPTIONS"})).encode()
+        if method == "OPTIONS":
+            await respond(send, 200, None, nsq_header=False, extra=[(b"Allow", allow)])
+            return
+        handler = methods.get(method)
+        if handler is None:
+            error = HTTPError(405, "METHOD_NOT_ALLOWED")
+            await respond_error(send, error, extra=[(b"Allow", allow)])
+            return
+        request = Request(method, path, raw_query, dict(scope.get("headers", [])), receive, params)
+        try:
+            reply = await handler(request)
+        except PlainTextError as exc:
+            await respond(send, exc.status, exc.message.encode(), nsq_header=False)
+            return
+        except HTTPError as exc:
+            await respond_error(send, exc)
+            return
+        await respond(send, 200, reply, nsq_header=path != "/ping")
+
+    async def _redirect_slash(self, send: Send, path: str, method: str, raw_query: str) -> bool:
+        """httprouter's RedirectTrailingSlash: ``/pub/`` -> ``/pub`` (301 for GET, else 307)."""
+        if not path.endswith("/") or path == "/":
+            return False
+        methods, _ = self.route(path[:-1])
+        if methods is None or method not in methods:
+            return False
+        location = path[:-1] + (f"?{raw_query}" if raw_query else "")
+        status, body, headers = 307, b"", [(b"Location", location.encode())]
+        if method == "GET":
+            status = 301
+            body = f'<a href="{html.escape(location)}">Moved Permanently</a>.\n\n'.encode()
+            headers.append((b"Content-Type", b"text/html; charset=utf-8"))
+        headers.append((b"Content-Length", str(len(body)).encode()))
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+        return True
 
     # ------------------------------------------------------------------ endpoints
 
     async def ping(self, request: Request) -> Reply:
-        """``OK`` while healthy."""
+        """``OK`` while healthy, else ``500 NOK - <error>`` (a disk error), as plain text."""
+        text = health(self.broker)
+        if text != "OK":
+            raise PlainTextError(500, text)
         return b"OK"
 
     async def info(self, request: Request) -> Reply:
@@ -163,14 +193,6 @@ class NsqdHTTP:
             "max_output_buffer_timeout": s.max_output_buffer_timeout_ns,
             "max_deflate_level": s.max_deflate_level,
         }
-
-    def _topic(self, request: Request) -> str:
-        names = request.query.get("topic")
-        if not names:
-            raise HTTPError(400, "MISSING_ARG_TOPIC")
-        if not is_valid_name(names[0]):
-            raise HTTPError(400, "INVALID_TOPIC")
-        return names[0]
 
     def _publish(self, topic: str, bodies: list[bytes], defer_ms: int = 0) -> None:
         now = time.time_ns()
@@ -193,7 +215,7 @@ class NsqdHTTP:
             raise HTTPError(413, "MSG_TOO_BIG")
         if not body:
             raise HTTPError(400, "MSG_EMPTY")
-        topic = self._topic(request)
+        topic = topic_arg(request)
         defer_ms = 0
         if "defer" in request.query:
             raw = request.query["defer"][0]
@@ -215,7 +237,7 @@ class NsqdHTTP:
         length = request.content_length
         if length is not None and length > limit:
             raise HTTPError(413, "BODY_TOO_BIG")
-        topic = self._topic(request)
+        topic = topic_arg(request)
         binary = request.query.get("binary", [None])[0] not in (None, "false", "0")
         body = await request.body(limit)
         if len(body) > limit:
@@ -248,20 +270,6 @@ async def _lifespan(receive: Receive, send: Send) -> None:
         elif message["type"] == "lifespan.shutdown":
             await send({"type": "lifespan.shutdown.complete"})
             return
-
-
-async def _respond(send: Send, status: int, reply: Reply, *, nsq_header: bool = True) -> None:
-    if isinstance(reply, dict):
-        body = json.dumps(reply, separators=(",", ":")).encode()
-        content_type = b"application/json; charset=utf-8"
-    else:
-        body = reply or b""
-        content_type = b"text/plain; charset=utf-8"
-    headers = [(b"Content-Type", content_type), (b"Content-Length", str(len(body)).encode())]
-    if nsq_header:
-        headers.append(NSQ_HEADER)
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
 
 
 async def serve_http(

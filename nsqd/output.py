@@ -2,7 +2,9 @@
 
 Everything a session produces (responses, errors, heartbeats, message frames) is appended here,
 so many frames leave in one ``send_all`` (DESIGN.md §6: never await I/O per message), and two
-tasks never write to the stream at once.
+tasks never write to the stream at once. A TLS or compression upgrade swaps the stream:
+:meth:`OutputBuffer.hold` stops sending while the upgrade talks on the stream itself,
+:meth:`OutputBuffer.release` resumes on the new stream (one compress per send: whole batches).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ class OutputBuffer:
         self._wake = ParkingLot()
         self._idle = ParkingLot()
         self._sending = False
+        self._held = False
         #: when the current send began (None when idle): the session's watchdog enforces
         #: nsqd's write deadline with it (a cancel scope per send would cost ~15% of a PUB)
         self.send_started: float | None = None
@@ -39,6 +42,18 @@ class OutputBuffer:
         self._buf += frame
         self._wake.unpark_all()
 
+    def hold(self) -> None:
+        """Stop sending (frames still queue) until :meth:`release`. Call when :meth:`drain`
+        has returned, so no send is in progress."""
+        assert not self._sending
+        self._held = True
+
+    def release(self, stream: trio.abc.SendStream) -> None:
+        """Resume sending, on ``stream`` from now on."""
+        self._stream = stream
+        self._held = False
+        self.flush()
+
     @property
     def pending(self) -> int:
         """Bytes queued and not yet handed to the stream."""
@@ -50,7 +65,7 @@ class OutputBuffer:
         The read loop calls this after each batch of commands: responses leave without a hop
         through the writer task (the common case for clients that wait for each reply).
         """
-        if self._sending or not self._buf:
+        if self._sending or self._held or not self._buf:
             self.flush()
             return
         await self._send()
@@ -79,7 +94,7 @@ class OutputBuffer:
     async def run(self) -> None:
         """Send queued bytes until cancelled."""
         while True:
-            while not self._buf or self._sending:
+            while not self._buf or self._sending or self._held:
                 if not self._sending:
                     self._idle.unpark_all()
                 await self._wake.park()

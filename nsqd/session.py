@@ -2,13 +2,15 @@
 
 Three tasks share a nursery: the command loop (read, parse, act), the message pump (deliver
 while RDY allows) and the output writer; heartbeats are a fourth. Commands are handled strictly
-in order, so responses come back in command order as go-nsq and pynsq require.
+in order, so responses come back in command order as go-nsq and pynsq require. IDENTIFY and its
+stream upgrades are :mod:`nsqd.negotiation`; AUTH and the permission checks are :mod:`nsqd.auth`.
 """
 
 from __future__ import annotations
 
 import logging
 import random
+import ssl
 import time
 from dataclasses import dataclass, field
 
@@ -41,15 +43,16 @@ from protocol import (
     Touch,
     frames,
 )
-from protocol.identify import IdentifyLimits, IdentifyResult, identify_response, parse_identify
+from protocol.identify import IdentifyLimits
 from protocol.message import MESSAGE_ID, message_frame_header
-from protocol.tracing import traced_response
 
+from . import negotiation
+from .auth import AuthClient, SessionAuth
 from .broker import Broker, Channel
 from .core.cursor import Message
 from .errors import HANDLED_ERRORS, client_error_for
 from .output import OutputBuffer
-from .storage.record import NewRecord
+from .publishing import Publisher
 
 log = logging.getLogger("nsqd.session")
 
@@ -64,7 +67,9 @@ class SessionSettings:
     identify: IdentifyLimits = field(default_factory=IdentifyLimits)
     max_rdy_count: int = 2500
     version: str = "1.3.0"
-    auth_required: bool = False
+    tls_context: ssl.SSLContext | None = None  # --tls-cert/--tls-key given
+    tls_required: bool = False  # --tls-required true or tcp-https: only IDENTIFY before TLS
+    auth: AuthClient | None = None  # --auth-http-address given
 
 
 class Session:
@@ -82,14 +87,19 @@ class Session:
         self.settings = settings
         self.remote_address = remote_address
         self.parser = CommandParser(settings.parser)
+        self.parser.tls_required = settings.tls_required
         limits = settings.identify
         self.client_id = self.hostname = remote_address.rsplit(":", 1)[0]
+        self.auth = SessionAuth(settings.auth, self.client_id) if settings.auth else None
+        self.tls = self.snappy = self.deflate = False
+        self.deflate_level = 0
         self.user_agent = ""
         self.heartbeat_interval = limits.default_heartbeat_interval_ms / 1000
         self.msg_timeout_ns = limits.default_msg_timeout_ms * 1_000_000
         self.output_buffer_timeout = limits.default_output_buffer_timeout_ms / 1000
         self.sample_rate = 0
         self.output = OutputBuffer(stream)
+        self.publisher = Publisher(broker, self.output)
         self.channel: Channel | None = None
         self.partition: int | None = None
         self.ready_count = 0
@@ -101,7 +111,6 @@ class Session:
         self._pump_lot = ParkingLot()
         self._last_read = trio.current_time()
         self._watchdog_scope: trio.CancelScope | None = None
-        self._gathered: list[tuple[tuple[str, int | None], list[NewRecord]]] = []
         self._heartbeat_scope: trio.CancelScope | None = None
         self._nursery: trio.Nursery | None = None
 
@@ -126,13 +135,13 @@ class Session:
                 self.broker.unsubscribe(self.channel, self)
 
     async def _read_loop(self) -> None:
-        stream, parser, output = self.stream, self.parser, self.output
+        parser, output = self.parser, self.output
         while True:
             if parser.buffered:
                 if not await self._process():
                     return
                 await output.send_pending()
-            data = await stream.receive_some(RECEIVE_SIZE)
+            data = await self.stream.receive_some(RECEIVE_SIZE)  # IDENTIFY may upgrade it
             if not data:
                 return
             self._last_read = trio.current_time()
@@ -174,15 +183,19 @@ class Session:
                 try:
                     command = parser.next_event()
                 except (ClientError, ConnectionAbort):
-                    await self._flush_gathered()  # the commands before the bad one still count
+                    await self.publisher.flush()  # the commands before the bad one still count
                     raise
                 if isinstance(command, Pub):
-                    self._gather(command)
+                    auth = self.auth
+                    if auth is not None and not auth.permits(command.topic, ""):
+                        await self.publisher.flush()  # acks before a possible auth error
+                        await auth.check("PUB", command.topic, "")
+                    self.publisher.gather(command)
                     continue
                 if isinstance(command, Fin):  # the consumer hot path: no coroutine per FIN
                     self._fin(command.message_id)
                     continue
-                await self._flush_gathered()
+                await self.publisher.flush()
                 if command is NEED_DATA:
                     return True  # the read loop sends the replies (OutputBuffer.send_pending)
                 await self._handle(command)
@@ -197,32 +210,6 @@ class Session:
                 log.info("[%s] closing: %s", self.remote_address, exc)
                 self.output.flush()
                 return False
-
-    def _gather(self, command: Pub) -> None:
-        key = (command.topic, command.partition)
-        entry = NewRecord(timestamp_ns=time.time_ns(), body=command.body)
-        gathered = self._gathered
-        if gathered and gathered[-1][0] == key:
-            gathered[-1][1].append(entry)
-        else:
-            gathered.append((key, [entry]))
-
-    async def _flush_gathered(self) -> None:
-        """Append the gathered PUBs, one batch per (topic, partition) run, and ack them."""
-        if not self._gathered:
-            return
-        gathered, self._gathered = self._gathered, []
-        acked = 0
-        try:
-            for (topic, partition), entries in gathered:
-                self.broker.publish(topic, entries, partition)
-                acked += len(entries)
-        except HANDLED_ERRORS as exc:
-            self.output.append(frames.OK * acked)
-            raise client_error_for(exc, "PUB", ErrorCode.PUB_FAILED) from exc
-        if self.broker.durable_acks:
-            await self.broker.wait_durable()
-        self.output.append(frames.OK * acked)
 
     async def _heartbeats(self) -> None:
         while True:
@@ -240,15 +227,23 @@ class Session:
     async def _handle(self, command: object) -> None:
         match command:
             case Mpub(topic=topic, bodies=bodies, partition=partition):
-                await self._publish(topic, bodies, partition, "MPUB", ErrorCode.MPUB_FAILED)
+                await self._authorize("MPUB", topic)  # nsqd: before reading the body
+                await self.publisher.publish(
+                    topic, bodies, partition, "MPUB", ErrorCode.MPUB_FAILED
+                )
             case Dpub(topic=topic, defer_ms=defer_ms, body=body):
-                await self._publish(
+                await self._authorize("DPUB", topic)
+                await self.publisher.publish(
                     topic, [body], None, "DPUB", ErrorCode.DPUB_FAILED, defer_ms=defer_ms
                 )
             case PubTrace(topic=topic, trace_id=trace_id, body=body, partition=partition):
-                await self._publish_traced(topic, [(trace_id, body)], partition, "PUB_TRACE")
+                await self._authorize("PUB_TRACE", topic)
+                await self.publisher.publish_traced(
+                    topic, [(trace_id, body)], partition, "PUB_TRACE"
+                )
             case MpubTrace(topic=topic, messages=messages, partition=partition):
-                await self._publish_traced(topic, messages, partition, "MPUB_TRACE")
+                await self._authorize("MPUB_TRACE", topic)
+                await self.publisher.publish_traced(topic, messages, partition, "MPUB_TRACE")
             case PubExt() | MpubExt():
                 raise ClientError(ErrorCode.EXT_NOT_SUPPORT, "ext topics are not supported yet")
             case Rdy(count=count):
@@ -262,84 +257,31 @@ class Session:
                 self._touch(message_id)
             case Nop():
                 pass
-            case Sub():
+            case Sub(topic=topic, channel=channel):
+                await self._authorize("SUB", topic, channel)
                 self._subscribe(command)
             case Cls():
                 self.ready_count = 0
                 self.output.write(frames.CLOSE_WAIT)
             case Identify(body=body):
-                self._identify(body)
-            case Auth():
-                raise ClientError(ErrorCode.AUTH_DISABLED, "AUTH disabled")
+                await negotiation.identify(self, body)
+            case Auth(secret=secret):
+                if self.auth is None:
+                    raise ClientError(ErrorCode.AUTH_DISABLED, "AUTH disabled")
+                self.output.write(frames.encode_response(await self.auth.authenticate(secret)))
             case _:
                 raise AssertionError(f"unhandled command {command!r}")
 
-    async def _publish(
-        self,
-        topic: str,
-        bodies: list[bytes],
-        partition: int | None,
-        name: str,
-        code: ErrorCode,
-        defer_ms: int = 0,
-    ) -> None:
-        now = time.time_ns()
-        deliver_at = now + defer_ms * 1_000_000 if defer_ms else 0
-        entries = [NewRecord(timestamp_ns=now, body=b, deliver_at_ns=deliver_at) for b in bodies]
-        try:
-            self.broker.publish(topic, entries, partition)
-        except HANDLED_ERRORS as exc:
-            raise client_error_for(exc, name, code) from exc
-        if self.broker.durable_acks:
-            await self.broker.wait_durable()
-        self.output.append(frames.OK)
+    async def _authorize(self, command: str, topic: str, channel: str = "") -> None:
+        auth = self.auth
+        if auth is not None and not auth.permits(topic, channel):
+            await auth.check(command, topic, channel)
 
-    async def _publish_traced(
-        self, topic: str, messages: list[tuple[int, bytes]], partition: int | None, name: str
-    ) -> None:
-        now = time.time_ns()
-        entries = [NewRecord(timestamp_ns=now, body=b, trace_id=t) for t, b in messages]
-        try:
-            records = self.broker.publish(topic, entries, partition)
-        except HANDLED_ERRORS as exc:
-            raise client_error_for(exc, name, ErrorCode.PUB_FAILED) from exc
-        if self.broker.durable_acks:
-            await self.broker.wait_durable()
-        first = records[0]
-        trace = first.trace_id if name == "PUB_TRACE" else 0
-        raw_size = sum(len(r.body) + 4 for r in records)
-        self.output.append(
-            frames.encode_response(
-                traced_response(first.internal_id, trace, first.offset, raw_size)
-            )
-        )
-
-    def _identify(self, body: bytes) -> None:
-        result: IdentifyResult = parse_identify(body, self.settings.identify)
-        self.client_id = result.client_id or self.client_id
-        self.hostname = result.hostname or self.hostname
-        self.user_agent = result.user_agent
-        self.heartbeat_interval = result.heartbeat_interval_ms / 1000
-        self.parser.heartbeats_disabled = result.heartbeat_interval_ms == 0
-        self.msg_timeout_ns = result.msg_timeout_ms * 1_000_000
-        self.output_buffer_timeout = result.output_buffer_timeout_ms / 1000
-        self.sample_rate = result.sample_rate
+    def restart_timers(self) -> None:
+        """Restart the heartbeat ticker and the read deadline (IDENTIFY changed the interval)."""
         for scope in (self._heartbeat_scope, self._watchdog_scope):
             if scope is not None:
-                scope.cancel()  # restart the ticker and the read deadline with the new interval
-        if not result.feature_negotiation:
-            self.output.write(frames.OK)
-            return
-        limits = self.settings.identify
-        reply = identify_response(
-            result,
-            version=self.settings.version,
-            max_rdy_count=self.settings.max_rdy_count,
-            max_msg_timeout_ms=limits.max_msg_timeout_ms,
-            max_deflate_level=limits.max_deflate_level,
-            auth_required=self.settings.auth_required,
-        )
-        self.output.write(frames.encode_response(reply))
+                scope.cancel()
 
     def _subscribe(self, command: Sub) -> None:
         if command.mode is not SubMode.PLAIN:
@@ -391,6 +333,11 @@ class Session:
     def message_timed_out(self) -> None:
         """A message we held timed out: it no longer counts against RDY."""
         self._release_one()
+
+    def close(self) -> None:
+        """Drop the connection (nsqd closes the clients of a deleted topic or channel)."""
+        if self._nursery is not None:
+            self._nursery.cancel_scope.cancel()
 
     def _release_one(self) -> None:
         self.in_flight = max(0, self.in_flight - 1)

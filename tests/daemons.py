@@ -1,4 +1,5 @@
-"""Start real daemons for tests: pnsq's nsqd (``python -m nsqd``) and the Go nsqd 1.3.0.
+"""Start real daemons for tests: pnsq's nsqd (``python -m nsqd``) and the Go nsqd 1.3.0, and
+the other real peers: nsqadmin 1.3.0 and Prometheus.
 
 Each listens on 127.0.0.1 with port 0; the bound ports are read from the daemon's own log line
 ``TCP: listening on HOST:PORT`` / ``HTTP: listening on [http://]HOST:PORT``.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -133,3 +135,127 @@ def env_with_tools() -> dict[str, str]:
     env = dict(os.environ)
     env["PATH"] = f"{TOOLS / 'bin'}:{env.get('PATH', '')}"
     return env
+
+
+# --- Other real peers: nsqadmin 1.3.0 and Prometheus (both installed by scripts/setup) ---
+
+NSQADMIN = TOOLS / "nsq-1.3.0" / "bin" / "nsqadmin"
+NSQLOOKUPD = TOOLS / "nsq-1.3.0" / "bin" / "nsqlookupd"
+
+_PROMETHEUS_LISTEN = re.compile(r'msg="Listening on" address=\[?([^\s\]]+?)\]?:(\d+)')
+
+
+@dataclass
+class Peer:
+    """A helper process on an ephemeral loopback port, found in its log by ``listen`` and
+    ready once ``ready_path`` answers 200."""
+
+    argv: list[str]
+    log_path: Path
+    listen: re.Pattern[str]
+    ready_path: str
+    cwd: Path | None = None
+    proc: subprocess.Popen[bytes] | None = None
+    port: int = 0
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.address}"
+
+    def start(self, timeout: float = 20.0) -> Peer:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = self.log_path.open("ab")
+        offset = self.log_path.stat().st_size
+        self.proc = subprocess.Popen(self.argv, stdout=log, stderr=log, cwd=self.cwd)
+        log.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            text = self.log_path.read_bytes()[offset:].decode(errors="replace")
+            found = self.listen.search(text)
+            if found:
+                self.port = int(found[2])
+                if self._ready():
+                    return self
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"did not start: {self.argv}\n{self.log_text()}")
+
+    def _ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.url}{self.ready_path}", timeout=1) as r:
+                return bool(r.status == 200)
+        except OSError:
+            return False
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def stop(self, timeout: float = 10.0) -> int | None:
+        """SIGTERM and wait (SIGKILL after ``timeout``); returns the exit status."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        return self.proc.returncode
+
+
+def nsqadmin(work: Path, *nsqd_http_addresses: str, flags: tuple[str, ...] = ()) -> Peer:
+    """The real nsqadmin 1.3.0 reading the given nsqd HTTP addresses (not started)."""
+    if not NSQADMIN.exists():
+        raise RuntimeError(f"{NSQADMIN} missing: run scripts/setup")
+    work.mkdir(parents=True, exist_ok=True)
+    argv = [
+        str(NSQADMIN),
+        "--http-address=127.0.0.1:0",
+        *(f"--nsqd-http-address={a}" for a in nsqd_http_addresses),
+        *flags,
+    ]
+    return Peer(argv, work / "nsqadmin.log", _HTTP, "/ping", cwd=work)
+
+
+def prometheus_binary() -> str | None:
+    """Debian's prometheus (scripts/setup installs it), or None."""
+    return shutil.which("prometheus")
+
+
+def prometheus(
+    work: Path, targets: list[str], metrics_path: str = "/metrics", interval: float = 1.0
+) -> Peer:
+    """A real Prometheus server scraping ``targets`` (host:port) every ``interval`` seconds,
+    with its own config and TSDB under ``work`` (not started)."""
+    binary = prometheus_binary()
+    if binary is None:
+        raise RuntimeError("prometheus not on PATH: run scripts/setup")
+    work.mkdir(parents=True, exist_ok=True)
+    config = work / "prometheus.yml"
+    quoted = ", ".join(f"'{t}'" for t in targets)
+    every = f"{round(interval * 1000)}ms"  # Prometheus durations take no fractions
+    config.write_text(
+        "global:\n"
+        f"  scrape_interval: {every}\n"
+        f"  scrape_timeout: {every}\n"
+        f"  evaluation_interval: {every}\n"
+        "scrape_configs:\n"
+        "  - job_name: pnsq\n"
+        f"    metrics_path: {metrics_path}\n"
+        "    static_configs:\n"
+        f"      - targets: [{quoted}]\n"
+    )
+    argv = [
+        binary,
+        f"--config.file={config}",
+        f"--storage.tsdb.path={work / 'tsdb'}",
+        "--web.listen-address=127.0.0.1:0",  # the bound port is read from its log
+    ]
+    return Peer(argv, work / "prometheus.log", _PROMETHEUS_LISTEN, "/-/ready", cwd=work)

@@ -38,6 +38,7 @@ from ..storage.log import PartitionLog
 from ..storage.memory import MemoryLog
 from ..storage.record import NewRecord, Record
 from .channel import Channel, Subscriber
+from .latency import Discard, Observer
 from .partition import Partition
 from .persistence import (
     METADATA_FILE,
@@ -85,6 +86,8 @@ class Broker:
         #: the last disk error (None while healthy); /ping answers "NOK - <error>"
         self.health_error: str | None = None
         self._timer_scopes: dict[Channel, trio.CancelScope] = {}
+        self.publish_latency: Observer = Discard()  # seconds per append (nsqd.metrics)
+        self.fsync_latency: Observer = Discard()  # seconds per partition fsync
 
     # ------------------------------------------------------------------ topics
 
@@ -234,7 +237,9 @@ class Broker:
             raise ExitingError
         topic = self.get_or_create_topic(topic_name)
         target = topic.pick_partition(partition)
+        started = time.perf_counter()
         records = topic.append(target, entries)
+        self.publish_latency.observe(time.perf_counter() - started)
         if target.unsynced >= self.config.sync_every:
             self.syncs.request()
         return records
@@ -321,7 +326,8 @@ class Broker:
                     cursor = saved.get(channel_name, {})
                     confirmed = int(cursor.get("confirmed", partition.topic_start))
                     start = max(confirmed, partition.log.start_offset)
-                    channel.add_partition(partition, start, list(cursor.get("acked", [])))
+                    acked = list(cursor.get("acked", []))
+                    channel.add_partition(partition, start, acked, partition.log.end_offset)
                 topic.channels[channel_name] = channel
                 self._start_timer(channel)
             log.info("TOPIC(%s): restored, %d channel(s)", name, len(topic.channels))
@@ -341,7 +347,9 @@ class Broker:
                         continue
                     if partition.unsynced:
                         partition.unsynced = 0
+                        started = time.perf_counter()
                         await self._disk(partition.log.sync)
+                        self.fsync_latency.observe(time.perf_counter() - started)
                     if partition.dirty:
                         partition.dirty = False
                         state = partition_state(topic, partition)

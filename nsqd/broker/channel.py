@@ -42,20 +42,32 @@ class Channel:
         self.paused = False
         self.deleted = False
         self.cursors: dict[int, PartitionCursor] = {}
+        #: per partition, the offset from which messages count as put into this channel
+        #: (nsqd's channel ``message_count``: since creation, or since this process started)
+        self.counted_from: dict[int, int] = {}
         self.clients: set[Subscriber] = set()
         self._rr = 0
         self._timer_scope: trio.CancelScope | None = None
         self._timer_deadline_ns: int | None = None
 
-    def add_partition(self, partition: Partition, start: int, acked: list[int]) -> None:
-        """Attach the cursor of ``partition`` (on creation and on restore)."""
+    def add_partition(
+        self, partition: Partition, start: int, acked: list[int], counted_from: int | None = None
+    ) -> None:
+        """Attach the cursor of ``partition`` (on creation and on restore). ``counted_from``:
+        where the channel's ``message_count`` starts (default ``start``)."""
         self.cursors[partition.number] = PartitionCursor(partition.number, start, acked)
+        self.counted_from[partition.number] = start if counted_from is None else counted_from
 
     # ------------------------------------------------------------------ delivery
 
+    @property
+    def delivering(self) -> bool:
+        """False while the channel or its topic is paused, and once it is deleted."""
+        return not (self.paused or self.topic.paused or self.deleted)
+
     def has_ready(self, only: int | None = None) -> bool:
         """True if a ready client (of partition ``only``, if given) would get a message now."""
-        if self.paused:
+        if not self.delivering:
             return False
         parts = self.topic.partitions
         return any(
@@ -76,7 +88,7 @@ class Channel:
 
         ``only`` restricts delivery to one partition (a partitioned SUB).
         """
-        if self.paused or max_messages <= 0:
+        if max_messages <= 0 or not self.delivering:
             return []
         out: list[Message] = []
         cursors = list(self.cursors.values())
@@ -113,6 +125,15 @@ class Channel:
         if cursor is None:
             raise NotInFlightError
         return cursor
+
+    def empty(self) -> None:
+        """nsqd's channel empty: drop depth, in-flight and deferred messages in every partition.
+        The owners of dropped in-flight messages get their RDY room back (one call each)."""
+        for partition, cursor in self.iter_cursors():
+            for owner in cursor.empty(partition.log.end_offset):
+                if isinstance(owner, _TimeoutAware):
+                    owner.message_timed_out()
+            partition.dirty = True
 
     # ------------------------------------------------------------------ timer
 
@@ -171,6 +192,15 @@ class Channel:
     def deferred_count(self) -> int:
         """Messages waiting for their delay."""
         return sum(len(c.deferred) for c in self.cursors.values())
+
+    def partition_message_count(self, partition: Partition) -> int:
+        """Messages put into this channel from ``partition`` (requeues not counted again)."""
+        return max(0, partition.log.end_offset - self.counted_from.get(partition.number, 0))
+
+    @property
+    def message_count(self) -> int:
+        """nsqd's channel ``message_count`` over all partitions."""
+        return sum(self.partition_message_count(p) for p, _ in self.iter_cursors())
 
 
 @runtime_checkable

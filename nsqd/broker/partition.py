@@ -33,3 +33,5 @@ class Partition:
         self.topic_start = topic_start
         self.unsynced = 0  # records appended since the last fsync
         self.dirty = True  # cursors changed since the last checkpoint
+        self.message_count = 0  # records appended by this process (stats)
+        self.message_bytes = 0

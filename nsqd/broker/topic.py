@@ -36,8 +36,11 @@ class Topic:
         """Append to ``partition`` (page cache on return) and wake the channels."""
         records = partition.log.append(entries)
         partition.unsynced += len(records)
+        size = sum(len(e.body) for e in entries)
         self.message_count += len(records)
-        self.message_bytes += sum(len(e.body) for e in entries)
+        self.message_bytes += size
+        partition.message_count += len(records)
+        partition.message_bytes += size
         if not self.paused:
             for channel in self.channels.values():
                 channel.notify()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -53,13 +54,48 @@ class Driver:
     def _flag(self, name: str, value: object) -> list[str]:
         return [f"--{name}" if self.client == "pynsq" else f"-{name}", str(value)]
 
+    def conn_flags(
+        self,
+        *,
+        tls: bool = False,
+        tls_ca: str = "",
+        tls_cert: str = "",
+        tls_key: str = "",
+        snappy: bool = False,
+        deflate: bool = False,
+        deflate_level: int = 0,
+        auth_secret: str = "",
+    ) -> list[str]:
+        """Connection-upgrade and AUTH options, for ``extra`` of pub_argv / sub_argv."""
+        dash = "--" if self.client == "pynsq" else "-"
+        argv = [f"{dash}{name}" for name, on in (("tls", tls), ("snappy", snappy)) if on]
+        if deflate:
+            argv.append(f"{dash}deflate")
+        for name, value in (
+            ("tls-ca", tls_ca),
+            ("tls-cert", tls_cert),
+            ("tls-key", tls_key),
+            ("deflate-level", deflate_level),
+            ("auth-secret", auth_secret),
+        ):
+            if value:
+                argv += self._flag(name, value)
+        return argv
+
     def _seconds(self, name: str, seconds: float) -> list[str]:
         return self._flag(name, seconds if self.client == "pynsq" else f"{seconds}s")
 
     def pub_argv(
-        self, nsqd: str, topic: str, count: int, mode: str = "pub", defer_ms: int = 0
+        self,
+        nsqd: str,
+        topic: str,
+        count: int,
+        mode: str = "pub",
+        defer_ms: int = 0,
+        extra: Sequence[str] = (),
     ) -> list[str]:
         argv = self._base("pub") + self._flag("nsqd", nsqd) + self._flag("topic", topic)
+        argv += extra
         argv += self._flag("count", count) + self._flag("mode", mode)
         if mode == "dpub":
             argv += (
@@ -81,8 +117,10 @@ class Driver:
         idle: float = 0,
         timeout: float = 60,
         max_in_flight: int = 200,
+        extra: Sequence[str] = (),
     ) -> list[str]:
         argv = self._base("sub") + self._flag("nsqd", nsqd) + self._flag("topic", topic)
+        argv += extra
         argv += self._flag("channel", channel) + self._flag("count", count)
         argv += self._flag("max-in-flight", max_in_flight)
         argv += self._flag("requeue-until-attempts", requeue_until)

@@ -3,9 +3,15 @@
 Run as a subprocess by the interop tests, because pynsq needs Tornado's event loop:
 
     python pynsq_driver.py pub --nsqd HOST:PORT --topic T --count N --mode pub|mpub|dpub
-        [--defer-ms M]
+        [--defer-ms M] [connection options]
     python pynsq_driver.py sub --nsqd HOST:PORT --topic T --channel C --count N
         [--requeue-until-attempts K] [--heartbeat S] [--idle S] [--timeout S] [--msg-timeout S]
+        [connection options]
+
+Connection options (both): ``--tls`` (tls_v1, server certificate not verified unless
+``--tls-ca FILE``), ``--tls-cert FILE --tls-key FILE`` (a client certificate), ``--snappy``,
+``--deflate`` [``--deflate-level N``], ``--auth-secret S``. With any of them the first line is
+``{"connected": {...}}``: the features the IDENTIFY reply granted and the AUTH reply, if any.
 
 ``sub`` prints one line per delivery {"id_hex","attempts","body","timestamp","received_ns"}, then
 {"done": true|false, "distinct": n, "deliveries": d}; ``--idle`` first waits that long and
@@ -16,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import ssl
 import sys
 import time
 
@@ -28,8 +35,62 @@ def emit(obj: object) -> None:
     sys.stdout.flush()
 
 
+def conn_options(args: argparse.Namespace) -> dict[str, object]:
+    """AsyncConn keyword arguments for the upgrade and AUTH options."""
+    options: dict[str, object] = {}
+    if args.tls:
+        tls: dict[str, object] = {"cert_reqs": ssl.CERT_NONE}
+        if args.tls_ca:
+            tls = {"cert_reqs": ssl.CERT_REQUIRED, "ca_certs": args.tls_ca}
+        if args.tls_cert:
+            tls.update(certfile=args.tls_cert, keyfile=args.tls_key)
+        options.update(tls_v1=True, tls_options=tls)
+    if args.snappy:
+        options["snappy"] = True
+    if args.deflate:
+        options.update(deflate=True, deflate_level=args.deflate_level)
+    if args.auth_secret:
+        options["auth_secret"] = args.auth_secret
+    return options
+
+
+def report_connection(args: argparse.Namespace) -> None:
+    """Print what the first connection negotiated (IDENTIFY reply, AUTH reply) and any
+    connection error, by hooking every AsyncConn before it connects."""
+    if not conn_options(args):
+        return
+    state: dict[str, object] = {}
+
+    def on_identify(data: dict[str, object], **_: object) -> None:
+        keys = ("tls_v1", "snappy", "deflate", "deflate_level", "auth_required")
+        state["identify"] = {k: data.get(k) for k in keys}
+
+    def on_auth(data: dict[str, object], **_: object) -> None:
+        state["auth"] = data
+
+    def on_ready(**_: object) -> None:
+        if "reported" not in state:
+            state["reported"] = True
+            emit({"connected": {k: v for k, v in state.items() if k != "reported"}})
+
+    def on_error(error: object, **_: object) -> None:
+        emit({"conn_error": str(error)})
+
+    original = nsq.AsyncConn.connect
+
+    def connect(conn: nsq.AsyncConn) -> object:
+        conn.on(nsq.event.IDENTIFY_RESPONSE, on_identify)
+        conn.on(nsq.event.AUTH_RESPONSE, on_auth)
+        conn.on(nsq.event.READY, on_ready)
+        conn.on(nsq.event.ERROR, on_error)
+        return original(conn)
+
+    nsq.AsyncConn.connect = connect
+
+
 def publish(args: argparse.Namespace) -> int:
-    writer = nsq.Writer([args.nsqd])
+    report_connection(args)
+    writer = nsq.Writer([args.nsqd], **conn_options(args))
     loop = IOLoop.current()
     bodies = [f"{args.prefix}{i}".encode() for i in range(args.count)]
     state = {"acked": 0, "errors": []}
@@ -80,6 +141,7 @@ def publish(args: argparse.Namespace) -> int:
 
 
 def subscribe(args: argparse.Namespace) -> int:
+    report_connection(args)
     seen: set[bytes] = set()
     stats = {"deliveries": 0, "heartbeats": 0}
     loop = IOLoop.current()
@@ -113,6 +175,7 @@ def subscribe(args: argparse.Namespace) -> int:
         max_tries=0,
         heartbeat_interval=int(args.heartbeat),  # pynsq asserts an int number of seconds
         msg_timeout=args.msg_timeout,
+        **conn_options(args),
     )
     connections: list[int] = []
     hooked: set[int] = set()
@@ -181,6 +244,15 @@ def main() -> int:
     s.add_argument("--msg-timeout", type=float, default=None)
     s.add_argument("--idle", type=float, default=0)
     s.add_argument("--timeout", type=float, default=30.0)
+    for command in (p, s):
+        command.add_argument("--tls", action="store_true")
+        command.add_argument("--tls-ca", default="")
+        command.add_argument("--tls-cert", default="")
+        command.add_argument("--tls-key", default="")
+        command.add_argument("--snappy", action="store_true")
+        command.add_argument("--deflate", action="store_true")
+        command.add_argument("--deflate-level", type=int, default=6)
+        command.add_argument("--auth-secret", default="")
     args = parser.parse_args()
     return publish(args) if args.cmd == "pub" else subscribe(args)
 

@@ -30,6 +30,7 @@ func runPub(args []string) int {
 	prefix := fs.String("prefix", "msg-", "body prefix; bodies are <prefix><i>")
 	timeout := fs.Duration("timeout", 60*time.Second, "give up (exit 1) after this long")
 	logLevel := fs.String("log-level", "warn", "go-nsq log level: debug, info, warn, error")
+	conn := addConnFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -48,6 +49,10 @@ func runPub(args []string) int {
 	}
 
 	cfg := nsq.NewConfig()
+	if err := conn.apply(cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "pub:", err)
+		return 2
+	}
 	producer, err := nsq.NewProducer(*addr, cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

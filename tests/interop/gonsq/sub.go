@@ -113,6 +113,7 @@ func runSub(args []string) int {
 	idle := fs.Duration("idle", 0, "first stay connected this long and report idle_ok")
 	stopWait := fs.Duration("stop-wait", 5*time.Second, "how long to wait for a clean CLS/CLOSE_WAIT stop")
 	logLevel := fs.String("log-level", "warn", "go-nsq log level: debug, info, warn, error")
+	conn := addConnFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -130,6 +131,10 @@ func runSub(args []string) int {
 	cfg.MaxAttempts = 0 // unlimited: never give a message up on attempts
 	cfg.MaxInFlight = *maxInFlight
 	cfg.HeartbeatInterval = *heartbeat
+	if err := conn.apply(cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "sub:", err)
+		return 2
+	}
 	consumer, err := nsq.NewConsumer(*topic, *channel, cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "sub:", err)

@@ -1,0 +1,300 @@
+"""AUTH: nsqd's auth-http protocol, and one connection's authorizations.
+
+With ``--auth-http-address`` (repeatable) nsqd asks an auth server what a client's secret may
+do: ``GET http://<addr>/auth?common_name=&remote_ip=&secret=&tls=`` (an address containing
+``://`` is the whole URL; ``--auth-http-request-method=post`` POSTs the same values as a JSON
+body), header ``Accept: application/vnd.nsq; version=1.0``, the addresses tried in turn from a
+random one. The reply::
+
+    {"ttl": 3600, "identity": "...", "identity_url": "...",
+     "authorizations": [{"topic": "regex", "channels": ["regex"],
+                         "permissions": ["subscribe", "publish"]}]}
+
+Regexes are unanchored (Go's ``MatchString``: :meth:`re.Pattern.search`). SUB needs
+``subscribe``, a matching topic and a channel regex matching the channel; PUB/MPUB/DPUB need
+``publish``, a matching topic and some channel regex matching ``""``. After ``ttl`` seconds the
+next check asks the auth server again.
+
+Errors reach the client as nsqd's texts (:class:`SessionAuth`); why an auth server failed is
+only logged, as in nsqd.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import re
+import ssl
+from dataclasses import dataclass
+from urllib.parse import urlencode
+
+import httpx
+import trio
+
+from protocol import ClientError, ErrorCode
+from protocol.gostr import go_quote
+
+log = logging.getLogger("nsqd.auth")
+
+ACCEPT = "application/vnd.nsq; version=1.0"
+PERMISSIONS = frozenset({"subscribe", "publish"})
+
+
+class AuthError(Exception):
+    """No auth server gave a usable answer (logged; the client sees ``E_AUTH_FAILED``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Authorization:
+    """One entry of ``authorizations``."""
+
+    topic: re.Pattern[str]
+    channels: tuple[re.Pattern[str], ...]
+    permissions: frozenset[str]
+
+    def allows(self, topic: str, channel: str) -> bool:
+        """nsqd's ``Authorization.IsAllowed``: channel "" means publish."""
+        if ("subscribe" if channel else "publish") not in self.permissions:
+            return False
+        if self.topic.search(topic) is None:
+            return False
+        return any(pattern.search(channel) is not None for pattern in self.channels)
+
+
+@dataclass(frozen=True, slots=True)
+class AuthState:
+    """A successful auth reply; ``expires`` is on Trio's clock."""
+
+    identity: str
+    identity_url: str
+    authorizations: tuple[Authorization, ...]
+    expires: float
+
+    def allows(self, topic: str, channel: str) -> bool:
+        return any(a.allows(topic, channel) for a in self.authorizations)
+
+
+def _value(obj: dict[str, object], key: str) -> object:
+    """Go's json.Unmarshal into a struct: keys match case-insensitively (the last match wins)
+    and null means absent."""
+    value = None
+    for name, item in obj.items():
+        if name.lower() == key and item is not None:
+            value = item
+    return value
+
+
+def _str(obj: dict[str, object], key: str) -> str:
+    value = _value(obj, key)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise AuthError(f"json: cannot unmarshal {key} into a string")
+    return value
+
+
+def _strings(obj: dict[str, object], key: str) -> list[str]:
+    value = _value(obj, key)
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise AuthError(f"json: cannot unmarshal {key} into []string")
+    return value
+
+
+def _compile(pattern: str, what: str) -> re.Pattern[str]:
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise AuthError(f"unable to compile {what} {go_quote(pattern.encode())} {exc}") from exc
+
+
+def parse_auth_reply(body: bytes, now: float) -> AuthState:
+    """Decode and validate an auth server's 200 reply (nsqd's checks and messages).
+
+    Raises:
+        AuthError: not JSON of the expected shape, an unknown permission, a regex that does
+            not compile, or ``ttl <= 0``.
+    """
+    try:
+        raw = json.loads(body)
+    except ValueError as exc:
+        raise AuthError(f"invalid JSON reply: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise AuthError("json: cannot unmarshal the reply into an object")
+    ttl = _value(raw, "ttl")
+    ttl = 0 if ttl is None else ttl
+    if isinstance(ttl, bool) or not isinstance(ttl, int):
+        raise AuthError("json: cannot unmarshal ttl into an int")
+    entries = _value(raw, "authorizations")
+    entries = [] if entries is None else entries
+    if not isinstance(entries, list):
+        raise AuthError("json: cannot unmarshal authorizations into a list")
+    authorizations = []
+    for item in entries:
+        entry = {} if item is None else item
+        if not isinstance(entry, dict):
+            raise AuthError("json: cannot unmarshal authorizations")
+        permissions = _strings(entry, "permissions")
+        channels = _strings(entry, "channels")
+        topic = _str(entry, "topic")
+        for permission in permissions:
+            if permission not in PERMISSIONS:
+                raise AuthError(f"unknown permission {permission}")
+        authorizations.append(
+            Authorization(
+                topic=_compile(topic, "topic"),
+                channels=tuple(_compile(c, "channel") for c in channels),
+                permissions=frozenset(permissions),
+            )
+        )
+    if ttl <= 0:
+        raise AuthError(f"invalid TTL {ttl} (must be >0)")
+    identity, identity_url = _str(raw, "identity"), _str(raw, "identity_url")
+    return AuthState(identity, identity_url, tuple(authorizations), now + ttl)
+
+
+class AuthClient:
+    """The auth servers of one nsqd, shared by all its connections (one HTTP client pool)."""
+
+    def __init__(
+        self,
+        addresses: tuple[str, ...],
+        *,
+        method: str = "get",
+        connect_timeout: float = 2.0,
+        request_timeout: float = 5.0,
+        root_ca_file: str = "",
+    ) -> None:
+        self.addresses = addresses
+        self.method = method
+        # nsqd's client TLS config for https auth URLs: --tls-root-ca-file, else the system CAs
+        verify: ssl.SSLContext | bool = (
+            ssl.create_default_context(cafile=root_ca_file) if root_ca_file else True
+        )
+        self._http = httpx.AsyncClient(
+            timeout=httpx.Timeout(request_timeout, connect=connect_timeout),
+            verify=verify,
+            trust_env=False,
+        )
+
+    async def query(self, remote_ip: str, tls: bool, common_name: str, secret: str) -> AuthState:
+        """Ask the auth servers in turn (from a random one) until one answers usefully.
+
+        Raises:
+            AuthError: every server failed; the message lists each failure.
+        """
+        values = {
+            "common_name": common_name,
+            "remote_ip": remote_ip,
+            "secret": secret,
+            "tls": "true" if tls else "false",
+        }
+        errors = []
+        start = random.randrange(len(self.addresses))  # noqa: S311 - load spreading, as nsqd
+        for i in range(len(self.addresses)):
+            address = self.addresses[(start + i) % len(self.addresses)]
+            try:
+                return await self._query_one(address, values)
+            except (AuthError, httpx.HTTPError) as exc:
+                errors.append(f"failed to auth against {address} - {exc}")
+        raise AuthError("; ".join(errors))
+
+    async def _query_one(self, address: str, values: dict[str, str]) -> AuthState:
+        url = address if "://" in address else f"http://{address}/auth"
+        headers = {"Accept": ACCEPT}
+        if self.method == "post":
+            response = await self._http.post(url, json=values, headers=headers)
+        else:
+            response = await self._http.get(f"{url}?{urlencode(values)}", headers=headers)
+        if response.status_code != 200:
+            raise AuthError(f"got response {response.status_code} {response.text!r}")
+        return parse_auth_reply(response.content, trio.current_time())
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+
+class SessionAuth:
+    """One connection's AUTH: the secret it gave and what the auth server allowed."""
+
+    def __init__(self, client: AuthClient, remote_ip: str) -> None:
+        self.client = client
+        self.remote_ip = remote_ip
+        self.tls = False
+        self.common_name = ""
+        self.secret = ""
+        self.state: AuthState | None = None
+        self._allowed: set[tuple[str, str]] = set()  # checks passed under the current state
+
+    @property
+    def authorized(self) -> bool:
+        """nsqd's ``HasAuthorizations``."""
+        return self.state is not None and bool(self.state.authorizations)
+
+    async def authenticate(self, secret: bytes) -> bytes:
+        """Handle ``AUTH``; returns the JSON reply.
+
+        Raises:
+            ClientError: ``E_INVALID AUTH already set``, ``E_AUTH_FAILED AUTH failed``,
+                ``E_UNAUTHORIZED AUTH no authorizations found``.
+        """
+        if self.authorized:
+            raise ClientError(ErrorCode.INVALID, "AUTH already set")
+        self.secret = secret.decode("utf-8", "surrogateescape")
+        await self._refresh()
+        state = self.state
+        assert state is not None
+        if not state.authorizations:
+            raise ClientError(ErrorCode.UNAUTHORIZED, "AUTH no authorizations found")
+        reply = {
+            "identity": state.identity,
+            "identity_url": state.identity_url,
+            "permission_count": len(state.authorizations),
+        }
+        return json.dumps(reply, separators=(",", ":")).encode()
+
+    def permits(self, topic: str, channel: str) -> bool:
+        """Fast path: True when an unexpired state already allowed this (topic, channel)."""
+        state = self.state
+        return (
+            state is not None
+            and (topic, channel) in self._allowed
+            and trio.current_time() < state.expires
+        )
+
+    async def check(self, command: str, topic: str, channel: str) -> None:
+        """nsqd's ``CheckAuth`` (asks the auth server again once the TTL is over).
+
+        Raises:
+            ClientError: ``E_AUTH_FIRST``, ``E_AUTH_FAILED``, ``E_UNAUTHORIZED``.
+        """
+        if not self.authorized:
+            raise ClientError(ErrorCode.AUTH_FIRST, f"AUTH required before {command}")
+        state = self.state
+        assert state is not None
+        if trio.current_time() >= state.expires:
+            await self._refresh()
+            state = self.state
+            assert state is not None
+        if not state.allows(topic, channel):
+            raise ClientError(
+                ErrorCode.UNAUTHORIZED,
+                f"AUTH failed for {command} on {_quote(topic)} {_quote(channel)}",
+            )
+        self._allowed.add((topic, channel))
+
+    async def _refresh(self) -> None:
+        try:
+            self.state = await self.client.query(
+                self.remote_ip, self.tls, self.common_name, self.secret
+            )
+        except AuthError as exc:
+            log.warning("[%s] AUTH failed %s", self.remote_ip, exc)
+            raise ClientError(ErrorCode.AUTH_FAILED, "AUTH failed") from exc
+        self._allowed.clear()
+
+
+def _quote(text: str) -> str:
+    return go_quote(text.encode("utf-8", "surrogateescape"))

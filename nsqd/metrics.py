@@ -1,0 +1,199 @@
+"""Prometheus ``/metrics`` for pnsq's nsqd, on the HTTP port.
+
+At each scrape a custom collector builds the same document as ``/stats`` (:mod:`nsqd.stats`)
+and renders it, so the two always agree:
+
+* the names the NSQ exporters made conventional (lovoo/timonwong ``nsq_exporter``), all gauges:
+  ``nsq_topic_depth``, ``nsq_topic_backend_depth``, ``nsq_topic_message_count``,
+  ``nsq_topic_message_bytes`` and ``nsq_channel_depth``, ``nsq_channel_backend_depth``,
+  ``nsq_channel_in_flight_count``, ``nsq_channel_deferred_count``,
+  ``nsq_channel_message_count``, ``nsq_channel_requeue_count``, ``nsq_channel_timeout_count``,
+  one series per partition (labels ``topic``, ``partition``, [``channel``,] ``paused``): their
+  sum over partitions is the /stats value; ``nsq_topic_channel_count`` and
+  ``nsq_channel_client_count`` (alias ``nsq_channel_clients``, statsd's name) per topic/channel;
+  ``nsqd_info{version,health}``;
+* what only pnsq knows: ``pnsq_partition_start_offset`` / ``pnsq_partition_end_offset`` (log
+  offsets), ``pnsq_channel_confirmed_offset``, ``pnsq_channel_next_offset`` and
+  ``pnsq_channel_lag`` (end offset minus confirmed offset: messages not yet FINed) per channel
+  and partition, ``pnsq_connections{type}``, and the histograms
+  ``pnsq_publish_latency_seconds`` (one append to a partition log) and
+  ``pnsq_fsync_latency_seconds`` (one partition fsync);
+* the client library's process and Python GC collectors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterator
+
+from prometheus_client import (
+    GC_COLLECTOR,
+    PLATFORM_COLLECTOR,
+    PROCESS_COLLECTOR,
+    CollectorRegistry,
+    Histogram,
+)
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.registry import Collector
+
+from .broker import Broker
+from .stats import GC_PAUSES, Json, SessionLike, StatsQuery, pub_counts, stats_document
+
+PUBLISH_BUCKETS = (
+    0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
+    0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+)  # fmt: skip
+FSYNC_BUCKETS = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+    2.5, 5.0, 10.0,
+)  # fmt: skip
+
+_TOPIC_GAUGES = (
+    ("nsq_topic_depth", "Messages kept for a topic's first channel", "depth"),
+    ("nsq_topic_backend_depth", "Topic depth on disk", "backend_depth"),
+    ("nsq_topic_message_count", "Messages published to the topic", "message_count"),
+    ("nsq_topic_message_bytes", "Bytes published to the topic", "message_bytes"),
+)
+_CHANNEL_GAUGES = (
+    ("nsq_channel_depth", "Messages waiting for delivery", "depth"),
+    ("nsq_channel_backend_depth", "Channel depth on disk", "backend_depth"),
+    ("nsq_channel_in_flight_count", "Messages delivered and not yet finished", "in_flight_count"),
+    ("nsq_channel_deferred_count", "Messages waiting for their delay", "deferred_count"),
+    ("nsq_channel_message_count", "Messages put into the channel", "message_count"),
+    ("nsq_channel_requeue_count", "Messages requeued (REQ)", "requeue_count"),
+    ("nsq_channel_timeout_count", "Messages that timed out in flight", "timeout_count"),
+    ("pnsq_channel_confirmed_offset", "Offset below which all is finished", "confirmed_offset"),
+    ("pnsq_channel_next_offset", "Next offset the channel reads from the log", "next_offset"),
+    ("pnsq_channel_lag", "End offset minus confirmed offset", "lag"),
+)
+
+_PARTITION_GAUGES = (
+    ("pnsq_partition_start_offset", "First offset still in the partition log", "start_offset"),
+    ("pnsq_partition_end_offset", "Offset of the next append to the partition log", "end_offset"),
+)
+
+
+def _paused(value: object) -> str:
+    return "true" if value else "false"
+
+
+class NsqCollector(Collector):
+    """Renders a /stats snapshot, taken at scrape time, as gauges."""
+
+    def __init__(self, snapshot: Callable[[], Json], sessions: Collection[SessionLike]) -> None:
+        self.snapshot = snapshot
+        self.sessions = sessions
+
+    def collect(self) -> Iterator[Metric]:
+        doc = self.snapshot()
+        info = GaugeMetricFamily(
+            "nsqd_info", "nsqd version and health", labels=["version", "health"]
+        )
+        info.add_metric([doc["version"], doc["health"]], 1)
+        yield info
+        yield from self._topics(doc["topics"] or [])
+        yield self._connections()
+
+    def _topics(self, topics: list[Json]) -> Iterator[Metric]:
+        topic_gauges = [
+            (GaugeMetricFamily(n, h, labels=["topic", "partition", "paused"]), key)
+            for n, h, key in _TOPIC_GAUGES
+        ]
+        channel_gauges = [
+            (GaugeMetricFamily(n, h, labels=["topic", "partition", "channel", "paused"]), key)
+            for n, h, key in _CHANNEL_GAUGES
+        ]
+        channel_count = GaugeMetricFamily(
+            "nsq_topic_channel_count", "Channels of the topic", labels=["topic", "paused"]
+        )
+        clients = [
+            GaugeMetricFamily(n, "Clients subscribed", labels=["topic", "channel", "paused"])
+            for n in ("nsq_channel_client_count", "nsq_channel_clients")
+        ]
+        offsets = [
+            (GaugeMetricFamily(n, h, labels=["topic", "partition"]), key)
+            for n, h, key in _PARTITION_GAUGES
+        ]
+        for t in topics:
+            name, paused = t["topic_name"], _paused(t["paused"])
+            channel_count.add_metric([name, paused], len(t["channels"]))
+            for p in t["partitions"]:
+                number = str(p["partition"])
+                for family, key in topic_gauges:
+                    family.add_metric([name, number, paused], p[key])
+                for family, key in offsets:
+                    family.add_metric([name, number], p[key])
+            for c in t["channels"]:
+                channel, cpaused = c["channel_name"], _paused(c["paused"])
+                for family in clients:
+                    family.add_metric([name, channel, cpaused], c["client_count"])
+                for p in c["partitions"]:
+                    labels = [name, str(p["partition"]), channel, cpaused]
+                    for family, key in channel_gauges:
+                        family.add_metric(labels, p[key])
+        yield channel_count
+        for family, _ in topic_gauges:
+            yield family
+        yield from clients
+        for family, _ in channel_gauges:
+            yield family
+        for family, _ in offsets:
+            yield family
+
+    def _connections(self) -> Metric:
+        counts = {"producer": 0, "consumer": 0, "idle": 0}
+        for session in list(self.sessions):
+            if pub_counts(session):
+                counts["producer"] += 1
+            elif getattr(session, "channel", None) is not None:
+                counts["consumer"] += 1
+            else:
+                counts["idle"] += 1
+        family = GaugeMetricFamily(
+            "pnsq_connections",
+            "TCP connections: producers (have published), consumers (subscribed), idle",
+            labels=["type"],
+        )
+        for kind, count in counts.items():
+            family.add_metric([kind], count)
+        return family
+
+
+class Metrics:
+    """The metrics of one nsqd: a private registry, the latency histograms (installed on the
+    broker as its observers) and the collector over /stats."""
+
+    def __init__(
+        self, broker: Broker, sessions: Collection[SessionLike], version: str = "1.3.0"
+    ) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.publish_latency = Histogram(
+            "pnsq_publish_latency_seconds",
+            "Time to append one publish batch to a partition log",
+            buckets=PUBLISH_BUCKETS,
+            registry=self.registry,
+        )
+        self.fsync_latency = Histogram(
+            "pnsq_fsync_latency_seconds",
+            "Time to fsync one partition log",
+            buckets=FSYNC_BUCKETS,
+            registry=self.registry,
+        )
+        broker.publish_latency = self.publish_latency
+        broker.fsync_latency = self.fsync_latency
+
+        def snapshot() -> Json:
+            query = StatsQuery(include_clients=False, include_mem=False)
+            return stats_document(broker, (), query, version)
+
+        self.registry.register(NsqCollector(snapshot, sessions))
+        GC_PAUSES.install()  # /stats' gc_pause_usec_* from now on
+        for standard in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
+            self.registry.register(standard)
+
+    def render(self, accept: str = "") -> tuple[bytes, str]:
+        """The exposition and its content type, negotiated on the ``Accept`` header as the
+        client library's own handler does: Prometheus text 0.0.4 by default, OpenMetrics or
+        text 1.0.0 when asked for."""
+        encoder, content_type = choose_encoder(accept)
+        return encoder(self.registry), content_type

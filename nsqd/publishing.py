@@ -1,0 +1,97 @@
+"""A connection's PUB family: group commit for PUB, MPUB/DPUB and the youzan traced publishes.
+
+Consecutive PUBs are gathered and appended as one batch per (topic, partition) run, then
+acknowledged together (DESIGN.md §6); the session flushes them before any other command, so
+replies stay in command order.
+"""
+
+from __future__ import annotations
+
+import time
+
+from protocol import ErrorCode, Pub, frames
+from protocol.tracing import traced_response
+
+from .broker import Broker
+from .errors import HANDLED_ERRORS, client_error_for
+from .output import OutputBuffer
+from .storage.record import NewRecord
+
+
+class Publisher:
+    """Publishes for one connection and queues the acks on its output."""
+
+    def __init__(self, broker: Broker, output: OutputBuffer) -> None:
+        self.broker = broker
+        self.output = output
+        self._gathered: list[tuple[tuple[str, int | None], list[NewRecord]]] = []
+        self.pub_counts: dict[str, int] = {}  # messages published per topic (/stats producers)
+
+    def gather(self, command: Pub) -> None:
+        key = (command.topic, command.partition)
+        entry = NewRecord(timestamp_ns=time.time_ns(), body=command.body)
+        gathered = self._gathered
+        if gathered and gathered[-1][0] == key:
+            gathered[-1][1].append(entry)
+        else:
+            gathered.append((key, [entry]))
+
+    async def flush(self) -> None:
+        """Append the gathered PUBs, one batch per (topic, partition) run, and ack them."""
+        if not self._gathered:
+            return
+        gathered, self._gathered = self._gathered, []
+        acked = 0
+        try:
+            for (topic, partition), entries in gathered:
+                self.broker.publish(topic, entries, partition)
+                acked += len(entries)
+                self.pub_counts[topic] = self.pub_counts.get(topic, 0) + len(entries)
+        except HANDLED_ERRORS as exc:
+            self.output.append(frames.OK * acked)
+            raise client_error_for(exc, "PUB", ErrorCode.PUB_FAILED) from exc
+        if self.broker.durable_acks:
+            await self.broker.wait_durable()
+        self.output.append(frames.OK * acked)
+
+    async def publish(
+        self,
+        topic: str,
+        bodies: list[bytes],
+        partition: int | None,
+        name: str,
+        code: ErrorCode,
+        defer_ms: int = 0,
+    ) -> None:
+        now = time.time_ns()
+        deliver_at = now + defer_ms * 1_000_000 if defer_ms else 0
+        entries = [NewRecord(timestamp_ns=now, body=b, deliver_at_ns=deliver_at) for b in bodies]
+        try:
+            self.broker.publish(topic, entries, partition)
+        except HANDLED_ERRORS as exc:
+            raise client_error_for(exc, name, code) from exc
+        self.pub_counts[topic] = self.pub_counts.get(topic, 0) + len(entries)
+        if self.broker.durable_acks:
+            await self.broker.wait_durable()
+        self.output.append(frames.OK)
+
+    async def publish_traced(
+        self, topic: str, messages: list[tuple[int, bytes]], partition: int | None, name: str
+    ) -> None:
+        now = time.time_ns()
+        entries = [NewRecord(timestamp_ns=now, body=b, trace_id=t) for t, b in messages]
+        try:
+            records = self.broker.publish(topic, entries, partition)
+        except HANDLED_ERRORS as exc:
+            raise client_error_for(exc, name, ErrorCode.PUB_FAILED) from exc
+        self.pub_counts[topic] = self.pub_counts.get(topic, 0) + len(entries)
+        if self.broker.durable_acks:
+            await self.broker.wait_durable()
+        first = records[0]
+        trace = first.trace_id if name == "PUB_TRACE" else 0
+        raw_size = sum(len(r.body) + 4 for r in records)
+        self.output.append(
+            frames.encode_response(
+                traced_response(first.internal_id, trace, first.offset, raw_size)
+            )
+        )

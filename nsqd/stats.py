@@ -1,0 +1,385 @@
+"""nsqd's ``/stats``: the JSON document nsqadmin, nsq_stat and the exporters read, and the text
+layout of nsqd's ``printStats``, built from the broker and the live TCP sessions.
+
+The same document feeds ``/metrics`` (:mod:`nsqd.metrics`), so the two always agree. Keys are
+nsqd 1.3.0's; pnsq adds a ``partitions`` list to each topic and channel (per-partition depth,
+offsets and lag), which nsqadmin ignores. Everything is on disk, so ``backend_depth`` equals
+``depth`` except for #ephemeral topics and channels (0, as nsqd's in-memory-only queues).
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import platform
+import resource
+import sys
+import time
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol, cast
+
+import trio
+
+from . import __version__
+from .broker import Broker, Channel, Partition, Topic
+from .gosyntax import format_go_duration
+
+Json = dict[str, Any]
+
+E2E_LATENCY = {"count": 0, "percentiles": None}  # pnsq does not measure it (nsqd: opt-in)
+
+
+class SessionLike(Protocol):
+    """What stats read of a TCP session (``nsqd.session.Session``); newer attributes (TLS,
+    compression, auth, publish counts) are read with defaults."""
+
+    client_id: str
+    hostname: str
+    remote_address: str
+    user_agent: str
+    ready_count: int
+    in_flight: int
+    message_count: int
+    finish_count: int
+    requeue_count: int
+    connect_time: int
+    sample_rate: int
+
+
+@dataclass(frozen=True, slots=True)
+class StatsQuery:
+    """The ``/stats`` parameters."""
+
+    topic: str = ""
+    channel: str = ""
+    include_clients: bool = True
+    include_mem: bool = True
+
+
+def health(broker: Broker) -> str:
+    """nsqd's health text: ``OK``, or ``NOK - <error>`` after a disk error."""
+    error = getattr(broker, "health_error", None)
+    return "OK" if error is None else f"NOK - {error}"
+
+
+def stats_document(
+    broker: Broker, sessions: Iterable[SessionLike], query: StatsQuery, version: str
+) -> Json:
+    """The ``/stats?format=json`` document (nsqd 1.3.0's key order)."""
+    doc: Json = {"version": version, "health": health(broker), "start_time": broker.start_time}
+    topics = _topic_stats(broker, query)
+    doc["topics"] = topics
+    if query.include_mem:
+        doc["memory"] = memory_stats()
+    producers = None
+    if topics is not None and query.include_clients:
+        found = [client_stats(s, query.topic) for s in sessions if pub_counts(s)]
+        producers = found or None
+    doc["producers"] = producers
+    return doc
+
+
+def _topic_stats(broker: Broker, query: StatsQuery) -> list[Json] | None:
+    if query.topic:
+        only = broker.topics.get(query.topic)
+        if only is None:
+            return None  # nsqd: "topics": null when the filter matches nothing
+        chosen = [only]
+    else:
+        chosen = sorted(broker.topics.values(), key=lambda t: t.name)
+    out = []
+    for topic in chosen:
+        if query.channel:
+            found = topic.channels.get(query.channel)
+            if found is None:
+                continue  # nsqd leaves out the topics without that channel
+            channels = [found]
+        else:
+            channels = sorted(topic.channels.values(), key=lambda c: c.name)
+        out.append(topic_stats(topic, [channel_stats(c, query) for c in channels]))
+    return out
+
+
+def topic_stats(topic: Topic, channels: list[Json]) -> Json:
+    """One TopicStats, with pnsq's per-partition list."""
+    parts = [_topic_partition(topic, p) for p in topic.partitions]
+    return {
+        "topic_name": topic.name,
+        "channels": channels,
+        "depth": sum(p["depth"] for p in parts),
+        "backend_depth": sum(p["backend_depth"] for p in parts),
+        "message_count": topic.message_count,
+        "message_bytes": topic.message_bytes,
+        "paused": topic.paused,
+        "e2e_processing_latency": dict(E2E_LATENCY),
+        "partitions": parts,
+    }
+
+
+def _topic_partition(topic: Topic, partition: Partition) -> Json:
+    log = partition.log
+    depth = 0
+    if not topic.channels:  # the backlog kept for a first channel (nsqd's topic depth)
+        depth = log.end_offset - max(partition.topic_start, log.start_offset)
+    return {
+        "partition": partition.number,
+        "depth": depth,
+        "backend_depth": 0 if topic.ephemeral else depth,
+        "message_count": partition.message_count,
+        "message_bytes": partition.message_bytes,
+        "start_offset": log.start_offset,
+        "end_offset": log.end_offset,
+    }
+
+
+def channel_stats(channel: Channel, query: StatsQuery) -> Json:
+    """One ChannelStats, with pnsq's per-partition list."""
+    parts = []
+    for partition, cursor in channel.iter_cursors():
+        end = partition.log.end_offset
+        depth = cursor.depth(end)
+        parts.append(
+            {
+                "partition": partition.number,
+                "depth": depth,
+                "backend_depth": 0 if channel.ephemeral else depth,
+                "in_flight_count": len(cursor.in_flight),
+                "deferred_count": len(cursor.deferred),
+                "message_count": channel.partition_message_count(partition),
+                "requeue_count": cursor.requeue_count,
+                "timeout_count": cursor.timeout_count,
+                "confirmed_offset": cursor.confirmed,
+                "next_offset": cursor.next_read,
+                "start_offset": partition.log.start_offset,
+                "end_offset": end,
+                "lag": end - cursor.confirmed,
+            }
+        )
+    clients: list[Json] | None = None
+    if query.include_clients:
+        members = sorted(
+            (cast(SessionLike, c) for c in channel.clients),
+            key=lambda s: (s.connect_time, s.remote_address),
+        )
+        clients = [client_stats(s, query.topic) for s in members]
+    return {
+        "channel_name": channel.name,
+        "depth": sum(p["depth"] for p in parts),
+        "backend_depth": sum(p["backend_depth"] for p in parts),
+        "in_flight_count": sum(p["in_flight_count"] for p in parts),
+        "deferred_count": sum(p["deferred_count"] for p in parts),
+        "message_count": sum(p["message_count"] for p in parts),
+        "requeue_count": sum(p["requeue_count"] for p in parts),
+        "timeout_count": sum(p["timeout_count"] for p in parts),
+        "client_count": len(channel.clients),
+        "clients": clients,
+        "paused": channel.paused,
+        "e2e_processing_latency": dict(E2E_LATENCY),
+        "partitions": parts,
+    }
+
+
+def pub_counts(session: object) -> dict[str, int]:
+    """Messages this connection published, per topic (empty for a pure consumer)."""
+    publisher = getattr(session, "publisher", None)
+    counts = getattr(publisher, "pub_counts", None) or getattr(session, "pub_counts", None)
+    return dict(counts) if counts else {}
+
+
+def client_stats(session: SessionLike, topic_filter: str = "") -> Json:
+    """One ClientStats (nsqd 1.3.0's keys; the ``omitempty`` ones only when set)."""
+    parser = getattr(session, "parser", None)
+    state = getattr(getattr(parser, "state", None), "value", 0)
+    doc: Json = {
+        "client_id": session.client_id,
+        "hostname": session.hostname,
+        "version": "V2",
+        "remote_address": session.remote_address,
+        "state": state,
+        "ready_count": session.ready_count,
+        "in_flight_count": session.in_flight,
+        "message_count": session.message_count,
+        "finish_count": session.finish_count,
+        "requeue_count": session.requeue_count,
+        "connect_ts": session.connect_time,
+        "sample_rate": session.sample_rate,
+        "deflate": bool(getattr(session, "deflate", False)),
+        "snappy": bool(getattr(session, "snappy", False)),
+        "user_agent": session.user_agent,
+    }
+    auth = getattr(session, "auth", None)
+    if auth is not None and getattr(auth, "authorized", False):
+        doc["authed"] = True
+        auth_state = getattr(auth, "state", None)
+        if identity := getattr(auth_state, "identity", ""):
+            doc["auth_identity"] = identity
+        if identity_url := getattr(auth_state, "identity_url", ""):
+            doc["auth_identity_url"] = identity_url
+    counts = [
+        {"topic": t, "count": n}
+        for t, n in sorted(pub_counts(session).items())
+        if not topic_filter or t == topic_filter
+    ]
+    if counts:
+        doc["pub_counts"] = counts
+    doc.update(_tls_details(session))
+    return doc
+
+
+def _tls_details(session: object) -> Json:
+    stream = getattr(session, "stream", None)
+    for _ in range(4):  # compression layers wrap the TLS stream as ``inner``
+        if stream is None or isinstance(stream, trio.SSLStream):
+            break
+        stream = getattr(stream, "inner", None)
+    tls = bool(getattr(session, "tls", False)) and isinstance(stream, trio.SSLStream)
+    details: Json = {
+        "tls": tls,
+        "tls_cipher_suite": "",
+        "tls_version": "",
+        "tls_negotiated_protocol": "",
+        "tls_negotiated_protocol_is_mutual": False,
+    }
+    if tls:
+        assert isinstance(stream, trio.SSLStream)
+        cipher = stream.cipher()
+        details["tls_cipher_suite"] = cipher[0] if cipher else ""
+        details["tls_version"] = (stream.version() or "").replace("TLSv", "TLS")
+        details["tls_negotiated_protocol"] = stream.selected_alpn_protocol() or ""
+        details["tls_negotiated_protocol_is_mutual"] = True  # Go: always true (deprecated)
+    return details
+
+
+# ---------------------------------------------------------------------- memory
+
+
+class _GCPauses:
+    """The last 256 collection pauses (ns), as Go's ``MemStats.PauseNs``: a ``gc.callbacks``
+    hook installed on first use."""
+
+    def __init__(self) -> None:
+        self.pauses: deque[int] = deque(maxlen=256)
+        self._started = 0
+        self._installed = False
+
+    def install(self) -> None:
+        if not self._installed:
+            self._installed = True
+            gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter_ns()
+        elif self._started:
+            self.pauses.append(time.perf_counter_ns() - self._started)
+
+
+GC_PAUSES = _GCPauses()
+
+
+def _percentile(perc: float, ordered: list[int]) -> int:
+    """nsqd's ``percentile`` over a sorted list."""
+    if not ordered:
+        return 0
+    index = min(int(perc / 100.0 * len(ordered) + 0.5), len(ordered) - 1)
+    return ordered[index]
+
+
+def _resident_bytes() -> int:
+    try:
+        with open("/proc/self/statm", "rb") as f:  # noqa: PTH123 - one tiny read
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # peak, not current
+
+
+def memory_stats() -> Json:
+    """nsqd's ``memory`` block with Python's nearest equivalents: allocated blocks for heap
+    objects, the resident set for heap in use, collector pauses and runs; 0 where Python has
+    no counterpart (idle, released, next GC)."""
+    GC_PAUSES.install()
+    pauses = sorted(GC_PAUSES.pauses)
+    return {
+        "heap_objects": sys.getallocatedblocks(),
+        "heap_idle_bytes": 0,
+        "heap_in_use_bytes": _resident_bytes(),
+        "heap_released_bytes": 0,
+        "gc_pause_usec_100": _percentile(100.0, pauses) // 1000,
+        "gc_pause_usec_99": _percentile(99.0, pauses) // 1000,
+        "gc_pause_usec_95": _percentile(95.0, pauses) // 1000,
+        "next_gc_bytes": 0,
+        "gc_total_runs": sum(s["collections"] for s in gc.get_stats()),
+    }
+
+
+# ---------------------------------------------------------------------- text
+
+
+def version_line(version: str) -> str:
+    """nsqd's ``version.String("nsqd")``, naming pnsq and Python instead of the Go toolchain."""
+    return f"nsqd v{version} (built w/pnsq {__version__} python{platform.python_version()})"
+
+
+def _duration_since(ts: int, now: float) -> str:
+    return format_go_duration(int(now - ts) * 1_000_000_000)  # truncated to the second
+
+
+def _client_line(client: Json, now: float) -> str:
+    port = client["remote_address"].rsplit(":", 1)[-1]
+    ident = f"{client['hostname']}:{port} {client['user_agent']}"
+    connected = _duration_since(client["connect_ts"], now)
+    counts = client.get("pub_counts")
+    if counts:
+        total = sum(c["count"] for c in counts)
+        topics = ",".join(f"{c['topic']}={c['count']}" for c in counts)
+        return (
+            f"[{client['version']} {ident:<21}] msgs: {total:<8} topics: {topics} "
+            f"connected: {connected}"
+        )
+    return (
+        f"[{client['version']} {ident:<21}] state: {client['state']} "
+        f"inflt: {client['in_flight_count']:<4} rdy: {client['ready_count']:<4} "
+        f"fin: {client['finish_count']:<8} re-q: {client['requeue_count']:<8} "
+        f"msgs: {client['message_count']:<8} connected: {connected}"
+    )
+
+
+def render_text(doc: Json, now: float | None = None) -> bytes:
+    """nsqd's ``printStats`` layout of a :func:`stats_document`."""
+    now = time.time() if now is None else now
+    start = datetime.fromtimestamp(doc["start_time"]).astimezone()
+    stamp = start.isoformat(timespec="seconds").replace("+00:00", "Z")
+    uptime = format_go_duration(int((now - doc["start_time"]) * 1e9))
+    out = [f"{version_line(doc['version'])}\n", f"start_time {stamp}\n", f"uptime {uptime}\n"]
+    out.append(f"\nHealth: {doc['health']}\n")
+    memory = doc.get("memory")
+    if memory is not None:
+        out.append("\nMemory:\n")
+        out.extend(f"   {key:<25}\t{value}\n" for key, value in memory.items())
+    topics = doc["topics"] or []
+    out.append("\nTopics:" if topics else "\nTopics: None\n")
+    for t in topics:
+        prefix = "*P " if t["paused"] else "   "
+        out.append(
+            f"\n{prefix}[{t['topic_name']:<15}] depth: {t['depth']:<5} "
+            f"be-depth: {t['backend_depth']:<5} msgs: {t['message_count']:<8} e2e%: \n"
+        )
+        for c in t["channels"]:
+            prefix = "   *P " if c["paused"] else "      "
+            out.append(
+                f"{prefix}[{c['channel_name']:<25}] depth: {c['depth']:<5} "
+                f"be-depth: {c['backend_depth']:<5} inflt: {c['in_flight_count']:<4} "
+                f"def: {c['deferred_count']:<4} re-q: {c['requeue_count']:<5} "
+                f"timeout: {c['timeout_count']:<5} msgs: {c['message_count']:<8} e2e%: \n"
+            )
+            out.extend(f"        {_client_line(client, now)}\n" for client in c["clients"] or [])
+    producers = doc["producers"] or []
+    if producers:
+        out.append("\nProducers:\n")
+        out.extend(f"   {_client_line(p, now)}\n" for p in producers)
+    else:
+        out.append("\nProducers: None\n")
+    return "".join(out).encode()
