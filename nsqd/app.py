@@ -8,6 +8,8 @@ import os
 import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import trio
@@ -154,6 +156,17 @@ async def _start_servers(
         version=NSQD_VERSION,
     )
     app = NsqdHTTP(broker, http_settings, sessions=tcp.sessions, options=options)
+    if options.tls_cert and options.tls_key:  # nsqd serves HTTPS only with TLS configured
+        https_host, https_port = options.https_host_port()
+        secure = NsqdHTTP(broker, http_settings, sessions=tcp.sessions, options=options)
+        https_port = await nursery.start(
+            partial(serve_http, certfile=options.tls_cert, keyfile=options.tls_key),
+            secure,
+            https_host,
+            https_port,
+        )
+        if options.tls_required == "true":  # "tcp-https" leaves plain HTTP open
+            app.tls_required_https_port = https_port
     http_port = await nursery.start(serve_http, app, http_host, http_port)
     app.settings = _with_http_port(http_settings, options.broadcast_http_port or http_port)
     log.info(
@@ -170,8 +183,6 @@ async def _start_servers(
 
 
 def _with_http_port(settings: HTTPSettings, port: int) -> HTTPSettings:
-    from dataclasses import replace
-
     return replace(settings, http_port=port)
 
 

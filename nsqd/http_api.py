@@ -92,6 +92,9 @@ class NsqdHTTP:
         self.broker = broker
         self.settings = settings
         self.sessions = sessions
+        #: --tls-required=true: the plain-HTTP listener refuses everything (nsqd's ServeHTTP);
+        #: set on that listener's app only, with the HTTPS port to point clients at
+        self.tls_required_https_port: int | None = None
         self.metrics = Metrics(broker, sessions, settings.version)
         config = RuntimeConfig(
             options or Options(),
@@ -123,6 +126,10 @@ class NsqdHTTP:
             await _lifespan(receive, send)
             return
         if scope["type"] != "http":
+            return
+        if self.tls_required_https_port is not None:
+            body = f'{{"message": "TLS_REQUIRED", "https_port": {self.tls_required_https_port}}}'
+            await respond(send, 403, body.encode())
             return
         path, method = scope["path"], scope["method"]
         raw_query = scope.get("query_string", b"").decode("latin-1")
@@ -277,11 +284,16 @@ async def serve_http(
     host: str,
     port: int,
     *,
+    certfile: str = "",
+    keyfile: str = "",
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve ``app`` on ``host:port`` with hypercorn; reports the bound port when ready."""
+    """Serve ``app`` on ``host:port`` with hypercorn (HTTPS when given a certificate and key);
+    reports the bound port when ready."""
     config = HypercornConfig()
     config.bind = [f"[{host}]:{port}" if ":" in host else f"{host or '0.0.0.0'}:{port}"]
+    if certfile and keyfile:
+        config.certfile, config.keyfile = certfile, keyfile
     config.accesslog = None
     config.errorlog = logging.getLogger("nsqd.http.server")
     config.include_server_header = False
@@ -289,5 +301,5 @@ async def serve_http(
     async with trio.open_nursery() as nursery:
         binds = await nursery.start(hypercorn_serve, app, config)
         bound = int(str(binds[0]).rsplit(":", 1)[1])
-        log.info("HTTP: listening on %s", binds[0])
+        log.info("HTTP%s: listening on %s", "S" if certfile else "", binds[0])
         task_status.started(bound)

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,6 +73,8 @@ class Daemon:
         try:
             with urllib.request.urlopen(f"http://{self.http_address}/ping", timeout=1) as r:
                 return bool(r.read() == b"OK")
+        except urllib.error.HTTPError as e:
+            return e.code == 403  # --tls-required=true: plain HTTP answers TLS_REQUIRED
         except OSError:
             return False
 
