@@ -17,7 +17,6 @@ import shutil
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 import trio
@@ -38,6 +37,7 @@ from ..storage.log import PartitionLog
 from ..storage.memory import MemoryLog
 from ..storage.record import NewRecord, Record
 from .channel import Channel, Subscriber
+from .config import BrokerConfig
 from .latency import Discard, Observer
 from .partition import Partition
 from .persistence import (
@@ -50,26 +50,10 @@ from .persistence import (
     partition_state,
     topic_directory,
 )
+from .retention import apply_retention
 from .topic import Topic
 
 log = logging.getLogger("nsqd.broker")
-
-
-@dataclass(frozen=True, slots=True)
-class BrokerConfig:
-    """What the broker needs of nsqd's options (durations in seconds)."""
-
-    data_path: Path
-    default_partitions: int = 1
-    max_bytes_per_file: int = 100 * 1024 * 1024
-    sync_every: int = 2500
-    sync_timeout: float = 2.0
-    mem_queue_size: int = 10_000
-    retention: float = 7 * 24 * 3600.0
-    retention_check_interval: float = 60.0
-    max_req_timeout: float = 3600.0
-    max_channel_consumers: int = 0  # 0: unlimited
-    version: str = "1.3.0"
 
 
 class Broker:
@@ -384,22 +368,7 @@ class Broker:
 
     def apply_retention(self, now_ns: int) -> int:
         """One retention pass; returns the number of segments deleted."""
-        deleted = 0
-        older_than = now_ns - int(self.config.retention * 1e9)
-        for topic in list(self.topics.values()):
-            for partition in topic.partitions:
-                cursors = [c.cursors[partition.number] for c in topic.channels.values()]
-                needed = min((c.confirmed for c in cursors), default=partition.topic_start)
-                if isinstance(partition.log, MemoryLog):
-                    partition.log.trim(needed)
-                    continue
-                assert isinstance(partition.log, PartitionLog)
-                deleted += partition.log.delete_segments(
-                    before_offset=needed, older_than_ns=older_than
-                )
-                for cursor in cursors:
-                    cursor.skip_to(partition.log.start_offset)
-        return deleted
+        return apply_retention(self.topics.values(), self.config.retention, now_ns)
 
     async def close(self) -> None:
         """Stop taking writes, checkpoint everything and close the logs."""

@@ -1,0 +1,23 @@
+"""The broker's configuration: its share of nsqd's options."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerConfig:
+    """What the broker needs of nsqd's options (durations in seconds)."""
+
+    data_path: Path
+    default_partitions: int = 1
+    max_bytes_per_file: int = 100 * 1024 * 1024
+    sync_every: int = 2500
+    sync_timeout: float = 2.0
+    mem_queue_size: int = 10_000
+    retention: float = 7 * 24 * 3600.0
+    retention_check_interval: float = 60.0
+    max_req_timeout: float = 3600.0
+    max_channel_consumers: int = 0  # 0: unlimited
+    version: str = "1.3.0"
