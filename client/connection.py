@@ -34,6 +34,7 @@ from protocol.parser import NEED_DATA
 
 from .errors import ConnectionClosedError, NsqError, UnexpectedResponseError
 from .message import Message
+from .routing import parse_address as parse_address
 
 _log = logging.getLogger("pnsq.client")
 
@@ -63,14 +64,6 @@ class ConnectOptions(TypedDict, total=False):
     msg_timeout_ms: int | None
     feature_negotiation: bool
     identify_extra: dict[str, Any] | None
-
-
-def parse_address(address: str) -> tuple[str, int]:
-    """``"host:port"`` or ``"[v6]:port"`` → ``(host, port)``."""
-    host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise ValueError(f"invalid address {address!r}: expected HOST:PORT")
-    return host.strip("[]"), int(port)
 
 
 @final

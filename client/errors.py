@@ -31,3 +31,22 @@ class ConnectionClosedError(Exception):
 
 class UnexpectedResponseError(Exception):
     """nsqd sent a frame this client cannot make sense of (a reply of the wrong shape)."""
+
+
+class NsqHTTPError(Exception):
+    """nsqd's HTTP API answered with an error status.
+
+    Attributes:
+        status: the HTTP status, e.g. 404.
+        message: nsqd's ``{"message": ...}`` text (e.g. ``TOPIC_NOT_FOUND``), or the raw body.
+    """
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"HTTP {status}: {message}")
+        self.status = status
+        self.message = message
+
+
+class PartitionsUnknownError(LookupError):
+    """A keyed publish (or a partitioned subscribe) needs the topic's partitions, and they are
+    not known: no HTTP address was given, or the topic does not exist."""

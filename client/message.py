@@ -22,6 +22,9 @@ class Message:
         timestamp_ns: publish time, ns since the epoch.
         body: the payload.
         conn: the connection it arrived on; FIN/REQ/TOUCH must go back on it.
+        offset: the message's offset in its partition log, from the detail block nsqd adds for
+            ordered and advanced (``SUB_ORDERED`` / ``SUB_ADVANCED``) subscriptions; else None.
+        raw_size: the stored size nsqd reports in the same block; else None.
     """
 
     id: bytes
@@ -29,6 +32,8 @@ class Message:
     timestamp_ns: int
     body: bytes
     conn: Connection = field(repr=False)
+    offset: int | None = None
+    raw_size: int | None = field(default=None, repr=False)
     _responded: bool = field(default=False, init=False, repr=False)
 
     @property

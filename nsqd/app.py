@@ -6,6 +6,7 @@ import fcntl
 import logging
 import os
 import signal
+import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -21,6 +22,7 @@ from . import __version__
 from .auth import AuthClient
 from .broker import Broker, BrokerConfig, open_broker
 from .http_api import HTTPSettings, NsqdHTTP, serve_http
+from .lookup_client import LookupClient, LookupIdentity
 from .options import Options, OptionsError
 from .session import SessionSettings
 from .streams import tls_server_context
@@ -155,10 +157,24 @@ async def _start_servers(
         max_deflate_level=options.max_deflate_level,
         version=NSQD_VERSION,
     )
-    app = NsqdHTTP(broker, http_settings, sessions=tcp.sessions, options=options)
+    identity = LookupIdentity(NSQD_VERSION, 0, 0, socket.gethostname(), options.broadcast_address)
+    lookup = LookupClient(broker, identity, options.lookupd_tcp_addresses)
+    app = NsqdHTTP(
+        broker,
+        http_settings,
+        sessions=tcp.sessions,
+        options=options,
+        on_lookupd_change=lookup.set_addresses,
+    )
     if options.tls_cert and options.tls_key:  # nsqd serves HTTPS only with TLS configured
         https_host, https_port = options.https_host_port()
-        secure = NsqdHTTP(broker, http_settings, sessions=tcp.sessions, options=options)
+        secure = NsqdHTTP(
+            broker,
+            http_settings,
+            sessions=tcp.sessions,
+            options=options,
+            on_lookupd_change=lookup.set_addresses,
+        )
         https_port = await nursery.start(
             partial(serve_http, certfile=options.tls_cert, keyfile=options.tls_key),
             secure,
@@ -169,6 +185,10 @@ async def _start_servers(
             app.tls_required_https_port = https_port
     http_port = await nursery.start(serve_http, app, http_host, http_port)
     app.settings = _with_http_port(http_settings, options.broadcast_http_port or http_port)
+    lookup.identity = replace(
+        identity, tcp_port=http_settings.tcp_port, http_port=app.settings.http_port
+    )
+    nursery.start_soon(lookup.run)  # registers with --lookupd-tcp-address (none: idle)
     log.info(
         "nsqd v%s (pnsq %s) TCP %s:%d HTTP %s:%d data %s",
         NSQD_VERSION,

@@ -8,9 +8,10 @@ from collections.abc import Sequence
 
 import trio
 
+from goflag.flags import parse_or_exit
+
 from . import __version__
 from .app import NSQD_VERSION, main as run_main
-from .flags import parse_or_exit
 from .option_flags import nsqd_flagset, options_from_flags
 from .options import OptionsError
 

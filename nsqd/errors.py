@@ -3,21 +3,41 @@
 from __future__ import annotations
 
 from protocol import ClientError, ErrorCode
+from protocol.errors import YouzanText
 from protocol.gostr import go_bytes
 
 from .core.errors import (
     BadPartitionError,
     BrokerError,
+    ConsumeStartUnsupportedError,
     ExitingError,
+    ExtendSupportForbiddenError,
+    ExtendSupportNeededError,
     NotInFlightError,
     NotOwnerError,
     NotWritableError,
+    OrderedOnlyError,
+    OrderedSampleRateError,
     TopicNotFoundError,
 )
 from .storage.errors import StorageError
 
 #: What the session turns into error frames; anything else is a bug and propagates.
 HANDLED_ERRORS = (BrokerError, StorageError, OSError)
+
+#: Refusals with a fixed youzan reply (all fatal).
+_FIXED: dict[type, tuple[ErrorCode, str]] = {
+    BadPartitionError: (ErrorCode.BAD_PARTITION, YouzanText.MULTI_PARTITION),
+    OrderedOnlyError: (ErrorCode.SUB_ORDER_IS_MUST, YouzanText.SUB_ORDER_IS_MUST),
+    ExtendSupportNeededError: (ErrorCode.SUB_EXTEND_NEED, YouzanText.SUB_EXTEND_NEED),
+    ExtendSupportForbiddenError: (
+        ErrorCode.SUB_EXTEND_FORBIDDEN,
+        YouzanText.SUB_EXTEND_FORBIDDEN,
+    ),
+    OrderedSampleRateError: (ErrorCode.INVALID, YouzanText.ORDERED_SAMPLE_RATE),
+    ConsumeStartUnsupportedError: (ErrorCode.INVALID, YouzanText.UNSUPPORTED_OFFSET_TYPE),
+    TopicNotFoundError: (ErrorCode.TOPIC_NOT_EXIST, ""),  # and PartitionNotFoundError
+}
 
 
 def client_error_for(
@@ -26,15 +46,16 @@ def client_error_for(
     """The reply nsqd gives when ``command`` fails with ``exc``.
 
     FIN/REQ/TOUCH name the raw id (``"FIN <id> failed ID not in flight"``); publishes and SUB
-    say ``"<CMD> failed <reason>"``.
+    say ``"<CMD> failed <reason>"``; youzan's refusals (ordered and ext topics, partitions) have
+    their fixed texts.
     """
+    for cls in type(exc).__mro__:
+        fixed = _FIXED.get(cls)
+        if fixed is not None:
+            return ClientError(fixed[0], fixed[1], fatal=True)
     match exc:
         case NotInFlightError() | NotOwnerError():
             return ClientError(code, f"{command} {go_bytes(message_id or b'')} failed {exc}")
-        case BadPartitionError():
-            return ClientError(ErrorCode.BAD_PARTITION, f"topic partition is not valid: {exc}")
-        case TopicNotFoundError():
-            return ClientError(ErrorCode.TOPIC_NOT_EXIST, "")
         case NotWritableError():
             return ClientError(ErrorCode.FAILED_ON_NOT_WRITABLE, "", fatal=False)
         case ExitingError():

@@ -3,19 +3,33 @@
 1.3.0's, including its inconsistencies: ``/topic/create`` and ``/topic/empty`` say
 ``INVALID_TOPIC`` where the channel endpoints say ``INVALID_ARG_TOPIC``; ``/topic/delete`` and
 ``/topic/pause`` do not validate the name (an invalid one is simply ``TOPIC_NOT_FOUND``).
+youzan's additions: ``/topic/create``'s topic parameters and ``/channel/setoffset`` (youzan's
+statuses and texts).
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
+from protocol.consume import ConsumeStartError, parse_consume_start
+from protocol.errors import YouzanText
+from protocol.gostr import go_quote
+from protocol.message import MAX_PARTITIONS
 from protocol.names import is_valid_name
 
 from .broker import admin
-from .core.errors import BrokerError, ChannelNotFoundError, ExitingError, TopicNotFoundError
+from .core.errors import (
+    BrokerError,
+    ChannelNotFoundError,
+    ConsumeStartUnsupportedError,
+    ExitingError,
+    TopicConflictError,
+    TopicNotFoundError,
+)
 from .http_base import Handler, HTTPError, JsonValue, Raw, Reply, Request
 from .runtime_config import InvalidOptionError, InvalidValueError, RuntimeConfig
 from .stats import StatsQuery, render_text, stats_document
@@ -27,10 +41,17 @@ if TYPE_CHECKING:
 log = logging.getLogger("nsqd.http")
 
 BOOL_PARAMS = {"true": True, "1": True, "false": False, "0": False}  # nsqd's boolParams
+_ATOI = re.compile(r"[+-]?[0-9]+")  # Go's strconv.Atoi syntax
 
 
 def _bool_param(value: str | None, default: bool) -> bool:
     return BOOL_PARAMS.get(value or "", default)
+
+
+def _flag_arg(request: Request, name: str) -> bool | None:
+    """A youzan topic flag: None when absent, else true only for ``true`` (youzan's test)."""
+    value = request.arg(name)
+    return None if value is None else value == "true"
 
 
 def topic_arg(request: Request, *, validate: bool = True) -> str:
@@ -60,9 +81,11 @@ def topic_channel_args(request: Request) -> tuple[str, str]:
 
 @contextmanager
 def broker_errors() -> Iterator[None]:
-    """Map the broker's refusals to nsqd's replies."""
+    """Map the broker's refusals to nsqd's replies (youzan's own refusals pass through)."""
     try:
         yield
+    except (TopicConflictError, ConsumeStartUnsupportedError):
+        raise
     except TopicNotFoundError as exc:
         raise HTTPError(404, "TOPIC_NOT_FOUND") from exc
     except ChannelNotFoundError as exc:
@@ -97,6 +120,7 @@ class AdminAPI:
             "/channel/empty": {"POST": self.channel_empty},
             "/channel/pause": {"POST": self.channel_pause},
             "/channel/unpause": {"POST": self.channel_pause},
+            "/channel/setoffset": {"POST": self.channel_setoffset},
         }
 
     # ------------------------------------------------------------------ stats
@@ -123,9 +147,21 @@ class AdminAPI:
     # ------------------------------------------------------------------ topics
 
     async def topic_create(self, request: Request) -> Reply:
+        """nsqd's ``/topic/create``, plus youzan's topic parameters (``partition_num``,
+        ``orderedmulti``, ``extend``; see docs/http-api.md)."""
         name = topic_arg(request)
-        with broker_errors():
-            admin.create_topic(self.broker, name)
+        partitions = None
+        raw = request.arg("partition_num")
+        if raw:
+            partitions = int(raw) if _ATOI.fullmatch(raw) else 0
+            if not 1 <= partitions < MAX_PARTITIONS:
+                raise HTTPError(400, "INVALID_ARG_TOPIC_PARTITION_NUM")
+        ordered, ext = _flag_arg(request, "orderedmulti"), _flag_arg(request, "extend")
+        try:
+            with broker_errors():
+                await admin.create_topic(self.broker, name, partitions, ordered, ext)
+        except TopicConflictError as exc:
+            raise HTTPError(400, "TOPIC_ALREADY_EXIST") from exc
         return None
 
     async def topic_delete(self, request: Request) -> Reply:
@@ -172,6 +208,37 @@ class AdminAPI:
         paused = not request.path.endswith("unpause")
         with broker_errors():
             await admin.pause_channel(self.broker, topic, channel, paused)
+        return None
+
+    async def channel_setoffset(self, request: Request) -> Reply:
+        """youzan's ``/channel/setoffset?topic=&channel=[&partition=]``, body
+        ``timestamp:<s>`` | ``msgcount:<n>`` | ``virtual_queue:<offset>`` | ``special:-1``."""
+        topic, channel = topic_channel_args(request)
+        raw = request.arg("partition") or ""
+        partition = None
+        if raw:
+            if not _ATOI.fullmatch(raw):
+                raise HTTPError(
+                    400, f"strconv.Atoi: parsing {go_quote(raw.encode())}: invalid syntax"
+                )
+            partition = None if int(raw) == -1 else int(raw)
+        found = self.broker.topics.get(topic)
+        if found is None or (partition is not None and not 0 <= partition < len(found.partitions)):
+            raise HTTPError(404, "E_TOPIC_NOT_EXIST")
+        if channel not in found.channels:
+            raise HTTPError(404, "CHANNEL_NOT_FOUND")
+        body = await request.body(self.app.settings.max_msg_size)
+        if not body:
+            raise HTTPError(406, "MSG_EMPTY")
+        try:
+            start = parse_consume_start(body.strip())
+        except ConsumeStartError as exc:
+            raise HTTPError(400, str(exc)) from exc
+        try:
+            with broker_errors():
+                await admin.set_channel_offset(self.broker, topic, channel, partition, start)
+        except ConsumeStartUnsupportedError as exc:
+            raise HTTPError(500, YouzanText.UNSUPPORTED_OFFSET_TYPE) from exc
         return None
 
     # ------------------------------------------------------------------ config

@@ -26,7 +26,7 @@ from hypercorn.trio import serve as hypercorn_serve
 from protocol.mpub import MpubFormatError, split_mpub_body
 
 from .broker import Broker
-from .core.errors import BrokerError
+from .core.errors import BadPartitionError, BrokerError, NotWritableError, TopicNotFoundError
 from .http_admin import AdminAPI, topic_arg
 from .http_base import (
     Handler,
@@ -39,6 +39,8 @@ from .http_base import (
     respond,
     respond_error,
 )
+from .http_offsets import OffsetsAPI
+from .http_partitions import PartitionsAPI
 from .metrics import Metrics
 from .options import Options
 from .runtime_config import RuntimeConfig
@@ -108,6 +110,8 @@ class NsqdHTTP:
             "/pub": {"POST": self.pub},
             "/mpub": {"POST": self.mpub},
             **admin.routes(),
+            **PartitionsAPI(self).routes(),
+            **OffsetsAPI(self).routes(),
         }
         self.config_routes: dict[str, Handler] = {"GET": admin.config, "PUT": admin.config}
 
@@ -201,12 +205,23 @@ class NsqdHTTP:
             "max_deflate_level": s.max_deflate_level,
         }
 
-    def _publish(self, topic: str, bodies: list[bytes], defer_ms: int = 0) -> None:
+    def _publish(
+        self, request: Request, topic: str, bodies: list[bytes], defer_ms: int = 0
+    ) -> None:
+        """Append to the topic (youzan's optional ``partition`` picks one), with the youzan
+        replies for partition errors and nsqd's ``503 EXITING`` for everything else."""
+        partition = _partition_arg(request)
         now = time.time_ns()
         deliver_at = now + defer_ms * 1_000_000 if defer_ms else 0
         entries = [NewRecord(timestamp_ns=now, body=b, deliver_at_ns=deliver_at) for b in bodies]
         try:
-            self.broker.publish(topic, entries)
+            self.broker.publish(topic, entries, partition)
+        except TopicNotFoundError as exc:  # a partition the topic does not have
+            raise HTTPError(404, "E_TOPIC_NOT_EXIST") from exc
+        except BadPartitionError as exc:  # e.g. no partition given for an ordered topic
+            raise HTTPError(400, "E_BAD_PARTITION") from exc
+        except NotWritableError as exc:
+            raise HTTPError(400, "E_FAILED_ON_NOT_WRITABLE") from exc
         except (BrokerError, StorageError, OSError) as exc:
             log.error("PUB to %s failed: %s", topic, exc)
             raise HTTPError(503, "EXITING") from exc
@@ -231,11 +246,9 @@ class NsqdHTTP:
             defer_ms = int(raw)
             if not 0 <= defer_ms <= self.settings.max_req_timeout_ms:
                 raise HTTPError(400, "INVALID_DEFER")
+        self._publish(request, topic, [body], defer_ms)
         if self.broker.durable_acks:
-            self._publish(topic, [body], defer_ms)
             await self.broker.wait_durable()
-        else:
-            self._publish(topic, [body], defer_ms)
         return b"OK"
 
     async def mpub(self, request: Request) -> Reply:
@@ -263,7 +276,7 @@ class NsqdHTTP:
                     raise HTTPError(413, "MSG_TOO_BIG")
                 bodies.append(line)
         if bodies:
-            self._publish(topic, bodies)
+            self._publish(request, topic, bodies)
             if self.broker.durable_acks:
                 await self.broker.wait_durable()
         return b"OK"
@@ -303,3 +316,13 @@ async def serve_http(
         bound = int(str(binds[0]).rsplit(":", 1)[1])
         log.info("HTTP%s: listening on %s", "S" if certfile else "", binds[0])
         task_status.started(bound)
+
+
+def _partition_arg(request: Request) -> int | None:
+    """youzan's ``partition`` query parameter (absent: nsqd picks one)."""
+    raw = request.query.get("partition", [None])[0]
+    if raw is None or raw == "":
+        return None
+    if not re.fullmatch(r"[0-9]+", raw):
+        raise HTTPError(400, "E_BAD_PARTITION")
+    return int(raw)

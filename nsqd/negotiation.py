@@ -43,6 +43,7 @@ async def identify(session: Session, body: bytes) -> None:
     session.msg_timeout_ns = result.msg_timeout_ms * 1_000_000
     session.output_buffer_timeout = result.output_buffer_timeout_ms / 1000
     session.sample_rate = result.sample_rate
+    session.extend_support = result.extend_support
     session.restart_timers()
     if not result.feature_negotiation:
         session.output.write(frames.OK)

@@ -20,8 +20,8 @@ import socket
 import zlib
 from dataclasses import dataclass, field
 
-from nsqd.addresses import address_kind, parse_host_port
-from nsqd.gosyntax import format_go_float
+from goflag.addresses import address_kind, parse_host_port
+from goflag.syntax import format_go_float
 
 LOG_LEVELS = ("debug", "info", "warn", "error", "fatal")
 TLS_VERSIONS = ("tls1.0", "tls1.1", "tls1.2", "tls1.3")
@@ -116,15 +116,15 @@ class Options:
     max_disk_usage_percent: int = 95
 
     def tcp_host_port(self) -> tuple[str, int]:
-        """``--tcp-address`` as ``(host, port)``; see :func:`~nsqd.addresses.parse_host_port`."""
+        """``--tcp-address`` as ``(host, port)``; see :func:`~goflag.addresses.parse_host_port`."""
         return parse_host_port(self.tcp_address)
 
     def http_host_port(self) -> tuple[str, int]:
-        """``--http-address`` as ``(host, port)``; see :func:`~nsqd.addresses.parse_host_port`."""
+        """``--http-address`` as ``(host, port)``; see :func:`~goflag.addresses.parse_host_port`."""
         return parse_host_port(self.http_address)
 
     def https_host_port(self) -> tuple[str, int]:
-        """``--https-address`` as ``(host, port)``; see :func:`~nsqd.addresses.parse_host_port`."""
+        """``--https-address`` as ``(host, port)`` (:func:`goflag.addresses.parse_host_port`)."""
         return parse_host_port(self.https_address)
 
 

@@ -1,8 +1,10 @@
-"""A connection's PUB family: group commit for PUB, MPUB/DPUB and the youzan traced publishes.
+"""A connection's PUB family: group commit for PUB, MPUB/DPUB and youzan's traced and ext
+publishes.
 
 Consecutive PUBs are gathered and appended as one batch per (topic, partition) run, then
 acknowledged together (DESIGN.md §6); the session flushes them before any other command, so
-replies stay in command order.
+replies stay in command order. PUB_EXT / MPUB_EXT headers follow :mod:`protocol.ext`: stored
+with the message on ext topics, dropped on others when they hold only reserved ``##`` keys.
 """
 
 from __future__ import annotations
@@ -10,9 +12,12 @@ from __future__ import annotations
 import time
 
 from protocol import ErrorCode, Pub, frames
+from protocol.ext import ext_not_supported, parse_json_header
 from protocol.tracing import traced_response
 
 from .broker import Broker
+from .core.errors import BadPartitionError
+from .delivery import raw_size
 from .errors import HANDLED_ERRORS, client_error_for
 from .output import OutputBuffer
 from .storage.record import NewRecord
@@ -89,9 +94,68 @@ class Publisher:
             await self.broker.wait_durable()
         first = records[0]
         trace = first.trace_id if name == "PUB_TRACE" else 0
-        raw_size = sum(len(r.body) + 4 for r in records)
+        size = sum(raw_size(r, r.ext) for r in records)
+        self.output.append(
+            frames.encode_response(traced_response(first.internal_id, trace, first.offset, size))
+        )
+
+    async def publish_ext(
+        self,
+        topic: str,
+        messages: list[tuple[bytes, bytes]],
+        partition: int | None,
+        name: str,
+    ) -> None:
+        """PUB_EXT (one message; a ``##trace_id`` asks for the traced reply) or MPUB_EXT
+        (``OK``; an element with an empty header is a plain message)."""
+        single = name == "PUB_EXT"
+        code = ErrorCode.PUB_FAILED if single else ErrorCode.MPUB_FAILED
+        try:
+            ext_topic = self._check_target(topic, partition)
+        except HANDLED_ERRORS as exc:
+            raise client_error_for(exc, name, code) from exc
+        now = time.time_ns()
+        entries = []
+        traced = False
+        for header, body in messages:
+            trace_id, ext = 0, b""
+            if header or single:
+                parsed = parse_json_header(header)
+                if parsed.trace_id is not None:
+                    trace_id, traced = parsed.trace_id, single
+                if ext_topic:
+                    ext = header
+                elif not parsed.ignorable:
+                    raise ext_not_supported(topic)
+            entries.append(NewRecord(timestamp_ns=now, body=body, trace_id=trace_id, ext=ext))
+        try:
+            records = self.broker.publish(topic, entries, partition)
+        except HANDLED_ERRORS as exc:
+            raise client_error_for(exc, name, code) from exc
+        self.pub_counts[topic] = self.pub_counts.get(topic, 0) + len(entries)
+        if self.broker.durable_acks:
+            await self.broker.wait_durable()
+        if not traced:
+            self.output.append(frames.OK)
+            return
+        record = records[0]
         self.output.append(
             frames.encode_response(
-                traced_response(first.internal_id, trace, first.offset, raw_size)
+                traced_response(
+                    record.internal_id, record.trace_id, record.offset, raw_size(record, record.ext)
+                )
             )
         )
+
+    def _check_target(self, topic: str, partition: int | None) -> bool:
+        """Whether ``topic`` is ext; the topic and partition refusals come first, as youzan
+        checks them before the header (a topic not created yet will be a plain one)."""
+        existing = self.broker.topics.get(topic)
+        if existing is None:
+            return False
+        if partition is None or partition == -1:
+            if existing.ordered:
+                raise BadPartitionError(topic)
+        else:
+            existing.partition(partition)
+        return existing.ext

@@ -9,7 +9,6 @@ stream upgrades are :mod:`nsqd.negotiation`; AUTH and the permission checks are 
 from __future__ import annotations
 
 import logging
-import random
 import ssl
 import time
 from dataclasses import dataclass, field
@@ -43,13 +42,14 @@ from protocol import (
     Touch,
     frames,
 )
+from protocol.consume import parse_consume_start
 from protocol.identify import IdentifyLimits
-from protocol.message import MESSAGE_ID, message_frame_header
 
 from . import negotiation
 from .auth import AuthClient, SessionAuth
 from .broker import Broker, Channel
-from .core.cursor import Message
+from .broker.subscriptions import SubscribeRequest, subscribe
+from .delivery import sample, write_extended, write_plain
 from .errors import HANDLED_ERRORS, client_error_for
 from .output import OutputBuffer
 from .publishing import Publisher
@@ -98,10 +98,13 @@ class Session:
         self.msg_timeout_ns = limits.default_msg_timeout_ms * 1_000_000
         self.output_buffer_timeout = limits.default_output_buffer_timeout_ms / 1000
         self.sample_rate = 0
+        self.extend_support = False  # IDENTIFY extend_support (youzan ext topics)
         self.output = OutputBuffer(stream)
         self.publisher = Publisher(broker, self.output)
         self.channel: Channel | None = None
         self.partition: int | None = None
+        self.ext_block = False  # youzan ext block in message frames (ext topic)
+        self.detail_block = False  # youzan detail block (SUB_ORDERED / SUB_ADVANCED)
         self.ready_count = 0
         self.in_flight = 0
         self.message_count = 0
@@ -244,8 +247,12 @@ class Session:
             case MpubTrace(topic=topic, messages=messages, partition=partition):
                 await self._authorize("MPUB_TRACE", topic)
                 await self.publisher.publish_traced(topic, messages, partition, "MPUB_TRACE")
-            case PubExt() | MpubExt():
-                raise ClientError(ErrorCode.EXT_NOT_SUPPORT, "ext topics are not supported yet")
+            case PubExt(topic=topic, header=header, body=body, partition=partition):
+                await self._authorize("PUB_EXT", topic)
+                await self.publisher.publish_ext(topic, [(header, body)], partition, "PUB_EXT")
+            case MpubExt(topic=topic, messages=messages, partition=partition):
+                await self._authorize("MPUB_EXT", topic)
+                await self.publisher.publish_ext(topic, messages, partition, "MPUB_EXT")
             case Rdy(count=count):
                 self.ready_count = count
                 self._pump_lot.unpark_all()
@@ -259,7 +266,7 @@ class Session:
                 pass
             case Sub(topic=topic, channel=channel):
                 await self._authorize("SUB", topic, channel)
-                self._subscribe(command)
+                await self._subscribe(command)
             case Cls():
                 self.ready_count = 0
                 self.output.write(frames.CLOSE_WAIT)
@@ -283,17 +290,27 @@ class Session:
             if scope is not None:
                 scope.cancel()
 
-    def _subscribe(self, command: Sub) -> None:
-        if command.mode is not SubMode.PLAIN:
-            raise ClientError(ErrorCode.INVALID, f"{command.mode.value} is not supported yet")
+    async def _subscribe(self, command: Sub) -> None:
+        mode = command.mode
+        request = SubscribeRequest(
+            command.topic,
+            command.channel,
+            command.partition,
+            ordered=mode is SubMode.ORDERED,
+            extend_support=self.extend_support,
+            sample_rate=self.sample_rate,
+            start=parse_consume_start(command.consume_start) if command.consume_start else None,
+        )
         try:
-            channel = self.broker.subscribe(command.topic, command.channel, self)
-            if command.partition is not None:
-                channel.topic.pick_partition(command.partition)
+            sub = subscribe(self.broker, request, self)
         except HANDLED_ERRORS as exc:
             raise client_error_for(exc, "SUB", ErrorCode.SUB_FAILED) from exc
-        self.channel = channel
-        self.partition = command.partition
+        self.channel = sub.channel
+        self.partition = sub.partition
+        self.ext_block = sub.channel.topic.ext
+        self.detail_block = mode is not SubMode.PLAIN
+        if sub.metadata_changed:  # the channel became ordered: on disk before the OK
+            await self.broker.wait_durable()
         assert self._nursery is not None
         self._nursery.start_soon(self._pump)
         self.output.append(frames.OK)
@@ -344,18 +361,6 @@ class Session:
         if self.in_flight < self.ready_count:
             self._pump_lot.unpark_all()
 
-    def _sample(self, channel: Channel, messages: list[Message]) -> list[Message]:
-        """IDENTIFY sample_rate: like nsqd, a message this client skips is taken from the
-        channel and dropped (never sent, never requeued)."""
-        kept = []
-        for message in messages:
-            if random.randrange(100) > self.sample_rate:  # noqa: S311 - sampling, not security
-                channel.cursor_for(message.partition).finish(message.offset, self)
-                channel.topic.partitions[message.partition].dirty = True
-            else:
-                kept.append(message)
-        return kept
-
     async def _pump(self) -> None:
         channel = self.channel
         assert channel is not None
@@ -370,15 +375,11 @@ class Session:
             now = time.time_ns()
             messages = channel.take(room, self, now + self.msg_timeout_ns, now, only)
             if self.sample_rate:
-                messages = self._sample(channel, messages)
-            for message in messages:
-                record = message.record
-                body = record.body
-                output.append(
-                    message_frame_header(record.timestamp_ns, message.attempts, len(body))
-                )
-                output.append(MESSAGE_ID.pack(record.internal_id, record.trace_id))
-                output.append(body)
+                messages = sample(channel, messages, self.sample_rate, self)
+            if self.ext_block or self.detail_block:
+                write_extended(output, messages, ext=self.ext_block, detail=self.detail_block)
+            else:
+                write_plain(output, messages)
             self.in_flight += len(messages)
             self.message_count += len(messages)
             output.flush()

@@ -23,9 +23,10 @@ from typing import Any, Protocol, cast
 
 import trio
 
+from goflag.syntax import format_go_duration
+
 from . import __version__
 from .broker import Broker, Channel, Partition, Topic
-from .gosyntax import format_go_duration
 
 Json = dict[str, Any]
 

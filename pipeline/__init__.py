@@ -1,5 +1,6 @@
-"""pnsq's PySpark data source.
+"""pnsq's PySpark data source (``docs/spark.md``).
 
-Only :mod:`pipeline.source` imports pyspark; :mod:`pipeline.planning` is plain Python, tested
-without Spark, so this package's ``__init__`` imports nothing eagerly.
+Only :mod:`pipeline.source` and :mod:`pipeline.sink` import pyspark (they are what Spark loads);
+the rest (:mod:`pipeline.planning`, options, discovery, range reads, publishing) is plain
+Python, tested without Spark, so this package's ``__init__`` imports nothing eagerly.
 """

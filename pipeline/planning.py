@@ -173,3 +173,46 @@ def plan_ranges(
             out.append(OffsetRange(r.topic, r.partition, at, stop, r.address))
             at = stop
     return out
+
+
+def next_batch_end(
+    start: Mapping[int, int],
+    infos: Mapping[int, PartitionInfo],
+    *,
+    max_rows: int | None,
+    target: Mapping[int, int] | None = None,
+    fail_on_data_loss: bool = True,
+) -> Offsets:
+    """A streaming source's ``latestOffset``: where the next micro-batch from ``start`` ends.
+
+    Partitions new since ``start`` begin at their earliest offset; ``target`` (what was latest
+    when a ``Trigger.AvailableNow`` query started) caps the end; ``max_rows`` is split over the
+    partitions by backlog (:func:`limit_end`). Without ``fail_on_data_loss``, rows deleted
+    before ``start`` do not count against ``max_rows``. An end is never before its start, so a
+    partition gone from ``infos`` stays where it was.
+    """
+    begin = dict(start)
+    for p, info in infos.items():
+        begin.setdefault(p, info.earliest)
+    latest = {p: infos[p].latest if p in infos else begin[p] for p in begin}
+    if target is not None:
+        latest = {p: min(latest[p], target.get(p, begin[p])) for p in begin}
+    if not fail_on_data_loss:
+        begin = {p: max(o, infos[p].earliest) if p in infos else o for p, o in begin.items()}
+    end = limit_end(begin, latest, max_rows)
+    return {p: max(end[p], begin[p]) for p in sorted(begin)}
+
+
+def batch_start(
+    start: Mapping[int, int],
+    end: Mapping[int, int],
+    infos: Mapping[int, PartitionInfo],
+    *,
+    fail_on_data_loss: bool = True,
+) -> Offsets:
+    """Where a planned micro-batch ``[start, end)`` really starts, per partition of ``end``:
+    a partition missing from ``start`` at its earliest offset, and rows deleted since
+    (retention) raising :class:`PlanningError` or skipped (:func:`check_data_loss`)."""
+    first = {p: start.get(p, infos[p].earliest if p in infos else end[p]) for p in end}
+    first = check_data_loss(first, infos, fail=fail_on_data_loss)
+    return {p: min(o, end[p]) for p, o in first.items()}

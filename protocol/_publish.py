@@ -3,7 +3,8 @@
 :class:`PublishReader` is mixed into :class:`~protocol.parser.CommandParser`; each method reads
 one command (line already split, body still in the buffer) with nsqd's checks, in nsqd's order
 and words. Trace ids are a u64 BE before the body; PUB_EXT's JSON header is ``[u16 len][json]``
-before the body. PUB is the hot path: keep it free of extra calls.
+before the body (size errors in youzan's words: ``protocol.errors.YouzanText``). PUB is the hot
+path: keep it free of extra calls.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Final
 
 from ._parser_base import NEED_DATA, ParserBase, Result
 from .commands import Dpub, Mpub, MpubExt, MpubTrace, Pub, PubExt, PubTrace
-from .errors import ClientError, ErrorCode
+from .errors import ClientError, ErrorCode, YouzanText
 from .gostr import go_bytes, go_int64, parse_base10
 from .mpub import MpubFormatError, split_mpub_body
 
@@ -70,9 +71,7 @@ class PublishReader(ParserBase):
         if body is None:
             return NEED_DATA
         if len(body) <= _TRACE_ID.size:
-            raise ClientError(
-                ErrorCode.BAD_MESSAGE, f"PUB_TRACE invalid message body size {len(body)}"
-            )
+            raise ClientError(ErrorCode.BAD_BODY, YouzanText.TRACE_BODY_SIZE.format(len(body)))
         return PubTrace(topic, _TRACE_ID.unpack_from(body)[0], body[_TRACE_ID.size :], partition)
 
     def _pub_ext(self, params: list[bytes], start: int) -> Result:
@@ -83,7 +82,9 @@ class PublishReader(ParserBase):
         body = self._message_body(start, "PUB_EXT")
         if body is None:
             return NEED_DATA
-        header, payload = _split_ext(body, "PUB_EXT")
+        if len(body) <= _EXT_LEN.size:
+            raise ClientError(ErrorCode.BAD_BODY, YouzanText.EXT_BODY_SIZE.format(len(body)))
+        header, payload = _split_ext(body)
         return PubExt(topic, header, payload, partition)
 
     def _mpub(self, params: list[bytes], start: int) -> Result:
@@ -110,16 +111,14 @@ class PublishReader(ParserBase):
             return Mpub(topic, bodies, partition)
         if cmd == "MPUB_TRACE":
             traced = []
-            for body in bodies:
+            for i, body in enumerate(bodies):
                 if len(body) <= _TRACE_ID.size:
                     raise ClientError(
-                        ErrorCode.BAD_MESSAGE, f"{cmd} invalid message body size {len(body)}"
+                        ErrorCode.BAD_MESSAGE, YouzanText.MPUB_TRACE_SIZE.format(i, len(body))
                     )
                 traced.append((int(_TRACE_ID.unpack_from(body)[0]), body[_TRACE_ID.size :]))
             return MpubTrace(topic, traced, partition)
-        return MpubExt(
-            topic, [_split_ext(body, cmd, allow_empty_header=True) for body in bodies], partition
-        )
+        return MpubExt(topic, [_split_ext(body) for body in bodies], partition)
 
     def _mpub_elements(self, cmd: str, start: int, size: int) -> list[bytes]:
         """Split an MPUB body ``[n]([len][bytes])*`` with nsqd's checks and texts."""
@@ -131,12 +130,12 @@ class PublishReader(ParserBase):
             raise ClientError(exc.code, str(exc)) from exc
 
 
-def _split_ext(body: bytes, cmd: str, *, allow_empty_header: bool = False) -> tuple[bytes, bytes]:
-    """``[u16 json len][json][body]`` → (header, body)."""
-    if len(body) < _EXT_LEN.size:
-        raise ClientError(ErrorCode.BAD_MESSAGE, f"{cmd} invalid message body size {len(body)}")
-    header_len = int(_EXT_LEN.unpack_from(body)[0])
+def _split_ext(body: bytes) -> tuple[bytes, bytes]:
+    """``[u16 json len][json][body]`` → (header, body); the body must not be empty (youzan's
+    check and text). An empty header is returned as is: PUB_EXT refuses it when it parses the
+    JSON (``E_INVALID_JSON_HEADER``), MPUB_EXT stores such an element plain."""
+    header_len = int(_EXT_LEN.unpack_from(body)[0]) if len(body) >= _EXT_LEN.size else 0
     end = _EXT_LEN.size + header_len
-    if len(body) <= end or (header_len == 0 and not allow_empty_header):
-        raise ClientError(ErrorCode.BAD_MESSAGE, f"{cmd} invalid message body size {len(body)}")
+    if len(body) <= end:
+        raise ClientError(ErrorCode.BAD_BODY, YouzanText.EXT_HEADER_SIZE.format(len(body)))
     return body[_EXT_LEN.size : end], body[end:]

@@ -47,6 +47,30 @@ class ErrorCode(StrEnum):
     INVALID_TRACE_ID = "INVALID_TRACE_ID"  # sic: youzan sends it without the E_ prefix
 
 
+class YouzanText:
+    """youzan nsqd's fixed error descriptions, verbatim (``nsqdserver/protocol_v2.go``).
+
+    Every youzan-specific text pnsq sends is here, so the wire words live in one place.
+    """
+
+    SUB_ORDER_IS_MUST = "this topic is configured only allow ordered sub"
+    SUB_EXTEND_NEED = "this topic is extended and should identify as extend support."
+    SUB_EXTEND_FORBIDDEN = "this topic is not extended and should not identify as extend support."
+    ORDERED_SAMPLE_RATE = "order consume is not allowed while sample rate is not 0"
+    MULTI_PARTITION = "topic partition is not valid for multi partition: -1"
+    BAD_PARTITION = "topic partition is not valid: {}"
+    INVALID_JSON_HEADER = "fail to parse json header"
+    TRACE_ID_NOT_STRING = "passin trace id should be string"
+    TRACE_ID_INVALID = "invalid trace id"
+    EXT_NOT_SUPPORTED = "ext content not supported in topic {}"
+    TRACE_BODY_SIZE = "invalid body size {} with trace id enabled"
+    EXT_BODY_SIZE = "invalid body size {} with ext json header enabled"
+    EXT_HEADER_SIZE = "invalid body size {} in ext json header content length"
+    MPUB_TRACE_SIZE = "MPUB invalid message({}) body size {} for tracing"
+    INVALID_CONSUME_OFFSET = "invalid consume offset:{}"
+    UNSUPPORTED_OFFSET_TYPE = "not supported offset type"
+
+
 #: Codes after which the connection stays open. Everything else is fatal. youzan's
 #: E_FAILED_ON_NOT_LEADER / E_FAILED_ON_NOT_WRITABLE are non-fatal on publish and fatal on
 #: SUB/FIN; callers pick with ``ClientError(..., fatal=...)`` for those two.

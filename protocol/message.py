@@ -36,6 +36,16 @@ MESSAGE_DETAIL: Final = struct.Struct(
     "I"  # raw size of the stored message
 )
 
+#: The youzan ext block for ``extend_support`` clients on ext topics, between id and detail:
+#: ``[u8 version]`` alone for version 0 (no ext), else ``[u8 version][u16 length][bytes]``.
+EXT_HEADER: Final = struct.Struct(
+    ">B"  # ext version: 0 none, 4 JSON header
+    "H"  # ext length
+)
+EXT_VERSION_NONE: Final = 0
+EXT_VERSION_JSON_HEADER: Final = 4
+NO_EXT_BLOCK: Final = bytes([EXT_VERSION_NONE])
+
 _MESSAGE_FIXED: Final = MESSAGE_FRAME_HEADER.size - 4 + MESSAGE_ID_SIZE  # type..id = 30 bytes
 
 
@@ -73,3 +83,10 @@ def message_frame_header(timestamp_ns: int, attempts: int, body_len: int) -> byt
     return MESSAGE_FRAME_HEADER.pack(
         _MESSAGE_FIXED + body_len, FrameType.MESSAGE, timestamp_ns, attempts
     )
+
+
+def encode_ext_block(ext: bytes) -> bytes:
+    """The ext block of a message whose stored JSON header is ``ext`` (empty: none)."""
+    if not ext:
+        return NO_EXT_BLOCK
+    return EXT_HEADER.pack(EXT_VERSION_JSON_HEADER, len(ext)) + ext

@@ -25,6 +25,7 @@ from ._parser_base import (
 )
 from ._publish import PublishReader
 from .commands import Auth, Cls, Command, Identify, Nop, Rdy, Sub, SubMode
+from .consume import ConsumeStartError, parse_consume_start
 from .errors import ClientError, ConnectionAbort, ErrorCode
 from .gostr import go_bytes, go_int64, go_quote, parse_base10
 from .names import is_valid_name
@@ -162,6 +163,15 @@ class CommandParser(PublishReader, AckReader):
     # ---------------------------------------------------------------- subscription and flow
 
     def _sub(self, params: list[bytes], start: int) -> Result:
+        name = params[0]
+        consume_start = None
+        if name == b"SUB_ADVANCED" and len(params) > 4 and params[4]:
+            # youzan checks the consume start first, before the state
+            try:
+                parse_consume_start(params[4])
+            except ConsumeStartError as exc:
+                raise ClientError(ErrorCode.INVALID, str(exc)) from exc
+            consume_start = params[4].decode("utf-8", "surrogateescape")
         self._require_state("SUB", ConnState.INIT)
         if self.heartbeats_disabled:
             raise ClientError(ErrorCode.INVALID, "cannot SUB with heartbeats disabled")
@@ -175,7 +185,6 @@ class CommandParser(PublishReader, AckReader):
                 ErrorCode.BAD_CHANNEL, f"SUB channel name {go_quote(channel_raw)} is not valid"
             )
         partition = self._partition(params, 3)
-        name = params[0]
         mode = (
             SubMode.PLAIN
             if name == b"SUB"
@@ -183,9 +192,6 @@ class CommandParser(PublishReader, AckReader):
             if name == b"SUB_ADVANCED"
             else SubMode.ORDERED
         )
-        consume_start = None
-        if mode is SubMode.ADVANCED and len(params) > 4:
-            consume_start = params[4].decode("utf-8", "surrogateescape")
         self._pos = start
         self.state = ConnState.SUBSCRIBED
         return Sub(topic, channel, partition, mode, consume_start)

@@ -1,5 +1,6 @@
-"""Start real daemons for tests: pnsq's nsqd (``python -m nsqd``) and the Go nsqd 1.3.0, and
-the other real peers: nsqadmin 1.3.0 and Prometheus.
+"""Start real daemons for tests: pnsq's nsqd (``python -m nsqd``) and nsqlookupd (``python -m
+lookupd``), the Go nsqd and nsqlookupd 1.3.0, and the other real peers: nsqadmin 1.3.0 and
+Prometheus.
 
 Each listens on 127.0.0.1 with port 0; the bound ports are read from the daemon's own log line
 ``TCP: listening on HOST:PORT`` / ``HTTP: listening on [http://]HOST:PORT``.
@@ -127,6 +128,37 @@ def go_nsqd(data_path: Path, *flags: str) -> Daemon:
         "--tcp-address=127.0.0.1:0",
         "--http-address=127.0.0.1:0",
         f"--data-path={data_path}",
+        "--broadcast-address=127.0.0.1",
+        *flags,
+    ]
+    return Daemon(argv, data_path, data_path.parent / f"{data_path.name}.log")
+
+
+def pnsq_lookupd(data_path: Path, *flags: str) -> Daemon:
+    """pnsq's nsqlookupd on ephemeral loopback ports, metadata in ``data_path`` (not started)."""
+    data_path.mkdir(parents=True, exist_ok=True)
+    argv = [
+        sys.executable,
+        "-m",
+        "lookupd",
+        "--tcp-address=127.0.0.1:0",
+        "--http-address=127.0.0.1:0",
+        "--broadcast-address=127.0.0.1",
+        f"--data-path={data_path}",
+        *flags,
+    ]
+    return Daemon(argv, data_path, data_path.parent / f"{data_path.name}.log")
+
+
+def go_lookupd(data_path: Path, *flags: str) -> Daemon:
+    """The real Go nsqlookupd 1.3.0 (installed by scripts/setup) on ephemeral loopback ports."""
+    if not NSQLOOKUPD.exists():
+        raise RuntimeError(f"{NSQLOOKUPD} missing: run scripts/setup")
+    data_path.mkdir(parents=True, exist_ok=True)
+    argv = [
+        str(NSQLOOKUPD),
+        "--tcp-address=127.0.0.1:0",
+        "--http-address=127.0.0.1:0",
         "--broadcast-address=127.0.0.1",
         *flags,
     ]

@@ -8,21 +8,49 @@ of the HTTP API do. Policy stays in the broker; the HTTP layer only maps names a
   in-flight and deferred messages (the cursors jump to the end of each partition log).
 * delete: the clients of a deleted channel or topic are disconnected, as nsqd closes them; a
   deleted topic's data is removed from disk.
+* create: with youzan's topic parameters (partitions, ordered, ext) when given.
+* setoffset (youzan): a channel's cursor moves to a time, a message count, an offset or the end.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..core.errors import ChannelNotFoundError
+from protocol.consume import ConsumeStart
+
+from ..core.errors import ChannelNotFoundError, TopicConflictError
+from . import subscriptions
 from .broker import Broker
 from .channel import Channel
 from .topic import Topic
 
 
-def create_topic(broker: Broker, name: str) -> Topic:
-    """The topic ``name``, created if needed (``/topic/create``)."""
-    return broker.get_or_create_topic(name)
+async def create_topic(
+    broker: Broker,
+    name: str,
+    partitions: int | None = None,
+    ordered: bool | None = None,
+    ext: bool | None = None,
+) -> Topic:
+    """The topic ``name``, created if needed (``/topic/create``), saved before returning.
+
+    ``partitions`` (youzan ``partition_num``; default ``--default-partitions``), ``ordered``
+    (``orderedmulti``) and ``ext`` (``extend``): None when not given. An existing topic is
+    returned if every given value matches it, else TopicConflictError (nothing changes).
+    """
+    topic = broker.topics.get(name)
+    if topic is not None:
+        wanted = (partitions, ordered, ext)
+        have = (len(topic.partitions), topic.ordered, topic.ext)
+        if any(w is not None and w != h for w, h in zip(wanted, have, strict=True)):
+            raise TopicConflictError(
+                f"topic {name} exists with partition_num={have[0]} orderedmulti={have[1]} "
+                f"extend={have[2]}"
+            )
+        return topic
+    topic = broker.get_or_create_topic(name, partitions, ordered=bool(ordered), ext=bool(ext))
+    await _save_metadata(broker)
+    return topic
 
 
 def get_channel(broker: Broker, topic_name: str, channel_name: str) -> Channel:
@@ -64,6 +92,16 @@ def empty_topic(broker: Broker, name: str) -> None:
         partition.topic_start = partition.log.end_offset
         partition.dirty = True
     broker.syncs.request()
+
+
+async def set_channel_offset(
+    broker: Broker, topic_name: str, channel_name: str, partition: int | None, start: ConsumeStart
+) -> None:
+    """Move the channel's cursor in ``partition`` (None: in each partition) to where ``start``
+    names (youzan ``/channel/setoffset``); saved before returning."""
+    channel = get_channel(broker, topic_name, channel_name)
+    subscriptions.set_channel_offset(broker, channel, partition, start)
+    await broker.wait_durable()
 
 
 def empty_channel(broker: Broker, topic_name: str, channel_name: str) -> None:

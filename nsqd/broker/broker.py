@@ -5,7 +5,7 @@ with fsync in a worker thread (DESIGN.md §4, §6).
 
 On-disk layout under ``data_path``::
 
-    pnsq.dat                          topics, partitions, channels, paused flags (JSON)
+    pnsq.dat                          topics, partitions, channels, their flags (JSON)
     topics/t-<topic>/<partition>/     segments + index files of one partition log
     topics/t-<topic>/<partition>/state.json   channel cursors and the first-channel start
 """
@@ -29,6 +29,7 @@ from ..core.errors import (
     ChannelNotFoundError,
     ConsumerLimitError,
     ExitingError,
+    PartitionNotFoundError,
     TopicNotFoundError,
 )
 from ..storage.checkpoint import write_json
@@ -45,11 +46,11 @@ from .persistence import (
     STATE_FILE,
     SyncSchedule,
     load_state,
-    load_topic_entries,
     metadata_document,
     partition_state,
     topic_directory,
 )
+from .restore import restore_broker
 from .retention import apply_retention
 from .topic import Topic
 
@@ -82,24 +83,40 @@ class Broker:
             raise TopicNotFoundError(name)
         return topic
 
-    def get_or_create_topic(self, name: str, partitions: int | None = None) -> Topic:
-        """The topic ``name``, created (with ``--default-partitions``) on first use."""
+    def get_or_create_topic(
+        self, name: str, partitions: int | None = None, *, ordered: bool = False, ext: bool = False
+    ) -> Topic:
+        """The topic ``name``, created (with ``--default-partitions`` unless ``partitions`` is
+        given, and the youzan flags) on first use."""
         topic = self.topics.get(name)
         if topic is not None:
             return topic
         if self.exiting:
             raise ExitingError
         count = partitions or self.config.default_partitions
-        topic = self._build_topic(name, count, {})
+        topic = self.build_topic(name, count, {}, ordered=ordered, ext=ext)
         self.topics[name] = topic
         self.syncs.request(metadata=True)
-        log.info("TOPIC(%s): created with %d partition(s)", name, count)
+        flags = "".join(f", {f}" for f, on in (("ordered", ordered), ("ext", ext)) if on)
+        log.info("TOPIC(%s): created with %d partition(s)%s", name, count, flags)
         return topic
+
+    def auto_create_topic(self, name: str, partition: int | None) -> Topic:
+        """The topic a PUB or SUB names, created as nsqd does unless it names a partition that
+        a new topic would not have (PartitionNotFoundError, nothing created)."""
+        if partition is None or partition == -1 or name in self.topics:
+            return self.get_or_create_topic(name)
+        if not 0 <= partition < self.config.default_partitions:
+            raise PartitionNotFoundError(f"partition {partition} of topic {name}")
+        return self.get_or_create_topic(name)
 
     def _topic_dir(self, name: str) -> Path:
         return topic_directory(self.config.data_path, name)
 
-    def _build_topic(self, name: str, count: int, states: dict[int, dict[str, object]]) -> Topic:
+    def build_topic(
+        self, name: str, count: int, states: dict[int, dict[str, object]], **flags: bool
+    ) -> Topic:
+        """A topic object (``flags``: ordered, ext) with its partition logs opened."""
         ephemeral = is_ephemeral(name)
         parts: list[Partition] = []
         for number in range(count):
@@ -116,7 +133,7 @@ class Broker:
             start = state.get("topic_start", plog.start_offset)
             assert isinstance(start, int)
             parts.append(Partition(number, plog, directory, start))
-        return Topic(name, parts, ephemeral=ephemeral)
+        return Topic(name, parts, ephemeral=ephemeral, **flags)
 
     # ------------------------------------------------------------------ channels
 
@@ -128,16 +145,18 @@ class Broker:
         if self.exiting:
             raise ExitingError
         channel = Channel(topic, name, ephemeral=is_ephemeral(name) or topic.ephemeral)
+        channel.ordered = topic.ordered  # an ordered topic has only ordered channels
         for partition in topic.partitions:
             channel.add_partition(partition, topic.first_channel_start(partition), [])
             partition.dirty = True
         topic.channels[name] = channel
-        self._start_timer(channel)
+        self.start_timer(channel)
         self.syncs.request(metadata=True)
         log.info("TOPIC(%s): new channel(%s)", topic.name, name)
         return channel
 
-    def _start_timer(self, channel: Channel) -> None:
+    def start_timer(self, channel: Channel) -> None:
+        """Run the channel's timer task (until the channel is deleted)."""
         scope = trio.CancelScope()
         self._timer_scopes[channel] = scope
 
@@ -219,7 +238,7 @@ class Broker:
         """
         if self.exiting:
             raise ExitingError
-        topic = self.get_or_create_topic(topic_name)
+        topic = self.topics.get(topic_name) or self.auto_create_topic(topic_name, partition)
         target = topic.pick_partition(partition)
         started = time.perf_counter()
         records = topic.append(target, entries)
@@ -248,8 +267,11 @@ class Broker:
     def finish(self, channel: Channel, message_id: bytes, client: object) -> Message:
         """FIN; raises NotInFlightError / NotOwnerError."""
         partition, offset = self.locate(message_id)
-        message = channel.cursor_for(partition).finish(offset, client)
+        cursor = channel.cursor_for(partition)
+        message = cursor.finish(offset, client)
         channel.topic.partitions[partition].dirty = True
+        if cursor.ordered:
+            channel.notify()  # the next message of the partition may go to any client
         return message
 
     def requeue(self, channel: Channel, message_id: bytes, client: object, delay_ms: int) -> None:
@@ -257,8 +279,9 @@ class Broker:
         delay_ms = max(0, min(delay_ms, int(self.config.max_req_timeout * 1000)))
         partition, offset = self.locate(message_id)
         now_ns = time.time_ns()
-        channel.cursor_for(partition).requeue(offset, client, delay_ms * 1_000_000, now_ns)
-        if delay_ms:
+        cursor = channel.cursor_for(partition)
+        cursor.requeue(offset, client, delay_ms * 1_000_000, now_ns)
+        if delay_ms and not cursor.ordered:  # ordered: redelivered now, at the head
             channel.arm_timer(now_ns + delay_ms * 1_000_000)
         else:
             channel.notify()
@@ -285,36 +308,7 @@ class Broker:
 
     def restore(self) -> None:
         """Load topics and channels from ``pnsq.dat`` and the partition directories (startup)."""
-        entries = load_topic_entries(self.config.data_path)
-        for name, entry in entries.items():
-            count = entry.get("partitions", 1)
-            assert isinstance(count, int)
-            topic = self._build_topic(name, count, {})
-            topic.paused = bool(entry.get("paused", False))
-            self.topics[name] = topic
-            states = {p.number: load_state(p.directory) for p in topic.partitions if p.directory}
-            channel_entries = entry.get("channels", [])
-            assert isinstance(channel_entries, list)
-            names = {str(c["name"]): bool(c.get("paused", False)) for c in channel_entries}
-            for state in states.values():
-                cursors = state.get("channels", {})
-                assert isinstance(cursors, dict)
-                for channel_name in cursors:
-                    names.setdefault(str(channel_name), False)
-            for channel_name, paused in names.items():
-                channel = Channel(topic, channel_name, ephemeral=False)
-                channel.paused = paused
-                for partition in topic.partitions:
-                    saved = states.get(partition.number, {}).get("channels", {})
-                    assert isinstance(saved, dict)
-                    cursor = saved.get(channel_name, {})
-                    confirmed = int(cursor.get("confirmed", partition.topic_start))
-                    start = max(confirmed, partition.log.start_offset)
-                    acked = list(cursor.get("acked", []))
-                    channel.add_partition(partition, start, acked, partition.log.end_offset)
-                topic.channels[channel_name] = channel
-                self._start_timer(channel)
-            log.info("TOPIC(%s): restored, %d channel(s)", name, len(topic.channels))
+        restore_broker(self)
 
     async def sync_once(self) -> None:
         """fsync what was appended, checkpoint changed cursors, save metadata if it changed.

@@ -25,6 +25,9 @@ if TYPE_CHECKING:
 class Subscriber(Protocol):
     """What a channel needs of a subscribed session."""
 
+    #: the one partition it consumes (a partitioned SUB), or None for all of them
+    partition: int | None
+
     def wake(self) -> None:
         """Messages may be available: re-check readiness."""
 
@@ -46,6 +49,7 @@ class Channel:
         #: (nsqd's channel ``message_count``: since creation, or since this process started)
         self.counted_from: dict[int, int] = {}
         self.clients: set[Subscriber] = set()
+        self._ordered = False
         self._rr = 0
         self._timer_scope: trio.CancelScope | None = None
         self._timer_deadline_ns: int | None = None
@@ -55,8 +59,31 @@ class Channel:
     ) -> None:
         """Attach the cursor of ``partition`` (on creation and on restore). ``counted_from``:
         where the channel's ``message_count`` starts (default ``start``)."""
-        self.cursors[partition.number] = PartitionCursor(partition.number, start, acked)
+        cursor = PartitionCursor(partition.number, start, acked)
+        cursor.ordered = self._ordered
+        self.cursors[partition.number] = cursor
         self.counted_from[partition.number] = start if counted_from is None else counted_from
+
+    @property
+    def ordered(self) -> bool:
+        """Ordered consumption (SUB_ORDERED, youzan): in every partition exactly one message
+        in flight, redelivered at the head until FINed. Set for the whole channel, for every
+        client, as youzan does; saved in ``pnsq.dat``."""
+        return self._ordered
+
+    @ordered.setter
+    def ordered(self, value: bool) -> None:
+        self._ordered = value
+        for cursor in self.cursors.values():
+            cursor.ordered = value
+
+    def clients_of(self, partition: int | None) -> list[Subscriber]:
+        """The subscribers that consume ``partition`` (None: any partition)."""
+        return [
+            c
+            for c in self.clients
+            if partition is None or c.partition is None or c.partition == partition
+        ]
 
     # ------------------------------------------------------------------ delivery
 
@@ -130,10 +157,16 @@ class Channel:
         """nsqd's channel empty: drop depth, in-flight and deferred messages in every partition.
         The owners of dropped in-flight messages get their RDY room back (one call each)."""
         for partition, cursor in self.iter_cursors():
-            for owner in cursor.empty(partition.log.end_offset):
-                if isinstance(owner, _TimeoutAware):
-                    owner.message_timed_out()
-            partition.dirty = True
+            self.seek(partition, cursor, partition.log.end_offset)
+
+    def seek(self, partition: Partition, cursor: PartitionCursor, offset: int) -> None:
+        """Move ``cursor`` to ``offset``, dropping what is in flight, deferred or requeued; the
+        owners of dropped in-flight messages get their RDY room back (one call each)."""
+        for owner in cursor.seek(offset):
+            if isinstance(owner, _TimeoutAware):
+                owner.message_timed_out()
+        partition.dirty = True
+        self.notify()
 
     # ------------------------------------------------------------------ timer
 

@@ -1,6 +1,7 @@
 """What the broker writes to disk besides the logs, and the fsync group-commit schedule.
 
-* ``pnsq.dat``: topics (partitions, paused) and their channels, one JSON document per node;
+* ``pnsq.dat``: topics (partitions, paused, youzan's ordered and ext flags) and their channels
+  (paused, ordered), one JSON document per node;
 * ``state.json`` per partition: channel cursors and where a topic's first channel starts;
 * :class:`SyncSchedule`: publishers that need a durable ack wait for one fsync generation that
   started after their append; every waiter of that moment shares it (group commit).
@@ -90,13 +91,17 @@ def metadata_document(topics: list[Topic], version: str) -> dict[str, object]:
         if topic.ephemeral:
             continue
         channels = [
-            {"name": c.name, "paused": c.paused} for c in topic.channels.values() if not c.ephemeral
+            {"name": c.name, "paused": c.paused, "ordered": c.ordered}
+            for c in topic.channels.values()
+            if not c.ephemeral
         ]
         out.append(
             {
                 "name": topic.name,
                 "paused": topic.paused,
                 "partitions": len(topic.partitions),
+                "ordered": topic.ordered,
+                "ext": topic.ext,
                 "channels": channels,
             }
         )

@@ -1,8 +1,14 @@
-"""A topic at runtime: its partitions on this node and its channels."""
+"""A topic at runtime: its partitions on this node, its channels and its youzan flags.
+
+* ``ordered`` (youzan ``orderedmulti``): only SUB_ORDERED may consume, and a publish must name
+  its partition (the producer hashes its sharding key to one);
+* ``ext`` (youzan ``extend``): messages may carry a JSON header, sent to consumers that
+  IDENTIFY ``extend_support`` (and only those may subscribe).
+"""
 
 from __future__ import annotations
 
-from ..core.errors import BadPartitionError
+from ..core.errors import BadPartitionError, PartitionNotFoundError
 from ..storage.record import NewRecord, Record
 from .channel import Channel
 from .partition import Partition
@@ -11,10 +17,20 @@ from .partition import Partition
 class Topic:
     """A named topic. Publishing appends to one partition; every channel reads every partition."""
 
-    def __init__(self, name: str, partitions: list[Partition], *, ephemeral: bool) -> None:
+    def __init__(
+        self,
+        name: str,
+        partitions: list[Partition],
+        *,
+        ephemeral: bool,
+        ordered: bool = False,
+        ext: bool = False,
+    ) -> None:
         self.name = name
         self.partitions = partitions
         self.ephemeral = ephemeral
+        self.ordered = ordered
+        self.ext = ext
         self.paused = False
         self.deleted = False
         self.channels: dict[str, Channel] = {}
@@ -23,14 +39,21 @@ class Topic:
         self._rr = 0
 
     def pick_partition(self, partition: int | None) -> Partition:
-        """The named partition, or the next one round-robin for a client that named none."""
-        if partition is None:
+        """The named partition, or the next one round-robin for a client that named none
+        (``None``, or youzan's ``-1``); an ordered topic refuses that (BadPartitionError)."""
+        if partition is None or partition == -1:
+            if self.ordered:
+                raise BadPartitionError(self.name)
             chosen = self.partitions[self._rr % len(self.partitions)]
             self._rr += 1
             return chosen
-        if not 0 <= partition < len(self.partitions):
-            raise BadPartitionError(f"partition {partition} of topic {self.name} does not exist")
-        return self.partitions[partition]
+        return self.partition(partition)
+
+    def partition(self, number: int) -> Partition:
+        """Partition ``number``, or PartitionNotFoundError."""
+        if not 0 <= number < len(self.partitions):
+            raise PartitionNotFoundError(f"partition {number} of topic {self.name} does not exist")
+        return self.partitions[number]
 
     def append(self, partition: Partition, entries: list[NewRecord]) -> list[Record]:
         """Append to ``partition`` (page cache on return) and wake the channels."""

@@ -30,7 +30,7 @@ class ChannelNotFoundError(BrokerError):
 
 
 class BadPartitionError(BrokerError):
-    """A partition number the topic does not have."""
+    """A publish that names no partition to an ordered topic (youzan: E_BAD_PARTITION)."""
 
 
 class ExitingError(BrokerError):
@@ -46,3 +46,31 @@ class NotWritableError(BrokerError):
 
 class ConsumerLimitError(BrokerError):
     """SUB past ``--max-channel-consumers``."""
+
+
+class PartitionNotFoundError(TopicNotFoundError):
+    """A partition number the topic does not have on this node (youzan: E_TOPIC_NOT_EXIST)."""
+
+
+class OrderedOnlyError(BrokerError):
+    """Plain SUB / SUB_ADVANCED on an ordered (``orderedmulti``) topic."""
+
+
+class ExtendSupportNeededError(BrokerError):
+    """SUB on an ext topic by a client that did not IDENTIFY ``extend_support``."""
+
+
+class ExtendSupportForbiddenError(BrokerError):
+    """SUB on a topic that is not ext by a client that IDENTIFYed ``extend_support``."""
+
+
+class OrderedSampleRateError(BrokerError):
+    """SUB_ORDERED by a client with a non-zero ``sample_rate``."""
+
+
+class ConsumeStartUnsupportedError(BrokerError):
+    """A consume start the broker cannot apply (``special:<anything but -1>``)."""
+
+
+class TopicConflictError(BrokerError):
+    """``/topic/create`` of an existing topic with other partitions or flags."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import struct
+import urllib.request
 
 import pytest
 import trio
@@ -169,11 +170,20 @@ async def test_publish_traced_id_carries_the_trace_id(server: Daemon) -> None:
 async def test_error_frame_raises_nsq_error_with_nsqds_text(server: Daemon) -> None:
     with trio.fail_after(TIMEOUT):
         async with open_producer(server.tcp_address) as producer:
+            first = producer.connection
             with pytest.raises(NsqError) as info:
                 await producer.publish("bad!topic", b"x")
-            # fatal: nsqd closes the connection
-            with pytest.raises(ConnectionClosedError):
-                await producer.publish("fine", b"x")
+            # fatal: nsqd closes the connection; the producer reconnects for the next publish
+            await producer.publish("fine", b"x")
+            assert first.closed
+            assert producer.connection is not first
+        async with open_producer(server.tcp_address, max_attempts=1) as producer:
+            with pytest.raises(NsqError):
+                await producer.publish("bad!topic", b"x")
+            with trio.fail_after(5):
+                while not producer.connection.closed:
+                    await trio.sleep(0.01)
+            await producer.publish("fine", b"x")  # a closed connection is replaced up front
     assert info.value.text == 'E_BAD_TOPIC PUB topic name "bad!topic" is not valid'
     assert info.value.code == "E_BAD_TOPIC"
     assert info.value.fatal
@@ -212,3 +222,33 @@ async def test_cancelled_publishes_keep_replies_matched(server: Daemon) -> None:
             if DAEMON != "go":  # a traced reply: an OK matched to it would raise
                 message_id, _ = await producer.publish_traced("tcancel", b"traced", 7)
                 assert message_id[8:] == struct.pack(">Q", 7)
+
+
+def _delete_channel(server: Daemon, topic: str, channel: str) -> None:
+    url = f"http://{server.http_address}/channel/delete?topic={topic}&channel={channel}"
+    with urllib.request.urlopen(urllib.request.Request(url, method="POST"), timeout=5) as r:
+        assert r.status == 200
+
+
+async def test_consumer_without_reconnect_raises_when_nsqd_closes(server: Daemon) -> None:
+    """Deleting the channel makes nsqd close its consumers."""
+    with trio.fail_after(TIMEOUT):
+        async with open_consumer(server.tcp_address, "tclose", "ch", reconnect=False) as consumer:
+            _delete_channel(server, "tclose", "ch")
+            with pytest.raises(ConnectionClosedError):
+                await consumer.receive()
+
+
+async def test_consumer_reconnects_when_nsqd_closes(server: Daemon) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with open_consumer(server.tcp_address, "trecon", "ch") as consumer:
+            first = consumer.connection
+            _delete_channel(server, "trecon", "ch")
+            while consumer.subscriptions[0].reconnects == 0 or consumer.connection.closed:
+                await trio.sleep(0.05)
+            assert first.closed
+            async with open_producer(server.tcp_address) as producer:
+                await producer.publish("trecon", b"after")
+            message = await consumer.receive()
+            await message.finish()
+    assert message.body == b"after"

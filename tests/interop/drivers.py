@@ -118,8 +118,12 @@ class Driver:
         timeout: float = 60,
         max_in_flight: int = 200,
         extra: Sequence[str] = (),
+        lookupd: str = "",
     ) -> list[str]:
-        argv = self._base("sub") + self._flag("nsqd", nsqd) + self._flag("topic", topic)
+        """A consumer of ``nsqd`` (TCP address), or with ``lookupd`` (an nsqlookupd HTTP
+        address; ``nsqd`` is then ignored) of every nsqd that lookupd lists."""
+        source = self._flag("lookupd", lookupd) if lookupd else self._flag("nsqd", nsqd)
+        argv = self._base("sub") + source + self._flag("topic", topic)
         argv += extra
         argv += self._flag("channel", channel) + self._flag("count", count)
         argv += self._flag("max-in-flight", max_in_flight)

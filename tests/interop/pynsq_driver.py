@@ -4,18 +4,21 @@ Run as a subprocess by the interop tests, because pynsq needs Tornado's event lo
 
     python pynsq_driver.py pub --nsqd HOST:PORT --topic T --count N --mode pub|mpub|dpub
         [--defer-ms M] [connection options]
-    python pynsq_driver.py sub --nsqd HOST:PORT --topic T --channel C --count N
-        [--requeue-until-attempts K] [--heartbeat S] [--idle S] [--timeout S] [--msg-timeout S]
-        [connection options]
+    python pynsq_driver.py sub (--nsqd HOST:PORT | --lookupd HOST:PORT) --topic T --channel C
+        --count N [--requeue-until-attempts K] [--heartbeat S] [--idle S] [--timeout S]
+        [--msg-timeout S] [connection options]
 
 Connection options (both): ``--tls`` (tls_v1, server certificate not verified unless
 ``--tls-ca FILE``), ``--tls-cert FILE --tls-key FILE`` (a client certificate), ``--snappy``,
 ``--deflate`` [``--deflate-level N``], ``--auth-secret S``. With any of them the first line is
 ``{"connected": {...}}``: the features the IDENTIFY reply granted and the AUTH reply, if any.
 
+``sub --lookupd`` finds the nsqds through nsqlookupd's ``/lookup``
+(``Reader(lookupd_http_addresses=…)``, polled every second).
+
 ``sub`` prints one line per delivery {"id_hex","attempts","body","timestamp","received_ns"}, then
-{"done": true|false, "distinct": n, "deliveries": d}; ``--idle`` first waits that long and
-prints {"idle_ok": bool, "connections": n, "heartbeats": h}.
+{"done": true|false, "distinct": n, "deliveries": d, "connections": c}; ``--idle`` first waits that
+long and prints {"idle_ok": bool, "connections": n, "heartbeats": h}.
 """
 
 from __future__ import annotations
@@ -166,9 +169,12 @@ def subscribe(args: argparse.Namespace) -> int:
             loop.call_later(0.3, loop.stop)  # let the last FIN go out
         return True
 
+    discovery: dict[str, object] = {"nsqd_tcp_addresses": [args.nsqd]}
+    if args.lookupd:
+        discovery = {"lookupd_http_addresses": [args.lookupd], "lookupd_poll_interval": 1}
     reader = nsq.Reader(
         message_handler=handler,
-        nsqd_tcp_addresses=[args.nsqd],
+        **discovery,
         topic=args.topic,
         channel=args.channel,
         max_in_flight=args.max_in_flight,
@@ -216,6 +222,7 @@ def subscribe(args: argparse.Namespace) -> int:
             "distinct": len(seen),
             "deliveries": stats["deliveries"],
             "heartbeats": stats["heartbeats"],
+            "connections": len(hooked),
         }
     )
     return 0 if done else 1
@@ -234,7 +241,8 @@ def main() -> int:
     p.add_argument("--prefix", default="msg-")
     p.add_argument("--timeout", type=float, default=30.0)
     s = sub.add_parser("sub")
-    s.add_argument("--nsqd", required=True)
+    s.add_argument("--nsqd", default="")
+    s.add_argument("--lookupd", default="")
     s.add_argument("--topic", required=True)
     s.add_argument("--channel", required=True)
     s.add_argument("--count", type=int, default=1)
@@ -254,6 +262,8 @@ def main() -> int:
         command.add_argument("--deflate-level", type=int, default=6)
         command.add_argument("--auth-secret", default="")
     args = parser.parse_args()
+    if args.cmd == "sub" and not (args.nsqd or args.lookupd):
+        parser.error("sub needs --nsqd or --lookupd")
     return publish(args) if args.cmd == "pub" else subscribe(args)
 
 

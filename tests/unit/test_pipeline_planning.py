@@ -13,8 +13,10 @@ from pipeline.planning import (
     OffsetRange,
     PartitionInfo,
     PlanningError,
+    batch_start,
     check_data_loss,
     limit_end,
+    next_batch_end,
     offsets_from_json,
     offsets_json,
     plan_ranges,
@@ -99,3 +101,46 @@ def test_plan_ranges_cover_exactly_once(backlog: dict[int, int], min_partitions:
 
 def test_plan_ranges_skips_empty_partitions() -> None:
     assert plan_ranges("t", {0: 5, 1: 3}, {0: 5, 1: 4}, {}) == [OffsetRange("t", 1, 3, 4)]
+
+
+STREAM = {0: PartitionInfo(0, 10, 50), 1: PartitionInfo(1, 0, 7), 3: PartitionInfo(3, 4, 9)}
+
+
+def test_next_batch_end_takes_all_or_a_capped_share() -> None:
+    start = {0: 20, 1: 7}
+    # partition 3 is new since the last batch: from its earliest offset
+    assert next_batch_end(start, STREAM, max_rows=None) == {0: 50, 1: 7, 3: 9}
+    capped = next_batch_end(start, STREAM, max_rows=7)
+    assert capped == {0: 26, 1: 7, 3: 5}  # backlogs 30 and 5: 6 and 1
+    assert list(capped) == sorted(capped)
+
+
+def test_next_batch_end_stops_at_the_available_now_target() -> None:
+    target = {0: 30, 1: 7}  # taken before partition 3 existed
+    assert next_batch_end({0: 20, 1: 7}, STREAM, max_rows=None, target=target) == {
+        0: 30,
+        1: 7,
+        3: 4,
+    }
+    assert next_batch_end({0: 30, 1: 7}, STREAM, max_rows=5, target=target) == {0: 30, 1: 7, 3: 4}
+
+
+def test_next_batch_end_never_goes_back() -> None:
+    # partition 2 vanished from the node; partition 1 was truncated below the checkpoint
+    gone = {0: PartitionInfo(0, 0, 5), 1: PartitionInfo(1, 0, 3)}
+    assert next_batch_end({0: 5, 1: 6, 2: 4}, gone, max_rows=None) == {0: 5, 1: 6, 2: 4}
+
+
+def test_next_batch_end_counts_only_existing_rows_when_skipping_lost_ones() -> None:
+    # offsets 0..9 of partition 0 are gone: with failOnDataLoss=false the cap buys real rows
+    assert next_batch_end({0: 0}, {0: STREAM[0]}, max_rows=5) == {0: 5}
+    lenient = next_batch_end({0: 0}, {0: STREAM[0]}, max_rows=5, fail_on_data_loss=False)
+    assert lenient == {0: 15}
+
+
+def test_batch_start() -> None:
+    assert batch_start({0: 12}, {0: 20, 3: 9}, STREAM) == {0: 12, 3: 4}
+    with pytest.raises(PlanningError, match="gone"):
+        batch_start({0: 5}, {0: 20}, STREAM)
+    assert batch_start({0: 5}, {0: 20}, STREAM, fail_on_data_loss=False) == {0: 10}
+    assert batch_start({0: 5}, {0: 8}, STREAM, fail_on_data_loss=False) == {0: 8}

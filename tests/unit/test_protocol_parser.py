@@ -111,6 +111,11 @@ def test_round_trip_every_command_type(
             Sub("t", "c", 0, SubMode.ADVANCED, "timestamp:123"),
             id="SUB_ADVANCED-start",
         ),
+        pytest.param(
+            b"SUB_ADVANCED t c 1 \n",
+            Sub("t", "c", 1, SubMode.ADVANCED),
+            id="SUB_ADVANCED-empty-start",
+        ),
         pytest.param(b"SUB t c 3 extra\n", Sub("t", "c", 3), id="extra-params-ignored"),
         pytest.param(b"SUB t c\r\n", Sub("t", "c"), id="crlf"),
         pytest.param(b"SUB t#ephemeral c#ephemeral\n", Sub("t#ephemeral", "c#ephemeral"), id="eph"),
@@ -121,6 +126,13 @@ def test_sub_forms(line: bytes, expected: Sub) -> None:
     parser.receive_data(line)
     assert drain(parser) == [expected]
     assert parser.state is ConnState.SUBSCRIBED
+
+
+def test_pub_ext_with_an_empty_header_is_parsed() -> None:
+    # youzan refuses it while reading the JSON: E_INVALID_JSON_HEADER, not fatal (the session)
+    parser = parser_in()
+    parser.receive_data(b"PUB_EXT t 2\n" + size(3) + b"\x00\x00x")
+    assert drain(parser) == [PubExt("t", b"", b"x", 2)]
 
 
 @pytest.mark.parametrize(
@@ -667,23 +679,54 @@ def test_mutated_streams(
             "invalid syntax",
             id="partition",
         ),
+        # youzan's texts (nsqdserver/protocol_v2.go internalPubExtAndTrace, readMPUBEXT)
         pytest.param(
             b"PUB_TRACE t\n" + size(8) + bytes(8),
             ConnState.INIT,
-            "E_BAD_MESSAGE PUB_TRACE invalid message body size 8",
+            "E_BAD_BODY invalid body size 8 with trace id enabled",
             id="pub-trace-8",
         ),
         pytest.param(
-            b"PUB_EXT t\n" + size(3) + b"\x00\x00x",
+            b"PUB_EXT t\n" + size(2) + b"\x00\x00",
             ConnState.INIT,
-            "E_BAD_MESSAGE PUB_EXT invalid message body size 3",
-            id="pub-ext-no-hdr",
+            "E_BAD_BODY invalid body size 2 with ext json header enabled",
+            id="pub-ext-2",
         ),
         pytest.param(
             b"PUB_EXT t\n" + size(3) + b"\x00\x01x",
             ConnState.INIT,
-            "E_BAD_MESSAGE PUB_EXT invalid message body size 3",
+            "E_BAD_BODY invalid body size 3 in ext json header content length",
             id="pub-ext-no-body",
+        ),
+        pytest.param(
+            b"MPUB_TRACE t\n" + size(4 + 4 + 9 + 4 + 8) + encode_mpub_body([bytes(9), bytes(8)]),
+            ConnState.INIT,
+            "E_BAD_MESSAGE MPUB invalid message(1) body size 8 for tracing",
+            id="mpub-trace-8",
+        ),
+        pytest.param(
+            b"MPUB_EXT t\n" + size(4 + 4 + 2) + encode_mpub_body([b"\x00\x00"]),
+            ConnState.INIT,
+            "E_BAD_BODY invalid body size 2 in ext json header content length",
+            id="mpub-ext-no-body",
+        ),
+        pytest.param(
+            b"SUB_ADVANCED t c 0 time:1\n",
+            ConnState.INIT,
+            "E_INVALID invalid consume offset:time:1",
+            id="sub-advanced-type",
+        ),
+        pytest.param(
+            b"SUB_ADVANCED t c 0 msgcount:x\n",
+            ConnState.INIT,
+            'E_INVALID strconv.ParseInt: parsing "x": invalid syntax',
+            id="sub-advanced-value",
+        ),
+        pytest.param(
+            b"SUB_ADVANCED t c 0 special:1:2\n",
+            ConnState.SUBSCRIBED,  # youzan reads the consume start before the state
+            "E_INVALID invalid consume offset:special:1:2",
+            id="sub-advanced-before-state",
         ),
     ],
 )

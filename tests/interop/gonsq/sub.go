@@ -36,6 +36,7 @@ type summaryLine struct {
 	Deliveries  int    `json:"deliveries"`
 	Requeued    int    `json:"requeued"`
 	Disconnects int    `json:"disconnects"` // connections lost before the final Stop()
+	Connections int    `json:"connections"` // nsqd connections open when done
 	CleanStop   bool   `json:"clean_stop"`
 	Error       string `json:"error,omitempty"`
 }
@@ -50,6 +51,7 @@ type subState struct {
 	finished     map[string]struct{} // distinct bodies FINed
 	done         chan struct{}       // closed once len(finished) >= want
 	closed       bool
+	connections  int // set just before the final Stop()
 }
 
 // HandleMessage requeues (REQ <id> 0, no backoff) while attempts < requeueUntil, else FINs.
@@ -89,6 +91,7 @@ func (s *subState) summary(done bool, disconnects int, cleanStop bool, errText s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return summaryLine{
+		Connections: s.connections,
 		Done:        done,
 		Distinct:    len(s.finished),
 		Deliveries:  s.deliveries,
@@ -99,10 +102,12 @@ func (s *subState) summary(done bool, disconnects int, cleanStop bool, errText s
 	}
 }
 
-// runSub consumes with a go-nsq Consumer connected straight to one nsqd (no lookupd).
+// runSub consumes with a go-nsq Consumer connected straight to one nsqd, or (with -lookupd) to
+// every nsqd that nsqlookupd lists for the topic (ConnectToNSQLookupd, polled every second).
 func runSub(args []string) int {
 	fs := flag.NewFlagSet("sub", flag.ContinueOnError)
 	addr := fs.String("nsqd", "127.0.0.1:4150", "nsqd TCP address HOST:PORT")
+	lookupd := fs.String("lookupd", "", "nsqlookupd HTTP address HOST:PORT (instead of -nsqd)")
 	topic := fs.String("topic", "", "topic (required)")
 	channel := fs.String("channel", "", "channel (required)")
 	count := fs.Int("count", 1, "stop after this many distinct bodies were FINed (0: right after -idle)")
@@ -131,6 +136,7 @@ func runSub(args []string) int {
 	cfg.MaxAttempts = 0 // unlimited: never give a message up on attempts
 	cfg.MaxInFlight = *maxInFlight
 	cfg.HeartbeatInterval = *heartbeat
+	cfg.LookupdPollInterval = time.Second
 	if err := conn.apply(cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "sub:", err)
 		return 2
@@ -169,7 +175,12 @@ func runSub(args []string) int {
 		}
 	}
 
-	if err := consumer.ConnectToNSQD(*addr); err != nil {
+	connect := func() error { return consumer.ConnectToNSQD(*addr) }
+	if *lookupd != "" {
+		addr = lookupd
+		connect = func() error { return consumer.ConnectToNSQLookupd(*lookupd) }
+	}
+	if err := connect(); err != nil {
 		log.Printf("sub: connect to %s: %v", *addr, err)
 		emit(state.summary(false, 0, stop(), err.Error()))
 		return 1
@@ -196,6 +207,9 @@ func runSub(args []string) int {
 		log.Printf("sub: timed out after %s", *timeout)
 	}
 	lost := int(disconnects.Load()) // before stop(): its own close is not a disconnect
+	state.mu.Lock()
+	state.connections = consumer.Stats().Connections
+	state.mu.Unlock()
 	clean := stop()
 	emit(state.summary(done, lost, clean, ""))
 	if !done || !idleOK {

@@ -1,0 +1,389 @@
+"""A small blocking client for tools and Spark executors: plain sockets, the sans-IO protocol
+(:func:`protocol.encode.encode_command`, :class:`protocol.client_frames.FrameDecoder`), no Trio.
+
+    with BlockingClient("127.0.0.1:4150", "127.0.0.1:4151") as nsq:
+        nsq.publish("events", b"body", key="user-42")
+        nsq.mpublish("events", bodies, keys=keys)
+        batch = nsq.read_range("events", partition=0, offset=0, max_records=1000)
+
+Publishing routes like the Trio :class:`client.producer.Producer` (murmur3 key hash,
+round-robin, explicit partition) and retries the same errors. One instance is not thread-safe;
+give each thread its own.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from collections.abc import Callable, Sequence
+from functools import partial
+from types import TracebackType
+from typing import Final, Self, final
+
+from protocol.client_frames import ErrorFrame, FrameDecoder, MessageFrame, Response
+from protocol.commands import Command, Identify, Mpub, MpubTrace, Nop, Pub, PubTrace
+from protocol.encode import encode_command
+from protocol.frames import HEARTBEAT_DATA, MAGIC_V2
+from protocol.message import MESSAGE_ID, partition_of
+from protocol.parser import NEED_DATA
+from protocol.range_read import RangeBatch
+from protocol.tracing import TRACED_RESPONSE
+
+from ._http import DEFAULT_TIMEOUT, HTTPNode
+from .errors import (
+    ConnectionClosedError,
+    NsqError,
+    NsqHTTPError,
+    PartitionsUnknownError,
+    UnexpectedResponseError,
+)
+from .routing import (
+    RETRYABLE_CODES,
+    RoundRobin,
+    TopicPartitions,
+    choose_partition,
+    chunk_bodies,
+    group_by_partition,
+    parse_address,
+    partition_for_key,
+)
+
+USER_AGENT: Final = "pnsq-blocking-client/0.1.0"
+_READ_SIZE: Final = 64 * 1024
+_MAX_BATCH_BYTES: Final = 4 * 1024 * 1024
+_NOP: Final = encode_command(Nop())
+#: youzan: non-fatal in answer to a publish (fatal only on SUB/FIN, which this client never sends).
+_PUBLISH_NON_FATAL: Final = frozenset({"E_FAILED_ON_NOT_LEADER", "E_FAILED_ON_NOT_WRITABLE"})
+
+Key = str | bytes
+
+
+@final
+class BlockingConnection:
+    """One protocol V2 connection, used request/reply: send a command, read until its reply.
+
+    Heartbeats that arrive meanwhile are answered with NOP. Only for publishing (a subscribed
+    connection's messages are not expected and raise :class:`UnexpectedResponseError`).
+    """
+
+    def __init__(self, address: str, timeout: float = DEFAULT_TIMEOUT) -> None:
+        self.address = address
+        host, port = parse_address(address)
+        self._sock = socket.create_connection((host, port), timeout=timeout)
+        self._decoder = FrameDecoder()
+        self.closed = False
+        identify = {
+            "client_id": socket.gethostname(),
+            "hostname": socket.gethostname(),
+            "user_agent": USER_AGENT,
+            "feature_negotiation": True,
+        }
+        try:
+            self._sock.sendall(MAGIC_V2)
+            reply = self.command(Identify(json.dumps(identify).encode()))
+            self.features = json.loads(reply) if reply != b"OK" else {}
+        except BaseException:
+            self.close()
+            raise
+
+    def command(self, cmd: Command) -> bytes:
+        """Send ``cmd`` and return its reply's data.
+
+        Raises:
+            NsqError: nsqd answered with an error frame (fatal ones close this connection).
+            ConnectionClosedError: the connection closed or failed.
+        """
+        if self.closed:
+            raise ConnectionClosedError(f"connection to {self.address} is closed")
+        try:
+            self._sock.sendall(encode_command(cmd))
+            while True:
+                frame = self._decoder.next_frame()
+                if frame is NEED_DATA:
+                    data = self._sock.recv(_READ_SIZE)
+                    if not data:
+                        raise ConnectionClosedError(f"nsqd at {self.address} closed the connection")
+                    self._decoder.receive_data(data)
+                    continue
+                match frame:
+                    case Response(data=data):
+                        if data != HEARTBEAT_DATA:
+                            return data
+                        self._sock.sendall(_NOP)
+                    case ErrorFrame(text=text):
+                        error = NsqError(text)
+                        if error.fatal and error.code not in _PUBLISH_NON_FATAL:
+                            self.close()
+                        raise error
+                    case MessageFrame():
+                        raise UnexpectedResponseError("message frame on a publishing connection")
+        except OSError as exc:
+            self.close()
+            raise ConnectionClosedError(f"connection to {self.address} failed: {exc}") from exc
+        except (ConnectionClosedError, UnexpectedResponseError):
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Close the socket. Idempotent."""
+        if not self.closed:
+            self.closed = True
+            self._sock.close()
+
+
+@final
+class BlockingClient:
+    """Publish and read ranges against one nsqd (its TCP and/or HTTP address).
+
+    Args:
+        tcp_address: nsqd's TCP ``host:port``, for publishing.
+        http_address: nsqd's HTTP ``host:port``, for partitions, keyed publishing and range
+            reads.
+        max_attempts: tries per publish (the first included) on retryable errors, waiting
+            ``retry_backoff`` seconds before the second, doubling (at most 2 s).
+    """
+
+    def __init__(
+        self,
+        tcp_address: str | None = None,
+        http_address: str | None = None,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        max_attempts: int = 3,
+        retry_backoff: float = 0.05,
+    ) -> None:
+        self.tcp_address = tcp_address
+        self.http_address = http_address
+        self.timeout = timeout
+        self.max_attempts = max(1, max_attempts)
+        self.retry_backoff = retry_backoff
+        self._conns: dict[str, BlockingConnection] = {}
+        self._http: dict[str, HTTPNode] = {}
+        self._routes: dict[str, TopicPartitions] = {}
+        self._rr = RoundRobin()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close every connection."""
+        for conn in self._conns.values():
+            conn.close()
+        self._conns.clear()
+        for node in self._http.values():
+            node.close()
+        self._http.clear()
+
+    # ------------------------------------------------------------------ HTTP
+
+    def _node(self, address: str | None = None) -> HTTPNode:
+        address = address or self.http_address
+        if address is None:
+            raise PartitionsUnknownError("this needs nsqd's HTTP address")
+        node = self._http.get(address)
+        if node is None:
+            node = self._http[address] = HTTPNode(address, self.timeout)
+        return node
+
+    def partitions(self, topic: str) -> TopicPartitions:
+        """``topic``'s partitions with their ``earliest``/``latest`` offsets, looked up now.
+
+        Raises:
+            NsqHTTPError: 404 ``TOPIC_NOT_FOUND``, ...
+        """
+        route = self._node().partitions(topic, self.tcp_address)
+        self._routes[topic] = route
+        return route
+
+    def read_range(
+        self, topic: str, partition: int, offset: int, max_records: int = 1000
+    ) -> RangeBatch:
+        """Records of ``partition`` from ``offset`` (at most ``max_records``, and at most what
+        nsqd's byte cap allows): the same records every time for the same range. Continue at
+        ``batch.next_offset``; an empty batch means ``offset`` is the partition's ``latest``.
+
+        Raises:
+            NsqHTTPError: 400 ``OFFSET_OUT_OF_RANGE`` when ``offset`` is below ``earliest``
+                (deleted by retention) or past ``latest``; 404 for an unknown topic/partition.
+        """
+        route = self._routes.get(topic)
+        info = route.get(partition) if route is not None else None
+        node = self._node(info.http_address if info is not None else None)
+        return node.read_range(topic, partition, offset, max_records)
+
+    # ------------------------------------------------------------------ publishing
+
+    def publish(
+        self, topic: str, body: bytes, *, key: Key | None = None, partition: int | None = None
+    ) -> None:
+        """``PUB`` one message (to ``key``'s partition, or ``partition``, or round-robin)."""
+        _expect_ok(self._send(topic, key, partition, lambda p: Pub(topic, body, p)), "PUB")
+
+    def mpublish(
+        self,
+        topic: str,
+        bodies: Sequence[bytes],
+        *,
+        key: Key | None = None,
+        keys: Sequence[Key] | None = None,
+        partition: int | None = None,
+        max_batch_bytes: int = _MAX_BATCH_BYTES,
+    ) -> None:
+        """``MPUB`` in batches; ``keys`` (one per body) splits by partition keeping per-key
+        order, ``key`` sends all to one partition."""
+        if not bodies:
+            raise ValueError("mpublish needs at least one body")
+        batches: list[tuple[int | None, list[bytes]]] = []
+        if keys is not None:
+            route = self._route(topic, required=True)
+            assert route is not None
+            for part, group in group_by_partition(bodies, keys, route.partition_num).items():
+                batches += [(part, chunk) for chunk in chunk_bodies(group, max_batch_bytes)]
+        else:
+            batches = [(partition, chunk) for chunk in chunk_bodies(bodies, max_batch_bytes)]
+        for number, chunk in batches:
+            _expect_ok(self._send(topic, key, number, partial(_mpub, topic, chunk)), "MPUB")
+
+    def publish_traced(
+        self,
+        topic: str,
+        body: bytes,
+        trace_id: int,
+        *,
+        key: Key | None = None,
+        partition: int | None = None,
+    ) -> tuple[bytes, int]:
+        """``PUB_TRACE``: returns ``(16-byte message id, log offset)``."""
+        reply = self._send(topic, key, partition, lambda p: PubTrace(topic, trace_id, body, p))
+        if len(reply) != TRACED_RESPONSE.size or not reply.startswith(b"OK"):
+            raise UnexpectedResponseError(f"PUB_TRACE: unexpected reply {reply[:64]!r}")
+        _, internal_id, reply_trace_id, offset, _raw = TRACED_RESPONSE.unpack(reply)
+        return MESSAGE_ID.pack(internal_id, reply_trace_id), offset
+
+    def mpublish_traced(
+        self,
+        topic: str,
+        messages: Sequence[tuple[int, bytes]],
+        *,
+        key: Key | None = None,
+        keys: Sequence[Key] | None = None,
+        partition: int | None = None,
+        max_batch_bytes: int = _MAX_BATCH_BYTES,
+    ) -> list[tuple[int, int, int]]:
+        """``MPUB_TRACE`` in batches: each message is ``(trace id, body)``, routed as
+        :meth:`mpublish` routes (``keys`` one per message, or ``key``, or ``partition``).
+
+        Returns, per batch sent, ``(partition, offset of its first message, message count)``
+        (each batch is atomic and contiguous in its partition).
+        """
+        if not messages:
+            raise ValueError("mpublish_traced needs at least one message")
+        groups: list[tuple[int | None, list[tuple[int, bytes]]]] = [(partition, list(messages))]
+        if keys is not None:
+            if len(keys) != len(messages):
+                raise ValueError(f"{len(keys)} keys for {len(messages)} messages")
+            route = self._route(topic, required=True)
+            assert route is not None
+            by_part: dict[int, list[tuple[int, bytes]]] = {}
+            for message, k in zip(messages, keys, strict=True):
+                by_part.setdefault(partition_for_key(k, route.partition_num), []).append(message)
+            groups = [(part, group) for part, group in sorted(by_part.items())]
+        out: list[tuple[int, int, int]] = []
+        for number, group in groups:
+            for chunk in _chunk_traced(group, max_batch_bytes):
+                reply = self._send(topic, key, number, partial(_mpub_trace, topic, chunk))
+                if len(reply) != TRACED_RESPONSE.size or not reply.startswith(b"OK"):
+                    raise UnexpectedResponseError(f"MPUB_TRACE: unexpected reply {reply[:64]!r}")
+                _, internal_id, _trace, offset, _raw = TRACED_RESPONSE.unpack(reply)
+                out.append((partition_of(internal_id), offset, len(chunk)))
+        return out
+
+    def _route(self, topic: str, *, required: bool = False) -> TopicPartitions | None:
+        route = self._routes.get(topic)
+        if route is not None or self.http_address is None:
+            if route is None and required:
+                raise PartitionsUnknownError("keyed publishing needs nsqd's HTTP address")
+            return route
+        try:
+            return self.partitions(topic)
+        except NsqHTTPError as exc:
+            if exc.status not in (400, 404) or required:
+                raise
+            return None
+
+    def _connection(self, address: str) -> BlockingConnection:
+        conn = self._conns.get(address)
+        if conn is None or conn.closed:
+            conn = self._conns[address] = BlockingConnection(address, self.timeout)
+        return conn
+
+    def _send(
+        self,
+        topic: str,
+        key: Key | None,
+        partition: int | None,
+        make: Callable[[int | None], Command],
+    ) -> bytes:
+        error: Exception | None = None
+        for attempt in range(self.max_attempts):
+            if attempt:
+                self._routes.pop(topic, None)
+                time.sleep(min(self.retry_backoff * 2 ** (attempt - 1), 2.0))
+            try:
+                route = self._route(topic, required=key is not None and partition is None)
+                number = choose_partition(route, topic, self._rr, key=key, partition=partition)
+                info = route.get(number) if route is not None and number is not None else None
+                address = info.tcp_address if info is not None else self.tcp_address
+                if address is None:
+                    raise ValueError("publishing needs nsqd's TCP address")
+                return self._connection(address).command(make(number))
+            except NsqError as exc:
+                if exc.code not in RETRYABLE_CODES:
+                    raise
+                error = exc
+            except (ConnectionClosedError, OSError) as exc:
+                error = exc
+        assert error is not None
+        raise error
+
+
+def _mpub(topic: str, bodies: list[bytes], partition: int | None) -> Mpub:
+    return Mpub(topic, bodies, partition)
+
+
+def _mpub_trace(topic: str, messages: list[tuple[int, bytes]], partition: int | None) -> MpubTrace:
+    return MpubTrace(topic, messages, partition)
+
+
+def _chunk_traced(
+    messages: Sequence[tuple[int, bytes]], max_bytes: int
+) -> list[list[tuple[int, bytes]]]:
+    """``messages`` in order, cut into MPUB_TRACE batches of at most ``max_bytes`` (each counted
+    with its 4-byte size prefix and 8-byte trace id); an oversized one goes alone."""
+    chunks: list[list[tuple[int, bytes]]] = []
+    current: list[tuple[int, bytes]] = []
+    size = 4  # the message count
+    for message in messages:
+        n = len(message[1]) + 12
+        if current and size + n > max_bytes:
+            chunks.append(current)
+            current, size = [], 4
+        current.append(message)
+        size += n
+    if current:
+        chunks.append(current)
+    return chunks
+
+
+def _expect_ok(reply: bytes, what: str) -> None:
+    if reply != b"OK":
+        raise UnexpectedResponseError(f"{what}: expected OK, got {reply[:64]!r}")

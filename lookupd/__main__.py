@@ -1,0 +1,5 @@
+"""``python -m lookupd``."""
+
+from .cli import main
+
+main()

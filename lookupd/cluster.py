@@ -1,0 +1,198 @@
+"""The lookupd's state at runtime: the live registry, the topic placements and their store.
+
+The TCP and HTTP shells call into one :class:`Cluster`. Registry changes are synchronous (the
+event loop is the only writer); placement changes are persisted through :meth:`Cluster.flush`,
+which saves the newest placements in a worker thread (concurrent flushes coalesce). An HTTP
+``/topic/create`` answers once its placement is on disk; a placement adopted from a node's
+registration is flushed in the background.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import replace
+
+import trio
+
+from protocol.lookup import PartitionAssignment, TopicAssignment
+from protocol.lookup_v1 import EXT_PARTITIONS, PeerIdentity
+
+from .placement import (
+    PlacementError,
+    TopicMeta,
+    TopicPlacement,
+    adopt,
+    assignments_for,
+    check_recreate,
+    leader_load,
+    place,
+    place_pending,
+)
+from .registry import Peer, Registry
+from .store import MetadataStore, StoreError
+from .views import Timeouts
+
+log = logging.getLogger("nsqlookupd.cluster")
+
+
+class Cluster:
+    """Registry + placements + store for one lookupd (see the module docstring)."""
+
+    def __init__(
+        self,
+        store: MetadataStore,
+        timeouts: Timeouts,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.registry = Registry()
+        self.store = store
+        self.timeouts = timeouts
+        self.clock = clock
+        self.placements: dict[str, TopicPlacement] = {}
+        self._version = 0  # bumped on every placement change
+        self._saved = 0  # the version on disk
+        self._save_lock = trio.Lock()
+        self._nursery: trio.Nursery | None = None
+
+    def load(self) -> None:
+        """Read the stored placements; each stored topic gets its registration key back."""
+        self.placements = self.store.load()
+        for name in self.placements:
+            self.registry.add_topic(name)
+        log.info("metadata: %d topic(s) from %s", len(self.placements), self.store.path)
+
+    def attach(self, nursery: trio.Nursery) -> None:
+        """Where background flushes run."""
+        self._nursery = nursery
+
+    # ------------------------------------------------------------------ persistence
+
+    def _changed(self) -> None:
+        self._version += 1
+
+    async def flush(self) -> None:
+        """Save the placements if they changed since the last save. Raises StoreError."""
+        async with self._save_lock:
+            if self._saved >= self._version:
+                return
+            version, snapshot = self._version, list(self.placements.values())
+            await trio.to_thread.run_sync(self.store.save, snapshot)
+            self._saved = version
+
+    def _flush_soon(self) -> None:
+        async def flush() -> None:
+            try:
+                await self.flush()
+            except StoreError as exc:
+                log.error("metadata not saved: %s", exc)
+
+        if self._nursery is not None:
+            self._nursery.start_soon(flush)
+
+    # ------------------------------------------------------------------ from the TCP protocol
+
+    def identify(self, peer_id: str, identity: PeerIdentity) -> Peer:
+        """A peer identified itself; a pnsq peer that asked for partitions gets them."""
+        partitioned = EXT_PARTITIONS in identity.extensions or _is_youzan(identity)
+        peer = self.registry.identify(peer_id, identity, self.clock(), partitioned=partitioned)
+        self.place_pending()
+        return peer
+
+    def register(
+        self, peer_id: str, topic: str, channel: str | None, partition: int | None
+    ) -> None:
+        """REGISTER; a partition of a topic lookupd has no placement for is adopted."""
+        self.registry.register(peer_id, topic, channel, partition)
+        peer = self.registry.peers[peer_id]
+        if partition is None or _is_youzan(peer.identity):
+            return
+        placement = self.placements.get(topic)
+        if placement is None:
+            placement = adopt(topic, peer.node_id, [partition])
+        elif placement.adopted and partition >= len(placement.partitions):
+            grown = [*placement.partitions]
+            grown += [PartitionAssignment(peer.node_id)] * (partition + 1 - len(grown))
+            meta = replace(placement.meta, partition_num=len(grown))
+            placement = replace(placement, meta=meta, partitions=tuple(grown))
+        else:
+            return
+        log.info(
+            "TOPIC(%s): %d partition(s) adopted from %s",
+            topic,
+            len(placement.partitions),
+            peer.node_id,
+        )
+        self.placements[topic] = placement
+        self._changed()
+        self._flush_soon()
+
+    # ------------------------------------------------------------------ placement
+
+    def live_nodes(self) -> list[str]:
+        """Nodes (``host:tcp_port``) of active pnsq peers, which can take partitions."""
+        peers = self.registry.active_peers(self.clock(), self.timeouts.inactive)
+        return sorted({p.node_id for p in peers if p.partitioned and not _is_youzan(p.identity)})
+
+    def place_pending(self) -> None:
+        """Place topics created before any node was there."""
+        pending = [p for p in self.placements.values() if p.pending]
+        if not pending:
+            return
+        for placement in place_pending(self.placements.values(), self.live_nodes()):
+            log.info("TOPIC(%s): placed on %s", placement.name, _describe(placement))
+            self.placements[placement.name] = placement
+            self._changed()
+        self._flush_soon()
+
+    async def create_topic(self, name: str, meta: TopicMeta) -> None:
+        """``/topic/create``: place the topic and persist it before returning. Raises
+        :class:`PlacementError` or :class:`StoreError`."""
+        existing = self.placements.get(name)
+        self.registry.add_topic(name)
+        if existing is not None:
+            check_recreate(existing, meta)
+            if not existing.adopted:
+                return
+        placement = place(name, meta, self.live_nodes(), leader_load(self.placements.values()))
+        self.placements[name] = placement
+        self._changed()
+        try:
+            await self.flush()
+        except StoreError:
+            if existing is None:
+                self.placements.pop(name, None)
+            else:
+                self.placements[name] = existing
+            self._changed()
+            raise
+        log.info("TOPIC(%s): created, %s", name, _describe(placement))
+
+    async def delete_topic(self, name: str) -> None:
+        """``/topic/delete``: the registration keys and the placement."""
+        self.registry.delete_topic(name)
+        if self.placements.pop(name, None) is not None:
+            self._changed()
+            await self.flush()
+
+    def assignments(self, node: str) -> list[TopicAssignment]:
+        """What ``node`` must hold (``/pnsq/assignments``)."""
+        self.place_pending()
+        return assignments_for(node, self.placements.values())
+
+
+def _is_youzan(identity: PeerIdentity) -> bool:
+    """A youzan nsqd registers ``<topic> <partition>``; its placement is not lookupd's."""
+    return bool(identity.distributed_id) or "HA" in identity.version
+
+
+def _describe(placement: TopicPlacement) -> str:
+    if placement.pending:
+        return "pending (no node yet)"
+    leaders = ", ".join(f"{i}:{p.leader}" for i, p in enumerate(placement.partitions))
+    return f"{len(placement.partitions)} partition(s) [{leaders}]"
+
+
+__all__ = ["Cluster", "PlacementError", "StoreError", "TopicMeta"]

@@ -1,0 +1,339 @@
+"""lookupd's HTTP API: nsqlookupd 1.3.0's endpoints with youzan's additions, as an ASGI app served
+by hypercorn on Trio.
+
+Read endpoints negotiate their envelope (:mod:`lookupd.http_base`); admin endpoints answer in
+nsqlookupd 1.x's V1 shape; ``/ping`` is plain ``OK``. pnsq's own extension,
+``GET /pnsq/assignments?node=<broadcast_address>:<tcp_port>``, tells an nsqd which topics (and
+how many partitions) it must hold. Unknown paths are ``404 NOT_FOUND``, a wrong method ``405
+METHOD_NOT_ALLOWED`` with ``Allow``.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import trio
+from hypercorn.config import Config as HypercornConfig
+from hypercorn.trio import serve as hypercorn_serve
+
+from protocol.lookup import ASSIGNMENTS_PATH, assignments_payload
+from protocol.names import is_valid_channel_name, is_valid_topic_name
+
+from . import views
+from .cluster import Cluster, PlacementError, StoreError, TopicMeta
+from .http_base import (
+    Handler,
+    HTTPError,
+    Receive,
+    Reply,
+    Request,
+    Scope,
+    Send,
+    respond,
+    respond_negotiated,
+    respond_negotiated_error,
+    respond_v1,
+    respond_v1_error,
+)
+from .placement import MAX_PARTITION_NUM, MAX_REPLICATOR
+
+log = logging.getLogger("nsqlookupd.http")
+
+_ATOI = re.compile(r"[+-]?[0-9]+")
+_INT64 = 1 << 63
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """A handler and its responder: ``negotiated`` (youzan's read endpoints) or V1."""
+
+    handler: Handler
+    negotiated: bool = False
+
+
+class LookupHTTP:
+    """The ASGI application. ``self_address()`` gives ``(broadcast_address, tcp_port,
+    http_port)`` for ``/listlookup``."""
+
+    def __init__(
+        self, cluster: Cluster, version: str, self_address: Callable[[], tuple[str, int, int]]
+    ) -> None:
+        self.cluster = cluster
+        self.version = version
+        self.self_address = self_address
+        get = {"GET"}
+        self.routes: dict[str, tuple[set[str], Route]] = {
+            "/ping": (get, Route(self.ping)),
+            "/info": (get, Route(self.info, negotiated=True)),
+            "/debug": (get, Route(self.debug, negotiated=True)),
+            "/lookup": (get, Route(self.lookup, negotiated=True)),
+            "/topics": (get, Route(self.topics, negotiated=True)),
+            "/channels": (get, Route(self.channels, negotiated=True)),
+            "/nodes": (get, Route(self.nodes, negotiated=True)),
+            "/listlookup": (get, Route(self.listlookup, negotiated=True)),
+            "/topic/create": ({"POST", "PUT"}, Route(self.topic_create)),
+            "/topic/delete": ({"POST"}, Route(self.topic_delete)),
+            "/channel/create": ({"POST"}, Route(self.channel_create)),
+            "/channel/delete": ({"POST"}, Route(self.channel_delete)),
+            "/topic/tombstone": ({"POST"}, Route(self.topic_tombstone)),
+            ASSIGNMENTS_PATH: (get, Route(self.assignments)),
+        }
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await _lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        path, method = scope["path"], scope["method"]
+        raw_query = scope.get("query_string", b"").decode("latin-1")
+        entry = self.routes.get(path)
+        if entry is None:
+            await respond_v1_error(send, HTTPError(404, "NOT_FOUND"))
+            return
+        methods, route = entry
+        allow = ", ".join(sorted({*methods, "OPTIONS"})).encode()
+        if method == "OPTIONS":  # httprouter answers OPTIONS itself
+            await respond(send, 200, None, nsq_header=False, extra=[(b"Allow", allow)])
+            return
+        if method not in methods:
+            error = HTTPError(405, "METHOD_NOT_ALLOWED")
+            await respond_v1_error(send, error, extra=[(b"Allow", allow)])
+            return
+        request = Request(method, path, raw_query, list(scope.get("headers", [])))
+        raw = request.wants_raw
+        try:
+            reply = await route.handler(request)
+        except HTTPError as exc:
+            if route.negotiated:
+                await respond_negotiated_error(send, raw, exc)
+            else:
+                await respond_v1_error(send, exc)
+            return
+        if path == "/ping":
+            await respond(send, 200, reply, nsq_header=False)
+        elif route.negotiated:
+            await respond_negotiated(send, raw, reply)
+        else:
+            await respond_v1(send, reply)
+
+    # ------------------------------------------------------------------ read endpoints
+
+    def _now(self) -> float:
+        return self.cluster.clock()
+
+    async def ping(self, request: Request) -> Reply:
+        """``OK``."""
+        return b"OK"
+
+    async def info(self, request: Request) -> Reply:
+        """The nsqlookupd version pnsq speaks."""
+        return {"version": self.version}
+
+    async def debug(self, request: Request) -> Reply:
+        """Every registration key and its producers."""
+        return views.debug(self.cluster.registry)
+
+    async def lookup(self, request: Request) -> Reply:
+        """The producers (and youzan's partitions, meta) of a topic."""
+        topic = request.arg("topic")
+        if topic is None:
+            raise HTTPError(400, "MISSING_ARG_TOPIC")
+        access = request.arg("access") or None
+        try:
+            return views.lookup(
+                self.cluster.registry,
+                self.cluster.placements,
+                topic,
+                self._now(),
+                self.cluster.timeouts,
+                access=access,
+                partition=request.arg("partition"),
+                metainfo=bool(request.arg("metainfo")),
+            )
+        except views.ViewError as exc:
+            raise HTTPError(exc.status, exc.message) from None
+
+    async def topics(self, request: Request) -> Reply:
+        """Every topic key."""
+        meta_info = request.arg("metaInfo") == "true"
+        return views.topics(self.cluster.registry, self.cluster.placements, meta_info=meta_info)
+
+    async def channels(self, request: Request) -> Reply:
+        """A topic's channel keys (``[]`` for an unknown topic)."""
+        topic = request.arg("topic")
+        if topic is None:
+            raise HTTPError(400, "MISSING_ARG_TOPIC")
+        partition = request.arg("partition")
+        pid = None
+        if partition not in (None, "", "*"):
+            pid = int(partition) if _ATOI.fullmatch(partition) else -1
+        return {"channels": self.cluster.registry.channel_names(topic, pid)}
+
+    async def nodes(self, request: Request) -> Reply:
+        """Every active nsqd."""
+        return views.nodes(self.cluster.registry, self._now(), self.cluster.timeouts)
+
+    async def listlookup(self, request: Request) -> Reply:
+        """youzan's list of lookupds: this one."""
+        return views.listlookup(*self.self_address())
+
+    async def assignments(self, request: Request) -> Reply:
+        """pnsq: the topics ``node`` must hold."""
+        node = request.arg("node")
+        if not node:
+            raise HTTPError(400, "MISSING_ARG_NODE")
+        return assignments_payload(node, self.cluster.assignments(node))
+
+    # ------------------------------------------------------------------ admin endpoints
+
+    async def topic_create(self, request: Request) -> Reply:
+        """Create (and place) a topic: nsqlookupd's params plus youzan's."""
+        topic = _topic_arg(request)  # then youzan's order of checks
+        partition_num = _bounded(request, "partition_num", 1, 1, MAX_PARTITION_NUM)
+        replica = _bounded(request, "replicator", 1, 1, MAX_REPLICATOR, "REPLICATOR")
+        _bounded(request, "suggestload", 0, 0, 10000, "LOAD_FACTOR")
+        sync_every = _int_arg(request, "syncdisk", "INVALID_ARG_TOPIC_SYNC_DISK")
+        meta = TopicMeta(
+            partition_num=partition_num,
+            replica=replica,
+            extend_support=request.arg("extend") == "true",
+            ordered=request.arg("orderedmulti") == "true",
+            multi_part=request.arg("multipart") == "true",
+            disable_channel_auto_create=request.arg("disable_channel_auto_create") == "true",
+            retention_days=_go_atoi(request.arg("retention") or "0"),
+            sync_every=sync_every,
+        )
+        try:
+            await self.cluster.create_topic(topic, meta)
+        except PlacementError as exc:
+            raise HTTPError(400, str(exc)) from None
+        except StoreError as exc:
+            log.error("TOPIC(%s): %s", topic, exc)
+            raise HTTPError(500, "INTERNAL_ERROR") from None
+        return None
+
+    async def topic_delete(self, request: Request) -> Reply:
+        """Delete the topic's keys and placement (youzan: ``partition`` must be ``**``)."""
+        topic = request.arg("topic")
+        if topic is None:
+            raise HTTPError(400, "MISSING_ARG_TOPIC")
+        if request.arg("partition") not in (None, "**"):
+            raise HTTPError(400, "REMOVE_SINGLE_PARTITION_NOT_ALLOWED")
+        try:
+            await self.cluster.delete_topic(topic)
+        except StoreError as exc:
+            log.error("TOPIC(%s): %s", topic, exc)
+            raise HTTPError(500, "INTERNAL_ERROR") from None
+        log.info("DB: removed topic(%s)", topic)
+        return None
+
+    async def channel_create(self, request: Request) -> Reply:
+        """Add the channel key (and the topic key)."""
+        topic, channel = _topic_channel_args(request)
+        self.cluster.registry.add_channel(topic, channel)
+        return None
+
+    async def channel_delete(self, request: Request) -> Reply:
+        """Delete a channel key; 404 if there is none."""
+        topic, channel = _topic_channel_args(request)
+        if not self.cluster.registry.delete_channel(topic, channel):
+            raise HTTPError(404, "CHANNEL_NOT_FOUND")
+        return None
+
+    async def topic_tombstone(self, request: Request) -> Reply:
+        """Hide ``node`` (``broadcast_address:http_port``) from the topic's lookups."""
+        topic = request.arg("topic")
+        if topic is None:
+            raise HTTPError(400, "MISSING_ARG_TOPIC")
+        node = request.arg("node")
+        if node is None:
+            raise HTTPError(400, "MISSING_ARG_NODE")
+        self.cluster.registry.tombstone(topic, node, self._now())
+        return None
+
+
+def _topic_arg(request: Request) -> str:
+    topic = request.arg("topic")
+    if topic is None:
+        raise HTTPError(400, "MISSING_ARG_TOPIC")
+    if not is_valid_topic_name(topic):
+        raise HTTPError(400, "INVALID_ARG_TOPIC")
+    return topic
+
+
+def _topic_channel_args(request: Request) -> tuple[str, str]:
+    """nsqd's ``GetTopicChannelArgs``."""
+    topic = _topic_arg(request)
+    channel = request.arg("channel")
+    if channel is None:
+        raise HTTPError(400, "MISSING_ARG_CHANNEL")
+    if not is_valid_channel_name(channel):
+        raise HTTPError(400, "INVALID_ARG_CHANNEL")
+    return topic, channel
+
+
+def _go_atoi(text: str) -> int:
+    """Go's ``strconv.Atoi``; the error is Go's text (youzan returns it for ``retention``)."""
+    if not _ATOI.fullmatch(text):
+        raise HTTPError(400, f'strconv.Atoi: parsing "{text}": invalid syntax')
+    value = int(text)
+    if not -_INT64 <= value < _INT64:
+        raise HTTPError(400, f'strconv.Atoi: parsing "{text}": value out of range')
+    return value
+
+
+def _int_arg(request: Request, name: str, error: str) -> int:
+    raw = request.arg(name) or "0"
+    if not _ATOI.fullmatch(raw) or not -_INT64 <= int(raw) < _INT64:
+        raise HTTPError(400, error)
+    return int(raw)
+
+
+def _bounded(
+    request: Request, name: str, default: int, low: int, high: int, what: str = "PARTITION_NUM"
+) -> int:
+    """An optional integer in ``[low, high]``; ``INVALID_ARG_TOPIC_<what>`` otherwise."""
+    raw = request.arg(name)
+    if raw is None or raw == "":
+        return default
+    if not _ATOI.fullmatch(raw) or not low <= int(raw) <= high:
+        raise HTTPError(400, f"INVALID_ARG_TOPIC_{what}")
+    return int(raw)
+
+
+async def _lifespan(receive: Receive, send: Send) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+async def serve_http(
+    app: LookupHTTP,
+    host: str,
+    port: int,
+    *,
+    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve ``app`` on ``host:port`` with hypercorn; reports the bound port when ready."""
+    config = HypercornConfig()
+    config.bind = [f"[{host}]:{port}" if ":" in host else f"{host or '0.0.0.0'}:{port}"]
+    config.accesslog = None
+    config.errorlog = logging.getLogger("nsqlookupd.http.server")
+    config.include_server_header = False
+    config.keep_alive_timeout = 60.0
+    async with trio.open_nursery() as nursery:
+        binds = await nursery.start(hypercorn_serve, app, config)
+        bound = int(str(binds[0]).rsplit(":", 1)[1])
+        log.info("HTTP: listening on %s", binds[0])
+        task_status.started(bound)
+
+
+__all__ = ["HTTPError", "LookupHTTP", "serve_http"]

@@ -1,0 +1,219 @@
+"""Topic metadata and partition placement: which nsqd leads (and which replicates) each
+partition. Pure: no I/O, no clock, no Trio; lookupd's store persists what these functions decide.
+
+Nodes are named ``broadcast_address:tcp_port``. :func:`place` spreads a new topic's partition
+leaders over the live pnsq nodes, least-loaded first (load = partitions led), and gives each
+partition ``replica - 1`` replicas on other nodes. Several partitions of one topic may share a
+node (unlike youzan's default, which needs ``partition_num * replica`` nodes): a stock client's
+``SUB`` on a node reads every partition there. A topic created before any node registered is
+*pending* (no partitions placed) until :func:`place_pending` finds nodes. A topic that a node
+created on its own (a stock client's PUB/SUB auto-creation) is :func:`adopt`-ed: that node leads
+every partition it registered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from protocol.lookup import PartitionAssignment, TopicAssignment, topic_meta
+
+MAX_PARTITION_NUM = 255  # youzan nsqlookupd accepts 1..255
+MAX_REPLICATOR = 5
+
+
+class PlacementError(ValueError):
+    """A topic cannot be placed (or re-created differently); ``str()`` is the HTTP message."""
+
+
+@dataclass(frozen=True, slots=True)
+class TopicMeta:
+    """youzan's ``TopicMetaInfo``, the parts pnsq keeps."""
+
+    partition_num: int
+    replica: int = 1
+    extend_support: bool = False
+    ordered: bool = False
+    multi_part: bool = False
+    disable_channel_auto_create: bool = False
+    retention_days: int = 0
+    sync_every: int = 0
+
+    def lookup_meta(self) -> dict[str, object]:
+        """The six keys of ``/lookup?metainfo=``."""
+        return topic_meta(
+            partition_num=self.partition_num,
+            replica=self.replica,
+            extend_support=self.extend_support,
+            ordered=self.ordered,
+            multi_part=self.multi_part,
+            disable_channel_auto_create=self.disable_channel_auto_create,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class TopicPlacement:
+    """A topic's metadata and where its partitions are; ``partitions == ()`` while pending.
+    ``adopted``: placed from a node's own registration rather than ``/topic/create``."""
+
+    name: str
+    meta: TopicMeta
+    partitions: tuple[PartitionAssignment, ...] = field(default=())
+    adopted: bool = False
+
+    @property
+    def pending(self) -> bool:
+        """Not placed yet (created before any node registered)."""
+        return not self.partitions
+
+    def leader(self, partition: int) -> str | None:
+        """The node leading ``partition``, if placed."""
+        if 0 <= partition < len(self.partitions):
+            return self.partitions[partition].leader or None
+        return None
+
+    def holds(self, node: str) -> bool:
+        """True if ``node`` leads or replicates any partition."""
+        return any(node == p.leader or node in p.replicas for p in self.partitions)
+
+    def assignment(self) -> TopicAssignment:
+        """The wire form for ``/pnsq/assignments``."""
+        return TopicAssignment(
+            name=self.name,
+            partition_num=self.meta.partition_num,
+            replica=self.meta.replica,
+            partitions=self.partitions,
+            meta=self.meta.lookup_meta(),
+        )
+
+
+def leader_load(placements: Iterable[TopicPlacement]) -> dict[str, int]:
+    """Partitions led per node."""
+    load: dict[str, int] = {}
+    for placement in placements:
+        for part in placement.partitions:
+            load[part.leader] = load.get(part.leader, 0) + 1
+    return load
+
+
+def place(
+    name: str, meta: TopicMeta, nodes: Sequence[str], load: Mapping[str, int] | None = None
+) -> TopicPlacement:
+    """Place a new topic on ``nodes`` (pending if there are none). Raises
+    :class:`PlacementError` if fewer nodes than ``meta.replica`` are live."""
+    candidates = sorted(set(nodes))
+    if not candidates:
+        return TopicPlacement(name, meta)
+    if len(candidates) < meta.replica:
+        raise PlacementError(
+            f"NOT_ENOUGH_NODES: replicator {meta.replica} needs {meta.replica} nsqd nodes, "
+            f"{len(candidates)} registered"
+        )
+    leaders = {node: (load or {}).get(node, 0) for node in candidates}
+    replicas = dict.fromkeys(candidates, 0)
+    parts = []
+    for _ in range(meta.partition_num):
+        leader = min(candidates, key=lambda n: (leaders[n], n))
+        leaders[leader] += 1
+        others = sorted((n for n in candidates if n != leader), key=lambda n: (replicas[n], n))
+        chosen = tuple(others[: meta.replica - 1])
+        for node in chosen:
+            replicas[node] += 1
+        parts.append(PartitionAssignment(leader, chosen))
+    return TopicPlacement(name, meta, tuple(parts))
+
+
+def place_pending(
+    placements: Iterable[TopicPlacement], nodes: Sequence[str]
+) -> list[TopicPlacement]:
+    """Place every pending topic that ``nodes`` can take; returns the newly placed ones."""
+    all_placements = list(placements)
+    load = leader_load(all_placements)
+    placed = []
+    for placement in all_placements:
+        if not placement.pending or len(set(nodes)) < max(placement.meta.replica, 1):
+            continue
+        done = place(placement.name, placement.meta, nodes, load)
+        for part in done.partitions:
+            load[part.leader] = load.get(part.leader, 0) + 1
+        placed.append(replace(done, adopted=placement.adopted))
+    return placed
+
+
+def adopt(name: str, node: str, partitions: Iterable[int]) -> TopicPlacement:
+    """The default placement of a topic a node created by itself: ``node`` leads each
+    partition it registered (``partition_num`` = the highest registered partition + 1)."""
+    count = max(partitions, default=0) + 1
+    parts = tuple(PartitionAssignment(node) for _ in range(count))
+    return TopicPlacement(name, TopicMeta(partition_num=count), parts, adopted=True)
+
+
+def check_recreate(existing: TopicPlacement, meta: TopicMeta) -> None:
+    """``/topic/create`` of an existing topic: idempotent with the same partition count,
+    replication and flags; raises :class:`PlacementError` otherwise."""
+    old = existing.meta
+    same = (
+        old.partition_num == meta.partition_num
+        and old.replica == meta.replica
+        and old.ordered == meta.ordered
+        and old.extend_support == meta.extend_support
+        and old.multi_part == meta.multi_part
+    )
+    if not same and not existing.adopted:
+        raise PlacementError("TOPIC_ALREADY_EXISTS")
+
+
+def assignments_for(node: str, placements: Iterable[TopicPlacement]) -> list[TopicAssignment]:
+    """The topics ``node`` must hold, for ``/pnsq/assignments``."""
+    return [p.assignment() for p in sorted(placements, key=lambda p: p.name) if p.holds(node)]
+
+
+# ---------------------------------------------------------------- persistence form
+
+
+def to_document(placement: TopicPlacement) -> dict[str, object]:
+    """The JSON form kept in lookupd's metadata store."""
+    meta = placement.meta
+    return {
+        "partition_num": meta.partition_num,
+        "replica": meta.replica,
+        "extend_support": meta.extend_support,
+        "ordered": meta.ordered,
+        "multi_part": meta.multi_part,
+        "disable_channel_auto_create": meta.disable_channel_auto_create,
+        "retention_days": meta.retention_days,
+        "sync_every": meta.sync_every,
+        "adopted": placement.adopted,
+        "partitions": [
+            {"leader": p.leader, "replicas": list(p.replicas)} for p in placement.partitions
+        ],
+    }
+
+
+def from_document(name: str, document: Mapping[str, object]) -> TopicPlacement:
+    """Read :func:`to_document`; raises ValueError (or TypeError) for a malformed entry."""
+
+    def number(key: str, default: int) -> int:
+        value = document.get(key, default)
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ValueError(f"topic {name}: {key} is not an integer")
+        return value
+
+    meta = TopicMeta(
+        partition_num=number("partition_num", 1),
+        replica=number("replica", 1),
+        extend_support=bool(document.get("extend_support", False)),
+        ordered=bool(document.get("ordered", False)),
+        multi_part=bool(document.get("multi_part", False)),
+        disable_channel_auto_create=bool(document.get("disable_channel_auto_create", False)),
+        retention_days=number("retention_days", 0),
+        sync_every=number("sync_every", 0),
+    )
+    raw = document.get("partitions", [])
+    if not isinstance(raw, list):
+        raise ValueError(f"topic {name}: partitions is not a list")
+    parts = tuple(
+        PartitionAssignment(str(p["leader"]), tuple(str(r) for r in p.get("replicas", [])))
+        for p in raw
+    )
+    return TopicPlacement(name, meta, parts, adopted=bool(document.get("adopted", False)))

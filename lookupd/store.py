@@ -1,0 +1,77 @@
+"""lookupd's metadata store: the topic placements, one JSON file in ``--data-path``.
+
+Blocking file I/O (the Trio shell calls it from a worker thread). A write is atomic and durable:
+a temporary file, fsync, rename over the old file, fsync of the directory — so after a crash the
+file holds either the old or the new document, never a mix. The registrations themselves are not
+stored: nsqds re-register when they reconnect, and lookupd rebuilds its live view from that.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+from .placement import TopicPlacement, from_document, to_document
+
+log = logging.getLogger("nsqlookupd.store")
+
+FILE_NAME = "nsqlookupd.meta.json"
+FORMAT_VERSION = 1
+
+
+class StoreError(Exception):
+    """The metadata file cannot be read (corrupt) or written."""
+
+
+class MetadataStore:
+    """Placements kept in ``<directory>/nsqlookupd.meta.json``."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.path = directory / FILE_NAME
+
+    def load(self) -> dict[str, TopicPlacement]:
+        """Every stored placement (none if the file does not exist yet)."""
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            return {}
+        except OSError as exc:
+            raise StoreError(f"cannot read {self.path}: {exc}") from exc
+        try:
+            document = json.loads(raw)
+            topics = document["topics"]
+            return {name: from_document(name, entry) for name, entry in topics.items()}
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise StoreError(f"{self.path} is not a valid metadata file: {exc}") from exc
+
+    def save(self, placements: Iterable[TopicPlacement]) -> None:
+        """Replace the file with ``placements``, atomically and durably."""
+        document = {
+            "version": FORMAT_VERSION,
+            "topics": {p.name: to_document(p) for p in sorted(placements, key=lambda p: p.name)},
+        }
+        data = json.dumps(document, indent=1, sort_keys=True).encode() + b"\n"
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_name(self.path.name + ".tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            tmp.replace(self.path)
+            dir_fd = os.open(self.directory, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+        except OSError as exc:
+            raise StoreError(f"cannot write {self.path}: {exc}") from exc
+        log.debug("metadata saved to %s", self.path)

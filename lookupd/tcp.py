@@ -1,0 +1,146 @@
+"""The TCP listener: protocol V1 connections from nsqds (the Trio shell around
+:class:`protocol.lookup_v1.LookupV1Parser`).
+
+Resource handling: one task per connection; when it ends, however it ends, the peer leaves every
+registration (the keys stay, as in nsqlookupd). Error handling: a protocol error is sent as a
+size-prefixed reply and the connection closed (every V1 error is fatal); an I/O error just closes
+it; an unexpected exception is logged and closes only that connection.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import trio
+
+from protocol.lookup_v1 import (
+    EXT_PARTITIONS,
+    NEED_DATA,
+    Closed,
+    Identify,
+    LookupCommand,
+    LookupV1Error,
+    LookupV1Parser,
+    Ping,
+    Register,
+    Unregister,
+    encode_response,
+    identify_reply,
+)
+
+from .cluster import Cluster
+
+log = logging.getLogger("nsqlookupd.tcp")
+
+RECEIVE_SIZE = 65536
+
+
+class LookupTCPServer:
+    """Serves protocol V1. ``reply_info``: the lookupd's own IDENTIFY reply fields
+    (``broadcast_address``, ``hostname``, ``http_port``, ``tcp_port``, ``version``), filled in
+    once both listeners are bound."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.reply_info: dict[str, str | int] = {}
+
+    async def serve(
+        self, host: str, port: int, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Listen on ``host:port`` (port 0: any free port); reports the bound port when ready."""
+        listeners = await trio.open_tcp_listeners(port, host=host or None)
+        bound = listeners[0].socket.getsockname()[1]
+        log.info("TCP: listening on %s:%d", host or "0.0.0.0", bound)
+        task_status.started(bound)
+        await trio.serve_listeners(self._handle, listeners)
+
+    async def _handle(self, stream: trio.SocketStream) -> None:
+        try:
+            peer = stream.socket.getpeername()
+        except OSError:  # already gone
+            await stream.aclose()
+            return
+        remote = f"[{peer[0]}]:{peer[1]}" if ":" in peer[0] else f"{peer[0]}:{peer[1]}"
+        log.info("TCP: new client(%s)", remote)
+        parser = LookupV1Parser()
+        try:
+            await self._serve(stream, parser, remote)
+        except* (trio.BrokenResourceError, trio.ClosedResourceError) as group:
+            log.debug("CLIENT(%s): connection lost: %r", remote, group.exceptions)
+        except* Exception:  # one connection's failure must not stop the lookupd
+            log.exception("CLIENT(%s): closing after an unexpected error", remote)
+        finally:
+            if parser.identified:
+                self.cluster.registry.disconnect(remote)
+                log.info("CLIENT(%s): closed, registrations removed", remote)
+            await stream.aclose()
+
+    async def _serve(self, stream: trio.SocketStream, parser: LookupV1Parser, remote: str) -> None:
+        while True:
+            try:
+                event = parser.next_event()
+            except LookupV1Error as exc:
+                log.error("CLIENT(%s): %s", remote, exc)
+                await stream.send_all(exc.reply)
+                return
+            if event is NEED_DATA:
+                parser.receive_data(await stream.receive_some(RECEIVE_SIZE))
+                continue
+            if isinstance(event, Closed):
+                return
+            try:
+                reply = self._execute(event, parser, remote)
+            except LookupV1Error as exc:
+                log.error("CLIENT(%s): %s", remote, exc)
+                await stream.send_all(exc.reply)
+                return
+            await stream.send_all(encode_response(reply))
+
+    def _execute(self, command: LookupCommand, parser: LookupV1Parser, remote: str) -> bytes:
+        cluster = self.cluster
+        if isinstance(command, Ping):
+            cluster.registry.ping(remote, cluster.clock())
+            return b"OK"
+        if isinstance(command, Identify):
+            ident = command.peer
+            peer = cluster.identify(remote, ident)
+            parser.partitioned = peer.partitioned
+            granted = (EXT_PARTITIONS,) if EXT_PARTITIONS in ident.extensions else ()
+            log.info(
+                "CLIENT(%s): IDENTIFY Address:%s TCP:%d HTTP:%d Version:%s%s",
+                remote,
+                ident.broadcast_address,
+                ident.tcp_port,
+                ident.http_port,
+                ident.version,
+                " (partitions)" if peer.partitioned else "",
+            )
+            info = self.reply_info
+            return identify_reply(
+                broadcast_address=str(info.get("broadcast_address", "")),
+                hostname=str(info.get("hostname", "")),
+                http_port=int(info.get("http_port", 0)),
+                tcp_port=int(info.get("tcp_port", 0)),
+                version=str(info.get("version", "")),
+                extensions=granted,
+            )
+        if isinstance(command, Register):
+            cluster.register(remote, command.topic, command.channel, command.partition)
+            log.info(
+                "DB: client(%s) REGISTER topic:%s partition:%s channel:%s",
+                remote,
+                command.topic,
+                "" if command.partition is None else command.partition,
+                command.channel or "",
+            )
+            return b"OK"
+        assert isinstance(command, Unregister)
+        cluster.registry.unregister(remote, command.topic, command.channel, command.partition)
+        log.info(
+            "DB: client(%s) UNREGISTER topic:%s partition:%s channel:%s",
+            remote,
+            command.topic,
+            "" if command.partition is None else command.partition,
+            command.channel or "",
+        )
+        return b"OK"

@@ -1,0 +1,75 @@
+"""pnsq's timestamp-to-offset endpoint, for the Spark source's ``startingTimestamp`` (not in
+nsqd 1.3.0):
+
+* ``GET /partition/offset?topic=&partition=&timestamp=`` — the first offset of the partition
+  whose publish time is at or after ``timestamp`` (milliseconds since the Unix epoch, as Spark's
+  Kafka source counts), ``latest`` when there is none.
+
+A disk-backed log answers from its timestamp index in a worker thread
+(:meth:`nsqd.storage.log.PartitionLog.offset_for_timestamp`); an ``#ephemeral`` topic's memory
+log is scanned. Errors are nsqd's ``{"message": "<TEXT>"}``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Final
+
+import trio
+
+from .broker.subscriptions import offset_for_timestamp
+from .http_admin import topic_arg
+from .http_base import Handler, HTTPError, Reply, Request
+from .http_partitions import _uint_arg
+from .storage.errors import LogClosedError, StorageError
+from .storage.log import PartitionLog
+
+if TYPE_CHECKING:
+    from .http_api import NsqdHTTP
+
+log = logging.getLogger("nsqd.http")
+
+_NS_PER_MS: Final = 1_000_000
+
+
+class OffsetsAPI:
+    """The handler; :meth:`routes` gives the app's route table entry."""
+
+    def __init__(self, app: NsqdHTTP) -> None:
+        self.app = app
+
+    def routes(self) -> dict[str, dict[str, Handler]]:
+        """``path -> {method: handler}``."""
+        return {"/partition/offset": {"GET": self.offset}}
+
+    async def offset(self, request: Request) -> Reply:
+        """``{"topic", "partition", "timestamp", "offset", "earliest", "latest"}``."""
+        topic = self.app.broker.topics.get(topic_arg(request))
+        if topic is None or topic.deleted:
+            raise HTTPError(404, "TOPIC_NOT_FOUND")
+        number = _uint_arg(request, "partition")
+        if number >= len(topic.partitions):
+            raise HTTPError(404, "PARTITION_NOT_FOUND")
+        timestamp_ms = _uint_arg(request, "timestamp")
+        plog = topic.partitions[number].log
+        try:
+            if isinstance(plog, PartitionLog):
+                offset = await trio.to_thread.run_sync(
+                    offset_for_timestamp, plog, timestamp_ms * _NS_PER_MS
+                )
+            else:
+                offset = offset_for_timestamp(plog, timestamp_ms * _NS_PER_MS)
+        except LogClosedError as exc:  # the topic was deleted in the meantime
+            raise HTTPError(404, "TOPIC_NOT_FOUND") from exc
+        except (StorageError, OSError) as exc:
+            log.error("timestamp seek in partition %d failed: %s", number, exc)
+            raise HTTPError(500, "INTERNAL_ERROR") from exc
+        earliest, latest = plog.start_offset, plog.end_offset
+        return {
+            "topic": topic.name,
+            "partition": number,
+            "timestamp": timestamp_ms,
+            "offset": min(max(offset, earliest), latest),
+            "earliest": earliest,
+            "latest": latest,
+        }

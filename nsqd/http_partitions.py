@@ -1,0 +1,182 @@
+"""pnsq's partition endpoints, for partition-aware clients and pipelines (not in nsqd 1.3.0):
+
+* ``GET /partitions?topic=`` — per partition its offsets and leader;
+* ``GET /partition/read?topic=&partition=&offset=[&max=][&format=binary|ndjson]`` — the records
+  from ``offset``: deterministic and repeatable, independent of channels, so a Spark task that
+  is re-run reads the same rows. Encodings in :mod:`protocol.range_read`.
+
+Errors are nsqd's ``{"message": "<TEXT>"}`` with 400 (bad argument) or 404 (no such topic or
+partition).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import TYPE_CHECKING, Final
+
+import trio
+
+from protocol.range_read import (
+    BINARY_CONTENT_TYPE,
+    NDJSON_CONTENT_TYPE,
+    encode_binary,
+    encode_ndjson,
+    record_size,
+)
+
+from .broker import Partition, Topic
+from .http_admin import topic_arg
+from .http_base import Handler, HTTPError, Raw, Reply, Request
+from .storage.errors import LogClosedError, OffsetOutOfRangeError, StorageError
+from .storage.log import PartitionLog
+from .storage.record import Record
+
+if TYPE_CHECKING:
+    from .http_api import NsqdHTTP
+
+log = logging.getLogger("nsqd.http")
+
+DEFAULT_MAX_RECORDS: Final = 1000
+#: ``max`` above this is clamped (the reply says where to continue).
+MAX_RECORDS: Final = 10_000
+#: A reply stops before the record that would take it past this many bytes (binary encoding
+#: sizes, whatever the format, so both formats stop at the same record); it always carries at
+#: least one record, so a reader makes progress even past a record larger than the cap.
+MAX_BYTES: Final = 8 * 1024 * 1024
+#: Records per read from the log before the byte cap is known to bind (then adapted).
+_FIRST_CHUNK: Final = 64
+_UINT: Final = re.compile(r"[0-9]{1,19}")
+
+
+def _uint_arg(request: Request, name: str, default: int | None = None) -> int:
+    raw = request.arg(name)
+    if raw is None:
+        if default is None:
+            raise HTTPError(400, f"MISSING_ARG_{name.upper()}")
+        return default
+    if not _UINT.fullmatch(raw):
+        raise HTTPError(400, f"INVALID_{name.upper()}")
+    return int(raw)
+
+
+class PartitionsAPI:
+    """The handlers; :meth:`routes` gives the app's route table entries."""
+
+    def __init__(self, app: NsqdHTTP) -> None:
+        self.app = app
+
+    def routes(self) -> dict[str, dict[str, Handler]]:
+        """``path -> {method: handler}``."""
+        return {
+            "/partitions": {"GET": self.partitions},
+            "/partition/read": {"GET": self.read},
+        }
+
+    def _topic(self, request: Request) -> Topic:
+        name = topic_arg(request)
+        topic = self.app.broker.topics.get(name)
+        if topic is None or topic.deleted:
+            raise HTTPError(404, "TOPIC_NOT_FOUND")
+        return topic
+
+    def _node(self) -> dict[str, object]:
+        s = self.app.settings
+        return {
+            "broadcast_address": s.broadcast_address,
+            "tcp_port": s.tcp_port,
+            "http_port": s.http_port,
+        }
+
+    async def partitions(self, request: Request) -> Reply:
+        """``{"topic", "partition_num", flags…, "node", "partitions": [...]}``."""
+        topic = self._topic(request)
+        node = self._node()
+        return {
+            "topic": topic.name,
+            "partition_num": len(topic.partitions),
+            **_flags(topic),
+            "node": node,
+            "partitions": [
+                {
+                    "partition": p.number,
+                    "earliest": p.log.start_offset,
+                    "latest": p.log.end_offset,
+                    "leader": node,  # standalone: this node leads every partition it has
+                }
+                for p in topic.partitions
+            ],
+        }
+
+    async def read(self, request: Request) -> Reply:
+        """The records ``[offset, offset + n)``, ``n <= max``, within the byte cap."""
+        topic = self._topic(request)
+        number = _uint_arg(request, "partition")
+        if number >= len(topic.partitions):
+            raise HTTPError(404, "PARTITION_NOT_FOUND")
+        partition = topic.partitions[number]
+        offset = _uint_arg(request, "offset")
+        limit = _uint_arg(request, "max", DEFAULT_MAX_RECORDS)
+        if limit < 1:
+            raise HTTPError(400, "INVALID_MAX")
+        limit = min(limit, MAX_RECORDS)
+        fmt = request.arg("format") or "binary"
+        if fmt not in ("binary", "ndjson"):
+            raise HTTPError(400, "INVALID_FORMAT")
+        records = await _read_capped(partition, offset, limit)
+        if fmt == "ndjson":
+            return Raw(encode_ndjson(records), NDJSON_CONTENT_TYPE.encode())
+        return Raw(encode_binary(number, offset, records), BINARY_CONTENT_TYPE.encode())
+
+
+def _flags(topic: Topic) -> dict[str, bool]:
+    """The topic's flags (``ordered``: orderedmulti; ``ext``: extended) and ``ephemeral``."""
+    return {
+        "ordered": topic.ordered,
+        "ext": topic.ext,
+        "ephemeral": topic.ephemeral,
+    }
+
+
+async def _read_capped(partition: Partition, offset: int, limit: int) -> list[Record]:
+    """Up to ``limit`` records from ``offset``, stopping at :data:`MAX_BYTES`.
+
+    A disk-backed log is read in a worker thread (``PartitionLog`` locks internally), in chunks
+    sized from the records seen so far, so a range of large records is not read whole only to
+    be cut by the byte cap.
+    """
+    plog = partition.log
+    if not plog.start_offset <= offset <= plog.end_offset:
+        raise HTTPError(400, "OFFSET_OUT_OF_RANGE")
+    out: list[Record] = []
+    size = 0
+    chunk = _FIRST_CHUNK
+    at = offset
+    while len(out) < limit:
+        want = min(chunk, limit - len(out))
+        try:
+            if isinstance(plog, PartitionLog):
+                got = await trio.to_thread.run_sync(plog.read, at, want)
+            else:
+                got = plog.read(at, want)
+        except OffsetOutOfRangeError as exc:  # retention deleted it in the meantime
+            raise HTTPError(400, "OFFSET_OUT_OF_RANGE") from exc
+        except LogClosedError as exc:  # the topic was deleted in the meantime
+            raise HTTPError(404, "TOPIC_NOT_FOUND") from exc
+        except (StorageError, OSError) as exc:
+            log.error("range read of partition %d failed: %s", partition.number, exc)
+            raise HTTPError(500, "INTERNAL_ERROR") from exc
+        if got and got[0].offset != at:  # a MemoryLog clamps a trimmed offset forward
+            raise HTTPError(400, "OFFSET_OUT_OF_RANGE")
+        for record in got:
+            n = record_size(record)
+            if out and size + n > MAX_BYTES:
+                return out
+            out.append(record)
+            size += n
+        if len(got) < want:
+            return out
+        at += len(got)
+        average = max(size // len(out), 1)
+        chunk = max(1, min(MAX_RECORDS, (MAX_BYTES - size) // average + 1))
+    return out

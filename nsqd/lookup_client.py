@@ -1,0 +1,285 @@
+"""nsqd's side of nsqlookupd (``--lookupd-tcp-address``): registration over protocol V1, and the
+partition assignments of pnsq's lookupd.
+
+For each lookupd, one task does what nsqd's ``lookupLoop``/``lookupPeer`` do: connect (1 s
+timeout), send ``"  V1"`` and IDENTIFY ``{version, tcp_port, http_port, hostname,
+broadcast_address}``, REGISTER every topic and channel, PING every 15 s; every command waits for
+its reply with a 1 s deadline; any error closes the connection, and the task reconnects (0.5 s,
+doubling to 5 s) and registers everything again, so nsqd keeps working while a lookupd is down
+and a restarted lookupd rebuilds its view. Instead of hooks in the broker, the task compares the
+broker's topics and channels with what it registered every :attr:`LookupClient.sync_interval`
+and sends REGISTER/UNREGISTER for the difference.
+
+pnsq's extension (invisible to a stock nsqlookupd, which ignores unknown IDENTIFY keys and gets
+no other command): the IDENTIFY body lists ``"pnsq_extensions": ["partitions"]``; only if the
+lookupd's reply lists it too are registrations sent as ``REGISTER <topic> <partition>
+[<channel>]`` (youzan's form), one per local partition, and is ``GET /pnsq/assignments?node=
+<broadcast_address>:<tcp_port>`` polled on the lookupd's HTTP port (at the host of
+``--lookupd-tcp-address``, the port from the IDENTIFY reply); each assigned topic this
+node lacks is created with the assigned partition count (all partitions local, for now).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import httpx
+import trio
+
+from goflag.addresses import split_host_port
+from protocol.lookup import ACCEPT_V1, ASSIGNMENTS_PATH, parse_assignments
+from protocol.lookup_v1 import (
+    EXT_PARTITIONS,
+    EXTENSIONS_KEY,
+    MAGIC_V1,
+    ResponseReader,
+    encode_command,
+    encode_identify,
+)
+
+from .broker import Broker
+from .core.errors import BrokerError
+from .storage.errors import StorageError
+
+log = logging.getLogger("nsqd.lookup")
+
+#: (topic, partition, channel); partition is None on a stock lookupd, channel None for the topic
+Key = tuple[str, int | None, str | None]
+
+DIAL_TIMEOUT = 1.0  # nsqd's lookupPeer: net.DialTimeout(..., time.Second)
+COMMAND_TIMEOUT = 1.0  # and 1 s read/write deadlines per command
+PING_INTERVAL = 15.0
+
+
+class LookupPeerError(Exception):
+    """The lookupd refused a command or sent something unreadable."""
+
+
+@dataclass(frozen=True, slots=True)
+class LookupIdentity:
+    """What nsqd tells a lookupd about itself (the broadcast ports)."""
+
+    version: str
+    tcp_port: int
+    http_port: int
+    hostname: str
+    broadcast_address: str
+
+    def identify_body(self) -> dict[str, object]:
+        """IDENTIFY's JSON: nsqd's five keys plus the extensions pnsq speaks."""
+        return {
+            "version": self.version,
+            "tcp_port": self.tcp_port,
+            "http_port": self.http_port,
+            "hostname": self.hostname,
+            "broadcast_address": self.broadcast_address,
+            EXTENSIONS_KEY: [EXT_PARTITIONS],
+        }
+
+    @property
+    def node_id(self) -> str:
+        """``broadcast_address:tcp_port``, this node's name in placements."""
+        return f"{self.broadcast_address}:{self.tcp_port}"
+
+
+def desired_registrations(broker: Broker, partitioned: bool) -> set[Key]:
+    """What should be registered: every topic, and every channel of it (per local partition
+    when ``partitioned``)."""
+    keys: set[Key] = set()
+    for name, topic in list(broker.topics.items()):
+        if topic.deleted:
+            continue
+        parts: list[int | None] = [p.number for p in topic.partitions] if partitioned else [None]
+        for part in parts:
+            keys.add((name, part, None))
+            keys.update((name, part, channel) for channel in topic.channels)
+    return keys
+
+
+def _order(key: Key) -> tuple[str, int, str]:
+    topic, part, channel = key
+    return topic, -1 if part is None else part, channel or ""
+
+
+def registration_commands(old: set[Key], new: set[Key]) -> list[tuple[Key, bytes]]:
+    """REGISTER/UNREGISTER lines turning ``old`` into ``new``: channels leave before their
+    topic, topics arrive before their channels."""
+    gone = sorted(old - new, key=_order)
+    came = sorted(new - old, key=_order)
+    commands = [(k, encode_command("UNREGISTER", *k)) for k in gone if k[2] is not None]
+    commands += [(k, encode_command("UNREGISTER", *k)) for k in gone if k[2] is None]
+    commands += [(k, encode_command("REGISTER", *k)) for k in came if k[2] is None]
+    commands += [(k, encode_command("REGISTER", *k)) for k in came if k[2] is not None]
+    return commands
+
+
+class _Connection:
+    """One V1 connection: a command, then its size-prefixed reply within the deadline."""
+
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self.stream = stream
+        self.reader = ResponseReader()
+
+    async def command(self, data: bytes) -> bytes:
+        with trio.fail_after(COMMAND_TIMEOUT):
+            await self.stream.send_all(data)
+            while True:
+                try:
+                    reply = self.reader.next_response()
+                except ValueError as exc:
+                    raise LookupPeerError(str(exc)) from None
+                if reply is not None:
+                    return reply
+                chunk = await self.stream.receive_some(65536)
+                if not chunk:
+                    raise LookupPeerError("connection closed by lookupd")
+                self.reader.receive_data(chunk)
+
+    async def ok(self, data: bytes) -> None:
+        reply = await self.command(data)
+        if reply != b"OK":
+            raise LookupPeerError(f"{data.decode(errors='replace').strip()}: {reply!r}")
+
+
+class LookupClient:
+    """Keeps this nsqd registered with every lookupd in ``addresses`` (see the module
+    docstring). Run :meth:`run` in a nursery; :meth:`set_addresses` changes the list."""
+
+    def __init__(
+        self,
+        broker: Broker,
+        identity: LookupIdentity,
+        addresses: Iterable[str],
+        *,
+        sync_interval: float = 0.5,
+        poll_interval: float = 1.0,
+    ) -> None:
+        self.broker = broker
+        self.identity = identity
+        self.addresses = list(dict.fromkeys(addresses))
+        self.sync_interval = sync_interval
+        self.poll_interval = poll_interval
+        self._scopes: dict[str, trio.CancelScope] = {}
+        self._nursery: trio.Nursery | None = None
+        httpx_log = logging.getLogger("httpx")
+        if httpx_log.level == logging.NOTSET:  # not one INFO line per assignments poll
+            httpx_log.setLevel(logging.WARNING)
+
+    async def run(self) -> None:
+        """Serve every lookupd until cancelled."""
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            self.set_addresses(self.addresses)
+            await trio.sleep_forever()
+
+    def set_addresses(self, addresses: Iterable[str]) -> None:
+        """Start serving new lookupds and drop the ones no longer listed (PUT /config)."""
+        self.addresses = list(dict.fromkeys(addresses))
+        for address in list(self._scopes):
+            if address not in self.addresses:
+                log.info("LOOKUP(%s): removing peer", address)
+                self._scopes.pop(address).cancel()
+        if self._nursery is None:
+            return
+        for address in self.addresses:
+            if address not in self._scopes:
+                log.info("LOOKUP(%s): adding peer", address)
+                scope = self._scopes[address] = trio.CancelScope()
+                self._nursery.start_soon(self._peer, address, scope)
+
+    async def _peer(self, address: str, scope: trio.CancelScope) -> None:
+        with scope:
+            delay = 0.5
+            while True:
+                started = trio.current_time()
+                try:
+                    await self._session(address)
+                except* (
+                    OSError,
+                    trio.BrokenResourceError,
+                    trio.TooSlowError,
+                    LookupPeerError,
+                ) as g:
+                    for exc in g.exceptions:
+                        log.error("LOOKUPD(%s): %s", address, str(exc) or type(exc).__name__)
+                except* Exception:  # a lookupd problem must never take nsqd down
+                    log.exception("LOOKUPD(%s): unexpected error", address)
+                if trio.current_time() - started > 5.0:
+                    delay = 0.5  # it was up for a while: retry soon
+                await trio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    async def _session(self, address: str) -> None:
+        host, port = split_host_port(address)
+        log.info("LOOKUP connecting to %s", address)
+        with trio.fail_after(DIAL_TIMEOUT):
+            stream = await trio.open_tcp_stream(host, int(port))
+        async with stream:
+            conn = _Connection(stream)
+            reply = await conn.command(MAGIC_V1 + encode_identify(self.identity.identify_body()))
+            try:
+                info = json.loads(reply)
+            except ValueError:
+                raise LookupPeerError(f"IDENTIFY: {reply!r}") from None
+            if not isinstance(info, dict):
+                raise LookupPeerError(f"IDENTIFY: {reply!r}")
+            extensions = info.get(EXTENSIONS_KEY)
+            partitioned = isinstance(extensions, list) and EXT_PARTITIONS in extensions
+            log.info("LOOKUPD(%s): peer info %s", address, info)
+            async with trio.open_nursery() as nursery:
+                if partitioned:  # the host we reached, which a broadcast hostname may not be
+                    where = f"[{host}]" if ":" in host else host
+                    http = f"{where}:{info.get('http_port')}"
+                    nursery.start_soon(self._poll_assignments, address, http)
+                await self._keep_registered(conn, address, partitioned)
+
+    async def _keep_registered(self, conn: _Connection, address: str, partitioned: bool) -> None:
+        registered: set[Key] = set()
+        next_ping = trio.current_time() + PING_INTERVAL
+        while True:
+            desired = desired_registrations(self.broker, partitioned)
+            for key, line in registration_commands(registered, desired):
+                log.info("LOOKUPD(%s): %s", address, line.decode(errors="replace").strip())
+                await conn.ok(line)
+                if line.startswith(b"REGISTER"):
+                    registered.add(key)
+                else:
+                    registered.discard(key)
+            if trio.current_time() >= next_ping:
+                log.debug("LOOKUPD(%s): sending heartbeat", address)
+                await conn.ok(encode_command("PING"))
+                next_ping = trio.current_time() + PING_INTERVAL
+            await trio.sleep(self.sync_interval)
+
+    async def _poll_assignments(self, address: str, http_address: str) -> None:
+        url = f"http://{http_address}{ASSIGNMENTS_PATH}"
+        params = {"node": self.identity.node_id}
+        headers = {"Accept": ACCEPT_V1}
+        async with httpx.AsyncClient(timeout=httpx.Timeout(2.0, connect=1.0)) as client:
+            while True:
+                try:
+                    response = await client.get(url, params=params, headers=headers)
+                    response.raise_for_status()
+                    self.apply_assignments(response.json())
+                except (httpx.HTTPError, ValueError) as exc:
+                    log.warning("LOOKUPD(%s): assignments: %s", address, exc)
+                await trio.sleep(self.poll_interval)
+
+    def apply_assignments(self, document: object) -> None:
+        """Create each assigned topic this node does not have yet."""
+        for assignment in parse_assignments(document):
+            if assignment.name in self.broker.topics:
+                continue
+            try:
+                self.broker.get_or_create_topic(assignment.name, assignment.partition_num)
+            except (BrokerError, StorageError, OSError) as exc:
+                log.error("TOPIC(%s): cannot create from lookupd: %s", assignment.name, exc)
+                continue
+            log.info(
+                "TOPIC(%s): created from lookupd with %d partition(s)",
+                assignment.name,
+                assignment.partition_num,
+            )

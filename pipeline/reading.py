@@ -1,0 +1,143 @@
+"""What a Spark task does with its :class:`~pipeline.planning.OffsetRange`: read the records
+``[start, end)`` straight from the partition's leader with ``GET /partition/read``, and turn them
+into the source's columns. Plain Python, no pyspark: executors call it from
+:meth:`pipeline.source.PnsqStreamReader.read`.
+
+The same range gives the same records every time (nsqd's range read is deterministic), so a
+re-run task or micro-batch reads the same rows. If the leader cannot be reached the task looks
+the partition up again (a failover moves it) and goes on from where it was.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from typing import Final
+
+from client.blocking import BlockingClient
+from client.errors import ConnectionClosedError, NsqHTTPError, UnexpectedResponseError
+from protocol.range_read import RangeRecord
+
+from .nodes import discover
+from .options import ReadOptions
+from .planning import OffsetRange, PlanningError
+
+log = logging.getLogger("pipeline")
+
+_ATTEMPTS: Final = 4
+_BACKOFF: Final = 0.2
+_U64: Final = 1 << 64
+_I64_MAX: Final = (1 << 63) - 1
+
+
+class DataLossError(PlanningError):
+    """Records of a planned range are gone (retention, or a truncated log after failover)."""
+
+
+def read_range(r: OffsetRange, opts: ReadOptions) -> Iterator[list[RangeRecord]]:
+    """The records of ``r`` in offset order, a fetch (at most ``opts.fetch_size``) at a time.
+
+    With ``failOnDataLoss=false`` records deleted meanwhile are skipped (logged); otherwise
+    :class:`DataLossError`. Unreachable leaders are retried after a new lookup.
+    """
+    address, offset, attempt = r.address, r.start, 0
+    nsq = BlockingClient(http_address=address, timeout=opts.endpoints.timeout)
+    try:
+        while offset < r.end:
+            want = min(opts.fetch_size, r.end - offset)
+            try:
+                batch = nsq.read_range(r.topic, r.partition, offset, want)
+            except NsqHTTPError as exc:
+                if exc.status == 400 and "OFFSET_OUT_OF_RANGE" in exc.message:
+                    moved = _skip_lost(nsq, r, offset, opts.fail_on_data_loss)
+                    if moved != offset:
+                        offset = moved
+                        continue
+                elif exc.status < 500 and exc.status != 404:
+                    raise
+                error: Exception = exc
+            except (OSError, ConnectionClosedError, UnexpectedResponseError) as exc:
+                error = exc
+            else:
+                attempt = 0
+                records = [rec for rec in batch.records if rec.offset < r.end]
+                if not records:
+                    _lost_tail(r, offset, opts.fail_on_data_loss)
+                    return
+                yield records
+                offset = records[-1].offset + 1
+                continue
+            attempt += 1
+            if attempt >= _ATTEMPTS:
+                raise error
+            log.warning(
+                "reading %s[%d] at %d from %s: %s", r.topic, r.partition, offset, address, error
+            )
+            time.sleep(_BACKOFF * 2 ** (attempt - 1))
+            address = _leader(r, opts) or address
+            nsq.close()
+            nsq = BlockingClient(http_address=address, timeout=opts.endpoints.timeout)
+    finally:
+        nsq.close()
+
+
+def _leader(r: OffsetRange, opts: ReadOptions) -> str | None:
+    try:
+        lead = discover(opts.endpoints, r.topic).leaders.get(r.partition)
+    except (OSError, NsqHTTPError, PlanningError, UnexpectedResponseError) as exc:
+        log.warning("looking up %s[%d] again failed: %s", r.topic, r.partition, exc)
+        return None
+    return lead.http_address if lead is not None else None
+
+
+def _skip_lost(nsq: BlockingClient, r: OffsetRange, offset: int, fail: bool) -> int:
+    """``offset`` is out of the partition's range: below ``earliest`` (deleted) → skip ahead
+    or fail; past ``latest`` → the log was truncated (failover) → fail or stop."""
+    info = nsq.partitions(r.topic).get(r.partition)
+    earliest = info.earliest if info is not None else r.end
+    latest = info.latest if info is not None else offset
+    if offset < earliest:
+        lost = f"{r.topic}[{r.partition}] offsets {offset}..{min(earliest, r.end) - 1} are gone"
+        if fail:
+            raise DataLossError(f"{lost} (retention); set failOnDataLoss=false to skip them")
+        log.warning("%s (retention): skipped", lost)
+        return min(earliest, r.end)
+    if offset >= latest:
+        _lost_tail(r, offset, fail)
+        return r.end
+    return offset  # a transient answer: read again
+
+
+def _lost_tail(r: OffsetRange, offset: int, fail: bool) -> None:
+    lost = f"{r.topic}[{r.partition}] ends at {offset}, before the planned end {r.end}"
+    if fail:
+        raise DataLossError(f"{lost} (truncated?); set failOnDataLoss=false to go on")
+    log.warning("%s: records %d..%d skipped", lost, offset, r.end - 1)
+
+
+def signed64(value: int) -> int:
+    """A u64 (trace id) as Spark's signed ``long``, same bits."""
+    return value - _U64 if value > _I64_MAX else value
+
+
+def unsigned64(value: int) -> int:
+    """The inverse of :func:`signed64` (a ``long`` column back to the u64 on the wire)."""
+    return value & (_U64 - 1)
+
+
+def columns(topic: str, partition: int, records: list[RangeRecord]) -> list[list[object]]:
+    """The source's columns (:data:`pipeline.options.COLUMNS`) for ``records``: timestamps in
+    microseconds since the epoch (UTC), ``id`` the 16-byte message id, ``trace_id`` as a
+    signed long, ``ext`` the ext header as text (None when empty)."""
+    n = len(records)
+    return [
+        [topic] * n,
+        [partition] * n,
+        [rec.offset for rec in records],
+        [rec.timestamp_ns // 1000 for rec in records],
+        [rec.message_id for rec in records],
+        [signed64(rec.trace_id) for rec in records],
+        [rec.body for rec in records],
+        [rec.ext.decode("utf-8", "replace") if rec.ext else None for rec in records],
+    ]

@@ -1,0 +1,187 @@
+"""nsqlookupd's HTTP JSON shapes, shared by pnsq's lookupd (which writes them) and pnsq's nsqd
+and clients (which read them). Plain dicts in, plain dicts out; no I/O.
+
+* :func:`peer_info`: a producer as nsqlookupd 1.3 lists it, or with youzan's ``id`` and
+  ``distributed_id`` (youzan nsqlookupd's ``PeerInfo``, key order as its struct);
+* :func:`lookup_payload`: ``/lookup`` (``channels``, ``meta`` with ``metainfo``, ``producers``,
+  ``partitions`` keyed by the partition id as a string);
+* :func:`topic_meta`: youzan's six ``meta`` keys;
+* :func:`wrap` / :func:`wrap_error`: the pre-1.0 envelope youzan's lookupd still sends to a
+  request without ``Accept: application/vnd.nsq; version=1.0`` (:func:`wants_raw`);
+* the assignments document of pnsq's extension endpoint ``GET /pnsq/assignments?node=``:
+  :func:`assignments_payload` (lookupd) and :func:`parse_assignments` (nsqd).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+ACCEPT_V1: Final = "application/vnd.nsq; version=1.0"
+NSQ_CONTENT_TYPE: Final = "nsq; version=1.0"  # the X-NSQ-Content-Type of an unwrapped reply
+ASSIGNMENTS_PATH: Final = "/pnsq/assignments"
+
+META_KEYS: Final = (
+    "partition_num",
+    "replica",
+    "extend_support",
+    "ordered",
+    "multi_part",
+    "disable_channel_auto_create",
+)
+
+
+def wants_raw(accept_headers: Sequence[str]) -> bool:
+    """True if a request's ``Accept`` header asks for the unwrapped v1 shape (every real
+    client sends it: go-nsq, pynsq, nsqadmin, nsqd, youzan go-nsq)."""
+    return any(ACCEPT_V1 in value for value in accept_headers)
+
+
+def wrap(data: object) -> dict[str, object]:
+    """The pre-1.0 envelope of a successful reply."""
+    return {"status_code": 200, "status_txt": "OK", "data": data}
+
+
+def wrap_error(text: str) -> dict[str, object]:
+    """The pre-1.0 envelope of an error (sent with HTTP 500)."""
+    return {"status_code": 500, "status_txt": text, "data": None}
+
+
+def peer_info(
+    *,
+    peer_id: str,
+    remote_address: str,
+    hostname: str,
+    broadcast_address: str,
+    tcp_port: int,
+    http_port: int,
+    version: str,
+    distributed_id: str = "",
+    youzan: bool = False,
+) -> dict[str, object]:
+    """A producer: nsqlookupd 1.3.0's six keys, or youzan's eight (``id`` first,
+    ``distributed_id`` last)."""
+    info: dict[str, object] = {"id": peer_id} if youzan else {}
+    info.update(
+        remote_address=remote_address,
+        hostname=hostname,
+        broadcast_address=broadcast_address,
+        tcp_port=tcp_port,
+        http_port=http_port,
+        version=version,
+    )
+    if youzan:
+        info["distributed_id"] = distributed_id
+    return info
+
+
+def topic_meta(
+    *,
+    partition_num: int = 0,
+    replica: int = 0,
+    extend_support: bool = False,
+    ordered: bool = False,
+    multi_part: bool = False,
+    disable_channel_auto_create: bool = False,
+) -> dict[str, object]:
+    """youzan's ``meta`` of ``/lookup?metainfo=``: zeros for a topic without metadata (a topic
+    only stock nsqds registered), which youzan go-nsq reads as "count the partitions"."""
+    return {
+        "partition_num": partition_num,
+        "replica": replica,
+        "extend_support": extend_support,
+        "ordered": ordered,
+        "multi_part": multi_part,
+        "disable_channel_auto_create": disable_channel_auto_create,
+    }
+
+
+def lookup_payload(
+    channels: Sequence[str],
+    producers: Sequence[Mapping[str, object]],
+    partitions: Mapping[int, Mapping[str, object]],
+    meta: Mapping[str, object] | None = None,
+) -> dict[str, object]:
+    """``/lookup``: youzan's keys in youzan's order; ``meta`` only when asked for."""
+    payload: dict[str, object] = {"channels": list(channels)}
+    if meta is not None:
+        payload["meta"] = dict(meta)
+    payload["producers"] = [dict(p) for p in producers]
+    payload["partitions"] = {str(pid): dict(info) for pid, info in sorted(partitions.items())}
+    return payload
+
+
+# ---------------------------------------------------------------- pnsq's assignments
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionAssignment:
+    """Where one partition lives: its leader and replicas (node ids ``host:tcp_port``)."""
+
+    leader: str
+    replicas: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class TopicAssignment:
+    """A topic as one node must hold it."""
+
+    name: str
+    partition_num: int
+    replica: int
+    partitions: tuple[PartitionAssignment, ...]
+    meta: Mapping[str, object]
+
+
+def assignments_payload(node: str, topics: Sequence[TopicAssignment]) -> dict[str, object]:
+    """``GET /pnsq/assignments?node=``: the topics with a partition led or replicated by
+    ``node``."""
+    return {
+        "node": node,
+        "topics": {
+            t.name: {
+                "partition_num": t.partition_num,
+                "replica": t.replica,
+                "partitions": {
+                    str(i): {"leader": p.leader, "replicas": list(p.replicas)}
+                    for i, p in enumerate(t.partitions)
+                },
+                "meta": dict(t.meta),
+            }
+            for t in topics
+        },
+    }
+
+
+def parse_assignments(document: Any) -> list[TopicAssignment]:
+    """Read :func:`assignments_payload`; raises ValueError for anything else."""
+    if not isinstance(document, dict) or not isinstance(document.get("topics"), dict):
+        raise ValueError("not an assignments document")
+    result = []
+    for name, entry in document["topics"].items():
+        if not isinstance(entry, dict):
+            raise ValueError(f"topic {name!r}: not an object")
+        count, replica = entry.get("partition_num"), entry.get("replica", 1)
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            raise ValueError(f"topic {name!r}: bad partition_num {count!r}")
+        raw_parts = entry.get("partitions", {})
+        if not isinstance(raw_parts, dict):
+            raise ValueError(f"topic {name!r}: bad partitions")
+        parts = []
+        for pid in range(count):
+            part = raw_parts.get(str(pid), {})
+            leader = part.get("leader", "") if isinstance(part, dict) else ""
+            replicas = part.get("replicas", []) if isinstance(part, dict) else []
+            parts.append(PartitionAssignment(str(leader), tuple(str(r) for r in replicas)))
+        meta = entry.get("meta", {})
+        result.append(
+            TopicAssignment(
+                name=str(name),
+                partition_num=count,
+                replica=int(replica) if isinstance(replica, int) else 1,
+                partitions=tuple(parts),
+                meta=dict(meta) if isinstance(meta, dict) else {},
+            )
+        )
+    return result

@@ -1,0 +1,77 @@
+"""Helpers for the lookupd integration tests: HTTP against a daemon, waiting, publishing to one
+partition."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from protocol import Pub
+from tests.daemons import Daemon
+from tests.rawclient import RawClient
+
+ACCEPT = {"Accept": "application/vnd.nsq; version=1.0"}
+T = TypeVar("T")
+
+
+def request(
+    url: str, method: str = "GET", headers: dict[str, str] | None = None, data: bytes | None = None
+) -> tuple[int, bytes, Any]:
+    req = urllib.request.Request(
+        url, data, method=method, headers=ACCEPT if headers is None else headers
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, r.read(), r.headers
+    except urllib.error.HTTPError as e:
+        return e.code, e.read(), e.headers
+
+
+def get_json(daemon: Daemon | str, path: str) -> Any:
+    base = daemon if isinstance(daemon, str) else f"http://{daemon.http_address}"
+    status, body, _ = request(f"{base}{path}")
+    assert status == 200, (path, status, body)
+    return json.loads(body)
+
+
+def post(daemon: Daemon, path: str, data: bytes | None = None) -> tuple[int, bytes]:
+    status, body, _ = request(f"http://{daemon.http_address}{path}", "POST", data=data)
+    return status, body
+
+
+def wait_for(check: Callable[[], T | None], timeout: float = 15.0, what: str = "") -> T:
+    """Poll ``check`` until it returns something truthy."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what or check}")
+        time.sleep(0.1)
+
+
+def lookup(lookupd: Daemon, topic: str, query: str = "") -> Any:
+    status, body, _ = request(f"http://{lookupd.http_address}/lookup?topic={topic}{query}")
+    return json.loads(body) if status == 200 else None
+
+
+def publish_to_partition(node: Daemon, topic: str, partition: int, body: bytes) -> None:
+    client = RawClient(node.tcp_address)
+    try:
+        client.send(Pub(topic, body, partition=partition))
+        frame = client.read()
+        assert frame.data == b"OK", frame
+    finally:
+        client.close()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])

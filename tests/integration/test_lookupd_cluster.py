@@ -1,0 +1,256 @@
+"""A 2-node pnsq cluster around one pnsq nsqlookupd: placement through /topic/create, youzan's
+/lookup shape, real pynsq and go-nsq consumers finding every partition through lookupd, a real
+Go nsqd 1.3.0 registering, and default placements for topics stock clients auto-create."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.daemons import Daemon, go_nsqd, pnsq_lookupd, pnsq_nsqd
+from tests.integration.lookupd_helpers import (
+    get_json,
+    lookup,
+    post,
+    publish_to_partition,
+    request,
+    wait_for,
+)
+from tests.interop.drivers import Driver
+
+pytestmark = [pytest.mark.integration, pytest.mark.interop]
+
+TOPIC = "parts"
+PARTITIONS = 4
+PEER_KEYS = [
+    "id",
+    "remote_address",
+    "hostname",
+    "broadcast_address",
+    "tcp_port",
+    "http_port",
+    "version",
+    "distributed_id",
+]  # fmt: skip  (youzan nsqlookupd's PeerInfo, in its struct order)
+META_KEYS = [
+    "partition_num", "replica", "extend_support", "ordered", "multi_part",
+    "disable_channel_auto_create",
+]  # fmt: skip
+
+
+@dataclass
+class Cluster:
+    lookupd: Daemon
+    nodes: list[Daemon]
+    work: Path
+
+    def node_by_tcp_port(self, port: int) -> Daemon:
+        return next(n for n in self.nodes if n.tcp_port == port)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    work = tmp_path_factory.mktemp("cluster")
+    lookupd = pnsq_lookupd(work / "lookupd").start()
+    nodes: list[Daemon] = []
+    try:
+        for name in ("a", "b"):
+            flag = f"--lookupd-tcp-address={lookupd.tcp_address}"
+            nodes.append(pnsq_nsqd(work / name, flag).start())
+        wait_for(lambda: len(get_json(lookupd, "/nodes")["producers"]) == 2, what="2 nodes")
+        status, body = post(lookupd, f"/topic/create?topic={TOPIC}&partition_num={PARTITIONS}")
+        assert (status, body) == (200, b"")
+        yield Cluster(lookupd, nodes, work)
+    finally:
+        for node in nodes:
+            node.stop()
+        lookupd.stop()
+
+
+def placed(cluster: Cluster) -> dict[str, object] | None:
+    """The youzan-style lookup once both nodes registered all partitions of the topic."""
+    found = lookup(cluster.lookupd, TOPIC, "&access=w&metainfo=true")
+    if found and len(found["partitions"]) == PARTITIONS and len(found["producers"]) == 2:
+        return dict(found)
+    return None
+
+
+def test_partitions_are_spread_over_both_nodes(cluster: Cluster) -> None:
+    found = wait_for(lambda: placed(cluster), what="placement")
+    leaders = {info["tcp_port"] for info in found["partitions"].values()}  # type: ignore[attr-defined]
+    assert leaders == {n.tcp_port for n in cluster.nodes}
+    for node in cluster.nodes:  # each node holds all 4 partitions locally (for now)
+        stats = get_json(node, f"/stats?format=json&topic={TOPIC}")
+        [topic] = stats["topics"]
+        assert topic["topic_name"] == TOPIC
+
+
+def test_lookup_has_youzans_shape_key_for_key(cluster: Cluster) -> None:
+    found = wait_for(lambda: placed(cluster), what="placement")
+    assert list(found) == ["channels", "meta", "producers", "partitions"]
+    meta = found["meta"]
+    assert isinstance(meta, dict)
+    assert list(meta) == META_KEYS
+    assert (meta["partition_num"], meta["replica"]) == (PARTITIONS, 1)
+    assert meta["extend_support"] is meta["ordered"] is meta["multi_part"] is False
+    partitions = found["partitions"]
+    assert isinstance(partitions, dict)
+    assert list(partitions) == [str(p) for p in range(PARTITIONS)]
+    producers = found["producers"]
+    assert isinstance(producers, list)
+    for peer in [*producers, *partitions.values()]:
+        assert list(peer) == PEER_KEYS
+        assert peer["id"] == peer["remote_address"]
+        assert peer["broadcast_address"] == "127.0.0.1"
+        assert peer["version"] == "1.3.0"
+    plain = lookup(cluster.lookupd, TOPIC)  # a stock client's request: same keys, no meta
+    assert list(plain) == ["channels", "producers", "partitions"]
+
+
+def test_envelope_follows_the_accept_header(cluster: Cluster) -> None:
+    url = f"http://{cluster.lookupd.http_address}/lookup?topic={TOPIC}"
+    status, raw, headers = request(url, headers={})
+    wrapped = json.loads(raw)
+    assert status == 200
+    assert "X-Nsq-Content-Type" not in headers
+    assert list(wrapped) == ["status_code", "status_txt", "data"]
+    assert (wrapped["status_code"], wrapped["status_txt"]) == (200, "OK")
+    assert set(wrapped["data"]) == {"channels", "producers", "partitions"}
+    status, raw, _ = request(f"http://{cluster.lookupd.http_address}/lookup?topic=nope", headers={})
+    assert (status, json.loads(raw)) == (
+        500,
+        {"status_code": 500, "status_txt": "TOPIC_NOT_FOUND", "data": None},
+    )
+    status, raw, _ = request(f"http://{cluster.lookupd.http_address}/ping", headers={})
+    assert (status, raw) == (200, b"OK")
+
+
+@pytest.mark.parametrize("client", ["pynsq", "go-nsq"])
+def test_stock_consumers_through_lookupd_get_every_partition(cluster: Cluster, client: str) -> None:
+    found = wait_for(lambda: placed(cluster), what="placement")
+    channel = f"ch-{client}"
+    for node in cluster.nodes:  # the channel first, so no message predates it
+        assert post(node, f"/channel/create?topic={TOPIC}&channel={channel}")[0] == 200
+    wait_for(
+        lambda: channel in (lookup(cluster.lookupd, TOPIC) or {}).get("channels", []),
+        what="channel registration",
+    )
+    count = 40
+    bodies = [f"{client}-{i}" for i in range(count)]
+    partitions = found["partitions"]
+    assert isinstance(partitions, dict)
+    for i, body in enumerate(bodies):
+        leader = cluster.node_by_tcp_port(partitions[str(i % PARTITIONS)]["tcp_port"])
+        publish_to_partition(leader, TOPIC, i % PARTITIONS, body.encode())
+    driver = Driver(client)
+    try:
+        argv = driver.sub_argv(
+            "", TOPIC, channel, count, timeout=40, lookupd=cluster.lookupd.http_address
+        )
+        run = driver.run(argv)
+    finally:
+        driver.cleanup()
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert sorted(str(d["body"]) for d in run.deliveries) == sorted(bodies)
+    assert run.summary["connections"] == 2  # one per nsqd that lookupd listed
+
+
+def test_auto_created_topic_gets_a_default_placement(cluster: Cluster) -> None:
+    node = cluster.nodes[1]
+    assert post(node, "/pub?topic=auto_made", b"hello") == (200, b"OK")
+
+    def adopted() -> dict[str, object] | None:
+        found = lookup(cluster.lookupd, "auto_made", "&metainfo=true")
+        return dict(found) if found and found["partitions"] else None
+
+    found = wait_for(adopted, what="adoption")
+    assert found["meta"]["partition_num"] == 1  # type: ignore[index]
+    assert found["partitions"]["0"]["tcp_port"] == node.tcp_port  # type: ignore[index]
+    assignments = get_json(cluster.lookupd, f"/pnsq/assignments?node=127.0.0.1:{node.tcp_port}")
+    assert assignments["topics"]["auto_made"]["partitions"]["0"]["leader"] == (
+        f"127.0.0.1:{node.tcp_port}"
+    )
+
+
+def test_go_nsqd_registers_with_pnsq_lookupd(cluster: Cluster) -> None:
+    go = go_nsqd(cluster.work / "go", f"--lookupd-tcp-address={cluster.lookupd.tcp_address}")
+    go.start()
+    try:
+        assert post(go, "/topic/create?topic=from_go")[0] == 200
+        assert post(go, "/channel/create?topic=from_go&channel=gc")[0] == 200
+
+        def registered() -> dict[str, object] | None:
+            found = lookup(cluster.lookupd, "from_go", "&metainfo=true")
+            if found and found["channels"] == ["gc"]:
+                return dict(found)
+            return None
+
+        found = wait_for(registered, what="Go nsqd registration")
+        [producer] = found["producers"]  # type: ignore[misc]
+        assert (producer["tcp_port"], producer["http_port"]) == (go.tcp_port, go.http_port)
+        assert found["partitions"] == {}  # a stock nsqd registers no partition
+        assert found["meta"]["partition_num"] == 0  # type: ignore[index]  (no placement: not pnsq's)
+        nodes = get_json(cluster.lookupd, "/nodes")["producers"]
+        assert go.tcp_port in {n["tcp_port"] for n in nodes}
+    finally:
+        go.stop()
+    lookupd_errors = [
+        line for line in go.log_text().splitlines() if "LOOKUPD" in line and "ERROR" in line
+    ]
+    assert lookupd_errors == []
+
+
+CREATE_CASES = [
+    ("topic=c1&partition_num=0", 400, "INVALID_ARG_TOPIC_PARTITION_NUM"),
+    ("topic=c1&partition_num=256", 400, "INVALID_ARG_TOPIC_PARTITION_NUM"),
+    ("topic=c1&replicator=6", 400, "INVALID_ARG_TOPIC_REPLICATOR"),
+    ("topic=c1&replicator=3", 400,
+     "NOT_ENOUGH_NODES: replicator 3 needs 3 nsqd nodes, 2 registered"),
+    ("topic=c1&suggestload=10001", 400, "INVALID_ARG_TOPIC_LOAD_FACTOR"),
+    ("topic=c1&syncdisk=x", 400, "INVALID_ARG_TOPIC_SYNC_DISK"),
+    ("topic=c1&retention=x", 400, 'strconv.Atoi: parsing "x": invalid syntax'),
+    ("topic=a!", 400, "INVALID_ARG_TOPIC"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("query", "status", "message"), CREATE_CASES)
+def test_topic_create_refusals(cluster: Cluster, query: str, status: int, message: str) -> None:
+    got, raw = post(cluster.lookupd, f"/topic/create?{query}")
+    assert (got, json.loads(raw)) == (status, {"message": message})
+
+
+def test_topic_create_with_youzans_parameters(cluster: Cluster) -> None:
+    query = "topic=rich&partition_num=2&replicator=2&orderedmulti=true&extend=true&retention=3"
+    assert post(cluster.lookupd, f"/topic/create?{query}") == (200, b"")
+    assert post(cluster.lookupd, f"/topic/create?{query}") == (200, b"")  # idempotent
+    got, raw = post(cluster.lookupd, "/topic/create?topic=rich&partition_num=3&replicator=2")
+    assert (got, json.loads(raw)) == (400, {"message": "TOPIC_ALREADY_EXISTS"})
+    node = f"127.0.0.1:{cluster.nodes[0].tcp_port}"
+    assignment = get_json(cluster.lookupd, f"/pnsq/assignments?node={node}")["topics"]["rich"]
+    parts = assignment["partitions"]
+    names = {f"127.0.0.1:{n.tcp_port}" for n in cluster.nodes}
+    for part in parts.values():  # leaders go to the least-loaded node; replicas elsewhere
+        assert {part["leader"], *part["replicas"]} == names
+    meta = wait_for(lambda: lookup(cluster.lookupd, "rich", "&metainfo=true"))["meta"]
+    assert (meta["ordered"], meta["extend_support"], meta["replica"]) == (True, True, 2)
+    got, raw = post(cluster.lookupd, "/topic/delete?topic=rich&partition=1")
+    assert (got, json.loads(raw)) == (400, {"message": "REMOVE_SINGLE_PARTITION_NOT_ALLOWED"})
+    assert post(cluster.lookupd, "/topic/delete?topic=rich&partition=**") == (200, b"")
+    assert "rich" not in get_json(cluster.lookupd, f"/pnsq/assignments?node={node}")["topics"]
+
+
+def test_listlookup_names_this_lookupd(cluster: Cluster) -> None:
+    listed = get_json(cluster.lookupd, "/listlookup")
+    me = {
+        "ID": f"127.0.0.1:{cluster.lookupd.http_port}:{cluster.lookupd.tcp_port}",
+        "NodeIP": "127.0.0.1",
+        "TcpPort": str(cluster.lookupd.tcp_port),
+        "HttpPort": str(cluster.lookupd.http_port),
+        "RpcPort": "",
+        "Epoch": 0,
+    }
+    assert listed == {"lookupdnodes": [me], "lookupdleader": me}

@@ -1,0 +1,69 @@
+"""nsqd.lookup_client's pure parts: what to register, and the commands that get there."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from nsqd.broker import Broker
+from nsqd.lookup_client import LookupIdentity, desired_registrations, registration_commands
+
+
+@dataclass
+class FakePartition:
+    number: int
+
+
+@dataclass
+class FakeTopic:
+    partitions: list[FakePartition]
+    channels: dict[str, object] = field(default_factory=dict)
+    deleted: bool = False
+
+
+def broker(**topics: FakeTopic) -> Broker:
+    return cast(Broker, type("FakeBroker", (), {"topics": topics})())
+
+
+def test_stock_registrations_are_topics_and_channels() -> None:
+    b = broker(
+        t=FakeTopic([FakePartition(0), FakePartition(1)], {"c": 1}),
+        gone=FakeTopic([FakePartition(0)], deleted=True),
+    )
+    assert desired_registrations(b, partitioned=False) == {("t", None, None), ("t", None, "c")}
+
+
+def test_partitioned_registrations_name_every_local_partition() -> None:
+    b = broker(t=FakeTopic([FakePartition(0), FakePartition(1)], {"c": 1}))
+    assert desired_registrations(b, partitioned=True) == {
+        ("t", 0, None),
+        ("t", 1, None),
+        ("t", 0, "c"),
+        ("t", 1, "c"),
+    }
+
+
+def test_commands_unregister_channels_first_and_register_topics_first() -> None:
+    old: set[Any] = {("a", None, None), ("a", None, "x"), ("b", 0, None)}
+    new: set[Any] = {("b", 0, None), ("c", 1, None), ("c", 1, "y")}
+    lines = [line for _, line in registration_commands(old, new)]
+    assert lines == [
+        b"UNREGISTER a x\n",
+        b"UNREGISTER a\n",
+        b"REGISTER c 1\n",
+        b"REGISTER c 1 y\n",
+    ]
+    assert registration_commands(new, new) == []
+
+
+def test_identify_body_asks_for_partitions() -> None:
+    identity = LookupIdentity("1.3.0", 4150, 4151, "host", "10.0.0.1")
+    assert identity.identify_body() == {
+        "version": "1.3.0",
+        "tcp_port": 4150,
+        "http_port": 4151,
+        "hostname": "host",
+        "broadcast_address": "10.0.0.1",
+        "pnsq_extensions": ["partitions"],
+    }
+    assert identity.node_id == "10.0.0.1:4150"

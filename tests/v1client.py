@@ -1,0 +1,76 @@
+"""A tiny blocking nsqlookupd protocol V1 client for tests that need exact bytes."""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+
+_SIZE = struct.Struct(">i")
+
+
+class V1Client:
+    """A socket speaking V1: ``read()`` returns the next size-prefixed reply."""
+
+    def __init__(self, address: str, *, magic: bytes = b"  V1", timeout: float = 5.0) -> None:
+        host, port = address.rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+        if magic:
+            self.sock.sendall(magic)
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def identify(self, **fields: object) -> bytes:
+        """IDENTIFY with ``fields`` as the JSON body; returns the reply."""
+        body = json.dumps(fields).encode()
+        self.send(b"IDENTIFY\n" + _SIZE.pack(len(body)) + body)
+        return self.read()
+
+    def identify_node(self, tcp_port: int = 4150, http_port: int = 4151, **extra: object) -> bytes:
+        """IDENTIFY as an nsqd on 127.0.0.1 would."""
+        return self.identify(
+            version="1.3.0",
+            tcp_port=tcp_port,
+            http_port=http_port,
+            hostname="test-host",
+            broadcast_address="127.0.0.1",
+            **extra,
+        )
+
+    def command(self, line: str) -> bytes:
+        """Send ``line`` + newline and return the reply."""
+        self.send(line.encode() + b"\n")
+        return self.read()
+
+    def _exactly(self, n: int) -> bytes:
+        data = b""
+        while len(data) < n:
+            chunk = self.sock.recv(n - len(data))
+            if not chunk:
+                raise ConnectionError("closed by server")
+            data += chunk
+        return data
+
+    def read(self) -> bytes:
+        (size,) = _SIZE.unpack(self._exactly(4))
+        return self._exactly(size)
+
+    def half_close(self) -> None:
+        """Send EOF, keep reading."""
+        self.sock.shutdown(socket.SHUT_WR)
+
+    def closed_by_server(self, wait: float = 3.0) -> bool:
+        """True if the server closes the connection within ``wait`` seconds."""
+        self.sock.settimeout(wait)
+        try:
+            while self.sock.recv(65536):
+                pass
+        except TimeoutError:
+            return False
+        except ConnectionError:
+            return True
+        return True
+
+    def close(self) -> None:
+        self.sock.close()
