@@ -360,6 +360,17 @@ def test_stock_consumers_get_every_partition(nsqd: Daemon, driver: Driver) -> No
     assert partitions == {0, 1, 2, 3}
 
 
+@pytest.mark.interop
+def test_stock_consumers_are_refused_on_an_ordered_topic(nsqd: Daemon, driver: Driver) -> None:
+    """A plain ``SUB t c`` from pynsq or go-nsq on an ordered topic gets E_SUB_ORDER_IS_MUST."""
+    path = "/topic/create?topic=strict&partition_num=4&orderedmulti=true"
+    assert post(nsqd.http_address, path) == (200, b"")
+    sub = driver.run(driver.sub_argv(nsqd.tcp_address, "strict", "ch", 1, timeout=3))
+    assert sub.returncode != 0
+    assert "E_SUB_ORDER_IS_MUST" in sub.stderr
+    assert not sub.deliveries
+
+
 # ---------------------------------------------------------------------------- consume starts
 
 
