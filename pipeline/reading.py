@@ -41,7 +41,10 @@ def read_range(r: OffsetRange, opts: ReadOptions) -> Iterator[list[RangeRecord]]
     With ``failOnDataLoss=false`` records deleted meanwhile are skipped (logged); otherwise
     :class:`DataLossError`. Unreachable leaders are retried after a new lookup.
     """
-    address, offset, attempt = r.address, r.start, 0
+    address = r.address or _leader(r, opts)
+    if not address:
+        raise PlanningError(f"{r.topic}[{r.partition}]: no node leads this partition")
+    offset, attempt = r.start, 0
     nsq = BlockingClient(http_address=address, timeout=opts.endpoints.timeout)
     try:
         while offset < r.end:

@@ -66,7 +66,7 @@ def produce(tcp: str, http: str, events: int, keys: int, rate: float) -> None:
                 time.sleep(max(0.0, len(messages) / rate - (time.monotonic() - started)))
 
 
-def start_query(spark: Any, http: str, start: str, out: Path) -> Any:
+def start_query(spark: Any, http: str, start: str, out: Path, trigger: str) -> Any:
     """The streaming query: per-user per-minute counts and latencies → pnsq + Parquet."""
     from pyspark.sql import functions as F
 
@@ -121,7 +121,7 @@ def start_query(spark: Any, http: str, start: str, out: Path) -> Any:
         counts.writeStream.outputMode("update")
         .foreachBatch(emit)
         .option("checkpointLocation", str(out / "checkpoint"))
-        .trigger(processingTime="1 second")
+        .trigger(processingTime=trigger)
         .start()
     )
 
@@ -137,7 +137,15 @@ def final_counts(spark: Any, out: Path) -> list[Any]:
 
 
 def run(
-    spark: Any, tcp: str, http: str, out: Path, *, events: int, keys: int, rate: float
+    spark: Any,
+    tcp: str,
+    http: str,
+    out: Path,
+    *,
+    events: int,
+    keys: int,
+    rate: float,
+    trigger: str = "1 second",
 ) -> list[Any]:
     """The whole demo on an existing session; returns the final counts."""
     from pipeline.source import PnsqDataSource
@@ -146,7 +154,7 @@ def run(
     shutil.rmtree(out, ignore_errors=True)
     create_topic(http, EVENTS, 4)
     create_topic(http, COUNTS, 2)
-    query = start_query(spark, http, latest_offsets(http, EVENTS), out)
+    query = start_query(spark, http, latest_offsets(http, EVENTS), out, trigger)
     try:
         producer = threading.Thread(target=produce, args=(tcp, http, events, keys, rate))
         producer.start()
