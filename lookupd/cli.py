@@ -2,45 +2,25 @@
 
 from __future__ import annotations
 
-import logging
-import sys
 from collections.abc import Sequence
 
-import trio
-
-from goflag.flags import parse_or_exit
+from netio.cli import run_daemon
 
 from . import __version__
 from .app import LOOKUPD_VERSION, main as run_main
 from .options import OptionsError, lookupd_flagset, options_from_flags
 
-_LEVELS = {
-    "debug": logging.DEBUG,
-    "info": logging.INFO,
-    "warn": logging.WARNING,
-    "error": logging.ERROR,
-    "fatal": logging.CRITICAL,
-}
-
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Parse flags (exit 2 on a bad one, as Go's flag package does) and run nsqlookupd."""
-    args = sys.argv[1:] if argv is None else list(argv)
-    parsed = parse_or_exit(lookupd_flagset(), args)
-    try:
-        options = options_from_flags(parsed)
-    except OptionsError as exc:
-        print(f"FATAL: {exc}", file=sys.stderr)  # noqa: T201 - the CLI's own output
-        raise SystemExit(1) from exc
-    if options.show_version:
-        print(f"nsqlookupd v{LOOKUPD_VERSION} (pnsq {__version__})")  # noqa: T201
-        return
-    logging.basicConfig(
-        level=_LEVELS.get(options.log_level, logging.INFO),
-        format=f"{options.log_prefix}%(asctime)s %(levelname)s: %(message)s",
-        stream=sys.stderr,
+    run_daemon(
+        argv,
+        lookupd_flagset(),
+        options_from_flags,
+        OptionsError,
+        f"nsqlookupd v{LOOKUPD_VERSION} (pnsq {__version__})",
+        run_main,
     )
-    trio.run(run_main, options)
 
 
 if __name__ == "__main__":

@@ -16,9 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import trio
-from hypercorn.config import Config as HypercornConfig
-from hypercorn.trio import serve as hypercorn_serve
 
+from netio.http import lifespan, serve_http as netio_serve_http
 from protocol.lookup import ASSIGNMENTS_PATH, assignments_payload
 from protocol.names import is_valid_channel_name, is_valid_topic_name
 
@@ -84,7 +83,7 @@ class LookupHTTP:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
-            await _lifespan(receive, send)
+            await lifespan(receive, send)
             return
         if scope["type"] != "http":
             return
@@ -305,16 +304,6 @@ def _bounded(
     return int(raw)
 
 
-async def _lifespan(receive: Receive, send: Send) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            await send({"type": "lifespan.startup.complete"})
-        elif message["type"] == "lifespan.shutdown":
-            await send({"type": "lifespan.shutdown.complete"})
-            return
-
-
 async def serve_http(
     app: LookupHTTP,
     host: str,
@@ -323,17 +312,9 @@ async def serve_http(
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``app`` on ``host:port`` with hypercorn; reports the bound port when ready."""
-    config = HypercornConfig()
-    config.bind = [f"[{host}]:{port}" if ":" in host else f"{host or '0.0.0.0'}:{port}"]
-    config.accesslog = None
-    config.errorlog = logging.getLogger("nsqlookupd.http.server")
-    config.include_server_header = False
-    config.keep_alive_timeout = 60.0
-    async with trio.open_nursery() as nursery:
-        binds = await nursery.start(hypercorn_serve, app, config)
-        bound = int(str(binds[0]).rsplit(":", 1)[1])
-        log.info("HTTP: listening on %s", binds[0])
-        task_status.started(bound)
+    await netio_serve_http(
+        app, host, port, log=log, errorlog="nsqlookupd.http.server", task_status=task_status
+    )
 
 
 __all__ = ["HTTPError", "LookupHTTP", "serve_http"]

@@ -15,62 +15,49 @@ JSON is encoded as Go's ``encoding/json`` does (compact, ``<``, ``>``, ``&`` esc
 
 from __future__ import annotations
 
-import json
-import re
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qs
 
-from protocol.lookup import NSQ_CONTENT_TYPE, wants_raw, wrap, wrap_error
+from netio.http import (
+    HTTPError,
+    QueryArgs,
+    Receive,
+    Scope,
+    Send,
+    go_json,
+    respond,
+    respond_error as respond_v1_error,
+)
+from protocol.lookup import wants_raw, wrap, wrap_error
 
-Scope = Mapping[str, Any]
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
-
-NSQ_HEADER = (b"X-Nsq-Content-Type", NSQ_CONTENT_TYPE.encode())  # Go's canonical casing
-JSON_TYPE = b"application/json; charset=utf-8"
-TEXT_TYPE = b"text/plain; charset=utf-8"
-
-_BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
-_GO_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028"}
-_GO_ESCAPES["\u2029"] = "\\u2029"
-_GO_ESCAPE = re.compile("[<>&\u2028\u2029]")
-
-
-class HTTPError(Exception):
-    """An error reply: status and message text."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
+__all__ = [
+    "HTTPError",
+    "Handler",
+    "Receive",
+    "Reply",
+    "Request",
+    "Scope",
+    "Send",
+    "go_json",
+    "respond",
+    "respond_negotiated",
+    "respond_negotiated_error",
+    "respond_v1",
+    "respond_v1_error",
+]
 
 
 @dataclass(slots=True)
-class Request:
-    """What a handler sees: method, path, query (Go's ``url.ParseQuery``), headers."""
+class Request(QueryArgs):
+    """What a handler sees: method, path, query (Go's ``url.ParseQuery``, parsed on first use: a
+    malformed query string is ``400 INVALID_REQUEST``), headers."""
 
     method: str
     path: str
     raw_query: str
     headers: list[tuple[bytes, bytes]]
     _query: dict[str, list[str]] | None = field(default=None)
-
-    @property
-    def query(self) -> dict[str, list[str]]:
-        """The query parameters; a malformed query string is ``400 INVALID_REQUEST``."""
-        if self._query is None:
-            raw = self.raw_query
-            if ";" in raw or _BAD_ESCAPE.search(raw):
-                raise HTTPError(400, "INVALID_REQUEST")
-            self._query = parse_qs(raw, keep_blank_values=True)
-        return self._query
-
-    def arg(self, name: str) -> str | None:
-        """The first value of ``name``, or None when absent."""
-        values = self.query.get(name)
-        return values[0] if values else None
 
     def header_values(self, name: bytes) -> list[str]:
         """Every value of header ``name`` (lower case)."""
@@ -86,46 +73,9 @@ Reply = dict[str, Any] | bytes | None
 Handler = Callable[[Request], Awaitable[Reply]]
 
 
-def go_json(value: object) -> bytes:
-    """``value`` encoded as Go's ``json.Marshal`` would."""
-    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-    return _GO_ESCAPE.sub(lambda m: _GO_ESCAPES[m.group()], text).encode()
-
-
-async def respond(
-    send: Send,
-    status: int,
-    reply: Reply,
-    *,
-    nsq_header: bool = True,
-    extra: Sequence[tuple[bytes, bytes]] = (),
-) -> None:
-    """Send ``reply`` (dict: JSON; bytes: plain text; None: empty)."""
-    content_type: bytes | None = TEXT_TYPE
-    if isinstance(reply, dict):
-        body, content_type = go_json(reply), JSON_TYPE
-    else:
-        body = reply or b""
-    headers = list(extra)
-    if body and content_type is not None:
-        headers.append((b"Content-Type", content_type))
-    headers.append((b"Content-Length", str(len(body)).encode()))
-    if nsq_header:
-        headers.append(NSQ_HEADER)
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
-
-
 async def respond_v1(send: Send, reply: Reply) -> None:
     """nsqlookupd 1.x's responder, success."""
     await respond(send, 200, reply)
-
-
-async def respond_v1_error(
-    send: Send, error: HTTPError, extra: Sequence[tuple[bytes, bytes]] = ()
-) -> None:
-    """nsqlookupd 1.x's responder, error: ``{"message": ...}`` with the error's status."""
-    await respond(send, error.status, {"message": error.message}, extra=extra)
 
 
 async def respond_negotiated(send: Send, raw: bool, reply: Reply) -> None:

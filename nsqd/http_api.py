@@ -20,9 +20,8 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 import trio
-from hypercorn.config import Config as HypercornConfig
-from hypercorn.trio import serve as hypercorn_serve
 
+from netio.http import lifespan, serve_http as netio_serve_http
 from protocol.mpub import MpubFormatError, split_mpub_body
 
 from .broker import Broker
@@ -127,7 +126,7 @@ class NsqdHTTP:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
-            await _lifespan(receive, send)
+            await lifespan(receive, send)
             return
         if scope["type"] != "http":
             return
@@ -282,16 +281,6 @@ class NsqdHTTP:
         return b"OK"
 
 
-async def _lifespan(receive: Receive, send: Send) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            await send({"type": "lifespan.startup.complete"})
-        elif message["type"] == "lifespan.shutdown":
-            await send({"type": "lifespan.shutdown.complete"})
-            return
-
-
 async def serve_http(
     app: NsqdHTTP,
     host: str,
@@ -303,19 +292,16 @@ async def serve_http(
 ) -> None:
     """Serve ``app`` on ``host:port`` with hypercorn (HTTPS when given a certificate and key);
     reports the bound port when ready."""
-    config = HypercornConfig()
-    config.bind = [f"[{host}]:{port}" if ":" in host else f"{host or '0.0.0.0'}:{port}"]
-    if certfile and keyfile:
-        config.certfile, config.keyfile = certfile, keyfile
-    config.accesslog = None
-    config.errorlog = logging.getLogger("nsqd.http.server")
-    config.include_server_header = False
-    config.keep_alive_timeout = 60.0
-    async with trio.open_nursery() as nursery:
-        binds = await nursery.start(hypercorn_serve, app, config)
-        bound = int(str(binds[0]).rsplit(":", 1)[1])
-        log.info("HTTP%s: listening on %s", "S" if certfile else "", binds[0])
-        task_status.started(bound)
+    await netio_serve_http(
+        app,
+        host,
+        port,
+        log=log,
+        errorlog="nsqd.http.server",
+        certfile=certfile,
+        keyfile=keyfile,
+        task_status=task_status,
+    )
 
 
 def _partition_arg(request: Request) -> int | None:

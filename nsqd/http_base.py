@@ -11,34 +11,37 @@ responder (``nsqd/http_api``'s ``Respond`` as Go's ``net/http`` sends it).
 
 from __future__ import annotations
 
-import json
-import re
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qs
 
-Scope = Mapping[str, Any]  # the ASGI interface is untyped JSON-like dicts
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
+from netio.http import (
+    JSON_TYPE,
+    HTTPError,
+    QueryArgs,
+    Receive,
+    Scope,
+    Send,
+    go_json,
+    respond as respond_v1,
+    respond_error,
+    send_response,
+)
 
-NSQ_HEADER = (b"X-Nsq-Content-Type", b"nsq; version=1.0")  # Go's canonical casing
-JSON_TYPE = b"application/json; charset=utf-8"
-TEXT_TYPE = b"text/plain; charset=utf-8"
-
-_BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
-_GO_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028"}
-_GO_ESCAPES["\u2029"] = "\\u2029"
-_GO_ESCAPE = re.compile("[<>&\u2028\u2029]")
-
-
-class HTTPError(Exception):
-    """An error reply: status and nsqd's message text."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
+__all__ = [
+    "HTTPError",
+    "Handler",
+    "JsonValue",
+    "Raw",
+    "Receive",
+    "Reply",
+    "Request",
+    "Scope",
+    "Send",
+    "go_json",
+    "respond",
+    "respond_error",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +63,7 @@ Reply = bytes | dict[str, Any] | JsonValue | Raw | None
 
 
 @dataclass(slots=True)
-class Request:
+class Request(QueryArgs):
     """What a handler sees of a request. The query string is parsed on first use, as each nsqd
     handler parses it itself: a malformed one (a ``;``, a bad ``%`` escape) is
     ``400 INVALID_REQUEST`` only for the endpoints that read parameters."""
@@ -72,21 +75,6 @@ class Request:
     receive: Receive
     params: dict[str, str] = field(default_factory=dict)  # path parameters (``:opt``)
     _query: dict[str, list[str]] | None = None
-
-    @property
-    def query(self) -> dict[str, list[str]]:
-        """The query parameters (Go's ``url.ParseQuery``)."""
-        if self._query is None:
-            raw = self.raw_query
-            if ";" in raw or _BAD_ESCAPE.search(raw):
-                raise HTTPError(400, "INVALID_REQUEST")
-            self._query = parse_qs(raw, keep_blank_values=True)
-        return self._query
-
-    def arg(self, name: str) -> str | None:
-        """The first value of parameter ``name``, or None when absent."""
-        values = self.query.get(name)
-        return values[0] if values else None
 
     async def body(self, limit: int) -> bytes:
         """Up to ``limit`` bytes of the body (read one past the limit to detect "too big")."""
@@ -108,12 +96,6 @@ class Request:
 Handler = Callable[[Request], Awaitable[Reply]]
 
 
-def go_json(value: object) -> bytes:
-    """``value`` encoded as Go's ``json.Marshal`` would (compact, HTML-safe escapes)."""
-    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-    return _GO_ESCAPE.sub(lambda m: _GO_ESCAPES[m.group()], text).encode()
-
-
 async def respond(
     send: Send,
     status: int,
@@ -123,27 +105,12 @@ async def respond(
     extra: Sequence[tuple[bytes, bytes]] = (),
 ) -> None:
     """Send ``reply`` with nsqd's headers."""
-    content_type: bytes | None = TEXT_TYPE
-    if isinstance(reply, dict):
-        body, content_type = go_json(reply), JSON_TYPE
-    elif isinstance(reply, JsonValue):
-        body, content_type = go_json(reply.value), JSON_TYPE
+    if isinstance(reply, JsonValue):
+        body = go_json(reply.value)
+        await send_response(send, status, body, JSON_TYPE, nsq_header=nsq_header, extra=extra)
     elif isinstance(reply, Raw):
-        body, content_type, nsq_header = reply.body, reply.content_type, False
+        await send_response(
+            send, status, reply.body, reply.content_type, nsq_header=False, extra=extra
+        )
     else:
-        body = reply or b""
-    headers = list(extra)
-    if body and content_type is not None:
-        headers.append((b"Content-Type", content_type))
-    headers.append((b"Content-Length", str(len(body)).encode()))
-    if nsq_header:
-        headers.append(NSQ_HEADER)
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
-
-
-async def respond_error(
-    send: Send, error: HTTPError, extra: Sequence[tuple[bytes, bytes]] = ()
-) -> None:
-    """``{"message": ...}`` with the error's status."""
-    await respond(send, error.status, {"message": error.message}, extra=extra)
+        await respond_v1(send, status, reply, nsq_header=nsq_header, extra=extra)

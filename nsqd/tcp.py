@@ -6,6 +6,7 @@ import logging
 
 import trio
 
+from netio.tcp import serve_tcp
 from protocol import frames
 
 from .broker import Broker
@@ -28,11 +29,7 @@ class TCPServer:
         self, host: str, port: int, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED
     ) -> None:
         """Listen on ``host:port`` (port 0: any free port); reports the bound port when ready."""
-        listeners = await trio.open_tcp_listeners(port, host=host or None)
-        bound = listeners[0].socket.getsockname()[1]
-        log.info("TCP: listening on %s:%d", host or "0.0.0.0", bound)
-        task_status.started(bound)
-        await trio.serve_listeners(self._handle, listeners)
+        await serve_tcp(self._handle, host, port, log=log, task_status=task_status)
 
     async def _handle(self, stream: trio.SocketStream) -> None:
         peer = stream.socket.getpeername()
