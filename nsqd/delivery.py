@@ -15,10 +15,16 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from protocol.message import MESSAGE_DETAIL, MESSAGE_ID, encode_ext_block, message_frame_header
+from protocol.message import (
+    MESSAGE_DETAIL,
+    MESSAGE_ID,
+    RecordLike,
+    encode_ext_block,
+    message_frame_header,
+)
 
 from .broker import Channel
-from .core.cursor import Message, RecordLike
+from .core.cursor import Message
 from .output import OutputBuffer
 
 

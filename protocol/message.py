@@ -9,7 +9,7 @@ which is why the parser reads those commands at fixed offsets.
 from __future__ import annotations
 
 import struct
-from typing import Final
+from typing import Final, Protocol
 
 from .frames import FrameType
 
@@ -90,3 +90,23 @@ def encode_ext_block(ext: bytes) -> bytes:
     if not ext:
         return NO_EXT_BLOCK
     return EXT_HEADER.pack(EXT_VERSION_JSON_HEADER, len(ext)) + ext
+
+
+class RecordLike(Protocol):
+    """A stored message's fields, as ``nsqd.storage.Record`` has them: what the channel cursor
+    and the range-read encoders need of a record."""
+
+    @property
+    def offset(self) -> int: ...
+    @property
+    def timestamp_ns(self) -> int: ...
+    @property
+    def internal_id(self) -> int: ...
+    @property
+    def trace_id(self) -> int: ...
+    @property
+    def deliver_at_ns(self) -> int: ...
+    @property
+    def body(self) -> bytes: ...
+    @property
+    def ext(self) -> bytes: ...

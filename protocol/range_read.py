@@ -28,9 +28,9 @@ import json
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Final, Protocol
+from typing import Final
 
-from .message import MESSAGE_ID
+from .message import MESSAGE_ID, RecordLike
 
 MAGIC: Final = b"PNRR"
 VERSION: Final = 1
@@ -69,25 +69,6 @@ _NDJSON_KEYS: Final = (
 
 class RangeFormatError(ValueError):
     """The bytes are not a valid range-read body."""
-
-
-class RecordLike(Protocol):
-    """What the encoders need of a record (``nsqd.storage.Record`` has these fields)."""
-
-    @property
-    def offset(self) -> int: ...
-    @property
-    def timestamp_ns(self) -> int: ...
-    @property
-    def internal_id(self) -> int: ...
-    @property
-    def trace_id(self) -> int: ...
-    @property
-    def deliver_at_ns(self) -> int: ...
-    @property
-    def body(self) -> bytes: ...
-    @property
-    def ext(self) -> bytes: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,30 +17,12 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Protocol
 
 from sortedcontainers import SortedKeyList
 
+from protocol.message import RecordLike
+
 from .errors import NotInFlightError, NotOwnerError
-
-
-class RecordLike(Protocol):
-    """What the cursor needs of a stored record (``nsqd.storage.Record`` has these)."""
-
-    @property
-    def offset(self) -> int: ...
-    @property
-    def timestamp_ns(self) -> int: ...
-    @property
-    def internal_id(self) -> int: ...
-    @property
-    def trace_id(self) -> int: ...
-    @property
-    def deliver_at_ns(self) -> int: ...
-    @property
-    def body(self) -> bytes: ...
-    @property
-    def ext(self) -> bytes: ...
 
 
 class Message:
