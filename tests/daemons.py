@@ -17,6 +17,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,24 +52,18 @@ class Daemon:
 
     def start(self, timeout: float = 20.0) -> Daemon:
         """Start (or restart on the same data path) and wait until both ports answer."""
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        log = self.log_path.open("ab")
-        offset = self.log_path.stat().st_size
-        self.proc = subprocess.Popen(self.argv, stdout=log, stderr=log, cwd=self.data_path)
-        log.close()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            text = self.log_path.read_bytes()[offset:].decode(errors="replace")
+
+        def ready(text: str) -> bool:
             tcp, http = _TCP.search(text), _HTTP.search(text)
-            if tcp and http:
-                self.tcp_port, self.http_port = int(tcp[2]), int(http[2])
-                if self._ping():
-                    return self
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.05)
-        self.stop()
-        raise RuntimeError(f"daemon did not start: {self.argv}\n{self.log_text()}")
+            if not (tcp and http):
+                return False
+            self.tcp_port, self.http_port = int(tcp[2]), int(http[2])
+            return self._ping()
+
+        self.proc = _launch(self.argv, self.log_path, self.data_path, ready, timeout)
+        if self.proc is None:
+            raise RuntimeError(f"daemon did not start: {self.argv}\n{self.log_text()}")
+        return self
 
     def _ping(self) -> bool:
         try:
@@ -90,16 +85,7 @@ class Daemon:
 
     def stop(self, timeout: float = 15.0) -> int | None:
         """SIGTERM and wait; returns the exit status."""
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        return self.proc.returncode
+        return _terminate(self.proc, timeout)
 
 
 def pnsq_nsqd(data_path: Path, *flags: str) -> Daemon:
@@ -202,24 +188,17 @@ class Peer:
         return f"http://{self.address}"
 
     def start(self, timeout: float = 20.0) -> Peer:
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        log = self.log_path.open("ab")
-        offset = self.log_path.stat().st_size
-        self.proc = subprocess.Popen(self.argv, stdout=log, stderr=log, cwd=self.cwd)
-        log.close()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            text = self.log_path.read_bytes()[offset:].decode(errors="replace")
+        def ready(text: str) -> bool:
             found = self.listen.search(text)
-            if found:
-                self.port = int(found[2])
-                if self._ready():
-                    return self
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.05)
-        self.stop()
-        raise RuntimeError(f"did not start: {self.argv}\n{self.log_text()}")
+            if not found:
+                return False
+            self.port = int(found[2])
+            return self._ready()
+
+        self.proc = _launch(self.argv, self.log_path, self.cwd, ready, timeout)
+        if self.proc is None:
+            raise RuntimeError(f"did not start: {self.argv}\n{self.log_text()}")
+        return self
 
     def _ready(self) -> bool:
         try:
@@ -233,16 +212,7 @@ class Peer:
 
     def stop(self, timeout: float = 10.0) -> int | None:
         """SIGTERM and wait (SIGKILL after ``timeout``); returns the exit status."""
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        return self.proc.returncode
+        return _terminate(self.proc, timeout)
 
 
 def nsqadmin(work: Path, *nsqd_http_addresses: str, flags: tuple[str, ...] = ()) -> Peer:
@@ -294,3 +264,43 @@ def prometheus(
         "--web.listen-address=127.0.0.1:0",  # the bound port is read from its log
     ]
     return Peer(argv, work / "prometheus.log", _PROMETHEUS_LISTEN, "/-/ready", cwd=work)
+
+
+def _launch(
+    argv: list[str],
+    log_path: Path,
+    cwd: Path | None,
+    ready: Callable[[str], bool],
+    timeout: float,
+) -> subprocess.Popen[bytes] | None:
+    """Start ``argv`` with output appended to ``log_path``; poll until ``ready`` (given the log
+    written since the start) is true. Returns the process, or None after stopping it when it
+    exited or was not ready within ``timeout``."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log = log_path.open("ab")
+    offset = log_path.stat().st_size
+    proc = subprocess.Popen(argv, stdout=log, stderr=log, cwd=cwd)
+    log.close()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if ready(log_path.read_bytes()[offset:].decode(errors="replace")):
+            return proc
+        if proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    _terminate(proc, 15.0)
+    return None
+
+
+def _terminate(proc: subprocess.Popen[bytes] | None, timeout: float) -> int | None:
+    """SIGTERM and wait (SIGKILL after ``timeout``); returns the exit status."""
+    if proc is None:
+        return None
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+    return proc.returncode

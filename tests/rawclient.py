@@ -41,23 +41,14 @@ class Frame:
         return self.data[26:]
 
 
-class RawClient:
-    """Blocking socket speaking V2; ``read()`` returns the next frame (heartbeats included)."""
+class BlockingSocket:
+    """A blocking loopback connection that sends a protocol magic first (none if empty)."""
 
-    def __init__(self, address: str, timeout: float = 5.0, magic: bytes = b"  V2") -> None:
+    def __init__(self, address: str, timeout: float, magic: bytes) -> None:
         host, port = address.rsplit(":", 1)
         self.sock = socket.create_connection((host, int(port)), timeout=timeout)
-        self.sock.sendall(magic)
-
-    def send(self, *commands: Command | bytes) -> None:
-        self.sock.sendall(
-            b"".join(c if isinstance(c, bytes) else encode_command(c) for c in commands)
-        )
-
-    def identify(self, **fields: object) -> Frame:
-        body = json.dumps({"feature_negotiation": True, **fields}).encode()
-        self.sock.sendall(b"IDENTIFY\n" + struct.pack(">I", len(body)) + body)
-        return self.read()
+        if magic:
+            self.sock.sendall(magic)
 
     def _exactly(self, n: int) -> bytes:
         data = b""
@@ -68,15 +59,8 @@ class RawClient:
             data += chunk
         return data
 
-    def read(self, skip_heartbeats: bool = False) -> Frame:
-        while True:
-            size, kind = _HEADER.unpack(self._exactly(8))
-            frame = Frame(kind, self._exactly(size - 4))
-            if not (skip_heartbeats and frame.data == b"_heartbeat_"):
-                return frame
-
     def closed_by_server(self, wait: float = 3.0) -> bool:
-        """True if the server closes the connection within ``wait`` seconds (frames skipped)."""
+        """True if the server closes the connection within ``wait`` seconds (data skipped)."""
         self.sock.settimeout(wait)
         try:
             while self.sock.recv(65536):
@@ -89,3 +73,27 @@ class RawClient:
 
     def close(self) -> None:
         self.sock.close()
+
+
+class RawClient(BlockingSocket):
+    """Blocking socket speaking V2; ``read()`` returns the next frame (heartbeats included)."""
+
+    def __init__(self, address: str, timeout: float = 5.0, magic: bytes = b"  V2") -> None:
+        super().__init__(address, timeout, magic)
+
+    def send(self, *commands: Command | bytes) -> None:
+        self.sock.sendall(
+            b"".join(c if isinstance(c, bytes) else encode_command(c) for c in commands)
+        )
+
+    def identify(self, **fields: object) -> Frame:
+        body = json.dumps({"feature_negotiation": True, **fields}).encode()
+        self.sock.sendall(b"IDENTIFY\n" + struct.pack(">I", len(body)) + body)
+        return self.read()
+
+    def read(self, skip_heartbeats: bool = False) -> Frame:
+        while True:
+            size, kind = _HEADER.unpack(self._exactly(8))
+            frame = Frame(kind, self._exactly(size - 4))
+            if not (skip_heartbeats and frame.data == b"_heartbeat_"):
+                return frame

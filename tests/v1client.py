@@ -6,17 +6,16 @@ import json
 import socket
 import struct
 
+from tests.rawclient import BlockingSocket
+
 _SIZE = struct.Struct(">i")
 
 
-class V1Client:
+class V1Client(BlockingSocket):
     """A socket speaking V1: ``read()`` returns the next size-prefixed reply."""
 
     def __init__(self, address: str, *, magic: bytes = b"  V1", timeout: float = 5.0) -> None:
-        host, port = address.rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
-        if magic:
-            self.sock.sendall(magic)
+        super().__init__(address, timeout, magic)
 
     def send(self, data: bytes) -> None:
         self.sock.sendall(data)
@@ -43,15 +42,6 @@ class V1Client:
         self.send(line.encode() + b"\n")
         return self.read()
 
-    def _exactly(self, n: int) -> bytes:
-        data = b""
-        while len(data) < n:
-            chunk = self.sock.recv(n - len(data))
-            if not chunk:
-                raise ConnectionError("closed by server")
-            data += chunk
-        return data
-
     def read(self) -> bytes:
         (size,) = _SIZE.unpack(self._exactly(4))
         return self._exactly(size)
@@ -59,18 +49,3 @@ class V1Client:
     def half_close(self) -> None:
         """Send EOF, keep reading."""
         self.sock.shutdown(socket.SHUT_WR)
-
-    def closed_by_server(self, wait: float = 3.0) -> bool:
-        """True if the server closes the connection within ``wait`` seconds."""
-        self.sock.settimeout(wait)
-        try:
-            while self.sock.recv(65536):
-                pass
-        except TimeoutError:
-            return False
-        except ConnectionError:
-            return True
-        return True
-
-    def close(self) -> None:
-        self.sock.close()
