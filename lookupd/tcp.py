@@ -51,26 +51,15 @@ class LookupTCPServer:
         """Listen on ``host:port`` (port 0: any free port); reports the bound port when ready."""
         await serve_tcp(self._handle, host, port, log=log, task_status=task_status)
 
-    async def _handle(self, stream: trio.SocketStream) -> None:
-        try:
-            peer = stream.socket.getpeername()
-        except OSError:  # already gone
-            await stream.aclose()
-            return
-        remote = f"[{peer[0]}]:{peer[1]}" if ":" in peer[0] else f"{peer[0]}:{peer[1]}"
+    async def _handle(self, stream: trio.SocketStream, remote: str) -> None:
         log.info("TCP: new client(%s)", remote)
         parser = LookupV1Parser()
-        try:
+        try:  # errors are logged and the stream closed by netio.tcp.serve_tcp
             await self._serve(stream, parser, remote)
-        except* (trio.BrokenResourceError, trio.ClosedResourceError) as group:
-            log.debug("CLIENT(%s): connection lost: %r", remote, group.exceptions)
-        except* Exception:  # one connection's failure must not stop the lookupd
-            log.exception("CLIENT(%s): closing after an unexpected error", remote)
         finally:
             if parser.identified:
                 self.cluster.registry.disconnect(remote)
                 log.info("CLIENT(%s): closed, registrations removed", remote)
-            await stream.aclose()
 
     async def _serve(self, stream: trio.SocketStream, parser: LookupV1Parser, remote: str) -> None:
         while True:

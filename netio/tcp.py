@@ -1,17 +1,41 @@
-"""A TCP listener on Trio that reports its bound port (``nursery.start``) when ready."""
+"""A TCP listener on Trio that reports its bound port (``nursery.start``) when ready.
+
+Nothing a peer does may end the accept loop: the peer's address comes from ``accept(2)`` itself
+(``getpeername`` fails once the peer has reset), every handler runs under a guard that logs and
+drops its connection's error, and running out of descriptors or buffers (``EMFILE``,
+``ENFILE``, ``ENOBUFS``, ``ENOMEM``) pauses accepting with a growing back-off and one log line
+per :data:`CAPACITY_LOG_INTERVAL` instead of a traceback per attempt.
+"""
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
 from collections.abc import Awaitable, Callable
 
 import trio
 
-__all__ = ["serve_tcp"]
+__all__ = ["CAPACITY_LOG_INTERVAL", "LISTEN_BACKLOG", "Handler", "serve_tcp"]
+
+Handler = Callable[[trio.SocketStream, str], Awaitable[object]]
+"""A connection handler: the stream and the peer as ``host:port``."""
+
+LISTEN_BACKLOG = 65535  # as Go's net.Listen: the kernel clamps it to net.core.somaxconn
+CAPACITY_LOG_INTERVAL = 10.0  # seconds between two "cannot accept" log lines
+_BACKOFF_FIRST, _BACKOFF_MAX = 0.005, 1.0  # Go's http.Server back-off: 5 ms doubling to 1 s
+
+# accept(2) errors that mean the process or system is out of a resource, not that the listener
+# is broken: wait for connections to close and try again
+_CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+# errors about one connection that died in the queue: skip it
+_CONNECTION_ERRNOS = frozenset(
+    {errno.ECONNABORTED, errno.ECONNRESET, errno.EPROTO, errno.EPERM, errno.ENETDOWN}
+)
 
 
 async def serve_tcp(
-    handler: Callable[[trio.SocketStream], Awaitable[object]],
+    handler: Handler,
     host: str,
     port: int,
     *,
@@ -20,8 +44,68 @@ async def serve_tcp(
 ) -> None:
     """Listen on ``host:port`` (port 0: any free port; host "": every interface), report the
     bound port, then run ``handler`` for each connection (one task each) until cancelled."""
-    listeners = await trio.open_tcp_listeners(port, host=host or None)
+    listeners = await trio.open_tcp_listeners(port, host=host or None, backlog=LISTEN_BACKLOG)
     bound = listeners[0].socket.getsockname()[1]
     log.info("TCP: listening on %s:%d", host or "0.0.0.0", bound)
-    task_status.started(bound)
-    await trio.serve_listeners(handler, listeners)
+    async with trio.open_nursery() as nursery:
+        for listener in listeners:
+            nursery.start_soon(_accept_loop, listener.socket, handler, nursery, log)
+        task_status.started(bound)
+
+
+async def _accept_loop(
+    listening: trio.socket.SocketType,
+    handler: Handler,
+    nursery: trio.Nursery,
+    log: logging.Logger,
+) -> None:
+    backoff = 0.0
+    refused = 0  # accept attempts that failed for capacity since the last log line
+    last_logged = -CAPACITY_LOG_INTERVAL
+    while True:
+        try:
+            sock, address = await listening.accept()
+        except OSError as exc:
+            if exc.errno in _CONNECTION_ERRNOS:
+                continue
+            if exc.errno not in _CAPACITY_ERRNOS:
+                raise
+            refused += 1
+            now = trio.current_time()
+            if now - last_logged >= CAPACITY_LOG_INTERVAL:
+                log.error(
+                    "TCP: cannot accept connections: %s (%d attempts since the last report); "
+                    "backing off",
+                    os.strerror(exc.errno or 0),
+                    refused,
+                )
+                last_logged, refused = now, 0
+            backoff = min(max(backoff * 2, _BACKOFF_FIRST), _BACKOFF_MAX)
+            await trio.sleep(backoff)
+            continue
+        backoff = 0.0
+        nursery.start_soon(_guarded, handler, sock, _remote(address), log)
+
+
+def _remote(address: object) -> str:
+    """``host:port`` of an address as ``accept`` returns it, IPv6 in brackets (Go's
+    ``net.JoinHostPort``)."""
+    if isinstance(address, tuple) and len(address) >= 2:
+        host, port = address[0], address[1]
+        return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
+    return str(address)
+
+
+async def _guarded(
+    handler: Handler, sock: trio.socket.SocketType, remote: str, log: logging.Logger
+) -> None:
+    """Run one connection's handler; whatever it raises ends that connection only."""
+    stream = trio.SocketStream(sock)
+    try:
+        await handler(stream, remote)
+    except* (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError, OSError) as g:
+        log.debug("[%s] connection closed: %r", remote, g.exceptions)
+    except* Exception:  # one connection's failure must not stop the listener: log it whole
+        log.exception("[%s] closing after an unexpected error", remote)
+    finally:
+        await trio.aclose_forcefully(stream)

@@ -31,19 +31,8 @@ class TCPServer:
         """Listen on ``host:port`` (port 0: any free port); reports the bound port when ready."""
         await serve_tcp(self._handle, host, port, log=log, task_status=task_status)
 
-    async def _handle(self, stream: trio.SocketStream) -> None:
-        peer = stream.socket.getpeername()
-        remote = f"{peer[0]}:{peer[1]}"
-        try:
-            await self._serve_connection(stream, remote)
-        except* (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError) as group:
-            log.debug("[%s] connection closed: %r", remote, group.exceptions)
-        except* Exception:  # one connection's failure must not stop the broker: log it whole
-            log.exception("[%s] closing after an unexpected error", remote)
-        finally:
-            await stream.aclose()
-
-    async def _serve_connection(self, stream: trio.SocketStream, remote: str) -> None:
+    async def _handle(self, stream: trio.SocketStream, remote: str) -> None:
+        """One connection (errors are logged and closed by :func:`netio.tcp.serve_tcp`)."""
         magic = b""
         with trio.move_on_after(MAGIC_TIMEOUT):
             while len(magic) < 4:
