@@ -42,6 +42,7 @@ def broker_config(options: Options) -> BrokerConfig:
         sync_every=options.sync_every,
         sync_timeout=options.sync_timeout,
         mem_queue_size=options.mem_queue_size,
+        read_cache_bytes=options.read_cache_bytes,
         retention=options.retention,
         max_req_timeout=options.max_req_timeout,
         max_channel_consumers=options.max_channel_consumers,
@@ -93,6 +94,7 @@ def session_settings(options: Options) -> SessionSettings:
             deflate_available=options.deflate,
         ),
         max_rdy_count=options.max_rdy_count,
+        max_pending_output_bytes=options.max_pending_output_bytes,
         version=NSQD_VERSION,
         tls_context=tls_context,
         # nsqd: "true" and "tcp-https" both require TLS on TCP ("tcp-https" spares only HTTP)

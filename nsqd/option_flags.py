@@ -2,7 +2,8 @@
 
 :func:`nsqd_flagset` declares the flags (names, wording and usage layout as ``nsqd -h`` of 1.3.0
 prints them) plus pnsq's own (``--default-partitions``, ``--retention``,
-``--max-disk-usage-percent``) and ``--auth-http-request-method`` from nsqd's master branch.
+``--max-disk-usage-percent``, ``--read-cache-bytes``, ``--max-pending-output-bytes``) and
+``--auth-http-request-method`` from nsqd's master branch.
 :func:`parse_nsqd_args` turns a command line into a validated :class:`~nsqd.options.Options`.
 
 Errors: :class:`~goflag.flags.FlagError`/:class:`~goflag.flags.HelpRequested` for the command line
@@ -149,6 +150,12 @@ retention duration
     [pnsq] how long fully consumed segments are kept on disk
 max-disk-usage-percent int
     [pnsq] maximum disk usage of the --data-path filesystem, in percent
+read-cache-bytes int
+    [pnsq] bytes of recently published messages kept in memory for consumers (all partitions
+    together; 0 disables the cache)
+max-pending-output-bytes int
+    [pnsq] bytes of message frames queued in nsqd for one consumer; past it nsqd takes no more
+    messages for that consumer until its socket drains
 """
 
 

@@ -21,7 +21,9 @@ class OutputBuffer:
         self._buf = bytearray()
         self._wake = ParkingLot()
         self._idle = ParkingLot()
+        self._sent = ParkingLot()  # a send finished: :meth:`wait_sent`
         self._sending = False
+        self._in_send = 0  # bytes handed to the stream by the send in progress
         self._held = False
         #: when the current send began (None when idle): the session's watchdog enforces
         #: nsqd's write deadline with it (a cancel scope per send would cost ~15% of a PUB)
@@ -59,6 +61,18 @@ class OutputBuffer:
         """Bytes queued and not yet handed to the stream."""
         return len(self._buf)
 
+    @property
+    def backlog(self) -> int:
+        """Bytes held in process memory for this stream: queued, plus what the send in progress
+        is still pushing into the socket (it holds them until the socket took them all)."""
+        return len(self._buf) + self._in_send
+
+    async def wait_sent(self) -> None:
+        """Wait until the next send completes (the socket is draining): the message pump's
+        backpressure when :attr:`backlog` is over its bound."""
+        self.flush()
+        await self._sent.park()
+
     async def send_pending(self) -> None:
         """Send what is queued from the calling task, unless the writer is already sending.
 
@@ -73,13 +87,16 @@ class OutputBuffer:
     async def _send(self) -> None:
         data, self._buf = self._buf, bytearray()
         self._sending = True
+        self._in_send = len(data)
         self.send_started = trio.current_time()
         try:
             await self._stream.send_all(data)
         finally:
             self._sending = False
+            self._in_send = 0
             self.send_started = None
         self.bytes_sent += len(data)
+        self._sent.unpark_all()
         if self._buf:
             self._wake.unpark_all()
         else:

@@ -5,7 +5,8 @@ Values have nsqd's JSON types: durations are Go ``time.Duration`` integers (nano
 log level is nsqd's ``lg.LogLevel`` number (debug 1 … fatal 5), ``tls_required`` its int
 (0 false, 1 tcp-https, 2 true), ``tls_min_version`` the TLS version number (tls1.0 = 769).
 Strings are returned as plain text (nsqd's responder sends a string unencoded). pnsq's own
-options (``default_partitions``, ``retention``, ``max_disk_usage_percent``) and
+options (``default_partitions``, ``retention``, ``max_disk_usage_percent``, ``read_cache_bytes``,
+``max_pending_output_bytes``) and
 ``auth_http_request_method`` (nsqd master) are readable too.
 
 ``PUT`` accepts ``nsqlookupd_tcp_addresses`` (a JSON array of strings; stored, and passed to
@@ -89,6 +90,8 @@ snappy snappy bool
 default_partitions default_partitions int
 retention retention duration
 max_disk_usage_percent max_disk_usage_percent int
+read_cache_bytes read_cache_bytes int
+max_pending_output_bytes max_pending_output_bytes int
 """
 OPTIONS: dict[str, tuple[str, str]] = {
     name: (attribute, kind)

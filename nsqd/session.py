@@ -66,6 +66,8 @@ class SessionSettings:
     parser: ParserLimits = field(default_factory=ParserLimits)
     identify: IdentifyLimits = field(default_factory=IdentifyLimits)
     max_rdy_count: int = 2500
+    #: message frames queued for the client before the pump waits for its socket to drain
+    max_pending_output_bytes: int = 1024 * 1024
     version: str = "1.3.0"
     tls_context: ssl.SSLContext | None = None  # --tls-cert/--tls-key given
     tls_required: bool = False  # --tls-required true or tcp-https: only IDENTIFY before TLS
@@ -366,14 +368,19 @@ class Session:
         assert channel is not None
         output = self.output
         only = self.partition
+        max_pending = self.settings.max_pending_output_bytes
         while True:
             room = self.ready_count - self.in_flight
             if room <= 0 or not channel.has_ready(only):
                 output.flush()
                 await self._pump_lot.park()
                 continue
+            space = max_pending - output.backlog
+            if space <= 0:  # the socket is not draining: take nothing more from the log
+                await output.wait_sent()
+                continue
             now = time.time_ns()
-            messages = channel.take(room, self, now + self.msg_timeout_ns, now, only)
+            messages = channel.take(room, self, now + self.msg_timeout_ns, now, only, space)
             if self.sample_rate:
                 messages = sample(channel, messages, self.sample_rate, self)
             if self.ext_block or self.detail_block:

@@ -32,6 +32,7 @@ from ..core.errors import (
     PartitionNotFoundError,
     TopicNotFoundError,
 )
+from ..storage.cache import CacheBudget
 from ..storage.checkpoint import write_json
 from ..storage.errors import StorageError
 from ..storage.log import PartitionLog
@@ -67,6 +68,8 @@ class Broker:
         self.exiting = False
         self._nursery = nursery
         self.syncs = SyncSchedule()
+        #: the byte budget every partition log's tail cache shares (``--read-cache-bytes``)
+        self.read_cache = CacheBudget(config.read_cache_bytes)
         self._sync_lock = trio.Lock()  # fsync and checkpoint vs. deleting logs
         #: the last disk error (None while healthy); /ping answers "NOK - <error>"
         self.health_error: str | None = None
@@ -127,7 +130,10 @@ class Broker:
                 continue
             directory = self._topic_dir(name) / str(number)
             plog = PartitionLog.open(
-                directory, partition=number, max_bytes_per_file=self.config.max_bytes_per_file
+                directory,
+                partition=number,
+                max_bytes_per_file=self.config.max_bytes_per_file,
+                cache=self.read_cache,
             )
             state = states.get(number) or load_state(directory)
             start = state.get("topic_start", plog.start_offset)

@@ -110,10 +110,13 @@ class Channel:
         deadline_ns: int,
         now_ns: int,
         only: int | None = None,
+        max_bytes: int | None = None,
     ) -> list[Message]:
         """Up to ``max_messages`` for ``owner``, each in flight until ``deadline_ns``.
 
-        ``only`` restricts delivery to one partition (a partitioned SUB).
+        ``only`` restricts delivery to one partition (a partitioned SUB). ``max_bytes`` stops
+        taking once the bodies taken add up to it (one message at least): the session's bound
+        on what it queues for a socket.
         """
         if max_messages <= 0 or not self.delivering:
             return []
@@ -125,12 +128,16 @@ class Channel:
         for i in range(count):
             cursor = cursors[(self._rr + i) % count]
             log = self.topic.partitions[cursor.partition].log
-            got = cursor.take(log.read, max_messages - len(out), now_ns, log.end_offset)
+            got = cursor.take(log.read, max_messages - len(out), now_ns, log.end_offset, max_bytes)
             for message in got:
                 cursor.start_flight(message, owner, deadline_ns, now_ns)
             out.extend(got)
             if len(out) >= max_messages:
                 break
+            if max_bytes is not None:
+                max_bytes -= cursor.taken_bytes
+                if max_bytes <= 0:
+                    break
         self._rr += 1
         if out:
             self.arm_timer(deadline_ns)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..storage.cache import DEFAULT_CACHE_BYTES
+
 
 @dataclass(frozen=True, slots=True)
 class BrokerConfig:
@@ -16,6 +18,7 @@ class BrokerConfig:
     sync_every: int = 2500
     sync_timeout: float = 2.0
     mem_queue_size: int = 10_000
+    read_cache_bytes: int = DEFAULT_CACHE_BYTES  # all partition logs' tail caches together
     retention: float = 7 * 24 * 3600.0
     retention_check_interval: float = 60.0
     max_req_timeout: float = 3600.0

@@ -53,8 +53,12 @@ class Message:
         return self.record.offset
 
 
-Fetch = Callable[[int, int], Sequence[RecordLike]]
-"""``fetch(offset, max_records)``: records from the partition log (supplied by the broker)."""
+Fetch = Callable[[int, int, int | None], Sequence[RecordLike]]
+"""``fetch(offset, max_records, max_bytes)``: records from the partition log (supplied by the
+broker); ``max_bytes`` (None: unbounded) may cut a read from disk short, never to nothing."""
+
+
+_UNBOUNDED = 1 << 62  # ``max_bytes`` when none is given
 
 
 def _due(message: Message) -> tuple[int, int]:
@@ -77,33 +81,51 @@ class PartitionCursor:
         self.requeue_count = 0
         self.timeout_count = 0
         self.message_count = 0
+        #: body bytes of the messages the last :meth:`take` returned
+        self.taken_bytes = 0
         #: ordered consumption (SUB_ORDERED): exactly one message in flight; a timeout or REQ
         #: gives the same message back at the head (REQ delays are ignored), so order holds.
         self.ordered = False
 
     # ------------------------------------------------------------------ reading
 
-    def take(self, fetch: Fetch, max_messages: int, now_ns: int, end_offset: int) -> list[Message]:
-        """Up to ``max_messages`` deliverable messages: requeued first, then new from the log.
+    def take(
+        self,
+        fetch: Fetch,
+        max_messages: int,
+        now_ns: int,
+        end_offset: int,
+        max_bytes: int | None = None,
+    ) -> list[Message]:
+        """Up to ``max_messages`` deliverable messages: requeued first, then new from the log;
+        with ``max_bytes``, no more once their bodies add up to it (one message at least), so a
+        consumer's window of big messages is taken a socket's worth at a time.
 
         Records from the log that are not due yet (DPUB) go to the deferred set instead.
-        Acked offsets (FINed before a restart) are skipped.
+        Acked offsets (FINed before a restart) are skipped. :attr:`taken_bytes` tells the
+        body bytes returned.
         """
+        self.taken_bytes = 0
         if self.ordered:
             if self.in_flight or self.deferred:  # the head is out, or not due yet
                 return []
             max_messages = min(max_messages, 1)
+        limit = max_bytes if max_bytes is not None else _UNBOUNDED
+        taken = 0
         out: list[Message] = []
         ready = self.ready
-        while ready and len(out) < max_messages:
-            out.append(ready.popleft())
-        while len(out) < max_messages and self.next_read < end_offset:
-            records = fetch(self.next_read, max(max_messages - len(out), 64))
+        while ready and len(out) < max_messages and taken < limit:
+            message = ready.popleft()
+            taken += len(message.record.body)
+            out.append(message)
+        while len(out) < max_messages and taken < limit and self.next_read < end_offset:
+            bound = None if max_bytes is None else limit - taken
+            records = fetch(self.next_read, max(max_messages - len(out), 64), bound)
             if not records:
                 break
             used = 0
             for record in records:
-                if len(out) >= max_messages:
+                if len(out) >= max_messages or taken >= limit:
                     break
                 used += 1
                 if record.offset in self.acked:
@@ -117,9 +139,11 @@ class PartitionCursor:
                         break  # nothing passes a message that is not due yet
                 else:
                     out.append(message)
+                    taken += len(record.body)
             self.next_read = records[used - 1].offset + 1 if used else self.next_read
             if self.ordered and self.deferred:
                 break
+        self.taken_bytes = taken
         return out
 
     def has_ready(self, end_offset: int) -> bool:

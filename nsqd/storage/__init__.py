@@ -6,6 +6,7 @@ May use the stdlib, ``crc32c`` and ``sortedcontainers``; never Trio, ``nsqd.core
 work and offloads only ``PartitionLog.sync`` to a worker thread.
 """
 
+from .cache import CacheBudget as CacheBudget
 from .checkpoint import (
     atomic_write as atomic_write,
     read_json as read_json,
@@ -29,6 +30,7 @@ from .record import (
 
 __all__ = [
     "RECORD_HEADER",
+    "CacheBudget",
     "CorruptRecordError",
     "LogClosedError",
     "NewRecord",

@@ -19,6 +19,7 @@ from operator import attrgetter
 from pathlib import Path
 from typing import Final, final
 
+from .cache import RECORD_OVERHEAD, CacheBudget, record_cost
 from .checkpoint import fsync_directory
 from .errors import LogClosedError, OffsetOutOfRangeError, StorageError
 from .record import HEADER_SIZE, NewRecord, Record, encode_record_parts, make_record
@@ -45,7 +46,7 @@ class PartitionLog:
         *,
         max_bytes_per_file: int,
         index_interval_bytes: int,
-        cache_records: int,
+        cache: CacheBudget,
         logger: logging.Logger,
     ) -> None:
         """Use :meth:`open`."""
@@ -54,12 +55,10 @@ class PartitionLog:
         self._segments = segments
         self._max_bytes = max_bytes_per_file
         self._interval = index_interval_bytes
-        self._cache_records = cache_records
         self._logger = logger
         self._lock = threading.Lock()
         self._end = segments[-1].next_offset
-        self._cache: list[Record] = []  # the records [self._cache_start, self._end)
-        self._cache_start = self._end
+        self._cache = cache.cache(self._end)  # the newest records, within the shared budget
         self._unsynced: list[int] = []  # fds of segments rotated out since the last sync
         self._dir_dirty = False  # a segment file was created since the last sync
         self._closed = False
@@ -72,10 +71,13 @@ class PartitionLog:
         partition: int,
         max_bytes_per_file: int = 100 * 1024 * 1024,
         index_interval_bytes: int = 4096,
-        cache_records: int = 10_000,
+        cache: CacheBudget | None = None,
         logger: logging.Logger | None = None,
     ) -> PartitionLog:
         """Open (creating ``directory`` if missing) and recover the log.
+
+        ``cache``: the byte budget its tail cache shares with other logs (default: a budget of
+        its own of :data:`~nsqd.storage.cache.DEFAULT_CACHE_BYTES`).
 
         Sealed segments are trusted (verified when read). The last segment is scanned from its
         last intact index entry; a torn or corrupt tail is truncated (durably) and reported with
@@ -105,7 +107,7 @@ class PartitionLog:
             segments,
             max_bytes_per_file=max_bytes_per_file,
             index_interval_bytes=index_interval_bytes,
-            cache_records=cache_records,
+            cache=cache if cache is not None else CacheBudget(),
             logger=log,
         )
 
@@ -150,6 +152,7 @@ class PartitionLog:
             splits: list[int] = []  # indexes where a new segment starts
             size = self._segments[-1].size
             max_bytes = self._max_bytes
+            total = 0  # bytes of the whole batch, for the cache's budget
             for i, e in enumerate(entries, first):
                 records.append(
                     make_record(
@@ -161,6 +164,7 @@ class PartitionLog:
                     splits.append(i - first)
                     size = 0
                 size += n
+                total += n
             if splits:  # rare (rotation): validate every record before writing any chunk
                 for record in records:
                     encode_record_parts(record, [])
@@ -173,7 +177,12 @@ class PartitionLog:
                     if chunk:  # empty when the very first entry already needs a new segment
                         self._segments[-1].append(chunk)
                         self._end = chunk[-1].offset + 1
-                        self._cache_extend(chunk)
+                        cost = (
+                            total + (RECORD_OVERHEAD - HEADER_SIZE) * len(chunk)
+                            if not splits
+                            else sum(map(record_cost, chunk))
+                        )
+                        self._cache.extend(chunk, cost)
             except OSError as exc:
                 raise StorageError(f"append to {self.directory} failed: {exc}") from exc
             return records
@@ -188,27 +197,17 @@ class PartitionLog:
         self._segments.append(new)
         self._dir_dirty = True
 
-    def _cache_extend(self, records: list[Record]) -> None:
-        if self._cache_records <= 0:
-            self._cache_start = self._end
-            return
-        cache = self._cache
-        cache.extend(records)
-        if len(cache) > 2 * self._cache_records:  # trim in bulk: amortised O(1) per record
-            drop = len(cache) - self._cache_records
-            del cache[:drop]
-            self._cache_start += drop
-
     # -- reading -------------------------------------------------------------------------------
 
-    def read(self, offset: int, max_records: int) -> list[Record]:
+    def read(self, offset: int, max_records: int, max_bytes: int | None = None) -> list[Record]:
         """Records ``[offset, min(offset + max_records, end_offset))``; ``[]`` at ``end_offset``.
 
-        Served from the in-memory tail cache (at least the last ``cache_records`` appended)
-        when possible, else from disk: an index seek and ``pread``s, never a scan from the start
-        of a segment. Raises :class:`OffsetOutOfRangeError` outside
-        ``[start_offset, end_offset]`` and :class:`CorruptRecordError` if a stored record fails
-        its checks.
+        Served from the in-memory tail cache (the newest records, within the cache's byte
+        budget) when possible, else from disk: an index seek and ``pread``s, never a scan from
+        the start of a segment. ``max_bytes`` bounds the bodies read from disk (at least one
+        record is returned; cached records cost nothing and are not bounded). Raises
+        :class:`OffsetOutOfRangeError` outside ``[start_offset, end_offset]`` and
+        :class:`CorruptRecordError` if a stored record fails its checks.
         """
         with self._lock:
             self._check_open()
@@ -218,25 +217,30 @@ class PartitionLog:
                     f"of partition {self.partition}"
                 )
             stop = min(self._end, offset + max(max_records, 0))
-            cache_start = self._cache_start
-            if offset >= cache_start:
-                return self._cache[offset - cache_start : stop - cache_start]
+            first, cached = self._cache.read(offset, stop)
+            if first == offset:
+                return cached
             try:
-                out = self._read_disk(offset, min(stop, cache_start))
+                out = self._read_disk(offset, min(stop, first), max_bytes)
             except OSError as exc:
                 raise StorageError(f"read from {self.directory} failed: {exc}") from exc
-            if stop > cache_start:
-                out.extend(self._cache[: stop - cache_start])
+            if out and out[-1].offset + 1 == first:
+                out.extend(cached)
             return out
 
-    def _read_disk(self, start: int, stop: int) -> list[Record]:
+    def _read_disk(self, start: int, stop: int, max_bytes: int | None) -> list[Record]:
         segments = self._segments
         i = bisect_right(segments, start, key=_base_offset) - 1
         out: list[Record] = []
         while start < stop:
             seg_end = segments[i + 1].base_offset if i + 1 < len(segments) else self._end
             upto = min(stop, seg_end)
-            out.extend(segments[i].read(start, upto))
+            got = segments[i].read(start, upto, max_bytes)
+            out.extend(got)
+            if max_bytes is not None:
+                max_bytes -= sum(len(r.body) for r in got)
+                if max_bytes <= 0:
+                    break
             start = upto
             i += 1
         return out
@@ -325,6 +329,7 @@ class PartitionLog:
             if self._closed:
                 return
             self._closed = True
+            self._cache.clear()
             active = self._segments[-1]
             fds = [*self._unsynced, *(fd for fd in (active.fd, active.index_fd) if fd is not None)]
             self._unsynced = []
@@ -368,16 +373,13 @@ class PartitionLog:
                 self._abandon()
                 raise StorageError(f"truncate of {self.directory} failed: {exc}") from exc
             self._end = offset
-            if offset <= self._cache_start:
-                self._cache.clear()
-                self._cache_start = offset
-            else:
-                del self._cache[offset - self._cache_start :]
+            self._cache.truncate(offset)
 
     def _abandon(self) -> None:
         """Close every fd without syncing and refuse further use (after a failed truncate, the
         in-memory state no longer matches the files; reopening recovers from the files)."""
         self._closed = True
+        self._cache.clear()
         for fd in self._unsynced:
             with suppress(OSError):
                 os.close(fd)
@@ -413,8 +415,5 @@ class PartitionLog:
                     fsync_directory(self.directory)
             except OSError as exc:
                 raise StorageError(f"retention in {self.directory} failed: {exc}") from exc
-            drop = min(max(self.start_offset - self._cache_start, 0), len(self._cache))
-            if drop:
-                del self._cache[:drop]
-                self._cache_start += drop
+            self._cache.drop_below(self.start_offset)
             return deleted

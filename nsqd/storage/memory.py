@@ -53,8 +53,9 @@ class MemoryLog:
         self.dropped += len(entries) - len(out)
         return out
 
-    def read(self, offset: int, max_records: int) -> list[Record]:
-        """Records from ``offset`` (clamped to what is held)."""
+    def read(self, offset: int, max_records: int, max_bytes: int | None = None) -> list[Record]:
+        """Records from ``offset`` (clamped to what is held); ``max_bytes`` is for the
+        :class:`PartitionLog` API (it bounds disk reads; these records are in memory already)."""
         first = max(offset, self._start) - self._start
         last = min(first + max_records, len(self._records))
         return [self._records[i] for i in range(first, last)]

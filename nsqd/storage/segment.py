@@ -319,8 +319,9 @@ class Segment:
             chunk=chunk,
         )
 
-    def read(self, start: int, stop: int) -> list[Record]:
-        """Records ``[start, stop)``, all of which this segment must hold.
+    def read(self, start: int, stop: int, max_bytes: int | None = None) -> list[Record]:
+        """Records ``[start, stop)``, all of which this segment must hold; with ``max_bytes``,
+        only a prefix of them whose bodies add up to at least that (one record at least).
 
         Seeks with the index and ``pread``s from there. Raises :class:`CorruptRecordError` when a
         record fails validation or the segment ends before ``stop``.
@@ -328,12 +329,17 @@ class Segment:
         out: list[Record] = []
         if stop <= start:
             return out
+        budget = -1 if max_bytes is None else max_bytes
         with self._reader() as fd:
             for _pos, _size, record in self._records_from(fd, start):
                 if record.offset >= start:
                     out.append(record)
                     if record.offset + 1 >= stop:
                         return out
+                    if budget >= 0:
+                        budget -= len(record.body)
+                        if budget <= 0:
+                            return out
         raise CorruptRecordError(
             f"{self.log_path.name}: ends at offset {start + len(out)}, expected {stop}",
             position=self.size,

@@ -38,7 +38,7 @@ class CursorMachine(RuleBasedStateMachine):
         self.held: dict[int, tuple[str, Message]] = {}
         self.delivered: list[int] = []
 
-    def fetch(self, offset: int, n: int) -> list[Rec]:
+    def fetch(self, offset: int, n: int, _max_bytes: int | None = None) -> list[Rec]:
         return self.log[offset : offset + n]
 
     @rule(n=st.integers(1, 5), owner=st.sampled_from(OWNERS))
@@ -137,19 +137,19 @@ TestCursor.settings = settings(max_examples=150, stateful_step_count=40, deadlin
 def test_seek_drops_in_flight_and_reports_owners() -> None:
     log = [Rec(i) for i in range(10)]
     cursor = PartitionCursor(0, 0)
-    got = cursor.take(lambda o, n: log[o : o + n], 3, 0, 10)
+    got = cursor.take(lambda o, n, _b: log[o : o + n], 3, 0, 10)
     for m in got:
         cursor.start_flight(m, "a", 100, 0)
     assert cursor.seek(7) == ["a", "a", "a"]
     assert (cursor.confirmed, cursor.next_read, cursor.in_flight) == (7, 7, {})
-    assert [m.offset for m in cursor.take(lambda o, n: log[o : o + n], 5, 0, 10)] == [7, 8, 9]
+    assert [m.offset for m in cursor.take(lambda o, n, _b: log[o : o + n], 5, 0, 10)] == [7, 8, 9]
 
 
 def test_ordered_mode_blocks_behind_a_message_that_is_not_due() -> None:
     log = [Rec(0, deliver_at_ns=500), Rec(1)]
     cursor = PartitionCursor(0, 0)
     cursor.ordered = True
-    fetch = lambda o, n: log[o : o + n]  # noqa: E731
+    fetch = lambda o, n, _b: log[o : o + n]  # noqa: E731
     assert cursor.take(fetch, 5, 0, 2) == []
     assert not cursor.has_ready(2)
     cursor.expire(600)

@@ -141,6 +141,8 @@ PNSQ_EXTRA_FLAGS = {
     "auth-http-request-method",  # nsqd master, not 1.3.0
     "default-partitions",
     "max-disk-usage-percent",
+    "max-pending-output-bytes",
+    "read-cache-bytes",
     "retention",
 }
 
@@ -170,6 +172,8 @@ def test_pnsq_flags_usage() -> None:
     assert blocks["retention"].endswith("(default 168h0m0s)")
     assert blocks["default-partitions"].endswith("(default 1)")
     assert blocks["max-disk-usage-percent"].endswith("(default 95)")
+    assert blocks["read-cache-bytes"].endswith("(default 16777216)")
+    assert blocks["max-pending-output-bytes"].endswith("(default 1048576)")
     assert blocks["auth-http-request-method"].endswith('(default "get")')
 
 
@@ -232,6 +236,8 @@ NSQD_DEFAULTS: dict[str, object] = {
     "default_partitions": 1,
     "retention": 604800.0,
     "max_disk_usage_percent": 95,
+    "read_cache_bytes": 16 * 1024 * 1024,
+    "max_pending_output_bytes": 1024 * 1024,
 }
 
 
@@ -454,6 +460,8 @@ def test_log_levels() -> None:
         (["-retention=-1s"], "--retention must not be negative"),
         (["-max-disk-usage-percent=0"], "--max-disk-usage-percent must be [1,100]"),
         (["-max-disk-usage-percent=101"], "--max-disk-usage-percent must be [1,100]"),
+        (["-read-cache-bytes=-1"], "--read-cache-bytes must not be negative"),
+        (["-max-pending-output-bytes=0"], "--max-pending-output-bytes must be >= 1"),
         (["-tcp-address=0.0.0.0:x"], '--tcp-address: address 0.0.0.0:x: invalid port "x"'),
         (
             ["-http-address=127.0.0.1:65536"],

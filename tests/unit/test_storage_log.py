@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from nsqd.storage import (
+    CacheBudget,
     CorruptRecordError,
     LogClosedError,
     NewRecord,
@@ -115,7 +116,7 @@ def test_append_rejects_bad_fields_without_writing(open_log: Callable[..., Parti
 def test_disk_reads_seek_through_the_index(
     open_log: Callable[..., PartitionLog], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    log = open_log(max_bytes_per_file=64 * 1024, index_interval_bytes=1024, cache_records=0)
+    log = open_log(max_bytes_per_file=64 * 1024, index_interval_bytes=1024, cache=CacheBudget(0))
     written = log.append(_entries(5000, size=100))  # ~750 KB over 12 segments
     read_bytes: list[int] = []
     real_pread = os.pread
@@ -181,7 +182,7 @@ def test_offset_for_timestamp_with_clock_going_backwards(
 def test_sync_from_a_thread_while_appending(
     open_log: Callable[..., PartitionLog], tmp_path: Path
 ) -> None:
-    log = open_log(max_bytes_per_file=8 * 1024, cache_records=100)
+    log = open_log(max_bytes_per_file=8 * 1024, cache=CacheBudget(100 * 200))
     stop = threading.Event()
     errors: list[BaseException] = []
     syncs = 0
@@ -264,7 +265,7 @@ def test_retention_respects_age_and_stops_at_the_first_kept_segment(
 def test_truncate_then_append_reuses_offsets(
     open_log: Callable[..., PartitionLog], tmp_path: Path
 ) -> None:
-    log = open_log(max_bytes_per_file=350, cache_records=2)
+    log = open_log(max_bytes_per_file=350, cache=CacheBudget(2 * 200))
     first = log.append(_entries(23))
     log.truncate(7)
     assert log.end_offset == 7
@@ -305,14 +306,14 @@ def test_torn_tail_is_truncated_and_reported(
 def test_corrupt_sealed_segment_raises_on_read(
     open_log: Callable[..., PartitionLog], tmp_path: Path
 ) -> None:
-    log = open_log(max_bytes_per_file=350, cache_records=0)
+    log = open_log(max_bytes_per_file=350, cache=CacheBudget(0))
     written = log.append(_entries(12))
     log.close()
     first = _segment_files(tmp_path / "p")[0]
     data = bytearray(first.read_bytes())
     data[3 * 70 + HEADER_SIZE] ^= 0xFF  # body of record 3
     first.write_bytes(bytes(data))
-    log = open_log(max_bytes_per_file=350, cache_records=0)
+    log = open_log(max_bytes_per_file=350, cache=CacheBudget(0))
     assert log.end_offset == 12  # sealed segments are not scanned on open
     assert log.read(0, 3) == written[:3]
     with pytest.raises(CorruptRecordError, match="CRC") as info:
@@ -324,7 +325,7 @@ def test_corrupt_sealed_segment_raises_on_read(
 def test_missing_or_garbled_indexes_are_rebuilt(
     open_log: Callable[..., PartitionLog], tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    kwargs = {"max_bytes_per_file": 2000, "index_interval_bytes": 100, "cache_records": 0}
+    kwargs = {"max_bytes_per_file": 2000, "index_interval_bytes": 100, "cache": CacheBudget(0)}
     log = open_log(**kwargs)
     written = log.append(_entries(100))
     log.close()

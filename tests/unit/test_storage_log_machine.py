@@ -17,7 +17,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-from nsqd.storage import NewRecord, OffsetOutOfRangeError, PartitionLog, Record
+from nsqd.storage import CacheBudget, NewRecord, OffsetOutOfRangeError, PartitionLog, Record
 from nsqd.storage.record import HEADER_SIZE
 
 PARTITION = 5
@@ -60,7 +60,7 @@ class LogMachine(RuleBasedStateMachine):
         self.logger.addHandler(self.handler)
         self.model: list[Record] = []  # index == offset; offsets below self.start are deleted
         self.start = 0
-        self.cache_records = 0
+        self.cache_bytes = 0
         self.log: PartitionLog | None = None
 
     def _open(self) -> PartitionLog:
@@ -69,13 +69,13 @@ class LogMachine(RuleBasedStateMachine):
             partition=PARTITION,
             max_bytes_per_file=MAX_BYTES,
             index_interval_bytes=INTERVAL,
-            cache_records=self.cache_records,
+            cache=CacheBudget(self.cache_bytes),
             logger=self.logger,
         )
 
-    @initialize(cache_records=st.sampled_from([0, 3, 1000]))
-    def open_log(self, cache_records: int) -> None:
-        self.cache_records = cache_records
+    @initialize(cache_bytes=st.sampled_from([0, 600, 200_000]))
+    def open_log(self, cache_bytes: int) -> None:
+        self.cache_bytes = cache_bytes
         self.log = self._open()
 
     @property
