@@ -149,6 +149,9 @@ retention duration
     [pnsq] how long fully consumed segments are kept on disk
 max-disk-usage-percent int
     [pnsq] maximum disk usage of the --data-path filesystem, in percent
+max-segment-fds int
+    [pnsq] descriptors of open segment files kept at most, idle ones are closed (0: a quarter of
+    the open-files limit)
 """
 
 

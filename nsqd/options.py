@@ -114,6 +114,7 @@ class Options:
     default_partitions: int = 1
     retention: float = 604800.0
     max_disk_usage_percent: int = 95
+    max_segment_fds: int = 0  # 0: a quarter of the open-files limit (see segment_fd_budget)
 
     def tcp_host_port(self) -> tuple[str, int]:
         """``--tcp-address`` as ``(host, port)``; see :func:`~goflag.addresses.parse_host_port`."""
@@ -159,6 +160,8 @@ def validate_options(options: Options) -> Options:
         raise OptionsError("--retention must not be negative")
     if not 1 <= options.max_disk_usage_percent <= 100:
         raise OptionsError("--max-disk-usage-percent must be [1,100]")
+    if options.max_segment_fds < 0:
+        raise OptionsError("--max-segment-fds must not be negative")
     listeners = ["tcp-address", "http-address"]
     if options.tls_cert or options.tls_key:
         listeners.append("https-address")  # nsqd listens for HTTPS only with TLS configured

@@ -89,6 +89,7 @@ snappy snappy bool
 default_partitions default_partitions int
 retention retention duration
 max_disk_usage_percent max_disk_usage_percent int
+max_segment_fds max_segment_fds int
 """
 OPTIONS: dict[str, tuple[str, str]] = {
     name: (attribute, kind)

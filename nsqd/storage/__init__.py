@@ -17,6 +17,7 @@ from .errors import (
     OffsetOutOfRangeError as OffsetOutOfRangeError,
     StorageError as StorageError,
 )
+from .handles import HandleCache as HandleCache
 from .log import PartitionLog as PartitionLog
 from .record import (
     RECORD_HEADER as RECORD_HEADER,
@@ -30,6 +31,7 @@ from .record import (
 __all__ = [
     "RECORD_HEADER",
     "CorruptRecordError",
+    "HandleCache",
     "LogClosedError",
     "NewRecord",
     "OffsetOutOfRangeError",

@@ -141,6 +141,7 @@ PNSQ_EXTRA_FLAGS = {
     "auth-http-request-method",  # nsqd master, not 1.3.0
     "default-partitions",
     "max-disk-usage-percent",
+    "max-segment-fds",
     "retention",
 }
 
@@ -232,6 +233,7 @@ NSQD_DEFAULTS: dict[str, object] = {
     "default_partitions": 1,
     "retention": 604800.0,
     "max_disk_usage_percent": 95,
+    "max_segment_fds": 0,
 }
 
 
@@ -319,6 +321,7 @@ def test_pynsq_harness_command_line() -> None:
         (["-sync-timeout=1.5s"], "sync_timeout", 1.5),
         (["-retention=24h"], "retention", 86400.0),
         (["-default-partitions=4"], "default_partitions", 4),
+        (["-max-segment-fds=300"], "max_segment_fds", 300),
         (["-max-disk-usage-percent=80"], "max_disk_usage_percent", 80),
         (["-snappy=false"], "snappy", False),
         (["-deflate=0"], "deflate", False),
