@@ -5,27 +5,40 @@ Thousands of topics: every partition's segment files used to stay open (two desc
 partition), so ~500 topics exhausted 1024 descriptors; the daemon then failed every request
 and could not restart. Now idle segments are closed (``--max-segment-fds``) and reopened on
 use, so the daemon serves, restarts (SIGTERM and kill -9) and every message stays readable.
+
+Ten thousand clients: all connect at once and each gets its IDENTIFY answered, then all close at
+once; two seconds later pnsq must hold no more of their descriptors than the Go nsqd does in the
+same test. (The listen queue is capped by ``net.core.somaxconn``; a client whose SYN it dropped
+retries 1 s, 3 s, ... later, so "served" is checked after a bounded wait, not at once.)
 """
 
 from __future__ import annotations
 
 import http.client
+import resource
+import time
 from pathlib import Path
 
 import pytest
 
 from protocol import Fin, Rdy, Sub
-from tests.daemons import Daemon, pnsq_nsqd
+from tests.daemons import Daemon, go_nsqd, pnsq_nsqd
+from tests.massclients import Crowd
 from tests.rawclient import RawClient
 
 pytestmark = pytest.mark.integration
 
 LIMIT = 1024  # RLIMIT_NOFILE of the daemon under test, soft and hard
+CROWD = 10_000  # clients connecting (then closing) at once
+SERVE_WAIT = 60.0  # seconds for every client of the crowd to be served (SYN retries included)
+RELEASE_WAIT = 2.0  # seconds after the crowd closed when the daemons' descriptors are counted
 
 
 def _open_fds(daemon: Daemon) -> int:
+    """Open descriptors of the daemon, cheaply (Linux >= 6.2: the size of /proc/<pid>/fd)."""
     assert daemon.proc is not None
-    return sum(1 for _ in Path(f"/proc/{daemon.proc.pid}/fd").iterdir())
+    fds = Path(f"/proc/{daemon.proc.pid}/fd")
+    return fds.stat().st_size or sum(1 for _ in fds.iterdir())
 
 
 def _ping(daemon: Daemon) -> bytes:
@@ -92,3 +105,37 @@ def test_1500_topics_under_1024_descriptors(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_5000_topics_under_1024_descriptors(tmp_path: Path) -> None:
     _many_topics(tmp_path, 5000)
+
+
+def _crowd_comes_and_goes(daemon: Daemon) -> int:
+    """Connect :data:`CROWD` clients at once (all must be served), close them all at once and
+    return how many of their descriptors the daemon still holds :data:`RELEASE_WAIT` later."""
+    before = _open_fds(daemon)
+    crowd = Crowd(daemon.tcp_address, CROWD)
+    try:
+        crowd.connect_all(SERVE_WAIT)
+        assert (crowd.served, crowd.failed) == (CROWD, 0)
+        assert _open_fds(daemon) >= before + CROWD
+    finally:
+        crowd.close_all()
+    time.sleep(RELEASE_WAIT)
+    return max(_open_fds(daemon) - before, 0)
+
+
+def test_ten_thousand_clients_connect_and_leave_at_once(tmp_path: Path) -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    assert hard >= CROWD + 1000, "this test needs a hard RLIMIT_NOFILE above the crowd"
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # the crowd's sockets
+    go = go_nsqd(tmp_path / "go").start()
+    try:
+        go_held = _crowd_comes_and_goes(go)
+    finally:
+        go.stop()
+    pnsq = pnsq_nsqd(tmp_path / "pnsq").start()
+    try:
+        pnsq_held = _crowd_comes_and_goes(pnsq)
+        assert _ping(pnsq) == b"OK"
+    finally:
+        pnsq.stop()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert pnsq_held <= go_held + CROWD // 100, (pnsq_held, go_held)
