@@ -6,6 +6,9 @@ partition), so ~500 topics exhausted 1024 descriptors; the daemon then failed ev
 and could not restart. Now idle segments are closed (``--max-segment-fds``) and reopened on
 use, so the daemon serves, restarts (SIGTERM and kill -9) and every message stays readable.
 
+Out of descriptors (more clients than ``ulimit -n``): the TCP and HTTP accept loops back off and
+log one line each per 10 s, no traceback, and serve again once clients leave.
+
 Ten thousand clients: all connect at once and each gets its IDENTIFY answered, then all close at
 once; two seconds later pnsq must hold no more of their descriptors than the Go nsqd does in the
 same test. (The listen queue is capped by ``net.core.somaxconn``; a client whose SYN it dropped
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import http.client
 import resource
+import threading
 import time
 from pathlib import Path
 
@@ -139,3 +143,27 @@ def test_ten_thousand_clients_connect_and_leave_at_once(tmp_path: Path) -> None:
         pnsq.stop()
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     assert pnsq_held <= go_held + CROWD // 100, (pnsq_held, go_held)
+
+
+def test_out_of_descriptors_logs_once_and_recovers(tmp_path: Path) -> None:
+    daemon = pnsq_nsqd(tmp_path / "data")
+    daemon.open_files = LIMIT
+    daemon.start()
+    crowd = Crowd(daemon.tcp_address, LIMIT + 100)
+    answers: list[bytes] = []
+    try:
+        crowd.connect_all(3.0)  # those past the limit wait in the listen queue
+        assert 0 < crowd.served < LIMIT
+        ping = threading.Thread(target=lambda: answers.append(_ping(daemon)))
+        ping.start()  # HTTP accept fails with EMFILE while the crowd stays
+        time.sleep(1.5)
+    finally:
+        crowd.close_all()
+    ping.join(15)
+    assert answers == [b"OK"]
+    assert _ping(daemon) == b"OK"
+    log = daemon.log_text()
+    assert log.count("TCP: cannot accept connections: Too many open files") == 1
+    assert log.count("accept returned EMFILE") == 1  # was one with a traceback per 100 ms
+    assert "Traceback" not in log
+    assert daemon.stop() == 0
