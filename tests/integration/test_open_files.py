@@ -45,13 +45,24 @@ def _open_fds(daemon: Daemon) -> int:
     return fds.stat().st_size or sum(1 for _ in fds.iterdir())
 
 
-def _ping(daemon: Daemon) -> bytes:
+def _get(daemon: Daemon, path: str) -> bytes:
     conn = http.client.HTTPConnection("127.0.0.1", daemon.http_port, timeout=10)
     try:
-        conn.request("GET", "/ping")
+        conn.request("GET", path)
         return conn.getresponse().read()
     finally:
         conn.close()
+
+
+def _ping(daemon: Daemon) -> bytes:
+    return _get(daemon, "/ping")
+
+
+def _metric(daemon: Daemon, name: str) -> float:
+    for line in _get(daemon, "/metrics").decode().splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"no {name} in /metrics")
 
 
 def _publish_one_per_topic(daemon: Daemon, topics: int) -> None:
@@ -90,6 +101,9 @@ def _many_topics(tmp_path: Path, topics: int) -> None:
         _publish_one_per_topic(daemon, topics)
         assert _ping(daemon) == b"OK"
         assert _open_fds(daemon) < LIMIT // 2  # room left for clients
+        assert _metric(daemon, "pnsq_segment_fds_max") == LIMIT // 4  # the default
+        assert _metric(daemon, "pnsq_segment_fds") <= LIMIT // 4
+        assert _metric(daemon, "pnsq_segment_fd_evictions_total") >= topics - LIMIT // 8
         assert daemon.stop() == 0
         daemon.start(timeout=120)  # every topic's log is opened and recovered
         assert _ping(daemon) == b"OK"
@@ -149,21 +163,23 @@ def test_out_of_descriptors_logs_once_and_recovers(tmp_path: Path) -> None:
     daemon = pnsq_nsqd(tmp_path / "data")
     daemon.open_files = LIMIT
     daemon.start()
-    crowd = Crowd(daemon.tcp_address, LIMIT + 100)
-    answers: list[bytes] = []
     try:
-        crowd.connect_all(3.0)  # those past the limit wait in the listen queue
-        assert 0 < crowd.served < LIMIT
-        ping = threading.Thread(target=lambda: answers.append(_ping(daemon)))
-        ping.start()  # HTTP accept fails with EMFILE while the crowd stays
-        time.sleep(1.5)
+        crowd = Crowd(daemon.tcp_address, LIMIT + 100)
+        answers: list[bytes] = []
+        try:
+            crowd.connect_all(3.0)  # those past the limit wait in the listen queue
+            assert 0 < crowd.served < LIMIT
+            ping = threading.Thread(target=lambda: answers.append(_ping(daemon)))
+            ping.start()  # HTTP accept fails with EMFILE while the crowd stays
+            time.sleep(1.5)
+        finally:
+            crowd.close_all()
+        ping.join(15)
+        assert answers == [b"OK"]
+        assert _ping(daemon) == b"OK"
+        log = daemon.log_text()
+        assert log.count("TCP: cannot accept connections: Too many open files") == 1
+        assert log.count("accept returned EMFILE") == 1  # was one with a traceback per 100 ms
+        assert "Traceback" not in log
     finally:
-        crowd.close_all()
-    ping.join(15)
-    assert answers == [b"OK"]
-    assert _ping(daemon) == b"OK"
-    log = daemon.log_text()
-    assert log.count("TCP: cannot accept connections: Too many open files") == 1
-    assert log.count("accept returned EMFILE") == 1  # was one with a traceback per 100 ms
-    assert "Traceback" not in log
-    assert daemon.stop() == 0
+        assert daemon.stop() == 0
