@@ -8,8 +8,9 @@ are open, the least recently used segments are closed; they reopen on their next
 A segment is only touched under its log's lock, so closing it needs that lock too. Eviction
 takes a victim's lock with a non-blocking acquire and skips segments whose log is busy (among
 them every segment of the log asking, whose lock its thread already holds): the bound is
-soft by the few segments in use at that moment, and no thread ever waits for a second lock
-while holding one, so there is no lock-order deadlock.
+soft by the few segments in use at that moment (the next use of any segment closes them once
+idle), and no thread ever waits for a second lock while holding one, so there is no
+lock-order deadlock.
 """
 
 from __future__ import annotations
@@ -58,10 +59,13 @@ class HandleCache:
                 self._evict()
 
     def used(self, segment: Evictable) -> None:
-        """Mark ``segment`` as the most recently used (no-op for an unregistered one)."""
+        """Mark ``segment`` as the most recently used (no-op for an unregistered one), and
+        close idle segments if still over the bound (some were busy at the last opening)."""
         with self._lock:
             if segment in self._entries:
                 self._entries.move_to_end(segment)
+            if 0 < self.max_fds < self._open_fds:
+                self._evict()
 
     def closed(self, segment: Evictable) -> None:
         """Forget ``segment``: its owner closed its fds or took them over."""
