@@ -42,8 +42,8 @@ class Daemon:
     tcp_port: int = 0
     http_port: int = 0
     extra: list[str] = field(default_factory=list)
-    #: RLIMIT_NOFILE (soft and hard) to run under; None: the test runner's
-    open_files: int | None = None
+    #: RLIMIT_NOFILE ``(soft, hard)`` to run under; None: the test runner's
+    open_files: tuple[int, int] | None = None
 
     @property
     def tcp_address(self) -> str:
@@ -277,21 +277,22 @@ def _launch(
     cwd: Path | None,
     ready: Callable[[str], bool],
     timeout: float,
-    open_files: int | None = None,
+    open_files: tuple[int, int] | None = None,
 ) -> subprocess.Popen[bytes] | None:
     """Start ``argv`` with output appended to ``log_path`` (under ``RLIMIT_NOFILE`` =
-    ``open_files`` soft and hard, if given); poll until ``ready`` (given the log written since
-    the start) is true. Returns the process, or None after stopping it when it exited or was
-    not ready within ``timeout``."""
+    ``open_files``, if given); poll until ``ready`` (given the log written since the start) is
+    true. Returns the process, or None after stopping it when it exited or was not ready within
+    ``timeout``."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log = log_path.open("ab")
     offset = log_path.stat().st_size
 
     def limit() -> None:
-        if open_files is not None:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (open_files, open_files))
+        assert open_files is not None
+        resource.setrlimit(resource.RLIMIT_NOFILE, open_files)
 
-    proc = subprocess.Popen(argv, stdout=log, stderr=log, cwd=cwd, preexec_fn=limit)
+    preexec = None if open_files is None else limit
+    proc = subprocess.Popen(argv, stdout=log, stderr=log, cwd=cwd, preexec_fn=preexec)
     log.close()
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -95,7 +95,7 @@ def _read_one_per_topic(daemon: Daemon, topics: int) -> None:
 
 def _many_topics(tmp_path: Path, topics: int) -> None:
     daemon = pnsq_nsqd(tmp_path / "data")
-    daemon.open_files = LIMIT
+    daemon.open_files = (LIMIT, LIMIT)
     daemon.start()
     try:
         _publish_one_per_topic(daemon, topics)
@@ -161,7 +161,7 @@ def test_ten_thousand_clients_connect_and_leave_at_once(tmp_path: Path) -> None:
 
 def test_out_of_descriptors_logs_once_and_recovers(tmp_path: Path) -> None:
     daemon = pnsq_nsqd(tmp_path / "data")
-    daemon.open_files = LIMIT
+    daemon.open_files = (LIMIT, LIMIT)
     daemon.start()
     try:
         crowd = Crowd(daemon.tcp_address, LIMIT + 100)
@@ -183,3 +183,19 @@ def test_out_of_descriptors_logs_once_and_recovers(tmp_path: Path) -> None:
         assert "Traceback" not in log
     finally:
         assert daemon.stop() == 0
+
+
+def test_soft_open_files_limit_is_raised_to_the_hard_limit(tmp_path: Path) -> None:
+    daemon = pnsq_nsqd(tmp_path / "data")
+    daemon.open_files = (LIMIT, 4 * LIMIT)
+    daemon.start()
+    try:
+        assert daemon.proc is not None
+        limits = Path(f"/proc/{daemon.proc.pid}/limits").read_text().splitlines()
+        row = next(line for line in limits if line.startswith("Max open files"))
+        assert row.split()[3:5] == [str(4 * LIMIT)] * 2  # soft, hard
+        assert f"open files limit: {4 * LIMIT} (was {LIMIT}, hard limit {4 * LIMIT})" in (
+            daemon.log_text()
+        )
+    finally:
+        daemon.stop()
