@@ -133,7 +133,7 @@ def _crowd_comes_and_goes(daemon: Daemon) -> int:
     try:
         crowd.connect_all(SERVE_WAIT)
         assert (crowd.served, crowd.failed) == (CROWD, 0)
-        assert _open_fds(daemon) >= before + CROWD
+        assert _open_fds(daemon) > CROWD  # every client holds one (give or take a transient one)
     finally:
         crowd.close_all()
     time.sleep(RELEASE_WAIT)
