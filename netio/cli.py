@@ -11,6 +11,8 @@ import trio
 
 from goflag.flags import FlagSet, ParseResult, parse_or_exit
 
+from .limits import raise_open_files_limit
+
 __all__ = ["LOG_LEVELS", "DaemonOptions", "run_daemon"]
 
 #: the daemons' ``--log-level`` names as Python logging levels
@@ -49,7 +51,8 @@ def run_daemon(
 ) -> None:
     """Parse flags (exit 2 on a bad one, as Go's flag package does), build the options (exit 1
     with ``FATAL: <error>`` on an ``options_error``), print ``version_line`` for ``--version``,
-    else set up logging and run ``run(options)`` on Trio."""
+    else set up logging, raise the open-files limit to the hard limit (as Go does) and run
+    ``run(options)`` on Trio."""
     args = sys.argv[1:] if argv is None else list(argv)
     parsed = parse_or_exit(flagset, args)
     try:
@@ -65,4 +68,5 @@ def run_daemon(
         format=f"{options.log_prefix}%(asctime)s %(levelname)s: %(message)s",
         stream=sys.stderr,
     )
+    raise_open_files_limit(logging.getLogger(flagset.name))
     trio.run(run, options)

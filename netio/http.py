@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 from urllib.parse import parse_qs
@@ -23,6 +25,8 @@ from urllib.parse import parse_qs
 import trio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve as hypercorn_serve
+
+from .tcp import CAPACITY_LOG_INTERVAL
 
 __all__ = [
     "JSON_TYPE",
@@ -154,6 +158,32 @@ async def lifespan(receive: Receive, send: Send) -> None:
             return
 
 
+class AcceptErrorThrottle(logging.Filter):
+    """Hypercorn accepts with ``trio.serve_listeners``, which logs every accept that fails for
+    lack of descriptors or buffers (``EMFILE`` ...) with a traceback, every 100 ms while it
+    lasts. Let one of those lines through per :data:`~netio.tcp.CAPACITY_LOG_INTERVAL`,
+    without the traceback and with the count of the ones held back (as :mod:`netio.tcp`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._last = -math.inf
+        self._held = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        now = time.monotonic()
+        if now - self._last < CAPACITY_LOG_INTERVAL:
+            self._held += 1
+            return False
+        record.exc_info = record.exc_text = None
+        record.msg = f"HTTP: {record.msg} ({self._held} more since the last report)"
+        self._last, self._held = now, 0
+        return True
+
+
+_ACCEPT_LOGGER = logging.getLogger("trio.serve_listeners")  # hypercorn's accept loop
+_ACCEPT_THROTTLE = AcceptErrorThrottle()
+
+
 async def serve_http(
     app: ASGIApp,
     host: str,
@@ -176,6 +206,8 @@ async def serve_http(
     config.errorlog = logging.getLogger(errorlog)
     config.include_server_header = False
     config.keep_alive_timeout = 60.0
+    if _ACCEPT_THROTTLE not in _ACCEPT_LOGGER.filters:
+        _ACCEPT_LOGGER.addFilter(_ACCEPT_THROTTLE)
     async with trio.open_nursery() as nursery:
         binds = await nursery.start(hypercorn_serve, app, config)
         bound = int(str(binds[0]).rsplit(":", 1)[1])

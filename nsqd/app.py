@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import resource
 import signal
 import socket
 from collections.abc import Iterator
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import trio
 
+from netio.limits import open_files_limit
 from protocol.identify import IdentifyLimits
 from protocol.parser import ParserLimits
 
@@ -47,7 +49,17 @@ def broker_config(options: Options) -> BrokerConfig:
         max_req_timeout=options.max_req_timeout,
         max_channel_consumers=options.max_channel_consumers,
         version=NSQD_VERSION,
+        max_segment_fds=options.max_segment_fds or segment_fd_budget(open_files_limit()),
     )
+
+
+def segment_fd_budget(open_files: int) -> int:
+    """``--max-segment-fds=0``: a quarter of the open-files limit for segment files, the rest
+    for connections, checkpoints and the runtime (at ``ulimit -n 1024``: 256, i.e. 128 active
+    partitions open at once; the others reopen on their next use)."""
+    if open_files in (resource.RLIM_INFINITY, -1) or open_files > 1 << 22:
+        return 1 << 20
+    return max(open_files // 4, 16)
 
 
 def session_settings(options: Options) -> SessionSettings:

@@ -17,7 +17,9 @@ and renders it, so the two always agree:
   ``pnsq_channel_lag`` (end offset minus confirmed offset: messages not yet FINed) per channel
   and partition, ``pnsq_connections{type}``, and the histograms
   ``pnsq_publish_latency_seconds`` (one append to a partition log) and
-  ``pnsq_fsync_latency_seconds`` (one partition fsync);
+  ``pnsq_fsync_latency_seconds`` (one partition fsync); ``pnsq_segment_fds`` (descriptors held
+  by open segment files), ``pnsq_segment_fds_max`` (``--max-segment-fds`` in force) and
+  ``pnsq_segment_fd_evictions_total`` (idle segment files closed to stay under it);
 * the client library's process and Python GC collectors.
 """
 
@@ -32,12 +34,13 @@ from prometheus_client import (
     CollectorRegistry,
     Histogram,
 )
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
 from .broker import Broker
 from .stats import GC_PAUSES, Json, SessionLike, StatsQuery, pub_counts, stats_document
+from .storage.handles import HandleCache
 
 PUBLISH_BUCKETS = (
     0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
@@ -159,6 +162,29 @@ class NsqCollector(Collector):
         return family
 
 
+class SegmentFilesCollector(Collector):
+    """The broker's bound on open segment files (:class:`~nsqd.storage.handles.HandleCache`)."""
+
+    def __init__(self, handles: HandleCache) -> None:
+        self.handles = handles
+
+    def collect(self) -> Iterator[Metric]:
+        handles = self.handles
+        yield GaugeMetricFamily(
+            "pnsq_segment_fds", "Descriptors held by open segment files", value=handles.open_fds
+        )
+        yield GaugeMetricFamily(
+            "pnsq_segment_fds_max",
+            "Open segment files' descriptors kept at most (0: no bound)",
+            value=handles.max_fds,
+        )
+        yield CounterMetricFamily(
+            "pnsq_segment_fd_evictions",
+            "Idle segment files closed to stay under --max-segment-fds",
+            value=handles.evictions,
+        )
+
+
 class Metrics:
     """The metrics of one nsqd: a private registry, the latency histograms (installed on the
     broker as its observers) and the collector over /stats."""
@@ -187,6 +213,7 @@ class Metrics:
             return stats_document(broker, (), query, version)
 
         self.registry.register(NsqCollector(snapshot, sessions))
+        self.registry.register(SegmentFilesCollector(broker.handles))
         GC_PAUSES.install()  # /stats' gc_pause_usec_* from now on
         for standard in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
             self.registry.register(standard)

@@ -156,6 +156,9 @@ read-cache-bytes int
 max-pending-output-bytes int
     [pnsq] bytes of message frames queued in nsqd for one consumer; past it nsqd takes no more
     messages for that consumer until its socket drains
+max-segment-fds int
+    [pnsq] descriptors of open segment files kept at most, idle ones are closed (0: a quarter of
+    the open-files limit)
 """
 
 

@@ -117,6 +117,7 @@ class Options:
     max_disk_usage_percent: int = 95
     read_cache_bytes: int = 16 * 1024 * 1024  # every partition's tail cache together
     max_pending_output_bytes: int = 1024 * 1024  # message frames queued for one consumer
+    max_segment_fds: int = 0  # 0: a quarter of the open-files limit (see segment_fd_budget)
 
     def tcp_host_port(self) -> tuple[str, int]:
         """``--tcp-address`` as ``(host, port)``; see :func:`~goflag.addresses.parse_host_port`."""
@@ -166,6 +167,8 @@ def validate_options(options: Options) -> Options:
         raise OptionsError("--read-cache-bytes must not be negative")
     if options.max_pending_output_bytes < 1:
         raise OptionsError("--max-pending-output-bytes must be >= 1")
+    if options.max_segment_fds < 0:
+        raise OptionsError("--max-segment-fds must not be negative")
     listeners = ["tcp-address", "http-address"]
     if options.tls_cert or options.tls_key:
         listeners.append("https-address")  # nsqd listens for HTTPS only with TLS configured

@@ -25,6 +25,7 @@ class OutputBuffer:
         self._sending = False
         self._in_send = 0  # bytes handed to the stream by the send in progress
         self._held = False
+        self._stopped = False
         #: when the current send began (None when idle): the session's watchdog enforces
         #: nsqd's write deadline with it (a cancel scope per send would cost ~15% of a PUB)
         self.send_started: float | None = None
@@ -108,11 +109,17 @@ class OutputBuffer:
         while self._buf or self._sending:
             await self._idle.park()
 
+    def stop(self) -> None:
+        """Make :meth:`run` return without sending more (the connection is gone)."""
+        self._stopped = True
+        self._wake.unpark_all()
+
     async def run(self) -> None:
-        """Send queued bytes until cancelled."""
-        while True:
-            while not self._buf or self._sending or self._held:
+        """Send queued bytes until cancelled or stopped (:meth:`stop`)."""
+        while not self._stopped:
+            if not self._buf or self._sending or self._held:
                 if not self._sending:
                     self._idle.unpark_all()
                 await self._wake.park()
+                continue
             await self._send()

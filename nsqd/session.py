@@ -1,7 +1,10 @@
 """One protocol V2 client connection: the Trio shell around :class:`protocol.CommandParser`.
 
-Three tasks share a nursery: the command loop (read, parse, act), the message pump (deliver
-while RDY allows) and the output writer; heartbeats are a fourth. Commands are handled strictly
+Four tasks share a nursery: the command loop (read, parse, act), the message pump (deliver
+while RDY allows), the output writer and the timers (heartbeats, deadlines). When the client
+closes, the loop releases the socket at once and the other tasks return by themselves, without
+being cancelled: cancelling costs several times more, and when thousands of clients leave at
+once that cost decided how long their descriptors stayed open. Commands are handled strictly
 in order, so responses come back in command order as go-nsq and pynsq require. IDENTIFY and its
 stream upgrades are :mod:`nsqd.negotiation`; AUTH and the permission checks are :mod:`nsqd.auth`.
 """
@@ -85,6 +88,8 @@ class Session:
         remote_address: str,
     ) -> None:
         self.stream = stream
+        # the connection's socket (under any TLS or compression layer), closed at the peer's EOF
+        self._socket = stream.socket if isinstance(stream, trio.SocketStream) else None
         self.broker = broker
         self.settings = settings
         self.remote_address = remote_address
@@ -115,8 +120,9 @@ class Session:
         self.connect_time = int(time.time())
         self._pump_lot = ParkingLot()
         self._last_read = trio.current_time()
-        self._watchdog_scope: trio.CancelScope | None = None
-        self._heartbeat_scope: trio.CancelScope | None = None
+        self._timer_lot = ParkingLot()  # the timers task waits here for its next deadline
+        self._timers_restarted = False  # IDENTIFY changed the heartbeat interval
+        self._ended = False  # the client closed: the tasks return
         self._nursery: trio.Nursery | None = None
 
     # ------------------------------------------------------------------ lifecycle
@@ -131,37 +137,66 @@ class Session:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 nursery.start_soon(self.output.run)
-                nursery.start_soon(self._heartbeats)
-                nursery.start_soon(self._watchdog, nursery.cancel_scope)
-                await self._read_loop()
-                nursery.cancel_scope.cancel()
+                nursery.start_soon(self._timers, nursery.cancel_scope)
+                if await self._read_loop():
+                    self._end_tasks()
+                else:
+                    nursery.cancel_scope.cancel()
         finally:
             if self.channel is not None:
                 self.broker.unsubscribe(self.channel, self)
 
-    async def _read_loop(self) -> None:
+    async def _read_loop(self) -> bool:
+        """Read and handle commands; True when the client closed, False when we close."""
         parser, output = self.parser, self.output
         while True:
             if parser.buffered:
                 if not await self._process():
-                    return
+                    return False
                 await output.send_pending()
             data = await self.stream.receive_some(RECEIVE_SIZE)  # IDENTIFY may upgrade it
             if not data:
-                return
+                await self._peer_left()
+                return True
             self._last_read = trio.current_time()
             parser.receive_data(data)
 
-    async def _watchdog(self, cancel_scope: trio.CancelScope) -> None:
-        """nsqd's deadlines, one timer per connection instead of a cancel scope per I/O call:
-        no command for two heartbeat intervals, or one send blocked for one interval (a client
-        that stopped reading), closes the connection."""
-        while True:
+    async def _peer_left(self) -> None:
+        """The client closed: release the descriptor at once, then yield before the tasks end.
+        Trio runs the tasks ready in one scheduler round as a batch; when thousands of clients
+        leave together, the yield lets the reads of the others (and so their closes) come
+        before the teardown of the first ones. Nothing is sent after EOF (nsqd neither)."""
+        if self._socket is not None:
+            self._socket.close()
+        await trio.lowlevel.checkpoint()
+
+    def _end_tasks(self) -> None:
+        """Wake the other tasks of the nursery so that they return."""
+        self._ended = True
+        self.output.stop()
+        self._timer_lot.unpark_all()
+        self._pump_lot.unpark_all()
+
+    async def _timers(self, cancel_scope: trio.CancelScope) -> None:
+        """Heartbeats and nsqd's deadlines, one task per connection instead of a cancel scope
+        per I/O call: no command for two heartbeat intervals, or one send blocked for one
+        interval (a client that stopped reading), closes the connection. IDENTIFY restarts the
+        ticker (:meth:`restart_timers`); without heartbeats there is no deadline."""
+        next_beat: float | None = None  # when the next heartbeat is due (None: start ticking)
+        while not self._ended:
+            now = trio.current_time()
+            if self._timers_restarted:
+                self._timers_restarted = False
+                next_beat = None
             interval = self.heartbeat_interval
             if not interval:
-                await trio.sleep(1.0)  # heartbeats disabled: no deadline (re-check after IDENTIFY)
+                await self._timer_lot.park()  # until IDENTIFY or the end
                 continue
-            now = trio.current_time()
+            if next_beat is None:
+                next_beat = now + interval
+            elif now >= next_beat:
+                self.output.write(frames.HEARTBEAT)
+                next_beat = now + interval
             if now >= self._last_read + 2 * interval:
                 log.info("[%s] closing: no command for %.1fs", self.remote_address, 2 * interval)
                 cancel_scope.cancel()
@@ -171,9 +206,8 @@ class Session:
                 log.info("[%s] closing: write blocked for %.1fs", self.remote_address, interval)
                 cancel_scope.cancel()
                 return
-            with trio.CancelScope() as scope:
-                self._watchdog_scope = scope  # IDENTIFY cancels it to apply a new interval
-                await trio.sleep_until(min(self._last_read + 2 * interval, now + interval))
+            with trio.move_on_at(min(next_beat, self._last_read + 2 * interval)):
+                await self._timer_lot.park()
 
     async def _process(self) -> bool:
         """Handle every complete buffered command; False when the connection must close.
@@ -215,17 +249,6 @@ class Session:
                 log.info("[%s] closing: %s", self.remote_address, exc)
                 self.output.flush()
                 return False
-
-    async def _heartbeats(self) -> None:
-        while True:
-            with trio.CancelScope() as scope:
-                self._heartbeat_scope = scope
-                interval = self.heartbeat_interval
-                if not interval:
-                    await trio.sleep_forever()
-                while True:
-                    await trio.sleep(interval)
-                    self.output.write(frames.HEARTBEAT)
 
     # ------------------------------------------------------------------ commands
 
@@ -288,9 +311,8 @@ class Session:
 
     def restart_timers(self) -> None:
         """Restart the heartbeat ticker and the read deadline (IDENTIFY changed the interval)."""
-        for scope in (self._heartbeat_scope, self._watchdog_scope):
-            if scope is not None:
-                scope.cancel()
+        self._timers_restarted = True
+        self._timer_lot.unpark_all()
 
     async def _subscribe(self, command: Sub) -> None:
         mode = command.mode
@@ -369,7 +391,7 @@ class Session:
         output = self.output
         only = self.partition
         max_pending = self.settings.max_pending_output_bytes
-        while True:
+        while not self._ended:
             room = self.ready_count - self.in_flight
             if room <= 0 or not channel.has_ready(only):
                 output.flush()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import resource
 import shutil
 import signal
 import subprocess
@@ -41,6 +42,8 @@ class Daemon:
     tcp_port: int = 0
     http_port: int = 0
     extra: list[str] = field(default_factory=list)
+    #: RLIMIT_NOFILE ``(soft, hard)`` to run under; None: the test runner's
+    open_files: tuple[int, int] | None = None
 
     @property
     def tcp_address(self) -> str:
@@ -60,7 +63,9 @@ class Daemon:
             self.tcp_port, self.http_port = int(tcp[2]), int(http[2])
             return self._ping()
 
-        self.proc = _launch(self.argv, self.log_path, self.data_path, ready, timeout)
+        self.proc = _launch(
+            self.argv, self.log_path, self.data_path, ready, timeout, self.open_files
+        )
         if self.proc is None:
             raise RuntimeError(f"daemon did not start: {self.argv}\n{self.log_text()}")
         return self
@@ -272,14 +277,22 @@ def _launch(
     cwd: Path | None,
     ready: Callable[[str], bool],
     timeout: float,
+    open_files: tuple[int, int] | None = None,
 ) -> subprocess.Popen[bytes] | None:
-    """Start ``argv`` with output appended to ``log_path``; poll until ``ready`` (given the log
-    written since the start) is true. Returns the process, or None after stopping it when it
-    exited or was not ready within ``timeout``."""
+    """Start ``argv`` with output appended to ``log_path`` (under ``RLIMIT_NOFILE`` =
+    ``open_files``, if given); poll until ``ready`` (given the log written since the start) is
+    true. Returns the process, or None after stopping it when it exited or was not ready within
+    ``timeout``."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log = log_path.open("ab")
     offset = log_path.stat().st_size
-    proc = subprocess.Popen(argv, stdout=log, stderr=log, cwd=cwd)
+
+    def limit() -> None:
+        assert open_files is not None
+        resource.setrlimit(resource.RLIMIT_NOFILE, open_files)
+
+    preexec = None if open_files is None else limit
+    proc = subprocess.Popen(argv, stdout=log, stderr=log, cwd=cwd, preexec_fn=preexec)
     log.close()
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

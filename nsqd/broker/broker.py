@@ -35,6 +35,7 @@ from ..core.errors import (
 from ..storage.cache import CacheBudget
 from ..storage.checkpoint import write_json
 from ..storage.errors import StorageError
+from ..storage.handles import HandleCache
 from ..storage.log import PartitionLog
 from ..storage.memory import MemoryLog
 from ..storage.record import NewRecord, Record
@@ -76,6 +77,8 @@ class Broker:
         self._timer_scopes: dict[Channel, trio.CancelScope] = {}
         self.publish_latency: Observer = Discard()  # seconds per append (nsqd.metrics)
         self.fsync_latency: Observer = Discard()  # seconds per partition fsync
+        #: the bound on open segment files over every partition (--max-segment-fds)
+        self.handles = HandleCache(config.max_segment_fds)
 
     # ------------------------------------------------------------------ topics
 
@@ -134,6 +137,7 @@ class Broker:
                 partition=number,
                 max_bytes_per_file=self.config.max_bytes_per_file,
                 cache=self.read_cache,
+                handles=self.handles,
             )
             state = states.get(number) or load_state(directory)
             start = state.get("topic_start", plog.start_offset)

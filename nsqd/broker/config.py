@@ -24,3 +24,4 @@ class BrokerConfig:
     max_req_timeout: float = 3600.0
     max_channel_consumers: int = 0  # 0: unlimited
     version: str = "1.3.0"
+    max_segment_fds: int = 0  # descriptors of open segment files kept at most (0: no bound)

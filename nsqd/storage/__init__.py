@@ -18,6 +18,7 @@ from .errors import (
     OffsetOutOfRangeError as OffsetOutOfRangeError,
     StorageError as StorageError,
 )
+from .handles import HandleCache as HandleCache
 from .log import PartitionLog as PartitionLog
 from .record import (
     RECORD_HEADER as RECORD_HEADER,
@@ -32,6 +33,7 @@ __all__ = [
     "RECORD_HEADER",
     "CacheBudget",
     "CorruptRecordError",
+    "HandleCache",
     "LogClosedError",
     "NewRecord",
     "OffsetOutOfRangeError",

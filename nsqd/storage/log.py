@@ -22,8 +22,9 @@ from typing import Final, final
 from .cache import RECORD_OVERHEAD, CacheBudget, record_cost
 from .checkpoint import fsync_directory
 from .errors import LogClosedError, OffsetOutOfRangeError, StorageError
+from .handles import HandleCache
 from .record import HEADER_SIZE, NewRecord, Record, encode_record_parts, make_record
-from .segment import INDEX_NAME, SEGMENT_NAME, Segment
+from .segment import INDEX_NAME, SEGMENT_NAME, Segment, SegmentEnv
 
 _base_offset: Final = attrgetter("base_offset")
 _DEFAULT_LOGGER: Final = logging.getLogger("nsqd.storage")
@@ -36,6 +37,10 @@ class PartitionLog:
     Thread safety: a ``threading.Lock`` guards all bookkeeping, so any method may be called
     from any thread; :meth:`sync` drops the lock before its fsyncs, so appends and reads on
     the event-loop thread go on while a worker thread syncs.
+
+    Descriptors: segments open their files on demand through the shared
+    :class:`~.handles.HandleCache`, which closes idle ones when too many are open; so an idle
+    partition may hold none, and a read of an old segment reuses its fd while it stays cached.
     """
 
     def __init__(
@@ -43,20 +48,19 @@ class PartitionLog:
         directory: Path,
         partition: int,
         segments: list[Segment],
+        env: SegmentEnv,
         *,
         max_bytes_per_file: int,
-        index_interval_bytes: int,
         cache: CacheBudget,
-        logger: logging.Logger,
     ) -> None:
         """Use :meth:`open`."""
         self.partition = partition
         self.directory = directory
         self._segments = segments
+        self._env = env
         self._max_bytes = max_bytes_per_file
-        self._interval = index_interval_bytes
-        self._logger = logger
-        self._lock = threading.Lock()
+        self._logger = env.logger
+        self._lock = env.owner
         self._end = segments[-1].next_offset
         self._cache = cache.cache(self._end)  # the newest records, within the shared budget
         self._unsynced: list[int] = []  # fds of segments rotated out since the last sync
@@ -73,6 +77,7 @@ class PartitionLog:
         index_interval_bytes: int = 4096,
         cache: CacheBudget | None = None,
         logger: logging.Logger | None = None,
+        handles: HandleCache | None = None,
     ) -> PartitionLog:
         """Open (creating ``directory`` if missing) and recover the log.
 
@@ -81,9 +86,25 @@ class PartitionLog:
 
         Sealed segments are trusted (verified when read). The last segment is scanned from its
         last intact index entry; a torn or corrupt tail is truncated (durably) and reported with
-        a WARNING on ``logger``. Missing or inconsistent index files are rebuilt.
+        a WARNING on ``logger``. Missing or inconsistent index files are rebuilt. ``handles``
+        is the process's bound on open segment files (default: a private unbounded one).
         """
         log = logger or _DEFAULT_LOGGER
+        env = SegmentEnv(index_interval_bytes, log, handles or HandleCache(), threading.Lock())
+        with env.owner:  # the segments are registered with the cache: evictable only once open
+            budget = cache if cache is not None else CacheBudget()
+            return cls._open(directory, partition, env, max_bytes_per_file, budget)
+
+    @classmethod
+    def _open(
+        cls,
+        directory: Path,
+        partition: int,
+        env: SegmentEnv,
+        max_bytes_per_file: int,
+        cache: CacheBudget,
+    ) -> PartitionLog:
+        log = env.logger
         try:
             directory.mkdir(parents=True, exist_ok=True)
             names = [p.name for p in directory.iterdir()]
@@ -92,12 +113,11 @@ class PartitionLog:
                 if m and int(m[1]) not in bases:
                     log.warning("removing index %s without a segment", directory / m[0])
                     (directory / m[0]).unlink()
-            args = (index_interval_bytes, log)
             if bases:
-                segments = [Segment.sealed(directory, base, *args) for base in bases[:-1]]
-                segments.append(Segment.recover(directory, bases[-1], *args))
+                segments = [Segment.sealed(directory, base, env) for base in bases[:-1]]
+                segments.append(Segment.recover(directory, bases[-1], env))
             else:
-                segments = [Segment.create(directory, 0, *args)]
+                segments = [Segment.create(directory, 0, env)]
                 fsync_directory(directory)
         except OSError as exc:
             raise StorageError(f"cannot open log {directory}: {exc}") from exc
@@ -105,10 +125,9 @@ class PartitionLog:
             directory,
             partition,
             segments,
+            env,
             max_bytes_per_file=max_bytes_per_file,
-            index_interval_bytes=index_interval_bytes,
-            cache=cache if cache is not None else CacheBudget(),
-            logger=log,
+            cache=cache,
         )
 
     @property
@@ -188,7 +207,7 @@ class PartitionLog:
             return records
 
     def _rotate(self) -> None:
-        new = Segment.create(self.directory, self._end, self._interval, self._logger)
+        new = Segment.create(self.directory, self._end, self._env)
         try:
             self._unsynced.extend(self._segments[-1].seal())
         except OSError:
@@ -270,11 +289,13 @@ class PartitionLog:
     def _take_sync_work(self) -> tuple[list[int], bool]:
         """Under the lock: the fds to fsync and close, and whether the directory needs one."""
         active = self._segments[-1]
-        assert active.fd is not None
-        assert active.index_fd is not None
         fds = self._unsynced
         self._unsynced = []
         try:
+            # Reopened if the handle cache closed it: fsync of any fd flushes the file's pages.
+            active.open()
+            assert active.fd is not None
+            assert active.index_fd is not None
             # Duplicates, so that truncate()/close() on another thread may close the originals.
             fds.append(os.dup(active.fd))
             fds.append(os.dup(active.index_fd))
@@ -331,10 +352,23 @@ class PartitionLog:
             self._closed = True
             self._cache.clear()
             active = self._segments[-1]
+            errors: list[OSError] = []
+            try:
+                active.open()  # to fsync what was written since the last sync, even if evicted
+            except OSError as exc:
+                errors.append(exc)
             fds = [*self._unsynced, *(fd for fd in (active.fd, active.index_fd) if fd is not None)]
             self._unsynced = []
+            self._env.handles.closed(active)
             active.fd = active.index_fd = None  # ownership moves to _do_sync, which closes them
+            for seg in self._segments[:-1]:  # sealed segments' cached read fds
+                try:
+                    seg.close()
+                except OSError as exc:
+                    errors.append(exc)
         self._do_sync(fds, self._dir_dirty)
+        if errors:
+            raise StorageError(f"close of {self.directory} failed: {errors[0]}") from errors[0]
 
     # -- truncation and retention ----------------------------------------------------------------
 
@@ -366,7 +400,7 @@ class PartitionLog:
                     fsync_directory(self.directory)
                     self._dir_dirty = False
                 target = segments[-1]
-                if target.fd is None:
+                if not target.active:
                     target.reactivate()
                 target.truncate(offset)
             except (OSError, StorageError) as exc:

@@ -1,9 +1,11 @@
 """One segment of a partition log: a ``<base>.log`` file of records plus its ``<base>.index``.
 
 Blocking file I/O on raw fds (``os.pwrite``/``os.pread``), no Python-level buffering. A segment
-is *active* (the last one: it owns a read-write fd pair and takes appends) or *sealed* (read-only,
-opened per read; its index is loaded lazily). The caller (:class:`~.log.PartitionLog`) serialises
-access; nothing here locks.
+is *active* (the last one: a read-write fd pair, takes appends) or *sealed* (a read-only log fd;
+its index is loaded lazily). Either kind opens its fds on demand and registers them with the
+process's :class:`~.handles.HandleCache`, which may close them again (:meth:`Segment.release`)
+when too many are open. The caller (:class:`~.log.PartitionLog`) serialises access under the
+lock it passes in, which is also the lock the cache takes to close them; nothing here locks.
 """
 
 from __future__ import annotations
@@ -12,13 +14,16 @@ import functools
 import logging
 import os
 import re
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, final
 
 from .checkpoint import atomic_write, read_all, write_all
 from .errors import CorruptRecordError
+from .handles import HandleCache
 from .index import ENTRY_SIZE, INDEX_ENTRY, SparseIndex
 from .record import HEADER_SIZE, READ_CHUNK, Record, encode_record_parts, scan_records
 
@@ -44,21 +49,33 @@ def scan(
 
 
 @final
+@dataclass(frozen=True, slots=True)
+class SegmentEnv:
+    """What every segment of one log shares: the index interval, the logger, the process's
+    handle cache and the log's lock (held around every use of a segment)."""
+
+    interval: int
+    logger: logging.Logger
+    handles: HandleCache
+    owner: threading.Lock
+
+
+@final
 class Segment:
     """A segment file and its sparse index (see module docstring for active vs sealed)."""
 
-    def __init__(
-        self, directory: Path, base_offset: int, size: int, interval: int, logger: logging.Logger
-    ) -> None:
+    def __init__(self, directory: Path, base_offset: int, size: int, env: SegmentEnv) -> None:
         stem = segment_stem(base_offset)
         self.base_offset = base_offset
         self.log_path = directory / (stem + LOG_SUFFIX)
         self.index_path = directory / (stem + INDEX_SUFFIX)
         self.size = size  # bytes of valid records; the file may hold garbage after a failed write
-        self.fd: int | None = None  # read-write fds, only while active
-        self.index_fd: int | None = None
-        self._interval = interval
-        self._logger = logger
+        self.active = False  # the last segment of its log: takes appends
+        self.fd: int | None = None  # the log fd while open: read-write if active, else read-only
+        self.index_fd: int | None = None  # read-write, only while active and open
+        self._env = env
+        self._interval = env.interval
+        self._logger = env.logger
         self._index: SparseIndex | None = None  # loaded lazily for sealed segments
         self._max_ts: int | None = None  # None = not computed yet (sealed segments)
         self._last_index_pos = 0  # position of the last index entry (0: the implicit one)
@@ -68,11 +85,10 @@ class Segment:
     # -- opening -------------------------------------------------------------------------------
 
     @classmethod
-    def create(
-        cls, directory: Path, base_offset: int, interval: int, logger: logging.Logger
-    ) -> Segment:
+    def create(cls, directory: Path, base_offset: int, env: SegmentEnv) -> Segment:
         """A new, empty active segment. Its directory entry is durable after a directory fsync."""
-        seg = cls(directory, base_offset, 0, interval, logger)
+        seg = cls(directory, base_offset, 0, env)
+        seg.active = True
         flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | _O_CLOEXEC
         seg.fd = os.open(seg.log_path, flags, 0o644)
         try:
@@ -82,33 +98,30 @@ class Segment:
         except OSError:
             seg.delete()
             raise
+        env.handles.opened(seg, env.owner, 2)
         seg._index = SparseIndex()
         seg._max_ts = NO_TIMESTAMP
         return seg
 
     @classmethod
-    def sealed(
-        cls, directory: Path, base_offset: int, interval: int, logger: logging.Logger
-    ) -> Segment:
+    def sealed(cls, directory: Path, base_offset: int, env: SegmentEnv) -> Segment:
         """An existing sealed segment; trusted as is (records are verified when read)."""
-        seg = cls(directory, base_offset, 0, interval, logger)
+        seg = cls(directory, base_offset, 0, env)
         seg.size = seg.log_path.stat().st_size
         return seg
 
     @classmethod
-    def recover(
-        cls, directory: Path, base_offset: int, interval: int, logger: logging.Logger
-    ) -> Segment:
+    def recover(cls, directory: Path, base_offset: int, env: SegmentEnv) -> Segment:
         """Open the last segment as the active one, validating its tail.
 
         The scan starts at the last index entry whose record is intact (or at byte 0) and checks
         every record up to end of file. At the first torn or corrupt record the file is truncated
         there (and fsynced) with a WARNING naming file, byte position, offset and bytes dropped.
         """
-        seg = cls(directory, base_offset, 0, interval, logger)
-        seg.fd = os.open(seg.log_path, os.O_RDWR | _O_CLOEXEC)
+        seg = cls(directory, base_offset, 0, env)
+        seg.active = True
         try:
-            seg.index_fd = os.open(seg.index_path, os.O_RDWR | os.O_CREAT | _O_CLOEXEC, 0o644)
+            seg.open()
             seg._recover_tail()
         except BaseException:
             seg.close()
@@ -186,6 +199,7 @@ class Segment:
         of the machine). On ``OSError`` the segment is left as before the call and the error
         propagates.
         """
+        self.open()
         assert self.fd is not None
         assert self.index_fd is not None
         assert self._max_ts is not None
@@ -240,6 +254,7 @@ class Segment:
     def seal(self) -> tuple[int, int]:
         """Stop being active: index the last record (so the segment's newest timestamp is in its
         index), and hand back ``(log_fd, index_fd)`` for the caller to fsync and close."""
+        self.open()
         assert self.fd is not None
         assert self.index_fd is not None
         assert self._max_ts is not None
@@ -247,22 +262,49 @@ class Segment:
         if entry is not None:
             write_all(self.index_fd, INDEX_ENTRY.pack(*entry), (len(self.index) - 1) * ENTRY_SIZE)
         fds = (self.fd, self.index_fd)
+        self._env.handles.closed(self)
         self.fd = self.index_fd = None
+        self.active = False
         return fds
 
     # -- reading --------------------------------------------------------------------------------
 
+    def open(self) -> None:
+        """Open the fds this segment needs unless they are (active: the read-write log and
+        index fds; sealed: a read-only log fd), registered with the handle cache."""
+        if self.fd is not None:
+            self._env.handles.used(self)
+            return
+        if not self.active:
+            self.fd = os.open(self.log_path, os.O_RDONLY | _O_CLOEXEC)
+            self._env.handles.opened(self, self._env.owner, 1)
+            return
+        fd = os.open(self.log_path, os.O_RDWR | _O_CLOEXEC)
+        try:
+            self.index_fd = os.open(self.index_path, os.O_RDWR | os.O_CREAT | _O_CLOEXEC, 0o644)
+        except OSError:
+            os.close(fd)
+            raise
+        self.fd = fd
+        self._env.handles.opened(self, self._env.owner, 2)
+
+    def release(self) -> None:
+        """Close the fds (the handle cache's eviction; the owner's lock is held). Nothing is
+        lost: appends are in the page cache, and the next sync fsyncs the reopened file."""
+        fds = [fd for fd in (self.fd, self.index_fd) if fd is not None]
+        self.fd = self.index_fd = None
+        for fd in fds:
+            try:
+                os.close(fd)
+            except OSError as exc:  # the fd is gone either way (close(2) on Linux)
+                self._logger.warning("segment %s: close failed: %s", self.log_path, exc)
+
     @contextmanager
     def _reader(self) -> Iterator[int]:
-        """An fd to read from: the active fd, or a read-only one opened for the duration."""
-        if self.fd is not None:
-            yield self.fd
-            return
-        fd = os.open(self.log_path, os.O_RDONLY | _O_CLOEXEC)
-        try:
-            yield fd
-        finally:
-            os.close(fd)
+        """An fd to read from (see :meth:`open`)."""
+        self.open()
+        assert self.fd is not None
+        yield self.fd
 
     @property
     def index(self) -> SparseIndex:
@@ -409,16 +451,18 @@ class Segment:
 
     def reactivate(self) -> None:
         """Make a sealed segment the active one again (``truncate`` removed its successors)."""
-        assert self.fd is None
+        assert not self.active
         self.index  # noqa: B018  # load (or rebuild) the index before taking the write fds
-        self.fd = os.open(self.log_path, os.O_RDWR | _O_CLOEXEC)
-        self.index_fd = os.open(self.index_path, os.O_RDWR | os.O_CREAT | _O_CLOEXEC, 0o644)
+        self.close()  # the read-only fd, if open
+        self.active = True
+        self.open()
 
     def truncate(self, offset: int) -> None:
         """Drop records ``>= offset`` (active segment; ``offset`` within it or at its end).
 
         Durable on return: both files are truncated and fsynced.
         """
+        self.open()
         assert self.fd is not None
         assert self.index_fd is not None
         keep = self.index.count_below_offset(offset - self.base_offset)
@@ -432,7 +476,8 @@ class Segment:
         os.fsync(self.index_fd)
 
     def close(self) -> None:
-        """Close the active fds without syncing them (the caller syncs first)."""
+        """Close the fds without syncing them (the caller syncs first)."""
+        self._env.handles.closed(self)
         fds = [fd for fd in (self.fd, self.index_fd) if fd is not None]
         self.fd = self.index_fd = None
         for fd in fds:
@@ -445,4 +490,4 @@ class Segment:
         self.index_path.unlink(missing_ok=True)
 
 
-__all__ = ["INDEX_NAME", "SEGMENT_NAME", "Segment", "scan", "segment_stem"]
+__all__ = ["INDEX_NAME", "SEGMENT_NAME", "Segment", "SegmentEnv", "scan", "segment_stem"]

@@ -143,6 +143,7 @@ PNSQ_EXTRA_FLAGS = {
     "max-disk-usage-percent",
     "max-pending-output-bytes",
     "read-cache-bytes",
+    "max-segment-fds",
     "retention",
 }
 
@@ -238,6 +239,7 @@ NSQD_DEFAULTS: dict[str, object] = {
     "max_disk_usage_percent": 95,
     "read_cache_bytes": 16 * 1024 * 1024,
     "max_pending_output_bytes": 1024 * 1024,
+    "max_segment_fds": 0,
 }
 
 
@@ -325,6 +327,7 @@ def test_pynsq_harness_command_line() -> None:
         (["-sync-timeout=1.5s"], "sync_timeout", 1.5),
         (["-retention=24h"], "retention", 86400.0),
         (["-default-partitions=4"], "default_partitions", 4),
+        (["-max-segment-fds=300"], "max_segment_fds", 300),
         (["-max-disk-usage-percent=80"], "max_disk_usage_percent", 80),
         (["-snappy=false"], "snappy", False),
         (["-deflate=0"], "deflate", False),

@@ -18,6 +18,7 @@ from hypothesis.stateful import (
 )
 
 from nsqd.storage import CacheBudget, NewRecord, OffsetOutOfRangeError, PartitionLog, Record
+from nsqd.storage.handles import HandleCache
 from nsqd.storage.record import HEADER_SIZE
 
 PARTITION = 5
@@ -62,6 +63,9 @@ class LogMachine(RuleBasedStateMachine):
         self.start = 0
         self.cache_bytes = 0
         self.log: PartitionLog | None = None
+        # one fd at most: every use of the neighbour closes this log's idle files
+        self.handles = HandleCache(max_fds=1)
+        self.neighbour: PartitionLog | None = None
 
     def _open(self) -> PartitionLog:
         return PartitionLog.open(
@@ -71,12 +75,23 @@ class LogMachine(RuleBasedStateMachine):
             index_interval_bytes=INTERVAL,
             cache=CacheBudget(self.cache_bytes),
             logger=self.logger,
+            handles=self.handles,
         )
 
     @initialize(cache_bytes=st.sampled_from([0, 600, 200_000]))
     def open_log(self, cache_bytes: int) -> None:
         self.cache_bytes = cache_bytes
         self.log = self._open()
+        self.neighbour = PartitionLog.open(
+            self.directory / "neighbour", partition=0, handles=self.handles
+        )
+
+    @rule()
+    def neighbour_append(self) -> None:
+        """Another partition's write: over the bound, so this log's files are closed."""
+        assert self.neighbour is not None
+        self.neighbour.append([NewRecord(timestamp_ns=1, body=b"n")])
+        assert self.handles.open_fds == 2  # the neighbour's active segment alone
 
     @property
     def plog(self) -> PartitionLog:
@@ -86,6 +101,8 @@ class LogMachine(RuleBasedStateMachine):
     def teardown(self) -> None:
         if self.log is not None:
             self.log.close()
+        if self.neighbour is not None:
+            self.neighbour.close()
         self.logger.removeHandler(self.handler)
         shutil.rmtree(self.directory, ignore_errors=True)
 

@@ -1,0 +1,96 @@
+"""Thousands of V2 clients from one thread: non-blocking sockets on a selector.
+
+Each client connects, sends the magic and an ``IDENTIFY`` in one write, and counts as *served*
+once the response frame arrives. A SYN the listen queue dropped is retried by the kernel (after
+1 s, then 3 s, ...), so callers give it a bounded wait rather than expecting it at once.
+"""
+
+from __future__ import annotations
+
+import errno
+import selectors
+import socket
+import struct
+import time
+from dataclasses import dataclass, field
+
+_IDENTIFY = b"  V2IDENTIFY\n" + struct.pack(">I", 2) + b"{}"
+_FRAME_HEADER = struct.Struct(">Ii")  # [u32 size (type + data)][i32 frame type]
+_OK_FRAME = _FRAME_HEADER.pack(6, 0) + b"OK"  # IDENTIFY without feature negotiation: "OK"
+
+
+@dataclass
+class _Client:
+    sock: socket.socket
+    sent: bool = False
+    received: bytes = b""
+
+
+@dataclass
+class Crowd:
+    """``count`` clients of ``address``; see the module docstring."""
+
+    address: str
+    count: int
+    clients: list[_Client] = field(default_factory=list)
+    served: int = 0
+    failed: int = 0  # refused or reset before being served
+
+    def connect_all(self, wait: float) -> float:
+        """Start every connection at once, then serve the selector until all are served or
+        failed, or ``wait`` seconds pass; returns the seconds it took."""
+        host, port = self.address.rsplit(":", 1)
+        selector = selectors.DefaultSelector()
+        started = time.monotonic()
+        for _ in range(self.count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.setblocking(False)
+            code = sock.connect_ex((host, int(port)))
+            if code not in (0, errno.EINPROGRESS):
+                sock.close()
+                self.failed += 1
+                continue
+            client = _Client(sock)
+            self.clients.append(client)
+            selector.register(sock, selectors.EVENT_WRITE, client)
+        pending = len(self.clients)
+        deadline = started + wait
+        while pending and time.monotonic() < deadline:
+            for key, _ in selector.select(timeout=0.1):
+                client = key.data
+                if not client.sent:
+                    error = client.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+                    if error:
+                        self._fail(selector, client)
+                        pending -= 1
+                        continue
+                    client.sock.send(_IDENTIFY)  # tiny: fits the empty send buffer
+                    client.sent = True
+                    selector.modify(client.sock, selectors.EVENT_READ, client)
+                    continue
+                try:
+                    chunk = client.sock.recv(64)
+                except OSError:
+                    chunk = b""
+                if not chunk:
+                    self._fail(selector, client)
+                    pending -= 1
+                    continue
+                client.received += chunk
+                if len(client.received) >= len(_OK_FRAME):
+                    assert client.received == _OK_FRAME, client.received
+                    selector.unregister(client.sock)
+                    self.served += 1
+                    pending -= 1
+        selector.close()
+        return time.monotonic() - started
+
+    def _fail(self, selector: selectors.BaseSelector, client: _Client) -> None:
+        selector.unregister(client.sock)
+        self.failed += 1
+
+    def close_all(self) -> None:
+        """Close every connection (FIN), as fast as one thread can."""
+        for client in self.clients:
+            client.sock.close()
+        self.clients.clear()
