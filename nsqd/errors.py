@@ -55,7 +55,12 @@ def client_error_for(
             return ClientError(fixed[0], fixed[1], fatal=True)
     match exc:
         case NotInFlightError() | NotOwnerError():
-            return ClientError(code, f"{command} {go_bytes(message_id or b'')} failed {exc}")
+            raw = message_id or b""
+            return ClientError(
+                code,
+                f"{command} {go_bytes(raw)} failed {exc}",  # nsqd sends the id as it came
+                log_text=f"{code} {command} {raw.hex()} failed {exc}",
+            )
         case NotWritableError():
             return ClientError(ErrorCode.FAILED_ON_NOT_WRITABLE, "", fatal=False)
         case ExitingError():

@@ -156,10 +156,25 @@ class Session:
                 await output.send_pending()
             data = await self.stream.receive_some(RECEIVE_SIZE)  # IDENTIFY may upgrade it
             if not data:
+                if await self._body_cut_short():
+                    return False
                 await self._peer_left()
                 return True
             self._last_read = trio.current_time()
             parser.receive_data(data)
+
+    async def _body_cut_short(self) -> bool:
+        """At the peer's EOF, a command whose body was cut short gets nsqd's read error (nsqd
+        sends it before closing; the peer may still read after closing its side); True then."""
+        try:
+            self.parser.end_of_input()
+        except ClientError as exc:
+            log.info("[%s] %s", self.remote_address, exc.log_text)
+            self.output.write(frames.encode_error(exc.text))
+            with trio.move_on_after(1):
+                await self.output.drain()
+            return True
+        return False
 
     async def _peer_left(self) -> None:
         """The client closed: release the descriptor at once, then yield before the tasks end.
@@ -239,7 +254,7 @@ class Session:
                     return True  # the read loop sends the replies (OutputBuffer.send_pending)
                 await self._handle(command)
             except ClientError as exc:
-                log.info("[%s] %s", self.remote_address, exc.text)
+                log.info("[%s] %s", self.remote_address, exc.log_text)
                 self.output.write(frames.encode_error(exc.text))
                 if exc.fatal:
                     with trio.move_on_after(1):

@@ -57,6 +57,12 @@ class ParserLimits:
     max_line: int = 16 * 1024  # nsqd reads lines through a 16 KiB bufio.Reader
 
 
+def _noun(code: ErrorCode) -> str:
+    """What nsqd calls a sized body in its read errors: PUB/DPUB's ``E_BAD_MESSAGE`` "message
+    body", IDENTIFY/AUTH/MPUB's ``E_BAD_BODY`` "body"."""
+    return "message body" if code is ErrorCode.BAD_MESSAGE else "body"
+
+
 Result = Command | NeedData | None  # None: a command that produces nothing (RDY while closing)
 
 
@@ -70,6 +76,9 @@ class ParserBase:
     _buf: bytearray
     _pos: int  # start of the unparsed bytes in _buf
     _error: ClientError | ConnectionAbort | None
+    #: the peer closed its side (:meth:`CommandParser.end_of_input`): a body that is cut
+    #: short is an error with nsqd's "failed to read" text instead of NEED_DATA
+    _eof: bool
 
     def _check_tls(self, name: bytes) -> None:
         if self.tls_required:
@@ -110,6 +119,7 @@ class ParserBase:
     ) -> bytes | None:
         size = self._size_at(start)
         if size is None:
+            self._check_eof(code, f"{cmd} failed to read {_noun(code)} size")
             return None
         if size <= 0 or size > limit:
             checks = [(size > limit, too_big), (size <= 0, invalid)]
@@ -117,7 +127,15 @@ class ParserBase:
                 checks.reverse()
             text = next(t for failed, t in checks if failed)
             raise ClientError(code, f"{cmd} {text.format(size, limit)}")
-        return self._take(start + 4, size)
+        body = self._take(start + 4, size)
+        if body is None:
+            self._check_eof(code, f"{cmd} failed to read {_noun(code)}")
+        return body
+
+    def _check_eof(self, code: ErrorCode, text: str) -> None:
+        """After the peer's EOF, a body still missing can never come: nsqd's read error."""
+        if self._eof:
+            raise ClientError(code, text)
 
     @staticmethod
     def _topic(cmd: str, raw: bytes, code_prefix: str = "") -> str:

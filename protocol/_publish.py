@@ -96,6 +96,7 @@ class PublishReader(ParserBase):
         partition = self._partition(params, 2)
         size = self._size_at(start)
         if size is None:
+            self._check_eof(ErrorCode.BAD_BODY, f"{cmd} failed to read body size")
             return NEED_DATA
         if size <= 0:
             raise ClientError(ErrorCode.BAD_BODY, f"{cmd} invalid body size {size}")
@@ -104,6 +105,8 @@ class PublishReader(ParserBase):
                 ErrorCode.BAD_BODY, f"{cmd} body too big {size} > {self.limits.max_body_size}"
             )
         if len(self._buf) < start + 4 + size:
+            if self._eof:  # nsqd reads the elements straight from the socket: its error
+                self._mpub_elements(cmd, start + 4, len(self._buf) - start - 4)
             return NEED_DATA
         bodies = self._mpub_elements(cmd, start + 4, size)
         self._pos = start + 4 + size

@@ -104,12 +104,22 @@ class ClientError(ProtocolError):
         description: nsqd's exact description text (may be empty; the frame then ends in a space,
             as youzan's do).
         fatal: whether the connection closes after the frame; defaults to the code's class.
+        log_text: what a log line shows instead of :attr:`text`, where the frame carries raw
+            bytes (a binary message id) that do not belong in a log.
     """
 
-    def __init__(self, code: ErrorCode, description: str = "", *, fatal: bool | None = None):
+    def __init__(
+        self,
+        code: ErrorCode,
+        description: str = "",
+        *,
+        fatal: bool | None = None,
+        log_text: str | None = None,
+    ):
         self.code = code
         self.description = description
         self.fatal = code not in NON_FATAL_CODES if fatal is None else fatal
+        self.log_text = self.text if log_text is None else log_text
         super().__init__(self.text)
 
     @property

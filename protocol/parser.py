@@ -44,6 +44,7 @@ class CommandParser(PublishReader, AckReader):
         self._buf = bytearray()
         self._pos = 0
         self._error = None
+        self._eof = False
         self._handlers: dict[bytes, Callable[[list[bytes], int], Result]] = {
             b"IDENTIFY": self._identify,
             b"AUTH": self._auth,
@@ -88,6 +89,20 @@ class CommandParser(PublishReader, AckReader):
         return len(self._buf) - self._pos
 
     # ---------------------------------------------------------------- events
+
+    def end_of_input(self) -> None:
+        """The peer closed its side after the commands :meth:`next_event` returned.
+
+        Raises:
+            ClientError: a command's body was cut short: nsqd's read error, which nsqd still
+                sends before it closes (``E_BAD_MESSAGE PUB failed to read message body``,
+                ``E_BAD_BODY IDENTIFY failed to read body size``, ...). A command line cut
+                short raises nothing: nsqd closes without a reply.
+        """
+        if self._error is not None or not self.buffered:
+            return
+        self._eof = True
+        self.next_event()  # NEED_DATA: an unfinished line (or an MPUB body that splits)
 
     def next_event(self) -> Command | NeedData:
         """The next complete command, or NEED_DATA.

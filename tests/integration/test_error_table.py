@@ -720,3 +720,72 @@ def test_extra_sub_parameter_is_a_partition_in_pnsq(go_daemon: Daemon, pnsq_daem
             b"invalid syntax",
         )
         conn.assert_closed()
+
+
+# --------------------------------------------------------------------------- EOF mid-command
+
+
+EOF_CASES = {  # what the client sends before it half-closes: nsqd's error frame
+    "pub-size": (b"PUB errtable\n\x00\x00", b"E_BAD_MESSAGE PUB failed to read message body size"),
+    "pub-body": (
+        b"PUB errtable\n" + size(16) + b"half",
+        b"E_BAD_MESSAGE PUB failed to read message body",
+    ),
+    "dpub-body": (
+        b"DPUB errtable 100\n" + size(9) + b"ha",
+        b"E_BAD_MESSAGE DPUB failed to read message body",
+    ),
+    "identify-size": (b"IDENTIFY\n\x00", b"E_BAD_BODY IDENTIFY failed to read body size"),
+    "identify-body": (b"IDENTIFY\n" + size(30) + b"{}", b"E_BAD_BODY IDENTIFY failed to read body"),
+    "mpub-size": (b"MPUB errtable\n\x00", b"E_BAD_BODY MPUB failed to read body size"),
+    "mpub-count": (
+        b"MPUB errtable\n" + size(20) + b"\x00",
+        b"E_BAD_BODY MPUB failed to read message count",
+    ),
+    "mpub-element-size": (
+        b"MPUB errtable\n" + size(20) + size(2) + b"\x00\x00",
+        b"E_BAD_MESSAGE MPUB failed to read message(0) body size",
+    ),
+    "mpub-element-body": (
+        b"MPUB errtable\n" + size(20) + size(2) + size(3) + b"abc" + size(5) + b"x",
+        b"E_BAD_MESSAGE MPUB failed to read message body",
+    ),
+}
+
+
+@pytest.mark.parametrize(("send", "error"), list(EOF_CASES.values()), ids=list(EOF_CASES))
+def test_eof_in_a_command_body_gets_nsqd_s_read_error(
+    daemon: Daemon, send: bytes, error: bytes
+) -> None:
+    """The client half-closes in the middle of a body: nsqd still answers with its read error,
+    then closes; a PUB before it in the same write is acknowledged first."""
+    with Conn(daemon) as conn:
+        conn.send(b"PUB errtable\n" + size(2) + b"ok" + send)
+        conn.sock.shutdown(socket.SHUT_WR)
+        assert conn.read_frame() == (RESPONSE, b"OK")
+        assert conn.read_frame() == (ERROR, error)
+        conn.assert_closed()
+
+
+def test_eof_in_a_command_line_closes_without_a_reply(daemon: Daemon) -> None:
+    with Conn(daemon) as conn:
+        conn.send(b"PUB errt")
+        conn.sock.shutdown(socket.SHUT_WR)
+        conn.assert_closed()
+
+
+def test_binary_ids_are_logged_as_hex(pnsq_daemon: Daemon) -> None:
+    """The error frame carries the id as it came (as nsqd's); the log line shows it as hex."""
+    raw_id = b"\x00\xffLOGHEX\x1b[2J\x07\x00\x01\x02"
+    assert len(raw_id) == 16
+    with Conn(pnsq_daemon) as conn:
+        conn.send(SUB + b"FIN " + raw_id + b"\n")
+        assert conn.read_frame() == (RESPONSE, b"OK")
+        error = b"E_FIN_FAILED FIN " + raw_id + b" failed ID not in flight"
+        assert conn.read_frame() == (ERROR, error)
+    deadline = time.monotonic() + 5
+    while raw_id.hex() not in pnsq_daemon.log_text() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    log = pnsq_daemon.log_path.read_bytes()
+    assert raw_id.hex().encode() in log
+    assert b"LOGHEX" not in log
