@@ -17,12 +17,15 @@ import json
 import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from functools import partial
 from typing import Any
 from urllib.parse import parse_qs
 
 import trio
 from hypercorn.config import Config as HypercornConfig
-from hypercorn.trio import serve as hypercorn_serve
+
+from .http_connection import http_handler
+from .tcp import serve_tcp
 
 __all__ = [
     "JSON_TYPE",
@@ -167,17 +170,17 @@ async def serve_http(
 ) -> None:
     """Serve ``app`` on ``host:port`` with hypercorn (HTTPS when given a certificate and key);
     reports the bound port when ready. ``log`` gets the listening line, the logger named
-    ``errorlog`` hypercorn's errors."""
+    ``errorlog`` hypercorn's errors. Connections are accepted by :func:`netio.tcp.serve_tcp`,
+    so nothing one connection does can end the server (:mod:`netio.http_connection`)."""
     config = HypercornConfig()
-    config.bind = [f"[{host}]:{port}" if ":" in host else f"{host or '0.0.0.0'}:{port}"]
     if certfile and keyfile:
         config.certfile, config.keyfile = certfile, keyfile
     config.accesslog = None
     config.errorlog = logging.getLogger(errorlog)
     config.include_server_header = False
     config.keep_alive_timeout = 60.0
+    scheme = "https" if certfile and keyfile else "http"
+    serve = partial(serve_tcp, log=log, name=scheme.upper(), scheme=f"{scheme}://")
     async with trio.open_nursery() as nursery:
-        binds = await nursery.start(hypercorn_serve, app, config)
-        bound = int(str(binds[0]).rsplit(":", 1)[1])
-        log.info("HTTP%s: listening on %s", "S" if certfile else "", binds[0])
+        bound = await nursery.start(serve, http_handler(app, config), host, port)
         task_status.started(bound)

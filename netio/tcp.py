@@ -40,13 +40,18 @@ async def serve_tcp(
     port: int,
     *,
     log: logging.Logger,
+    name: str = "TCP",
+    scheme: str = "",
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Listen on ``host:port`` (port 0: any free port; host "": every interface), report the
-    bound port, then run ``handler`` for each connection (one task each) until cancelled."""
+    bound port, then run ``handler`` for each connection (one task each) until cancelled.
+    Logs ``<name>: listening on <scheme><host>:<port>`` (an IPv6 host in brackets after a
+    scheme, as a URL has it)."""
     listeners = await trio.open_tcp_listeners(port, host=host or None, backlog=LISTEN_BACKLOG)
     bound = listeners[0].socket.getsockname()[1]
-    log.info("TCP: listening on %s:%d", host or "0.0.0.0", bound)
+    shown = f"[{host}]" if scheme and ":" in host else host or "0.0.0.0"
+    log.info("%s: listening on %s%s:%d", name, scheme, shown, bound)
     async with trio.open_nursery() as nursery:
         for listener in listeners:
             nursery.start_soon(_accept_loop, listener.socket, handler, nursery, log)
