@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import resource
 import sys
 import tempfile
@@ -28,7 +29,7 @@ from pathlib import Path
 from protocol import Fin, Pub, Rdy, Sub, SubMode
 from tests.daemons import Daemon, pnsq_nsqd
 from tests.fuzz.driver import Engine, Stats
-from tests.fuzz.mutate import Input, Mutator, load_corpus
+from tests.fuzz.mutate import Input, Mutator, Seed, load_corpus
 from tests.rawclient import RawClient
 
 
@@ -42,6 +43,7 @@ class Report:
     files_after: int = 0
     clients_after: int = 0
     round_trip: bool = False
+    nsqd_cpu: float = 0.0  # CPU seconds nsqd spent during the inputs
     saved: list[Path] = field(default_factory=list)
 
     @property
@@ -64,7 +66,7 @@ class Report:
         return [
             f"inputs: {s.inputs} in {s.elapsed:.1f} s = {s.rate:.0f} inputs/s "
             f"({s.bytes_sent} bytes sent, {s.bytes_received} received; "
-            f"endings {dict(s.endings)})",
+            f"endings {dict(s.endings)}; nsqd used {self.nsqd_cpu:.1f} CPU s)",
             f"server replies: {s.ok_frames} OK, {s.message_frames} messages, "
             f"{len(s.error_codes)} error codes {dict(s.error_codes.most_common())}, "
             f"HTTP {dict(s.http_statuses.most_common())}",
@@ -154,6 +156,40 @@ def raise_nofile() -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
+def subscriptions(seeds: list[Seed]) -> set[tuple[str, str]]:
+    """(topic, channel) of every SUB line in the seeds."""
+    found = set()
+    for seed in seeds:
+        for unit in seed.units:
+            words = unit.split(b"\n", 1)[0].split(b" ")
+            if words[0].startswith(b"SUB") and len(words) >= 3:
+                found.add((words[1].decode(), words[2].decode()))
+    return found
+
+
+def prime(nsqd: Daemon, seeds: list[Seed], messages: int = 200) -> None:
+    """Create the seeds' channels and put messages in them, so that mutated consumer sessions
+    get deliveries (and their recorded FINs name ids that exist: the recording nsqd numbered
+    its messages the same way)."""
+    base = f"http://{nsqd.http_address}"
+    body = b"\n".join(b"primed-%d" % i for i in range(messages))
+    for topic, channel in sorted(subscriptions(seeds)):
+        for path, data in (
+            (f"/topic/create?topic={topic}", None),
+            (f"/channel/create?topic={topic}&channel={channel}", None),
+            (f"/mpub?topic={topic}", body),
+        ):
+            request = urllib.request.Request(base + path, data=data, method="POST")
+            with urllib.request.urlopen(request, timeout=10) as response:
+                response.read()
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time the process has used."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def fuzz(
     nsqd: Daemon,
     inputs: Iterator[Input],
@@ -168,6 +204,7 @@ def fuzz(
     assert nsqd.proc is not None
     pid = nsqd.proc.pid
     sockets_before, _ = descriptors(pid)
+    cpu_before = cpu_seconds(pid)
     log_offset = nsqd.log_path.stat().st_size
     engine = Engine(
         ("127.0.0.1", nsqd.tcp_port),
@@ -182,6 +219,8 @@ def fuzz(
     stats = engine.run(inputs, limit, seconds, healthy)
     print(f"sent {stats.inputs} inputs in {stats.elapsed:.1f} s; checking nsqd", flush=True)
     report = Report(stats, sockets_before=sockets_before)
+    if healthy():
+        report.nsqd_cpu = cpu_seconds(pid) - cpu_before
     log = nsqd.log_path.read_bytes()[log_offset:]
     report.tracebacks = log.count(b"Traceback")
     if not healthy():
@@ -221,6 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hang-timeout", type=float, default=10.0)
     parser.add_argument("--save", type=Path, default=Path("fuzz-failures"))
     parser.add_argument("--replay", type=Path, nargs="+", help="send these saved inputs only")
+    parser.add_argument("--target", choices=["tcp", "http"], help="only this port's seeds")
     args = parser.parse_args(argv)
     raise_nofile()
     with tempfile.TemporaryDirectory(prefix="pnsq-fuzz-") as tmp:
@@ -231,7 +271,8 @@ def main(argv: list[str] | None = None) -> int:
                 inputs: Iterator[Input] = iter(replays)
                 limit, connections = len(replays), 1
             else:
-                inputs = iter_inputs(args.seed)
+                prime(nsqd, load_corpus())
+                inputs = iter_inputs(args.seed, args.target)
                 limit, connections = args.inputs, args.connections
             print(f"fuzzing nsqd pid {nsqd.proc.pid if nsqd.proc else '?'} ({nsqd.log_path})")
             report = fuzz(
@@ -248,8 +289,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if report.ok else 1
 
 
-def iter_inputs(seed: int) -> Iterator[Input]:
-    mutator = Mutator(load_corpus(), seed)
+def iter_inputs(seed: int, target: str | None = None) -> Iterator[Input]:
+    """The inputs of ``seed``, from every seed in the corpus or only ``target``'s."""
+    seeds = [s for s in load_corpus() if target is None or s.target.value == target]
+    mutator = Mutator(seeds, seed)
     return (mutator.next_input() for _ in itertools.count())
 
 
