@@ -3,7 +3,7 @@ handshakes; TCP and HTTP) from concurrent connections, then the after-checks of
 :func:`tests.fuzz.run.fuzz`.
 
 The default run is bounded by an input count and a time budget, whichever comes first
-(``PNSQ_FUZZ_INPUTS``, default 100,000; ``PNSQ_FUZZ_SECONDS``, default 40): nsqd handles about
+(``PNSQ_FUZZ_INPUTS``, default 100,000; ``PNSQ_FUZZ_SECONDS``, default 30): nsqd handles about
 1,000 inputs/s on one core here, so the budget is what ends it on a small machine. The inputs
 are the same sequence on every run (``PNSQ_FUZZ_SEED``, default 1). A run that sends nothing
 useful must not pass, so the replies are checked too: many distinct error codes, OK replies,
@@ -59,7 +59,7 @@ def test_socket_fuzz(tmp_path: Path) -> None:
     _run(
         tmp_path,
         int(os.environ.get("PNSQ_FUZZ_INPUTS", "100000")),
-        float(os.environ.get("PNSQ_FUZZ_SECONDS", "40")),
+        float(os.environ.get("PNSQ_FUZZ_SECONDS", "30")),
         int(os.environ.get("PNSQ_FUZZ_SEED", "1")),
     )
 
