@@ -15,18 +15,17 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import re
-import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from functools import partial
 from typing import Any
 from urllib.parse import parse_qs
 
 import trio
 from hypercorn.config import Config as HypercornConfig
-from hypercorn.trio import serve as hypercorn_serve
 
-from .tcp import CAPACITY_LOG_INTERVAL
+from .http_connection import http_handler
+from .tcp import serve_tcp
 
 __all__ = [
     "JSON_TYPE",
@@ -158,32 +157,6 @@ async def lifespan(receive: Receive, send: Send) -> None:
             return
 
 
-class AcceptErrorThrottle(logging.Filter):
-    """Hypercorn accepts with ``trio.serve_listeners``, which logs every accept that fails for
-    lack of descriptors or buffers (``EMFILE`` ...) with a traceback, every 100 ms while it
-    lasts. Let one of those lines through per :data:`~netio.tcp.CAPACITY_LOG_INTERVAL`,
-    without the traceback and with the count of the ones held back (as :mod:`netio.tcp`)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._last = -math.inf
-        self._held = 0
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        now = time.monotonic()
-        if now - self._last < CAPACITY_LOG_INTERVAL:
-            self._held += 1
-            return False
-        record.exc_info = record.exc_text = None
-        record.msg = f"HTTP: {record.msg} ({self._held} more since the last report)"
-        self._last, self._held = now, 0
-        return True
-
-
-_ACCEPT_LOGGER = logging.getLogger("trio.serve_listeners")  # hypercorn's accept loop
-_ACCEPT_THROTTLE = AcceptErrorThrottle()
-
-
 async def serve_http(
     app: ASGIApp,
     host: str,
@@ -197,19 +170,17 @@ async def serve_http(
 ) -> None:
     """Serve ``app`` on ``host:port`` with hypercorn (HTTPS when given a certificate and key);
     reports the bound port when ready. ``log`` gets the listening line, the logger named
-    ``errorlog`` hypercorn's errors."""
+    ``errorlog`` hypercorn's errors. Connections are accepted by :func:`netio.tcp.serve_tcp`,
+    so nothing one connection does can end the server (:mod:`netio.http_connection`)."""
     config = HypercornConfig()
-    config.bind = [f"[{host}]:{port}" if ":" in host else f"{host or '0.0.0.0'}:{port}"]
     if certfile and keyfile:
         config.certfile, config.keyfile = certfile, keyfile
     config.accesslog = None
     config.errorlog = logging.getLogger(errorlog)
     config.include_server_header = False
     config.keep_alive_timeout = 60.0
-    if _ACCEPT_THROTTLE not in _ACCEPT_LOGGER.filters:
-        _ACCEPT_LOGGER.addFilter(_ACCEPT_THROTTLE)
+    scheme = "https" if certfile and keyfile else "http"
+    serve = partial(serve_tcp, log=log, name=scheme.upper(), scheme=f"{scheme}://")
     async with trio.open_nursery() as nursery:
-        binds = await nursery.start(hypercorn_serve, app, config)
-        bound = int(str(binds[0]).rsplit(":", 1)[1])
-        log.info("HTTP%s: listening on %s", "S" if certfile else "", binds[0])
+        bound = await nursery.start(serve, http_handler(app, config), host, port)
         task_status.started(bound)

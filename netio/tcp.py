@@ -48,20 +48,25 @@ async def serve_tcp(
     port: int,
     *,
     log: logging.Logger,
+    name: str = "TCP",
+    scheme: str = "",
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Listen on ``host:port`` (port 0: any free port; host "": every interface), report the
-    bound port, then run ``handler`` for each connection (one task each) until cancelled."""
+    bound port, then run ``handler`` for each connection (one task each) until cancelled.
+    Logs ``<name>: listening on <scheme><host>:<port>`` (an IPv6 host in brackets after a
+    scheme, as a URL has it)."""
     listeners = await trio.open_tcp_listeners(port, host=host or None, backlog=LISTEN_BACKLOG)
     # plain non-blocking sockets: accept(2) without a scheduler round per connection
     sockets = [socket.socket(fileno=listener.socket.detach()) for listener in listeners]
     try:
         bound = sockets[0].getsockname()[1]
-        log.info("TCP: listening on %s:%d", host or "0.0.0.0", bound)
+        shown = f"[{host}]" if scheme and ":" in host else host or "0.0.0.0"
+        log.info("%s: listening on %s%s:%d", name, scheme, shown, bound)
         async with trio.open_nursery() as nursery:
             for listening in sockets:
                 listening.setblocking(False)
-                nursery.start_soon(_accept_loop, listening, handler, nursery, log)
+                nursery.start_soon(_accept_loop, listening, handler, nursery, log, name)
             task_status.started(bound)
     finally:
         for listening in sockets:
@@ -74,6 +79,7 @@ async def _accept_loop(
     handler: Handler,
     nursery: trio.Nursery,
     log: logging.Logger,
+    name: str,
 ) -> None:
     backoff = 0.0
     refused = 0  # accept attempts that failed for capacity since the last log line
@@ -94,8 +100,9 @@ async def _accept_loop(
                 now = trio.current_time()
                 if now - last_logged >= CAPACITY_LOG_INTERVAL:
                     log.error(
-                        "TCP: cannot accept connections: %s (%d attempts since the last "
+                        "%s: cannot accept connections: %s (%d attempts since the last "
                         "report); backing off",
+                        name,
                         os.strerror(exc.errno or 0),
                         refused,
                     )
