@@ -49,6 +49,7 @@ def broker_config(options: Options) -> BrokerConfig:
         max_req_timeout=options.max_req_timeout,
         max_channel_consumers=options.max_channel_consumers,
         version=NSQD_VERSION,
+        max_disk_usage_percent=options.max_disk_usage_percent,
         max_segment_fds=options.max_segment_fds or segment_fd_budget(open_files_limit()),
     )
 

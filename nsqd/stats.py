@@ -61,8 +61,9 @@ class StatsQuery:
 
 
 def health(broker: Broker) -> str:
-    """nsqd's health text: ``OK``, or ``NOK - <error>`` after a disk error."""
-    error = getattr(broker, "health_error", None)
+    """nsqd's health text: ``OK``, or ``NOK - <error>`` after a disk error or past the disk
+    high-water mark."""
+    error = broker.health_problem
     return "OK" if error is None else f"NOK - {error}"
 
 

@@ -75,6 +75,8 @@ class Daemon:
             with urllib.request.urlopen(f"http://{self.http_address}/ping", timeout=1) as r:
                 return bool(r.read() == b"OK")
         except urllib.error.HTTPError as e:
+            if e.code == 500:  # answering, but unhealthy (a disk past its mark): "NOK - ..."
+                return e.read().startswith(b"NOK")
             return e.code == 403  # --tls-required=true: plain HTTP answers TLS_REQUIRED
         except OSError:
             return False

@@ -29,11 +29,13 @@ from ..core.errors import (
     ChannelNotFoundError,
     ConsumerLimitError,
     ExitingError,
+    NotWritableError,
     PartitionNotFoundError,
     TopicNotFoundError,
 )
 from ..storage.cache import CacheBudget
 from ..storage.checkpoint import write_json
+from ..storage.disk import is_out_of_space
 from ..storage.errors import StorageError
 from ..storage.handles import HandleCache
 from ..storage.log import PartitionLog
@@ -41,6 +43,7 @@ from ..storage.memory import MemoryLog
 from ..storage.record import NewRecord, Record
 from .channel import Channel, Subscriber
 from .config import BrokerConfig
+from .diskguard import DiskGuard
 from .latency import Discard, Observer
 from .partition import Partition
 from .persistence import (
@@ -74,6 +77,8 @@ class Broker:
         self._sync_lock = trio.Lock()  # fsync and checkpoint vs. deleting logs
         #: the last disk error (None while healthy); /ping answers "NOK - <error>"
         self.health_error: str | None = None
+        #: the disk high-water mark (--max-disk-usage-percent): past it, writes are refused
+        self.disk = DiskGuard(config.data_path, config.max_disk_usage_percent)
         self._timer_scopes: dict[Channel, trio.CancelScope] = {}
         self.publish_latency: Observer = Discard()  # seconds per append (nsqd.metrics)
         self.fsync_latency: Observer = Discard()  # seconds per partition fsync
@@ -248,14 +253,28 @@ class Broker:
         """
         if self.exiting:
             raise ExitingError
+        self.disk.require_writable()
         topic = self.topics.get(topic_name) or self.auto_create_topic(topic_name, partition)
         target = topic.pick_partition(partition)
         started = time.perf_counter()
-        records = topic.append(target, entries)
+        try:
+            records = topic.append(target, entries)
+        except StorageError as exc:
+            if not is_out_of_space(exc):
+                raise
+            self.disk.out_of_space(exc)  # a prefix of the batch may be stored, never acked
+            raise NotWritableError(str(exc)) from exc
         self.publish_latency.observe(time.perf_counter() - started)
+        if target.directory is not None:
+            self.disk.appended(sum(len(entry.body) for entry in entries))
         if target.unsynced >= self.config.sync_every:
             self.syncs.request()
         return records
+
+    @property
+    def health_problem(self) -> str | None:
+        """Why ``/ping`` is not ``OK``: the last disk error, or the disk past its mark."""
+        return self.health_error or self.disk.reason
 
     @property
     def durable_acks(self) -> bool:
@@ -399,6 +418,7 @@ async def open_broker(config: BrokerConfig) -> AsyncIterator[Broker]:
         broker.restore()
         nursery.start_soon(broker.run_syncer)
         nursery.start_soon(broker.run_retention)
+        nursery.start_soon(broker.disk.run)
         try:
             yield broker
         finally:

@@ -25,3 +25,4 @@ class BrokerConfig:
     max_channel_consumers: int = 0  # 0: unlimited
     version: str = "1.3.0"
     max_segment_fds: int = 0  # descriptors of open segment files kept at most (0: no bound)
+    max_disk_usage_percent: int = 95  # past it, publishes are refused (E_FAILED_ON_NOT_WRITABLE)
