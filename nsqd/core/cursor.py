@@ -73,6 +73,9 @@ class PartitionCursor:
         self.confirmed = start
         self.next_read = start
         self.acked: set[int] = {o for o in acked if o >= start}
+        #: offsets ``[start, end)`` the log no longer has (skipped as corrupt), by start:
+        #: ``confirmed`` steps over them as over FINed offsets
+        self._holes: dict[int, int] = {}
         self._advance_confirmed()
         self.in_flight: dict[int, Message] = {}
         self.deferred: SortedKeyList[Message, tuple[int, int]] = SortedKeyList(key=_due)
@@ -124,10 +127,15 @@ class PartitionCursor:
             if not records:
                 break
             used = 0
+            expected = self.next_read
             for record in records:
                 if len(out) >= max_messages or taken >= limit:
                     break
                 used += 1
+                if record.offset != expected:  # offsets lost to damage: nothing to FIN there
+                    self._holes[expected] = record.offset
+                    self._advance_confirmed()
+                expected = record.offset + 1
                 if record.offset in self.acked:
                     continue
                 message = Message(self.partition, record)
@@ -254,10 +262,15 @@ class PartitionCursor:
     # ------------------------------------------------------------------ bookkeeping
 
     def _advance_confirmed(self) -> None:
-        acked = self.acked
-        while self.confirmed in acked:
-            acked.discard(self.confirmed)
-            self.confirmed += 1
+        acked, holes = self.acked, self._holes
+        while True:
+            if self.confirmed in acked:
+                acked.discard(self.confirmed)
+                self.confirmed += 1
+            elif self.confirmed in holes:
+                self.confirmed = holes.pop(self.confirmed)
+            else:
+                return
 
     def seek(self, offset: int) -> list[object]:
         """Move the cursor to ``offset`` (replay, or skip ahead): everything in flight, deferred
@@ -269,6 +282,7 @@ class PartitionCursor:
         self.ready.clear()
         self._timeouts.clear()
         self.acked.clear()
+        self._holes.clear()
         self.confirmed = self.next_read = offset
         return owners
 

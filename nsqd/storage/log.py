@@ -21,6 +21,7 @@ from typing import Final, final
 
 from .cache import RECORD_OVERHEAD, CacheBudget, record_cost
 from .checkpoint import fsync_directory
+from .corruption import SkippedRegions
 from .errors import LogClosedError, OffsetOutOfRangeError, StorageError
 from .handles import HandleCache
 from .record import HEADER_SIZE, NewRecord, Record, encode_record_parts, make_record
@@ -90,7 +91,13 @@ class PartitionLog:
         is the process's bound on open segment files (default: a private unbounded one).
         """
         log = logger or _DEFAULT_LOGGER
-        env = SegmentEnv(index_interval_bytes, log, handles or HandleCache(), threading.Lock())
+        env = SegmentEnv(
+            index_interval_bytes,
+            log,
+            handles or HandleCache(),
+            threading.Lock(),
+            SkippedRegions(log, partition),
+        )
         with env.owner:  # the segments are registered with the cache: evictable only once open
             budget = cache if cache is not None else CacheBudget()
             return cls._open(directory, partition, env, max_bytes_per_file, budget)
@@ -139,6 +146,11 @@ class PartitionLog:
     def end_offset(self) -> int:
         """Offset the next append gets."""
         return self._end
+
+    @property
+    def skipped(self) -> SkippedRegions:
+        """Damaged regions of sealed segments that reads stepped over (counts for metrics)."""
+        return self._env.skipped
 
     @property
     def size_bytes(self) -> int:
@@ -236,16 +248,23 @@ class PartitionLog:
                     f"of partition {self.partition}"
                 )
             stop = min(self._end, offset + max(max_records, 0))
-            first, cached = self._cache.read(offset, stop)
-            if first == offset:
-                return cached
-            try:
-                out = self._read_disk(offset, min(stop, first), max_bytes)
-            except OSError as exc:
-                raise StorageError(f"read from {self.directory} failed: {exc}") from exc
-            if out and out[-1].offset + 1 == first:
-                out.extend(cached)
-            return out
+            while True:
+                first, cached = self._cache.read(offset, stop)
+                if first == offset:
+                    return cached
+                try:
+                    out = self._read_disk(offset, min(stop, first), max_bytes)
+                except OSError as exc:
+                    raise StorageError(f"read from {self.directory} failed: {exc}") from exc
+                if out:
+                    if out[-1].offset + 1 == first:
+                        out.extend(cached)
+                    return out
+                if first < stop:
+                    return cached
+                # all of [offset, stop) was lost to damage (reported): look past it, so a
+                # reader never gets [] below end_offset
+                offset, stop = stop, min(self._end, 2 * stop - offset)
 
     def _read_disk(self, start: int, stop: int, max_bytes: int | None) -> list[Record]:
         segments = self._segments

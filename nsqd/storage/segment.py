@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Final, final
 
 from .checkpoint import atomic_write, read_all, write_all
+from .corruption import SkippedRegions, resync
 from .errors import CorruptRecordError
 from .handles import HandleCache
 from .index import ENTRY_SIZE, INDEX_ENTRY, SparseIndex
@@ -58,6 +59,7 @@ class SegmentEnv:
     logger: logging.Logger
     handles: HandleCache
     owner: threading.Lock
+    skipped: SkippedRegions  # damaged regions of sealed segments that reads stepped over
 
 
 @final
@@ -373,20 +375,53 @@ class Segment:
             return out
         budget = -1 if max_bytes is None else max_bytes
         with self._reader() as fd:
-            for _pos, _size, record in self._records_from(fd, start):
-                if record.offset >= start:
-                    out.append(record)
-                    if record.offset + 1 >= stop:
-                        return out
-                    if budget >= 0:
-                        budget -= len(record.body)
-                        if budget <= 0:
-                            return out
+            records = self._records_from(fd, start)
+            while True:
+                try:
+                    for _pos, _size, record in records:
+                        if record.offset >= start:
+                            out.append(record)
+                            if record.offset + 1 >= stop:
+                                return out
+                            if budget >= 0:
+                                budget -= len(record.body)
+                                if budget <= 0:
+                                    return out
+                except CorruptRecordError as exc:
+                    if self.active or exc.position is None or exc.offset is None:
+                        raise
+                    resumed = self._skip_damage(fd, exc.position, exc.offset, stop)
+                    if resumed is None or resumed[1] >= stop:
+                        return out  # the rest of [start, stop) is lost
+                    records = scan(
+                        fd,
+                        self.log_path.name,
+                        position=resumed[0],
+                        limit=self.size,
+                        offset=resumed[1],
+                    )
+                    continue
+                break
         raise CorruptRecordError(
             f"{self.log_path.name}: ends at offset {start + len(out)}, expected {stop}",
             position=self.size,
             offset=start + len(out),
         )
+
+    def _skip_damage(
+        self, fd: int, position: int, offset: int, stop: int
+    ) -> tuple[int, int] | None:
+        """Past a damaged record of a sealed segment: ``(position, offset)`` of the next intact
+        one (None: nothing intact follows), the skipped region reported once."""
+        read_at = functools.partial(os.pread, fd)
+        found = resync(
+            read_at, self.index, self.base_offset, position=position, offset=offset, limit=self.size
+        )
+        end_position, resumed = found if found is not None else (self.size, stop)
+        self._env.skipped.note(
+            self.log_path.name, position, offset, max(resumed, offset + 1), end_position - position
+        )
+        return found
 
     def find_timestamp(self, timestamp_ns: int, end_offset: int) -> int:
         """First offset in this segment whose timestamp is ``>= timestamp_ns``, else

@@ -13,7 +13,6 @@ import pytest
 
 from nsqd.storage import (
     CacheBudget,
-    CorruptRecordError,
     LogClosedError,
     NewRecord,
     OffsetOutOfRangeError,
@@ -303,7 +302,7 @@ def test_torn_tail_is_truncated_and_reported(
     assert last.stat().st_size == 70
 
 
-def test_corrupt_sealed_segment_raises_on_read(
+def test_corrupt_record_in_a_sealed_segment_is_skipped_on_read(
     open_log: Callable[..., PartitionLog], tmp_path: Path
 ) -> None:
     log = open_log(max_bytes_per_file=350, cache=CacheBudget(0))
@@ -316,9 +315,9 @@ def test_corrupt_sealed_segment_raises_on_read(
     log = open_log(max_bytes_per_file=350, cache=CacheBudget(0))
     assert log.end_offset == 12  # sealed segments are not scanned on open
     assert log.read(0, 3) == written[:3]
-    with pytest.raises(CorruptRecordError, match="CRC") as info:
-        log.read(2, 5)
-    assert (info.value.position, info.value.offset) == (210, 3)
+    assert log.read(2, 5) == [written[2], written[4]]  # record 3 is lost, the rest delivered
+    assert (log.skipped.records, log.skipped.bytes) == (1, 70)
+    assert log.read(3, 1) == [written[4]]  # a read inside the damage starts after it
     assert log.read(5, 100) == written[5:]
 
 

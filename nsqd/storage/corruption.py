@@ -1,0 +1,121 @@
+"""Reading past damage in a sealed segment: find the next intact record, report what was skipped.
+
+A record that fails its checks (length, CRC-32C, offset sequence) in the middle of a sealed
+segment must not make the rest of the partition unreadable. :func:`resync` finds the first
+intact record after the damage: the index entries after it bound the search (an entry whose
+record decodes is a resync point), and the bytes before that bound are searched for the offset
+field of each offset that can follow (``bytes.find``, no per-byte Python loop). Records between
+the damage and that point are lost; :class:`SkippedRegions` logs each region once at ERROR and
+counts records and bytes for ``/stats`` and ``/metrics``.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+import threading
+from collections.abc import Callable
+from typing import Final
+
+from .errors import CorruptRecordError
+from .index import SparseIndex
+from .record import HEADER_SIZE, LENGTH_SIZE, Record, decode_record, peek_size
+
+__all__ = ["SkippedRegions", "resync"]
+
+_OFFSET: Final = struct.Struct(">Q")  # the record's offset field, 8 bytes into the record
+_OFFSET_AT: Final = 2 * LENGTH_SIZE  # after the length and CRC fields
+_MAX_WINDOW: Final = 64 * 1024 * 1024  # bytes searched without an index bound (then: lost)
+_MAX_CANDIDATES: Final = 4096  # offsets tried after the damage without an index bound
+
+ReadAt = Callable[[int, int], bytes]  # read_at(size, position) -> up to size bytes
+
+
+def _decode_at(read_at: ReadAt, position: int, limit: int) -> Record | None:
+    """The intact record at ``position`` (wholly before ``limit``), else None."""
+    head = read_at(HEADER_SIZE, position)
+    if len(head) < HEADER_SIZE:
+        return None
+    try:
+        size = peek_size(head, 0)
+    except CorruptRecordError:
+        return None
+    if position + size > limit:
+        return None
+    data = read_at(size, position)
+    if len(data) < size:
+        return None
+    try:
+        return decode_record(data, 0)
+    except CorruptRecordError:
+        return None
+
+
+def resync(
+    read_at: ReadAt,
+    index: SparseIndex,
+    base_offset: int,
+    *,
+    position: int,
+    offset: int,
+    limit: int,
+) -> tuple[int, int] | None:
+    """``(position, offset)`` of the first intact record after damage at byte ``position``
+    where ``offset`` was expected; None when nothing intact follows before ``limit``."""
+    bound: tuple[int, int] | None = None
+    for i in range(len(index)):
+        rel, pos, _ts = index.entry(i)
+        if pos <= position or base_offset + rel < offset:
+            continue
+        record = _decode_at(read_at, pos, limit)
+        if record is not None and record.offset == base_offset + rel:
+            bound = (pos, record.offset)
+            break
+    end = bound[0] if bound is not None else min(limit, position + 1 + _MAX_WINDOW)
+    window = read_at(end - position - 1, position + 1)
+    candidates = (bound[1] - offset) if bound is not None else _MAX_CANDIDATES
+    best: tuple[int, int] | None = None
+    for wanted in range(offset, offset + candidates):
+        needle = _OFFSET.pack(wanted)
+        at = window.find(needle, _OFFSET_AT)
+        while at >= 0:
+            start = position + 1 + at - _OFFSET_AT
+            if best is not None and start >= best[0]:
+                break
+            record = _decode_at(read_at, start, limit)
+            if record is not None and record.offset == wanted:
+                best = (start, wanted)
+                break
+            at = window.find(needle, at + 1)
+    return best or bound
+
+
+class SkippedRegions:
+    """What reads of one partition log skipped: each region logged once, totals counted."""
+
+    def __init__(self, logger: logging.Logger, partition: int) -> None:
+        self._logger = logger
+        self._partition = partition
+        self._seen: set[tuple[str, int]] = set()
+        self._lock = threading.Lock()
+        self.records = 0  # offsets lost to damage, over the life of the process
+        self.bytes = 0  # bytes of segment files skipped with them
+
+    def note(self, segment: str, position: int, first: int, resumed: int, nbytes: int) -> None:
+        """Offsets ``[first, resumed)`` (``nbytes`` bytes from ``position``) were unreadable."""
+        with self._lock:
+            if (segment, position) in self._seen:
+                return
+            self._seen.add((segment, position))
+            self.records += resumed - first
+            self.bytes += nbytes
+        self._logger.error(
+            "partition %d: skipped corrupt records at offsets %d-%d (%d bytes at byte %d of "
+            "segment %s); delivering the records after them",
+            self._partition,
+            first,
+            resumed - 1,
+            nbytes,
+            position,
+            segment,
+        )
