@@ -248,7 +248,7 @@ class PartitionLog:
                     f"of partition {self.partition}"
                 )
             stop = min(self._end, offset + max(max_records, 0))
-            while True:
+            while offset < stop:
                 first, cached = self._cache.read(offset, stop)
                 if first == offset:
                     return cached
@@ -265,6 +265,7 @@ class PartitionLog:
                 # all of [offset, stop) was lost to damage (reported): look past it, so a
                 # reader never gets [] below end_offset
                 offset, stop = stop, min(self._end, 2 * stop - offset)
+            return []
 
     def _read_disk(self, start: int, stop: int, max_bytes: int | None) -> list[Record]:
         segments = self._segments

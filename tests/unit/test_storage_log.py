@@ -315,7 +315,7 @@ def test_corrupt_record_in_a_sealed_segment_is_skipped_on_read(
     log = open_log(max_bytes_per_file=350, cache=CacheBudget(0))
     assert log.end_offset == 12  # sealed segments are not scanned on open
     assert log.read(0, 3) == written[:3]
-    assert log.read(2, 5) == [written[2], written[4]]  # record 3 is lost, the rest delivered
+    assert log.read(2, 5) == [written[2], *written[4:7]]  # record 3 is lost, the rest delivered
     assert (log.skipped.records, log.skipped.bytes) == (1, 70)
     assert log.read(3, 1) == [written[4]]  # a read inside the damage starts after it
     assert log.read(5, 100) == written[5:]
