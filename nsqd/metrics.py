@@ -20,6 +20,9 @@ and renders it, so the two always agree:
   ``pnsq_fsync_latency_seconds`` (one partition fsync); ``pnsq_segment_fds`` (descriptors held
   by open segment files), ``pnsq_segment_fds_max`` (``--max-segment-fds`` in force) and
   ``pnsq_segment_fd_evictions_total`` (idle segment files closed to stay under it);
+  ``pnsq_disk_usage_ratio`` (used share of the data path's file system, 0..1, at the last
+  check), ``pnsq_disk_usage_max_ratio`` (``--max-disk-usage-percent`` / 100) and
+  ``pnsq_disk_writable`` (0 while publishes are refused for disk space);
 * the client library's process and Python GC collectors.
 """
 
@@ -39,6 +42,7 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
 from .broker import Broker
+from .broker.diskguard import DiskGuard
 from .stats import GC_PAUSES, Json, SessionLike, StatsQuery, pub_counts, stats_document
 from .storage.handles import HandleCache
 
@@ -185,6 +189,31 @@ class SegmentFilesCollector(Collector):
         )
 
 
+class DiskCollector(Collector):
+    """The disk high-water mark (:class:`~nsqd.broker.diskguard.DiskGuard`)."""
+
+    def __init__(self, disk: DiskGuard) -> None:
+        self.disk = disk
+
+    def collect(self) -> Iterator[Metric]:
+        disk = self.disk
+        yield GaugeMetricFamily(
+            "pnsq_disk_usage_ratio",
+            "Used share of the data path's file system at the last check",
+            value=disk.percent / 100,
+        )
+        yield GaugeMetricFamily(
+            "pnsq_disk_usage_max_ratio",
+            "Disk usage past which publishes are refused (--max-disk-usage-percent / 100)",
+            value=disk.max_percent / 100,
+        )
+        yield GaugeMetricFamily(
+            "pnsq_disk_writable",
+            "1 while publishes are accepted, 0 while refused for disk space",
+            value=int(disk.reason is None),
+        )
+
+
 class Metrics:
     """The metrics of one nsqd: a private registry, the latency histograms (installed on the
     broker as its observers) and the collector over /stats."""
@@ -214,6 +243,7 @@ class Metrics:
 
         self.registry.register(NsqCollector(snapshot, sessions))
         self.registry.register(SegmentFilesCollector(broker.handles))
+        self.registry.register(DiskCollector(broker.disk))
         GC_PAUSES.install()  # /stats' gc_pause_usec_* from now on
         for standard in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
             self.registry.register(standard)

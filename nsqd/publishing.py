@@ -54,7 +54,11 @@ class Publisher:
                 self.pub_counts[topic] = self.pub_counts.get(topic, 0) + len(entries)
         except HANDLED_ERRORS as exc:
             self.output.append(frames.OK * acked)
-            raise client_error_for(exc, "PUB", ErrorCode.PUB_FAILED) from exc
+            error = client_error_for(exc, "PUB", ErrorCode.PUB_FAILED)
+            if not error.fatal:  # the connection stays, so every PUB not stored gets its reply
+                unanswered = sum(len(entries) for _, entries in gathered) - acked
+                self.output.append(frames.encode_error(error.text) * (unanswered - 1))
+            raise error from exc
         if self.broker.durable_acks:
             await self.broker.wait_durable()
         self.output.append(frames.OK * acked)

@@ -60,6 +60,12 @@ def _ping(daemon: Daemon) -> tuple[int, bytes]:
         return error.code, error.read()
 
 
+def _get(daemon: Daemon, path: str) -> bytes:
+    with urllib.request.urlopen(f"http://{daemon.http_address}{path}", timeout=5) as reply:
+        body: bytes = reply.read()
+        return body
+
+
 def _http_pub(daemon: Daemon, body: bytes) -> tuple[int, bytes]:
     request = urllib.request.Request(
         f"http://{daemon.http_address}/pub?topic=full", data=body, method="POST"
@@ -113,6 +119,11 @@ def test_past_the_mark_writes_are_refused_and_resume_by_themselves(small_disk: P
         assert _usage(small_disk) < 95  # refused at the mark, not when the disk was full
         client.send(Nop(), Pub("full", b"still refused"))  # non-fatal: the connection stays
         assert client.read().data == REFUSED
+        client.send(Pub("full", b"1"), Pub("full", b"2"), Pub("full", b"3"))  # one group commit
+        assert [client.read().data for _ in range(3)] == [REFUSED] * 3  # one reply per PUB
+        metrics = _get(daemon, "/metrics").decode()
+        assert "pnsq_disk_writable 0.0" in metrics
+        assert f"pnsq_disk_usage_max_ratio {MARK / 100}" in metrics
         assert _http_pub(daemon, b"http") == (400, b'{"message":"E_FAILED_ON_NOT_WRITABLE"}')
         status, text = _ping(daemon)
         assert status == 500
