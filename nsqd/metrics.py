@@ -23,6 +23,8 @@ and renders it, so the two always agree:
   ``pnsq_disk_usage_ratio`` (used share of the data path's file system, 0..1, at the last
   check), ``pnsq_disk_usage_max_ratio`` (``--max-disk-usage-percent`` / 100) and
   ``pnsq_disk_writable`` (0 while publishes are refused for disk space);
+  ``pnsq_corrupt_skipped_records_total`` and ``pnsq_corrupt_skipped_bytes_total`` per topic and
+  partition (damaged records in sealed segments that reads skipped, since the process started);
 * the client library's process and Python GC collectors.
 """
 
@@ -45,6 +47,7 @@ from .broker import Broker
 from .broker.diskguard import DiskGuard
 from .stats import GC_PAUSES, Json, SessionLike, StatsQuery, pub_counts, stats_document
 from .storage.handles import HandleCache
+from .storage.log import PartitionLog
 
 PUBLISH_BUCKETS = (
     0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
@@ -214,6 +217,35 @@ class DiskCollector(Collector):
         )
 
 
+class CorruptionCollector(Collector):
+    """Records that reads skipped because their bytes on disk were damaged, per partition."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    def collect(self) -> Iterator[Metric]:
+        labels = ["topic", "partition"]
+        records = CounterMetricFamily(
+            "pnsq_corrupt_skipped_records",
+            "Offsets lost to damaged bytes in sealed segments (skipped on read)",
+            labels=labels,
+        )
+        nbytes = CounterMetricFamily(
+            "pnsq_corrupt_skipped_bytes",
+            "Bytes of sealed segments skipped with the damaged records",
+            labels=labels,
+        )
+        for topic in list(self.broker.topics.values()):
+            for partition in topic.partitions:
+                if isinstance(partition.log, PartitionLog):
+                    skipped = partition.log.skipped
+                    values = [topic.name, str(partition.number)]
+                    records.add_metric(values, skipped.records)
+                    nbytes.add_metric(values, skipped.bytes)
+        yield records
+        yield nbytes
+
+
 class Metrics:
     """The metrics of one nsqd: a private registry, the latency histograms (installed on the
     broker as its observers) and the collector over /stats."""
@@ -244,6 +276,7 @@ class Metrics:
         self.registry.register(NsqCollector(snapshot, sessions))
         self.registry.register(SegmentFilesCollector(broker.handles))
         self.registry.register(DiskCollector(broker.disk))
+        self.registry.register(CorruptionCollector(broker))
         GC_PAUSES.install()  # /stats' gc_pause_usec_* from now on
         for standard in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
             self.registry.register(standard)

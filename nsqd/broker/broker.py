@@ -34,7 +34,7 @@ from ..core.errors import (
     TopicNotFoundError,
 )
 from ..storage.cache import CacheBudget
-from ..storage.checkpoint import write_json
+from ..storage.checkpoint import write_checkpoint
 from ..storage.disk import is_out_of_space
 from ..storage.errors import StorageError
 from ..storage.handles import HandleCache
@@ -50,6 +50,7 @@ from .persistence import (
     METADATA_FILE,
     STATE_FILE,
     SyncSchedule,
+    file_stamp,
     load_state,
     metadata_document,
     partition_state,
@@ -84,6 +85,7 @@ class Broker:
         self.fsync_latency: Observer = Discard()  # seconds per partition fsync
         #: the bound on open segment files over every partition (--max-segment-fds)
         self.handles = HandleCache(config.max_segment_fds)
+        self._saved_metadata: dict[str, object] | None = None  # the last pnsq.dat written
 
     # ------------------------------------------------------------------ topics
 
@@ -144,7 +146,7 @@ class Broker:
                 cache=self.read_cache,
                 handles=self.handles,
             )
-            state = states.get(number) or load_state(directory)
+            state = states[number] if number in states else load_state(directory, file_stamp())
             start = state.get("topic_start", plog.start_offset)
             assert isinstance(start, int)
             parts.append(Partition(number, plog, directory, start))
@@ -360,22 +362,34 @@ class Broker:
                     if partition.dirty:
                         partition.dirty = False
                         state = partition_state(topic, partition)
-                        await self._disk(write_json, partition.directory / STATE_FILE, state)
+                        if state != partition.saved_state:  # keep .prev an older generation
+                            path = partition.directory / STATE_FILE
+                            if await self._disk(write_checkpoint, path, state):
+                                partition.saved_state = state
+                            else:
+                                partition.dirty = True
             if self.syncs.metadata_dirty:
                 self.syncs.metadata_dirty = False
                 document = metadata_document(list(self.topics.values()), self.config.version)
-                await self._disk(write_json, self.config.data_path / METADATA_FILE, document)
+                if document != self._saved_metadata:
+                    path = self.config.data_path / METADATA_FILE
+                    if await self._disk(write_checkpoint, path, document):
+                        self._saved_metadata = document
+                    else:
+                        self.syncs.metadata_dirty = True
         self.syncs.end(generation)
 
-    async def _disk(self, fn: Callable[..., None], *args: object) -> None:
-        """Run blocking file I/O in a worker thread; a failure marks the broker unhealthy."""
+    async def _disk(self, fn: Callable[..., None], *args: object) -> bool:
+        """Run blocking file I/O in a worker thread; a failure marks the broker unhealthy (and
+        is retried at the next sync). Returns whether it succeeded."""
         try:
             await trio.to_thread.run_sync(fn, *args)
         except (StorageError, OSError) as exc:
             self.health_error = f"{type(exc).__name__}: {exc}"
             log.error("disk error: %s", self.health_error)
-        else:
-            self.health_error = None
+            return False
+        self.health_error = None
+        return True
 
     async def run_syncer(self) -> None:
         """Sync every ``--sync-timeout``, or at once when ``--sync-every`` records are pending."""

@@ -33,5 +33,6 @@ class Partition:
         self.topic_start = topic_start
         self.unsynced = 0  # records appended since the last fsync
         self.dirty = True  # cursors changed since the last checkpoint
+        self.saved_state: dict[str, object] | None = None  # the last checkpoint written
         self.message_count = 0  # records appended by this process (stats)
         self.message_bytes = 0

@@ -3,23 +3,30 @@
 * ``pnsq.dat``: topics (partitions, paused, youzan's ordered and ext flags) and their channels
   (paused, ordered), one JSON document per node;
 * ``state.json`` per partition: channel cursors and where a topic's first channel starts;
+* both are checkpoints that keep their previous generation: a damaged one is moved aside at
+  start and the previous one used, else a channel resumes at the earliest retained offset
+  (at-least-once: a damaged checkpoint redelivers, it never skips to the tail);
 * :class:`SyncSchedule`: publishers that need a durable ack wait for one fsync generation that
   started after their append; every waiter of that moment shares it (group commit).
 """
 
 from __future__ import annotations
 
+import logging
+import time
 from pathlib import Path
 
 import trio
 
-from ..storage.checkpoint import read_json
+from ..storage.checkpoint import load_checkpoint
 from .partition import Partition
 from .topic import Topic
 
 METADATA_FILE = "pnsq.dat"
 STATE_FILE = "state.json"
 TOPIC_DIR_PREFIX = "t-"  # topic names may be "." or "..": never use one bare as a path
+
+log = logging.getLogger("nsqd.broker")
 
 
 class SyncSchedule:
@@ -62,14 +69,29 @@ class SyncSchedule:
         done.set()
 
 
+def file_stamp() -> str:
+    """The UTC time in the name of a damaged file moved aside (``...corrupt-<stamp>``)."""
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+
+
 def topic_directory(data_path: Path, name: str) -> Path:
     """Where the partitions of topic ``name`` live."""
     return data_path / "topics" / f"{TOPIC_DIR_PREFIX}{name}"
 
 
-def load_topic_entries(data_path: Path) -> dict[str, dict[str, object]]:
-    """Topics from ``pnsq.dat``, plus topic directories created just before a crash."""
-    meta = read_json(data_path / METADATA_FILE)
+def load_topic_entries(data_path: Path, stamp: str) -> dict[str, dict[str, object]]:
+    """Topics from ``pnsq.dat``, plus topic directories created just before a crash (or all
+    of them, without channel flags, if no generation of ``pnsq.dat`` is readable).
+
+    ``stamp`` names a damaged file moved aside (``pnsq.dat.corrupt-<stamp>``).
+    """
+    meta = load_checkpoint(
+        data_path / METADATA_FILE,
+        valid_metadata,
+        stamp,
+        log,
+        "topics restored from their directories, channels from their cursors",
+    )
     entries: dict[str, dict[str, object]] = {}
     if isinstance(meta, dict):
         for entry in meta.get("topics", []):
@@ -118,9 +140,46 @@ def partition_state(topic: Topic, partition: Partition) -> dict[str, object]:
     return {"topic_start": partition.topic_start, "channels": channels}
 
 
-def load_state(directory: Path | None) -> dict[str, object]:
-    """A partition's ``state.json`` ({} if missing or for in-memory partitions)."""
-    if directory is None:
-        return {}
-    state = read_json(directory / STATE_FILE)
+def load_state(directory: Path, stamp: str) -> dict[str, object]:
+    """A partition's ``state.json``, or its previous generation if it is damaged; ``{}`` if
+    there is none (every channel then starts at the earliest retained offset)."""
+    fallback = "its channels resume at the earliest retained offset"
+    state = load_checkpoint(directory / STATE_FILE, valid_state, stamp, log, fallback)
     return state if isinstance(state, dict) else {}
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def valid_state(value: object) -> bool:
+    """Whether ``value`` has the shape :func:`partition_state` writes."""
+    if not isinstance(value, dict) or not _is_int(value.get("topic_start", 0)):
+        return False
+    channels = value.get("channels", {})
+    if not isinstance(channels, dict):
+        return False
+    for cursor in channels.values():
+        if not isinstance(cursor, dict) or not _is_int(cursor.get("confirmed", 0)):
+            return False
+        acked = cursor.get("acked", [])
+        if not isinstance(acked, list) or not all(_is_int(a) for a in acked):
+            return False
+    return True
+
+
+def valid_metadata(value: object) -> bool:
+    """Whether ``value`` has the shape :func:`metadata_document` writes."""
+    if not isinstance(value, dict) or not isinstance(value.get("topics", []), list):
+        return False
+    for topic in value.get("topics", []):
+        if not isinstance(topic, dict) or not isinstance(topic.get("name"), str):
+            return False
+        if not _is_int(topic.get("partitions", 1)) or topic.get("partitions", 1) < 1:
+            return False
+        channels = topic.get("channels", [])
+        if not isinstance(channels, list):
+            return False
+        if not all(isinstance(c, dict) and isinstance(c.get("name"), str) for c in channels):
+            return False
+    return True

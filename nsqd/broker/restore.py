@@ -12,7 +12,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from .channel import Channel
-from .persistence import load_state, load_topic_entries
+from .persistence import file_stamp, load_state, load_topic_entries, topic_directory
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -22,20 +22,23 @@ log = logging.getLogger("nsqd.broker")
 
 def restore_broker(broker: Broker) -> None:
     """Rebuild ``broker.topics`` (and start the channels' timers)."""
-    entries = load_topic_entries(broker.config.data_path)
+    stamp = file_stamp()
+    data_path = broker.config.data_path
+    entries = load_topic_entries(data_path, stamp)
     for name, entry in entries.items():
         count = entry.get("partitions", 1)
         assert isinstance(count, int)
+        directory = topic_directory(data_path, name)
+        states = {n: load_state(directory / str(n), stamp) for n in range(count)}
         topic = broker.build_topic(
             name,
             count,
-            {},
+            states,
             ordered=bool(entry.get("ordered", False)),
             ext=bool(entry.get("ext", False)),
         )
         topic.paused = bool(entry.get("paused", False))
         broker.topics[name] = topic
-        states = {p.number: load_state(p.directory) for p in topic.partitions if p.directory}
         channel_entries = entry.get("channels", [])
         assert isinstance(channel_entries, list)
         flags = {
@@ -56,9 +59,10 @@ def restore_broker(broker: Broker) -> None:
                 assert isinstance(saved, dict)
                 cursor = saved.get(channel_name, {})
                 confirmed = int(cursor.get("confirmed", partition.topic_start))
-                start = max(confirmed, partition.log.start_offset)
-                acked = list(cursor.get("acked", []))
-                channel.add_partition(partition, start, acked, partition.log.end_offset)
+                end = partition.log.end_offset  # a checkpoint past a truncated tail: the tail
+                start = min(max(confirmed, partition.log.start_offset), end)
+                acked = [a for a in cursor.get("acked", []) if start <= a < end]
+                channel.add_partition(partition, start, acked, end)
             topic.channels[channel_name] = channel
             broker.start_timer(channel)
         log.info("TOPIC(%s): restored, %d channel(s)", name, len(topic.channels))

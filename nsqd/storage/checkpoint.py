@@ -2,13 +2,20 @@
 
 :func:`atomic_write` is the only way this project writes metadata: the new content is complete
 and durable on return, and a crash at any moment leaves either the old or the new file.
+Checkpoints (:func:`write_checkpoint`) also keep the generation they replace as
+``<name>.prev``, so :func:`load_checkpoint` can fall back on it when the newest one is damaged
+(a bad disk block, an operator's editor): the damaged file is moved aside, never deleted, and
+never stops the daemon from starting.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
@@ -45,12 +52,14 @@ def fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, data: bytes) -> None:
+def atomic_write(path: Path, data: bytes, *, keep_previous: bool = False) -> None:
     """Replace ``path`` with ``data``; durable on return.
 
     Writes a temporary file in the same directory, fsyncs it, renames it over ``path`` and
     fsyncs the directory. On failure the temporary file is removed and :class:`StorageError`
-    raised; ``path`` then holds its old content (or nothing, if it did not exist).
+    raised; ``path`` then holds its old content (or nothing, if it did not exist). With
+    ``keep_previous`` the old content is first renamed to :func:`previous_path` (a crash
+    between the two renames leaves only that one, which :func:`load_checkpoint` reads).
     """
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
@@ -60,6 +69,9 @@ def atomic_write(path: Path, data: bytes) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
+        if keep_previous:
+            with contextlib.suppress(FileNotFoundError):  # the first generation
+                path.replace(previous_path(path))
         tmp.replace(path)
         fsync_directory(path.parent)
     except OSError as exc:
@@ -89,3 +101,55 @@ def read_json(path: Path) -> object | None:
 def write_json(path: Path, value: object) -> None:
     """:func:`atomic_write` ``value`` as compact JSON; durable on return."""
     atomic_write(path, json.dumps(value, separators=(",", ":")).encode())
+
+
+def previous_path(path: Path) -> Path:
+    """Where :func:`write_checkpoint` keeps the generation it replaced."""
+    return path.with_name(path.name + ".prev")
+
+
+def write_checkpoint(path: Path, value: object) -> None:
+    """:func:`write_json` that keeps the replaced generation at :func:`previous_path`."""
+    data = json.dumps(value, separators=(",", ":")).encode()
+    atomic_write(path, data, keep_previous=True)
+
+
+def load_checkpoint(
+    path: Path,
+    valid: Callable[[object], bool],
+    stamp: str,
+    logger: logging.Logger,
+    fallback: str,
+) -> object | None:
+    """The newest good generation of the checkpoint at ``path``; None if there is none.
+
+    A generation that cannot be read, is not JSON or fails ``valid`` is renamed to
+    ``<name>.corrupt-<stamp>`` with an ERROR on ``logger``, and the previous generation is
+    tried; falling back on it is logged at WARNING. If every generation was damaged, an ERROR
+    says so and what happens instead (``fallback``). Raises :class:`StorageError` only if a
+    damaged file cannot even be moved aside.
+    """
+    damaged = False
+    for candidate in (path, previous_path(path)):
+        try:
+            value = read_json(candidate)
+        except StorageError as exc:
+            problem = str(exc)
+        else:
+            if value is None:
+                continue
+            if valid(value):
+                if candidate != path:
+                    logger.warning("%s: using the previous checkpoint %s", path, candidate.name)
+                return value
+            problem = f"{candidate} does not hold a valid checkpoint"
+        aside = candidate.with_name(f"{candidate.name}.corrupt-{stamp}")
+        try:
+            candidate.replace(aside)
+        except OSError as exc:
+            raise StorageError(f"{problem}; cannot move it aside: {exc}") from exc
+        logger.error("%s; moved it aside to %s", problem, aside.name)
+        damaged = True
+    if damaged:
+        logger.error("%s: no good checkpoint left; %s", path, fallback)
+    return None

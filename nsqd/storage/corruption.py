@@ -93,9 +93,10 @@ def resync(
 class SkippedRegions:
     """What reads of one partition log skipped: each region logged once, totals counted."""
 
-    def __init__(self, logger: logging.Logger, partition: int) -> None:
+    def __init__(self, logger: logging.Logger, partition: int, directory: str) -> None:
         self._logger = logger
         self._partition = partition
+        self._directory = directory
         self._seen: set[tuple[str, int]] = set()
         self._lock = threading.Lock()
         self.records = 0  # offsets lost to damage, over the life of the process
@@ -111,11 +112,12 @@ class SkippedRegions:
             self.bytes += nbytes
         self._logger.error(
             "partition %d: skipped corrupt records at offsets %d-%d (%d bytes at byte %d of "
-            "segment %s); delivering the records after them",
+            "segment %s in %s); delivering the records after them",
             self._partition,
             first,
             resumed - 1,
             nbytes,
             position,
             segment,
+            self._directory,
         )

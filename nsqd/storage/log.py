@@ -96,7 +96,7 @@ class PartitionLog:
             log,
             handles or HandleCache(),
             threading.Lock(),
-            SkippedRegions(log, partition),
+            SkippedRegions(log, partition, str(directory)),
         )
         with env.owner:  # the segments are registered with the cache: evictable only once open
             budget = cache if cache is not None else CacheBudget()

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
 import pytest
 
 from nsqd.storage import StorageError, atomic_write, read_json, write_json
+from nsqd.storage.checkpoint import load_checkpoint, previous_path, write_checkpoint
 
 
 def test_atomic_write_replaces_content_and_leaves_no_tmp(tmp_path: Path) -> None:
@@ -63,3 +65,63 @@ def test_invalid_json_is_a_storage_error(tmp_path: Path) -> None:
     path.write_bytes(b"{not json")
     with pytest.raises(StorageError, match="not valid JSON"):
         read_json(path)
+
+
+def _valid(value: object) -> bool:
+    return isinstance(value, dict) and isinstance(value.get("n"), int)
+
+
+_LOG = logging.getLogger("test.checkpoint")
+
+
+def test_a_checkpoint_keeps_the_generation_it_replaces(tmp_path: Path) -> None:
+    path = tmp_path / "state.json"
+    write_checkpoint(path, {"n": 1})
+    assert not previous_path(path).exists()
+    write_checkpoint(path, {"n": 2})
+    write_checkpoint(path, {"n": 3})
+    assert read_json(path) == {"n": 3}
+    assert read_json(previous_path(path)) == {"n": 2}
+    assert load_checkpoint(path, _valid, "T", _LOG, "fallback") == {"n": 3}
+
+
+@pytest.mark.parametrize(
+    "garbage", [b"", b"{", b"\x00" * 10, b"[1, 2]", b'{"n": "one"}', b"\xff\xfe"]
+)
+def test_a_damaged_checkpoint_is_moved_aside_and_the_previous_one_used(
+    tmp_path: Path, garbage: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "state.json"
+    write_checkpoint(path, {"n": 1})
+    write_checkpoint(path, {"n": 2})
+    path.write_bytes(garbage)
+    assert load_checkpoint(path, _valid, "STAMP", _LOG, "fallback") == {"n": 1}
+    assert (tmp_path / "state.json.corrupt-STAMP").read_bytes() == garbage
+    assert not path.exists()
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("moved it aside to state.json.corrupt-STAMP" in m for m in messages)
+    assert any("using the previous checkpoint state.json.prev" in m for m in messages)
+    write_checkpoint(path, {"n": 3})  # the next write keeps the good previous generation
+    assert read_json(previous_path(path)) == {"n": 1}
+
+
+def test_with_no_good_generation_the_fallback_is_logged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "pnsq.dat"
+    path.write_bytes(b"garbage")
+    previous_path(path).write_bytes(b"{}")
+    assert load_checkpoint(path, _valid, "S", _LOG, "starting empty") is None
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "pnsq.dat.corrupt-S",
+        "pnsq.dat.prev.corrupt-S",
+    ]
+    assert "pnsq.dat: no good checkpoint left; starting empty" in caplog.text
+    assert load_checkpoint(path, _valid, "S", _LOG, "starting empty") is None  # missing: quiet
+
+
+def test_a_crash_between_the_two_renames_leaves_the_previous_generation(tmp_path: Path) -> None:
+    path = tmp_path / "state.json"
+    write_checkpoint(path, {"n": 1})
+    path.replace(previous_path(path))  # what a crash right after the first rename leaves
+    assert load_checkpoint(path, _valid, "S", _LOG, "fallback") == {"n": 1}

@@ -1,0 +1,177 @@
+"""Damaged data on a real nsqd: a flipped byte in a sealed segment costs that record only (logged,
+counted in /metrics, the consumer's session stays open), and a damaged channel checkpoint never
+stops nsqd from starting: it is moved aside and the channel resumes from the previous checkpoint,
+else from the earliest retained offset (redelivery, never a skip to the tail)."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from protocol import Fin, Pub, Rdy, Sub
+from tests.daemons import Daemon, pnsq_nsqd
+from tests.rawclient import RawClient
+
+pytestmark = pytest.mark.integration
+
+COUNT = 60
+BODY = 2000
+
+
+def _body(i: int) -> bytes:
+    return b"msg-%05d-" % i + b"x" * (BODY - 10)
+
+
+def _publish(daemon: Daemon, count: int) -> None:
+    client = RawClient(daemon.tcp_address)
+    for i in range(count):
+        client.send(Pub("t", _body(i)))
+        assert client.read().data == b"OK"
+    client.close()
+
+
+def _consume(client: RawClient, count: int, fin: bool = True) -> list[int]:
+    """The numbers of the next ``count`` messages, FINed in order."""
+    got = []
+    for _ in range(count):
+        frame = client.read(skip_heartbeats=True)
+        assert frame.is_message, frame.data
+        got.append(int(frame.body[4:9]))
+        if fin:
+            client.send(Fin(frame.message_id))
+    return got
+
+
+def _subscribe(daemon: Daemon, rdy: int = 100) -> RawClient:
+    client = RawClient(daemon.tcp_address, timeout=10)
+    client.send(Sub("t", "ch"), Rdy(rdy))
+    assert client.read().data == b"OK"
+    return client
+
+
+def _metrics(daemon: Daemon) -> str:
+    with urllib.request.urlopen(f"http://{daemon.http_address}/metrics", timeout=5) as reply:
+        text: str = reply.read().decode()
+        return text
+
+
+def _state(directory: Path) -> dict[str, object] | None:
+    try:
+        value = json.loads((directory / "state.json").read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+    assert isinstance(value, dict)
+    return value
+
+
+def _confirmed(state: dict[str, object] | None) -> int | None:
+    if state is None:
+        return None
+    channels = state["channels"]
+    assert isinstance(channels, dict)
+    cursor = channels.get("ch", {})
+    confirmed = cursor.get("confirmed")
+    assert confirmed is None or isinstance(confirmed, int)
+    return confirmed
+
+
+def _wait_checkpoint(directory: Path, confirmed: int) -> None:
+    deadline = time.monotonic() + 10
+    while _confirmed(_state(directory)) != confirmed:
+        assert time.monotonic() < deadline, _state(directory)
+        time.sleep(0.02)
+
+
+def test_a_flipped_byte_in_a_sealed_segment_loses_that_record_only(tmp_path: Path) -> None:
+    daemon = pnsq_nsqd(tmp_path, "--max-bytes-per-file=20000").start()
+    try:
+        _publish(daemon, COUNT)
+        daemon.stop()
+        segments = sorted((tmp_path / "topics" / "t-t" / "0").glob("*.log"))
+        assert len(segments) > 3
+        sealed = segments[1]
+        data = bytearray(sealed.read_bytes())
+        at = data.find(b"msg-")
+        at = data.find(b"msg-", at + 1)  # the second record of the segment
+        victim = int(data[at + 4 : at + 9])
+        data[at + BODY // 2] ^= 0x01  # one bit, in the body's middle
+        sealed.write_bytes(bytes(data))
+
+        daemon.start()
+        client = _subscribe(daemon)
+        got = _consume(client, COUNT - 1)
+        assert got == [i for i in range(COUNT) if i != victim]  # in order, one lost
+        client.send(Rdy(1))  # the session is still open and serving
+        _publish(daemon, 1)
+        assert _consume(client, 1) == [0]
+        log = daemon.log_text()
+        assert f"skipped corrupt records at offsets {victim}-{victim}" in log
+        assert sealed.name in log
+        metrics = _metrics(daemon)
+        assert 'pnsq_corrupt_skipped_records_total{partition="0",topic="t"} 1.0' in metrics
+        assert 'pnsq_corrupt_skipped_bytes_total{partition="0",topic="t"} 0.0' not in metrics
+        client.close()
+    finally:
+        daemon.stop()
+
+
+def test_garbage_in_a_channel_checkpoint_resumes_from_the_previous_one(tmp_path: Path) -> None:
+    daemon = pnsq_nsqd(tmp_path, "--sync-timeout=20ms").start()
+    directory = tmp_path / "topics" / "t-t" / "0"
+    try:
+        _publish(daemon, 20)
+        client = _subscribe(daemon, rdy=1)
+        _consume(client, 5)
+        _wait_checkpoint(directory, 5)
+        for _ in range(7):
+            _consume(client, 1)
+            time.sleep(0.03)  # checkpoints in between: the previous generation is not 5
+        _wait_checkpoint(directory, 12)
+        client.close()
+        daemon.stop()
+        previous = json.loads((directory / "state.json.prev").read_text())
+        resume = _confirmed(previous)
+        assert resume is not None
+        assert 5 <= resume < 12  # an older generation than the newest
+        (directory / "state.json").write_bytes(b'{"topic_start":0,"channels":{"ch":{"conf')
+
+        daemon.start()
+        aside = list(directory.glob("state.json.corrupt-*"))
+        assert len(aside) == 1  # moved aside, not deleted
+        assert "moved it aside" in daemon.log_text()
+        client = _subscribe(daemon)
+        assert _consume(client, 20 - resume) == list(range(resume, 20))  # redelivered, not lost
+        client.close()
+    finally:
+        daemon.stop()
+
+
+def test_with_every_checkpoint_damaged_a_channel_starts_at_the_earliest_offset(
+    tmp_path: Path,
+) -> None:
+    daemon = pnsq_nsqd(tmp_path, "--sync-timeout=20ms").start()
+    directory = tmp_path / "topics" / "t-t" / "0"
+    try:
+        _publish(daemon, 10)
+        client = _subscribe(daemon)
+        _consume(client, 10)
+        _wait_checkpoint(directory, 10)
+        client.close()
+        daemon.stop()
+        (directory / "state.json").write_bytes(b"\x00" * 64)
+        (directory / "state.json.prev").write_text('{"channels": {"ch": {"confirmed": "x"}}}')
+        (tmp_path / "pnsq.dat").write_bytes(b"\xff\xfe garbage")
+
+        daemon.start()  # starts anyway
+        log = daemon.log_text()
+        assert "no good checkpoint left; its channels resume at the earliest retained offset" in log
+        assert len(list(tmp_path.glob("pnsq.dat.corrupt-*"))) == 1
+        client = _subscribe(daemon)
+        assert _consume(client, 10) == list(range(10))  # all of it again, never the tail
+        client.close()
+    finally:
+        daemon.stop()
