@@ -15,22 +15,69 @@ And once the client has closed its side, hypercorn still keeps an idle connectio
 without a request, or after a keep-alive response, holds a descriptor for a minute (Go's
 ``net/http`` closes at once). :class:`_SerialTCPServer` closes an idle connection as soon as the
 client's EOF is read, and a busy one as soon as its response is out.
+
+Finally, h11 reads past the end of a request the way Go's ``net/http`` does not. Bytes after a
+request that closes the connection (``Connection: close``, HTTP/1.0) made h11 fail the
+connection and hypercorn answer ``400`` in place of the response of the request it was already
+serving, which had acted (a publish stored, the client told it failed). And the line break a
+client may send after a POST body (RFC 9112, section 2.2: servers should ignore it; Go does)
+got a ``400`` of its own. :class:`_GoReadingConnection` reads like ``net/http``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import h11
 import trio
 from hypercorn.app_wrappers import ASGIWrapper
 from hypercorn.config import Config
 from hypercorn.events import Event, Updated
+from hypercorn.protocol.h11 import H11Protocol
 from hypercorn.trio.tcp_server import TCPServer
 from hypercorn.trio.worker_context import WorkerContext
 
 from .tcp import Handler
 
 __all__ = ["http_handler"]
+
+
+class _GoReadingConnection(h11.Connection):
+    """An h11 server connection that reads requests as Go's ``net/http`` does: up to four CR or
+    LF bytes after a POST are skipped (RFC 9112, section 2.2's tolerance for clients that end
+    a body with a line break), and nothing is read after a request that ends the connection."""
+
+    _done_reading = False
+    _skippable = 0  # CR/LF bytes that may still be skipped before the next request line
+
+    def next_event(self) -> Any:
+        if self._done_reading:
+            return h11.NEED_DATA  # never read: the connection closes after the response
+        if self._skippable and self.their_state is h11.IDLE:
+            self._skip_line_breaks()
+        closing = self.their_state is h11.MUST_CLOSE
+        try:
+            event = super().next_event()
+        except h11.RemoteProtocolError:
+            if not closing:
+                raise
+            # data after a request that ends the connection: Go's net/http leaves it unread
+            # and answers the request; so do we (h11 now refuses to read; the response goes on)
+            self._done_reading = True
+            return h11.NEED_DATA
+        if isinstance(event, h11.Request):
+            self._skippable = 4 if event.method == b"POST" else 0
+        return event
+
+    def _skip_line_breaks(self) -> None:
+        data = self.trailing_data[0][: self._skippable]
+        count = len(data) - len(data.lstrip(b"\r\n"))
+        if count:
+            # h11 0.16 has no public way to drop buffered bytes
+            self._receive_buffer.maybe_extract_at_most(count)
+            self._skippable -= count
+        elif data:
+            self._skippable = 0
 
 
 class _SerialTCPServer(TCPServer):
@@ -46,6 +93,10 @@ class _SerialTCPServer(TCPServer):
         await super().protocol_send(event)
 
     async def _read_data(self) -> None:
+        protocol = self.protocol.protocol
+        if isinstance(protocol, H11Protocol):  # nothing received yet: swap in Go's reading
+            limit = self.config.h11_max_incomplete_size
+            protocol.connection = _GoReadingConnection(h11.SERVER, max_incomplete_event_size=limit)
         await super()._read_data()  # returns on the client's EOF, a reset or a read timeout
         self._client_gone = True
         if self._idle:

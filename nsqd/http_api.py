@@ -28,6 +28,7 @@ from .broker import Broker
 from .core.errors import BadPartitionError, BrokerError, NotWritableError, TopicNotFoundError
 from .http_admin import AdminAPI, topic_arg
 from .http_base import (
+    ClientGone,
     Handler,
     HTTPError,
     Receive,
@@ -159,6 +160,8 @@ class NsqdHTTP:
         except HTTPError as exc:
             await respond_error(send, exc)
             return
+        except ClientGone:
+            return  # nobody to answer, and nothing was done
         await respond(send, 200, reply, nsq_header=path != "/ping")
 
     async def _redirect_slash(self, send: Send, path: str, method: str, raw_query: str) -> bool:

@@ -6,7 +6,9 @@ responder (``nsqd/http_api``'s ``Respond`` as Go's ``net/http`` sends it).
 * a dict or a :class:`JsonValue`: JSON with ``application/json; charset=utf-8``, encoded as
   Go's ``encoding/json`` does (``<``, ``>``, ``&``, U+2028 and U+2029 escaped);
 * :class:`Raw`: a body with its own content type (``/metrics``);
-* :class:`HTTPError`: the status and ``{"message": "<TEXT>"}``.
+* :class:`HTTPError`: the status and ``{"message": "<TEXT>"}``;
+* :class:`ClientGone`: the client went away before its request was complete: no reply, and
+  nothing done (a body cut short is never published).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from netio.http import (
 )
 
 __all__ = [
+    "ClientGone",
     "HTTPError",
     "Handler",
     "JsonValue",
@@ -42,6 +45,10 @@ __all__ = [
     "respond",
     "respond_error",
 ]
+
+
+class ClientGone(Exception):
+    """The connection ended before the request's body was complete."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,11 +84,16 @@ class Request(QueryArgs):
     _query: dict[str, list[str]] | None = None
 
     async def body(self, limit: int) -> bytes:
-        """Up to ``limit`` bytes of the body (read one past the limit to detect "too big")."""
+        """Up to ``limit`` bytes of the body (read one past the limit to detect "too big").
+
+        Raises :class:`ClientGone` if the connection ends first: a partial body is never used.
+        """
         chunks = bytearray()
         more = True
         while more and len(chunks) <= limit:
             message = await self.receive()
+            if message["type"] == "http.disconnect":
+                raise ClientGone
             chunks += message.get("body", b"")
             more = bool(message.get("more_body", False))
         return bytes(chunks[: limit + 1])

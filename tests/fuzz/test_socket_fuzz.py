@@ -65,6 +65,7 @@ def test_socket_fuzz(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(2100)  # a 1800 s budget, then the descriptor and task checks
 @pytest.mark.parametrize("seed", [2, 3])
 def test_socket_fuzz_soak(tmp_path: Path, seed: int) -> None:
     _run(tmp_path, 1_000_000, 1800, seed)
