@@ -75,6 +75,9 @@ class SnappyEncoder:
 class SnappyDecoder:
     """Framing-format reader: feed any split of the stream, get the bytes decoded so far."""
 
+    #: a snappy chunk decodes to 64 KiB at most, so one read's output is bounded already
+    pending = False
+
     def __init__(self) -> None:
         self._pending = b""
         self._started = False
@@ -145,14 +148,28 @@ class DeflateEncoder:
 
 
 class DeflateDecoder:
-    """Raw DEFLATE reader for any split of the stream."""
+    """Raw DEFLATE reader for any split of the stream, ``max_output`` bytes per call at most.
 
-    def __init__(self) -> None:
+    DEFLATE expands up to ~1000 times: without the bound one 64 KiB read of zeros would decode
+    into ~64 MiB at once. Input not yet decoded waits (:attr:`pending`) for the next call.
+    """
+
+    def __init__(self, max_output: int = 256 * 1024) -> None:
         self._z = zlib.decompressobj(-zlib.MAX_WBITS)
+        self._max_output = max_output
+
+    @property
+    def pending(self) -> bool:
+        """Whether input is left that the next :meth:`decode` (even of ``b""``) decodes."""
+        return bool(self._z.unconsumed_tail)
 
     def decode(self, data: bytes | bytearray) -> bytes:
-        """The bytes decoded so far. Raises :class:`CompressionError` on a corrupt stream."""
+        """The next decoded bytes (at most ``max_output``). Raises :class:`CompressionError`
+        on a corrupt stream."""
+        z = self._z
+        if z.unconsumed_tail:
+            data = z.unconsumed_tail + data
         try:
-            return self._z.decompress(data)
+            return z.decompress(data, self._max_output)
         except zlib.error as exc:
             raise CompressionError("flate: corrupt input") from exc

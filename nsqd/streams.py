@@ -40,6 +40,8 @@ class _Encoder(Protocol):
 
 
 class _Decoder(Protocol):
+    @property
+    def pending(self) -> bool: ...
     def decode(self, data: bytes | bytearray) -> bytes: ...
 
 
@@ -63,12 +65,17 @@ class CompressedStream(trio.abc.Stream):
     async def receive_some(self, max_bytes: int | None = None) -> bytes:
         """Decoded bytes (at least one unless the peer closed)."""
         data = self._decoded
+        decoder = self._decoder
+        raw: bytes | bytearray
         while not data:
-            raw = await self.inner.receive_some(RECEIVE_SIZE)
-            if not raw:
-                return b""
+            if decoder.pending:
+                raw = b""  # decode more of what was read before reading again
+            else:
+                raw = await self.inner.receive_some(RECEIVE_SIZE)
+                if not raw:
+                    return b""
             try:
-                data = self._decoder.decode(raw)
+                data = decoder.decode(raw)
             except CompressionError as exc:
                 log.info("closing: %s", exc)
                 raise trio.BrokenResourceError(str(exc)) from exc

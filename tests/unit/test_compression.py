@@ -38,7 +38,12 @@ payloads = st.lists(
 
 
 def _decode_all(decoder: SnappyDecoder | DeflateDecoder, chunks: list[bytes]) -> bytes:
-    return b"".join(decoder.decode(chunk) for chunk in chunks)
+    out = bytearray()
+    for chunk in chunks:
+        out += decoder.decode(chunk)
+        while decoder.pending:
+            out += decoder.decode(b"")
+    return bytes(out)
 
 
 def _chunk(kind: int, payload: bytes) -> bytes:
@@ -141,6 +146,20 @@ def test_deflate_corrupt_input() -> None:
 
 
 # --------------------------------------------------------------------------- streams
+
+
+def test_deflate_output_is_bounded_per_call() -> None:
+    bomb = zlib.compress(b"\0" * (64 << 20), 9)[2:-4]  # raw DEFLATE: 64 MiB of zeros, ~64 KiB
+    decoder = DeflateDecoder(max_output=1 << 20)
+    first = decoder.decode(bomb)
+    assert len(first) == 1 << 20
+    assert decoder.pending
+    total = len(first)
+    while decoder.pending:
+        chunk = decoder.decode(b"")
+        assert len(chunk) <= 1 << 20
+        total += len(chunk)
+    assert total == 64 << 20
 
 
 @pytest.mark.parametrize("make", [SnappyStream, lambda s: DeflateStream(s, 6)])

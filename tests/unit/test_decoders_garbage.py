@@ -41,6 +41,8 @@ def _decode(decoder: SnappyDecoder | DeflateDecoder, chunks: list[bytes]) -> byt
     try:
         for chunk in chunks:
             out += decoder.decode(chunk)
+            while decoder.pending:
+                out += decoder.decode(b"")
     except CompressionError as exc:
         return str(exc)
     return out
