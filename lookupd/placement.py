@@ -185,7 +185,8 @@ def to_document(placement: TopicPlacement) -> dict[str, object]:
         "sync_every": meta.sync_every,
         "adopted": placement.adopted,
         "partitions": [
-            {"leader": p.leader, "replicas": list(p.replicas)} for p in placement.partitions
+            {"leader": p.leader, "replicas": list(p.replicas), "epoch": p.epoch}
+            for p in placement.partitions
         ],
     }
 
@@ -213,7 +214,9 @@ def from_document(name: str, document: Mapping[str, object]) -> TopicPlacement:
     if not isinstance(raw, list):
         raise ValueError(f"topic {name}: partitions is not a list")
     parts = tuple(
-        PartitionAssignment(str(p["leader"]), tuple(str(r) for r in p.get("replicas", [])))
+        PartitionAssignment(
+            str(p["leader"]), tuple(str(r) for r in p.get("replicas", [])), int(p.get("epoch", 0))
+        )
         for p in raw
     )
     return TopicPlacement(name, meta, parts, adopted=bool(document.get("adopted", False)))

@@ -72,7 +72,7 @@ def sample(
     for message in messages:
         if random.randrange(100) > sample_rate:  # noqa: S311 - sampling, not security
             channel.cursor_for(message.partition).finish(message.offset, owner)
-            channel.topic.partitions[message.partition].dirty = True
+            channel.topic.partition(message.partition).dirty = True
         else:
             kept.append(message)
     return kept

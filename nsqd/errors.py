@@ -14,6 +14,7 @@ from .core.errors import (
     ExtendSupportForbiddenError,
     ExtendSupportNeededError,
     NotInFlightError,
+    NotLeaderError,
     NotOwnerError,
     NotWritableError,
     OrderedOnlyError,
@@ -40,6 +41,11 @@ _FIXED: dict[type, tuple[ErrorCode, str]] = {
 }
 
 
+#: youzan's cluster refusals are fatal on these (the connection was bound to that partition's
+#: leader) and non-fatal on publishes (the producer retries elsewhere)
+_FEED = frozenset({"SUB", "FIN", "REQ", "TOUCH"})
+
+
 def client_error_for(
     exc: BaseException, command: str, code: ErrorCode, message_id: bytes | None = None
 ) -> ClientError:
@@ -62,7 +68,9 @@ def client_error_for(
                 log_text=f"{code} {command} {raw.hex()} failed {exc}",
             )
         case NotWritableError():
-            return ClientError(ErrorCode.FAILED_ON_NOT_WRITABLE, "", fatal=False)
+            return ClientError(ErrorCode.FAILED_ON_NOT_WRITABLE, "", fatal=command in _FEED)
+        case NotLeaderError():
+            return ClientError(ErrorCode.FAILED_ON_NOT_LEADER, "", fatal=command in _FEED)
         case ExitingError():
             return ClientError(code, f"{command} failed exiting", fatal=True)
         case _:

@@ -223,7 +223,7 @@ class AdminAPI:
                 )
             partition = None if int(raw) == -1 else int(raw)
         found = self.broker.topics.get(topic)
-        if found is None or (partition is not None and not 0 <= partition < len(found.partitions)):
+        if found is None or (partition is not None and not found.holds(partition)):
             raise HTTPError(404, "E_TOPIC_NOT_EXIST")
         if channel not in found.channels:
             raise HTTPError(404, "CHANNEL_NOT_FOUND")

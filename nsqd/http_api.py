@@ -25,7 +25,13 @@ from netio.http import lifespan, serve_http as netio_serve_http
 from protocol.mpub import MpubFormatError, split_mpub_body
 
 from .broker import Broker
-from .core.errors import BadPartitionError, BrokerError, NotWritableError, TopicNotFoundError
+from .core.errors import (
+    BadPartitionError,
+    BrokerError,
+    NotLeaderError,
+    NotWritableError,
+    TopicNotFoundError,
+)
 from .http_admin import AdminAPI, topic_arg
 from .http_base import (
     ClientGone,
@@ -224,6 +230,8 @@ class NsqdHTTP:
             raise HTTPError(400, "E_BAD_PARTITION") from exc
         except NotWritableError as exc:
             raise HTTPError(400, "E_FAILED_ON_NOT_WRITABLE") from exc
+        except NotLeaderError as exc:  # held here as a replica, or no partition led here
+            raise HTTPError(400, "E_FAILED_ON_NOT_LEADER") from exc
         except (BrokerError, StorageError, OSError) as exc:
             log.error("PUB to %s failed: %s", topic, exc)
             raise HTTPError(503, "EXITING") from exc

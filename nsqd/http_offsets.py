@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Final
 import trio
 
 from .broker.subscriptions import offset_for_timestamp
+from .core.errors import PartitionNotFoundError
 from .http_admin import topic_arg
 from .http_base import Handler, HTTPError, Reply, Request
 from .http_partitions import _uint_arg
@@ -48,10 +49,11 @@ class OffsetsAPI:
         if topic is None or topic.deleted:
             raise HTTPError(404, "TOPIC_NOT_FOUND")
         number = _uint_arg(request, "partition")
-        if number >= len(topic.partitions):
-            raise HTTPError(404, "PARTITION_NOT_FOUND")
+        try:
+            plog = topic.partition(number).log
+        except PartitionNotFoundError:
+            raise HTTPError(404, "PARTITION_NOT_FOUND") from None
         timestamp_ms = _uint_arg(request, "timestamp")
-        plog = topic.partitions[number].log
         try:
             if isinstance(plog, PartitionLog):
                 offset = await trio.to_thread.run_sync(

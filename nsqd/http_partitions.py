@@ -26,6 +26,7 @@ from protocol.range_read import (
 )
 
 from .broker import Partition, Topic
+from .core.errors import PartitionNotFoundError
 from .http_admin import topic_arg
 from .http_base import Handler, HTTPError, Raw, Reply, Request
 from .storage.errors import LogClosedError, OffsetOutOfRangeError, StorageError
@@ -89,12 +90,14 @@ class PartitionsAPI:
         }
 
     async def partitions(self, request: Request) -> Reply:
-        """``{"topic", "partition_num", flags…, "node", "partitions": [...]}``."""
+        """``{"topic", "partition_num", flags…, "node", "partitions": [...], "replicas"}``:
+        the partitions this node leads (where clients read and write them), and the numbers of
+        those it holds as a replica (pnsq lookupd's placement)."""
         topic = self._topic(request)
         node = self._node()
         return {
             "topic": topic.name,
-            "partition_num": len(topic.partitions),
+            "partition_num": topic.partition_num,
             **_flags(topic),
             "node": node,
             "partitions": [
@@ -102,19 +105,21 @@ class PartitionsAPI:
                     "partition": p.number,
                     "earliest": p.log.start_offset,
                     "latest": p.log.end_offset,
-                    "leader": node,  # standalone: this node leads every partition it has
+                    "leader": node,
                 }
-                for p in topic.partitions
+                for p in topic.led
             ],
+            "replicas": [p.number for p in topic.partitions if not p.state.leads],
         }
 
     async def read(self, request: Request) -> Reply:
         """The records ``[offset, offset + n)``, ``n <= max``, within the byte cap."""
         topic = self._topic(request)
         number = _uint_arg(request, "partition")
-        if number >= len(topic.partitions):
-            raise HTTPError(404, "PARTITION_NOT_FOUND")
-        partition = topic.partitions[number]
+        try:
+            partition = topic.partition(number)
+        except PartitionNotFoundError:
+            raise HTTPError(404, "PARTITION_NOT_FOUND") from None
         offset = _uint_arg(request, "offset")
         limit = _uint_arg(request, "max", DEFAULT_MAX_RECORDS)
         if limit < 1:

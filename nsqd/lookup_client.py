@@ -92,7 +92,8 @@ def desired_registrations(broker: Broker, partitioned: bool) -> set[Key]:
     for name, topic in list(broker.topics.items()):
         if topic.deleted:
             continue
-        parts: list[int | None] = [p.number for p in topic.partitions] if partitioned else [None]
+        # pnsq's lookupd: the partitions led here (lookupd's producers are the leaders)
+        parts: list[int | None] = [p.number for p in topic.led] if partitioned else [None]
         for part in parts:
             keys.add((name, part, None))
             keys.update((name, part, channel) for channel in topic.channels)
@@ -269,17 +270,8 @@ class LookupClient:
                 await trio.sleep(self.poll_interval)
 
     def apply_assignments(self, document: object) -> None:
-        """Create each assigned topic this node does not have yet."""
-        for assignment in parse_assignments(document):
-            if assignment.name in self.broker.topics:
-                continue
-            try:
-                self.broker.get_or_create_topic(assignment.name, assignment.partition_num)
-            except (BrokerError, StorageError, OSError) as exc:
-                log.error("TOPIC(%s): cannot create from lookupd: %s", assignment.name, exc)
-                continue
-            log.info(
-                "TOPIC(%s): created from lookupd with %d partition(s)",
-                assignment.name,
-                assignment.partition_num,
-            )
+        """Hold exactly the partitions lookupd placed on this node, in their roles."""
+        try:
+            self.broker.apply_assignments(self.identity.node_id, parse_assignments(document))
+        except (BrokerError, StorageError, OSError) as exc:
+            log.error("cannot apply lookupd's assignments: %s", exc)

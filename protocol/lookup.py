@@ -117,10 +117,12 @@ def lookup_payload(
 
 @dataclass(frozen=True, slots=True)
 class PartitionAssignment:
-    """Where one partition lives: its leader and replicas (node ids ``host:tcp_port``)."""
+    """Where one partition lives: its leader and replicas (node ids ``host:tcp_port``), and the
+    leader epoch (bumped by every change of leader; 0 until the first failover)."""
 
     leader: str
     replicas: tuple[str, ...] = ()
+    epoch: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +146,7 @@ def assignments_payload(node: str, topics: Sequence[TopicAssignment]) -> dict[st
                 "partition_num": t.partition_num,
                 "replica": t.replica,
                 "partitions": {
-                    str(i): {"leader": p.leader, "replicas": list(p.replicas)}
+                    str(i): {"leader": p.leader, "replicas": list(p.replicas), "epoch": p.epoch}
                     for i, p in enumerate(t.partitions)
                 },
                 "meta": dict(t.meta),
@@ -173,7 +175,10 @@ def parse_assignments(document: Any) -> list[TopicAssignment]:
             part = raw_parts.get(str(pid), {})
             leader = part.get("leader", "") if isinstance(part, dict) else ""
             replicas = part.get("replicas", []) if isinstance(part, dict) else []
-            parts.append(PartitionAssignment(str(leader), tuple(str(r) for r in replicas)))
+            epoch = part.get("epoch", 0) if isinstance(part, dict) else 0
+            if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
+                raise ValueError(f"topic {name!r}: partition {pid}: bad epoch {epoch!r}")
+            parts.append(PartitionAssignment(str(leader), tuple(str(r) for r in replicas), epoch))
         meta = entry.get("meta", {})
         result.append(
             TopicAssignment(

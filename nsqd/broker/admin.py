@@ -41,7 +41,7 @@ async def create_topic(
     topic = broker.topics.get(name)
     if topic is not None:
         wanted = (partitions, ordered, ext)
-        have = (len(topic.partitions), topic.ordered, topic.ext)
+        have = (topic.partition_num, topic.ordered, topic.ext)
         if any(w is not None and w != h for w, h in zip(wanted, have, strict=True)):
             raise TopicConflictError(
                 f"topic {name} exists with partition_num={have[0]} orderedmulti={have[1]} "

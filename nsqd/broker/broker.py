@@ -15,12 +15,13 @@ from __future__ import annotations
 import logging
 import shutil
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 import trio
 
+from protocol.lookup import TopicAssignment
 from protocol.message import PARTITION_SHIFT, SEQUENCE_MASK
 from protocol.names import is_ephemeral
 
@@ -33,6 +34,7 @@ from ..core.errors import (
     PartitionNotFoundError,
     TopicNotFoundError,
 )
+from ..core.ownership import STANDALONE, Placement, Plan
 from ..storage.cache import CacheBudget
 from ..storage.checkpoint import write_checkpoint
 from ..storage.disk import is_out_of_space
@@ -41,6 +43,7 @@ from ..storage.handles import HandleCache
 from ..storage.log import PartitionLog
 from ..storage.memory import MemoryLog
 from ..storage.record import NewRecord, Record
+from .assignments import apply_assignments
 from .channel import Channel, Subscriber
 from .config import BrokerConfig
 from .diskguard import DiskGuard
@@ -86,6 +89,7 @@ class Broker:
         #: the bound on open segment files over every partition (--max-segment-fds)
         self.handles = HandleCache(config.max_segment_fds)
         self._saved_metadata: dict[str, object] | None = None  # the last pnsq.dat written
+        self._retired: list[Partition] = []  # no longer held: closed at the next sync
 
     # ------------------------------------------------------------------ topics
 
@@ -127,30 +131,55 @@ class Broker:
         return topic_directory(self.config.data_path, name)
 
     def build_topic(
-        self, name: str, count: int, states: dict[int, dict[str, object]], **flags: bool
+        self,
+        name: str,
+        count: int,
+        states: dict[int, dict[str, object]],
+        held: Mapping[int, Placement] | None = None,
+        **flags: bool,
     ) -> Topic:
-        """A topic object (``flags``: ordered, ext) with its partition logs opened."""
-        ephemeral = is_ephemeral(name)
-        parts: list[Partition] = []
-        for number in range(count):
-            if ephemeral:
-                parts.append(
-                    Partition(number, MemoryLog(number, self.config.mem_queue_size), None, 0)
-                )
-                continue
-            directory = self._topic_dir(name) / str(number)
-            plog = PartitionLog.open(
-                directory,
-                partition=number,
-                max_bytes_per_file=self.config.max_bytes_per_file,
-                cache=self.read_cache,
-                handles=self.handles,
-            )
-            state = states[number] if number in states else load_state(directory, file_stamp())
-            start = state.get("topic_start", plog.start_offset)
-            assert isinstance(start, int)
-            parts.append(Partition(number, plog, directory, start))
-        return Topic(name, parts, ephemeral=ephemeral, **flags)
+        """A topic of ``count`` partitions (``flags``: ordered, ext) with the logs of the ones
+        ``held`` here opened (all of them, led, when ``held`` is None: standalone)."""
+        numbers = range(count) if held is None else sorted(held)
+        parts = [
+            self.open_partition(name, n, states, STANDALONE if held is None else held[n])
+            for n in numbers
+        ]
+        return Topic(name, parts, ephemeral=is_ephemeral(name), partition_num=count, **flags)
+
+    def open_partition(
+        self,
+        topic: str,
+        number: int,
+        states: Mapping[int, dict[str, object]],
+        placement: Placement = STANDALONE,
+    ) -> Partition:
+        """Partition ``number`` of ``topic`` with its log opened (created if new)."""
+        if is_ephemeral(topic):
+            memory = MemoryLog(number, self.config.mem_queue_size)
+            return Partition(number, memory, None, 0, placement)
+        directory = self._topic_dir(topic) / str(number)
+        plog = PartitionLog.open(
+            directory,
+            partition=number,
+            max_bytes_per_file=self.config.max_bytes_per_file,
+            cache=self.read_cache,
+            handles=self.handles,
+        )
+        state = states[number] if number in states else load_state(directory, file_stamp())
+        start = state.get("topic_start", plog.start_offset)
+        assert isinstance(start, int)
+        return Partition(number, plog, directory, start, placement)
+
+    def retire(self, partition: Partition) -> None:
+        """A partition no longer held here: its log is synced and closed at the next sync
+        (never under a worker thread's fsync); its files stay on disk."""
+        self._retired.append(partition)
+        self.syncs.request()
+
+    def apply_assignments(self, node: str, assignments: Sequence[TopicAssignment]) -> Plan:
+        """Hold what pnsq's lookupd placed on ``node`` (this node), in the roles it gave."""
+        return apply_assignments(self, node, assignments)
 
     # ------------------------------------------------------------------ channels
 
@@ -299,8 +328,9 @@ class Broker:
         """FIN; raises NotInFlightError / NotOwnerError."""
         partition, offset = self.locate(message_id)
         cursor = channel.cursor_for(partition)
+        channel.topic.partition(partition).state.require_leader("FIN")
         message = cursor.finish(offset, client)
-        channel.topic.partitions[partition].dirty = True
+        channel.topic.partition(partition).dirty = True
         if cursor.ordered:
             channel.notify()  # the next message of the partition may go to any client
         return message
@@ -350,6 +380,10 @@ class Broker:
         """
         generation = self.syncs.begin()
         async with self._sync_lock:
+            retired, self._retired = self._retired, []
+            for partition in retired:
+                await self._disk(partition.log.sync)
+                partition.log.close()
             for topic in list(self.topics.values()):
                 for partition in topic.partitions:
                     if partition.directory is None or topic.deleted:

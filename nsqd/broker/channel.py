@@ -96,11 +96,10 @@ class Channel:
         """True if a ready client (of partition ``only``, if given) would get a message now."""
         if not self.delivering:
             return False
-        parts = self.topic.partitions
         return any(
-            c.has_ready(parts[p].log.end_offset)
-            for p, c in self.cursors.items()
-            if only is None or p == only
+            cursor.has_ready(partition.log.end_offset)
+            for partition, cursor in self.iter_cursors()
+            if (only is None or partition.number == only) and partition.state.leads
         )
 
     def take(
@@ -121,13 +120,16 @@ class Channel:
         if max_messages <= 0 or not self.delivering:
             return []
         out: list[Message] = []
-        cursors = list(self.cursors.values())
-        if only is not None:
-            cursors = [c for c in cursors if c.partition == only]
-        count = len(cursors)
+        served = [
+            (partition, cursor)
+            for partition, cursor in self.iter_cursors()
+            if (only is None or partition.number == only) and partition.state.leads
+        ]
+        cursors = [cursor for _, cursor in served]
+        count = len(served)
         for i in range(count):
-            cursor = cursors[(self._rr + i) % count]
-            log = self.topic.partitions[cursor.partition].log
+            partition, cursor = served[(self._rr + i) % count]
+            log = partition.log
             got = cursor.take(log.read, max_messages - len(out), now_ns, log.end_offset, max_bytes)
             for message in got:
                 cursor.start_flight(message, owner, deadline_ns, now_ns)
@@ -152,6 +154,12 @@ class Channel:
             client.wake()
 
     # ------------------------------------------------------------------ FIN / REQ / TOUCH
+
+    def drop_partition(self, number: int) -> None:
+        """Forget the cursor of a partition no longer held here (its messages in flight can no
+        longer be FINed on this node; the new leader delivers them again)."""
+        self.cursors.pop(number, None)
+        self.counted_from.pop(number, None)
 
     def cursor_for(self, partition: int) -> PartitionCursor:
         """The cursor of ``partition``, or NotInFlightError for an id this channel never sent."""
@@ -216,7 +224,7 @@ class Channel:
     def iter_cursors(self) -> Iterator[tuple[Partition, PartitionCursor]]:
         """(partition, cursor) pairs."""
         for number, cursor in self.cursors.items():
-            yield self.topic.partitions[number], cursor
+            yield self.topic.partition(number), cursor
 
     @property
     def depth(self) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol
 
+from ..core.ownership import STANDALONE, PartitionState, Placement
 from ..storage.record import NewRecord, Record
 
 
@@ -24,8 +25,17 @@ class Log(Protocol):
 class Partition:
     """A partition log plus the partition-level state a topic keeps in it."""
 
-    def __init__(self, number: int, log: Log, directory: Path | None, topic_start: int) -> None:
+    def __init__(
+        self,
+        number: int,
+        log: Log,
+        directory: Path | None,
+        topic_start: int,
+        placement: Placement = STANDALONE,
+    ) -> None:
         self.number = number
+        #: role and leader epoch on this node (lookupd's placement; leader when standalone)
+        self.state = PartitionState(placement)
         self.log = log
         self.directory = directory  # None for #ephemeral topics
         #: where a topic's *first* channel starts: messages published while a topic has no

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import trio
 
+from ..core.ownership import Placement, Role
 from ..storage.checkpoint import load_checkpoint
 from .partition import Partition
 from .topic import Topic
@@ -117,17 +118,44 @@ def metadata_document(topics: list[Topic], version: str) -> dict[str, object]:
             for c in topic.channels.values()
             if not c.ephemeral
         ]
-        out.append(
-            {
-                "name": topic.name,
-                "paused": topic.paused,
-                "partitions": len(topic.partitions),
-                "ordered": topic.ordered,
-                "ext": topic.ext,
-                "channels": channels,
+        entry: dict[str, object] = {
+            "name": topic.name,
+            "paused": topic.paused,
+            "partitions": topic.partition_num,
+            "ordered": topic.ordered,
+            "ext": topic.ext,
+            "channels": channels,
+        }
+        if topic.managed:
+            entry["held"] = {
+                str(p.number): placement_document(p.state.placement) for p in topic.partitions
             }
-        )
+        out.append(entry)
     return {"version": version, "topics": out}
+
+
+def placement_document(placement: Placement) -> dict[str, object]:
+    """A held partition's placement in ``pnsq.dat`` (what lookupd last said about it)."""
+    return {
+        "role": placement.role.value,
+        "epoch": placement.epoch,
+        "leader": placement.leader,
+        "replicas": list(placement.replicas),
+    }
+
+
+def held_placements(entry: dict[str, object]) -> dict[int, Placement] | None:
+    """The partitions a topic entry of ``pnsq.dat`` holds here, or None if it is not placed by
+    lookupd (standalone: every partition, led)."""
+    held = entry.get("held")
+    if not isinstance(held, dict):
+        return None
+    return {
+        int(number): Placement(
+            Role(doc["role"]), int(doc["epoch"]), str(doc["leader"]), tuple(doc["replicas"])
+        )
+        for number, doc in held.items()
+    }
 
 
 def partition_state(topic: Topic, partition: Partition) -> dict[str, object]:
@@ -168,6 +196,22 @@ def valid_state(value: object) -> bool:
     return True
 
 
+def _valid_held(held: object) -> bool:
+    if not isinstance(held, dict):
+        return False
+    roles = {role.value for role in Role}
+    return all(
+        isinstance(n, str)
+        and n.isdigit()
+        and isinstance(doc, dict)
+        and doc.get("role") in roles
+        and _is_int(doc.get("epoch"))
+        and isinstance(doc.get("leader"), str)
+        and isinstance(doc.get("replicas"), list)
+        for n, doc in held.items()
+    )
+
+
 def valid_metadata(value: object) -> bool:
     """Whether ``value`` has the shape :func:`metadata_document` writes."""
     if not isinstance(value, dict) or not isinstance(value.get("topics", []), list):
@@ -179,6 +223,8 @@ def valid_metadata(value: object) -> bool:
             return False
         channels = topic.get("channels", [])
         if not isinstance(channels, list):
+            return False
+        if not _valid_held(topic.get("held", {})):
             return False
         if not all(isinstance(c, dict) and isinstance(c.get("name"), str) for c in channels):
             return False

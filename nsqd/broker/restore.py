@@ -12,7 +12,13 @@ import logging
 from typing import TYPE_CHECKING
 
 from .channel import Channel
-from .persistence import file_stamp, load_state, load_topic_entries, topic_directory
+from .persistence import (
+    file_stamp,
+    held_placements,
+    load_state,
+    load_topic_entries,
+    topic_directory,
+)
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -29,15 +35,19 @@ def restore_broker(broker: Broker) -> None:
         count = entry.get("partitions", 1)
         assert isinstance(count, int)
         directory = topic_directory(data_path, name)
-        states = {n: load_state(directory / str(n), stamp) for n in range(count)}
+        held = held_placements(entry)
+        numbers = range(count) if held is None else sorted(held)
+        states = {n: load_state(directory / str(n), stamp) for n in numbers}
         topic = broker.build_topic(
             name,
             count,
             states,
+            held,
             ordered=bool(entry.get("ordered", False)),
             ext=bool(entry.get("ext", False)),
         )
         topic.paused = bool(entry.get("paused", False))
+        topic.managed = held is not None
         broker.topics[name] = topic
         channel_entries = entry.get("channels", [])
         assert isinstance(channel_entries, list)

@@ -65,7 +65,9 @@ def subscribe(broker: Broker, request: SubscribeRequest, client: Subscriber) -> 
     partition = None if request.partition == -1 else request.partition
     topic = broker.topics.get(request.topic) or broker.auto_create_topic(request.topic, partition)
     if partition is not None:
-        topic.partition(partition)
+        topic.partition(partition).state.require_leader(
+            f"partition {partition} of topic {request.topic}"
+        )
     if topic.ordered and not request.ordered:
         raise OrderedOnlyError(request.topic)
     if topic.ext and not request.extend_support:
@@ -74,7 +76,7 @@ def subscribe(broker: Broker, request: SubscribeRequest, client: Subscriber) -> 
         raise ExtendSupportForbiddenError(request.topic)
     if request.ordered and request.sample_rate:
         raise OrderedSampleRateError(request.topic)
-    targets = [topic.partitions[partition]] if partition is not None else topic.partitions
+    targets = [topic.partition(partition)] if partition is not None else topic.led
     offsets = None
     if request.start is not None:
         offsets = [(p, resolve_start(p, request.start)) for p in targets]

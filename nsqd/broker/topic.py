@@ -4,11 +4,14 @@
   its partition (the producer hashes its sharding key to one);
 * ``ext`` (youzan ``extend``): messages may carry a JSON header, sent to consumers that
   IDENTIFY ``extend_support`` (and only those may subscribe).
+
+A topic has ``partition_num`` partitions in the cluster; ``partitions`` are the ones this node
+holds (all of them when standalone), each led or replicated here (``Partition.state``).
 """
 
 from __future__ import annotations
 
-from ..core.errors import BadPartitionError, PartitionNotFoundError
+from ..core.errors import BadPartitionError, NotLeaderError, PartitionNotFoundError
 from ..storage.record import NewRecord, Record
 from .channel import Channel
 from .partition import Partition
@@ -25,35 +28,74 @@ class Topic:
         ephemeral: bool,
         ordered: bool = False,
         ext: bool = False,
+        partition_num: int | None = None,
     ) -> None:
         self.name = name
-        self.partitions = partitions
+        self.partitions: list[Partition] = []  # held here, by number
+        self._by_number: dict[int, Partition] = {}
+        self.partition_num = partition_num if partition_num is not None else len(partitions)
+        for partition in partitions:
+            self.hold(partition)
         self.ephemeral = ephemeral
         self.ordered = ordered
         self.ext = ext
         self.paused = False
         self.deleted = False
+        #: placed by pnsq's lookupd: only ``partitions`` are held here, in their roles
+        self.managed = False
         self.channels: dict[str, Channel] = {}
         self.message_count = 0
         self.message_bytes = 0
         self._rr = 0
 
+    def hold(self, partition: Partition) -> None:
+        """Add a partition placed on this node."""
+        self._by_number[partition.number] = partition
+        self.partitions = sorted(self._by_number.values(), key=lambda p: p.number)
+
+    def release(self, number: int) -> Partition:
+        """Stop holding partition ``number`` (its log stays on disk); returns it."""
+        partition = self._by_number.pop(number)
+        self.partitions = sorted(self._by_number.values(), key=lambda p: p.number)
+        return partition
+
+    def holds(self, number: int) -> bool:
+        """True if partition ``number`` is held here."""
+        return number in self._by_number
+
+    @property
+    def led(self) -> list[Partition]:
+        """The partitions this node leads (every one it holds when standalone)."""
+        return [p for p in self.partitions if p.state.leads]
+
     def pick_partition(self, partition: int | None) -> Partition:
-        """The named partition, or the next one round-robin for a client that named none
-        (``None``, or youzan's ``-1``); an ordered topic refuses that (BadPartitionError)."""
+        """The named partition if this node leads it, or the next partition it leads,
+        round-robin, for a client that named none (``None``, or youzan's ``-1``); an ordered
+        topic refuses that (BadPartitionError). A partition held as a replica, or none led:
+        NotLeaderError; one not held: PartitionNotFoundError."""
         if partition is None or partition == -1:
             if self.ordered:
                 raise BadPartitionError(self.name)
-            chosen = self.partitions[self._rr % len(self.partitions)]
+            led = self.led
+            if not led:
+                raise NotLeaderError(f"this node leads no partition of topic {self.name}")
+            chosen = led[self._rr % len(led)]
             self._rr += 1
             return chosen
-        return self.partition(partition)
+        chosen = self.partition(partition)
+        chosen.state.require_leader(f"partition {partition} of topic {self.name}")
+        return chosen
 
     def partition(self, number: int) -> Partition:
-        """Partition ``number``, or PartitionNotFoundError."""
-        if not 0 <= number < len(self.partitions):
+        """Partition ``number`` if held here, or PartitionNotFoundError."""
+        found = self._by_number.get(number)
+        if found is None:
+            if 0 <= number < self.partition_num:
+                raise PartitionNotFoundError(
+                    f"partition {number} of topic {self.name} is not on this node"
+                )
             raise PartitionNotFoundError(f"partition {number} of topic {self.name} does not exist")
-        return self.partitions[number]
+        return found
 
     def append(self, partition: Partition, entries: list[NewRecord]) -> list[Record]:
         """Append to ``partition`` (page cache on return) and wake the channels."""

@@ -74,3 +74,12 @@ class ConsumeStartUnsupportedError(BrokerError):
 
 class TopicConflictError(BrokerError):
     """``/topic/create`` of an existing topic with other partitions or flags."""
+
+
+class NotLeaderError(BrokerError):
+    """This node holds the partition but does not lead it (youzan: E_FAILED_ON_NOT_LEADER;
+    non-fatal on publish, fatal on SUB and FIN)."""
+
+
+class StaleEpochError(BrokerError):
+    """A placement or write from an older leader epoch than the one held."""

@@ -20,6 +20,10 @@ class FakeTopic:
     channels: dict[str, object] = field(default_factory=dict)
     deleted: bool = False
 
+    @property
+    def led(self) -> list[FakePartition]:
+        return self.partitions
+
 
 def broker(**topics: FakeTopic) -> Broker:
     return cast(Broker, type("FakeBroker", (), {"topics": topics})())

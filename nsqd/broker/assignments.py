@@ -1,0 +1,129 @@
+"""Applying pnsq lookupd's assignments: the partitions this node holds and its role in each.
+
+The decisions are :func:`nsqd.core.ownership.plan`'s; this module only carries them out on the
+broker: opens the logs of partitions placed here, sets roles and epochs, stops serving the
+partitions taken away (their logs are closed at the next sync, under the sync lock, and stay on
+disk), and applies the topic flags lookupd keeps (``orderedmulti``, ``extend``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from protocol.lookup import TopicAssignment
+
+from ..core.errors import StaleEpochError
+from ..core.ownership import LocalTopic, Plan, TopicPlan, placements_for, plan
+
+if TYPE_CHECKING:
+    from .broker import Broker
+    from .topic import Topic
+
+log = logging.getLogger("nsqd.broker")
+
+
+def wanted_topics(node: str, assignments: Sequence[TopicAssignment]) -> list[TopicPlan]:
+    """``node``'s share of lookupd's assignments document."""
+    return [
+        TopicPlan(
+            name=a.name,
+            partition_num=a.partition_num,
+            held=placements_for(node, [(p.leader, p.replicas, p.epoch) for p in a.partitions]),
+            ordered=bool(a.meta.get("ordered", False)),
+            ext=bool(a.meta.get("extend_support", False)),
+        )
+        for a in assignments
+    ]
+
+
+def apply_assignments(broker: Broker, node: str, assignments: Sequence[TopicAssignment]) -> Plan:
+    """Make ``broker`` hold what lookupd placed on ``node``; returns what changed."""
+    wanted = wanted_topics(node, assignments)
+    local = {
+        t.name: LocalTopic(
+            {p.number: p.state.placement for p in topic.partitions}, topic.ordered, topic.ext
+        )
+        for t in wanted
+        if (topic := broker.topics.get(t.name)) is not None and not topic.deleted
+    }
+    steps = plan(wanted, local)
+    for wanted_topic in steps.create:
+        topic = broker.build_topic(
+            wanted_topic.name,
+            wanted_topic.partition_num,
+            {},
+            dict(wanted_topic.held),
+            ordered=wanted_topic.ordered,
+            ext=wanted_topic.ext,
+        )
+        topic.managed = True
+        broker.topics[topic.name] = topic
+        log.info(
+            "TOPIC(%s): placed here by lookupd: %s",
+            topic.name,
+            _roles(topic),
+        )
+    for name, number, placement in steps.add:
+        topic = broker.topics[name]
+        partition = broker.open_partition(name, number, {}, placement)
+        topic.hold(partition)
+        for channel in topic.channels.values():
+            channel.add_partition(
+                partition, max(partition.topic_start, partition.log.start_offset), []
+            )
+            channel.notify()
+        log.info("TOPIC(%s): partition %d placed here as %s", name, number, placement.role.value)
+    for name, number, placement in steps.change:
+        topic = broker.topics[name]
+        partition = topic.partition(number)
+        try:
+            if partition.state.apply(placement):
+                log.info(
+                    "TOPIC(%s): partition %d is now %s (epoch %d)",
+                    name,
+                    number,
+                    placement.role.value,
+                    placement.epoch,
+                )
+        except StaleEpochError as exc:
+            log.warning(
+                "TOPIC(%s): partition %d: ignoring lookupd's placement: %s", name, number, exc
+            )
+        for channel in topic.channels.values():
+            channel.notify()
+    for name, number in steps.drop:
+        topic = broker.topics[name]
+        partition = topic.release(number)
+        for channel in topic.channels.values():
+            channel.drop_partition(number)
+        broker.retire(partition)
+        kept = partition.log.end_offset - partition.log.start_offset
+        log.log(
+            logging.WARNING if kept else logging.INFO,
+            "TOPIC(%s): partition %d is no longer placed here: not served (%d message(s) kept "
+            "on disk)",
+            name,
+            number,
+            kept,
+        )
+    for wanted_topic in steps.flags:
+        topic = broker.topics[wanted_topic.name]
+        topic.ordered, topic.ext = wanted_topic.ordered, wanted_topic.ext
+        if topic.ordered:
+            for channel in topic.channels.values():
+                channel.ordered = True
+        log.info("TOPIC(%s): ordered=%s ext=%s from lookupd", topic.name, topic.ordered, topic.ext)
+    for t in wanted:
+        topic = broker.topics.get(t.name)
+        if topic is not None:
+            topic.managed = True
+    if steps:
+        broker.syncs.request(metadata=True)
+    return steps
+
+
+def _roles(topic: Topic) -> str:
+    held = ", ".join(f"{p.number}:{p.state.role.value}" for p in topic.partitions)
+    return f"{topic.partition_num} partition(s), held here {{{held}}}"

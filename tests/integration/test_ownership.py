@@ -1,0 +1,175 @@
+"""Partition ownership on a 2-node cluster around pnsq's lookupd: a node serves exactly the
+partitions lookupd placed on it, in the role lookupd gave it (youzan's replies otherwise), and
+stores nothing for a partition it does not lead.
+
+Topic ``solo`` has 2 partitions and no replicas (each node holds one); topic ``pair`` has 2
+partitions with 2 replicas (each node leads one and replicates the other).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from protocol import Fin, Pub, Rdy, Sub
+from tests.daemons import Daemon, pnsq_lookupd, pnsq_nsqd
+from tests.integration.lookupd_helpers import get_json, lookup, post, request, wait_for
+from tests.rawclient import RawClient
+
+pytestmark = pytest.mark.integration
+
+NOT_LEADER = b"E_FAILED_ON_NOT_LEADER "
+NOT_EXIST = b"E_TOPIC_NOT_EXIST "
+
+
+@dataclass
+class Cluster:
+    lookupd: Daemon
+    nodes: list[Daemon]
+
+    def leaders(self, topic: str) -> dict[int, Daemon]:
+        """Partition -> leading node, from lookupd's placement."""
+        node_id = {f"127.0.0.1:{n.tcp_port}": n for n in self.nodes}
+        out = {}
+        for node in self.nodes:
+            doc = get_json(self.lookupd, f"/pnsq/assignments?node=127.0.0.1:{node.tcp_port}")
+            entry = doc["topics"].get(topic)
+            if entry is None:
+                continue
+            for number, part in entry["partitions"].items():
+                out[int(number)] = node_id[part["leader"]]
+        return out
+
+
+def _http(node: Daemon, method: str, path: str, data: bytes | None = None) -> tuple[int, bytes]:
+    status, body, _ = request(f"http://{node.http_address}{path}", method, {}, data)
+    return status, body
+
+
+def _held(node: Daemon, topic: str) -> dict[int, str] | None:
+    """Partition -> role on the node (its /partitions), once it has the topic."""
+    status, body = _http(node, "GET", f"/partitions?topic={topic}")
+    if status != 200:
+        return None
+    document: dict[str, Any] = json.loads(body)
+    held = {p["partition"]: "leader" for p in document["partitions"]}
+    held.update(dict.fromkeys(document["replicas"], "replica"))
+    return held
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    work = tmp_path_factory.mktemp("ownership")
+    lookupd = pnsq_lookupd(work / "lookupd").start()
+    nodes: list[Daemon] = []
+    try:
+        for name in ("a", "b"):
+            flag = f"--lookupd-tcp-address={lookupd.tcp_address}"
+            nodes.append(pnsq_nsqd(work / name, flag).start())
+        wait_for(lambda: len(get_json(lookupd, "/nodes")["producers"]) == 2, what="2 nodes")
+        for topic, replica in (("solo", 1), ("pair", 2)):
+            query = f"/topic/create?topic={topic}&partition_num=2&replicator={replica}"
+            assert post(lookupd, query) == (200, b"")
+        found = Cluster(lookupd, nodes)
+        for topic, per_node in (("solo", 1), ("pair", 2)):
+            for node in nodes:
+                wait_for(
+                    lambda n=node, t=topic, k=per_node: (h := _held(n, t)) and len(h) == k,
+                    what=f"{topic} on {node.tcp_port}",
+                )
+        yield found
+    finally:
+        for node in nodes:
+            node.stop()
+        lookupd.stop()
+
+
+def _other(cluster: Cluster, node: Daemon) -> Daemon:
+    return next(n for n in cluster.nodes if n is not node)
+
+
+def _stored(node: Daemon, topic: str) -> int:
+    stats = get_json(node, f"/stats?format=json&topic={topic}")
+    return sum(t["message_count"] for t in stats["topics"] or () if t["topic_name"] == topic)
+
+
+def test_each_node_holds_exactly_its_placement(cluster: Cluster) -> None:
+    leaders = cluster.leaders("pair")
+    assert set(leaders) == {0, 1}
+    assert leaders[0] is not leaders[1]  # spread: each node leads one partition
+    for number, leader in leaders.items():
+        assert (_held(leader, "pair") or {}).get(number) == "leader"
+        assert (_held(_other(cluster, leader), "pair") or {}).get(number) == "replica"
+    solo = cluster.leaders("solo")
+    for number, leader in solo.items():
+        assert list(_held(leader, "solo") or {}) == [number]  # the other partition is not here
+
+
+def test_publish_to_a_partition_led_elsewhere_is_refused_and_not_stored(cluster: Cluster) -> None:
+    leaders = cluster.leaders("pair")
+    replica_node = _other(cluster, leaders[1])  # holds partition 1 as a replica
+    before = _stored(replica_node, "pair")
+    client = RawClient(replica_node.tcp_address)
+    client.send(Pub("pair", b"x", 1))
+    assert client.read().data == NOT_LEADER  # youzan's non-fatal form on a publish
+    client.send(Pub("pair", b"y", next(p for p, n in leaders.items() if n is replica_node)))
+    assert client.read().data == b"OK"  # the connection stays; its own partition works
+    client.close()
+    status, body = _http(replica_node, "POST", "/pub?topic=pair&partition=1", b"z")
+    assert (status, body) == (400, b'{"message":"E_FAILED_ON_NOT_LEADER"}')
+    assert _stored(replica_node, "pair") == before + 1  # only the accepted one
+
+    solo = cluster.leaders("solo")
+    outsider = _other(cluster, solo[0])  # does not hold solo's partition 0 at all
+    client = RawClient(outsider.tcp_address)
+    client.send(Pub("solo", b"x", 0))
+    assert client.read().data == NOT_EXIST
+    assert client.closed_by_server()  # fatal
+    status, body = _http(outsider, "POST", "/pub?topic=solo&partition=0", b"z")
+    assert (status, body) == (404, b'{"message":"E_TOPIC_NOT_EXIST"}')
+
+
+def test_subscribe_to_a_partition_led_elsewhere_is_fatal(cluster: Cluster) -> None:
+    leaders = cluster.leaders("pair")
+    replica_node = _other(cluster, leaders[0])
+    client = RawClient(replica_node.tcp_address)
+    client.send(Sub("pair", "c", 0))
+    assert client.read().data == NOT_LEADER
+    assert client.closed_by_server()
+
+
+def test_stock_clients_use_the_partitions_the_node_leads(cluster: Cluster) -> None:
+    leaders = cluster.leaders("pair")
+    for number, node in leaders.items():
+        consumer = RawClient(node.tcp_address, timeout=10)
+        consumer.send(Sub("pair", f"stock{number}", None), Rdy(100))
+        assert consumer.read().data == b"OK"
+        producer = RawClient(node.tcp_address)
+        for i in range(6):
+            producer.send(Pub("pair", b"m%d" % i))  # no partition: spread over the led ones
+            assert producer.read().data == b"OK"
+        got = []
+        for _ in range(6):
+            frame = consumer.read(skip_heartbeats=True)
+            assert frame.is_message
+            internal = int.from_bytes(frame.message_id[:8], "big")
+            got.append(internal >> 50)  # the partition in the id
+            consumer.send(Fin(frame.message_id))
+        assert set(got) == {number}  # only the partition led here, both ways
+        producer.close()
+        consumer.close()
+
+
+def test_lookup_producers_are_the_leaders(cluster: Cluster) -> None:
+    leaders = cluster.leaders("solo")
+    found = wait_for(
+        lambda: (f := lookup(cluster.lookupd, "solo")) and len(f["partitions"]) == 2 and f,
+        what="both partitions registered",
+    )
+    partitions = found["partitions"]
+    for number, node in leaders.items():
+        assert partitions[str(number)]["tcp_port"] == node.tcp_port
