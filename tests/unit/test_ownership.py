@@ -1,0 +1,116 @@
+"""The pure ownership core: placements from lookupd's assignments, the per-partition state
+machine, and the plan from what a node holds to what lookupd placed on it."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, strategies as st
+
+from nsqd.core.errors import NotLeaderError, PartitionNotFoundError, StaleEpochError
+from nsqd.core.ownership import (
+    STANDALONE,
+    LocalTopic,
+    PartitionState,
+    Placement,
+    Role,
+    TopicPlan,
+    placements_for,
+    plan,
+    require_held,
+)
+
+A, B, C = "10.0.0.1:4150", "10.0.0.2:4150", "10.0.0.3:4150"
+
+
+def test_placements_name_only_this_nodes_partitions_with_their_role() -> None:
+    parts = [(A, (B,), 3), (B, (A,), 1), (C, (B,), 0)]
+    assert placements_for(A, parts) == {
+        0: Placement(Role.LEADER, 3, A, (B,)),
+        1: Placement(Role.REPLICA, 1, B, (A,)),
+    }
+    assert placements_for("elsewhere:1", parts) == {}
+
+
+def test_a_standalone_partition_is_led() -> None:
+    state = PartitionState()
+    assert state.leads
+    state.require_leader("PUB")  # no error
+    assert state.placement is STANDALONE
+
+
+def test_a_replica_refuses_the_leaders_work() -> None:
+    state = PartitionState(Placement(Role.REPLICA, 2, B))
+    with pytest.raises(NotLeaderError, match=B):
+        state.require_leader("PUB")
+
+
+def test_epochs_only_move_forward() -> None:
+    state = PartitionState(Placement(Role.REPLICA, 2, B))
+    assert state.apply(Placement(Role.LEADER, 3, A)) is True  # promoted: role changed
+    assert state.apply(Placement(Role.LEADER, 3, A, (B,))) is False  # same role, new replicas
+    with pytest.raises(StaleEpochError):
+        state.apply(Placement(Role.REPLICA, 2, B))
+    assert state.leads  # the stale word changed nothing
+    assert state.epoch == 3
+
+
+def test_require_held() -> None:
+    require_held({0: PartitionState()}, "t", 0)
+    with pytest.raises(PartitionNotFoundError):
+        require_held({0: PartitionState()}, "t", 1)
+
+
+def _topic(name: str, held: dict[int, Placement], **flags: bool) -> TopicPlan:
+    return TopicPlan(name, 2, held, **flags)
+
+
+LEAD0 = Placement(Role.LEADER, 0, A)
+REPL1 = Placement(Role.REPLICA, 0, B)
+
+
+def test_plan_creates_adds_changes_drops_and_sets_flags() -> None:
+    wanted = [
+        _topic("new", {0: LEAD0}),
+        _topic("grow", {0: LEAD0, 1: REPL1}),
+        _topic("promote", {1: Placement(Role.LEADER, 1, A)}),
+        _topic("shrink", {0: LEAD0}),
+        _topic("flags", {0: LEAD0}, ordered=True),
+        _topic("elsewhere", {}),  # lookupd lists it, nothing of it is here
+    ]
+    local = {
+        "grow": LocalTopic({0: LEAD0}, False, False),
+        "promote": LocalTopic({1: REPL1}, False, False),
+        "shrink": LocalTopic({0: LEAD0, 1: LEAD0}, False, False),
+        "flags": LocalTopic({0: LEAD0}, False, False),
+        "unlisted": LocalTopic({0: STANDALONE}, False, False),  # left alone
+    }
+    steps = plan(wanted, local)
+    assert [t.name for t in steps.create] == ["new"]
+    assert steps.add == [("grow", 1, REPL1)]
+    assert steps.change == [("promote", 1, Placement(Role.LEADER, 1, A))]
+    assert steps.drop == [("shrink", 1)]
+    assert [t.name for t in steps.flags] == ["flags"]
+    assert steps
+
+
+def test_nothing_to_do_is_an_empty_plan() -> None:
+    wanted = [_topic("t", {0: LEAD0})]
+    assert not plan(wanted, {"t": LocalTopic({0: LEAD0}, False, False)})
+
+
+roles = st.sampled_from(list(Role))
+placements = st.builds(Placement, roles, st.integers(0, 3), st.sampled_from([A, B]))
+helds = st.dictionaries(st.integers(0, 3), placements, max_size=4)
+
+
+@given(have=helds, want=helds)
+def test_applying_a_plan_reaches_the_wanted_placement(
+    have: dict[int, Placement], want: dict[int, Placement]
+) -> None:
+    steps = plan([TopicPlan("t", 4, want)], {"t": LocalTopic(have, False, False)})
+    result = dict(have)
+    for _, number, placement in steps.add + steps.change:
+        result[number] = placement
+    for _, number in steps.drop:
+        del result[number]
+    assert result == want
