@@ -23,6 +23,7 @@ from protocol.parser import ParserLimits
 from . import __version__
 from .auth import AuthClient
 from .broker import Broker, BrokerConfig, open_broker
+from .forwarding import Forwarder
 from .http_api import HTTPSettings, NsqdHTTP, serve_http
 from .lookup_client import LookupClient, LookupIdentity
 from .options import Options, OptionsError
@@ -158,6 +159,10 @@ async def _start_servers(
 ) -> None:
     tcp_host, tcp_port = options.tcp_host_port()
     http_host, http_port = options.http_host_port()
+    identity = LookupIdentity(NSQD_VERSION, 0, 0, socket.gethostname(), options.broadcast_address)
+    lookup = LookupClient(broker, identity, options.lookupd_tcp_addresses)
+    forwarder = Forwarder(lookup.pnsq_http_addresses, lambda: lookup.identity.node_id)
+    settings = replace(settings, forwarder=forwarder)
     tcp = TCPServer(broker, settings)
     tcp_port = await nursery.start(tcp.serve, tcp_host, tcp_port)
     http_settings = HTTPSettings(
@@ -172,14 +177,13 @@ async def _start_servers(
         max_deflate_level=options.max_deflate_level,
         version=NSQD_VERSION,
     )
-    identity = LookupIdentity(NSQD_VERSION, 0, 0, socket.gethostname(), options.broadcast_address)
-    lookup = LookupClient(broker, identity, options.lookupd_tcp_addresses)
     app = NsqdHTTP(
         broker,
         http_settings,
         sessions=tcp.sessions,
         options=options,
         on_lookupd_change=lookup.set_addresses,
+        forwarder=forwarder,
     )
     if options.tls_cert and options.tls_key:  # nsqd serves HTTPS only with TLS configured
         https_host, https_port = options.https_host_port()
@@ -189,6 +193,7 @@ async def _start_servers(
             sessions=tcp.sessions,
             options=options,
             on_lookupd_change=lookup.set_addresses,
+            forwarder=forwarder,
         )
         https_port = await nursery.start(
             partial(serve_http, certfile=options.tls_cert, keyfile=options.tls_key),

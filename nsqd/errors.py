@@ -21,10 +21,11 @@ from .core.errors import (
     OrderedSampleRateError,
     TopicNotFoundError,
 )
+from .forwarding import ForwardError
 from .storage.errors import StorageError
 
 #: What the session turns into error frames; anything else is a bug and propagates.
-HANDLED_ERRORS = (BrokerError, StorageError, OSError)
+HANDLED_ERRORS = (BrokerError, StorageError, OSError, ForwardError)
 
 #: Refusals with a fixed youzan reply (all fatal).
 _FIXED: dict[type, tuple[ErrorCode, str]] = {

@@ -32,6 +32,7 @@ from .core.errors import (
     NotWritableError,
     TopicNotFoundError,
 )
+from .forwarding import Forwarder, ForwardError
 from .http_admin import AdminAPI, topic_arg
 from .http_base import (
     ClientGone,
@@ -96,8 +97,10 @@ class NsqdHTTP:
         sessions: Collection[SessionLike] = (),
         options: Options | None = None,
         on_lookupd_change: Callable[[list[str]], None] | None = None,
+        forwarder: Forwarder | None = None,
     ) -> None:
         self.broker = broker
+        self.forwarder = forwarder
         self.settings = settings
         self.sessions = sessions
         #: --tls-required=true: the plain-HTTP listener refuses everything (nsqd's ServeHTTP);
@@ -213,17 +216,27 @@ class NsqdHTTP:
             "max_deflate_level": s.max_deflate_level,
         }
 
-    def _publish(
+    async def _publish(
         self, request: Request, topic: str, bodies: list[bytes], defer_ms: int = 0
     ) -> None:
         """Append to the topic (youzan's optional ``partition`` picks one), with the youzan
-        replies for partition errors and nsqd's ``503 EXITING`` for everything else."""
+        replies for partition errors and nsqd's ``503 EXITING`` for everything else; a stock
+        publish for a topic led elsewhere goes to its leader (pnsq lookupd)."""
         partition = _partition_arg(request)
         now = time.time_ns()
         deliver_at = now + defer_ms * 1_000_000 if defer_ms else 0
         entries = [NewRecord(timestamp_ns=now, body=b, deliver_at_ns=deliver_at) for b in bodies]
+        forwarder = self.forwarder
         try:
+            if forwarder is not None and await forwarder.must_forward(
+                self.broker, topic, partition
+            ):
+                await forwarder.publish(topic, bodies, defer_ms)
+                return
             self.broker.publish(topic, entries, partition)
+        except ForwardError as exc:
+            log.error("PUB to %s failed: %s", topic, exc)
+            raise HTTPError(503, f"E_PUB_FAILED {exc}") from exc
         except TopicNotFoundError as exc:  # a partition the topic does not have
             raise HTTPError(404, "E_TOPIC_NOT_EXIST") from exc
         except BadPartitionError as exc:  # e.g. no partition given for an ordered topic
@@ -256,7 +269,7 @@ class NsqdHTTP:
             defer_ms = int(raw)
             if not 0 <= defer_ms <= self.settings.max_req_timeout_ms:
                 raise HTTPError(400, "INVALID_DEFER")
-        self._publish(request, topic, [body], defer_ms)
+        await self._publish(request, topic, [body], defer_ms)
         if self.broker.durable_acks:
             await self.broker.wait_durable()
         return b"OK"
@@ -286,7 +299,7 @@ class NsqdHTTP:
                     raise HTTPError(413, "MSG_TOO_BIG")
                 bodies.append(line)
         if bodies:
-            self._publish(request, topic, bodies)
+            await self._publish(request, topic, bodies)
             if self.broker.durable_acks:
                 await self.broker.wait_durable()
         return b"OK"

@@ -164,10 +164,16 @@ class LookupClient:
         self.sync_interval = sync_interval
         self.poll_interval = poll_interval
         self._scopes: dict[str, trio.CancelScope] = {}
+        self._pnsq_http: dict[str, str] = {}  # lookupd address -> its HTTP address (pnsq's)
         self._nursery: trio.Nursery | None = None
         httpx_log = logging.getLogger("httpx")
         if httpx_log.level == logging.NOTSET:  # not one INFO line per assignments poll
             httpx_log.setLevel(logging.WARNING)
+
+    def pnsq_http_addresses(self) -> list[str]:
+        """HTTP addresses of the pnsq lookupds this node has registered with (they place
+        partitions), reachable or not right now."""
+        return list(self._pnsq_http.values())
 
     async def run(self) -> None:
         """Serve every lookupd until cancelled."""
@@ -183,6 +189,7 @@ class LookupClient:
             if address not in self.addresses:
                 log.info("LOOKUP(%s): removing peer", address)
                 self._scopes.pop(address).cancel()
+                self._pnsq_http.pop(address, None)
         if self._nursery is None:
             return
         for address in self.addresses:
@@ -234,7 +241,10 @@ class LookupClient:
                 if partitioned:  # the host we reached, which a broadcast hostname may not be
                     where = f"[{host}]" if ":" in host else host
                     http = f"{where}:{info.get('http_port')}"
+                    self._pnsq_http[address] = http  # kept while it is down: it places topics
                     nursery.start_soon(self._poll_assignments, address, http)
+                elif address in self._pnsq_http:
+                    del self._pnsq_http[address]  # replaced by a stock nsqlookupd
                 await self._keep_registered(conn, address, partitioned)
 
     async def _keep_registered(self, conn: _Connection, address: str, partitioned: bool) -> None:

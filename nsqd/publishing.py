@@ -5,6 +5,12 @@ Consecutive PUBs are gathered and appended as one batch per (topic, partition) r
 acknowledged together (DESIGN.md §6); the session flushes them before any other command, so
 replies stay in command order. PUB_EXT / MPUB_EXT headers follow :mod:`protocol.ext`: stored
 with the message on ext topics, dropped on others when they hold only reserved ``##`` keys.
+
+In a pnsq cluster a stock PUB/MPUB/DPUB (no partition) for a topic this node leads no
+partition of goes to a leader through :class:`~nsqd.forwarding.Forwarder` and is acknowledged
+once that leader acknowledged; so does one for a topic this node does not have but lookupd
+knows. A topic lookupd does not know is created here (lookupd adopts it, led here); with no
+lookupd reachable it is refused rather than created behind the cluster's back.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from .broker import Broker
 from .core.errors import BadPartitionError
 from .delivery import raw_size
 from .errors import HANDLED_ERRORS, client_error_for
+from .forwarding import Forwarder
 from .output import OutputBuffer
 from .storage.record import NewRecord
 
@@ -26,9 +33,12 @@ from .storage.record import NewRecord
 class Publisher:
     """Publishes for one connection and queues the acks on its output."""
 
-    def __init__(self, broker: Broker, output: OutputBuffer) -> None:
+    def __init__(
+        self, broker: Broker, output: OutputBuffer, forwarder: Forwarder | None = None
+    ) -> None:
         self.broker = broker
         self.output = output
+        self.forwarder = forwarder
         self._gathered: list[tuple[tuple[str, int | None], list[NewRecord]]] = []
         self.pub_counts: dict[str, int] = {}  # messages published per topic (/stats producers)
 
@@ -49,7 +59,10 @@ class Publisher:
         acked = 0
         try:
             for (topic, partition), entries in gathered:
-                self.broker.publish(topic, entries, partition)
+                if await self._elsewhere(topic, partition):
+                    await self._forward(topic, [e.body for e in entries])
+                else:
+                    self.broker.publish(topic, entries, partition)
                 acked += len(entries)
                 self.pub_counts[topic] = self.pub_counts.get(topic, 0) + len(entries)
         except HANDLED_ERRORS as exc:
@@ -76,13 +89,27 @@ class Publisher:
         deliver_at = now + defer_ms * 1_000_000 if defer_ms else 0
         entries = [NewRecord(timestamp_ns=now, body=b, deliver_at_ns=deliver_at) for b in bodies]
         try:
-            self.broker.publish(topic, entries, partition)
+            if await self._elsewhere(topic, partition):
+                await self._forward(topic, bodies, defer_ms)
+            else:
+                self.broker.publish(topic, entries, partition)
         except HANDLED_ERRORS as exc:
             raise client_error_for(exc, name, code) from exc
         self.pub_counts[topic] = self.pub_counts.get(topic, 0) + len(entries)
         if self.broker.durable_acks:
             await self.broker.wait_durable()
         self.output.append(frames.OK)
+
+    async def _elsewhere(self, topic: str, partition: int | None) -> bool:
+        """Whether a stock publish must go to a leader on another node (pnsq lookupd only).
+        Raises :class:`~nsqd.forwarding.NoLookupdError` for an unknown topic while no lookupd
+        answers."""
+        forwarder = self.forwarder
+        return forwarder is not None and await forwarder.must_forward(self.broker, topic, partition)
+
+    async def _forward(self, topic: str, bodies: list[bytes], defer_ms: int = 0) -> None:
+        assert self.forwarder is not None
+        await self.forwarder.publish(topic, bodies, defer_ms)
 
     async def publish_traced(
         self, topic: str, messages: list[tuple[int, bytes]], partition: int | None, name: str

@@ -54,6 +54,7 @@ from .broker import Broker, Channel
 from .broker.subscriptions import SubscribeRequest, subscribe
 from .delivery import sample, write_extended, write_plain
 from .errors import HANDLED_ERRORS, client_error_for
+from .forwarding import Forwarder
 from .output import OutputBuffer
 from .publishing import Publisher
 
@@ -75,6 +76,8 @@ class SessionSettings:
     tls_context: ssl.SSLContext | None = None  # --tls-cert/--tls-key given
     tls_required: bool = False  # --tls-required true or tcp-https: only IDENTIFY before TLS
     auth: AuthClient | None = None  # --auth-http-address given
+    #: publishes for topics this node leads no partition of go to a leader (pnsq lookupd)
+    forwarder: Forwarder | None = None
 
 
 class Session:
@@ -107,7 +110,7 @@ class Session:
         self.sample_rate = 0
         self.extend_support = False  # IDENTIFY extend_support (youzan ext topics)
         self.output = OutputBuffer(stream)
-        self.publisher = Publisher(broker, self.output)
+        self.publisher = Publisher(broker, self.output, settings.forwarder)
         self.channel: Channel | None = None
         self.partition: int | None = None
         self.ext_block = False  # youzan ext block in message frames (ext topic)

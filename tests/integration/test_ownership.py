@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from protocol import Fin, Pub, Rdy, Sub
+from protocol import Dpub, Fin, Mpub, Pub, Rdy, Sub
 from tests.daemons import Daemon, pnsq_lookupd, pnsq_nsqd
 from tests.integration.lookupd_helpers import get_json, lookup, post, request, wait_for
 from tests.rawclient import RawClient
@@ -173,3 +173,56 @@ def test_lookup_producers_are_the_leaders(cluster: Cluster) -> None:
     partitions = found["partitions"]
     for number, node in leaders.items():
         assert partitions[str(number)]["tcp_port"] == node.tcp_port
+
+
+def test_a_stock_publish_on_a_node_that_leads_nothing_is_forwarded(cluster: Cluster) -> None:
+    assert post(cluster.lookupd, "/topic/create?topic=one&partition_num=1") == (200, b"")
+    leader = wait_for(lambda: cluster.leaders("one").get(0), what="placement of one")
+    outsider = _other(cluster, leader)
+    wait_for(lambda: _held(leader, "one") == {0: "leader"}, what="one on its leader")
+    wait_for(lambda: lookup(cluster.lookupd, "one")["partitions"].get("0"), what="registered")
+    client = RawClient(outsider.tcp_address)
+    client.send(Pub("one", b"p1"), Pub("one", b"p2"))  # pipelined: one group commit
+    assert [client.read().data for _ in range(2)] == [b"OK", b"OK"]
+    client.send(Mpub("one", [b"m1", b"m2"]))
+    assert client.read().data == b"OK"
+    client.send(Dpub("one", 10, b"d1"))
+    assert client.read().data == b"OK"
+    client.close()
+    assert _http(outsider, "POST", "/pub?topic=one", b"h1") == (200, b"OK")
+    assert _http(outsider, "POST", "/mpub?topic=one", b"h2\nh3") == (200, b"OK")
+    assert _held(outsider, "one") is None  # nothing of it here, not even the topic
+    assert _stored(leader, "one") == 8  # all on the leader, acknowledged after it stored them
+    consumer = RawClient(leader.tcp_address, timeout=10)
+    consumer.send(Sub("one", "c", None), Rdy(10))
+    assert consumer.read().data == b"OK"
+    bodies = set()
+    for _ in range(8):
+        frame = consumer.read(skip_heartbeats=True)
+        bodies.add(frame.body)
+        consumer.send(Fin(frame.message_id))
+    assert bodies == {b"p1", b"p2", b"m1", b"m2", b"d1", b"h1", b"h2", b"h3"}
+    consumer.close()
+
+
+def test_without_lookupd_an_unknown_topic_is_refused_and_known_ones_work(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    work = tmp_path_factory.mktemp("nolookupd")
+    lookupd = pnsq_lookupd(work / "lookupd").start()
+    node = pnsq_nsqd(work / "n", f"--lookupd-tcp-address={lookupd.tcp_address}").start()
+    try:
+        wait_for(lambda: get_json(lookupd, "/nodes")["producers"], what="registration")
+        client = RawClient(node.tcp_address)
+        client.send(Pub("known", b"a"))
+        assert client.read().data == b"OK"  # a new topic while lookupd is up: created here
+        lookupd.stop()
+        client.send(Pub("known", b"b"))
+        assert client.read().data == b"OK"  # known topics keep working
+        client.send(Pub("unknown", b"c"))
+        reply = client.read().data
+        assert reply.startswith(b"E_PUB_FAILED PUB failed lookupd unreachable")
+        assert _held(node, "unknown") is None  # not created behind lookupd's back
+    finally:
+        node.stop()
+        lookupd.stop()

@@ -1,0 +1,218 @@
+"""Forwarding a stock publish to a partition leader elsewhere in the cluster.
+
+NSQ's usual layout puts an nsqd beside every producer, and stock producers (go-nsq, pynsq) name
+no partition. In a pnsq cluster a node may lead none of a topic's partitions; such a node
+forwards the publish to a leader lookupd names and acknowledges only once that leader did, so
+the producer's ``OK`` still means "stored by the partition's leader". Leaders come from pnsq
+lookupd's ``GET /lookup?topic=&access=w`` (youzan's ``partitions`` map), cached for a second;
+one V2 connection per leader is kept and reused, one publish at a time on it.
+
+Only the stock publishes are forwarded (``PUB``, ``MPUB``, ``DPUB``); partition-aware ones
+(``PUB <topic> <partition>``, the ``_TRACE`` and ``_EXT`` families) get youzan's
+``E_FAILED_ON_NOT_LEADER`` and look the leader up themselves, as youzan's clients do.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import httpx
+import trio
+
+from protocol import Dpub, Mpub, Pub
+from protocol.client_frames import ErrorFrame, FrameDecoder, MessageFrame, Response
+from protocol.encode import encode_command
+from protocol.lookup import ACCEPT_V1
+from protocol.parser import NEED_DATA
+
+from .broker import Broker
+
+log = logging.getLogger("nsqd.forward")
+
+LOOKUP_TTL = 1.0  # seconds a topic's leaders are reused before asking lookupd again
+TIMEOUT = 5.0  # one forwarded publish, connecting included
+MAGIC_V2 = b"  V2"
+
+
+class ForwardError(Exception):
+    """The publish could not be forwarded (``str()`` says why; the client gets it)."""
+
+
+class NoLookupdError(ForwardError):
+    """No pnsq lookupd answered: the cluster's view of the topic is unknown."""
+
+
+@dataclass(slots=True)
+class _Leaders:
+    partitions: dict[int, tuple[str, int]]  # partition -> (host, tcp port) of its leader
+    fetched: float
+    next: int = 0
+
+
+@dataclass(slots=True)
+class _Peer:
+    stream: trio.SocketStream
+    decoder: FrameDecoder = field(default_factory=FrameDecoder)
+    lock: trio.Lock = field(default_factory=trio.Lock)
+
+
+class Forwarder:
+    """Forwards publishes for topics this node leads no partition of (see the module doc).
+
+    ``lookupd_http`` returns the HTTP addresses of the pnsq lookupds this node is registered
+    with (empty while none is connected); ``self_id`` returns this node's ``host:tcp_port``.
+    """
+
+    def __init__(
+        self, lookupd_http: Callable[[], Sequence[str]], self_id: Callable[[], str]
+    ) -> None:
+        self._lookupd_http = lookupd_http
+        self._self_id = self_id
+        self._leaders: dict[str, _Leaders] = {}
+        self._peers: dict[tuple[str, int], _Peer] = {}
+        self._http: httpx.AsyncClient | None = None
+
+    @property
+    def active(self) -> bool:
+        """True when a pnsq lookupd places partitions (forwarding applies)."""
+        return bool(self._lookupd_http())
+
+    async def must_forward(self, broker: Broker, topic: str, partition: int | None) -> bool:
+        """Whether a stock publish (``partition`` None) of ``topic`` goes to a leader on
+        another node: this node holds the topic, placed by lookupd, and leads none of its
+        partitions; or it lacks the topic and lookupd knows it. Raises
+        :class:`NoLookupdError` for a topic unknown here while no lookupd answers."""
+        if partition is not None or not self.active:
+            return False
+        local = broker.topics.get(topic)
+        if local is not None and not local.deleted:
+            return local.managed and not local.led
+        return bool(await self.leaders(topic))
+
+    async def leaders(self, topic: str) -> dict[int, tuple[str, int]]:
+        """Partition -> leader address for ``topic`` as lookupd says ({} if it does not know
+        the topic). Raises :class:`NoLookupdError` if no lookupd answers."""
+        cached = self._leaders.get(topic)
+        now = trio.current_time()
+        if cached is not None and now - cached.fetched < LOOKUP_TTL:
+            return cached.partitions
+        partitions = await self._lookup(topic)
+        self._leaders[topic] = _Leaders(partitions, now, cached.next if cached else 0)
+        return partitions
+
+    async def publish(self, topic: str, bodies: list[bytes], defer_ms: int = 0) -> None:
+        """Publish ``bodies`` (one DPUB when ``defer_ms``) at a leader of ``topic``, round-robin
+        over its partitions; returns once that leader acknowledged. Raises ForwardError."""
+        leaders = await self.leaders(topic)
+        if not leaders:
+            raise ForwardError(f"topic {topic} has no partition leader")
+        entry = self._leaders[topic]
+        me = self._self_id()
+        numbers = sorted(n for n, (host, port) in leaders.items() if f"{host}:{port}" != me)
+        if not numbers:  # lookupd already placed a partition here; its word is on the way
+            raise ForwardError(f"topic {topic}: this node's assignment is pending")
+        number = numbers[entry.next % len(numbers)]
+        entry.next += 1
+        address = leaders[number]
+        if defer_ms:
+            commands = [encode_command(Dpub(topic, defer_ms, body)) for body in bodies]
+        elif len(bodies) == 1:
+            commands = [encode_command(Pub(topic, bodies[0], number))]
+        else:
+            commands = [encode_command(Mpub(topic, bodies, number))]
+        try:
+            with trio.fail_after(TIMEOUT):
+                for command in commands:
+                    await self._exchange(address, command)
+        except (
+            OSError,
+            trio.BrokenResourceError,
+            trio.ClosedResourceError,
+            trio.TooSlowError,
+        ) as exc:
+            await self._drop(address)
+            self._leaders.pop(topic, None)
+            reason = str(exc) or type(exc).__name__
+            raise ForwardError(f"forwarding to {address[0]}:{address[1]}: {reason}") from exc
+
+    async def _exchange(self, address: tuple[str, int], command: bytes) -> None:
+        peer = await self._peer(address)
+        async with peer.lock:
+            await peer.stream.send_all(command)
+            while True:
+                frame = peer.decoder.next_frame()
+                if frame is NEED_DATA:
+                    data = await peer.stream.receive_some(65536)
+                    if not data:
+                        raise trio.BrokenResourceError("leader closed the connection")
+                    peer.decoder.receive_data(data)
+                    continue
+                if isinstance(frame, Response) and frame.data == b"_heartbeat_":
+                    await peer.stream.send_all(b"NOP\n")
+                    continue
+                if isinstance(frame, Response) and frame.data == b"OK":
+                    return
+                if isinstance(frame, ErrorFrame):
+                    if frame.fatal:
+                        await self._drop(address)
+                    raise ForwardError(f"leader {address[0]}:{address[1]}: {frame.text}")
+                assert not isinstance(frame, MessageFrame)  # nothing subscribes here
+                raise ForwardError(f"leader {address[0]}:{address[1]}: unexpected {frame!r}")
+
+    async def _peer(self, address: tuple[str, int]) -> _Peer:
+        peer = self._peers.get(address)
+        if peer is None:
+            stream = await trio.open_tcp_stream(*address)
+            await stream.send_all(MAGIC_V2)
+            peer = self._peers[address] = _Peer(stream)
+            log.info("FORWARD: connected to leader %s:%d", *address)
+        return peer
+
+    async def _drop(self, address: tuple[str, int]) -> None:
+        peer = self._peers.pop(address, None)
+        if peer is not None:
+            await peer.stream.aclose()
+
+    async def _lookup(self, topic: str) -> dict[int, tuple[str, int]]:
+        addresses = list(self._lookupd_http())
+        if not addresses:
+            raise NoLookupdError("no pnsq lookupd connected")
+        if self._http is None:
+            self._http = httpx.AsyncClient(timeout=httpx.Timeout(2.0, connect=1.0))
+        problems = []
+        for http in addresses:
+            url = f"http://{http}/lookup"
+            params = {"topic": topic, "access": "w"}
+            try:
+                reply = await self._http.get(url, params=params, headers={"Accept": ACCEPT_V1})
+            except httpx.HTTPError as exc:
+                problems.append(f"{http}: {exc}")
+                continue
+            if reply.status_code == 404:
+                return {}  # lookupd does not know the topic
+            try:
+                reply.raise_for_status()
+                return _partition_leaders(reply.json())
+            except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+                problems.append(f"{http}: {exc}")
+        raise NoLookupdError("lookupd unreachable: " + "; ".join(problems))
+
+    async def aclose(self) -> None:
+        """Close the leader connections and the HTTP client."""
+        for address in list(self._peers):
+            await self._drop(address)
+        if self._http is not None:
+            await self._http.aclose()
+
+
+def _partition_leaders(document: dict[str, object]) -> dict[int, tuple[str, int]]:
+    partitions = document.get("partitions") or {}
+    if not isinstance(partitions, dict):
+        raise ValueError("partitions is not an object")
+    out = {}
+    for number, peer in partitions.items():
+        if isinstance(peer, dict):
+            out[int(number)] = (str(peer["broadcast_address"]), int(peer["tcp_port"]))
+    return out
