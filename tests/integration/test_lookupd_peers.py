@@ -159,20 +159,24 @@ def test_nsqd_survives_lookupd_restarts_and_lookupd_keeps_placements(tmp_path: P
             what="placement",
         )
         lookupd.stop()
-        assert post(node, "/pub?topic=kept", b"while down") == (200, b"OK")
-        assert post(node, "/pub?topic=during", b"new topic") == (200, b"OK")
+        assert post(node, "/pub?topic=kept", b"while down") == (200, b"OK")  # known: works
+        # unknown while the pnsq lookupd that places topics is down: refused, not created
+        status, body = post(node, "/pub?topic=during", b"new topic")
+        assert status == 503
+        assert body.startswith(b'{"message":"E_PUB_FAILED lookupd unreachable')
         lookupd.start()  # same ports, same --data-path
 
         def rebuilt() -> Any:
             found = lookup(lookupd, "kept", "&metainfo=true")
-            during = lookup(lookupd, "during")
-            if found and len(found["partitions"]) == 2 and during and during["producers"]:
+            if found and len(found["partitions"]) == 2 and found["producers"]:
                 return found
             return None
 
         found = wait_for(rebuilt, timeout=20, what="re-registration")
         assert found["meta"]["partition_num"] == 2  # the placement survived the restart
         assert [p["tcp_port"] for p in found["producers"]] == [node.tcp_port]
+        assert post(node, "/pub?topic=during", b"new topic") == (200, b"OK")  # lookupd is back
+        wait_for(lambda: lookup(lookupd, "during"), what="the new topic adopted")
     finally:
         node.stop()
         lookupd.stop()

@@ -96,6 +96,7 @@ def test_partitions_describe_offsets_and_leader(daemon: Daemon) -> None:
             {"partition": 0, "earliest": 0, "latest": 3, "leader": node},
             {"partition": 1, "earliest": 0, "latest": 1, "leader": node},
         ],
+        "replicas": [],  # standalone: this node leads every partition it has
     }
 
 
