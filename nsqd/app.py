@@ -21,15 +21,15 @@ from protocol.identify import IdentifyLimits
 from protocol.parser import ParserLimits
 
 from . import __version__
-from .auth import AuthClient
 from .broker import Broker, BrokerConfig, open_broker
 from .forwarding import Forwarder
-from .http_api import HTTPSettings, NsqdHTTP, serve_http
+from .http.api import HTTPSettings, NsqdHTTP, serve_http
 from .lookup_client import LookupClient, LookupIdentity
 from .options import Options, OptionsError
-from .session import SessionSettings
-from .streams import tls_server_context
-from .tcp import TCPServer
+from .tcp.auth import AuthClient
+from .tcp.server import TCPServer
+from .tcp.session import SessionSettings
+from .tcp.streams import tls_server_context
 
 log = logging.getLogger("nsqd")
 

@@ -34,7 +34,7 @@ E2E_LATENCY = {"count": 0, "percentiles": None}  # pnsq does not measure it (nsq
 
 
 class SessionLike(Protocol):
-    """What stats read of a TCP session (``nsqd.session.Session``); newer attributes (TLS,
+    """What stats read of a TCP session (``nsqd.tcp.session.Session``); newer attributes (TLS,
     compression, auth, publish counts) are read with defaults."""
 
     client_id: str

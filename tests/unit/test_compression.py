@@ -12,7 +12,7 @@ import trio
 import trio.testing
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from nsqd.compression import (
+from nsqd.tcp.compression import (
     MAX_BLOCK,
     STREAM_IDENTIFIER,
     CompressionError,
@@ -22,7 +22,7 @@ from nsqd.compression import (
     SnappyEncoder,
     masked_crc,
 )
-from nsqd.streams import DeflateStream, SnappyStream
+from nsqd.tcp.streams import DeflateStream, SnappyStream
 from tests import strategies as S
 
 _PROPS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from netio.http import HTTPError, QueryArgs
-from nsqd.compression import (
+from nsqd.tcp.compression import (
     STREAM_IDENTIFIER,
     CompressionError,
     DeflateDecoder,

@@ -6,7 +6,7 @@ from protocol import ClientError, ErrorCode
 from protocol.errors import YouzanText
 from protocol.gostr import go_bytes
 
-from .core.errors import (
+from ..core.errors import (
     BadPartitionError,
     BrokerError,
     ConsumeStartUnsupportedError,
@@ -21,8 +21,8 @@ from .core.errors import (
     OrderedSampleRateError,
     TopicNotFoundError,
 )
-from .forwarding import ForwardError
-from .storage.errors import StorageError
+from ..forwarding import ForwardError
+from ..storage.errors import StorageError
 
 #: What the session turns into error frames; anything else is a bug and propagates.
 HANDLED_ERRORS = (BrokerError, StorageError, OSError, ForwardError)

@@ -4,7 +4,7 @@ Every response except ``/ping``, ``OPTIONS`` and ``/metrics`` carries ``X-NSQ-Co
 nsq; version=1.0``; errors are ``{"message": "<TEXT>"}`` with nsqd's status codes. Routing
 follows nsqd's router (julienschmidt/httprouter): ``405`` with an ``Allow`` header, automatic
 ``OPTIONS``, and a redirect for a trailing slash. This module has the publishing side (``/pub``,
-``/mpub``) and ``/ping``, ``/info``; :mod:`nsqd.http_admin` the rest. Hypercorn answers a
+``/mpub``) and ``/ping``, ``/info``; :mod:`nsqd.http.admin` the rest. Hypercorn answers a
 non-HTTP byte stream with ``400`` at once, which go-nsq relies on to detect a producer pointed at
 the HTTP port.
 """
@@ -24,17 +24,23 @@ import trio
 from netio.http import lifespan, serve_http as netio_serve_http
 from protocol.mpub import MpubFormatError, split_mpub_body
 
-from .broker import Broker
-from .core.errors import (
+from ..broker import Broker
+from ..core.errors import (
     BadPartitionError,
     BrokerError,
     NotLeaderError,
     NotWritableError,
     TopicNotFoundError,
 )
-from .forwarding import Forwarder, ForwardError
-from .http_admin import AdminAPI, topic_arg
-from .http_base import (
+from ..forwarding import Forwarder, ForwardError
+from ..metrics import Metrics
+from ..options import Options
+from ..runtime_config import RuntimeConfig
+from ..stats import SessionLike, health
+from ..storage.errors import StorageError
+from ..storage.record import NewRecord
+from .admin import AdminAPI, topic_arg
+from .base import (
     ClientGone,
     Handler,
     HTTPError,
@@ -46,14 +52,8 @@ from .http_base import (
     respond,
     respond_error,
 )
-from .http_offsets import OffsetsAPI
-from .http_partitions import PartitionsAPI
-from .metrics import Metrics
-from .options import Options
-from .runtime_config import RuntimeConfig
-from .stats import SessionLike, health
-from .storage.errors import StorageError
-from .storage.record import NewRecord
+from .offsets import OffsetsAPI
+from .partitions import PartitionsAPI
 
 __all__ = ["HTTPError", "HTTPSettings", "NsqdHTTP", "Request", "serve_http"]
 

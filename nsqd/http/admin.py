@@ -21,8 +21,8 @@ from protocol.gostr import go_quote
 from protocol.message import MAX_PARTITIONS
 from protocol.names import is_valid_name
 
-from .broker import admin
-from .core.errors import (
+from ..broker import admin
+from ..core.errors import (
     BrokerError,
     ChannelNotFoundError,
     ConsumeStartUnsupportedError,
@@ -30,13 +30,13 @@ from .core.errors import (
     TopicConflictError,
     TopicNotFoundError,
 )
-from .http_base import Handler, HTTPError, JsonValue, Raw, Reply, Request
-from .runtime_config import InvalidOptionError, InvalidValueError, RuntimeConfig
-from .stats import StatsQuery, render_text, stats_document
-from .storage.errors import StorageError
+from ..runtime_config import InvalidOptionError, InvalidValueError, RuntimeConfig
+from ..stats import StatsQuery, render_text, stats_document
+from ..storage.errors import StorageError
+from .base import Handler, HTTPError, JsonValue, Raw, Reply, Request
 
 if TYPE_CHECKING:
-    from .http_api import NsqdHTTP
+    from .api import NsqdHTTP
 
 log = logging.getLogger("nsqd.http")
 

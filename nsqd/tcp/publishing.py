@@ -21,13 +21,13 @@ from protocol import ErrorCode, Pub, frames
 from protocol.ext import ext_not_supported, parse_json_header
 from protocol.tracing import traced_response
 
-from .broker import Broker
-from .core.errors import BadPartitionError
+from ..broker import Broker
+from ..core.errors import BadPartitionError
+from ..forwarding import Forwarder
+from ..storage.record import NewRecord
 from .delivery import raw_size
 from .errors import HANDLED_ERRORS, client_error_for
-from .forwarding import Forwarder
 from .output import OutputBuffer
-from .storage.record import NewRecord
 
 
 class Publisher:

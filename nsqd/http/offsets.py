@@ -17,16 +17,16 @@ from typing import TYPE_CHECKING, Final
 
 import trio
 
-from .broker.subscriptions import offset_for_timestamp
-from .core.errors import PartitionNotFoundError
-from .http_admin import topic_arg
-from .http_base import Handler, HTTPError, Reply, Request
-from .http_partitions import _uint_arg
-from .storage.errors import LogClosedError, StorageError
-from .storage.log import PartitionLog
+from ..broker.subscriptions import offset_for_timestamp
+from ..core.errors import PartitionNotFoundError
+from ..storage.errors import LogClosedError, StorageError
+from ..storage.log import PartitionLog
+from .admin import topic_arg
+from .base import Handler, HTTPError, Reply, Request
+from .partitions import _uint_arg
 
 if TYPE_CHECKING:
-    from .http_api import NsqdHTTP
+    from .api import NsqdHTTP
 
 log = logging.getLogger("nsqd.http")
 

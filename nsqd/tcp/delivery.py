@@ -23,8 +23,8 @@ from protocol.message import (
     message_frame_header,
 )
 
-from .broker import Channel
-from .core.cursor import Message
+from ..broker import Channel
+from ..core.cursor import Message
 from .output import OutputBuffer
 
 

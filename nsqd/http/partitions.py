@@ -25,16 +25,16 @@ from protocol.range_read import (
     record_size,
 )
 
-from .broker import Partition, Topic
-from .core.errors import PartitionNotFoundError
-from .http_admin import topic_arg
-from .http_base import Handler, HTTPError, Raw, Reply, Request
-from .storage.errors import LogClosedError, OffsetOutOfRangeError, StorageError
-from .storage.log import PartitionLog
-from .storage.record import Record
+from ..broker import Partition, Topic
+from ..core.errors import PartitionNotFoundError
+from ..storage.errors import LogClosedError, OffsetOutOfRangeError, StorageError
+from ..storage.log import PartitionLog
+from ..storage.record import Record
+from .admin import topic_arg
+from .base import Handler, HTTPError, Raw, Reply, Request
 
 if TYPE_CHECKING:
-    from .http_api import NsqdHTTP
+    from .api import NsqdHTTP
 
 log = logging.getLogger("nsqd.http")
 

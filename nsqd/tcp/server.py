@@ -9,7 +9,7 @@ import trio
 from netio.tcp import serve_tcp
 from protocol import frames
 
-from .broker import Broker
+from ..broker import Broker
 from .session import Session, SessionSettings
 
 log = logging.getLogger("nsqd.tcp")

@@ -15,6 +15,7 @@ from typing import Protocol
 
 import trio
 
+from ..options import OptionsError
 from .compression import (
     CompressionError,
     DeflateDecoder,
@@ -22,7 +23,6 @@ from .compression import (
     SnappyDecoder,
     SnappyEncoder,
 )
-from .options import OptionsError
 
 log = logging.getLogger("nsqd.streams")
 

@@ -6,7 +6,8 @@ closes, the loop releases the socket at once and the other tasks return by thems
 being cancelled: cancelling costs several times more, and when thousands of clients leave at
 once that cost decided how long their descriptors stayed open. Commands are handled strictly
 in order, so responses come back in command order as go-nsq and pynsq require. IDENTIFY and its
-stream upgrades are :mod:`nsqd.negotiation`; AUTH and the permission checks are :mod:`nsqd.auth`.
+stream upgrades are :mod:`nsqd.tcp.negotiation`; AUTH and the permission checks are
+:mod:`nsqd.tcp.auth`.
 """
 
 from __future__ import annotations
@@ -48,13 +49,13 @@ from protocol import (
 from protocol.consume import parse_consume_start
 from protocol.identify import IdentifyLimits
 
+from ..broker import Broker, Channel
+from ..broker.subscriptions import SubscribeRequest, subscribe
+from ..forwarding import Forwarder
 from . import negotiation
 from .auth import AuthClient, SessionAuth
-from .broker import Broker, Channel
-from .broker.subscriptions import SubscribeRequest, subscribe
 from .delivery import sample, write_extended, write_plain
 from .errors import HANDLED_ERRORS, client_error_for
-from .forwarding import Forwarder
 from .output import OutputBuffer
 from .publishing import Publisher
 
