@@ -1,8 +1,14 @@
-"""The TCP listener: read the 4-byte magic, then hand the connection to a protocol session."""
+"""The TCP listener: read the 4-byte magic, then hand the connection to the protocol it names.
+
+One port serves every protocol an nsqd speaks: ``"  V2"`` (clients) is always there; the
+replication protocol (``"  R1"``, next release) registers its handler with :meth:`TCPServer.add`.
+An unknown magic gets nsqd's ``E_BAD_PROTOCOL`` and the connection is closed.
+"""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 
 import trio
 
@@ -16,14 +22,25 @@ log = logging.getLogger("nsqd.tcp")
 
 MAGIC_TIMEOUT = 60.0  # nsqd's ClientTimeout: how long a new connection may stay silent
 
+#: a protocol's side of a connection: the stream, the peer, bytes read after the magic
+ProtocolHandler = Callable[[trio.SocketStream, str, bytes], Awaitable[None]]
+
 
 class TCPServer:
-    """Accepts connections and runs one :class:`Session` per protocol V2 client."""
+    """Accepts connections and runs each under the protocol its 4-byte magic names; protocol
+    V2 runs one :class:`Session` per client."""
 
     def __init__(self, broker: Broker, settings: SessionSettings) -> None:
         self.broker = broker
         self.settings = settings
         self.sessions: set[Session] = set()
+        self._protocols: dict[bytes, ProtocolHandler] = {frames.MAGIC_V2: self._serve_v2}
+
+    def add(self, magic: bytes, handler: ProtocolHandler) -> None:
+        """Serve connections that start with ``magic`` (4 bytes) with ``handler``."""
+        if len(magic) != 4 or magic in self._protocols:
+            raise ValueError(f"magic {magic!r} is not 4 bytes or already served")
+        self._protocols[magic] = handler
 
     async def serve(
         self, host: str, port: int, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED
@@ -42,13 +59,17 @@ class TCPServer:
                 magic += chunk
         if len(magic) < 4:
             return
-        if magic[:4] != frames.MAGIC_V2:
+        handler = self._protocols.get(magic[:4])
+        if handler is None:
             log.info("[%s] bad protocol magic %r", remote, magic[:4])
             await stream.send_all(frames.encode_error("E_BAD_PROTOCOL"))
             return
+        await handler(stream, remote, magic[4:])
+
+    async def _serve_v2(self, stream: trio.SocketStream, remote: str, initial: bytes) -> None:
         session = Session(stream, self.broker, self.settings, remote)
         self.sessions.add(session)
         try:
-            await session.run(initial=magic[4:])
+            await session.run(initial=initial)
         finally:
             self.sessions.discard(session)
