@@ -26,6 +26,7 @@ from .placement import (
     adopt,
     assignments_for,
     check_recreate,
+    expand,
     leader_load,
     place,
     place_pending,
@@ -176,6 +177,52 @@ class Cluster:
         if self.placements.pop(name, None) is not None:
             self._changed()
             await self.flush()
+
+    async def update_meta(
+        self,
+        name: str,
+        *,
+        sync_every: int | None = None,
+        retention_days: int | None = None,
+        extend_support: bool | None = None,
+        disable_channel_auto_create: bool | None = None,
+    ) -> TopicPlacement:
+        """youzan's ``/topic/meta/update`` (a None keeps the value), persisted before
+        returning. Raises KeyError for an unknown topic, :class:`StoreError`."""
+        placement = self.placements[name]
+        m = placement.meta
+        meta = replace(
+            m,
+            sync_every=m.sync_every if sync_every is None else sync_every,
+            retention_days=m.retention_days if retention_days is None else retention_days,
+            extend_support=m.extend_support if extend_support is None else extend_support,
+            disable_channel_auto_create=(
+                m.disable_channel_auto_create
+                if disable_channel_auto_create is None
+                else disable_channel_auto_create
+            ),
+        )
+        return await self._commit(placement, replace(placement, meta=meta))
+
+    async def expand_topic(self, name: str, partition_num: int) -> TopicPlacement:
+        """youzan's ``/topic/partition/expand``. Raises KeyError, :class:`PlacementError`,
+        :class:`StoreError`."""
+        placement = self.placements[name]
+        load = leader_load(self.placements.values())
+        updated = expand(placement, partition_num, self.live_nodes(), load)
+        return await self._commit(placement, updated)
+
+    async def _commit(self, old: TopicPlacement, new: TopicPlacement) -> TopicPlacement:
+        self.placements[new.name] = new
+        self._changed()
+        try:
+            await self.flush()
+        except StoreError:
+            self.placements[new.name] = old
+            self._changed()
+            raise
+        log.info("TOPIC(%s): updated, %s", new.name, _describe(new))
+        return new
 
     def assignments(self, node: str) -> list[TopicAssignment]:
         """What ``node`` must hold (``/pnsq/assignments``)."""

@@ -78,6 +78,8 @@ class LookupHTTP:
             "/channel/create": ({"POST"}, Route(self.channel_create)),
             "/channel/delete": ({"POST"}, Route(self.channel_delete)),
             "/topic/tombstone": ({"POST"}, Route(self.topic_tombstone)),
+            "/topic/meta/update": ({"POST"}, Route(self.topic_meta_update)),
+            "/topic/partition/expand": ({"POST"}, Route(self.topic_partition_expand)),
             ASSIGNMENTS_PATH: (get, Route(self.assignments)),
         }
 
@@ -208,6 +210,52 @@ class LookupHTTP:
         )
         try:
             await self.cluster.create_topic(topic, meta)
+        except PlacementError as exc:
+            raise HTTPError(400, str(exc)) from None
+        except StoreError as exc:
+            log.error("TOPIC(%s): %s", topic, exc)
+            raise HTTPError(500, "INTERNAL_ERROR") from None
+        return None
+
+    async def topic_meta_update(self, request: Request) -> Reply:
+        """youzan's ``/topic/meta/update``: ``syncdisk``, ``retention``, ``upgradeext=true``,
+        ``disable_channel_auto_create``; the nodes apply it without a restart. Changing
+        ``replicator`` needs replica moves, which this release does not do."""
+        topic = _topic_arg(request)
+        if topic not in self.cluster.placements:
+            raise HTTPError(404, "TOPIC_NOT_FOUND")
+        replicator = request.arg("replicator")
+        if replicator not in (None, "", "-1"):
+            current = self.cluster.placements[topic].meta.replica
+            if _go_atoi(replicator) != current:
+                raise HTTPError(400, "REPLICATOR_CHANGE_NOT_SUPPORTED")
+        sync = request.arg("syncdisk")
+        retention = request.arg("retention")
+        disable = request.arg("disable_channel_auto_create")
+        try:
+            await self.cluster.update_meta(
+                topic,
+                sync_every=None
+                if sync in (None, "")
+                else _int_arg(request, "syncdisk", "INVALID_ARG_TOPIC_SYNC_DISK"),
+                retention_days=None if retention in (None, "") else _go_atoi(retention),
+                extend_support=True if request.arg("upgradeext") == "true" else None,
+                disable_channel_auto_create=None if disable is None else disable == "true",
+            )
+        except StoreError as exc:
+            log.error("TOPIC(%s): %s", topic, exc)
+            raise HTTPError(500, "INTERNAL_ERROR") from None
+        return None
+
+    async def topic_partition_expand(self, request: Request) -> Reply:
+        """youzan's ``/topic/partition/expand?topic=&partition_num=``: new partitions are placed
+        on the live nodes; the existing ones stay."""
+        topic = _topic_arg(request)
+        if topic not in self.cluster.placements:
+            raise HTTPError(404, "TOPIC_NOT_FOUND")
+        count = _bounded(request, "partition_num", 1, 1, MAX_PARTITION_NUM)
+        try:
+            await self.cluster.expand_topic(topic, count)
         except PlacementError as exc:
             raise HTTPError(400, str(exc)) from None
         except StoreError as exc:

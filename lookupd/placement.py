@@ -77,13 +77,19 @@ class TopicPlacement:
         return any(node == p.leader or node in p.replicas for p in self.partitions)
 
     def assignment(self) -> TopicAssignment:
-        """The wire form for ``/pnsq/assignments``."""
+        """The wire form for ``/pnsq/assignments``: ``/lookup``'s six meta keys plus what an
+        nsqd applies besides (``retention_days``, ``sync_every``)."""
+        meta = self.meta
         return TopicAssignment(
             name=self.name,
-            partition_num=self.meta.partition_num,
-            replica=self.meta.replica,
+            partition_num=meta.partition_num,
+            replica=meta.replica,
             partitions=self.partitions,
-            meta=self.meta.lookup_meta(),
+            meta={
+                **meta.lookup_meta(),
+                "retention_days": meta.retention_days,
+                "sync_every": meta.sync_every,
+            },
         )
 
 
@@ -146,6 +152,29 @@ def adopt(name: str, node: str, partitions: Iterable[int]) -> TopicPlacement:
     count = max(partitions, default=0) + 1
     parts = tuple(PartitionAssignment(node) for _ in range(count))
     return TopicPlacement(name, TopicMeta(partition_num=count), parts, adopted=True)
+
+
+def expand(
+    placement: TopicPlacement, partition_num: int, nodes: Sequence[str], load: Mapping[str, int]
+) -> TopicPlacement:
+    """youzan's ``/topic/partition/expand``: add partitions up to ``partition_num``, placed as
+    :func:`place` would (the existing ones stay where they are). Raises
+    :class:`PlacementError` for a smaller count or a pending topic."""
+    old = placement.meta.partition_num
+    if partition_num < old:
+        raise PlacementError("PARTITION_NUM_DECREASE_NOT_ALLOWED")
+    if partition_num > MAX_PARTITION_NUM:
+        raise PlacementError("INVALID_ARG_TOPIC_PARTITION")
+    if placement.pending:
+        raise PlacementError("TOPIC_NOT_PLACED")
+    extra = place(
+        placement.name,
+        replace(placement.meta, partition_num=partition_num - old),
+        nodes,
+        load,
+    )
+    meta = replace(placement.meta, partition_num=partition_num)
+    return replace(placement, meta=meta, partitions=placement.partitions + extra.partitions)
 
 
 def check_recreate(existing: TopicPlacement, meta: TopicMeta) -> None:

@@ -39,6 +39,7 @@ class ErrorCode(StrEnum):
     SUB_ORDER_IS_MUST = "E_SUB_ORDER_IS_MUST"
     SUB_EXTEND_NEED = "E_SUB_EXTEND_NEED"
     SUB_EXTEND_FORBIDDEN = "E_SUB_EXTEND_FORBIDDON"  # sic: youzan's spelling on the wire
+    SUB_CHANNEL_NOT_REGISTERED = "E_SUB_CHANNEL_NOT_REGISTERED"
     FAILED_ON_NOT_LEADER = "E_FAILED_ON_NOT_LEADER"
     FAILED_ON_NOT_WRITABLE = "E_FAILED_ON_NOT_WRITABLE"
     PUB_TOO_MUCH_WAITING = "E_PUB_TOO_MUCH_WAITING"
@@ -56,6 +57,7 @@ class YouzanText:
     SUB_ORDER_IS_MUST = "this topic is configured only allow ordered sub"
     SUB_EXTEND_NEED = "this topic is extended and should identify as extend support."
     SUB_EXTEND_FORBIDDEN = "this topic is not extended and should not identify as extend support."
+    CHANNEL_NOT_REGISTERED = "channel is not registered under topic."
     ORDERED_SAMPLE_RATE = "order consume is not allowed while sample rate is not 0"
     MULTI_PARTITION = "topic partition is not valid for multi partition: -1"
     BAD_PARTITION = "topic partition is not valid: {}"

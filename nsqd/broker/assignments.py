@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from protocol.lookup import TopicAssignment
 
 from ..core.errors import StaleEpochError
-from ..core.ownership import LocalTopic, Plan, TopicPlan, placements_for, plan
+from ..core.ownership import LocalTopic, Plan, TopicPlan, TopicSettings, placements_for, plan
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -29,13 +29,46 @@ def wanted_topics(node: str, assignments: Sequence[TopicAssignment]) -> list[Top
     return [
         TopicPlan(
             name=a.name,
-            partition_num=a.partition_num,
             held=placements_for(node, [(p.leader, p.replicas, p.epoch) for p in a.partitions]),
-            ordered=bool(a.meta.get("ordered", False)),
-            ext=bool(a.meta.get("extend_support", False)),
+            settings=TopicSettings(
+                partition_num=a.partition_num,
+                ordered=bool(a.meta.get("ordered", False)),
+                ext=bool(a.meta.get("extend_support", False)),
+                channel_auto_create=not a.meta.get("disable_channel_auto_create", False),
+                retention_days=_count(a.meta.get("retention_days")),
+                sync_every=_count(a.meta.get("sync_every")),
+            ),
         )
         for a in assignments
     ]
+
+
+def _count(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def topic_settings(topic: Topic) -> TopicSettings:
+    """What a topic on this node has of lookupd's meta."""
+    return TopicSettings(
+        partition_num=topic.partition_num,
+        ordered=topic.ordered,
+        ext=topic.ext,
+        channel_auto_create=topic.channel_auto_create,
+        retention_days=round(topic.retention / 86400) if topic.retention else 0,
+        sync_every=topic.sync_every or 0,
+    )
+
+
+def apply_settings(topic: Topic, settings: TopicSettings) -> None:
+    """Give ``topic`` lookupd's meta (a larger partition count comes with its partitions)."""
+    topic.partition_num = max(topic.partition_num, settings.partition_num)
+    topic.ordered, topic.ext = settings.ordered, settings.ext
+    topic.channel_auto_create = settings.channel_auto_create
+    topic.retention = settings.retention_days * 86400.0 if settings.retention_days else None
+    topic.sync_every = settings.sync_every or None
+    if topic.ordered:
+        for channel in topic.channels.values():
+            channel.ordered = True
 
 
 def apply_assignments(broker: Broker, node: str, assignments: Sequence[TopicAssignment]) -> Plan:
@@ -43,7 +76,7 @@ def apply_assignments(broker: Broker, node: str, assignments: Sequence[TopicAssi
     wanted = wanted_topics(node, assignments)
     local = {
         t.name: LocalTopic(
-            {p.number: p.state.placement for p in topic.partitions}, topic.ordered, topic.ext
+            {p.number: p.state.placement for p in topic.partitions}, topic_settings(topic)
         )
         for t in wanted
         if (topic := broker.topics.get(t.name)) is not None and not topic.deleted
@@ -51,13 +84,9 @@ def apply_assignments(broker: Broker, node: str, assignments: Sequence[TopicAssi
     steps = plan(wanted, local)
     for wanted_topic in steps.create:
         topic = broker.build_topic(
-            wanted_topic.name,
-            wanted_topic.partition_num,
-            {},
-            dict(wanted_topic.held),
-            ordered=wanted_topic.ordered,
-            ext=wanted_topic.ext,
+            wanted_topic.name, wanted_topic.partition_num, {}, dict(wanted_topic.held)
         )
+        apply_settings(topic, wanted_topic.settings)
         topic.managed = True
         broker.topics[topic.name] = topic
         log.info(
@@ -65,6 +94,10 @@ def apply_assignments(broker: Broker, node: str, assignments: Sequence[TopicAssi
             topic.name,
             _roles(topic),
         )
+    for wanted_topic in steps.settings:
+        topic = broker.topics[wanted_topic.name]
+        apply_settings(topic, wanted_topic.settings)
+        log.info("TOPIC(%s): meta from lookupd: %s", topic.name, wanted_topic.settings)
     for name, number, placement in steps.add:
         topic = broker.topics[name]
         partition = broker.open_partition(name, number, {}, placement)
@@ -108,13 +141,6 @@ def apply_assignments(broker: Broker, node: str, assignments: Sequence[TopicAssi
             number,
             kept,
         )
-    for wanted_topic in steps.flags:
-        topic = broker.topics[wanted_topic.name]
-        topic.ordered, topic.ext = wanted_topic.ordered, wanted_topic.ext
-        if topic.ordered:
-            for channel in topic.channels.values():
-                channel.ordered = True
-        log.info("TOPIC(%s): ordered=%s ext=%s from lookupd", topic.name, topic.ordered, topic.ext)
     for t in wanted:
         topic = broker.topics.get(t.name)
         if topic is not None:

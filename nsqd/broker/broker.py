@@ -298,7 +298,8 @@ class Broker:
         self.publish_latency.observe(time.perf_counter() - started)
         if target.directory is not None:
             self.disk.appended(sum(len(entry.body) for entry in entries))
-        if target.unsynced >= self.config.sync_every:
+        sync_every = topic.sync_every or self.config.sync_every
+        if target.unsynced >= sync_every:
             self.syncs.request()
         return records
 

@@ -127,6 +127,11 @@ def metadata_document(topics: list[Topic], version: str) -> dict[str, object]:
             "channels": channels,
         }
         if topic.managed:
+            entry["meta"] = {
+                "channel_auto_create": topic.channel_auto_create,
+                "retention": topic.retention,
+                "sync_every": topic.sync_every,
+            }
             entry["held"] = {
                 str(p.number): placement_document(p.state.placement) for p in topic.partitions
             }

@@ -48,6 +48,12 @@ def restore_broker(broker: Broker) -> None:
         )
         topic.paused = bool(entry.get("paused", False))
         topic.managed = held is not None
+        meta = entry.get("meta")
+        if isinstance(meta, dict):
+            topic.channel_auto_create = bool(meta.get("channel_auto_create", True))
+            retention, sync_every = meta.get("retention"), meta.get("sync_every")
+            topic.retention = float(retention) if isinstance(retention, int | float) else None
+            topic.sync_every = sync_every if isinstance(sync_every, int) else None
         broker.topics[name] = topic
         channel_entries = entry.get("channels", [])
         assert isinstance(channel_entries, list)

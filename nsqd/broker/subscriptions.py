@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from protocol.consume import ConsumeStart, StartKind
 
 from ..core.errors import (
+    ChannelNotRegisteredError,
     ConsumeStartUnsupportedError,
     ExtendSupportForbiddenError,
     ExtendSupportNeededError,
@@ -76,6 +77,8 @@ def subscribe(broker: Broker, request: SubscribeRequest, client: Subscriber) -> 
         raise ExtendSupportForbiddenError(request.topic)
     if request.ordered and request.sample_rate:
         raise OrderedSampleRateError(request.topic)
+    if not topic.channel_auto_create and request.channel not in topic.channels:
+        raise ChannelNotRegisteredError(f"{request.topic}:{request.channel}")
     targets = [topic.partition(partition)] if partition is not None else topic.led
     offsets = None
     if request.start is not None:

@@ -43,6 +43,11 @@ class Topic:
         self.deleted = False
         #: placed by pnsq's lookupd: only ``partitions`` are held here, in their roles
         self.managed = False
+        #: lookupd's topic meta (youzan): SUB may create channels; retention (seconds) and
+        #: fsync interval (messages) instead of nsqd's --retention / --sync-every when set
+        self.channel_auto_create = True
+        self.retention: float | None = None
+        self.sync_every: int | None = None
         self.channels: dict[str, Channel] = {}
         self.message_count = 0
         self.message_bytes = 0

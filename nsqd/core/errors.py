@@ -83,3 +83,7 @@ class NotLeaderError(BrokerError):
 
 class StaleEpochError(BrokerError):
     """A placement or write from an older leader epoch than the one held."""
+
+
+class ChannelNotRegisteredError(BrokerError):
+    """SUB to a channel that does not exist on a topic with ``disable_channel_auto_create``."""

@@ -90,14 +90,28 @@ def require_held(states: Mapping[int, PartitionState], topic: str, partition: in
 
 
 @dataclass(frozen=True, slots=True)
+class TopicSettings:
+    """lookupd's topic meta that an nsqd applies (youzan's ``TopicMetaInfo``)."""
+
+    partition_num: int = 1
+    ordered: bool = False  # orderedmulti: only SUB_ORDERED consumes
+    ext: bool = False  # extend: JSON headers
+    channel_auto_create: bool = True  # not disable_channel_auto_create
+    retention_days: int = 0  # 0: nsqd's --retention
+    sync_every: int = 0  # syncdisk; 0: nsqd's --sync-every
+
+
+@dataclass(frozen=True, slots=True)
 class TopicPlan:
     """One topic as lookupd wants it on this node."""
 
     name: str
-    partition_num: int
     held: Mapping[int, Placement]  # partition number -> placement, only those on this node
-    ordered: bool = False
-    ext: bool = False
+    settings: TopicSettings = TopicSettings()
+
+    @property
+    def partition_num(self) -> int:
+        return self.settings.partition_num
 
 
 @dataclass(slots=True)
@@ -108,10 +122,10 @@ class Plan:
     add: list[tuple[str, int, Placement]] = field(default_factory=list)  # partitions to open
     change: list[tuple[str, int, Placement]] = field(default_factory=list)  # role/epoch updates
     drop: list[tuple[str, int]] = field(default_factory=list)  # partitions no longer held
-    flags: list[TopicPlan] = field(default_factory=list)  # ordered / ext changed
+    settings: list[TopicPlan] = field(default_factory=list)  # meta changed (flags, expand)
 
     def __bool__(self) -> bool:
-        return bool(self.create or self.add or self.change or self.drop or self.flags)
+        return bool(self.create or self.add or self.change or self.drop or self.settings)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,8 +133,7 @@ class LocalTopic:
     """What the broker holds of a topic, as :func:`plan` needs it."""
 
     held: Mapping[int, Placement]
-    ordered: bool
-    ext: bool
+    settings: TopicSettings
 
 
 def placements_for(
@@ -139,7 +152,8 @@ def placements_for(
 def plan(wanted: Sequence[TopicPlan], local: Mapping[str, LocalTopic]) -> Plan:
     """The steps from ``local`` to ``wanted``. Topics lookupd does not list are left alone
     (a topic this node just created is adopted by lookupd, then listed); a listed topic's
-    partitions that are no longer placed here are dropped from service, never deleted."""
+    partitions that are no longer placed here are dropped from service, never deleted; a
+    change of meta (flags, retention, partition count after an expand) is one settings step."""
     out = Plan()
     for topic in wanted:
         have = local.get(topic.name)
@@ -154,6 +168,6 @@ def plan(wanted: Sequence[TopicPlan], local: Mapping[str, LocalTopic]) -> Plan:
             elif current != placement:
                 out.change.append((topic.name, number, placement))
         out.drop.extend((topic.name, n) for n in sorted(have.held) if n not in topic.held)
-        if (have.ordered, have.ext) != (topic.ordered, topic.ext):
-            out.flags.append(topic)
+        if have.settings != topic.settings:
+            out.settings.append(topic)
     return out

@@ -9,6 +9,7 @@ from protocol.gostr import go_bytes
 from ..core.errors import (
     BadPartitionError,
     BrokerError,
+    ChannelNotRegisteredError,
     ConsumeStartUnsupportedError,
     ExitingError,
     ExtendSupportForbiddenError,
@@ -39,6 +40,10 @@ _FIXED: dict[type, tuple[ErrorCode, str]] = {
     OrderedSampleRateError: (ErrorCode.INVALID, YouzanText.ORDERED_SAMPLE_RATE),
     ConsumeStartUnsupportedError: (ErrorCode.INVALID, YouzanText.UNSUPPORTED_OFFSET_TYPE),
     TopicNotFoundError: (ErrorCode.TOPIC_NOT_EXIST, ""),  # and PartitionNotFoundError
+    ChannelNotRegisteredError: (
+        ErrorCode.SUB_CHANNEL_NOT_REGISTERED,
+        YouzanText.CHANNEL_NOT_REGISTERED,
+    ),
 }
 
 

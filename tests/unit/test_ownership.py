@@ -14,6 +14,7 @@ from nsqd.core.ownership import (
     Placement,
     Role,
     TopicPlan,
+    TopicSettings,
     placements_for,
     plan,
     require_held,
@@ -60,8 +61,13 @@ def test_require_held() -> None:
         require_held({0: PartitionState()}, "t", 1)
 
 
-def _topic(name: str, held: dict[int, Placement], **flags: bool) -> TopicPlan:
-    return TopicPlan(name, 2, held, **flags)
+SETTINGS = TopicSettings(partition_num=2)
+
+
+def _topic(
+    name: str, held: dict[int, Placement], *, ordered: bool = False, partition_num: int = 2
+) -> TopicPlan:
+    return TopicPlan(name, held, TopicSettings(partition_num=partition_num, ordered=ordered))
 
 
 LEAD0 = Placement(Role.LEADER, 0, A)
@@ -75,27 +81,29 @@ def test_plan_creates_adds_changes_drops_and_sets_flags() -> None:
         _topic("promote", {1: Placement(Role.LEADER, 1, A)}),
         _topic("shrink", {0: LEAD0}),
         _topic("flags", {0: LEAD0}, ordered=True),
+        _topic("expand", {0: LEAD0}, partition_num=4),
         _topic("elsewhere", {}),  # lookupd lists it, nothing of it is here
     ]
     local = {
-        "grow": LocalTopic({0: LEAD0}, False, False),
-        "promote": LocalTopic({1: REPL1}, False, False),
-        "shrink": LocalTopic({0: LEAD0, 1: LEAD0}, False, False),
-        "flags": LocalTopic({0: LEAD0}, False, False),
-        "unlisted": LocalTopic({0: STANDALONE}, False, False),  # left alone
+        "grow": LocalTopic({0: LEAD0}, SETTINGS),
+        "promote": LocalTopic({1: REPL1}, SETTINGS),
+        "shrink": LocalTopic({0: LEAD0, 1: LEAD0}, SETTINGS),
+        "flags": LocalTopic({0: LEAD0}, SETTINGS),
+        "expand": LocalTopic({0: LEAD0}, SETTINGS),
+        "unlisted": LocalTopic({0: STANDALONE}, SETTINGS),  # left alone
     }
     steps = plan(wanted, local)
     assert [t.name for t in steps.create] == ["new"]
     assert steps.add == [("grow", 1, REPL1)]
     assert steps.change == [("promote", 1, Placement(Role.LEADER, 1, A))]
     assert steps.drop == [("shrink", 1)]
-    assert [t.name for t in steps.flags] == ["flags"]
+    assert [t.name for t in steps.settings] == ["flags", "expand"]
     assert steps
 
 
 def test_nothing_to_do_is_an_empty_plan() -> None:
     wanted = [_topic("t", {0: LEAD0})]
-    assert not plan(wanted, {"t": LocalTopic({0: LEAD0}, False, False)})
+    assert not plan(wanted, {"t": LocalTopic({0: LEAD0}, SETTINGS)})
 
 
 roles = st.sampled_from(list(Role))
@@ -107,7 +115,7 @@ helds = st.dictionaries(st.integers(0, 3), placements, max_size=4)
 def test_applying_a_plan_reaches_the_wanted_placement(
     have: dict[int, Placement], want: dict[int, Placement]
 ) -> None:
-    steps = plan([TopicPlan("t", 4, want)], {"t": LocalTopic(have, False, False)})
+    steps = plan([TopicPlan("t", want)], {"t": LocalTopic(have, TopicSettings())})
     result = dict(have)
     for _, number, placement in steps.add + steps.change:
         result[number] = placement
