@@ -227,7 +227,13 @@ class Cluster:
     def assignments(self, node: str) -> list[TopicAssignment]:
         """What ``node`` must hold (``/pnsq/assignments``)."""
         self.place_pending()
-        return assignments_for(node, self.placements.values())
+        registered = {
+            topic
+            for peer_id, peer in self.registry.peers.items()
+            if peer.node_id == node
+            for topic, _ in self.registry.peer_topics(peer_id)
+        }
+        return assignments_for(node, self.placements.values(), registered)
 
 
 def _is_youzan(identity: PeerIdentity) -> bool:

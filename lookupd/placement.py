@@ -192,9 +192,19 @@ def check_recreate(existing: TopicPlacement, meta: TopicMeta) -> None:
         raise PlacementError("TOPIC_ALREADY_EXISTS")
 
 
-def assignments_for(node: str, placements: Iterable[TopicPlacement]) -> list[TopicAssignment]:
-    """The topics ``node`` must hold, for ``/pnsq/assignments``."""
-    return [p.assignment() for p in sorted(placements, key=lambda p: p.name) if p.holds(node)]
+def assignments_for(
+    node: str, placements: Iterable[TopicPlacement], registered: Iterable[str] = ()
+) -> list[TopicAssignment]:
+    """The topics ``node`` must hold, for ``/pnsq/assignments``, plus the placed topics it
+    ``registered`` without holding any of their partitions (a node that joined with data of
+    a topic placed elsewhere): listed with their leaders elsewhere, so the node stops serving
+    its copy and no partition ever has two live copies."""
+    claimed = set(registered)
+    return [
+        p.assignment()
+        for p in sorted(placements, key=lambda p: p.name)
+        if p.holds(node) or (p.name in claimed and not p.pending)
+    ]
 
 
 # ---------------------------------------------------------------- persistence form

@@ -226,3 +226,47 @@ def test_without_lookupd_an_unknown_topic_is_refused_and_known_ones_work(
     finally:
         node.stop()
         lookupd.stop()
+
+
+def test_a_node_joining_with_data_never_makes_a_second_live_copy(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    work = tmp_path_factory.mktemp("joining")
+    lookupd = pnsq_lookupd(work / "lookupd").start()
+    placed = pnsq_nsqd(work / "a", f"--lookupd-tcp-address={lookupd.tcp_address}").start()
+    joiner = pnsq_nsqd(work / "b").start()  # standalone first, with data of its own
+    try:
+        wait_for(lambda: get_json(lookupd, "/nodes")["producers"], what="registration")
+        assert post(lookupd, "/topic/create?topic=shared&partition_num=1") == (200, b"")
+        wait_for(lambda: _held(placed, "shared") == {0: "leader"}, what="placement")
+        for topic, count in (("shared", 3), ("mine", 2)):
+            for i in range(count):
+                assert _http(joiner, "POST", f"/pub?topic={topic}", b"old%d" % i)[0] == 200
+        joiner.stop()
+        joiner.argv.append(f"--lookupd-tcp-address={lookupd.tcp_address}")
+        joiner.start()
+
+        # a topic nobody else has is adopted: the joiner leads it and keeps serving it
+        wait_for(lambda: (lookup(lookupd, "mine") or {}).get("partitions"), what="adoption")
+        assert _held(joiner, "mine") == {0: "leader"}
+        # a topic placed elsewhere: the joiner's copy stops being served, kept on disk
+        wait_for(lambda: _held(joiner, "shared") == {}, what="the joiner's copy dropped")
+        assert "partition 0 is no longer placed here: not served (3 message(s) kept" in (
+            joiner.log_text()
+        )
+        wait_for(
+            lambda: (
+                [p["tcp_port"] for p in lookup(lookupd, "shared")["producers"]] == [placed.tcp_port]
+            ),
+            what="the joiner no longer a producer of the topic",
+        )
+        client = RawClient(joiner.tcp_address)
+        client.send(Pub("shared", b"new"))  # a stock publish there goes to the leader
+        assert client.read().data == b"OK"
+        client.close()
+        assert _stored(placed, "shared") == 1
+        assert list((work / "b" / "topics" / "t-shared" / "0").glob("*.log"))  # data kept
+    finally:
+        joiner.stop()
+        placed.stop()
+        lookupd.stop()
