@@ -40,9 +40,8 @@ from protocol.lookup_v1 import (
     encode_identify,
 )
 
-from .broker import Broker
+from .broker import Broker, StorageError
 from .core.errors import BrokerError
-from .storage.errors import StorageError
 
 log = logging.getLogger("nsqd.lookup")
 

@@ -43,11 +43,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
-from .broker import Broker
+from .broker import Broker, HandleCache
 from .broker.diskguard import DiskGuard
 from .stats import GC_PAUSES, Json, SessionLike, StatsQuery, pub_counts, stats_document
-from .storage.handles import HandleCache
-from .storage.log import PartitionLog
 
 PUBLISH_BUCKETS = (
     0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
@@ -235,13 +233,10 @@ class CorruptionCollector(Collector):
             "Bytes of sealed segments skipped with the damaged records",
             labels=labels,
         )
-        for topic in list(self.broker.topics.values()):
-            for partition in topic.partitions:
-                if isinstance(partition.log, PartitionLog):
-                    skipped = partition.log.skipped
-                    values = [topic.name, str(partition.number)]
-                    records.add_metric(values, skipped.records)
-                    nbytes.add_metric(values, skipped.bytes)
+        for topic, partition, lost, skipped_bytes in self.broker.skipped_records():
+            values = [topic, str(partition)]
+            records.add_metric(values, lost)
+            nbytes.add_metric(values, skipped_bytes)
         yield records
         yield nbytes
 

@@ -1,9 +1,29 @@
-"""The broker: the composition of ``nsqd.core`` state and ``nsqd.storage`` logs (async)."""
+"""The broker: the composition of ``nsqd.core`` state and ``nsqd.storage`` logs (async), and the
+one gate to them: the shells (TCP, HTTP, metrics, the lookupd client) import what they need of
+storage's types and errors from here, never from ``nsqd.storage``."""
 
+from ..storage.errors import StorageError as StorageError
+from ..storage.handles import HandleCache as HandleCache
+from ..storage.record import NewRecord as NewRecord, Record as Record
 from .broker import Broker as Broker, open_broker as open_broker
 from .channel import Channel as Channel, Subscriber as Subscriber
 from .config import BrokerConfig as BrokerConfig
 from .partition import Partition as Partition
+from .reading import offset_at as offset_at, read_records as read_records
 from .topic import Topic as Topic
 
-__all__ = ["Broker", "BrokerConfig", "Channel", "Partition", "Subscriber", "Topic", "open_broker"]
+__all__ = [
+    "Broker",
+    "BrokerConfig",
+    "Channel",
+    "HandleCache",
+    "NewRecord",
+    "Partition",
+    "Record",
+    "StorageError",
+    "Subscriber",
+    "Topic",
+    "offset_at",
+    "open_broker",
+    "read_records",
+]

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import shutil
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -59,6 +59,7 @@ from .persistence import (
     partition_state,
     topic_directory,
 )
+from .reading import skipped_records
 from .restore import restore_broker
 from .retention import apply_retention
 from .topic import Topic
@@ -176,6 +177,10 @@ class Broker:
         (never under a worker thread's fsync); its files stay on disk."""
         self._retired.append(partition)
         self.syncs.request()
+
+    def skipped_records(self) -> Iterator[tuple[str, int, int, int]]:
+        """``(topic, partition, records, bytes)`` that reads skipped as damaged (metrics)."""
+        return skipped_records(list(self.topics.values()))
 
     def apply_assignments(self, node: str, assignments: Sequence[TopicAssignment]) -> Plan:
         """Hold what pnsq's lookupd placed on ``node`` (this node), in the roles it gave."""

@@ -27,9 +27,8 @@ from ..core.errors import (
 )
 from .broker import Broker
 from .channel import Channel, Subscriber
-from .partition import Log, Partition
-
-TIMESTAMP_SCAN = 1024  # records per read when a log has no timestamp index (#ephemeral)
+from .partition import Partition
+from .reading import offset_for_timestamp
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,24 +115,6 @@ def resolve_start(partition: Partition, start: ConsumeStart) -> int:
                 raise ConsumeStartUnsupportedError(str(start))
             offset = high
     return min(max(offset, low), high)
-
-
-def offset_for_timestamp(log: Log, timestamp_ns: int) -> int:
-    """First offset published at or after ``timestamp_ns`` (the end if none): the log's index
-    when it has one (``PartitionLog``), else a scan (``MemoryLog``)."""
-    indexed = getattr(log, "offset_for_timestamp", None)
-    if indexed is not None:
-        return int(indexed(timestamp_ns))
-    offset = log.start_offset
-    while offset < log.end_offset:
-        records = log.read(offset, TIMESTAMP_SCAN)
-        if not records:
-            break
-        for record in records:
-            if record.timestamp_ns >= timestamp_ns:
-                return record.offset
-        offset = records[-1].offset + 1
-    return log.end_offset
 
 
 def set_channel_offset(

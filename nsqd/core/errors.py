@@ -87,3 +87,7 @@ class StaleEpochError(BrokerError):
 
 class ChannelNotRegisteredError(BrokerError):
     """SUB to a channel that does not exist on a topic with ``disable_channel_auto_create``."""
+
+
+class OffsetNotKeptError(BrokerError):
+    """A read from an offset the partition no longer (or not yet) keeps."""

@@ -21,7 +21,7 @@ from protocol.gostr import go_quote
 from protocol.message import MAX_PARTITIONS
 from protocol.names import is_valid_name
 
-from ..broker import admin
+from ..broker import StorageError, admin
 from ..core.errors import (
     BrokerError,
     ChannelNotFoundError,
@@ -32,7 +32,6 @@ from ..core.errors import (
 )
 from ..runtime_config import InvalidOptionError, InvalidValueError, RuntimeConfig
 from ..stats import StatsQuery, render_text, stats_document
-from ..storage.errors import StorageError
 from .base import Handler, HTTPError, JsonValue, Raw, Reply, Request
 
 if TYPE_CHECKING:

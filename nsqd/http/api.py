@@ -24,7 +24,7 @@ import trio
 from netio.http import lifespan, serve_http as netio_serve_http
 from protocol.mpub import MpubFormatError, split_mpub_body
 
-from ..broker import Broker
+from ..broker import Broker, NewRecord, StorageError
 from ..core.errors import (
     BadPartitionError,
     BrokerError,
@@ -37,8 +37,6 @@ from ..metrics import Metrics
 from ..options import Options
 from ..runtime_config import RuntimeConfig
 from ..stats import SessionLike, health
-from ..storage.errors import StorageError
-from ..storage.record import NewRecord
 from .admin import AdminAPI, topic_arg
 from .base import (
     ClientGone,

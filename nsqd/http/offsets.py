@@ -15,12 +15,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Final
 
-import trio
-
-from ..broker.subscriptions import offset_for_timestamp
-from ..core.errors import PartitionNotFoundError
-from ..storage.errors import LogClosedError, StorageError
-from ..storage.log import PartitionLog
+from ..broker import StorageError, offset_at
+from ..core.errors import PartitionNotFoundError, TopicNotFoundError
 from .admin import topic_arg
 from .base import Handler, HTTPError, Reply, Request
 from .partitions import _uint_arg
@@ -55,13 +51,8 @@ class OffsetsAPI:
             raise HTTPError(404, "PARTITION_NOT_FOUND") from None
         timestamp_ms = _uint_arg(request, "timestamp")
         try:
-            if isinstance(plog, PartitionLog):
-                offset = await trio.to_thread.run_sync(
-                    offset_for_timestamp, plog, timestamp_ms * _NS_PER_MS
-                )
-            else:
-                offset = offset_for_timestamp(plog, timestamp_ms * _NS_PER_MS)
-        except LogClosedError as exc:  # the topic was deleted in the meantime
+            offset = await offset_at(topic.partition(number), timestamp_ms * _NS_PER_MS)
+        except TopicNotFoundError as exc:  # the topic was deleted in the meantime
             raise HTTPError(404, "TOPIC_NOT_FOUND") from exc
         except (StorageError, OSError) as exc:
             log.error("timestamp seek in partition %d failed: %s", number, exc)

@@ -15,8 +15,6 @@ import logging
 import re
 from typing import TYPE_CHECKING, Final
 
-import trio
-
 from protocol.range_read import (
     BINARY_CONTENT_TYPE,
     NDJSON_CONTENT_TYPE,
@@ -25,11 +23,8 @@ from protocol.range_read import (
     record_size,
 )
 
-from ..broker import Partition, Topic
-from ..core.errors import PartitionNotFoundError
-from ..storage.errors import LogClosedError, OffsetOutOfRangeError, StorageError
-from ..storage.log import PartitionLog
-from ..storage.record import Record
+from ..broker import Partition, Record, StorageError, Topic, read_records
+from ..core.errors import OffsetNotKeptError, PartitionNotFoundError, TopicNotFoundError
 from .admin import topic_arg
 from .base import Handler, HTTPError, Raw, Reply, Request
 
@@ -146,8 +141,8 @@ def _flags(topic: Topic) -> dict[str, bool]:
 async def _read_capped(partition: Partition, offset: int, limit: int) -> list[Record]:
     """Up to ``limit`` records from ``offset``, stopping at :data:`MAX_BYTES`.
 
-    A disk-backed log is read in a worker thread (``PartitionLog`` locks internally), in chunks
-    sized from the records seen so far, so a range of large records is not read whole only to
+    The broker reads a disk-backed log in a worker thread, in chunks sized from the records
+    seen so far, so a range of large records is not read whole only to
     be cut by the byte cap.
     """
     plog = partition.log
@@ -160,19 +155,14 @@ async def _read_capped(partition: Partition, offset: int, limit: int) -> list[Re
     while len(out) < limit:
         want = min(chunk, limit - len(out))
         try:
-            if isinstance(plog, PartitionLog):
-                got = await trio.to_thread.run_sync(plog.read, at, want)
-            else:
-                got = plog.read(at, want)
-        except OffsetOutOfRangeError as exc:  # retention deleted it in the meantime
+            got = await read_records(partition, at, want)
+        except OffsetNotKeptError as exc:  # retention deleted it in the meantime
             raise HTTPError(400, "OFFSET_OUT_OF_RANGE") from exc
-        except LogClosedError as exc:  # the topic was deleted in the meantime
+        except TopicNotFoundError as exc:  # the topic was deleted in the meantime
             raise HTTPError(404, "TOPIC_NOT_FOUND") from exc
         except (StorageError, OSError) as exc:
             log.error("range read of partition %d failed: %s", partition.number, exc)
             raise HTTPError(500, "INTERNAL_ERROR") from exc
-        if got and got[0].offset != at:  # a MemoryLog clamps a trimmed offset forward
-            raise HTTPError(400, "OFFSET_OUT_OF_RANGE")
         for record in got:
             n = record_size(record)
             if out and size + n > MAX_BYTES:

@@ -6,6 +6,7 @@ from protocol import ClientError, ErrorCode
 from protocol.errors import YouzanText
 from protocol.gostr import go_bytes
 
+from ..broker import StorageError
 from ..core.errors import (
     BadPartitionError,
     BrokerError,
@@ -23,7 +24,6 @@ from ..core.errors import (
     TopicNotFoundError,
 )
 from ..forwarding import ForwardError
-from ..storage.errors import StorageError
 
 #: What the session turns into error frames; anything else is a bug and propagates.
 HANDLED_ERRORS = (BrokerError, StorageError, OSError, ForwardError)

@@ -21,10 +21,9 @@ from protocol import ErrorCode, Pub, frames
 from protocol.ext import ext_not_supported, parse_json_header
 from protocol.tracing import traced_response
 
-from ..broker import Broker
+from ..broker import Broker, NewRecord
 from ..core.errors import BadPartitionError
 from ..forwarding import Forwarder
-from ..storage.record import NewRecord
 from .delivery import raw_size
 from .errors import HANDLED_ERRORS, client_error_for
 from .output import OutputBuffer
