@@ -349,9 +349,8 @@ def _client_line(client: Json, now: float) -> str:
     )
 
 
-def render_text(doc: Json, now: float | None = None) -> bytes:
-    """nsqd's ``printStats`` layout of a :func:`stats_document`."""
-    now = time.time() if now is None else now
+def render_text(doc: Json, now: float) -> bytes:
+    """nsqd's ``printStats`` layout of a :func:`stats_document` at wall time ``now``."""
     start = datetime.fromtimestamp(doc["start_time"]).astimezone()
     stamp = start.isoformat(timespec="seconds").replace("+00:00", "Z")
     uptime = format_go_duration(int((now - doc["start_time"]) * 1e9))

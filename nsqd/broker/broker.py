@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import shutil
-import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -45,6 +44,7 @@ from ..storage.memory import MemoryLog
 from ..storage.record import NewRecord, Record
 from .assignments import apply_assignments
 from .channel import Channel, Subscriber
+from .clock import Clock
 from .config import BrokerConfig
 from .diskguard import DiskGuard
 from .latency import Discard, Observer
@@ -70,10 +70,14 @@ log = logging.getLogger("nsqd.broker")
 class Broker:
     """Topics, channels and their logs on this node. Create with :func:`open_broker`."""
 
-    def __init__(self, config: BrokerConfig, nursery: trio.Nursery) -> None:
+    def __init__(
+        self, config: BrokerConfig, nursery: trio.Nursery, clock: Clock | None = None
+    ) -> None:
+        #: the one clock every time reading of the broker and the shells goes through
+        self.clock = clock or Clock()
         self.config = config
         self.topics: dict[str, Topic] = {}
-        self.start_time = int(time.time())
+        self.start_time = int(self.clock.now())
         self.exiting = False
         self._nursery = nursery
         self.syncs = SyncSchedule()
@@ -208,6 +212,7 @@ class Broker:
 
     def start_timer(self, channel: Channel) -> None:
         """Run the channel's timer task (until the channel is deleted)."""
+        channel.clock = self.clock
         scope = trio.CancelScope()
         self._timer_scopes[channel] = scope
 
@@ -292,7 +297,7 @@ class Broker:
         self.disk.require_writable()
         topic = self.topics.get(topic_name) or self.auto_create_topic(topic_name, partition)
         target = topic.pick_partition(partition)
-        started = time.perf_counter()
+        started = self.clock.perf()
         try:
             records = topic.append(target, entries)
         except StorageError as exc:
@@ -300,7 +305,7 @@ class Broker:
                 raise
             self.disk.out_of_space(exc)  # a prefix of the batch may be stored, never acked
             raise NotWritableError(str(exc)) from exc
-        self.publish_latency.observe(time.perf_counter() - started)
+        self.publish_latency.observe(self.clock.perf() - started)
         if target.directory is not None:
             self.disk.appended(sum(len(entry.body) for entry in entries))
         sync_every = topic.sync_every or self.config.sync_every
@@ -345,7 +350,7 @@ class Broker:
         """REQ with the delay clamped to [0, --max-req-timeout]."""
         delay_ms = max(0, min(delay_ms, int(self.config.max_req_timeout * 1000)))
         partition, offset = self.locate(message_id)
-        now_ns = time.time_ns()
+        now_ns = self.clock.now_ns()
         cursor = channel.cursor_for(partition)
         cursor.requeue(offset, client, delay_ms * 1_000_000, now_ns)
         if delay_ms and not cursor.ordered:  # ordered: redelivered now, at the head
@@ -365,7 +370,7 @@ class Broker:
         partition, offset = self.locate(message_id)
         cursor = channel.cursor_for(partition)
         message = cursor.in_flight.get(offset)
-        now_ns = time.time_ns()
+        now_ns = self.clock.now_ns()
         deadline = now_ns + msg_timeout_ns
         if message is not None:
             deadline = min(deadline, message.delivered_ns + max_msg_timeout_ns)
@@ -396,9 +401,9 @@ class Broker:
                         continue
                     if partition.unsynced:
                         partition.unsynced = 0
-                        started = time.perf_counter()
+                        started = self.clock.perf()
                         await self._disk(partition.log.sync)
-                        self.fsync_latency.observe(time.perf_counter() - started)
+                        self.fsync_latency.observe(self.clock.perf() - started)
                     if partition.dirty:
                         partition.dirty = False
                         state = partition_state(topic, partition)
@@ -441,7 +446,7 @@ class Broker:
         """Delete segments every channel has consumed once they are older than the retention."""
         while True:
             await trio.sleep(self.config.retention_check_interval)
-            self.apply_retention(time.time_ns())
+            self.apply_retention(self.clock.now_ns())
 
     def apply_retention(self, now_ns: int) -> int:
         """One retention pass; returns the number of segments deleted."""
@@ -461,14 +466,15 @@ class Broker:
 
 
 @asynccontextmanager
-async def open_broker(config: BrokerConfig) -> AsyncIterator[Broker]:
-    """Restore the broker from ``config.data_path`` and run its background tasks.
+async def open_broker(config: BrokerConfig, clock: Clock | None = None) -> AsyncIterator[Broker]:
+    """Restore the broker from ``config.data_path`` and run its background tasks; ``clock``
+    is the one clock of the daemon (default: the system's).
 
     On exit (including cancellation) everything is checkpointed and the logs are closed.
     """
     config.data_path.mkdir(parents=True, exist_ok=True)
     async with trio.open_nursery() as nursery:
-        broker = Broker(config, nursery)
+        broker = Broker(config, nursery, clock or Clock())
         broker.restore()
         nursery.start_soon(broker.run_syncer)
         nursery.start_soon(broker.run_retention)

@@ -8,7 +8,6 @@ until the earliest in-flight or deferred deadline (DESIGN.md §6).
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -16,6 +15,7 @@ import trio
 
 from ..core.cursor import Message, PartitionCursor
 from ..core.errors import NotInFlightError
+from .clock import Clock
 from .partition import Partition
 
 if TYPE_CHECKING:
@@ -52,6 +52,8 @@ class Channel:
         self._ordered = False
         self._rr = 0
         self._timer_scope: trio.CancelScope | None = None
+        #: the broker's clock (set when the broker starts the channel's timer)
+        self.clock = Clock()
         self._timer_deadline_ns: int | None = None
 
     def add_partition(
@@ -196,7 +198,7 @@ class Channel:
             return
         if self._timer_deadline_ns is None or deadline_ns < self._timer_deadline_ns:
             self._timer_deadline_ns = deadline_ns
-            self._timer_scope.deadline = _trio_deadline(deadline_ns)
+            self._timer_scope.deadline = self.clock.trio_deadline(deadline_ns)
 
     async def run_timer(self) -> None:
         """Requeue timed-out messages and release deferred ones when due. Runs until cancelled."""
@@ -205,10 +207,12 @@ class Channel:
             with trio.CancelScope() as scope:
                 self._timer_scope = scope
                 self._timer_deadline_ns = deadline
-                scope.deadline = math.inf if deadline is None else _trio_deadline(deadline)
+                scope.deadline = (
+                    math.inf if deadline is None else self.clock.trio_deadline(deadline)
+                )
                 await trio.sleep_forever()
             self._timer_scope = None
-            now_ns = time.time_ns()
+            now_ns = self.clock.now_ns()
             moved = 0
             for cursor in self.cursors.values():
                 owners, released = cursor.expire(now_ns)
@@ -254,7 +258,3 @@ class Channel:
 @runtime_checkable
 class _TimeoutAware(Protocol):
     def message_timed_out(self) -> None: ...
-
-
-def _trio_deadline(deadline_ns: int) -> float:
-    return trio.current_time() + max(0.0, (deadline_ns - time.time_ns()) / 1e9)

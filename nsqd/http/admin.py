@@ -135,7 +135,7 @@ class AdminAPI:
         doc = stats_document(self.broker, self.app.sessions, query, self.app.settings.version)
         if request.arg("format") == "json":
             return doc
-        return render_text(doc)
+        return render_text(doc, self.broker.clock.now())
 
     async def metrics(self, request: Request) -> Reply:
         """Prometheus exposition (see :mod:`nsqd.metrics`)."""

@@ -15,7 +15,6 @@ import html
 import logging
 import re
 import socket
-import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
@@ -221,7 +220,7 @@ class NsqdHTTP:
         replies for partition errors and nsqd's ``503 EXITING`` for everything else; a stock
         publish for a topic led elsewhere goes to its leader (pnsq lookupd)."""
         partition = _partition_arg(request)
-        now = time.time_ns()
+        now = self.broker.clock.now_ns()
         deliver_at = now + defer_ms * 1_000_000 if defer_ms else 0
         entries = [NewRecord(timestamp_ns=now, body=b, deliver_at_ns=deliver_at) for b in bodies]
         forwarder = self.forwarder

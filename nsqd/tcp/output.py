@@ -12,12 +12,15 @@ from __future__ import annotations
 import trio
 from trio.lowlevel import ParkingLot
 
+from ..broker.clock import Clock
+
 
 class OutputBuffer:
     """Coalescing writer for one stream. Run :meth:`run` in the connection's nursery."""
 
-    def __init__(self, stream: trio.abc.SendStream) -> None:
+    def __init__(self, stream: trio.abc.SendStream, clock: Clock | None = None) -> None:
         self._stream = stream
+        self._clock = clock or Clock()
         self._buf = bytearray()
         self._wake = ParkingLot()
         self._idle = ParkingLot()
@@ -89,7 +92,7 @@ class OutputBuffer:
         data, self._buf = self._buf, bytearray()
         self._sending = True
         self._in_send = len(data)
-        self.send_started = trio.current_time()
+        self.send_started = self._clock.monotonic()
         try:
             await self._stream.send_all(data)
         finally:

@@ -15,8 +15,6 @@ lookupd reachable it is refused rather than created behind the cluster's back.
 
 from __future__ import annotations
 
-import time
-
 from protocol import ErrorCode, Pub, frames
 from protocol.ext import ext_not_supported, parse_json_header
 from protocol.tracing import traced_response
@@ -43,7 +41,7 @@ class Publisher:
 
     def gather(self, command: Pub) -> None:
         key = (command.topic, command.partition)
-        entry = NewRecord(timestamp_ns=time.time_ns(), body=command.body)
+        entry = NewRecord(timestamp_ns=self.broker.clock.now_ns(), body=command.body)
         gathered = self._gathered
         if gathered and gathered[-1][0] == key:
             gathered[-1][1].append(entry)
@@ -84,7 +82,7 @@ class Publisher:
         code: ErrorCode,
         defer_ms: int = 0,
     ) -> None:
-        now = time.time_ns()
+        now = self.broker.clock.now_ns()
         deliver_at = now + defer_ms * 1_000_000 if defer_ms else 0
         entries = [NewRecord(timestamp_ns=now, body=b, deliver_at_ns=deliver_at) for b in bodies]
         try:
@@ -113,7 +111,7 @@ class Publisher:
     async def publish_traced(
         self, topic: str, messages: list[tuple[int, bytes]], partition: int | None, name: str
     ) -> None:
-        now = time.time_ns()
+        now = self.broker.clock.now_ns()
         entries = [NewRecord(timestamp_ns=now, body=b, trace_id=t) for t, b in messages]
         try:
             records = self.broker.publish(topic, entries, partition)
@@ -144,7 +142,7 @@ class Publisher:
             ext_topic = self._check_target(topic, partition)
         except HANDLED_ERRORS as exc:
             raise client_error_for(exc, name, code) from exc
-        now = time.time_ns()
+        now = self.broker.clock.now_ns()
         entries = []
         traced = False
         for header, body in messages:

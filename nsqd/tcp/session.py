@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import ssl
-import time
 from dataclasses import dataclass, field
 
 import trio
@@ -110,7 +109,8 @@ class Session:
         self.output_buffer_timeout = limits.default_output_buffer_timeout_ms / 1000
         self.sample_rate = 0
         self.extend_support = False  # IDENTIFY extend_support (youzan ext topics)
-        self.output = OutputBuffer(stream)
+        self.clock = broker.clock
+        self.output = OutputBuffer(stream, broker.clock)
         self.publisher = Publisher(broker, self.output, settings.forwarder)
         self.channel: Channel | None = None
         self.partition: int | None = None
@@ -121,9 +121,9 @@ class Session:
         self.message_count = 0
         self.finish_count = 0
         self.requeue_count = 0
-        self.connect_time = int(time.time())
+        self.connect_time = int(self.clock.now())
         self._pump_lot = ParkingLot()
-        self._last_read = trio.current_time()
+        self._last_read = self.clock.monotonic()
         self._timer_lot = ParkingLot()  # the timers task waits here for its next deadline
         self._timers_restarted = False  # IDENTIFY changed the heartbeat interval
         self._ended = False  # the client closed: the tasks return
@@ -164,7 +164,7 @@ class Session:
                     return False
                 await self._peer_left()
                 return True
-            self._last_read = trio.current_time()
+            self._last_read = self.clock.monotonic()
             parser.receive_data(data)
 
     async def _body_cut_short(self) -> bool:
@@ -203,7 +203,7 @@ class Session:
         ticker (:meth:`restart_timers`); without heartbeats there is no deadline."""
         next_beat: float | None = None  # when the next heartbeat is due (None: start ticking)
         while not self._ended:
-            now = trio.current_time()
+            now = self.clock.monotonic()
             if self._timers_restarted:
                 self._timers_restarted = False
                 next_beat = None
@@ -420,7 +420,7 @@ class Session:
             if space <= 0:  # the socket is not draining: take nothing more from the log
                 await output.wait_sent()
                 continue
-            now = time.time_ns()
+            now = self.clock.now_ns()
             messages = channel.take(room, self, now + self.msg_timeout_ns, now, only, space)
             if self.sample_rate:
                 messages = sample(channel, messages, self.sample_rate, self)
