@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 import trio
+from trio.lowlevel import ParkingLot
 
 from protocol.lookup import PartitionAssignment, TopicAssignment
 from protocol.lookup_v1 import EXT_PARTITIONS, PeerIdentity
@@ -55,6 +56,7 @@ class Cluster:
         self.placements: dict[str, TopicPlacement] = {}
         self._version = 0  # bumped on every placement change
         self._saved = 0  # the version on disk
+        self._saved_waiters = ParkingLot()  # long-polls of /pnsq/assignments
         self._save_lock = trio.Lock()
         self._nursery: trio.Nursery | None = None
 
@@ -82,6 +84,17 @@ class Cluster:
             version, snapshot = self._version, list(self.placements.values())
             await trio.to_thread.run_sync(self.store.save, snapshot)
             self._saved = version
+            self._saved_waiters.unpark_all()  # decisions reach the nodes once they are on disk
+
+    @property
+    def saved_version(self) -> int:
+        """The version of the placements on disk (what the nodes may be told)."""
+        return self._saved
+
+    async def wait_saved_after(self, version: int) -> None:
+        """Return once placements newer than ``version`` are on disk (callers bound it)."""
+        while self._saved <= version:
+            await self._saved_waiters.park()
 
     def _flush_soon(self) -> None:
         async def flush() -> None:
@@ -119,6 +132,9 @@ class Cluster:
             meta = replace(placement.meta, partition_num=len(grown))
             placement = replace(placement, meta=meta, partitions=tuple(grown))
         else:
+            if not placement.holds(peer.node_id):  # its copy of a topic placed elsewhere:
+                self._changed()  # its assignments now list the topic (see assignments())
+                self._flush_soon()
             return
         log.info(
             "TOPIC(%s): %d partition(s) adopted from %s",

@@ -183,11 +183,19 @@ class LookupHTTP:
         return views.listlookup(*self.self_address())
 
     async def assignments(self, request: Request) -> Reply:
-        """pnsq: the topics ``node`` must hold."""
+        """pnsq: the topics ``node`` must hold. A long-poll with ``after=<version>``: answered
+        once placements newer than that version are on disk, or after ``wait`` seconds
+        (default 30, at most 60); the reply's ``version`` is the one to send next."""
         node = request.arg("node")
         if not node:
             raise HTTPError(400, "MISSING_ARG_NODE")
-        return assignments_payload(node, self.cluster.assignments(node))
+        after = request.arg("after")
+        if after is not None:
+            wait = min(_go_atoi(request.arg("wait") or "30"), MAX_ASSIGNMENTS_WAIT)
+            with trio.move_on_after(wait):
+                await self.cluster.wait_saved_after(_go_atoi(after))
+        version = self.cluster.saved_version
+        return {**assignments_payload(node, self.cluster.assignments(node)), "version": version}
 
     # ------------------------------------------------------------------ admin endpoints
 
@@ -301,6 +309,9 @@ class LookupHTTP:
             raise HTTPError(400, "MISSING_ARG_NODE")
         self.cluster.registry.tombstone(topic, node, self._now())
         return None
+
+
+MAX_ASSIGNMENTS_WAIT = 60  # seconds a /pnsq/assignments long-poll may wait
 
 
 def _topic_arg(request: Request) -> str:

@@ -6,17 +6,18 @@ timeout), send ``"  V1"`` and IDENTIFY ``{version, tcp_port, http_port, hostname
 broadcast_address}``, REGISTER every topic and channel, PING every 15 s; every command waits for
 its reply with a 1 s deadline; any error closes the connection, and the task reconnects (0.5 s,
 doubling to 5 s) and registers everything again, so nsqd keeps working while a lookupd is down
-and a restarted lookupd rebuilds its view. Instead of hooks in the broker, the task compares the
-broker's topics and channels with what it registered every :attr:`LookupClient.sync_interval`
-and sends REGISTER/UNREGISTER for the difference.
+and a restarted lookupd rebuilds its view. Whenever the broker's topics, channels or placements
+change (:class:`~nsqd.broker.changes.Changes`), the task compares them with what it registered
+and sends REGISTER/UNREGISTER for the difference at once, not on a timer.
 
 pnsq's extension (invisible to a stock nsqlookupd, which ignores unknown IDENTIFY keys and gets
 no other command): the IDENTIFY body lists ``"pnsq_extensions": ["partitions"]``; only if the
 lookupd's reply lists it too are registrations sent as ``REGISTER <topic> <partition>
-[<channel>]`` (youzan's form), one per local partition, and is ``GET /pnsq/assignments?node=
-<broadcast_address>:<tcp_port>`` polled on the lookupd's HTTP port (at the host of
-``--lookupd-tcp-address``, the port from the IDENTIFY reply); each assigned topic this
-node lacks is created with the assigned partition count (all partitions local, for now).
+[<channel>]`` (youzan's form), one per partition led here, and ``GET /pnsq/assignments?node=
+<broadcast_address>:<tcp_port>&after=<version>`` is long-polled on the lookupd's HTTP port (at
+the host of ``--lookupd-tcp-address``, the port from the IDENTIFY reply): lookupd answers as
+soon as a newer placement is on its disk, and the broker applies it
+(:mod:`nsqd.broker.assignments`).
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ Key = tuple[str, int | None, str | None]
 DIAL_TIMEOUT = 1.0  # nsqd's lookupPeer: net.DialTimeout(..., time.Second)
 COMMAND_TIMEOUT = 1.0  # and 1 s read/write deadlines per command
 PING_INTERVAL = 15.0
+ASSIGNMENTS_WAIT = 30.0  # seconds lookupd may hold an assignments long-poll
 
 
 class LookupPeerError(Exception):
@@ -154,13 +156,11 @@ class LookupClient:
         identity: LookupIdentity,
         addresses: Iterable[str],
         *,
-        sync_interval: float = 0.5,
         poll_interval: float = 1.0,
     ) -> None:
         self.broker = broker
         self.identity = identity
         self.addresses = list(dict.fromkeys(addresses))
-        self.sync_interval = sync_interval
         self.poll_interval = poll_interval
         self._scopes: dict[str, trio.CancelScope] = {}
         self._pnsq_http: dict[str, str] = {}  # lookupd address -> its HTTP address (pnsq's)
@@ -249,7 +249,9 @@ class LookupClient:
     async def _keep_registered(self, conn: _Connection, address: str, partitioned: bool) -> None:
         registered: set[Key] = set()
         next_ping = trio.current_time() + PING_INTERVAL
+        changes = self.broker.changes
         while True:
+            generation = changes.generation
             desired = desired_registrations(self.broker, partitioned)
             for key, line in registration_commands(registered, desired):
                 log.info("LOOKUPD(%s): %s", address, line.decode(errors="replace").strip())
@@ -262,21 +264,36 @@ class LookupClient:
                 log.debug("LOOKUPD(%s): sending heartbeat", address)
                 await conn.ok(encode_command("PING"))
                 next_ping = trio.current_time() + PING_INTERVAL
-            await trio.sleep(self.sync_interval)
+            # until the broker's topics, channels or placements change, or the next PING
+            with trio.move_on_after(max(next_ping - trio.current_time(), 0.0)):
+                await changes.wait_after(generation)
 
     async def _poll_assignments(self, address: str, http_address: str) -> None:
+        """Long-poll lookupd's assignments: each request returns as soon as lookupd has saved
+        a newer decision (or after :data:`ASSIGNMENTS_WAIT`), so a change reaches this node
+        within a round trip of being persisted."""
         url = f"http://{http_address}{ASSIGNMENTS_PATH}"
-        params = {"node": self.identity.node_id}
         headers = {"Accept": ACCEPT_V1}
-        async with httpx.AsyncClient(timeout=httpx.Timeout(2.0, connect=1.0)) as client:
+        version: int | None = None
+        timeout = httpx.Timeout(ASSIGNMENTS_WAIT + 5.0, connect=1.0)
+        async with httpx.AsyncClient(timeout=timeout) as client:
             while True:
+                params: dict[str, str | int] = {"node": self.identity.node_id}
+                if version is not None:
+                    params.update(after=version, wait=int(ASSIGNMENTS_WAIT))
                 try:
                     response = await client.get(url, params=params, headers=headers)
                     response.raise_for_status()
-                    self.apply_assignments(response.json())
+                    document = response.json()
+                    self.apply_assignments(document)
+                    found = document.get("version") if isinstance(document, dict) else None
+                    version = found if isinstance(found, int) else None
                 except (httpx.HTTPError, ValueError) as exc:
                     log.warning("LOOKUPD(%s): assignments: %s", address, exc)
-                await trio.sleep(self.poll_interval)
+                    version = None
+                    await trio.sleep(self.poll_interval)
+                if version is None:  # an older lookupd without long-polls: poll
+                    await trio.sleep(self.poll_interval)
 
     def apply_assignments(self, document: object) -> None:
         """Hold exactly the partitions lookupd placed on this node, in their roles."""

@@ -147,6 +147,7 @@ def apply_assignments(broker: Broker, node: str, assignments: Sequence[TopicAssi
             topic.managed = True
     if steps:
         broker.syncs.request(metadata=True)
+        broker.changes.notify()
     return steps
 
 

@@ -43,6 +43,7 @@ from ..storage.log import PartitionLog
 from ..storage.memory import MemoryLog
 from ..storage.record import NewRecord, Record
 from .assignments import apply_assignments
+from .changes import Changes
 from .channel import Channel, Subscriber
 from .clock import Clock
 from .config import BrokerConfig
@@ -75,6 +76,8 @@ class Broker:
     ) -> None:
         #: the one clock every time reading of the broker and the shells goes through
         self.clock = clock or Clock()
+        #: topics, channels or placements changed (the lookupd client registers at once)
+        self.changes = Changes()
         self.config = config
         self.topics: dict[str, Topic] = {}
         self.start_time = int(self.clock.now())
@@ -119,6 +122,7 @@ class Broker:
         topic = self.build_topic(name, count, {}, ordered=ordered, ext=ext)
         self.topics[name] = topic
         self.syncs.request(metadata=True)
+        self.changes.notify()
         flags = "".join(f", {f}" for f, on in (("ordered", ordered), ("ext", ext)) if on)
         log.info("TOPIC(%s): created with %d partition(s)%s", name, count, flags)
         return topic
@@ -207,6 +211,7 @@ class Broker:
         topic.channels[name] = channel
         self.start_timer(channel)
         self.syncs.request(metadata=True)
+        self.changes.notify()
         log.info("TOPIC(%s): new channel(%s)", topic.name, name)
         return channel
 
@@ -258,6 +263,7 @@ class Broker:
         for partition in topic.partitions:
             partition.dirty = True
         self.syncs.request(metadata=True)
+        self.changes.notify()
         if topic.ephemeral and not topic.channels and not topic.deleted:
             self._drop_topic(topic)
 
@@ -272,6 +278,7 @@ class Broker:
         for partition in topic.partitions:
             partition.log.close()
         self.syncs.metadata_dirty = True
+        self.changes.notify()
 
     async def delete_topic(self, name: str) -> None:
         """Delete a topic, its channels and its data on disk."""
