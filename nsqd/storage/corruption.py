@@ -19,7 +19,7 @@ from typing import Final
 
 from .errors import CorruptRecordError
 from .index import SparseIndex
-from .record import HEADER_SIZE, LENGTH_SIZE, Record, decode_record, peek_size
+from .record import LENGTH_SIZE, MIN_HEADER_SIZE, Record, decode_record, peek_size
 
 __all__ = ["SkippedRegions", "resync"]
 
@@ -33,8 +33,8 @@ ReadAt = Callable[[int, int], bytes]  # read_at(size, position) -> up to size by
 
 def _decode_at(read_at: ReadAt, position: int, limit: int) -> Record | None:
     """The intact record at ``position`` (wholly before ``limit``), else None."""
-    head = read_at(HEADER_SIZE, position)
-    if len(head) < HEADER_SIZE:
+    head = read_at(MIN_HEADER_SIZE, position)
+    if len(head) < MIN_HEADER_SIZE:
         return None
     try:
         size = peek_size(head, 0)

@@ -187,7 +187,14 @@ class PartitionLog:
             for i, e in enumerate(entries, first):
                 records.append(
                     make_record(
-                        i, e.timestamp_ns, pid | (i + 1), e.trace_id, e.deliver_at_ns, e.body, e.ext
+                        i,
+                        e.timestamp_ns,
+                        pid | (i + 1),
+                        e.trace_id,
+                        e.deliver_at_ns,
+                        e.body,
+                        e.ext,
+                        e.epoch,
                     )
                 )
                 n = HEADER_SIZE + len(e.ext) + len(e.body)

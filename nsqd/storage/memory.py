@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from .record import NewRecord, Record
+from .record import NewRecord, Record, internal_id_for
 
 
 class MemoryLog:
@@ -41,11 +41,12 @@ class MemoryLog:
             record = Record(
                 offset=offset,
                 timestamp_ns=entry.timestamp_ns,
-                internal_id=(self.partition << 50) | (offset + 1),
+                internal_id=internal_id_for(self.partition, offset),
                 trace_id=entry.trace_id,
                 deliver_at_ns=entry.deliver_at_ns,
                 body=entry.body,
                 ext=entry.ext,
+                epoch=entry.epoch,
             )
             self._records.append(record)
             self._end += 1

@@ -1,4 +1,4 @@
-"""The log record: its values and its one on-disk layout.
+"""The log record: its values and its on-disk layouts (format v1 written, v0 still read).
 
 No file I/O of its own: :func:`scan_records` reads through the ``read_at(size, position)``
 callable it is given (``segment.py`` passes ``os.pread`` bound to an fd), so it is testable on
@@ -16,27 +16,51 @@ import crc32c as _crc32c
 
 from .errors import CorruptRecordError
 
-# Record => Length u32 | Crc u32 | Offset u64 | TimestampNs i64 | InternalId u64 | TraceId u64
-#           | DeliverAtNs i64 | ExtLen u16 | Ext [ExtLen] | Body [Length - 46 - ExtLen]
-# Big-endian, as NSQ's own message encoding. A record occupies 4 + Length bytes.
+# Record v1 => FormatLength u32 | Crc u32 | Offset u64 | TimestampNs i64 | InternalId u64
+#              | TraceId u64 | DeliverAtNs i64 | Epoch u32 | ExtLen u16 | Ext | Body
+# Record v0 => the same without Epoch (the release before leader epochs), FormatLength < 2**30.
+# Big-endian, as NSQ's own message encoding. A record occupies 4 + Length bytes, where Length is
+# FormatLength's low 30 bits and its top 2 bits are the record format (0 or 1): every record
+# says how to read it, so files written by the previous release are read as they are, and no
+# file header or rewrite is needed (v0 lengths never reach 2**30: MAX_RECORD_SIZE).
 # Crc is CRC-32C (Castagnoli) over every byte after the Crc field: Offset through the end of Body.
 # The offset is inside the CRC because offsets are never re-based (a replica copies the leader's
-# offsets verbatim), and recovery must not accept a record whose offset bytes rotted.
+# offsets verbatim), and recovery must not accept a record whose offset bytes rotted. The offset
+# sits at byte 8 in both formats (corruption resync searches for it there).
 RECORD_HEADER: Final = struct.Struct(
-    ">I"  # length: number of bytes after this field (header rest + ext + body)
+    ">I"  # format_length: format (top 2 bits, 1) << 30 | bytes after this field
     "I"  # crc: CRC-32C of bytes [CRC_START, 4 + length) of the record
     "Q"  # offset: position of the record in its partition log (0, 1, 2, ...)
     "q"  # timestamp_ns: publish time, ns since the Unix epoch
     "Q"  # internal_id: (partition << 50) | (offset + 1), the first half of the message id
     "Q"  # trace_id: the second half of the message id (youzan tracing), 0 when unused
     "q"  # deliver_at_ns: earliest delivery time (DPUB), 0 = at once
+    "I"  # epoch: leader epoch under which the record was appended (0: standalone)
     "H"  # ext_len: length of the opaque extension header that follows
 )
+RECORD_HEADER_V0: Final = struct.Struct(
+    ">I"  # format_length: bytes after this field (format 0: top bits clear)
+    "I"  # crc: as v1
+    "Q"  # offset
+    "q"  # timestamp_ns
+    "Q"  # internal_id
+    "Q"  # trace_id
+    "q"  # deliver_at_ns
+    "H"  # ext_len
+)
+FORMAT_V0: Final = 0
+FORMAT_V1: Final = 1  # what this release writes
+FORMAT_SHIFT: Final = 30  # format_length >> 30 is the format
+LENGTH_MASK: Final = (1 << FORMAT_SHIFT) - 1
 LENGTH_SIZE: Final = struct.calcsize(RECORD_HEADER.format[:2])
 CRC_START: Final = struct.calcsize(RECORD_HEADER.format[:3])
-HEADER_SIZE: Final = RECORD_HEADER.size
-# Smallest legal value of the length field: a record with empty ext and body.
-MIN_LENGTH: Final = HEADER_SIZE - LENGTH_SIZE
+HEADER_SIZE: Final = RECORD_HEADER.size  # of the format written
+MIN_HEADER_SIZE: Final = RECORD_HEADER_V0.size  # the smallest header any readable record has
+# Smallest legal value of the length field, per format: a record with empty ext and body.
+_MIN_LENGTH: Final = {
+    FORMAT_V0: RECORD_HEADER_V0.size - LENGTH_SIZE,
+    FORMAT_V1: HEADER_SIZE - LENGTH_SIZE,
+}
 # Largest record this layer will read back; anything longer is treated as corruption rather
 # than allocated. nsqd's --max-msg-size defaults to 1 MiB, so this leaves a wide margin.
 MAX_RECORD_SIZE: Final = 1 << 30
@@ -53,7 +77,10 @@ _crc: Final = _crc32c.crc32c
 _pack_prefix: Final = _PREFIX.pack
 _pack_covered: Final = _COVERED.pack
 _unpack_header_from: Final = RECORD_HEADER.unpack_from
+_unpack_header_v0_from: Final = RECORD_HEADER_V0.unpack_from
 _unpack_length_from: Final = struct.Struct(RECORD_HEADER.format[:2]).unpack_from
+_FORMAT_BITS: Final = FORMAT_V1 << FORMAT_SHIFT
+_FORMAT_SHIFT_IN_BYTE: Final = FORMAT_SHIFT - 24  # the format in the big-endian first byte
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +96,8 @@ class NewRecord:
     """0 = deliverable at once; DPUB sets a future time."""
     ext: bytes = b""
     """Opaque extension header (youzan ext), usually empty; at most 65535 bytes."""
+    epoch: int = 0
+    """Leader epoch of the appending leader (0 standalone)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,9 +112,11 @@ class Record:
     deliver_at_ns: int
     body: bytes
     ext: bytes
+    epoch: int = 0
+    """Leader epoch under which the record was appended (0: standalone, or format v0)."""
 
 
-def _record_maker() -> Callable[[int, int, int, int, int, bytes, bytes], Record]:
+def _record_maker() -> Callable[..., Record]:
     """A positional constructor of :class:`Record` for ``append``'s per-record loop.
 
     A frozen dataclass ``__init__`` sets each field through ``object.__setattr__``; calling
@@ -102,8 +133,9 @@ def _record_maker() -> Callable[[int, int, int, int, int, bytes, bytes], Record]
         "deliver_at_ns",
         "body",
         "ext",
+        "epoch",
     ), "update _record_maker with Record's fields"
-    set_off, set_ts, set_id, set_trace, set_deliver, set_body, set_ext = (
+    set_off, set_ts, set_id, set_trace, set_deliver, set_body, set_ext, set_epoch = (
         getattr(Record, name).__set__ for name in names
     )
     new = object.__new__
@@ -116,6 +148,7 @@ def _record_maker() -> Callable[[int, int, int, int, int, bytes, bytes], Record]
         deliver_at: int,
         body: bytes,
         ext: bytes,
+        epoch: int = 0,
     ) -> Record:
         record = new(Record)
         set_off(record, offset)
@@ -125,6 +158,7 @@ def _record_maker() -> Callable[[int, int, int, int, int, bytes, bytes], Record]
         set_deliver(record, deliver_at)
         set_body(record, body)
         set_ext(record, ext)
+        set_epoch(record, epoch)
         return record
 
     return make
@@ -157,6 +191,7 @@ def encode_record_parts(record: Record, out: list[bytes]) -> int:
             record.internal_id,
             record.trace_id,
             record.deliver_at_ns,
+            record.epoch,
             len(ext),
         )
     except struct.error as exc:  # includes an ext longer than MAX_EXT_LEN
@@ -166,7 +201,7 @@ def encode_record_parts(record: Record, out: list[bytes]) -> int:
         crc = _crc(ext, crc)
     crc = _crc(body, crc)
     size = HEADER_SIZE + len(ext) + len(body)
-    out.append(_pack_prefix(size - LENGTH_SIZE, crc))
+    out.append(_pack_prefix(_FORMAT_BITS | (size - LENGTH_SIZE), crc))
     out.append(covered)
     if ext:
         out.append(ext)
@@ -187,8 +222,12 @@ def peek_size(buf: bytes, pos: int) -> int:
     The caller guarantees ``LENGTH_SIZE`` bytes at ``pos``. Raises :class:`CorruptRecordError`
     when the length is too small to hold a header or larger than :data:`MAX_RECORD_SIZE`.
     """
-    (length,) = _unpack_length_from(buf, pos)
-    if length < MIN_LENGTH or length > MAX_RECORD_SIZE - LENGTH_SIZE:
+    (field,) = _unpack_length_from(buf, pos)
+    minimum = _MIN_LENGTH.get(field >> FORMAT_SHIFT)
+    length = field & LENGTH_MASK
+    if minimum is None:
+        raise CorruptRecordError(f"unknown record format {field >> FORMAT_SHIFT}")
+    if length < minimum or length > MAX_RECORD_SIZE - LENGTH_SIZE:
         raise CorruptRecordError(f"implausible record length {length}")
     return int(length) + LENGTH_SIZE
 
@@ -199,19 +238,27 @@ def decode_record(buf: bytes, pos: int) -> Record:
     The caller guarantees the full record (``peek_size`` bytes) is in ``buf``. Raises
     :class:`CorruptRecordError` on a CRC mismatch or an ext length that overruns the record.
     """
-    length, crc, offset, ts, internal_id, trace_id, deliver_at, ext_len = _unpack_header_from(
-        buf, pos
-    )
+    if buf[pos] >> _FORMAT_SHIFT_IN_BYTE == FORMAT_V1:  # the top bits of the first byte
+        field, crc, offset, ts, internal_id, trace_id, deliver_at, epoch, ext_len = (
+            _unpack_header_from(buf, pos)
+        )
+        header = HEADER_SIZE
+    else:  # format 0 (peek_size has refused anything else)
+        field, crc, offset, ts, internal_id, trace_id, deliver_at, ext_len = _unpack_header_v0_from(
+            buf, pos
+        )
+        epoch, header = 0, MIN_HEADER_SIZE
+    length = field & LENGTH_MASK
     end = pos + LENGTH_SIZE + length
     with memoryview(buf) as view:
         actual = _crc(view[pos + CRC_START : end])
     if actual != crc:
         raise CorruptRecordError(f"CRC mismatch (stored {crc:#010x}, computed {actual:#010x})")
-    ext_end = pos + HEADER_SIZE + ext_len
+    ext_end = pos + header + ext_len
     if ext_end > end:
         raise CorruptRecordError(f"ext length {ext_len} overruns record length {length}")
-    ext = buf[pos + HEADER_SIZE : ext_end] if ext_len else b""
-    return make_record(offset, ts, internal_id, trace_id, deliver_at, buf[ext_end:end], ext)
+    ext = buf[pos + header : ext_end] if ext_len else b""
+    return make_record(offset, ts, internal_id, trace_id, deliver_at, buf[ext_end:end], ext, epoch)
 
 
 def scan_records(
@@ -235,8 +282,9 @@ def scan_records(
     while position < limit:
         i = position - buf_start
         try:
-            if len(buf) - i < HEADER_SIZE:
-                buf, buf_start, i = _refill(read_at, buf, buf_start, i, HEADER_SIZE, limit, chunk)
+            if len(buf) - i < MIN_HEADER_SIZE:
+                need = MIN_HEADER_SIZE
+                buf, buf_start, i = _refill(read_at, buf, buf_start, i, need, limit, chunk)
             size = peek_size(buf, i)
             if len(buf) - i < size:
                 buf, buf_start, i = _refill(read_at, buf, buf_start, i, size, limit, chunk)

@@ -23,7 +23,7 @@ from nsqd.storage import (
 from nsqd.storage.record import HEADER_SIZE
 
 
-def _entries(n: int, *, ts: Callable[[int], int] = lambda i: i, size: int = 20) -> list[NewRecord]:
+def _entries(n: int, *, ts: Callable[[int], int] = lambda i: i, size: int = 16) -> list[NewRecord]:
     return [
         NewRecord(timestamp_ns=ts(i), body=i.to_bytes(4, "big") * (size // 4)) for i in range(n)
     ]
@@ -99,7 +99,8 @@ def test_record_larger_than_a_segment(
 ) -> None:
     log = open_log(max_bytes_per_file=100)
     log.append([NewRecord(1, b"x" * 500), NewRecord(2, b"y" * 500), NewRecord(3, b"z")])
-    assert [p.stat().st_size for p in _segment_files(tmp_path / "p")] == [550, 550, 51]
+    sizes = [HEADER_SIZE + 500, HEADER_SIZE + 500, HEADER_SIZE + 1]
+    assert [p.stat().st_size for p in _segment_files(tmp_path / "p")] == sizes
     assert [r.timestamp_ns for r in log.read(0, 5)] == [1, 2, 3]
 
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable
+from dataclasses import replace
 
+import crc32c
 import pytest
 from hypothesis import given, strategies as st
 
@@ -12,6 +15,7 @@ from nsqd.storage.record import (
     CRC_START,
     HEADER_SIZE,
     RECORD_HEADER,
+    RECORD_HEADER_V0,
     make_record,
     peek_size,
     scan_records,
@@ -26,6 +30,7 @@ records_st = st.builds(
     deliver_at_ns=st.integers(-(2**63), 2**63 - 1),
     body=st.binary(max_size=300),
     ext=st.binary(max_size=40),
+    epoch=st.integers(0, 2**32 - 1),
 )
 
 
@@ -35,9 +40,51 @@ def _reader(data: bytes) -> Callable[[int, int], bytes]:
 
 def test_layout_is_fixed() -> None:
     # A change here changes the on-disk format: bump a format version first.
-    assert RECORD_HEADER.format == ">IIQqQQqH"
-    assert HEADER_SIZE == 50
+    assert RECORD_HEADER.format == ">IIQqQQqIH"
+    assert HEADER_SIZE == 54
+    assert RECORD_HEADER_V0.format == ">IIQqQQqH"  # the previous release's, still read
     assert CRC_START == 8
+
+
+def _encode_v0(record: Record) -> bytes:
+    """A record as the previous release wrote it (format 0: no epoch, top bits clear)."""
+    covered = (
+        RECORD_HEADER_V0.pack(
+            0,
+            0,
+            record.offset,
+            record.timestamp_ns,
+            record.internal_id,
+            record.trace_id,
+            record.deliver_at_ns,
+            len(record.ext),
+        )[8:]
+        + record.ext
+        + record.body
+    )
+    return struct.pack(">II", 4 + len(covered), crc32c.crc32c(covered)) + covered
+
+
+@given(records_st)
+def test_format_0_records_are_still_read(record: Record) -> None:
+    data = _encode_v0(record)
+    assert peek_size(data, 0) == len(data)
+    assert decode_record(b"xy" + data, 2) == replace(record, epoch=0)
+    mixed = data + encode_record(replace(record, offset=record.offset + 1))
+    got = [
+        r
+        for _, _, r in scan_records(
+            _reader(mixed), "mixed", position=0, limit=len(mixed), offset=record.offset
+        )
+    ]
+    assert got == [replace(record, epoch=0), replace(record, offset=record.offset + 1)]
+
+
+def test_an_unknown_format_is_corruption() -> None:
+    data = bytearray(encode_record(make_record(0, 0, 1, 0, 0, b"x", b"", 7)))
+    data[0] |= 0xC0  # format 3
+    with pytest.raises(CorruptRecordError, match="unknown record format 3"):
+        peek_size(bytes(data), 0)
 
 
 @given(records_st)
@@ -95,11 +142,13 @@ def test_implausible_length_is_corrupt() -> None:
     with pytest.raises(CorruptRecordError, match="implausible"):
         peek_size(b"\x00\x00\x00\x05" + bytes(60), 0)
     with pytest.raises(CorruptRecordError, match="implausible"):
-        peek_size(b"\xff\xff\xff\xff" + bytes(60), 0)
+        peek_size(b"\x7f\xff\xff\xff" + bytes(60), 0)  # format 1, 2**30 - 1 bytes
+    with pytest.raises(CorruptRecordError, match="implausible"):
+        peek_size(b"\x40\x00\x00\x30" + bytes(60), 0)  # format 1, shorter than its header
 
 
-def _fields(r: Record) -> tuple[int, int, int, int, bytes, bytes]:
-    return r.timestamp_ns, r.internal_id, r.trace_id, r.deliver_at_ns, r.body, r.ext
+def _fields(r: Record) -> tuple[int, int, int, int, bytes, bytes, int]:
+    return r.timestamp_ns, r.internal_id, r.trace_id, r.deliver_at_ns, r.body, r.ext, r.epoch
 
 
 @given(records_st)
