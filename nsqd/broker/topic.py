@@ -11,6 +11,8 @@ holds (all of them when standalone), each led or replicated here (``Partition.st
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..core.errors import BadPartitionError, NotLeaderError, PartitionNotFoundError
 from ..storage.record import NewRecord, Record
 from .channel import Channel
@@ -103,7 +105,11 @@ class Topic:
         return found
 
     def append(self, partition: Partition, entries: list[NewRecord]) -> list[Record]:
-        """Append to ``partition`` (page cache on return) and wake the channels."""
+        """Append to ``partition`` (page cache on return) under its leader epoch, and wake
+        the channels."""
+        epoch = partition.state.epoch
+        if epoch:  # placed by lookupd after a change of leader: records carry the epoch
+            entries = [replace(e, epoch=epoch) for e in entries]
         records = partition.log.append(entries)
         partition.unsynced += len(records)
         size = sum(len(e.body) for e in entries)
