@@ -21,7 +21,7 @@ from pathlib import Path
 import trio
 
 from protocol.lookup import TopicAssignment
-from protocol.message import PARTITION_SHIFT, SEQUENCE_MASK
+from protocol.message import SEQUENCE_MASK, partition_of
 from protocol.names import is_ephemeral
 
 from ..core.cursor import Message
@@ -340,7 +340,7 @@ class Broker:
     def locate(message_id: bytes) -> tuple[int, int]:
         """(partition, offset) of a 16-byte message id."""
         internal_id = int.from_bytes(message_id[:8], "big")
-        return (internal_id >> PARTITION_SHIFT) & 1023, (internal_id & SEQUENCE_MASK) - 1
+        return partition_of(internal_id), (internal_id & SEQUENCE_MASK) - 1
 
     def finish(self, channel: Channel, message_id: bytes, client: object) -> Message:
         """FIN; raises NotInFlightError / NotOwnerError."""

@@ -1,8 +1,9 @@
 """Blocking, synchronous file storage: partition logs (segments, sparse index, recovery) and
 atomic checkpoint files.
 
-May use the stdlib, ``crc32c`` and ``sortedcontainers``; never Trio, ``nsqd.core`` or
-``protocol`` (import-linter contracts). The broker calls it from the event loop for page-cache
+May use the stdlib, ``crc32c``, ``sortedcontainers`` and the message-id layout of
+``protocol.message`` (declared there once); never Trio or ``nsqd.core`` (import-linter
+contracts). The broker calls it from the event loop for page-cache
 work and offloads only ``PartitionLog.sync`` to a worker thread.
 """
 

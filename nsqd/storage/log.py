@@ -24,7 +24,14 @@ from .checkpoint import fsync_directory
 from .corruption import SkippedRegions
 from .errors import LogClosedError, OffsetOutOfRangeError, StorageError
 from .handles import HandleCache
-from .record import HEADER_SIZE, NewRecord, Record, encode_record_parts, make_record
+from .record import (
+    HEADER_SIZE,
+    NewRecord,
+    Record,
+    encode_record_parts,
+    internal_id_for,
+    make_record,
+)
 from .segment import INDEX_NAME, SEGMENT_NAME, Segment, SegmentEnv
 
 _base_offset: Final = attrgetter("base_offset")
@@ -178,7 +185,7 @@ class PartitionLog:
             if not entries:
                 return []
             first = self._end
-            pid = self.partition << 50
+            pid = internal_id_for(self.partition, -1)  # the partition's bits; | (offset + 1)
             records: list[Record] = []
             splits: list[int] = []  # indexes where a new segment starts
             size = self._segments[-1].size

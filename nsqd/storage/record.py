@@ -14,6 +14,8 @@ from typing import Final
 
 import crc32c as _crc32c
 
+from protocol.message import make_internal_id
+
 from .errors import CorruptRecordError
 
 # Record v1 => FormatLength u32 | Crc u32 | Offset u64 | TimestampNs i64 | InternalId u64
@@ -168,8 +170,9 @@ make_record: Final = _record_maker()
 
 
 def internal_id_for(partition: int, offset: int) -> int:
-    """The first half of the message id of the record at ``offset`` (never 0)."""
-    return (partition << 50) | (offset + 1)
+    """The first half of the message id of the record at ``offset`` (never 0): the layout
+    is :mod:`protocol.message`'s, with the sequence ``offset + 1``."""
+    return make_internal_id(partition, offset + 1)
 
 
 def record_size(record: Record) -> int:
