@@ -18,6 +18,7 @@ import pytest
 from protocol import Dpub, Fin, Mpub, Pub, Rdy, Sub
 from tests.daemons import Daemon, pnsq_lookupd, pnsq_nsqd
 from tests.integration.lookupd_helpers import get_json, lookup, post, request, wait_for
+from tests.interop.drivers import Driver
 from tests.rawclient import RawClient
 
 pytestmark = pytest.mark.integration
@@ -270,3 +271,39 @@ def test_a_node_joining_with_data_never_makes_a_second_live_copy(
         joiner.stop()
         placed.stop()
         lookupd.stop()
+
+
+@pytest.mark.interop
+def test_stock_producers_on_every_node_and_a_stock_reader_through_lookupd(
+    cluster: Cluster,
+) -> None:
+    """go-nsq's stock producer on each node (one of them leads no partition of the topic, so
+    its PUBs are forwarded) and pynsq's stock reader through lookupd: every message once."""
+    assert post(cluster.lookupd, "/topic/create?topic=stock&partition_num=1") == (200, b"")
+    leader = wait_for(lambda: cluster.leaders("stock").get(0), what="placement")
+    wait_for(lambda: lookup(cluster.lookupd, "stock")["partitions"].get("0"), what="registered")
+    assert post(leader, "/channel/create?topic=stock&channel=readers")[0] == 200
+    count = 50
+    go = Driver("go-nsq")
+    expected = []
+    try:
+        for node in cluster.nodes:
+            prefix = f"from-{node.tcp_port}-"
+            argv = go.pub_argv(node.tcp_address, "stock", count, extra=["-prefix", prefix])
+            run = go.run(argv)
+            assert run.returncode == 0, run.stderr[-2000:]
+            expected += [f"{prefix}{i}" for i in range(count)]
+    finally:
+        go.cleanup()
+    reader = Driver("pynsq")
+    try:
+        argv = reader.sub_argv(
+            "", "stock", "readers", 2 * count, timeout=40, lookupd=cluster.lookupd.http_address
+        )
+        run = reader.run(argv)
+    finally:
+        reader.cleanup()
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert sorted(str(d["body"]) for d in run.deliveries) == sorted(expected)  # each once
+    assert _stored(leader, "stock") == 2 * count
+    assert _held(_other(cluster, leader), "stock") is None  # nothing stored elsewhere
