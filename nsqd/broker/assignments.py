@@ -83,7 +83,7 @@ def apply_assignments(broker: Broker, node: str, assignments: Sequence[TopicAssi
     }
     steps = plan(wanted, local)
     for wanted_topic in steps.create:
-        topic = broker.build_topic(
+        topic = broker.logs.build_topic(
             wanted_topic.name, wanted_topic.partition_num, {}, dict(wanted_topic.held)
         )
         apply_settings(topic, wanted_topic.settings)
@@ -100,7 +100,7 @@ def apply_assignments(broker: Broker, node: str, assignments: Sequence[TopicAssi
         log.info("TOPIC(%s): meta from lookupd: %s", topic.name, wanted_topic.settings)
     for name, number, placement in steps.add:
         topic = broker.topics[name]
-        partition = broker.open_partition(name, number, {}, placement)
+        partition = broker.logs.open_partition(name, number, {}, placement)
         topic.hold(partition)
         for channel in topic.channels.values():
             channel.add_partition(

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import shutil
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -33,14 +33,11 @@ from ..core.errors import (
     PartitionNotFoundError,
     TopicNotFoundError,
 )
-from ..core.ownership import STANDALONE, Placement, Plan
+from ..core.ownership import Plan
 from ..storage.cache import CacheBudget
-from ..storage.checkpoint import write_checkpoint
 from ..storage.disk import is_out_of_space
 from ..storage.errors import StorageError
 from ..storage.handles import HandleCache
-from ..storage.log import PartitionLog
-from ..storage.memory import MemoryLog
 from ..storage.record import NewRecord, Record
 from .assignments import apply_assignments
 from .changes import Changes
@@ -49,20 +46,16 @@ from .clock import Clock
 from .config import BrokerConfig
 from .diskguard import DiskGuard
 from .latency import Discard, Observer
+from .opening import LogOpener
 from .partition import Partition
 from .persistence import (
-    METADATA_FILE,
-    STATE_FILE,
     SyncSchedule,
-    file_stamp,
-    load_state,
-    metadata_document,
-    partition_state,
     topic_directory,
 )
 from .reading import skipped_records
 from .restore import restore_broker
 from .retention import apply_retention
+from .syncing import Syncer
 from .topic import Topic
 
 log = logging.getLogger("nsqd.broker")
@@ -86,9 +79,8 @@ class Broker:
         self.syncs = SyncSchedule()
         #: the byte budget every partition log's tail cache shares (``--read-cache-bytes``)
         self.read_cache = CacheBudget(config.read_cache_bytes)
-        self._sync_lock = trio.Lock()  # fsync and checkpoint vs. deleting logs
-        #: the last disk error (None while healthy); /ping answers "NOK - <error>"
-        self.health_error: str | None = None
+        #: fsync and checkpoints (and the last disk error, which /ping reports)
+        self.syncer = Syncer()
         #: the disk high-water mark (--max-disk-usage-percent): past it, writes are refused
         self.disk = DiskGuard(config.data_path, config.max_disk_usage_percent)
         self._timer_scopes: dict[Channel, trio.CancelScope] = {}
@@ -96,8 +88,8 @@ class Broker:
         self.fsync_latency: Observer = Discard()  # seconds per partition fsync
         #: the bound on open segment files over every partition (--max-segment-fds)
         self.handles = HandleCache(config.max_segment_fds)
-        self._saved_metadata: dict[str, object] | None = None  # the last pnsq.dat written
-        self._retired: list[Partition] = []  # no longer held: closed at the next sync
+        #: opens partition logs with the shared cache budget and descriptor bound
+        self.logs = LogOpener(config, self.read_cache, self.handles)
 
     # ------------------------------------------------------------------ topics
 
@@ -119,7 +111,7 @@ class Broker:
         if self.exiting:
             raise ExitingError
         count = partitions or self.config.default_partitions
-        topic = self.build_topic(name, count, {}, ordered=ordered, ext=ext)
+        topic = self.logs.build_topic(name, count, {}, ordered=ordered, ext=ext)
         self.topics[name] = topic
         self.syncs.request(metadata=True)
         self.changes.notify()
@@ -139,51 +131,10 @@ class Broker:
     def _topic_dir(self, name: str) -> Path:
         return topic_directory(self.config.data_path, name)
 
-    def build_topic(
-        self,
-        name: str,
-        count: int,
-        states: dict[int, dict[str, object]],
-        held: Mapping[int, Placement] | None = None,
-        **flags: bool,
-    ) -> Topic:
-        """A topic of ``count`` partitions (``flags``: ordered, ext) with the logs of the ones
-        ``held`` here opened (all of them, led, when ``held`` is None: standalone)."""
-        numbers = range(count) if held is None else sorted(held)
-        parts = [
-            self.open_partition(name, n, states, STANDALONE if held is None else held[n])
-            for n in numbers
-        ]
-        return Topic(name, parts, ephemeral=is_ephemeral(name), partition_num=count, **flags)
-
-    def open_partition(
-        self,
-        topic: str,
-        number: int,
-        states: Mapping[int, dict[str, object]],
-        placement: Placement = STANDALONE,
-    ) -> Partition:
-        """Partition ``number`` of ``topic`` with its log opened (created if new)."""
-        if is_ephemeral(topic):
-            memory = MemoryLog(number, self.config.mem_queue_size)
-            return Partition(number, memory, None, 0, placement)
-        directory = self._topic_dir(topic) / str(number)
-        plog = PartitionLog.open(
-            directory,
-            partition=number,
-            max_bytes_per_file=self.config.max_bytes_per_file,
-            cache=self.read_cache,
-            handles=self.handles,
-        )
-        state = states[number] if number in states else load_state(directory, file_stamp())
-        start = state.get("topic_start", plog.start_offset)
-        assert isinstance(start, int)
-        return Partition(number, plog, directory, start, placement)
-
     def retire(self, partition: Partition) -> None:
         """A partition no longer held here: its log is synced and closed at the next sync
         (never under a worker thread's fsync); its files stay on disk."""
-        self._retired.append(partition)
+        self.syncer.retired.append(partition)
         self.syncs.request()
 
     def skipped_records(self) -> Iterator[tuple[str, int, int, int]]:
@@ -283,7 +234,7 @@ class Broker:
     async def delete_topic(self, name: str) -> None:
         """Delete a topic, its channels and its data on disk."""
         topic = self.get_topic(name)
-        async with self._sync_lock:
+        async with self.syncer.lock:
             self._drop_topic(topic)
             if not topic.ephemeral:
                 await trio.to_thread.run_sync(shutil.rmtree, self._topic_dir(name), True)
@@ -323,7 +274,7 @@ class Broker:
     @property
     def health_problem(self) -> str | None:
         """Why ``/ping`` is not ``OK``: the last disk error, or the disk past its mark."""
-        return self.health_error or self.disk.reason
+        return self.syncer.health_error or self.disk.reason
 
     @property
     def durable_acks(self) -> bool:
@@ -390,58 +341,8 @@ class Broker:
         restore_broker(self)
 
     async def sync_once(self) -> None:
-        """fsync what was appended, checkpoint changed cursors, save metadata if it changed.
-
-        Holds the sync lock, so no log is closed or deleted under a worker thread's fsync. A disk
-        error does not stop the broker: it is logged and reported by ``/ping`` (``NOK - <err>``),
-        as nsqd does.
-        """
-        generation = self.syncs.begin()
-        async with self._sync_lock:
-            retired, self._retired = self._retired, []
-            for partition in retired:
-                await self._disk(partition.log.sync)
-                partition.log.close()
-            for topic in list(self.topics.values()):
-                for partition in topic.partitions:
-                    if partition.directory is None or topic.deleted:
-                        continue
-                    if partition.unsynced:
-                        partition.unsynced = 0
-                        started = self.clock.perf()
-                        await self._disk(partition.log.sync)
-                        self.fsync_latency.observe(self.clock.perf() - started)
-                    if partition.dirty:
-                        partition.dirty = False
-                        state = partition_state(topic, partition)
-                        if state != partition.saved_state:  # keep .prev an older generation
-                            path = partition.directory / STATE_FILE
-                            if await self._disk(write_checkpoint, path, state):
-                                partition.saved_state = state
-                            else:
-                                partition.dirty = True
-            if self.syncs.metadata_dirty:
-                self.syncs.metadata_dirty = False
-                document = metadata_document(list(self.topics.values()), self.config.version)
-                if document != self._saved_metadata:
-                    path = self.config.data_path / METADATA_FILE
-                    if await self._disk(write_checkpoint, path, document):
-                        self._saved_metadata = document
-                    else:
-                        self.syncs.metadata_dirty = True
-        self.syncs.end(generation)
-
-    async def _disk(self, fn: Callable[..., None], *args: object) -> bool:
-        """Run blocking file I/O in a worker thread; a failure marks the broker unhealthy (and
-        is retried at the next sync). Returns whether it succeeded."""
-        try:
-            await trio.to_thread.run_sync(fn, *args)
-        except (StorageError, OSError) as exc:
-            self.health_error = f"{type(exc).__name__}: {exc}"
-            log.error("disk error: %s", self.health_error)
-            return False
-        self.health_error = None
-        return True
+        """fsync, checkpoint and save metadata now (:class:`~nsqd.broker.syncing.Syncer`)."""
+        await self.syncer.sync(self)
 
     async def run_syncer(self) -> None:
         """Sync every ``--sync-timeout``, or at once when ``--sync-every`` records are pending."""

@@ -38,7 +38,7 @@ def restore_broker(broker: Broker) -> None:
         held = held_placements(entry)
         numbers = range(count) if held is None else sorted(held)
         states = {n: load_state(directory / str(n), stamp) for n in numbers}
-        topic = broker.build_topic(
+        topic = broker.logs.build_topic(
             name,
             count,
             states,
