@@ -8,13 +8,21 @@ from __future__ import annotations
 import http.client
 import json
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Final
 from urllib.parse import urlencode
 
+from protocol.lookup import ACCEPT_V1
 from protocol.range_read import RangeBatch, RangeFormatError, decode_binary
 
 from .errors import NsqHTTPError, UnexpectedResponseError
-from .routing import RoutingError, TopicPartitions, parse_address, parse_partitions
+from .routing import (
+    PartitionInfo,
+    RoutingError,
+    TopicPartitions,
+    parse_address,
+    parse_partitions,
+)
 
 DEFAULT_TIMEOUT: Final = 10.0
 #: Errors of a kept-alive connection that nsqd closed while it was idle: retried once.
@@ -36,6 +44,7 @@ class HTTPNode:
         path: str,
         params: Mapping[str, object] | None = None,
         body: bytes | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> bytes:
         """The body of a ``200`` reply.
 
@@ -51,7 +60,7 @@ class HTTPNode:
             )
             self._conn = conn
             try:
-                conn.request(method, target, body=body)
+                conn.request(method, target, body=body, headers=dict(headers or {}))
                 response = conn.getresponse()
                 data = response.read()
             except _STALE:
@@ -136,3 +145,40 @@ def fetch_partitions(
         raise
     finally:
         node.close()
+
+
+def fetch_partitions_via_lookupd(
+    lookupd_http_address: str, topic: str, timeout: float = DEFAULT_TIMEOUT
+) -> TopicPartitions | None:
+    """A topic's partitions across a cluster: lookupd's ``/lookup?topic=&access=w`` names the
+    leader of each partition, and each leader's ``/partitions`` describes the ones it leads
+    (offsets, addresses); merged. ``None`` when lookupd does not know the topic yet."""
+    lookupd = HTTPNode(lookupd_http_address, timeout)
+    try:
+        params = {"topic": topic, "access": "w"}
+        data = lookupd.request("GET", "/lookup", params, headers={"Accept": ACCEPT_V1})
+    except NsqHTTPError as exc:
+        if exc.status in (400, 404):
+            return None
+        raise
+    finally:
+        lookupd.close()
+    try:
+        found = json.loads(data)
+        leaders = {
+            f"{peer['broadcast_address']}:{peer['http_port']}"
+            for peer in (found.get("partitions") or {}).values()
+        }
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise UnexpectedResponseError(f"/lookup: {exc}") from exc
+    merged: dict[int, PartitionInfo] = {}
+    first: TopicPartitions | None = None
+    for http_address in sorted(leaders):
+        part = fetch_partitions(http_address, topic, None, timeout)
+        if part is None:
+            continue
+        first = first or part
+        merged.update((info.partition, info) for info in part.partitions)
+    if first is None:
+        return None
+    return replace(first, partitions=tuple(merged[n] for n in sorted(merged)))

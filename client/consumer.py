@@ -208,6 +208,7 @@ async def open_consumer(
     partition: int | None = None,
     partitions: Sequence[int] | None = None,
     http_address: str | None = None,
+    lookupd_http_address: str | None = None,
     ordered: bool = False,
     advanced: bool = False,
     start: ConsumeStart | str | None = None,
@@ -218,8 +219,9 @@ async def open_consumer(
     """Subscribe to ``topic``/``channel`` on nsqd at ``address`` (TCP ``host:port``).
 
     Partitions: ``partitions`` (one connection each), else ``partition``, else with
-    ``http_address`` every partition of the topic (from ``GET /partitions``), else one
-    unpartitioned ``SUB`` (nsqd's choice: every partition it leads).
+    ``http_address`` every partition of the topic (from ``GET /partitions``), or with
+    ``lookupd_http_address`` every partition across a cluster, each at its leader (pnsq
+    lookupd), else one unpartitioned ``SUB`` (nsqd's choice: every partition it leads).
 
     ``start`` (``ConsumeStart`` or ``"msgcount:0"``, ``"virtual_queue:<offset>"``,
     ``"timestamp:<s>"``, ``"special:-1"``) replays from that position: sent with
@@ -233,13 +235,13 @@ async def open_consumer(
     """
     start_text = None if start is None else str(start)
     mode = _mode(ordered, advanced, start_text)
-    routes = Routes(http_address, address)
+    routes = Routes(http_address, address, lookupd_http_address=lookupd_http_address)
     numbers: list[int | None]
     if partitions is not None:
         numbers = list(partitions)
     elif partition is not None:
         numbers = [partition]
-    elif http_address is not None and (route := await routes.get(topic)) is not None:
+    elif routes.known and (route := await routes.get(topic)) is not None:
         numbers = [info.partition for info in route.partitions]
     else:
         numbers = [None]
@@ -259,7 +261,7 @@ async def open_consumer(
         async with trio.open_nursery() as nursery:
             try:
                 for number in numbers:
-                    first = await locate(number, False) if http_address is not None else address
+                    first = await locate(number, False) if routes.known else address
                     sub = Subscription(
                         spec,
                         number,
@@ -267,7 +269,7 @@ async def open_consumer(
                         rdy=consumer._rdy,
                         deliver=consumer._deliver,
                         fail=consumer._fail,
-                        locate=locate if http_address is not None else None,
+                        locate=locate if routes.known else None,
                     )
                     consumer.subscriptions.append(sub)
                     await nursery.start(sub.run)

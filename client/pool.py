@@ -11,7 +11,7 @@ from typing import Final, final
 
 import trio
 
-from ._http import DEFAULT_TIMEOUT, fetch_partitions
+from ._http import DEFAULT_TIMEOUT, fetch_partitions, fetch_partitions_via_lookupd
 from .connection import Connection, ConnectOptions, open_connection
 from .errors import ConnectionClosedError, NsqError, UnexpectedResponseError
 from .routing import TopicPartitions
@@ -101,8 +101,9 @@ class ConnectionPool:
 
 @final
 class Routes:
-    """Topics' partitions from ``GET /partitions`` on ``http_address``, cached for ``ttl``
-    seconds or until :meth:`invalidate`. Without an HTTP address every topic is unknown."""
+    """Topics' partitions from ``GET /partitions`` on ``http_address`` (one nsqd), or across
+    a cluster through pnsq lookupd at ``lookupd_http_address``, cached for ``ttl`` seconds or
+    until :meth:`invalidate`. With neither address every topic is unknown."""
 
     def __init__(
         self,
@@ -111,8 +112,10 @@ class Routes:
         *,
         ttl: float = DEFAULT_ROUTE_TTL,
         timeout: float = DEFAULT_TIMEOUT,
+        lookupd_http_address: str | None = None,
     ) -> None:
         self.http_address = http_address
+        self.lookupd_http_address = lookupd_http_address
         self.tcp_address = tcp_address
         self.ttl = ttl
         self.timeout = timeout
@@ -127,20 +130,31 @@ class Routes:
             OSError: nsqd's HTTP address is unreachable.
             NsqHTTPError: nsqd answered with an unexpected error status.
         """
-        if self.http_address is None:
+        if not self.known:
             return None
         if not refresh and (route := self._fresh(topic)) is not None:
             return route
         async with self._locks.setdefault(topic, trio.Lock()):
             if not refresh and (route := self._fresh(topic)) is not None:
                 return route
-            lookup = partial(
-                fetch_partitions, self.http_address, topic, self.tcp_address, self.timeout
-            )
+            if self.lookupd_http_address is not None:
+                lookup = partial(
+                    fetch_partitions_via_lookupd, self.lookupd_http_address, topic, self.timeout
+                )
+            else:
+                assert self.http_address is not None
+                lookup = partial(
+                    fetch_partitions, self.http_address, topic, self.tcp_address, self.timeout
+                )
             found = await trio.to_thread.run_sync(lookup, abandon_on_cancel=True)
             if found is not None:
                 self._cache[topic] = (trio.current_time(), found)
             return found
+
+    @property
+    def known(self) -> bool:
+        """Whether partitions can be looked up at all (an HTTP or a lookupd address)."""
+        return self.http_address is not None or self.lookupd_http_address is not None
 
     def _fresh(self, topic: str) -> TopicPartitions | None:
         cached = self._cache.get(topic)

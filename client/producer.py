@@ -178,15 +178,16 @@ class Producer:
     # ------------------------------------------------------------------ internals
 
     async def _require_route(self, topic: str) -> TopicPartitions:
-        if self._routes.http_address is None:
-            raise PartitionsUnknownError("keyed publishing needs nsqd's HTTP address")
+        if not self._routes.known:
+            raise PartitionsUnknownError("keyed publishing needs nsqd's or lookupd's HTTP address")
         for attempt in range(self.max_attempts):
             if attempt:
                 await self._sleep_before(attempt)
             route = await self._routes.get(topic, refresh=attempt > 0)
             if route is not None:
                 return route
-        raise PartitionsUnknownError(f"topic {topic!r} not found on {self._routes.http_address}")
+        where = self._routes.lookupd_http_address or self._routes.http_address
+        raise PartitionsUnknownError(f"topic {topic!r} not found on {where}")
 
     async def _sleep_before(self, attempt: int) -> None:
         await trio.sleep(min(self.retry_backoff * 2 ** (attempt - 1), _MAX_RETRY_BACKOFF))
@@ -199,8 +200,8 @@ class Producer:
         make: Callable[[int | None], Command],
     ) -> bytes:
         """Send the command ``make(partition)`` to the partition's leader, with retries."""
-        if key is not None and partition is None and self._routes.http_address is None:
-            raise PartitionsUnknownError("keyed publishing needs nsqd's HTTP address")
+        if key is not None and partition is None and not self._routes.known:
+            raise PartitionsUnknownError("keyed publishing needs nsqd's or lookupd's HTTP address")
         error: BaseException | None = None
         for attempt in range(self.max_attempts):
             if attempt:
@@ -227,6 +228,7 @@ async def open_producer(
     address: str,
     *,
     http_address: str | None = None,
+    lookupd_http_address: str | None = None,
     max_attempts: int = 3,
     retry_backoff: float = 0.05,
     route_ttl: float = DEFAULT_ROUTE_TTL,
@@ -234,7 +236,9 @@ async def open_producer(
 ) -> AsyncIterator[Producer]:
     """A :class:`Producer` connected to nsqd at ``address`` (``host:port`` of its TCP port).
 
-    ``http_address`` (nsqd's HTTP ``host:port``) makes it partition-aware. ``max_attempts``
+    ``http_address`` (nsqd's HTTP ``host:port``) makes it partition-aware; in a cluster,
+    ``lookupd_http_address`` (pnsq nsqlookupd's) sends each partition's publishes to its
+    leader, wherever that is. ``max_attempts``
     counts the first try; ``retry_backoff`` seconds doubles per retry (at most 2 s); a topic's
     partitions are looked up again after ``route_ttl`` seconds or a retryable error. Connection
     options as for :func:`~client.connection.open_connection`.
@@ -243,7 +247,7 @@ async def open_producer(
         OSError: the first connection failed.
         NsqError: nsqd refused IDENTIFY.
     """
-    routes = Routes(http_address, address, ttl=route_ttl)
+    routes = Routes(http_address, address, ttl=route_ttl, lookupd_http_address=lookupd_http_address)
     try:
         async with trio.open_nursery() as nursery:
             pool = ConnectionPool(nursery, options)

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from client import open_consumer, open_producer, partition_for_key
 from protocol import Dpub, Fin, Mpub, Pub, Rdy, Sub
 from tests.daemons import Daemon, pnsq_lookupd, pnsq_nsqd
 from tests.integration.lookupd_helpers import get_json, lookup, post, request, wait_for
@@ -307,3 +308,34 @@ def test_stock_producers_on_every_node_and_a_stock_reader_through_lookupd(
     assert sorted(str(d["body"]) for d in run.deliveries) == sorted(expected)  # each once
     assert _stored(leader, "stock") == 2 * count
     assert _held(_other(cluster, leader), "stock") is None  # nothing stored elsewhere
+
+
+async def test_the_pnsq_client_through_lookupd_reaches_every_leader(cluster: Cluster) -> None:
+    """pnsq's own partition-aware client, given lookupd: keyed publishes go to each partition's
+    leader wherever it is, and one consumer reads every partition from its leader."""
+    assert post(cluster.lookupd, "/topic/create?topic=viaclient&partition_num=4") == (200, b"")
+    wait_for(
+        lambda: len((lookup(cluster.lookupd, "viaclient") or {}).get("partitions", {})) == 4,
+        what="all four partitions registered by their leaders",
+    )
+    lookupd = cluster.lookupd.http_address
+    keys = [f"key-{i}" for i in range(40)]
+    async with open_producer(cluster.nodes[0].tcp_address, lookupd_http_address=lookupd) as p:
+        for key in keys:
+            await p.publish("viaclient", key.encode(), key=key)
+    leaders = cluster.leaders("viaclient")
+    for node in cluster.nodes:
+        led = {n for n, leader in leaders.items() if leader is node}
+        wanted = sum(1 for key in keys if partition_for_key(key, 4) in led)
+        assert _stored(node, "viaclient") == wanted  # each message on its partition's leader
+    got: list[bytes] = []
+    async with open_consumer(
+        cluster.nodes[0].tcp_address, "viaclient", "c", lookupd_http_address=lookupd
+    ) as consumer:
+        assert consumer.connection_count == 4
+        async for message in consumer:
+            got.append(message.body)
+            await message.finish()
+            if len(got) == len(keys):
+                break
+    assert sorted(got) == sorted(key.encode() for key in keys)
