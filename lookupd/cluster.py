@@ -164,16 +164,20 @@ class Cluster:
             self._changed()
         self._flush_soon()
 
-    async def create_topic(self, name: str, meta: TopicMeta) -> None:
-        """``/topic/create``: place the topic and persist it before returning. Raises
-        :class:`PlacementError` or :class:`StoreError`."""
+    async def create_topic(self, name: str, meta: TopicMeta, prefer: str | None = None) -> None:
+        """``/topic/create``: place the topic and persist it before returning; ``prefer``
+        (a node creating a topic for a publish) leads its first partition, and an existing
+        topic is then left as it is. Raises :class:`PlacementError` or :class:`StoreError`."""
         existing = self.placements.get(name)
         self.registry.add_topic(name)
+        if existing is not None and prefer is not None:
+            return  # a node's publish raced another's: the topic stays where it is
         if existing is not None:
             check_recreate(existing, meta)
             if not existing.adopted:
                 return
-        placement = place(name, meta, self.live_nodes(), leader_load(self.placements.values()))
+        load = leader_load(self.placements.values())
+        placement = place(name, meta, self.live_nodes(), load, prefer)
         self.placements[name] = placement
         self._changed()
         try:

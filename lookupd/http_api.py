@@ -217,7 +217,7 @@ class LookupHTTP:
             sync_every=sync_every,
         )
         try:
-            await self.cluster.create_topic(topic, meta)
+            await self.cluster.create_topic(topic, meta, request.arg("prefer") or None)
         except PlacementError as exc:
             raise HTTPError(400, str(exc)) from None
         except StoreError as exc:

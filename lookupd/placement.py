@@ -103,9 +103,14 @@ def leader_load(placements: Iterable[TopicPlacement]) -> dict[str, int]:
 
 
 def place(
-    name: str, meta: TopicMeta, nodes: Sequence[str], load: Mapping[str, int] | None = None
+    name: str,
+    meta: TopicMeta,
+    nodes: Sequence[str],
+    load: Mapping[str, int] | None = None,
+    prefer: str | None = None,
 ) -> TopicPlacement:
-    """Place a new topic on ``nodes`` (pending if there are none). Raises
+    """Place a new topic on ``nodes`` (pending if there are none); a live ``prefer`` node
+    leads the first partition (the node whose publish created the topic). Raises
     :class:`PlacementError` if fewer nodes than ``meta.replica`` are live."""
     candidates = sorted(set(nodes))
     if not candidates:
@@ -116,6 +121,8 @@ def place(
             f"{len(candidates)} registered"
         )
     leaders = {node: (load or {}).get(node, 0) for node in candidates}
+    if prefer in leaders:
+        leaders[prefer] = min(leaders.values()) - 1
     replicas = dict.fromkeys(candidates, 0)
     parts = []
     for _ in range(meta.partition_num):

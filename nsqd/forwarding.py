@@ -7,6 +7,10 @@ the producer's ``OK`` still means "stored by the partition's leader". Leaders co
 lookupd's ``GET /lookup?topic=&access=w`` (youzan's ``partitions`` map), cached for a second;
 one V2 connection per leader is kept and reused, one publish at a time on it.
 
+A stock publish of a topic nobody has asks lookupd to create it (``--default-partitions``, the
+asking node leading its first partition), so two nodes publishing a new topic at once cannot
+both create their own copy of it.
+
 Only the stock publishes are forwarded (``PUB``, ``MPUB``, ``DPUB``); partition-aware ones
 (``PUB <topic> <partition>``, the ``_TRACE`` and ``_EXT`` families) get youzan's
 ``E_FAILED_ON_NOT_LEADER`` and look the leader up themselves, as youzan's clients do.
@@ -33,6 +37,7 @@ log = logging.getLogger("nsqd.forward")
 
 LOOKUP_TTL = 1.0  # seconds a topic's leaders are reused before asking lookupd again
 TIMEOUT = 5.0  # one forwarded publish, connecting included
+CREATE_WAIT = 2.0  # seconds a publish waits for a topic it had lookupd create to be placed
 MAGIC_V2 = b"  V2"
 
 
@@ -89,7 +94,43 @@ class Forwarder:
         local = broker.topics.get(topic)
         if local is not None and not local.deleted:
             return local.managed and not local.led
-        return bool(await self.leaders(topic))
+        if await self.leaders(topic):
+            return True
+        await self._create(broker, topic)
+        local = broker.topics.get(topic)
+        if local is not None and local.led:
+            return False  # placed here: publish locally
+        self._leaders.pop(topic, None)
+        return True
+
+    async def _create(self, broker: Broker, topic: str) -> None:
+        """Ask lookupd to create ``topic`` (``--default-partitions``, this node leading its
+        first partition), then wait until its assignment reached this node. Raises
+        ForwardError if lookupd refuses."""
+        addresses = list(self._lookupd_http())
+        if self._http is None:
+            self._http = httpx.AsyncClient(timeout=httpx.Timeout(2.0, connect=1.0))
+        params: dict[str, str | int] = {
+            "topic": topic,
+            "partition_num": broker.config.default_partitions,
+            "prefer": self._self_id(),
+        }
+        problems = []
+        for http in addresses:
+            try:
+                reply = await self._http.post(f"http://{http}/topic/create", params=params)
+            except httpx.HTTPError as exc:
+                problems.append(f"{http}: {exc}")
+                continue
+            if reply.status_code != 200:
+                raise ForwardError(f"lookupd refused to create topic {topic}: {reply.text}")
+            log.info("TOPIC(%s): created through lookupd %s", topic, http)
+            with trio.move_on_after(CREATE_WAIT):
+                while topic not in broker.topics:
+                    generation = broker.changes.generation
+                    await broker.changes.wait_after(generation)
+            return
+        raise NoLookupdError("lookupd unreachable: " + "; ".join(problems))
 
     async def leaders(self, topic: str) -> dict[int, tuple[str, int]]:
         """Partition -> leader address for ``topic`` as lookupd says ({} if it does not know

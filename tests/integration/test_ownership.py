@@ -339,3 +339,24 @@ async def test_the_pnsq_client_through_lookupd_reaches_every_leader(cluster: Clu
             if len(got) == len(keys):
                 break
     assert sorted(got) == sorted(key.encode() for key in keys)
+
+
+def test_a_publish_of_a_new_topic_has_lookupd_create_it_led_by_that_node(cluster: Cluster) -> None:
+    for node in cluster.nodes:
+        topic = f"fresh{node.tcp_port}"
+        client = RawClient(node.tcp_address)
+        client.send(Pub(topic, b"first"))
+        assert client.read().data == b"OK"
+        client.close()
+        assert cluster.leaders(topic) == {0: node}  # placed by lookupd, led by the asker
+        assert _stored(node, topic) == 1
+    # both nodes publishing one new topic at once: one copy, every acknowledged message on it
+    clients = [RawClient(node.tcp_address) for node in cluster.nodes]
+    for client in clients:
+        client.send(*[Pub("race", b"m%d" % i) for i in range(20)])
+    for client in clients:
+        assert [client.read().data for _ in range(20)] == [b"OK"] * 20
+        client.close()
+    (leader,) = cluster.leaders("race").values()  # one partition, one leader
+    assert _stored(leader, "race") == 40
+    assert _held(_other(cluster, leader), "race") is None
