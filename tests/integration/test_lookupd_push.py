@@ -10,10 +10,11 @@ import statistics
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
-from tests.daemons import Daemon, pnsq_lookupd, pnsq_nsqd
+from tests.daemons import Daemon, go_lookupd, pnsq_lookupd, pnsq_nsqd
 from tests.integration.lookupd_helpers import get_json, lookup, post, request, wait_for
 
 pytestmark = pytest.mark.integration
@@ -76,3 +77,35 @@ def test_a_topic_created_on_lookupd_reaches_the_node_at_once(cluster: Cluster) -
         _until(lambda u=url: request(u, "GET", {})[0] == 200)
         latencies.append(time.monotonic() - started)
     assert _report("/topic/create to the node", latencies) < 0.25  # 1 s polling: ~0.5 s
+
+
+def test_go_nsqlookupd_gets_registrations_as_they_change(tmp_path: Path) -> None:
+    """Registration on change holds with a stock Go nsqlookupd 1.3.0 too: each topic or channel
+    created or deleted on nsqd shows in Go's /debug at once (the old 0.5 s timer: ~500 ms)."""
+    go = go_lookupd(tmp_path / "go-lookupd").start()
+    node = pnsq_nsqd(tmp_path / "node", f"--lookupd-tcp-address={go.tcp_address}").start()
+
+    def producers(key: str) -> int:
+        return len(get_json(go, "/debug").get(key, []))
+
+    try:
+        wait_for(lambda: get_json(go, "/nodes")["producers"], what="the node")
+        latencies: list[float] = []
+        for i in range(10):
+            topic, channel = f"go{i}", "c"
+            topic_key, channel_key = f"topic:{topic}:", f"channel:{topic}:{channel}"
+            steps = [  # (nsqd's HTTP call, Go's registration key, its producers after it)
+                (f"/topic/create?topic={topic}", topic_key, 1),
+                (f"/channel/create?topic={topic}&channel={channel}", channel_key, 1),
+                (f"/channel/delete?topic={topic}&channel={channel}", channel_key, 0),
+                (f"/topic/delete?topic={topic}", topic_key, 0),
+            ]
+            for path, key, count in steps:
+                started = time.monotonic()
+                assert post(node, path)[0] == 200, path
+                _until(lambda k=key, n=count: producers(k) == n)
+                latencies.append(time.monotonic() - started)
+        assert _report("nsqd change to Go nsqlookupd", latencies) < 0.15
+    finally:
+        node.stop()
+        go.stop()
