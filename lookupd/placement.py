@@ -3,12 +3,13 @@ partition. Pure: no I/O, no clock, no Trio; lookupd's store persists what these 
 
 Nodes are named ``broadcast_address:tcp_port``. :func:`place` spreads a new topic's partition
 leaders over the live pnsq nodes, least-loaded first (load = partitions led), and gives each
-partition ``replica - 1`` replicas on other nodes. Several partitions of one topic may share a
-node (unlike youzan's default, which needs ``partition_num * replica`` nodes): a stock client's
-``SUB`` on a node reads every partition there. A topic created before any node registered is
-*pending* (no partitions placed) until :func:`place_pending` finds nodes. A topic that a node
-created on its own (a stock client's PUB/SUB auto-creation) is :func:`adopt`-ed: that node leads
-every partition it registered.
+partition ``replica - 1`` replicas on other nodes, those holding the fewest partitions of the
+topic so far (3 partitions with 2 copies on 3 nodes: each node leads one and replicates one).
+Several partitions of one topic may share a node (unlike youzan's default, which needs
+``partition_num * replica`` nodes): a stock client's ``SUB`` on a node reads every partition
+there. A topic created before any node registered is *pending* (no partitions placed) until
+:func:`place_pending` finds nodes. A topic that a node created on its own (a stock client's
+PUB/SUB auto-creation) is :func:`adopt`-ed: that node leads every partition it registered.
 """
 
 from __future__ import annotations
@@ -124,14 +125,19 @@ def place(
     if prefer in leaders:
         leaders[prefer] = min(leaders.values()) - 1
     replicas = dict.fromkeys(candidates, 0)
+    held = dict.fromkeys(candidates, 0)  # partitions of this topic on each node, either role
     parts = []
     for _ in range(meta.partition_num):
         leader = min(candidates, key=lambda n: (leaders[n], n))
         leaders[leader] += 1
-        others = sorted((n for n in candidates if n != leader), key=lambda n: (replicas[n], n))
+        held[leader] += 1
+        others = sorted(
+            (n for n in candidates if n != leader), key=lambda n: (held[n], replicas[n], n)
+        )
         chosen = tuple(others[: meta.replica - 1])
         for node in chosen:
             replicas[node] += 1
+            held[node] += 1
         parts.append(PartitionAssignment(leader, chosen))
     return TopicPlacement(name, meta, tuple(parts))
 

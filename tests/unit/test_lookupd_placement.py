@@ -59,6 +59,16 @@ def test_place_balances_leaders_and_keeps_replicas_off_the_leader(
     assert max(totals.values()) - min(totals.values()) <= max(1, max(load) - min(load))
 
 
+def test_copies_spread_evenly_over_the_nodes() -> None:
+    placement = place("t", TopicMeta(partition_num=3, replica=2), ["a", "b", "c"])
+    held = dict.fromkeys("abc", 0)
+    for part in placement.partitions:
+        for node in (part.leader, *part.replicas):
+            held[node] += 1
+    assert held == {"a": 2, "b": 2, "c": 2}  # each leads one and replicates one
+    assert sorted(p.leader for p in placement.partitions) == ["a", "b", "c"]
+
+
 def test_two_nodes_four_partitions_alternate() -> None:
     placement = place("t", TopicMeta(4, 2), NODES[:2])
     assert [p.leader for p in placement.partitions] == [NODES[0], NODES[1], NODES[0], NODES[1]]
