@@ -1,5 +1,5 @@
 """Helpers for the lookupd integration tests: HTTP against a daemon, waiting, publishing to one
-partition."""
+partition, a pnsq cluster (lookupd + nodes) and what a node holds of a topic."""
 
 from __future__ import annotations
 
@@ -8,11 +8,13 @@ import socket
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, TypeVar
 
 from protocol import Pub
-from tests.daemons import Daemon
+from tests.daemons import Daemon, pnsq_lookupd, pnsq_nsqd
 from tests.rawclient import RawClient
 
 ACCEPT = {"Accept": "application/vnd.nsq; version=1.0"}
@@ -75,3 +77,40 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+@contextmanager
+def pnsq_cluster(work: Path, count: int) -> Iterator[tuple[Daemon, list[Daemon]]]:
+    """A pnsq lookupd and ``count`` pnsq nsqd registered with it (nodes a, b, c, ...)."""
+    lookupd = pnsq_lookupd(work / "lookupd").start()
+    nodes: list[Daemon] = []
+    try:
+        for name in "abcdefgh"[:count]:
+            flag = f"--lookupd-tcp-address={lookupd.tcp_address}"
+            nodes.append(pnsq_nsqd(work / name, flag).start())
+        wait_for(
+            lambda: len(get_json(lookupd, "/nodes")["producers"]) == count, what=f"{count} nodes"
+        )
+        yield lookupd, nodes
+    finally:
+        for node in nodes:
+            node.stop()
+        lookupd.stop()
+
+
+def roles(node: Daemon, topic: str) -> dict[int, str] | None:
+    """Partition -> ``"leader"`` / ``"replica"`` as the node holds them (its ``/partitions``);
+    None if the node does not have the topic."""
+    status, body, _ = request(f"http://{node.http_address}/partitions?topic={topic}", "GET", {})
+    if status != 200:
+        return None
+    document: dict[str, Any] = json.loads(body)
+    held = {p["partition"]: "leader" for p in document["partitions"]}
+    held.update(dict.fromkeys(document["replicas"], "replica"))
+    return held
+
+
+def stored(node: Daemon, topic: str) -> int:
+    """Messages the node stored for ``topic`` (``message_count`` in its ``/stats``)."""
+    stats = get_json(node, f"/stats?format=json&topic={topic}")
+    return sum(t["message_count"] for t in stats["topics"] or () if t["topic_name"] == topic)

@@ -9,15 +9,14 @@ a body (which Go ignores, as RFC 9112 asks) got a 400 of its own.
 
 from __future__ import annotations
 
-import json
 import socket
 import time
-import urllib.request
 from collections.abc import Iterator
 
 import pytest
 
 from tests.daemons import Daemon, go_nsqd, pnsq_nsqd
+from tests.integration.lookupd_helpers import stored
 
 pytestmark = pytest.mark.integration
 
@@ -105,23 +104,15 @@ def _exchange(daemon: Daemon, raw: bytes) -> list[int]:
     return [int(part[2:5]) for part in received.split(b"HTTP/1.")[1:]]
 
 
-def _stored(daemon: Daemon, topic: str) -> int:
-    url = f"http://{daemon.http_address}/stats?format=json&topic={topic}"
-    with urllib.request.urlopen(url, timeout=5) as reply:
-        stats = json.load(reply)
-    stats = stats.get("data", stats)
-    return sum(t["message_count"] for t in stats["topics"] or () if t["topic_name"] == topic)
-
-
 @pytest.mark.parametrize("case", CASES)
 def test_a_publish_reply_matches_what_was_stored(daemons: dict[str, Daemon], case: str) -> None:
-    raw, statuses, stored = CASES[case]
+    raw, statuses, expected_stored = CASES[case]
     seen = {}
     for name, daemon in daemons.items():
         got = _exchange(daemon, raw.replace(b"TOPIC", case.encode()))
         time.sleep(0.05)  # a publish is stored before its reply; this only lets /stats settle
-        seen[name] = (got, _stored(daemon, case))
-    assert seen["go"] == (statuses, stored)  # what the case says is Go nsqd's behaviour
+        seen[name] = (got, stored(daemon, case))
+    assert seen["go"] == (statuses, expected_stored)  # what the case says is Go nsqd's behaviour
     if case in DIFFERENT:
         assert seen["pnsq"] == DIFFERENT[case]
     else:

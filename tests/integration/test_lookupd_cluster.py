@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemons import Daemon, go_nsqd, pnsq_lookupd, pnsq_nsqd
+from tests.daemons import Daemon, go_nsqd
 from tests.integration.lookupd_helpers import (
     get_json,
     lookup,
+    pnsq_cluster,
     post,
     publish_to_partition,
     request,
@@ -55,20 +56,10 @@ class Cluster:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     work = tmp_path_factory.mktemp("cluster")
-    lookupd = pnsq_lookupd(work / "lookupd").start()
-    nodes: list[Daemon] = []
-    try:
-        for name in ("a", "b"):
-            flag = f"--lookupd-tcp-address={lookupd.tcp_address}"
-            nodes.append(pnsq_nsqd(work / name, flag).start())
-        wait_for(lambda: len(get_json(lookupd, "/nodes")["producers"]) == 2, what="2 nodes")
+    with pnsq_cluster(work, 2) as (lookupd, nodes):
         status, body = post(lookupd, f"/topic/create?topic={TOPIC}&partition_num={PARTITIONS}")
         assert (status, body) == (200, b"")
         yield Cluster(lookupd, nodes, work)
-    finally:
-        for node in nodes:
-            node.stop()
-        lookupd.stop()
 
 
 def placed(cluster: Cluster) -> dict[str, object] | None:

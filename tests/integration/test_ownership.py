@@ -8,17 +8,24 @@ partitions with 2 replicas (each node leads one and replicates the other).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import pytest
 
 from client import open_consumer, open_producer, partition_for_key
 from protocol import Dpub, Fin, Mpub, Pub, Rdy, Sub
 from tests.daemons import Daemon, pnsq_lookupd, pnsq_nsqd
-from tests.integration.lookupd_helpers import get_json, lookup, post, request, wait_for
+from tests.integration.lookupd_helpers import (
+    get_json,
+    lookup,
+    pnsq_cluster,
+    post,
+    request,
+    roles,
+    stored,
+    wait_for,
+)
 from tests.interop.drivers import Driver
 from tests.rawclient import RawClient
 
@@ -52,51 +59,23 @@ def _http(node: Daemon, method: str, path: str, data: bytes | None = None) -> tu
     return status, body
 
 
-def _held(node: Daemon, topic: str) -> dict[int, str] | None:
-    """Partition -> role on the node (its /partitions), once it has the topic."""
-    status, body = _http(node, "GET", f"/partitions?topic={topic}")
-    if status != 200:
-        return None
-    document: dict[str, Any] = json.loads(body)
-    held = {p["partition"]: "leader" for p in document["partitions"]}
-    held.update(dict.fromkeys(document["replicas"], "replica"))
-    return held
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    work = tmp_path_factory.mktemp("ownership")
-    lookupd = pnsq_lookupd(work / "lookupd").start()
-    nodes: list[Daemon] = []
-    try:
-        for name in ("a", "b"):
-            flag = f"--lookupd-tcp-address={lookupd.tcp_address}"
-            nodes.append(pnsq_nsqd(work / name, flag).start())
-        wait_for(lambda: len(get_json(lookupd, "/nodes")["producers"]) == 2, what="2 nodes")
+    with pnsq_cluster(tmp_path_factory.mktemp("ownership"), 2) as (lookupd, nodes):
         for topic, replica in (("solo", 1), ("pair", 2)):
             query = f"/topic/create?topic={topic}&partition_num=2&replicator={replica}"
             assert post(lookupd, query) == (200, b"")
-        found = Cluster(lookupd, nodes)
         for topic, per_node in (("solo", 1), ("pair", 2)):
             for node in nodes:
                 wait_for(
-                    lambda n=node, t=topic, k=per_node: (h := _held(n, t)) and len(h) == k,
+                    lambda n=node, t=topic, k=per_node: (h := roles(n, t)) and len(h) == k,
                     what=f"{topic} on {node.tcp_port}",
                 )
-        yield found
-    finally:
-        for node in nodes:
-            node.stop()
-        lookupd.stop()
+        yield Cluster(lookupd, nodes)
 
 
 def _other(cluster: Cluster, node: Daemon) -> Daemon:
     return next(n for n in cluster.nodes if n is not node)
-
-
-def _stored(node: Daemon, topic: str) -> int:
-    stats = get_json(node, f"/stats?format=json&topic={topic}")
-    return sum(t["message_count"] for t in stats["topics"] or () if t["topic_name"] == topic)
 
 
 def test_each_node_holds_exactly_its_placement(cluster: Cluster) -> None:
@@ -104,17 +83,17 @@ def test_each_node_holds_exactly_its_placement(cluster: Cluster) -> None:
     assert set(leaders) == {0, 1}
     assert leaders[0] is not leaders[1]  # spread: each node leads one partition
     for number, leader in leaders.items():
-        assert (_held(leader, "pair") or {}).get(number) == "leader"
-        assert (_held(_other(cluster, leader), "pair") or {}).get(number) == "replica"
+        assert (roles(leader, "pair") or {}).get(number) == "leader"
+        assert (roles(_other(cluster, leader), "pair") or {}).get(number) == "replica"
     solo = cluster.leaders("solo")
     for number, leader in solo.items():
-        assert list(_held(leader, "solo") or {}) == [number]  # the other partition is not here
+        assert list(roles(leader, "solo") or {}) == [number]  # the other partition is not here
 
 
-def test_publish_to_a_partition_led_elsewhere_is_refused_and_not_stored(cluster: Cluster) -> None:
+def test_publish_to_a_partition_led_elsewhere_is_refused_and_notstored(cluster: Cluster) -> None:
     leaders = cluster.leaders("pair")
     replica_node = _other(cluster, leaders[1])  # holds partition 1 as a replica
-    before = _stored(replica_node, "pair")
+    before = stored(replica_node, "pair")
     client = RawClient(replica_node.tcp_address)
     client.send(Pub("pair", b"x", 1))
     assert client.read().data == NOT_LEADER  # youzan's non-fatal form on a publish
@@ -123,7 +102,7 @@ def test_publish_to_a_partition_led_elsewhere_is_refused_and_not_stored(cluster:
     client.close()
     status, body = _http(replica_node, "POST", "/pub?topic=pair&partition=1", b"z")
     assert (status, body) == (400, b'{"message":"E_FAILED_ON_NOT_LEADER"}')
-    assert _stored(replica_node, "pair") == before + 1  # only the accepted one
+    assert stored(replica_node, "pair") == before + 1  # only the accepted one
 
     solo = cluster.leaders("solo")
     outsider = _other(cluster, solo[0])  # does not hold solo's partition 0 at all
@@ -181,7 +160,7 @@ def test_a_stock_publish_on_a_node_that_leads_nothing_is_forwarded(cluster: Clus
     assert post(cluster.lookupd, "/topic/create?topic=one&partition_num=1") == (200, b"")
     leader = wait_for(lambda: cluster.leaders("one").get(0), what="placement of one")
     outsider = _other(cluster, leader)
-    wait_for(lambda: _held(leader, "one") == {0: "leader"}, what="one on its leader")
+    wait_for(lambda: roles(leader, "one") == {0: "leader"}, what="one on its leader")
     wait_for(lambda: lookup(cluster.lookupd, "one")["partitions"].get("0"), what="registered")
     client = RawClient(outsider.tcp_address)
     client.send(Pub("one", b"p1"), Pub("one", b"p2"))  # pipelined: one group commit
@@ -193,8 +172,8 @@ def test_a_stock_publish_on_a_node_that_leads_nothing_is_forwarded(cluster: Clus
     client.close()
     assert _http(outsider, "POST", "/pub?topic=one", b"h1") == (200, b"OK")
     assert _http(outsider, "POST", "/mpub?topic=one", b"h2\nh3") == (200, b"OK")
-    assert _held(outsider, "one") is None  # nothing of it here, not even the topic
-    assert _stored(leader, "one") == 8  # all on the leader, acknowledged after it stored them
+    assert roles(outsider, "one") is None  # nothing of it here, not even the topic
+    assert stored(leader, "one") == 8  # all on the leader, acknowledged after it stored them
     consumer = RawClient(leader.tcp_address, timeout=10)
     consumer.send(Sub("one", "c", None), Rdy(10))
     assert consumer.read().data == b"OK"
@@ -224,7 +203,7 @@ def test_without_lookupd_an_unknown_topic_is_refused_and_known_ones_work(
         client.send(Pub("unknown", b"c"))
         reply = client.read().data
         assert reply.startswith(b"E_PUB_FAILED PUB failed lookupd unreachable")
-        assert _held(node, "unknown") is None  # not created behind lookupd's back
+        assert roles(node, "unknown") is None  # not created behind lookupd's back
     finally:
         node.stop()
         lookupd.stop()
@@ -240,7 +219,7 @@ def test_a_node_joining_with_data_never_makes_a_second_live_copy(
     try:
         wait_for(lambda: get_json(lookupd, "/nodes")["producers"], what="registration")
         assert post(lookupd, "/topic/create?topic=shared&partition_num=1") == (200, b"")
-        wait_for(lambda: _held(placed, "shared") == {0: "leader"}, what="placement")
+        wait_for(lambda: roles(placed, "shared") == {0: "leader"}, what="placement")
         for topic, count in (("shared", 3), ("mine", 2)):
             for i in range(count):
                 assert _http(joiner, "POST", f"/pub?topic={topic}", b"old%d" % i)[0] == 200
@@ -250,9 +229,9 @@ def test_a_node_joining_with_data_never_makes_a_second_live_copy(
 
         # a topic nobody else has is adopted: the joiner leads it and keeps serving it
         wait_for(lambda: (lookup(lookupd, "mine") or {}).get("partitions"), what="adoption")
-        assert _held(joiner, "mine") == {0: "leader"}
+        assert roles(joiner, "mine") == {0: "leader"}
         # a topic placed elsewhere: the joiner's copy stops being served, kept on disk
-        wait_for(lambda: _held(joiner, "shared") == {}, what="the joiner's copy dropped")
+        wait_for(lambda: roles(joiner, "shared") == {}, what="the joiner's copy dropped")
         assert "partition 0 is no longer placed here: not served (3 message(s) kept" in (
             joiner.log_text()
         )
@@ -266,7 +245,7 @@ def test_a_node_joining_with_data_never_makes_a_second_live_copy(
         client.send(Pub("shared", b"new"))  # a stock publish there goes to the leader
         assert client.read().data == b"OK"
         client.close()
-        assert _stored(placed, "shared") == 1
+        assert stored(placed, "shared") == 1
         assert list((work / "b" / "topics" / "t-shared" / "0").glob("*.log"))  # data kept
     finally:
         joiner.stop()
@@ -306,8 +285,8 @@ def test_stock_producers_on_every_node_and_a_stock_reader_through_lookupd(
         reader.cleanup()
     assert run.returncode == 0, run.stderr[-3000:]
     assert sorted(str(d["body"]) for d in run.deliveries) == sorted(expected)  # each once
-    assert _stored(leader, "stock") == 2 * count
-    assert _held(_other(cluster, leader), "stock") is None  # nothing stored elsewhere
+    assert stored(leader, "stock") == 2 * count
+    assert roles(_other(cluster, leader), "stock") is None  # nothing stored elsewhere
 
 
 async def test_the_pnsq_client_through_lookupd_reaches_every_leader(cluster: Cluster) -> None:
@@ -327,7 +306,7 @@ async def test_the_pnsq_client_through_lookupd_reaches_every_leader(cluster: Clu
     for node in cluster.nodes:
         led = {n for n, leader in leaders.items() if leader is node}
         wanted = sum(1 for key in keys if partition_for_key(key, 4) in led)
-        assert _stored(node, "viaclient") == wanted  # each message on its partition's leader
+        assert stored(node, "viaclient") == wanted  # each message on its partition's leader
     got: list[bytes] = []
     async with open_consumer(
         cluster.nodes[0].tcp_address, "viaclient", "c", lookupd_http_address=lookupd
@@ -349,7 +328,7 @@ def test_a_publish_of_a_new_topic_has_lookupd_create_it_led_by_that_node(cluster
         assert client.read().data == b"OK"
         client.close()
         assert cluster.leaders(topic) == {0: node}  # placed by lookupd, led by the asker
-        assert _stored(node, topic) == 1
+        assert stored(node, topic) == 1
     # both nodes publishing one new topic at once: one copy, every acknowledged message on it
     clients = [RawClient(node.tcp_address) for node in cluster.nodes]
     for client in clients:
@@ -358,5 +337,5 @@ def test_a_publish_of_a_new_topic_has_lookupd_create_it_led_by_that_node(cluster
         assert [client.read().data for _ in range(20)] == [b"OK"] * 20
         client.close()
     (leader,) = cluster.leaders("race").values()  # one partition, one leader
-    assert _stored(leader, "race") == 40
-    assert _held(_other(cluster, leader), "race") is None
+    assert stored(leader, "race") == 40
+    assert roles(_other(cluster, leader), "race") is None

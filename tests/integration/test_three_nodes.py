@@ -5,15 +5,20 @@ every message exactly once."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
 from protocol import Pub, Sub
-from tests.daemons import Daemon, pnsq_lookupd, pnsq_nsqd
-from tests.integration.lookupd_helpers import get_json, lookup, post, request, wait_for
+from tests.daemons import Daemon
+from tests.integration.lookupd_helpers import (
+    lookup,
+    pnsq_cluster,
+    post,
+    roles,
+    stored,
+    wait_for,
+)
 from tests.interop.drivers import Driver
 from tests.rawclient import RawClient
 
@@ -22,34 +27,12 @@ pytestmark = [pytest.mark.integration, pytest.mark.interop]
 
 @pytest.fixture(scope="module")
 def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Daemon, list[Daemon]]]:
-    work = tmp_path_factory.mktemp("three")
-    lookupd = pnsq_lookupd(work / "lookupd").start()
-    started: list[Daemon] = []
-    try:
-        for name in ("a", "b", "c"):
-            flag = f"--lookupd-tcp-address={lookupd.tcp_address}"
-            started.append(pnsq_nsqd(work / name, flag).start())
-        wait_for(lambda: len(get_json(lookupd, "/nodes")["producers"]) == 3, what="3 nodes")
-        yield lookupd, started
-    finally:
-        for node in started:
-            node.stop()
-        lookupd.stop()
+    with pnsq_cluster(tmp_path_factory.mktemp("three"), 3) as started:
+        yield started
 
 
 def _roles(node: Daemon, topic: str) -> dict[int, str]:
-    status, body, _ = request(f"http://{node.http_address}/partitions?topic={topic}", "GET", {})
-    if status != 200:
-        return {}
-    doc: dict[str, Any] = json.loads(body)
-    roles = {p["partition"]: "leader" for p in doc["partitions"]}
-    roles.update(dict.fromkeys(doc["replicas"], "replica"))
-    return roles
-
-
-def _stored(node: Daemon, topic: str) -> int:
-    stats = get_json(node, f"/stats?format=json&topic={topic}")
-    return sum(t["message_count"] for t in stats["topics"] or () if t["topic_name"] == topic)
+    return roles(node, topic) or {}
 
 
 def test_each_node_leads_one_replicates_one_and_lacks_one(
@@ -77,7 +60,7 @@ def test_each_node_leads_one_replicates_one_and_lacks_one(
         consumer.send(Sub("tri", "c", replica))
         assert consumer.read().data == b"E_FAILED_ON_NOT_LEADER "
         assert consumer.closed_by_server()
-    assert sorted(_stored(n, "tri") for n in cluster) == [1, 1, 1]  # each on its leader only
+    assert sorted(stored(n, "tri") for n in cluster) == [1, 1, 1]  # each on its leader only
 
 
 def test_stock_producers_on_three_nodes_and_a_reader_through_lookupd(
@@ -112,5 +95,5 @@ def test_stock_producers_on_three_nodes_and_a_reader_through_lookupd(
         reader.cleanup()
     assert run.returncode == 0, run.stderr[-3000:]
     assert sorted(str(d["body"]) for d in run.deliveries) == sorted(expected)
-    assert _stored(leader, "single") == 3 * count
+    assert stored(leader, "single") == 3 * count
     assert all(_roles(n, "single") == {} for n in cluster if n is not leader)

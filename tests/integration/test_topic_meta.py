@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from protocol import Pub, Sub
-from tests.daemons import Daemon, pnsq_lookupd, pnsq_nsqd
-from tests.integration.lookupd_helpers import get_json, post, request, wait_for
+from tests.daemons import Daemon
+from tests.integration.lookupd_helpers import pnsq_cluster, post, request, wait_for
 from tests.rawclient import RawClient
 
 pytestmark = pytest.mark.integration
@@ -49,19 +49,8 @@ def _led(cluster: Cluster, topic: str) -> list[int]:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    work = tmp_path_factory.mktemp("meta")
-    lookupd = pnsq_lookupd(work / "lookupd").start()
-    nodes: list[Daemon] = []
-    try:
-        for name in ("a", "b"):
-            flag = f"--lookupd-tcp-address={lookupd.tcp_address}"
-            nodes.append(pnsq_nsqd(work / name, flag).start())
-        wait_for(lambda: len(get_json(lookupd, "/nodes")["producers"]) == 2, what="2 nodes")
+    with pnsq_cluster(tmp_path_factory.mktemp("meta"), 2) as (lookupd, nodes):
         yield Cluster(lookupd, nodes)
-    finally:
-        for node in nodes:
-            node.stop()
-        lookupd.stop()
 
 
 def _sub(node: Daemon, command: Sub) -> bytes:

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from tests.daemons import Daemon, pnsq_lookupd, pnsq_nsqd
-from tests.integration.lookupd_helpers import get_json, post, request, wait_for
+from tests.daemons import Daemon
+from tests.integration.lookupd_helpers import get_json, pnsq_cluster, post, request, wait_for
 from tests.interop.drivers import Driver, Run
 from tests.interop.youzan_driver import run_yz, yz_pub_argv, yz_sub_argv
 
@@ -84,14 +84,7 @@ def create_channel(cluster: Cluster, topic: str, channel: str) -> None:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    work = tmp_path_factory.mktemp("youzan")
-    lookupd = pnsq_lookupd(work / "lookupd").start()
-    nodes: list[Daemon] = []
-    try:
-        for name in ("a", "b"):
-            flag = f"--lookupd-tcp-address={lookupd.tcp_address}"
-            nodes.append(pnsq_nsqd(work / name, flag).start())
-        wait_for(lambda: len(get_json(lookupd, "/nodes")["producers"]) == 2, what="2 nodes")
+    with pnsq_cluster(tmp_path_factory.mktemp("youzan"), 2) as (lookupd, nodes):
         for topic, query in TOPICS.items():
             assert post(lookupd, f"/topic/create?topic={topic}&{query}") == (200, b"")
         found = Cluster(lookupd, nodes)
@@ -103,10 +96,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
                     lambda n=node, t=topic: has_topic(n, t), what=f"{topic} on {node.tcp_port}"
                 )
         yield found
-    finally:
-        for node in nodes:
-            node.stop()
-        lookupd.stop()
 
 
 @pytest.fixture(scope="module")
