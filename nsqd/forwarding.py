@@ -108,8 +108,6 @@ class Forwarder:
         first partition), then wait until its assignment reached this node. Raises
         ForwardError if lookupd refuses."""
         addresses = list(self._lookupd_http())
-        if self._http is None:
-            self._http = httpx.AsyncClient(timeout=httpx.Timeout(2.0, connect=1.0))
         params: dict[str, str | int] = {
             "topic": topic,
             "partition_num": broker.config.default_partitions,
@@ -118,7 +116,7 @@ class Forwarder:
         problems = []
         for http in addresses:
             try:
-                reply = await self._http.post(f"http://{http}/topic/create", params=params)
+                reply = await self._client().post(f"http://{http}/topic/create", params=params)
             except httpx.HTTPError as exc:
                 problems.append(f"{http}: {exc}")
                 continue
@@ -220,14 +218,12 @@ class Forwarder:
         addresses = list(self._lookupd_http())
         if not addresses:
             raise NoLookupdError("no pnsq lookupd connected")
-        if self._http is None:
-            self._http = httpx.AsyncClient(timeout=httpx.Timeout(2.0, connect=1.0))
         problems = []
         for http in addresses:
             url = f"http://{http}/lookup"
             params = {"topic": topic, "access": "w"}
             try:
-                reply = await self._http.get(url, params=params, headers={"Accept": ACCEPT_V1})
+                reply = await self._client().get(url, params=params, headers={"Accept": ACCEPT_V1})
             except httpx.HTTPError as exc:
                 problems.append(f"{http}: {exc}")
                 continue
@@ -239,6 +235,12 @@ class Forwarder:
             except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
                 problems.append(f"{http}: {exc}")
         raise NoLookupdError("lookupd unreachable: " + "; ".join(problems))
+
+    def _client(self) -> httpx.AsyncClient:
+        """The HTTP client for lookupd, made on first use."""
+        if self._http is None:
+            self._http = httpx.AsyncClient(timeout=httpx.Timeout(2.0, connect=1.0))
+        return self._http
 
     async def aclose(self) -> None:
         """Close the leader connections and the HTTP client."""

@@ -291,8 +291,7 @@ class LookupClient:
                 except (httpx.HTTPError, ValueError) as exc:
                     log.warning("LOOKUPD(%s): assignments: %s", address, exc)
                     version = None
-                    await trio.sleep(self.poll_interval)
-                if version is None:  # an older lookupd without long-polls: poll
+                if version is None:  # after an error, or an older lookupd without long-polls
                     await trio.sleep(self.poll_interval)
 
     def apply_assignments(self, document: object) -> None:
