@@ -161,7 +161,9 @@ async def _start_servers(
     http_host, http_port = options.http_host_port()
     identity = LookupIdentity(NSQD_VERSION, 0, 0, socket.gethostname(), options.broadcast_address)
     lookup = LookupClient(broker, identity, options.lookupd_tcp_addresses)
-    forwarder = Forwarder(lookup.pnsq_http_addresses, lambda: lookup.identity.node_id)
+    forwarder = Forwarder(
+        lookup.pnsq_http_addresses, lambda: lookup.identity.node_id, broker.clock.monotonic
+    )
     settings = replace(settings, forwarder=forwarder)
     tcp = TCPServer(broker, settings)
     tcp_port = await nursery.start(tcp.serve, tcp_host, tcp_port)

@@ -67,13 +67,18 @@ class Forwarder:
     """Forwards publishes for topics this node leads no partition of (see the module doc).
 
     ``lookupd_http`` returns the HTTP addresses of the pnsq lookupds this node is registered
-    with (empty while none is connected); ``self_id`` returns this node's ``host:tcp_port``.
+    with (empty while none is connected); ``self_id`` returns this node's ``host:tcp_port``;
+    ``monotonic`` is the clock the cache of leaders ages by (the broker's).
     """
 
     def __init__(
-        self, lookupd_http: Callable[[], Sequence[str]], self_id: Callable[[], str]
+        self,
+        lookupd_http: Callable[[], Sequence[str]],
+        self_id: Callable[[], str],
+        monotonic: Callable[[], float] = trio.current_time,
     ) -> None:
         self._lookupd_http = lookupd_http
+        self._monotonic = monotonic
         self._self_id = self_id
         self._leaders: dict[str, _Leaders] = {}
         self._peers: dict[tuple[str, int], _Peer] = {}
@@ -91,13 +96,13 @@ class Forwarder:
         :class:`NoLookupdError` for a topic unknown here while no lookupd answers."""
         if partition is not None or not self.active:
             return False
-        local = broker.topics.get(topic)
+        local = broker.find_topic(topic)
         if local is not None and not local.deleted:
             return local.managed and not local.led
         if await self.leaders(topic):
             return True
         await self._create(broker, topic)
-        local = broker.topics.get(topic)
+        local = broker.find_topic(topic)
         if local is not None and local.led:
             return False  # placed here: publish locally
         self._leaders.pop(topic, None)
@@ -124,7 +129,7 @@ class Forwarder:
                 raise ForwardError(f"lookupd refused to create topic {topic}: {reply.text}")
             log.info("TOPIC(%s): created through lookupd %s", topic, http)
             with trio.move_on_after(CREATE_WAIT):
-                while topic not in broker.topics:
+                while broker.find_topic(topic) is None:
                     generation = broker.changes.generation
                     await broker.changes.wait_after(generation)
             return
@@ -134,7 +139,7 @@ class Forwarder:
         """Partition -> leader address for ``topic`` as lookupd says ({} if it does not know
         the topic). Raises :class:`NoLookupdError` if no lookupd answers."""
         cached = self._leaders.get(topic)
-        now = trio.current_time()
+        now = self._monotonic()
         if cached is not None and now - cached.fetched < LOOKUP_TTL:
             return cached.partitions
         partitions = await self._lookup(topic)

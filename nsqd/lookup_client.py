@@ -90,7 +90,8 @@ def desired_registrations(broker: Broker, partitioned: bool) -> set[Key]:
     """What should be registered: every topic, and every channel of it (per local partition
     when ``partitioned``)."""
     keys: set[Key] = set()
-    for name, topic in list(broker.topics.items()):
+    for topic in broker.list_topics():
+        name = topic.name
         if topic.deleted:
             continue
         # pnsq's lookupd: the partitions led here (lookupd's producers are the leaders)
@@ -201,7 +202,7 @@ class LookupClient:
         with scope:
             delay = 0.5
             while True:
-                started = trio.current_time()
+                started = self.broker.clock.monotonic()
                 try:
                     await self._session(address)
                 except* (
@@ -214,7 +215,7 @@ class LookupClient:
                         log.error("LOOKUPD(%s): %s", address, str(exc) or type(exc).__name__)
                 except* Exception:  # a lookupd problem must never take nsqd down
                     log.exception("LOOKUPD(%s): unexpected error", address)
-                if trio.current_time() - started > 5.0:
+                if self.broker.clock.monotonic() - started > 5.0:
                     delay = 0.5  # it was up for a while: retry soon
                 await trio.sleep(delay)
                 delay = min(delay * 2, 5.0)
@@ -248,7 +249,7 @@ class LookupClient:
 
     async def _keep_registered(self, conn: _Connection, address: str, partitioned: bool) -> None:
         registered: set[Key] = set()
-        next_ping = trio.current_time() + PING_INTERVAL
+        next_ping = self.broker.clock.monotonic() + PING_INTERVAL
         changes = self.broker.changes
         while True:
             generation = changes.generation
@@ -260,12 +261,12 @@ class LookupClient:
                     registered.add(key)
                 else:
                     registered.discard(key)
-            if trio.current_time() >= next_ping:
+            if self.broker.clock.monotonic() >= next_ping:
                 log.debug("LOOKUPD(%s): sending heartbeat", address)
                 await conn.ok(encode_command("PING"))
-                next_ping = trio.current_time() + PING_INTERVAL
+                next_ping = self.broker.clock.monotonic() + PING_INTERVAL
             # until the broker's topics, channels or placements change, or the next PING
-            with trio.move_on_after(max(next_ping - trio.current_time(), 0.0)):
+            with trio.move_on_after(max(next_ping - self.broker.clock.monotonic(), 0.0)):
                 await changes.wait_after(generation)
 
     async def _poll_assignments(self, address: str, http_address: str) -> None:

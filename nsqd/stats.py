@@ -86,12 +86,12 @@ def stats_document(
 
 def _topic_stats(broker: Broker, query: StatsQuery) -> list[Json] | None:
     if query.topic:
-        only = broker.topics.get(query.topic)
+        only = broker.find_topic(query.topic)
         if only is None:
             return None  # nsqd: "topics": null when the filter matches nothing
         chosen = [only]
     else:
-        chosen = sorted(broker.topics.values(), key=lambda t: t.name)
+        chosen = broker.list_topics()
     out = []
     for topic in chosen:
         if query.channel:

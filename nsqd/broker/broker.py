@@ -93,6 +93,14 @@ class Broker:
 
     # ------------------------------------------------------------------ topics
 
+    def find_topic(self, name: str) -> Topic | None:
+        """The topic ``name`` if this node has it (nothing is created)."""
+        return self.topics.get(name)
+
+    def list_topics(self) -> list[Topic]:
+        """Every topic this node has, by name."""
+        return sorted(self.topics.values(), key=lambda t: t.name)
+
     def get_topic(self, name: str) -> Topic:
         """An existing topic, or TopicNotFoundError."""
         topic = self.topics.get(name)

@@ -221,7 +221,7 @@ class AdminAPI:
                     400, f"strconv.Atoi: parsing {go_quote(raw.encode())}: invalid syntax"
                 )
             partition = None if int(raw) == -1 else int(raw)
-        found = self.broker.topics.get(topic)
+        found = self.broker.find_topic(topic)
         if found is None or (partition is not None and not found.holds(partition)):
             raise HTTPError(404, "E_TOPIC_NOT_EXIST")
         if channel not in found.channels:

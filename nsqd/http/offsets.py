@@ -41,7 +41,7 @@ class OffsetsAPI:
 
     async def offset(self, request: Request) -> Reply:
         """``{"topic", "partition", "timestamp", "offset", "earliest", "latest"}``."""
-        topic = self.app.broker.topics.get(topic_arg(request))
+        topic = self.app.broker.find_topic(topic_arg(request))
         if topic is None or topic.deleted:
             raise HTTPError(404, "TOPIC_NOT_FOUND")
         number = _uint_arg(request, "partition")

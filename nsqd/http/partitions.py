@@ -71,7 +71,7 @@ class PartitionsAPI:
 
     def _topic(self, request: Request) -> Topic:
         name = topic_arg(request)
-        topic = self.app.broker.topics.get(name)
+        topic = self.app.broker.find_topic(name)
         if topic is None or topic.deleted:
             raise HTTPError(404, "TOPIC_NOT_FOUND")
         return topic

@@ -26,6 +26,7 @@ import logging
 import random
 import re
 import ssl
+from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlencode
 
@@ -166,8 +167,11 @@ class AuthClient:
         connect_timeout: float = 2.0,
         request_timeout: float = 5.0,
         root_ca_file: str = "",
+        monotonic: Callable[[], float] = trio.current_time,
     ) -> None:
         self.addresses = addresses
+        #: the clock AUTH replies expire by (the broker's, so tests can drive virtual time)
+        self.monotonic = monotonic
         self.method = method
         # nsqd's client TLS config for https auth URLs: --tls-root-ca-file, else the system CAs
         verify: ssl.SSLContext | bool = (
@@ -210,7 +214,7 @@ class AuthClient:
             response = await self._http.get(f"{url}?{urlencode(values)}", headers=headers)
         if response.status_code != 200:
             raise AuthError(f"got response {response.status_code} {response.text!r}")
-        return parse_auth_reply(response.content, trio.current_time())
+        return parse_auth_reply(response.content, self.monotonic())
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -261,7 +265,7 @@ class SessionAuth:
         return (
             state is not None
             and (topic, channel) in self._allowed
-            and trio.current_time() < state.expires
+            and self.client.monotonic() < state.expires
         )
 
     async def check(self, command: str, topic: str, channel: str) -> None:
@@ -274,7 +278,7 @@ class SessionAuth:
             raise ClientError(ErrorCode.AUTH_FIRST, f"AUTH required before {command}")
         state = self.state
         assert state is not None
-        if trio.current_time() >= state.expires:
+        if self.client.monotonic() >= state.expires:
             await self._refresh()
             state = self.state
             assert state is not None

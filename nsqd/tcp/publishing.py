@@ -178,7 +178,7 @@ class Publisher:
     def _check_target(self, topic: str, partition: int | None) -> bool:
         """Whether ``topic`` is ext; the topic and partition refusals come first, as youzan
         checks them before the header (a topic not created yet will be a plain one)."""
-        existing = self.broker.topics.get(topic)
+        existing = self.broker.find_topic(topic)
         if existing is None:
             return False
         if partition is None or partition == -1:

@@ -25,8 +25,25 @@ class FakeTopic:
         return self.partitions
 
 
+@dataclass
+class FakeBroker:
+    topics: dict[str, FakeTopic]
+
+    def list_topics(self) -> list[Any]:
+        return [_Named(name, t) for name, t in sorted(self.topics.items())]
+
+
+@dataclass
+class _Named:
+    name: str
+    topic: FakeTopic
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self.topic, attr)
+
+
 def broker(**topics: FakeTopic) -> Broker:
-    return cast(Broker, type("FakeBroker", (), {"topics": topics})())
+    return cast(Broker, FakeBroker(topics))
 
 
 def test_stock_registrations_are_topics_and_channels() -> None:
