@@ -38,6 +38,9 @@ from .views import Timeouts
 
 log = logging.getLogger("nsqlookupd.cluster")
 
+#: deleted topics remembered (and sent to every node) at most
+MAX_TOMBSTONES = 1000
+
 
 class Cluster:
     """Registry + placements + store for one lookupd (see the module docstring)."""
@@ -54,6 +57,9 @@ class Cluster:
         self.timeouts = timeouts
         self.clock = clock
         self.placements: dict[str, TopicPlacement] = {}
+        #: deleted topics (name -> wall time of the deletion): never adopted back from a node,
+        #: and listed in every node's assignments so a node's leftover copy is deleted too
+        self.deleted: dict[str, float] = {}
         self._version = 0  # bumped on every placement change
         self._saved = 0  # the version on disk
         self._saved_waiters = ParkingLot()  # long-polls of /pnsq/assignments
@@ -62,7 +68,8 @@ class Cluster:
 
     def load(self) -> None:
         """Read the stored placements; each stored topic gets its registration key back."""
-        self.placements = self.store.load()
+        stored = self.store.load()
+        self.placements, self.deleted = stored.placements, stored.deleted
         for name in self.placements:
             self.registry.add_topic(name)
         log.info("metadata: %d topic(s) from %s", len(self.placements), self.store.path)
@@ -82,7 +89,7 @@ class Cluster:
             if self._saved >= self._version:
                 return
             version, snapshot = self._version, list(self.placements.values())
-            await trio.to_thread.run_sync(self.store.save, snapshot)
+            await trio.to_thread.run_sync(self.store.save, snapshot, dict(self.deleted))
             self._saved = version
             self._saved_waiters.unpark_all()  # decisions reach the nodes once they are on disk
 
@@ -122,6 +129,9 @@ class Cluster:
         self.registry.register(peer_id, topic, channel, partition)
         peer = self.registry.peers[peer_id]
         if partition is None or _is_youzan(peer.identity):
+            return
+        if topic in self.deleted:  # a copy of a deleted topic: its node is told to delete it
+            log.info("TOPIC(%s): deleted here; %s still has a copy", topic, peer.node_id)
             return
         placement = self.placements.get(topic)
         if placement is None:
@@ -179,6 +189,7 @@ class Cluster:
         load = leader_load(self.placements.values())
         placement = place(name, meta, self.live_nodes(), load, prefer)
         self.placements[name] = placement
+        tombstone = self.deleted.pop(name, None)
         self._changed()
         try:
             await self.flush()
@@ -187,16 +198,24 @@ class Cluster:
                 self.placements.pop(name, None)
             else:
                 self.placements[name] = existing
+            if tombstone is not None:
+                self.deleted[name] = tombstone
             self._changed()
             raise
         log.info("TOPIC(%s): created, %s", name, _describe(placement))
 
     async def delete_topic(self, name: str) -> None:
-        """``/topic/delete``: the registration keys and the placement."""
+        """``/topic/delete``: the registration keys and the placement, persisted with a
+        tombstone that tells every node to delete its copy (the newest
+        :data:`MAX_TOMBSTONES` are kept)."""
         self.registry.delete_topic(name)
-        if self.placements.pop(name, None) is not None:
-            self._changed()
-            await self.flush()
+        if self.placements.pop(name, None) is None and name in self.deleted:
+            return
+        self.deleted[name] = self.clock()
+        for old in sorted(self.deleted, key=self.deleted.__getitem__)[:-MAX_TOMBSTONES]:
+            del self.deleted[old]
+        self._changed()
+        await self.flush()
 
     async def update_meta(
         self,

@@ -195,7 +195,10 @@ class LookupHTTP:
             with trio.move_on_after(wait):
                 await self.cluster.wait_saved_after(_go_atoi(after))
         version = self.cluster.saved_version
-        return {**assignments_payload(node, self.cluster.assignments(node)), "version": version}
+        payload = assignments_payload(
+            node, self.cluster.assignments(node), list(self.cluster.deleted)
+        )
+        return {**payload, "version": version}
 
     # ------------------------------------------------------------------ admin endpoints
 

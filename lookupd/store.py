@@ -1,4 +1,5 @@
-"""lookupd's metadata store: the topic placements, one JSON file in ``--data-path``.
+"""lookupd's metadata store: the topic placements and the deleted topics' tombstones, one JSON
+file in ``--data-path``.
 
 Blocking file I/O (the Trio shell calls it from a worker thread). A write is atomic and durable:
 a temporary file, fsync, rename over the old file, fsync of the directory — so after a crash the
@@ -11,7 +12,8 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .placement import TopicPlacement, from_document, to_document
@@ -26,6 +28,15 @@ class StoreError(Exception):
     """The metadata file cannot be read (corrupt) or written."""
 
 
+@dataclass
+class Stored:
+    """What the store holds: the placements, and the deleted topics' tombstones (name -> the
+    wall time of the deletion) that keep nodes from bringing a deleted topic back."""
+
+    placements: dict[str, TopicPlacement] = field(default_factory=dict)
+    deleted: dict[str, float] = field(default_factory=dict)
+
+
 class MetadataStore:
     """Placements kept in ``<directory>/nsqlookupd.meta.json``."""
 
@@ -33,26 +44,33 @@ class MetadataStore:
         self.directory = directory
         self.path = directory / FILE_NAME
 
-    def load(self) -> dict[str, TopicPlacement]:
-        """Every stored placement (none if the file does not exist yet)."""
+    def load(self) -> Stored:
+        """Every stored placement and tombstone (none if the file does not exist yet)."""
         try:
             raw = self.path.read_bytes()
         except FileNotFoundError:
-            return {}
+            return Stored()
         except OSError as exc:
             raise StoreError(f"cannot read {self.path}: {exc}") from exc
         try:
             document = json.loads(raw)
             topics = document["topics"]
-            return {name: from_document(name, entry) for name, entry in topics.items()}
+            deleted = document.get("deleted", {})
+            return Stored(
+                {name: from_document(name, entry) for name, entry in topics.items()},
+                {str(name): float(when) for name, when in deleted.items()},
+            )
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise StoreError(f"{self.path} is not a valid metadata file: {exc}") from exc
 
-    def save(self, placements: Iterable[TopicPlacement]) -> None:
-        """Replace the file with ``placements``, atomically and durably."""
+    def save(
+        self, placements: Iterable[TopicPlacement], deleted: Mapping[str, float] | None = None
+    ) -> None:
+        """Replace the file with ``placements`` (and tombstones), atomically and durably."""
         document = {
             "version": FORMAT_VERSION,
             "topics": {p.name: to_document(p) for p in sorted(placements, key=lambda p: p.name)},
+            "deleted": dict(sorted((deleted or {}).items())),
         }
         data = json.dumps(document, indent=1, sort_keys=True).encode() + b"\n"
         try:

@@ -45,6 +45,10 @@ class ForwardError(Exception):
     """The publish could not be forwarded (``str()`` says why; the client gets it)."""
 
 
+class PlacedElsewhereError(ForwardError):
+    """A SUB of a topic this node holds no partition of, placed on other nodes by lookupd."""
+
+
 class NoLookupdError(ForwardError):
     """No pnsq lookupd answered: the cluster's view of the topic is unknown."""
 
@@ -107,6 +111,21 @@ class Forwarder:
             return False  # placed here: publish locally
         self._leaders.pop(topic, None)
         return True
+
+    async def ensure_local(self, broker: Broker, topic: str) -> None:
+        """Before a SUB of ``topic``: a topic unknown here and to lookupd is created through
+        lookupd (this node leading a partition of it, as a PUB would), so a SUB never makes
+        a copy lookupd does not know. Raises :class:`PlacedElsewhereError` when lookupd
+        placed the topic on other nodes only, :class:`NoLookupdError` when no lookupd
+        answers."""
+        if not self.active:
+            return
+        local = broker.find_topic(topic)
+        if local is not None and not local.deleted:
+            return
+        if await self.leaders(topic):
+            raise PlacedElsewhereError(topic)
+        await self._create(broker, topic)
 
     async def _create(self, broker: Broker, topic: str) -> None:
         """Ask lookupd to create ``topic`` (``--default-partitions``, this node leading its

@@ -31,7 +31,7 @@ import httpx
 import trio
 
 from goflag.addresses import split_host_port
-from protocol.lookup import ACCEPT_V1, ASSIGNMENTS_PATH, parse_assignments
+from protocol.lookup import ACCEPT_V1, ASSIGNMENTS_PATH, parse_assignments, parse_deleted
 from protocol.lookup_v1 import (
     EXT_PARTITIONS,
     EXTENSIONS_KEY,
@@ -286,7 +286,7 @@ class LookupClient:
                     response = await client.get(url, params=params, headers=headers)
                     response.raise_for_status()
                     document = response.json()
-                    self.apply_assignments(document)
+                    await self.apply_assignments(document)
                     found = document.get("version") if isinstance(document, dict) else None
                     version = found if isinstance(found, int) else None
                 except (httpx.HTTPError, ValueError) as exc:
@@ -295,9 +295,17 @@ class LookupClient:
                 if version is None:  # after an error, or an older lookupd without long-polls
                     await trio.sleep(self.poll_interval)
 
-    def apply_assignments(self, document: object) -> None:
-        """Hold exactly the partitions lookupd placed on this node, in their roles."""
+    async def apply_assignments(self, document: object) -> None:
+        """Hold exactly the partitions lookupd placed on this node, in their roles; delete
+        the topics lookupd deleted (a copy left from before, or made while it was away).
+        Raises ValueError for a document that is not lookupd's."""
+        placed, deleted = parse_assignments(document), parse_deleted(document)
         try:
-            self.broker.apply_assignments(self.identity.node_id, parse_assignments(document))
+            self.broker.apply_assignments(self.identity.node_id, placed)
+            for name in set(deleted) - {t.name for t in placed}:
+                topic = self.broker.find_topic(name)
+                if topic is not None and not topic.deleted:
+                    log.info("TOPIC(%s): deleted on lookupd: deleting it here", name)
+                    await self.broker.delete_topic(name)
         except (BrokerError, StorageError, OSError) as exc:
             log.error("cannot apply lookupd's assignments: %s", exc)

@@ -136,11 +136,14 @@ class TopicAssignment:
     meta: Mapping[str, object]
 
 
-def assignments_payload(node: str, topics: Sequence[TopicAssignment]) -> dict[str, object]:
+def assignments_payload(
+    node: str, topics: Sequence[TopicAssignment], deleted: Sequence[str] = ()
+) -> dict[str, object]:
     """``GET /pnsq/assignments?node=``: the topics with a partition led or replicated by
-    ``node``."""
+    ``node``, and the topics deleted on lookupd (which no node may keep serving)."""
     return {
         "node": node,
+        "deleted": sorted(deleted),
         "topics": {
             t.name: {
                 "partition_num": t.partition_num,
@@ -154,6 +157,15 @@ def assignments_payload(node: str, topics: Sequence[TopicAssignment]) -> dict[st
             for t in topics
         },
     }
+
+
+def parse_deleted(document: Any) -> list[str]:
+    """The ``deleted`` topics of :func:`assignments_payload` (none from an older lookupd);
+    raises ValueError for anything but a list of names."""
+    deleted = document.get("deleted", []) if isinstance(document, dict) else []
+    if not isinstance(deleted, list) or not all(isinstance(n, str) for n in deleted):
+        raise ValueError("bad deleted list")
+    return deleted
 
 
 def parse_assignments(document: Any) -> list[TopicAssignment]:

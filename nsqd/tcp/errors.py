@@ -23,7 +23,7 @@ from ..core.errors import (
     OrderedSampleRateError,
     TopicNotFoundError,
 )
-from ..forwarding import ForwardError
+from ..forwarding import ForwardError, PlacedElsewhereError
 
 #: What the session turns into error frames; anything else is a bug and propagates.
 HANDLED_ERRORS = (BrokerError, StorageError, OSError, ForwardError)
@@ -40,6 +40,7 @@ _FIXED: dict[type, tuple[ErrorCode, str]] = {
     OrderedSampleRateError: (ErrorCode.INVALID, YouzanText.ORDERED_SAMPLE_RATE),
     ConsumeStartUnsupportedError: (ErrorCode.INVALID, YouzanText.UNSUPPORTED_OFFSET_TYPE),
     TopicNotFoundError: (ErrorCode.TOPIC_NOT_EXIST, ""),  # and PartitionNotFoundError
+    PlacedElsewhereError: (ErrorCode.TOPIC_NOT_EXIST, ""),
     ChannelNotRegisteredError: (
         ErrorCode.SUB_CHANNEL_NOT_REGISTERED,
         YouzanText.CHANNEL_NOT_REGISTERED,

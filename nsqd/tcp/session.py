@@ -345,6 +345,8 @@ class Session:
             start=parse_consume_start(command.consume_start) if command.consume_start else None,
         )
         try:
+            if self.settings.forwarder is not None:
+                await self.settings.forwarder.ensure_local(self.broker, command.topic)
             sub = subscribe(self.broker, request, self)
         except HANDLED_ERRORS as exc:
             raise client_error_for(exc, "SUB", ErrorCode.SUB_FAILED) from exc

@@ -22,7 +22,7 @@ from lookupd.placement import (
     to_document,
 )
 from lookupd.registry import Registry
-from lookupd.store import MetadataStore, StoreError
+from lookupd.store import MetadataStore, Stored, StoreError
 from lookupd.views import Timeouts, ViewError, listlookup, lookup, nodes, topics
 from protocol.lookup import PartitionAssignment, assignments_payload, parse_assignments
 from protocol.lookup_v1 import PeerIdentity
@@ -117,9 +117,10 @@ def test_document_round_trip_and_store(tmp_path: Path) -> None:
     original = place("t", meta, NODES)
     assert from_document("t", json.loads(json.dumps(to_document(original)))) == original
     store = MetadataStore(tmp_path / "meta")
-    assert store.load() == {}
-    store.save([original, adopt("u", NODES[1], [0])])
-    loaded = store.load()
+    assert store.load() == Stored()
+    store.save([original, adopt("u", NODES[1], [0])], {"gone": 1.5})
+    assert store.load().deleted == {"gone": 1.5}
+    loaded = store.load().placements
     assert loaded["t"] == original
     assert loaded["u"].adopted
     assert not list((tmp_path / "meta").glob("*.tmp"))

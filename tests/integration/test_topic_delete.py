@@ -1,0 +1,106 @@
+"""Deleting a topic on pnsq's lookupd deletes it on the nodes, and it stays deleted: a node that
+was away (or kept a copy) does not bring it back. A SUB of a new topic on a node creates it
+through lookupd, as a PUB does; a SUB of a topic placed on other nodes only is refused."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from protocol import Pub, Rdy, Sub
+from tests.daemons import Daemon
+from tests.integration.lookupd_helpers import (
+    get_json,
+    lookup,
+    pnsq_cluster,
+    post,
+    roles,
+    wait_for,
+)
+from tests.rawclient import RawClient
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Daemon, list[Daemon]]]:
+    with pnsq_cluster(tmp_path_factory.mktemp("delete"), 2) as started:
+        yield started
+
+
+def _topic_dirs(node: Daemon, topic: str) -> list[str]:
+    return [p.name for p in (node.data_path / "topics").glob(f"*{topic}*")]
+
+
+def _publish(node: Daemon, topic: str, body: bytes) -> None:
+    client = RawClient(node.tcp_address)
+    client.send(Pub(topic, body))
+    assert client.read().data == b"OK"
+    client.close()
+
+
+def test_a_deleted_topic_is_deleted_on_every_node_and_stays_deleted(
+    nodes: tuple[Daemon, list[Daemon]],
+) -> None:
+    lookupd, (a, b) = nodes
+    assert post(lookupd, "/topic/create?topic=doomed&partition_num=2&replicator=2") == (200, b"")
+    wait_for(lambda: roles(a, "doomed") and roles(b, "doomed"), what="placed on both")
+    _publish(a, "doomed", b"soon gone")
+    b.stop()  # away while the topic is deleted: comes back with its copy
+    assert post(lookupd, "/topic/delete?topic=doomed&partition=**") == (200, b"")
+    wait_for(lambda: roles(a, "doomed") is None, what="deleted on the node that was up")
+    wait_for(lambda: not _topic_dirs(a, "doomed"), what="its files removed")
+    b.start()
+    wait_for(lambda: roles(b, "doomed") is None, what="the returning node's copy deleted")
+    wait_for(lambda: not _topic_dirs(b, "doomed"), what="its files removed")
+    assert lookup(lookupd, "doomed")["producers"] == []
+    stored = get_json(lookupd, f"/pnsq/assignments?node=127.0.0.1:{b.tcp_port}")
+    assert "doomed" in stored["deleted"]
+    assert "doomed" not in stored["topics"]
+
+
+def test_a_publish_brings_a_deleted_topic_back_as_new(nodes: tuple[Daemon, list[Daemon]]) -> None:
+    lookupd, (a, _) = nodes
+    _publish(a, "phoenix", b"first life")
+    wait_for(lambda: lookup(lookupd, "phoenix")["producers"], what="registered")
+    assert post(lookupd, "/topic/delete?topic=phoenix&partition=**") == (200, b"")
+    wait_for(lambda: roles(a, "phoenix") is None, what="deleted")
+    _publish(a, "phoenix", b"second life")
+    assert roles(a, "phoenix")
+    assert "phoenix" not in get_json(lookupd, "/pnsq/assignments?node=x:1")["deleted"]
+    consumer = RawClient(a.tcp_address)
+    consumer.send(Sub("phoenix", "c"))
+    assert consumer.read().data == b"OK"
+    consumer.send(Rdy(10))
+    assert (
+        consumer.read(skip_heartbeats=True).body == b"second life"
+    )  # the first life's message is gone
+
+
+def test_sub_of_a_new_topic_creates_it_through_lookupd(nodes: tuple[Daemon, list[Daemon]]) -> None:
+    lookupd, (_a, b) = nodes
+    consumer = RawClient(b.tcp_address)
+    consumer.send(Sub("fresh", "c"))
+    assert consumer.read().data == b"OK"
+    producers = lookup(lookupd, "fresh")["producers"]
+    assert {p["tcp_port"] for p in producers} >= {b.tcp_port}  # b leads a partition of it
+    assert roles(b, "fresh")
+    consumer.send(Rdy(1))
+    _publish(b, "fresh", b"to the subscriber")
+    assert consumer.read(skip_heartbeats=True).body == b"to the subscriber"
+
+
+def test_sub_of_a_topic_placed_elsewhere_only_is_refused(
+    nodes: tuple[Daemon, list[Daemon]],
+) -> None:
+    lookupd, (a, b) = nodes
+    a_id = f"127.0.0.1:{a.tcp_port}"
+    query = f"/topic/create?topic=yonder&partition_num=1&replicator=1&prefer={a_id}"
+    assert post(lookupd, query) == (200, b"")
+    wait_for(lambda: roles(a, "yonder"), what="placed on a")
+    consumer = RawClient(b.tcp_address)
+    consumer.send(Sub("yonder", "c"))
+    assert consumer.read().data == b"E_TOPIC_NOT_EXIST "
+    assert consumer.closed_by_server()
+    assert roles(b, "yonder") is None  # no copy made on b
