@@ -99,7 +99,7 @@ class Channel:
         if not self.delivering:
             return False
         return any(
-            cursor.has_ready(partition.log.end_offset)
+            cursor.has_ready(partition.state.high_watermark)
             for partition, cursor in self.iter_cursors()
             if (only is None or partition.number == only) and partition.state.leads
         )
@@ -132,7 +132,8 @@ class Channel:
         for i in range(count):
             partition, cursor = served[(self._rr + i) % count]
             log = partition.log
-            got = cursor.take(log.read, max_messages - len(out), now_ns, log.end_offset, max_bytes)
+            readable = partition.state.high_watermark  # what every in-sync replica has
+            got = cursor.take(log.read, max_messages - len(out), now_ns, readable, max_bytes)
             for message in got:
                 cursor.start_flight(message, owner, deadline_ns, now_ns)
             out.extend(got)

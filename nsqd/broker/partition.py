@@ -34,8 +34,9 @@ class Partition:
         placement: Placement = STANDALONE,
     ) -> None:
         self.number = number
-        #: role and leader epoch on this node (lookupd's placement; leader when standalone)
-        self.state = PartitionState(placement)
+        #: role, leader epoch, log end and high-watermark on this node (lookupd's placement;
+        #: leader when standalone)
+        self.state = PartitionState(placement, log.end_offset)
         self.log = log
         self.directory = directory  # None for #ephemeral topics
         #: where a topic's *first* channel starts: messages published while a topic has no

@@ -146,6 +146,7 @@ def placement_document(placement: Placement) -> dict[str, object]:
         "epoch": placement.epoch,
         "leader": placement.leader,
         "replicas": list(placement.replicas),
+        "isr": list(placement.isr),
     }
 
 
@@ -157,7 +158,11 @@ def held_placements(entry: dict[str, object]) -> dict[int, Placement] | None:
         return None
     return {
         int(number): Placement(
-            Role(doc["role"]), int(doc["epoch"]), str(doc["leader"]), tuple(doc["replicas"])
+            Role(doc["role"]),
+            int(doc["epoch"]),
+            str(doc["leader"]),
+            tuple(doc["replicas"]),
+            tuple(doc.get("isr", ())),  # written since the in-sync set is kept
         )
         for number, doc in held.items()
     }
@@ -213,6 +218,7 @@ def _valid_held(held: object) -> bool:
         and _is_int(doc.get("epoch"))
         and isinstance(doc.get("leader"), str)
         and isinstance(doc.get("replicas"), list)
+        and isinstance(doc.get("isr", []), list)
         for n, doc in held.items()
     )
 

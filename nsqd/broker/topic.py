@@ -111,6 +111,7 @@ class Topic:
         if epoch:  # placed by lookupd after a change of leader: records carry the epoch
             entries = [replace(e, epoch=epoch) for e in entries]
         records = partition.log.append(entries)
+        partition.state.appended(partition.log.end_offset)
         partition.unsynced += len(records)
         size = sum(len(e.body) for e in entries)
         self.message_count += len(records)

@@ -5,85 +5,31 @@ A standalone nsqd (or one registered with a stock nsqlookupd) leads every partit
 epoch 0. Registered with pnsq's lookupd, a node holds exactly the partitions lookupd placed on
 it, each as *leader* (takes publishes, serves consumers) or *replica* (neither, until the next
 issue's replication feeds it), under the leader epoch lookupd gave it. :func:`plan` turns one
-assignments document into the steps the broker applies; :class:`PartitionState` is the per
-partition state machine the broker asks before every publish, subscription and FIN.
+assignments document into the steps the broker applies; :class:`PartitionState` (in
+:mod:`.partition_state`) is the per partition state machine the broker asks before every
+publish, subscription and FIN.
 """
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from .errors import NotLeaderError, PartitionNotFoundError, StaleEpochError
+from .partition_state import STANDALONE, PartitionState, Placement, Role, require_held
 
-
-class Role(enum.Enum):
-    """What this node is for one partition."""
-
-    LEADER = "leader"
-    REPLICA = "replica"
-
-
-@dataclass(frozen=True, slots=True)
-class Placement:
-    """lookupd's word on one partition, as far as this node is concerned."""
-
-    role: Role
-    epoch: int = 0
-    leader: str = ""  # the leading node's id (``host:tcp_port``); "" when standalone
-    replicas: tuple[str, ...] = ()
-
-
-#: a standalone node's placement of every partition it has
-STANDALONE = Placement(Role.LEADER)
-
-
-class PartitionState:
-    """Role and leader epoch of one partition held on this node."""
-
-    def __init__(self, placement: Placement = STANDALONE) -> None:
-        self.placement = placement
-
-    @property
-    def role(self) -> Role:
-        return self.placement.role
-
-    @property
-    def epoch(self) -> int:
-        return self.placement.epoch
-
-    @property
-    def leads(self) -> bool:
-        """True if this node takes publishes and serves consumers for the partition."""
-        return self.placement.role is Role.LEADER
-
-    def require_leader(self, what: str) -> None:
-        """Raise :class:`NotLeaderError` unless this node leads the partition."""
-        if not self.leads:
-            raise NotLeaderError(f"{what}: this node is not the leader (leader {self.leader})")
-
-    @property
-    def leader(self) -> str:
-        return self.placement.leader or "unknown"
-
-    def apply(self, placement: Placement) -> bool:
-        """Take lookupd's newer word; returns whether the role changed. A placement from an
-        older epoch than the one held is refused (:class:`StaleEpochError`): decisions only
-        move forward."""
-        if placement.epoch < self.placement.epoch:
-            raise StaleEpochError(
-                f"epoch {placement.epoch} is older than the epoch {self.placement.epoch} held"
-            )
-        changed = placement.role is not self.placement.role
-        self.placement = placement
-        return changed
-
-
-def require_held(states: Mapping[int, PartitionState], topic: str, partition: int) -> None:
-    """Raise :class:`PartitionNotFoundError` if ``partition`` is not held here."""
-    if partition not in states:
-        raise PartitionNotFoundError(f"partition {partition} of topic {topic} is not on this node")
+__all__ = [
+    "STANDALONE",
+    "LocalTopic",
+    "PartitionState",
+    "Placement",
+    "Plan",
+    "Role",
+    "TopicPlan",
+    "TopicSettings",
+    "placements_for",
+    "plan",
+    "require_held",
+]
 
 
 # ---------------------------------------------------------------------------- assignments

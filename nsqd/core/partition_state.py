@@ -1,0 +1,150 @@
+"""The state of one partition on this node: role, leader epoch, log end, high-watermark and the
+in-sync set as lookupd last told it. Pure: no Trio, no I/O, no clock.
+
+The *high-watermark* is the end of what every in-sync replica holds: consumers read below it
+only, and a producer's publish is acknowledged once it is past the publish's records. On the
+leader it is the least of its own log end and the log ends its in-sync followers acknowledged
+(it never moves back while the node leads); a follower learns it from the leader and never
+claims more than it holds itself. A standalone partition, or one whose in-sync set is the
+leader alone, has its high-watermark at its log end.
+
+The in-sync set (ISR) is lookupd's: the leader reports progress, lookupd decides (DESIGN.md §5).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from .errors import NotLeaderError, PartitionNotFoundError, StaleEpochError
+
+__all__ = ["STANDALONE", "PartitionState", "Placement", "Role", "require_held"]
+
+
+class Role(enum.Enum):
+    """What this node is for one partition."""
+
+    LEADER = "leader"
+    REPLICA = "replica"
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """lookupd's word on one partition, as far as this node is concerned."""
+
+    role: Role
+    epoch: int = 0
+    leader: str = ""  # the leading node's id (``host:tcp_port``); "" when standalone
+    replicas: tuple[str, ...] = ()
+    #: the in-sync set, leader first; () means the leader alone (standalone, or not yet told)
+    isr: tuple[str, ...] = ()
+
+
+#: a standalone node's placement of every partition it has
+STANDALONE = Placement(Role.LEADER)
+
+
+class PartitionState:
+    """Role, leader epoch, log end and high-watermark of one partition held on this node."""
+
+    def __init__(self, placement: Placement = STANDALONE, log_end: int = 0) -> None:
+        self.placement = placement
+        #: the end offset of the local log (what this node holds)
+        self.log_end = log_end
+        #: the end offset every in-sync replica holds: what consumers may read
+        self.high_watermark = log_end
+        #: follower node -> the log end it acknowledged (leader side)
+        self._acked: dict[str, int] = {}
+
+    # ------------------------------------------------------------------ role
+
+    @property
+    def role(self) -> Role:
+        return self.placement.role
+
+    @property
+    def epoch(self) -> int:
+        return self.placement.epoch
+
+    @property
+    def leads(self) -> bool:
+        """True if this node takes publishes and serves consumers for the partition."""
+        return self.placement.role is Role.LEADER
+
+    @property
+    def leader(self) -> str:
+        return self.placement.leader or "unknown"
+
+    @property
+    def followers(self) -> tuple[str, ...]:
+        """The in-sync replicas a publish must reach before it is acknowledged."""
+        leader = self.placement.leader
+        return tuple(node for node in self.placement.isr if node != leader)
+
+    def require_leader(self, what: str) -> None:
+        """Raise :class:`NotLeaderError` unless this node leads the partition."""
+        if not self.leads:
+            raise NotLeaderError(f"{what}: this node is not the leader (leader {self.leader})")
+
+    def apply(self, placement: Placement) -> bool:
+        """Take lookupd's newer word; returns whether the role changed. A placement from an
+        older epoch than the one held is refused (:class:`StaleEpochError`): decisions only
+        move forward. A new epoch forgets the followers' acknowledgements (they answer to
+        the new leader); a smaller in-sync set can move the high-watermark on."""
+        if placement.epoch < self.placement.epoch:
+            raise StaleEpochError(
+                f"epoch {placement.epoch} is older than the epoch {self.placement.epoch} held"
+            )
+        changed = placement.role is not self.placement.role
+        if placement.epoch != self.placement.epoch or changed:
+            self._acked.clear()
+        self.placement = placement
+        if self.leads:
+            self._advance()
+        else:
+            self.high_watermark = min(self.high_watermark, self.log_end)
+        return changed
+
+    # ------------------------------------------------------------------ progress
+
+    def appended(self, log_end: int) -> int:
+        """The local log grew to ``log_end``; returns the high-watermark."""
+        self.log_end = log_end
+        if self.leads:
+            self._advance()
+        return self.high_watermark
+
+    def truncated(self, log_end: int) -> None:
+        """The local log was cut back to ``log_end`` (a follower matching its new leader)."""
+        self.log_end = log_end
+        self.high_watermark = min(self.high_watermark, log_end)
+
+    def follower_acked(self, node: str, log_end: int) -> bool:
+        """Follower ``node`` holds everything before ``log_end``; returns whether the
+        high-watermark moved. Acknowledgements never move back."""
+        if log_end <= self._acked.get(node, -1):
+            return False
+        self._acked[node] = log_end
+        before = self.high_watermark
+        if self.leads:
+            self._advance()
+        return self.high_watermark > before
+
+    def acked(self, node: str) -> int:
+        """The log end ``node`` last acknowledged (0 if none)."""
+        return self._acked.get(node, 0)
+
+    def leader_high_watermark(self, high_watermark: int) -> None:
+        """A follower heard the leader's high-watermark (bounded by what it holds)."""
+        self.high_watermark = max(self.high_watermark, min(high_watermark, self.log_end))
+
+    def _advance(self) -> None:
+        reached = min((self._acked.get(n, 0) for n in self.followers), default=self.log_end)
+        self.high_watermark = max(self.high_watermark, min(reached, self.log_end))
+
+
+def require_held(states: Mapping[int, PartitionState], topic: str, partition: int) -> None:
+    """Raise :class:`PartitionNotFoundError` if ``partition`` is not held here."""
+    if partition not in states:
+        raise PartitionNotFoundError(f"partition {partition} of topic {topic} is not on this node")

@@ -1,0 +1,118 @@
+"""nsqd.core.partition_state: log end, high-watermark and the in-sync set, without Trio."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, strategies as st
+
+from nsqd.core.errors import StaleEpochError
+from nsqd.core.partition_state import PartitionState, Placement, Role
+
+A, B, C = "a:1", "b:1", "c:1"
+
+
+def leader(isr: tuple[str, ...] = (A, B, C), epoch: int = 1) -> Placement:
+    return Placement(Role.LEADER, epoch, A, (B, C), isr)
+
+
+def test_standalone_high_watermark_is_the_log_end() -> None:
+    state = PartitionState(log_end=7)
+    assert state.high_watermark == 7
+    assert state.appended(10) == 10
+
+
+def test_leader_alone_in_sync_reads_to_its_log_end() -> None:
+    state = PartitionState(leader(isr=(A,)), log_end=3)
+    assert state.followers == ()
+    assert state.appended(5) == 5
+
+
+def test_high_watermark_waits_for_every_in_sync_follower() -> None:
+    state = PartitionState(leader(), log_end=0)
+    assert state.followers == (B, C)
+    assert state.appended(10) == 0
+    assert state.follower_acked(B, 10) is False  # C has nothing yet
+    assert state.high_watermark == 0
+    assert state.follower_acked(C, 6) is True
+    assert state.high_watermark == 6
+    assert state.follower_acked(C, 10) is True
+    assert state.high_watermark == 10
+    assert state.follower_acked(C, 9) is False  # acknowledgements never move back
+    assert state.acked(C) == 10
+
+
+def test_a_follower_out_of_the_isr_does_not_hold_consumers_back() -> None:
+    state = PartitionState(leader(), log_end=0)
+    state.appended(8)
+    state.follower_acked(B, 8)
+    assert state.high_watermark == 0  # C lags
+    state.apply(leader(isr=(A, B)))  # lookupd took C out of the in-sync set
+    assert state.high_watermark == 8
+
+
+def test_the_high_watermark_never_passes_the_local_log() -> None:
+    state = PartitionState(leader(isr=(A, B)), log_end=4)
+    state.follower_acked(B, 100)
+    assert state.high_watermark == 4
+    state.appended(9)
+    assert state.high_watermark == 9
+
+
+def test_a_follower_learns_the_high_watermark_up_to_what_it_holds() -> None:
+    state = PartitionState(Placement(Role.REPLICA, 1, A, (B,), (A, B)), log_end=5)
+    assert state.high_watermark == 5
+    state.truncated(3)
+    assert (state.log_end, state.high_watermark) == (3, 3)
+    state.appended(6)
+    assert state.high_watermark == 3  # a follower's own appends do not move it
+    state.leader_high_watermark(10)
+    assert state.high_watermark == 6
+
+
+def test_a_new_epoch_forgets_the_old_acknowledgements() -> None:
+    state = PartitionState(leader(isr=(A, B)), log_end=0)
+    state.appended(5)
+    state.follower_acked(B, 5)
+    assert state.high_watermark == 5
+    state.apply(leader(isr=(A, B), epoch=2))
+    assert state.acked(B) == 0
+    state.appended(9)
+    assert state.high_watermark == 5  # not past what B acknowledged under the new epoch
+    with pytest.raises(StaleEpochError):
+        state.apply(leader(epoch=1))
+
+
+def test_a_promoted_follower_keeps_its_high_watermark_until_followers_ack() -> None:
+    state = PartitionState(Placement(Role.REPLICA, 1, A, (B,), (A, B)), log_end=0)
+    state.appended(10)
+    state.leader_high_watermark(7)
+    state.apply(Placement(Role.LEADER, 2, B, (A,), (B, A)))
+    assert state.high_watermark == 7
+    state.follower_acked(A, 10)
+    assert state.high_watermark == 10
+
+
+@given(
+    st.lists(
+        st.one_of(
+            st.tuples(st.just("append"), st.integers(0, 50)),
+            st.tuples(st.sampled_from([B, C]), st.integers(0, 60)),
+        ),
+        max_size=40,
+    )
+)
+def test_leader_high_watermark_is_monotonic_and_bounded(
+    events: list[tuple[str, int]],
+) -> None:
+    state = PartitionState(leader(), log_end=0)
+    end, acked = 0, {B: 0, C: 0}
+    for kind, amount in events:
+        before = state.high_watermark
+        if kind == "append":
+            end += amount
+            state.appended(end)
+        else:
+            acked[kind] = max(acked[kind], min(amount, end))
+            state.follower_acked(kind, min(amount, end))
+        assert before <= state.high_watermark <= state.log_end == end
+        assert state.high_watermark <= min(acked.values()) or state.high_watermark == before
