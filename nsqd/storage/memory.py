@@ -67,6 +67,13 @@ class MemoryLog:
             self._records.popleft()
             self._start += 1
 
+    def truncate(self, offset: int) -> None:
+        """Drop the records ``[offset, end_offset)`` (``offset`` clamped to what is held)."""
+        offset = max(offset, self._start)
+        while self._end > offset:  # the records are exactly [start, end)
+            self._records.pop()
+            self._end -= 1
+
     def sync(self) -> None:
         """Nothing to make durable."""
 

@@ -1,0 +1,161 @@
+"""The broker's side of replication: the only place records cross between a partition's log and
+the replication stream (the ``"  R1"`` shells in :mod:`nsqd.replication` never see storage).
+
+A leader reads what a follower lacks as encoded records (:func:`read_for_follower`); a
+follower decodes them, checks them (CRC, offsets, epochs) and appends them at the same offsets
+(:func:`append_from_leader`), and cuts its log back to where its new leader's history diverges
+(:func:`truncate_for_leader`). A publish is acknowledged once every in-sync follower holds it:
+:class:`ReplicationWaiters` parks publishers until the partition's high-watermark passes their
+records (group commit: one acknowledgement from a follower releases every publish below it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from weakref import WeakKeyDictionary
+
+from trio.lowlevel import ParkingLot
+
+from ..core.errors import BrokerError, NotLeaderError
+from ..storage.epochs import end_offset_for_epoch
+from ..storage.errors import CorruptRecordError
+from ..storage.record import (
+    LENGTH_SIZE,
+    NewRecord,
+    decode_record,
+    encode_record_parts,
+    peek_size,
+)
+from .partition import Partition
+
+__all__ = [
+    "Batch",
+    "ReplicaStreamError",
+    "ReplicationWaiters",
+    "append_from_leader",
+    "end_for_epoch",
+    "last_epoch",
+    "read_for_follower",
+    "truncate_for_leader",
+]
+
+
+class ReplicaStreamError(BrokerError):
+    """Records from a leader that cannot be appended (bad bytes, a gap, a newer epoch)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """Encoded records ``[base_offset, base_offset + count)`` of one partition."""
+
+    base_offset: int
+    count: int
+    data: bytes
+
+
+def read_for_follower(partition: Partition, offset: int, max_bytes: int) -> Batch:
+    """The encoded records from ``offset`` on (at least one if any, about ``max_bytes``)."""
+    records = partition.log.read(offset, 1 << 20, max_bytes)
+    parts: list[bytes] = []
+    for record in records:
+        encode_record_parts(record, parts)
+    return Batch(offset, len(records), b"".join(parts))
+
+
+def append_from_leader(partition: Partition, epoch: int, batch: Batch) -> int:
+    """Append a leader's ``batch`` at the same offsets; returns the new log end.
+
+    Raises :class:`ReplicaStreamError` when the batch does not start at this log's end, a
+    record is damaged or out of sequence, or it carries an epoch newer than ``epoch``.
+    """
+    log = partition.log
+    if batch.base_offset != log.end_offset:
+        raise ReplicaStreamError(
+            f"batch at offset {batch.base_offset}, but the log ends at {log.end_offset}"
+        )
+    entries: list[NewRecord] = []
+    data, pos, expected = batch.data, 0, batch.base_offset
+    try:
+        while pos < len(data):
+            if len(data) - pos < LENGTH_SIZE:
+                raise ReplicaStreamError("a record is cut short")
+            size = peek_size(data, pos)
+            if pos + size > len(data):
+                raise ReplicaStreamError("a record is cut short")
+            record = decode_record(data, pos)
+            pos += size
+            if record.offset != expected:
+                raise ReplicaStreamError(f"record {record.offset} where {expected} was due")
+            if record.epoch > epoch:
+                raise ReplicaStreamError(f"record of epoch {record.epoch} from epoch {epoch}")
+            expected += 1
+            entries.append(
+                NewRecord(
+                    record.timestamp_ns,
+                    record.body,
+                    record.trace_id,
+                    record.deliver_at_ns,
+                    record.ext,
+                    record.epoch,
+                )
+            )
+    except CorruptRecordError as exc:
+        raise ReplicaStreamError(f"damaged record: {exc}") from exc
+    if len(entries) != batch.count:
+        raise ReplicaStreamError(f"{len(entries)} record(s) where {batch.count} were announced")
+    if entries:
+        log.append(entries)
+        partition.unsynced += len(entries)
+        partition.state.appended(log.end_offset)
+    return log.end_offset
+
+
+def last_epoch(partition: Partition) -> int:
+    """The epoch of the last record held (0 for an empty log)."""
+    log = partition.log
+    if log.end_offset <= log.start_offset:
+        return 0
+    return log.read(log.end_offset - 1, 1)[0].epoch
+
+
+def end_for_epoch(partition: Partition, epoch: int) -> int:
+    """Where this (leader's) log ends for a follower whose last record is of ``epoch``."""
+    return end_offset_for_epoch(partition.log, epoch)
+
+
+def truncate_for_leader(partition: Partition, offset: int) -> None:
+    """Cut the log back to ``offset`` (what the new leader's history shares with it)."""
+    log = partition.log
+    if offset < log.end_offset:
+        log.truncate(max(offset, log.start_offset))
+        partition.state.truncated(log.end_offset)
+
+
+class ReplicationWaiters:
+    """Publishers waiting for their records to reach every in-sync follower."""
+
+    def __init__(self) -> None:
+        self._lots: WeakKeyDictionary[Partition, ParkingLot] = WeakKeyDictionary()
+
+    def _lot(self, partition: Partition) -> ParkingLot:
+        lot = self._lots.get(partition)
+        if lot is None:
+            lot = self._lots[partition] = ParkingLot()
+        return lot
+
+    async def wait(self, partition: Partition, end: int) -> None:
+        """Return once the high-watermark reaches ``end``. Raises :class:`NotLeaderError` if
+        the node stops leading the partition first (the publish is then not acknowledged:
+        a new leader may not have it)."""
+        state = partition.state
+        epoch = state.epoch
+        while state.high_watermark < end:
+            if not state.leads or state.epoch != epoch:
+                raise NotLeaderError("leadership moved before the publish was replicated")
+            await self._lot(partition).park()
+
+    def wake(self, partition: Partition) -> None:
+        """The high-watermark or the role of ``partition`` changed."""
+        lot = self._lots.get(partition)
+        if lot is not None:
+            lot.unpark_all()
