@@ -1,0 +1,481 @@
+"""The replication protocol ``"  R1"``, sans-IO: frames between a partition's leader and a follower.
+
+A follower dials its partition's leader on the nsqd TCP port, sends :data:`MAGIC` (the server
+routes on it), then :class:`Hello`. The leader answers :class:`Welcome` (where to truncate) and
+streams :class:`Append` batches, :class:`HighWatermark` heartbeats and channel
+:class:`Cursors`; the follower answers each applied batch with :class:`Ack`, or with
+:class:`Refuse` when it already follows a newer epoch (the fence). :class:`Error` from the
+leader ends the connection.
+
+Every frame, both directions, big-endian::
+
+    Frame  => Size u32 | Type u8 | Body        Size = 1 + len(Body), 1 <= Size <= MAX_FRAME_SIZE
+    String => Length u16 | UTF-8 [Length]
+
+Bodies start with their fixed fields (one ``struct.Struct`` each, below) and end with their
+strings, then their variable part; a body must be consumed exactly. Type values have the high bit
+set on leader frames, so a frame sent the wrong way is told apart from garbage. :class:`Append`
+carries stored records verbatim (the codec never parses them): :func:`encode_append_header`
+lets the sender write the record bytes after the header without copying them, and the decoder
+copies them once, out of its receive buffer.
+
+Decoders are direction-bound: :class:`FollowerFrameDecoder` (run by the leader) accepts only
+follower frames, :class:`LeaderFrameDecoder` (run by the follower) only leader frames. Feed them
+with :meth:`~FrameDecoder.feed`, then call :meth:`~FrameDecoder.next_frame` until
+:data:`NEED_DATA`. A violation raises :class:`ReplicationProtocolError`, again on every later call.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from enum import IntEnum, StrEnum
+from typing import Any, Final, Generic, TypeVar
+
+from .errors import ProtocolError
+from .parser import NEED_DATA, NeedData
+
+MAGIC: Final = b"  R1"
+#: Largest ``Size`` field either side sends or accepts: 64 MiB. A leader sizes its Append
+#: batches under :data:`MAX_APPEND_RECORDS_SIZE`; a single record larger than that cannot
+#: replicate (nsqd's --max-msg-size defaults to 1 MiB).
+MAX_FRAME_SIZE: Final = 64 * 1024 * 1024
+MAX_STRING_SIZE: Final = 0xFFFF  # bytes of UTF-8 in one string
+
+FRAME_HEADER: Final = struct.Struct(
+    ">I"  # size: bytes after this field (the type byte and the body)
+    "B"  # type: FrameType
+)
+STRING_LENGTH: Final = struct.Struct(
+    ">H"  # length: bytes of UTF-8 that follow
+)
+HELLO: Final = struct.Struct(
+    ">H"  # partition: the partition the follower replicates
+    "I"  # epoch: the leader epoch the follower follows
+    "Q"  # log_end: the follower's log end offset (next offset it would write)
+    "I"  # last_epoch: epoch of the follower's last record (0: empty log)
+)  # then String node, String topic
+ACK: Final = struct.Struct(
+    ">I"  # epoch: the leader epoch the follower follows
+    "Q"  # log_end: the follower holds every record before this offset
+)
+REFUSE: Final = struct.Struct(
+    ">I"  # epoch: the newer leader epoch the follower follows
+)  # then String reason
+WELCOME: Final = struct.Struct(
+    ">I"  # epoch: the leader's epoch
+    "Q"  # truncate_to: the follower cuts its log to end here, then expects Appends from it
+    "Q"  # high_watermark: the leader's high-watermark
+)
+APPEND: Final = struct.Struct(
+    ">I"  # epoch: the leader's epoch
+    "Q"  # base_offset: offset of the first record carried
+    "Q"  # high_watermark: the leader's high-watermark
+    "I"  # count: number of records carried (0 if and only if no record bytes)
+)  # then the records: stored record bytes, verbatim, to the end of the frame
+HIGH_WATERMARK: Final = struct.Struct(
+    ">I"  # epoch: the leader's epoch
+    "Q"  # high_watermark: the leader's high-watermark
+)
+CURSORS: Final = struct.Struct(
+    ">I"  # epoch: the leader's epoch
+    "Q"  # confirmed: the channel's confirmed offset
+    "B"  # deleted: 1 if the channel was deleted, else 0 (no other value)
+    "I"  # deferred count: number of DEFERRED pairs after the channel string
+)  # then String channel, DEFERRED * deferred count
+DEFERRED: Final = struct.Struct(
+    ">Q"  # offset: a deferred message's offset
+    "q"  # deliver_at_ns: when it becomes deliverable, ns since the Unix epoch
+)  # Error: String code, String text (no fixed fields)
+
+MAX_APPEND_RECORDS_SIZE: Final = MAX_FRAME_SIZE - 1 - APPEND.size
+_SIZE_FIELD: Final = 4  # FRAME_HEADER's size field; ``size`` counts what follows it
+
+
+class FrameType(IntEnum):
+    """The ``type`` byte: 0x0_ follower → leader, 0x8_ leader → follower."""
+
+    HELLO = 0x01
+    ACK = 0x02
+    REFUSE = 0x03
+    WELCOME = 0x81
+    APPEND = 0x82
+    HIGH_WATERMARK = 0x83
+    CURSORS = 0x84
+    ERROR = 0x85
+
+
+class ReplicationErrorCode(StrEnum):
+    """Codes a leader sends in :class:`Error` (the decoder accepts any code string)."""
+
+    NOT_LEADER = "E_NOT_LEADER"  # this node does not lead the partition (any more)
+    STALE_EPOCH = "E_STALE_EPOCH"  # the Hello names an epoch older than the leader's
+    UNKNOWN_PARTITION = "E_UNKNOWN_PARTITION"  # no such topic partition here
+    BAD_FRAME = "E_BAD_FRAME"  # the follower's frames broke this protocol
+
+
+class ReplicationProtocolError(ProtocolError):
+    """The peer's bytes are not valid ``"  R1"`` framing; the text names the problem."""
+
+
+@dataclass(frozen=True, slots=True)
+class Hello:
+    """Follower → leader, first frame: who I am and where my log ends."""
+
+    node: str
+    topic: str
+    partition: int
+    epoch: int
+    log_end: int
+    last_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    """Follower → leader, after each applied Append: I hold everything before ``log_end``."""
+
+    epoch: int
+    log_end: int
+
+
+@dataclass(frozen=True, slots=True)
+class Refuse:
+    """Follower → leader: I follow ``epoch``, newer than yours; you are deposed."""
+
+    epoch: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Welcome:
+    """Leader → follower, answer to Hello: truncate to ``truncate_to``, Appends follow from it."""
+
+    epoch: int
+    truncate_to: int
+    high_watermark: int
+
+
+@dataclass(frozen=True, slots=True)
+class Append:
+    """Leader → follower: ``count`` stored records from ``base_offset``, bytes as in the log."""
+
+    epoch: int
+    base_offset: int
+    high_watermark: int
+    count: int
+    records: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class HighWatermark:
+    """Leader → follower: heartbeat, or a high-watermark advance without data."""
+
+    epoch: int
+    high_watermark: int
+
+
+@dataclass(frozen=True, slots=True)
+class Cursors:
+    """Leader → follower: a channel's confirmed offset and deferred messages.
+
+    ``channel`` may be empty; ``deferred`` holds ``(offset, deliver_at_ns)`` pairs.
+    """
+
+    epoch: int
+    channel: str
+    confirmed: int
+    deferred: tuple[tuple[int, int], ...] = ()
+    deleted: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Error:
+    """Leader → follower: ``code`` (see :class:`ReplicationErrorCode`) and text; then close."""
+
+    code: str
+    text: str
+
+
+FollowerFrame = Hello | Ack | Refuse
+LeaderFrame = Welcome | Append | HighWatermark | Cursors | Error
+Frame = FollowerFrame | LeaderFrame
+
+# ---------------------------------------------------------------------------------- encoding
+
+
+def encode(frame: Frame) -> bytes:
+    """One complete frame.
+
+    Raises:
+        ValueError: a field does not fit its wire type (integer out of range, string over
+            :data:`MAX_STRING_SIZE` bytes or not encodable, frame over :data:`MAX_FRAME_SIZE`,
+            Append ``count`` and ``records`` disagreeing on emptiness).
+    """
+    try:
+        match frame:
+            case Hello():
+                fixed = HELLO.pack(frame.partition, frame.epoch, frame.log_end, frame.last_epoch)
+                return _frame(FrameType.HELLO, fixed, _str(frame.node), _str(frame.topic))
+            case Ack():
+                return _frame(FrameType.ACK, ACK.pack(frame.epoch, frame.log_end))
+            case Refuse():
+                return _frame(FrameType.REFUSE, REFUSE.pack(frame.epoch), _str(frame.reason))
+            case Welcome():
+                fixed = WELCOME.pack(frame.epoch, frame.truncate_to, frame.high_watermark)
+                return _frame(FrameType.WELCOME, fixed)
+            case Append():
+                fields = (frame.epoch, frame.base_offset, frame.high_watermark, frame.count)
+                return encode_append_header(*fields, len(frame.records)) + frame.records
+            case HighWatermark():
+                fixed = HIGH_WATERMARK.pack(frame.epoch, frame.high_watermark)
+                return _frame(FrameType.HIGH_WATERMARK, fixed)
+            case Cursors():
+                fixed = CURSORS.pack(
+                    frame.epoch, frame.confirmed, int(frame.deleted), len(frame.deferred)
+                )
+                pairs = b"".join(DEFERRED.pack(o, t) for o, t in frame.deferred)
+                return _frame(FrameType.CURSORS, fixed, _str(frame.channel), pairs)
+            case Error():
+                return _frame(FrameType.ERROR, _str(frame.code), _str(frame.text))
+    except struct.error as exc:
+        raise ValueError(f"{type(frame).__name__} frame: {exc}") from exc
+    raise TypeError(f"not a replication frame: {frame!r}")
+
+
+def encode_append_header(
+    epoch: int, base_offset: int, high_watermark: int, count: int, records_size: int
+) -> bytes:
+    """The start of an Append frame; the sender writes ``records_size`` record bytes after it.
+
+    This is how a leader streams a batch read from its log without copying it into a frame.
+
+    Raises:
+        ValueError: as :func:`encode` (``records_size`` over :data:`MAX_APPEND_RECORDS_SIZE`).
+    """
+    if (count == 0) != (records_size == 0):
+        raise ValueError(f"Append frame: count {count} with {records_size} record bytes")
+    size = 1 + APPEND.size + records_size
+    if records_size < 0 or size > MAX_FRAME_SIZE:
+        raise ValueError(f"Append frame: size {size} outside 1..{MAX_FRAME_SIZE}")
+    try:
+        fixed = APPEND.pack(epoch, base_offset, high_watermark, count)
+    except struct.error as exc:
+        raise ValueError(f"Append frame: {exc}") from exc
+    return FRAME_HEADER.pack(size, FrameType.APPEND) + fixed
+
+
+def _frame(frame_type: FrameType, *parts: bytes) -> bytes:
+    size = 1 + sum(map(len, parts))
+    if size > MAX_FRAME_SIZE:
+        raise ValueError(f"{frame_type.name} frame: size {size} over {MAX_FRAME_SIZE}")
+    return b"".join((FRAME_HEADER.pack(size, frame_type), *parts))
+
+
+def _str(text: str) -> bytes:
+    data = text.encode("utf-8")  # UnicodeEncodeError (a ValueError) for lone surrogates
+    if len(data) > MAX_STRING_SIZE:
+        raise ValueError(f"string of {len(data)} bytes over {MAX_STRING_SIZE}")
+    return STRING_LENGTH.pack(len(data)) + data
+
+
+# ---------------------------------------------------------------------------------- decoding
+
+
+class _Body:
+    """Reads one frame's body, ``buf[pos:end]``, checking every field against its end."""
+
+    __slots__ = ("buf", "end", "name", "pos")
+
+    def __init__(self, buf: bytearray, pos: int, end: int, name: str) -> None:
+        self.buf, self.pos, self.end, self.name = buf, pos, end, name
+
+    def error(self, text: str) -> ReplicationProtocolError:
+        return ReplicationProtocolError(f"{self.name} frame: {text}")
+
+    def fixed(self, layout: struct.Struct) -> tuple[Any, ...]:
+        if self.end - self.pos < layout.size:
+            raise self.error(
+                f"body truncated: {layout.size} bytes of fixed fields, {self.end - self.pos} left"
+            )
+        values = layout.unpack_from(self.buf, self.pos)
+        self.pos += layout.size
+        return values
+
+    def string(self, field: str) -> str:
+        if self.end - self.pos < STRING_LENGTH.size:
+            raise self.error(f"body truncated before the {field} length")
+        (length,) = self.fixed(STRING_LENGTH)
+        start, self.pos = self.pos, self.pos + length
+        if self.pos > self.end:
+            raise self.error(
+                f"{field} length {length} runs past the body ({self.end - start} left)"
+            )
+        try:
+            with memoryview(self.buf)[start : self.pos] as view:
+                return str(view, "utf-8")
+        except UnicodeDecodeError as exc:
+            raise self.error(f"{field} is not valid UTF-8 ({exc.reason})") from None
+
+    def rest(self) -> bytes:
+        """The remaining bytes, copied once out of the buffer."""
+        with memoryview(self.buf)[self.pos : self.end] as view:
+            data = bytes(view)
+        self.pos = self.end
+        return data
+
+    def done(self) -> None:
+        if self.pos != self.end:
+            raise self.error(f"{self.end - self.pos} bytes after the body")
+
+
+def _hello(body: _Body) -> Hello:
+    partition, epoch, log_end, last_epoch = body.fixed(HELLO)
+    node = body.string("node")
+    topic = body.string("topic")
+    return Hello(node, topic, partition, epoch, log_end, last_epoch)
+
+
+def _refuse(body: _Body) -> Refuse:
+    (epoch,) = body.fixed(REFUSE)
+    return Refuse(epoch, body.string("reason"))
+
+
+def _append(body: _Body) -> Append:
+    epoch, base_offset, high_watermark, count = body.fixed(APPEND)
+    records = body.rest()
+    if (count == 0) != (not records):
+        raise body.error(f"count {count} with {len(records)} record bytes")
+    return Append(epoch, base_offset, high_watermark, count, records)
+
+
+def _cursors(body: _Body) -> Cursors:
+    epoch, confirmed, deleted, count = body.fixed(CURSORS)
+    if deleted > 1:
+        raise body.error(f"deleted flag {deleted} is neither 0 nor 1")
+    channel = body.string("channel")
+    if body.end - body.pos != count * DEFERRED.size:
+        raise body.error(
+            f"{count} deferred pairs need {count * DEFERRED.size} bytes, {body.end - body.pos} left"
+        )
+    with memoryview(body.buf)[body.pos : body.end] as view:
+        deferred = tuple(DEFERRED.iter_unpack(view))
+    body.pos = body.end
+    return Cursors(epoch, channel, confirmed, deferred, deleted == 1)
+
+
+def _error(body: _Body) -> Error:
+    code = body.string("code")
+    return Error(code, body.string("text"))
+
+
+F = TypeVar("F", bound=Frame)
+_Parsers = Mapping[FrameType, Callable[[_Body], F]]
+
+_FOLLOWER_PARSERS: Final[_Parsers[FollowerFrame]] = {
+    FrameType.HELLO: _hello,
+    FrameType.ACK: lambda body: Ack(*body.fixed(ACK)),
+    FrameType.REFUSE: _refuse,
+}
+_LEADER_PARSERS: Final[_Parsers[LeaderFrame]] = {
+    FrameType.WELCOME: lambda body: Welcome(*body.fixed(WELCOME)),
+    FrameType.APPEND: _append,
+    FrameType.HIGH_WATERMARK: lambda body: HighWatermark(*body.fixed(HIGH_WATERMARK)),
+    FrameType.CURSORS: _cursors,
+    FrameType.ERROR: _error,
+}
+
+
+def _sender(frame_type: FrameType) -> str:
+    return "leader" if frame_type & 0x80 else "follower"
+
+
+class FrameDecoder(Generic[F]):
+    """Incremental decoder of one direction's frames (use the two subclasses).
+
+    Frames are cut from one growing ``bytearray``; consumed bytes are dropped once per
+    :meth:`feed`, so decoding is linear in the bytes received however they are split.
+    """
+
+    def __init__(self, parsers: _Parsers[F], max_frame_size: int) -> None:
+        self.max_frame_size = max_frame_size
+        self._parsers = parsers
+        self._buf = bytearray()
+        self._pos = 0
+        self._error: ReplicationProtocolError | None = None
+
+    def feed(self, data: bytes | bytearray | memoryview) -> None:
+        """Buffer bytes read from the peer (ignored once the stream is broken)."""
+        if self._error is not None:
+            return
+        if self._pos:
+            del self._buf[: self._pos]
+            self._pos = 0
+        self._buf += data
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received and not yet decoded."""
+        return len(self._buf) - self._pos
+
+    def next_frame(self) -> F | NeedData:
+        """The next complete frame, or :data:`NEED_DATA`.
+
+        Raises:
+            ReplicationProtocolError: the stream broke the protocol (oversize or empty frame,
+                unknown type or one sent the wrong way, malformed body); every later call
+                raises it again. The size and type are checked before the body arrives.
+        """
+        if self._error is not None:
+            raise self._error
+        buf, pos = self._buf, self._pos
+        available = len(buf) - pos
+        if available < FRAME_HEADER.size:
+            if available >= _SIZE_FIELD:  # refuse an oversize frame before its type arrives
+                self._check_size(int.from_bytes(buf[pos : pos + _SIZE_FIELD], "big"))
+            return NEED_DATA
+        size, type_byte = FRAME_HEADER.unpack_from(buf, pos)
+        self._check_size(size)
+        try:
+            frame_type = FrameType(type_byte)
+        except ValueError:
+            raise self._fail(f"unknown frame type 0x{type_byte:02x}") from None
+        parse = self._parsers.get(frame_type)
+        if parse is None:
+            raise self._fail(
+                f"unexpected {frame_type.name} frame: only a {_sender(frame_type)} sends it"
+            )
+        end = pos + _SIZE_FIELD + size
+        if len(buf) < end:
+            return NEED_DATA
+        body = _Body(buf, pos + FRAME_HEADER.size, end, frame_type.name)
+        try:
+            frame = parse(body)
+            body.done()
+        except ReplicationProtocolError as exc:
+            self._error = exc
+            raise
+        self._pos = end
+        return frame
+
+    def _check_size(self, size: int) -> None:
+        if not 1 <= size <= self.max_frame_size:
+            raise self._fail(f"frame size {size} outside 1..{self.max_frame_size}")
+
+    def _fail(self, text: str) -> ReplicationProtocolError:
+        self._error = ReplicationProtocolError(text)
+        return self._error
+
+
+class FollowerFrameDecoder(FrameDecoder[FollowerFrame]):
+    """The leader's decoder: accepts Hello, Ack and Refuse only."""
+
+    def __init__(self, max_frame_size: int = MAX_FRAME_SIZE) -> None:
+        super().__init__(_FOLLOWER_PARSERS, max_frame_size)
+
+
+class LeaderFrameDecoder(FrameDecoder[LeaderFrame]):
+    """The follower's decoder: accepts Welcome, Append, HighWatermark, Cursors and Error only."""
+
+    def __init__(self, max_frame_size: int = MAX_FRAME_SIZE) -> None:
+        super().__init__(_LEADER_PARSERS, max_frame_size)
