@@ -20,7 +20,7 @@ from netio.limits import open_files_limit
 from protocol.identify import IdentifyLimits
 from protocol.parser import ParserLimits
 
-from . import __version__
+from . import __version__, replication
 from .broker import Broker, BrokerConfig, open_broker
 from .forwarding import Forwarder
 from .http.api import HTTPSettings, NsqdHTTP, serve_http
@@ -166,6 +166,7 @@ async def _start_servers(
     )
     settings = replace(settings, forwarder=forwarder)
     tcp = TCPServer(broker, settings)
+    tcp.add(replication.MAGIC, partial(replication.serve_follower, broker))
     tcp_port = await nursery.start(tcp.serve, tcp_host, tcp_port)
     http_settings = HTTPSettings(
         max_msg_size=options.max_msg_size,
@@ -211,6 +212,8 @@ async def _start_servers(
         identity, tcp_port=http_settings.tcp_port, http_port=app.settings.http_port
     )
     nursery.start_soon(lookup.run)  # registers with --lookupd-tcp-address (none: idle)
+    # partitions held as replica follow their leaders (none unless lookupd places replicas)
+    nursery.start_soon(replication.Followers(broker, lookup.identity.node_id).run)
     log.info(
         "nsqd v%s (pnsq %s) TCP %s:%d HTTP %s:%d data %s",
         NSQD_VERSION,

@@ -124,11 +124,13 @@ def apply_assignments(broker: Broker, node: str, assignments: Sequence[TopicAssi
             log.warning(
                 "TOPIC(%s): partition %d: ignoring lookupd's placement: %s", name, number, exc
             )
+        broker.replication.wake(partition)  # parked publishes and follower streams re-check
         for channel in topic.channels.values():
             channel.notify()
     for name, number in steps.drop:
         topic = broker.topics[name]
         partition = topic.release(number)
+        broker.replication.wake(partition)
         for channel in topic.channels.values():
             channel.drop_partition(number)
         broker.retire(partition)

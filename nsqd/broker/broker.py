@@ -53,6 +53,7 @@ from .persistence import (
     topic_directory,
 )
 from .reading import skipped_records
+from .replication import ReplicationWaiters
 from .restore import restore_broker
 from .retention import apply_retention
 from .syncing import Syncer
@@ -90,6 +91,8 @@ class Broker:
         self.handles = HandleCache(config.max_segment_fds)
         #: opens partition logs with the shared cache budget and descriptor bound
         self.logs = LogOpener(config, self.read_cache, self.handles)
+        #: publishers waiting for followers, streams to followers waiting for records
+        self.replication = ReplicationWaiters()
 
     # ------------------------------------------------------------------ topics
 
@@ -271,6 +274,7 @@ class Broker:
                 raise
             self.disk.out_of_space(exc)  # a prefix of the batch may be stored, never acked
             raise NotWritableError(str(exc)) from exc
+        self.replication.appended(target)
         self.publish_latency.observe(self.clock.perf() - started)
         if target.directory is not None:
             self.disk.appended(sum(len(entry.body) for entry in entries))

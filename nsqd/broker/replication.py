@@ -132,16 +132,34 @@ def truncate_for_leader(partition: Partition, offset: int) -> None:
 
 
 class ReplicationWaiters:
-    """Publishers waiting for their records to reach every in-sync follower."""
+    """Publishers waiting for their records to reach every in-sync follower, and the leader's
+    streams to its followers waiting for new records."""
 
     def __init__(self) -> None:
         self._lots: WeakKeyDictionary[Partition, ParkingLot] = WeakKeyDictionary()
+        self._data: WeakKeyDictionary[Partition, ParkingLot] = WeakKeyDictionary()
 
     def _lot(self, partition: Partition) -> ParkingLot:
         lot = self._lots.get(partition)
         if lot is None:
             lot = self._lots[partition] = ParkingLot()
         return lot
+
+    def appended(self, partition: Partition) -> None:
+        """New records in ``partition`` (wakes the streams to its followers)."""
+        lot = self._data.get(partition)
+        if lot is not None:
+            lot.unpark_all()
+
+    async def wait_data(self, partition: Partition, offset: int) -> None:
+        """Return once ``partition``'s log reaches past ``offset``, or on a role change
+        (callers bound the wait and re-check)."""
+        if partition.log.end_offset > offset:
+            return
+        lot = self._data.get(partition)
+        if lot is None:
+            lot = self._data[partition] = ParkingLot()
+        await lot.park()
 
     async def wait(self, partition: Partition, end: int) -> None:
         """Return once the high-watermark reaches ``end``. Raises :class:`NotLeaderError` if
@@ -156,6 +174,7 @@ class ReplicationWaiters:
 
     def wake(self, partition: Partition) -> None:
         """The high-watermark or the role of ``partition`` changed."""
-        lot = self._lots.get(partition)
-        if lot is not None:
-            lot.unpark_all()
+        for lots in (self._lots, self._data):
+            lot = lots.get(partition)
+            if lot is not None:
+                lot.unpark_all()

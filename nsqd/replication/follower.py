@@ -1,0 +1,204 @@
+"""The follower's end: every partition this node holds as replica follows its leader.
+
+:class:`Followers` keeps one task per replica partition, started and stopped as lookupd's
+placements change (it watches the broker's change counter). A task dials the leader's TCP port
+with ``"  R1"``, says where its log ends and the epoch of its last record (``Hello``), cuts its
+log back to where the leader says their histories part (``Welcome``), then appends each
+``Append`` at the same offsets and acknowledges it (``Ack``). It refuses a leader whose epoch is
+older than the one lookupd gave this node (``Refuse``): that is the fence that keeps a deposed
+leader from gathering acknowledgements. On any error it reconnects after a short backoff.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import trio
+
+from goflag.addresses import split_host_port
+from protocol.replication import (
+    MAGIC,
+    Ack,
+    Append,
+    Cursors,
+    Error,
+    Hello,
+    HighWatermark,
+    LeaderFrame,
+    LeaderFrameDecoder,
+    Refuse,
+    ReplicationProtocolError,
+    Welcome,
+    encode,
+)
+
+from ..broker import Broker, StorageError
+from ..broker.partition import Partition
+from ..broker.replication import (
+    Batch,
+    ReplicaStreamError,
+    append_from_leader,
+    last_epoch,
+    truncate_for_leader,
+)
+from ..core.partition_state import Role
+from .frames import FrameReader, PeerClosed
+
+log = logging.getLogger("nsqd.replication")
+
+DIAL_TIMEOUT = 2.0
+WELCOME_TIMEOUT = 10.0
+IDLE_TIMEOUT = 5.0  # the leader sends its high-watermark every second; silence this long: gone
+RETRY = (0.1, 5.0)  # reconnect backoff: first, most
+
+Key = tuple[str, int]  # topic, partition
+
+
+class LeaderRefused(Exception):
+    """The leader answered with an error, or this follower refused the leader's epoch."""
+
+
+class Followers:
+    """One follow task per partition held here as replica (see the module doc)."""
+
+    def __init__(self, broker: Broker, node_id: str) -> None:
+        self.broker = broker
+        self.node_id = node_id
+        self._tasks: dict[Key, tuple[str, int, trio.CancelScope]] = {}
+
+    async def run(self) -> None:
+        """Follow placements until cancelled."""
+        changes = self.broker.changes
+        async with trio.open_nursery() as nursery:
+            while True:
+                generation = changes.generation
+                self._reconcile(nursery)
+                await changes.wait_after(generation)
+
+    def _wanted(self) -> dict[Key, tuple[str, int, Partition]]:
+        wanted = {}
+        for topic in self.broker.list_topics():
+            if topic.deleted or topic.ephemeral:
+                continue
+            for partition in topic.partitions:
+                placement = partition.state.placement
+                if placement.role is Role.REPLICA and placement.leader:
+                    key = (topic.name, partition.number)
+                    wanted[key] = (placement.leader, placement.epoch, partition)
+        return wanted
+
+    def _reconcile(self, nursery: trio.Nursery) -> None:
+        wanted = self._wanted()
+        for key, (leader, epoch, scope) in list(self._tasks.items()):
+            if key not in wanted or wanted[key][:2] != (leader, epoch):
+                scope.cancel()
+                del self._tasks[key]
+        for key, (leader, epoch, partition) in wanted.items():
+            if key not in self._tasks:
+                scope = trio.CancelScope()
+                self._tasks[key] = (leader, epoch, scope)
+                nursery.start_soon(self._follow, key, leader, partition, scope)
+
+    async def _follow(
+        self, key: Key, leader: str, partition: Partition, scope: trio.CancelScope
+    ) -> None:
+        topic, number = key
+        delay = RETRY[0]
+        with scope:
+            while True:
+                try:
+                    await self._session(topic, leader, partition)
+                except* (
+                    OSError,
+                    trio.BrokenResourceError,
+                    trio.TooSlowError,
+                    PeerClosed,
+                    LeaderRefused,
+                    ReplicationProtocolError,
+                    ReplicaStreamError,
+                ) as group:
+                    for exc in group.exceptions:
+                        log.warning(
+                            "REPLICATION(%s/%d): following %s: %s",
+                            topic,
+                            number,
+                            leader,
+                            str(exc) or type(exc).__name__,
+                        )
+                await trio.sleep(delay)
+                delay = min(delay * 2, RETRY[1])
+
+    async def _session(self, topic: str, leader: str, partition: Partition) -> None:
+        host, port = split_host_port(leader)
+        with trio.fail_after(DIAL_TIMEOUT):
+            stream = await trio.open_tcp_stream(host, int(port))
+        async with stream:
+            state = partition.state
+            hello = Hello(
+                self.node_id,
+                topic,
+                partition.number,
+                state.epoch,
+                partition.log.end_offset,
+                last_epoch(partition),
+            )
+            await stream.send_all(MAGIC + encode(hello))
+            reader = FrameReader(stream, LeaderFrameDecoder())
+            with trio.fail_after(WELCOME_TIMEOUT):
+                welcome = await reader.next()
+            if isinstance(welcome, Error):
+                raise LeaderRefused(f"{welcome.code} {welcome.text}")
+            if not isinstance(welcome, Welcome):
+                raise ReplicationProtocolError(f"expected WELCOME, got {type(welcome).__name__}")
+            await self._check_epoch(stream, partition, welcome.epoch)
+            truncate_for_leader(partition, welcome.truncate_to)
+            state.leader_high_watermark(welcome.high_watermark)
+            log.info(
+                "REPLICATION(%s/%d): following %s (epoch %d) from offset %d",
+                topic,
+                partition.number,
+                leader,
+                welcome.epoch,
+                partition.log.end_offset,
+            )
+            while True:
+                with trio.fail_after(IDLE_TIMEOUT):
+                    frame = await reader.next()
+                await self._apply(stream, partition, frame)
+
+    async def _apply(
+        self,
+        stream: trio.SocketStream,
+        partition: Partition,
+        frame: LeaderFrame,
+    ) -> None:
+        state = partition.state
+        match frame:
+            case Append(epoch=epoch, base_offset=base, high_watermark=hw, count=count):
+                await self._check_epoch(stream, partition, epoch)
+                try:
+                    end = append_from_leader(partition, epoch, Batch(base, count, frame.records))
+                except StorageError as exc:
+                    raise ReplicaStreamError(f"cannot store the leader's records: {exc}") from exc
+                if partition.unsynced >= self.broker.config.sync_every:
+                    self.broker.syncs.request()
+                state.leader_high_watermark(hw)
+                await stream.send_all(encode(Ack(epoch, end)))
+            case HighWatermark(epoch=epoch, high_watermark=hw):
+                await self._check_epoch(stream, partition, epoch)
+                state.leader_high_watermark(hw)
+            case Cursors():
+                raise ReplicationProtocolError("this follower does not take CURSORS yet")
+            case Error(code=code, text=text):
+                raise LeaderRefused(f"{code} {text}")
+            case Welcome():
+                raise ReplicationProtocolError("a second WELCOME")
+
+    async def _check_epoch(
+        self, stream: trio.SocketStream, partition: Partition, epoch: int
+    ) -> None:
+        """The fence: never follow a leader older than the epoch lookupd gave this node."""
+        if epoch < partition.state.epoch:
+            reason = f"epoch {epoch} is older than the epoch {partition.state.epoch} followed"
+            await stream.send_all(encode(Refuse(partition.state.epoch, reason)))
+            raise LeaderRefused(reason)
