@@ -78,6 +78,26 @@ _CHANNEL_GAUGES = (
 _PARTITION_GAUGES = (
     ("pnsq_partition_start_offset", "First offset still in the partition log", "start_offset"),
     ("pnsq_partition_end_offset", "Offset of the next append to the partition log", "end_offset"),
+    (
+        "pnsq_partition_high_watermark",
+        "Offset below which every in-sync replica holds",
+        "high_watermark",
+    ),
+    (
+        "pnsq_partition_leader_epoch",
+        "Leader epoch of the partition as this node knows it",
+        "leader_epoch",
+    ),
+    (
+        "pnsq_partition_leader",
+        "1 if this node leads the partition, 0 if it replicates it",
+        "leader",
+    ),
+    (
+        "pnsq_partition_max_replica_lag",
+        "Records the furthest in-sync follower is behind (leader)",
+        "max_replica_lag",
+    ),
 )
 
 

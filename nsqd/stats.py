@@ -134,6 +134,24 @@ def _topic_partition(topic: Topic, partition: Partition) -> Json:
         "message_bytes": partition.message_bytes,
         "start_offset": log.start_offset,
         "end_offset": log.end_offset,
+        **replication_stats(partition),
+    }
+
+
+def replication_stats(partition: Partition) -> Json:
+    """pnsq's replication view of a partition: its role here, the leader epoch, the
+    high-watermark, the in-sync set as lookupd last told it and, on the leader, how far each
+    in-sync follower is behind (records)."""
+    state = partition.state
+    lag = {node: state.log_end - state.acked(node) for node in state.followers}
+    return {
+        "role": state.role.value,
+        "leader_epoch": state.epoch,
+        "high_watermark": state.high_watermark,
+        "isr": list(state.placement.isr),
+        "replica_lag": lag if state.leads else {},
+        "leader": 1 if state.leads else 0,
+        "max_replica_lag": max(lag.values(), default=0) if state.leads else 0,
     }
 
 
