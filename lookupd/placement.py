@@ -138,7 +138,7 @@ def place(
         for node in chosen:
             replicas[node] += 1
             held[node] += 1
-        parts.append(PartitionAssignment(leader, chosen))
+        parts.append(PartitionAssignment(leader, chosen, 0, (leader, *chosen)))  # all empty
     return TopicPlacement(name, meta, tuple(parts))
 
 
@@ -237,7 +237,12 @@ def to_document(placement: TopicPlacement) -> dict[str, object]:
         "sync_every": meta.sync_every,
         "adopted": placement.adopted,
         "partitions": [
-            {"leader": p.leader, "replicas": list(p.replicas), "epoch": p.epoch}
+            {
+                "leader": p.leader,
+                "replicas": list(p.replicas),
+                "epoch": p.epoch,
+                "isr": list(p.in_sync),
+            }
             for p in placement.partitions
         ],
     }
@@ -267,7 +272,12 @@ def from_document(name: str, document: Mapping[str, object]) -> TopicPlacement:
         raise ValueError(f"topic {name}: partitions is not a list")
     parts = tuple(
         PartitionAssignment(
-            str(p["leader"]), tuple(str(r) for r in p.get("replicas", [])), int(p.get("epoch", 0))
+            str(p["leader"]),
+            tuple(str(r) for r in p.get("replicas", [])),
+            int(p.get("epoch", 0)),
+            # stored before the in-sync set was kept: the leader alone (the replicas held
+            # nothing then; they are added back once caught up)
+            tuple(str(n) for n in p.get("isr", [])),
         )
         for p in raw
     )

@@ -123,6 +123,14 @@ class PartitionAssignment:
     leader: str
     replicas: tuple[str, ...] = ()
     epoch: int = 0
+    #: the in-sync set, leader first (what a publish must reach before it is acknowledged);
+    #: () means the leader alone
+    isr: tuple[str, ...] = ()
+
+    @property
+    def in_sync(self) -> tuple[str, ...]:
+        """The in-sync set, never empty: at least the leader."""
+        return self.isr or (self.leader,)
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,7 +157,12 @@ def assignments_payload(
                 "partition_num": t.partition_num,
                 "replica": t.replica,
                 "partitions": {
-                    str(i): {"leader": p.leader, "replicas": list(p.replicas), "epoch": p.epoch}
+                    str(i): {
+                        "leader": p.leader,
+                        "replicas": list(p.replicas),
+                        "epoch": p.epoch,
+                        "isr": list(p.in_sync),
+                    }
                     for i, p in enumerate(t.partitions)
                 },
                 "meta": dict(t.meta),
@@ -190,7 +203,17 @@ def parse_assignments(document: Any) -> list[TopicAssignment]:
             epoch = part.get("epoch", 0) if isinstance(part, dict) else 0
             if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
                 raise ValueError(f"topic {name!r}: partition {pid}: bad epoch {epoch!r}")
-            parts.append(PartitionAssignment(str(leader), tuple(str(r) for r in replicas), epoch))
+            isr = part.get("isr", []) if isinstance(part, dict) else []
+            if not isinstance(isr, list):
+                raise ValueError(f"topic {name!r}: partition {pid}: bad isr {isr!r}")
+            parts.append(
+                PartitionAssignment(
+                    str(leader),
+                    tuple(str(r) for r in replicas),
+                    epoch,
+                    tuple(str(n) for n in isr),
+                )
+            )
         meta = entry.get("meta", {})
         result.append(
             TopicAssignment(

@@ -29,7 +29,9 @@ def wanted_topics(node: str, assignments: Sequence[TopicAssignment]) -> list[Top
     return [
         TopicPlan(
             name=a.name,
-            held=placements_for(node, [(p.leader, p.replicas, p.epoch) for p in a.partitions]),
+            held=placements_for(
+                node, [(p.leader, p.replicas, p.epoch, p.in_sync) for p in a.partitions]
+            ),
             settings=TopicSettings(
                 partition_num=a.partition_num,
                 ordered=bool(a.meta.get("ordered", False)),

@@ -283,6 +283,32 @@ class Broker:
             self.syncs.request()
         return records
 
+    def follower_acked(self, topic: Topic, partition: Partition, node: str, log_end: int) -> None:
+        """Follower ``node`` holds ``partition`` up to ``log_end``: a moved high-watermark
+        releases the publishes below it and lets the channels deliver up to it."""
+        if partition.state.follower_acked(node, log_end):
+            self.replication.wake(partition)
+            if not topic.paused:
+                for channel in topic.channels.values():
+                    channel.notify()
+
+    async def wait_replicated(
+        self, topic_name: str, records: Sequence[Record], *, durable: bool = True
+    ) -> None:
+        """Return once every in-sync follower of the partition holds ``records`` (at once
+        when the leader is alone in sync); then, with ``--sync-every=1`` (unless ``durable``
+        is False: the caller waits once for several batches), once they are fsynced here.
+        Raises NotLeaderError if the partition's leadership moves first."""
+        if records:
+            topic = self.topics.get(topic_name)
+            last = records[-1]
+            if topic is not None:
+                partition = topic.partition(partition_of(last.internal_id))
+                if partition.state.followers:
+                    await self.replication.wait(partition, last.offset + 1)
+        if durable and self.durable_acks:
+            await self.wait_durable()
+
     @property
     def health_problem(self) -> str | None:
         """Why ``/ping`` is not ``OK``: the last disk error, or the disk past its mark."""

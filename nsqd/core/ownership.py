@@ -83,15 +83,19 @@ class LocalTopic:
 
 
 def placements_for(
-    node: str, partitions: Sequence[tuple[str, Sequence[str], int]]
+    node: str, partitions: Sequence[tuple[str, Sequence[str], int, Sequence[str]]]
 ) -> dict[int, Placement]:
-    """``node``'s placements among a topic's ``(leader, replicas, epoch)`` per partition."""
+    """``node``'s placements among a topic's ``(leader, replicas, epoch, isr)`` per
+    partition."""
     held = {}
-    for number, (leader, replicas, epoch) in enumerate(partitions):
+    for number, (leader, replicas, epoch, isr) in enumerate(partitions):
         if node == leader:
-            held[number] = Placement(Role.LEADER, epoch, leader, tuple(replicas))
+            role = Role.LEADER
         elif node in replicas:
-            held[number] = Placement(Role.REPLICA, epoch, leader, tuple(replicas))
+            role = Role.REPLICA
+        else:
+            continue
+        held[number] = Placement(role, epoch, leader, tuple(replicas), tuple(isr))
     return held
 
 

@@ -230,7 +230,8 @@ class NsqdHTTP:
             ):
                 await forwarder.publish(topic, bodies, defer_ms)
                 return
-            self.broker.publish(topic, entries, partition)
+            records = self.broker.publish(topic, entries, partition)
+            await self.broker.wait_replicated(topic, records)
         except ForwardError as exc:
             log.error("PUB to %s failed: %s", topic, exc)
             raise HTTPError(503, f"E_PUB_FAILED {exc}") from exc
@@ -267,8 +268,6 @@ class NsqdHTTP:
             if not 0 <= defer_ms <= self.settings.max_req_timeout_ms:
                 raise HTTPError(400, "INVALID_DEFER")
         await self._publish(request, topic, [body], defer_ms)
-        if self.broker.durable_acks:
-            await self.broker.wait_durable()
         return b"OK"
 
     async def mpub(self, request: Request) -> Reply:
@@ -297,8 +296,6 @@ class NsqdHTTP:
                 bodies.append(line)
         if bodies:
             await self._publish(request, topic, bodies)
-            if self.broker.durable_acks:
-                await self.broker.wait_durable()
         return b"OK"
 
 

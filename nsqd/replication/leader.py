@@ -31,7 +31,7 @@ from protocol.replication import (
     encode_append_header,
 )
 
-from ..broker import Broker
+from ..broker import Broker, Topic
 from ..broker.partition import Partition
 from ..broker.replication import end_for_epoch, read_for_follower
 from ..core.errors import BrokerError
@@ -71,8 +71,8 @@ async def _serve(
         hello = await reader.next()
     if not isinstance(hello, Hello):
         raise ReplicationProtocolError(f"expected HELLO, got {type(hello).__name__}")
-    partition = _led_partition(broker, hello)
-    if partition is None:
+    topic, partition = _led_partition(broker, hello)
+    if topic is None or partition is None:
         await stream.send_all(encode(Error(ReplicationErrorCode.NOT_LEADER, "not the leader")))
         return
     state = partition.state
@@ -92,20 +92,20 @@ async def _serve(
         state.epoch,
     )
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(_read_acks, broker, reader, partition, hello.node)
+        nursery.start_soon(_read_acks, broker, reader, topic, partition, hello.node)
         await _stream(broker, stream, partition, start, f"{hello.topic}/{hello.partition}")
         nursery.cancel_scope.cancel()
 
 
-def _led_partition(broker: Broker, hello: Hello) -> Partition | None:
+def _led_partition(broker: Broker, hello: Hello) -> tuple[Topic | None, Partition | None]:
     topic = broker.find_topic(hello.topic)
     if topic is None or topic.deleted:
-        return None
+        return None, None
     try:
         partition = topic.partition(hello.partition)
     except BrokerError:
-        return None
-    return partition if partition.state.leads else None
+        return None, None
+    return (topic, partition) if partition.state.leads else (None, None)
 
 
 async def _stream(
@@ -138,6 +138,7 @@ async def _stream(
 async def _read_acks(
     broker: Broker,
     reader: FrameReader[Hello | Ack | Refuse],
+    topic: Topic,
     partition: Partition,
     node: str,
 ) -> None:
@@ -147,10 +148,8 @@ async def _read_acks(
             raise FollowerGone(f"{node} refused epoch {partition.state.epoch}: {frame.reason}")
         if not isinstance(frame, Ack):
             raise ReplicationProtocolError(f"unexpected {type(frame).__name__} from {node}")
-        if frame.epoch == partition.state.epoch and partition.state.follower_acked(
-            node, frame.log_end
-        ):
-            broker.replication.wake(partition)
+        if frame.epoch == partition.state.epoch:
+            broker.follower_acked(topic, partition, node, frame.log_end)
 
 
 async def _try_send(stream: trio.SocketStream, data: bytes) -> None:

@@ -19,7 +19,7 @@ from protocol import ErrorCode, Pub, frames
 from protocol.ext import ext_not_supported, parse_json_header
 from protocol.tracing import traced_response
 
-from ..broker import Broker, NewRecord
+from ..broker import Broker, NewRecord, Record
 from ..core.errors import BadPartitionError
 from ..forwarding import Forwarder
 from .delivery import raw_size
@@ -49,28 +49,42 @@ class Publisher:
             gathered.append((key, [entry]))
 
     async def flush(self) -> None:
-        """Append the gathered PUBs, one batch per (topic, partition) run, and ack them."""
+        """Append the gathered PUBs, one batch per (topic, partition) run, and ack them once
+        every run reached its in-sync replicas (the runs' waits overlap: one group commit)."""
         if not self._gathered:
             return
         gathered, self._gathered = self._gathered, []
-        acked = 0
-        try:
-            for (topic, partition), entries in gathered:
+        stored: list[tuple[str, list[Record], int]] = []  # topic, records (none: forwarded), n
+        failure: Exception | None = None
+        for (topic, partition), entries in gathered:
+            try:
                 if await self._elsewhere(topic, partition):
                     await self._forward(topic, [e.body for e in entries])
+                    records = []
                 else:
-                    self.broker.publish(topic, entries, partition)
-                acked += len(entries)
-                self.pub_counts[topic] = self.pub_counts.get(topic, 0) + len(entries)
-        except HANDLED_ERRORS as exc:
+                    records = self.broker.publish(topic, entries, partition)
+            except HANDLED_ERRORS as exc:
+                failure = exc
+                break
+            stored.append((topic, records, len(entries)))
+            self.pub_counts[topic] = self.pub_counts.get(topic, 0) + len(entries)
+        acked = 0
+        for topic, records, count in stored:  # the stored runs are acked once replicated
+            try:
+                await self.broker.wait_replicated(topic, records, durable=False)
+            except HANDLED_ERRORS as exc:
+                failure = exc
+                break
+            acked += count
+        if acked and self.broker.durable_acks:
+            await self.broker.wait_durable()  # one fsync for every run
+        if failure is not None:
             self.output.append(frames.OK * acked)
-            error = client_error_for(exc, "PUB", ErrorCode.PUB_FAILED)
-            if not error.fatal:  # the connection stays, so every PUB not stored gets its reply
+            error = client_error_for(failure, "PUB", ErrorCode.PUB_FAILED)
+            if not error.fatal:  # the connection stays, so every PUB not acked gets its reply
                 unanswered = sum(len(entries) for _, entries in gathered) - acked
                 self.output.append(frames.encode_error(error.text) * (unanswered - 1))
-            raise error from exc
-        if self.broker.durable_acks:
-            await self.broker.wait_durable()
+            raise error from failure
         self.output.append(frames.OK * acked)
 
     async def publish(
@@ -89,12 +103,11 @@ class Publisher:
             if await self._elsewhere(topic, partition):
                 await self._forward(topic, bodies, defer_ms)
             else:
-                self.broker.publish(topic, entries, partition)
+                records = self.broker.publish(topic, entries, partition)
+                self.pub_counts[topic] = self.pub_counts.get(topic, 0) + len(entries)
+                await self.broker.wait_replicated(topic, records)
         except HANDLED_ERRORS as exc:
             raise client_error_for(exc, name, code) from exc
-        self.pub_counts[topic] = self.pub_counts.get(topic, 0) + len(entries)
-        if self.broker.durable_acks:
-            await self.broker.wait_durable()
         self.output.append(frames.OK)
 
     async def _elsewhere(self, topic: str, partition: int | None) -> bool:
@@ -115,11 +128,10 @@ class Publisher:
         entries = [NewRecord(timestamp_ns=now, body=b, trace_id=t) for t, b in messages]
         try:
             records = self.broker.publish(topic, entries, partition)
+            self.pub_counts[topic] = self.pub_counts.get(topic, 0) + len(entries)
+            await self.broker.wait_replicated(topic, records)
         except HANDLED_ERRORS as exc:
             raise client_error_for(exc, name, ErrorCode.PUB_FAILED) from exc
-        self.pub_counts[topic] = self.pub_counts.get(topic, 0) + len(entries)
-        if self.broker.durable_acks:
-            await self.broker.wait_durable()
         first = records[0]
         trace = first.trace_id if name == "PUB_TRACE" else 0
         size = sum(raw_size(r, r.ext) for r in records)
@@ -158,11 +170,10 @@ class Publisher:
             entries.append(NewRecord(timestamp_ns=now, body=body, trace_id=trace_id, ext=ext))
         try:
             records = self.broker.publish(topic, entries, partition)
+            self.pub_counts[topic] = self.pub_counts.get(topic, 0) + len(entries)
+            await self.broker.wait_replicated(topic, records)
         except HANDLED_ERRORS as exc:
             raise client_error_for(exc, name, code) from exc
-        self.pub_counts[topic] = self.pub_counts.get(topic, 0) + len(entries)
-        if self.broker.durable_acks:
-            await self.broker.wait_durable()
         if not traced:
             self.output.append(frames.OK)
             return
