@@ -11,9 +11,11 @@ import trio
 
 from . import __version__
 from .cluster import Cluster
+from .decide import Settings
 from .http_api import LookupHTTP, serve_http
 from .options import Options
 from .store import MetadataStore, StoreError
+from .supervisor import Supervisor
 from .tcp import LookupTCPServer
 from .views import Timeouts
 
@@ -34,8 +36,15 @@ async def run_lookupd(
     """
     store = MetadataStore(options.data_directory)
     timeouts = Timeouts(options.inactive_producer_timeout, options.tombstone_lifetime)
-    cluster = Cluster(store, timeouts)
+    cluster = Cluster(store, timeouts, heartbeat_timeout=options.heartbeat_timeout)
     cluster.load()
+    supervisor = Supervisor(
+        cluster,
+        Settings(
+            heartbeat_timeout=options.heartbeat_timeout,
+            replace_after=options.replica_replace_after,
+        ),
+    )
     ports = {"tcp": 0, "http": 0}
     async with trio.open_nursery() as nursery:
         cluster.attach(nursery)
@@ -62,6 +71,7 @@ async def run_lookupd(
             __version__,
             store.path,
         )
+        nursery.start_soon(supervisor.run)  # failover, in-sync sets, re-replication
         task_status.started((ports["tcp"], ports["http"]))
         await trio.sleep_forever()
 

@@ -20,6 +20,7 @@ from trio.lowlevel import ParkingLot
 from protocol.lookup import PartitionAssignment, TopicAssignment
 from protocol.lookup_v1 import EXT_PARTITIONS, PeerIdentity
 
+from .liveness import Liveness, Progress
 from .placement import (
     PlacementError,
     TopicMeta,
@@ -38,6 +39,9 @@ from .views import Timeouts
 
 log = logging.getLogger("nsqlookupd.cluster")
 
+#: seconds after a start during which placed nodes that have not reconnected yet count as alive
+START_GRACE = 6.0
+
 #: deleted topics remembered (and sent to every node) at most
 MAX_TOMBSTONES = 1000
 
@@ -51,8 +55,15 @@ class Cluster:
         timeouts: Timeouts,
         *,
         clock: Callable[[], float] = time.time,
+        heartbeat_timeout: float = 2.0,
     ) -> None:
         self.registry = Registry()
+        #: pnsq nodes' connections and heartbeats, and the leaders' progress reports
+        self.liveness = Liveness(heartbeat_timeout, max(START_GRACE, heartbeat_timeout))
+        #: partitions with no live in-sync replica to lead them
+        self.offline: set[tuple[str, int]] = set()
+        #: woken when something failover decisions depend on happened
+        self.events = ParkingLot()
         self.store = store
         self.timeouts = timeouts
         self.clock = clock
@@ -72,6 +83,15 @@ class Cluster:
         self.placements, self.deleted = stored.placements, stored.deleted
         for name in self.placements:
             self.registry.add_topic(name)
+        self.liveness.seed(
+            {
+                node
+                for placement in self.placements.values()
+                for part in placement.partitions
+                for node in (part.leader, *part.replicas)
+            },
+            self.clock(),
+        )
         log.info("metadata: %d topic(s) from %s", len(self.placements), self.store.path)
 
     def attach(self, nursery: trio.Nursery) -> None:
@@ -82,6 +102,10 @@ class Cluster:
 
     def _changed(self) -> None:
         self._version += 1
+
+    def note_changed(self) -> None:
+        """The placements were changed in place (the failover supervisor): save them next."""
+        self._changed()
 
     async def flush(self) -> None:
         """Save the placements if they changed since the last save. Raises StoreError."""
@@ -119,8 +143,53 @@ class Cluster:
         """A peer identified itself; a pnsq peer that asked for partitions gets them."""
         partitioned = EXT_PARTITIONS in identity.extensions or _is_youzan(identity)
         peer = self.registry.identify(peer_id, identity, self.clock(), partitioned=partitioned)
+        if partitioned and not _is_youzan(identity):
+            self.liveness.connected(peer.node_id, self.clock())
+            self.events.unpark_all()
         self.place_pending()
         return peer
+
+    def ping(self, peer_id: str) -> None:
+        """PING: the peer (and its node) is alive."""
+        now = self.clock()
+        self.registry.ping(peer_id, now)
+        peer = self.registry.peers.get(peer_id)
+        if peer is not None and peer.partitioned:
+            self.liveness.heartbeat(peer.node_id, now)
+
+    def disconnect(self, peer_id: str) -> None:
+        """A registration connection closed (kill -9 of its nsqd: failover at once)."""
+        peer = self.registry.peers.get(peer_id)
+        self.registry.disconnect(peer_id)
+        if peer is not None and peer.partitioned:
+            self.liveness.disconnected(peer.node_id, self.clock())
+            self.events.unpark_all()
+
+    def report_progress(self, node: str, reports: list[dict[str, object]]) -> None:
+        """A leader's word on its followers; kept when it leads the partition at that epoch."""
+        self.liveness.heartbeat(node, self.clock())
+        for entry in reports:
+            topic, number, epoch = entry.get("topic"), entry.get("partition"), entry.get("epoch")
+            placement = self.placements.get(topic) if isinstance(topic, str) else None
+            if placement is None or not isinstance(number, int) or not isinstance(epoch, int):
+                continue
+            if not 0 <= number < len(placement.partitions):
+                continue
+            part = placement.partitions[number]
+            if part.leader != node or part.epoch != epoch:
+                continue
+            progress = Progress(
+                node, epoch, _names(entry.get("caught_up")), _names(entry.get("lagging"))
+            )
+            if self.liveness.progress.get((placement.name, number)) != progress:
+                self.liveness.report(placement.name, number, progress)
+                self.events.unpark_all()
+
+    def leaving(self, node: str) -> bool:
+        """A node announced a clean shutdown (its leaderships move before it exits)."""
+        found = self.liveness.leaving(node)
+        self.events.unpark_all()
+        return found
 
     def register(
         self, peer_id: str, topic: str, channel: str | None, partition: int | None
@@ -273,6 +342,10 @@ class Cluster:
             for topic, _ in self.registry.peer_topics(peer_id)
         }
         return assignments_for(node, self.placements.values(), registered)
+
+
+def _names(value: object) -> frozenset[str]:
+    return frozenset(str(v) for v in value) if isinstance(value, list) else frozenset()
 
 
 def _is_youzan(identity: PeerIdentity) -> bool:

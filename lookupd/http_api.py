@@ -10,6 +10,7 @@ METHOD_NOT_ALLOWED`` with ``Allow``.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from collections.abc import Callable
@@ -51,6 +52,7 @@ class Route:
 
     handler: Handler
     negotiated: bool = False
+    body: bool = False  # the handler reads a JSON body (pnsq's node-to-lookupd endpoints)
 
 
 class LookupHTTP:
@@ -81,6 +83,8 @@ class LookupHTTP:
             "/topic/meta/update": ({"POST"}, Route(self.topic_meta_update)),
             "/topic/partition/expand": ({"POST"}, Route(self.topic_partition_expand)),
             ASSIGNMENTS_PATH: (get, Route(self.assignments)),
+            PROGRESS_PATH: ({"POST"}, Route(self.progress, body=True)),
+            LEAVING_PATH: ({"POST"}, Route(self.leaving)),
         }
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -105,6 +109,8 @@ class LookupHTTP:
             await respond_v1_error(send, error, extra=[(b"Allow", allow)])
             return
         request = Request(method, path, raw_query, list(scope.get("headers", [])))
+        if route.body:
+            request.body = await _read_body(receive, MAX_BODY)
         raw = request.wants_raw
         try:
             reply = await route.handler(request)
@@ -199,6 +205,30 @@ class LookupHTTP:
             node, self.cluster.assignments(node), list(self.cluster.deleted)
         )
         return {**payload, "version": version}
+
+    async def progress(self, request: Request) -> Reply:
+        """pnsq: a leader's report on its followers, ``{"node", "partitions": [{"topic",
+        "partition", "epoch", "caught_up": [...], "lagging": [...]}]}``."""
+        try:
+            document = json.loads(request.body or b"null")
+        except ValueError as exc:
+            raise HTTPError(400, "INVALID_BODY") from exc
+        if not isinstance(document, dict):
+            raise HTTPError(400, "INVALID_BODY")
+        node, reports = document.get("node"), document.get("partitions")
+        if not isinstance(node, str) or not isinstance(reports, list):
+            raise HTTPError(400, "INVALID_BODY")
+        self.cluster.report_progress(node, [r for r in reports if isinstance(r, dict)])
+        return None
+
+    async def leaving(self, request: Request) -> Reply:
+        """pnsq: ``node`` shuts down cleanly; its leaderships move to in-sync replicas."""
+        node = request.arg("node")
+        if not node:
+            raise HTTPError(400, "MISSING_ARG_NODE")
+        if not self.cluster.leaving(node):
+            raise HTTPError(404, "NODE_NOT_FOUND")
+        return None
 
     # ------------------------------------------------------------------ admin endpoints
 
@@ -315,6 +345,27 @@ class LookupHTTP:
 
 
 MAX_ASSIGNMENTS_WAIT = 60  # seconds a /pnsq/assignments long-poll may wait
+MAX_BODY = 4 << 20  # bytes of a progress report
+PROGRESS_PATH = "/pnsq/progress"
+LEAVING_PATH = "/pnsq/leaving"
+
+
+async def _read_body(receive: Receive, limit: int) -> bytes:
+    """An ASGI request body, at most ``limit`` bytes (413 past it)."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            break
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise HTTPError(413, "BODY_TOO_BIG")
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            break
+    return b"".join(chunks)
 
 
 def _topic_arg(request: Request) -> str:

@@ -58,6 +58,7 @@ class Request(QueryArgs):
     raw_query: str
     headers: list[tuple[bytes, bytes]]
     _query: dict[str, list[str]] | None = field(default=None)
+    body: bytes = b""  # read only for routes that take a body
 
     def header_values(self, name: bytes) -> list[str]:
         """Every value of header ``name`` (lower case)."""

@@ -43,6 +43,8 @@ class Options:
     inactive_producer_timeout: float = 300.0
     tombstone_lifetime: float = 45.0
     data_path: str = ""  # pnsq: where the topic metadata lives ("": the current directory)
+    heartbeat_timeout: float = 2.0  # pnsq: a node silent this long is dead (failover)
+    replica_replace_after: float = 300.0  # pnsq: a replica dead this long is placed elsewhere
 
     def tcp_host_port(self) -> tuple[str, int]:
         """``--tcp-address`` as ``(host, port)``."""
@@ -83,6 +85,16 @@ _FLAGS = (
         "duration of time a producer will remain tombstoned if registration remains",
     ),
     ("data-path", "string", "[pnsq] path to store the topic metadata (partition placement)"),
+    (
+        "heartbeat-timeout",
+        "duration",
+        "[pnsq] a node silent this long is dead: its leaderships move to in-sync replicas",
+    ),
+    (
+        "replica-replace-after",
+        "duration",
+        "[pnsq] a replica dead this long is replaced by a new one on a live node",
+    ),
 )
 
 
@@ -170,6 +182,10 @@ def validate_options(options: Options) -> Options:
             raise OptionsError(f"--{flag}: {exc}") from None
     if options.inactive_producer_timeout <= 0:
         raise OptionsError("--inactive-producer-timeout must be positive")
+    if options.heartbeat_timeout <= 0:
+        raise OptionsError("--heartbeat-timeout must be positive")
+    if options.replica_replace_after <= 0:
+        raise OptionsError("--replica-replace-after must be positive")
     return options
 
 

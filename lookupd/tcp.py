@@ -58,7 +58,7 @@ class LookupTCPServer:
             await self._serve(stream, parser, remote)
         finally:
             if parser.identified:
-                self.cluster.registry.disconnect(remote)
+                self.cluster.disconnect(remote)
                 log.info("CLIENT(%s): closed, registrations removed", remote)
 
     async def _serve(self, stream: trio.SocketStream, parser: LookupV1Parser, remote: str) -> None:
@@ -85,7 +85,7 @@ class LookupTCPServer:
     def _execute(self, command: LookupCommand, parser: LookupV1Parser, remote: str) -> bytes:
         cluster = self.cluster
         if isinstance(command, Ping):
-            cluster.registry.ping(remote, cluster.clock())
+            cluster.ping(remote)
             return b"OK"
         if isinstance(command, Identify):
             ident = command.peer

@@ -43,6 +43,7 @@ from protocol.lookup_v1 import (
 
 from .broker import Broker, StorageError
 from .core.errors import BrokerError
+from .replication.progress import ProgressTracker
 
 log = logging.getLogger("nsqd.lookup")
 
@@ -52,6 +53,12 @@ Key = tuple[str, int | None, str | None]
 DIAL_TIMEOUT = 1.0  # nsqd's lookupPeer: net.DialTimeout(..., time.Second)
 COMMAND_TIMEOUT = 1.0  # and 1 s read/write deadlines per command
 PING_INTERVAL = 15.0
+#: to pnsq's lookupd, which takes a node that stops pinging for ~2 s as dead (failover)
+PNSQ_PING_INTERVAL = 0.5
+#: how often a leader tells pnsq's lookupd about its followers when nothing changed
+PROGRESS_INTERVAL = 0.25
+PROGRESS_REPEAT = 5.0
+PROGRESS_PATH = "/pnsq/progress"
 ASSIGNMENTS_WAIT = 30.0  # seconds lookupd may hold an assignments long-poll
 
 
@@ -158,8 +165,10 @@ class LookupClient:
         addresses: Iterable[str],
         *,
         poll_interval: float = 1.0,
+        replica_lag_max: float = 10.0,
     ) -> None:
         self.broker = broker
+        self.progress = ProgressTracker(replica_lag_max)
         self.identity = identity
         self.addresses = list(dict.fromkeys(addresses))
         self.poll_interval = poll_interval
@@ -243,13 +252,15 @@ class LookupClient:
                     http = f"{where}:{info.get('http_port')}"
                     self._pnsq_http[address] = http  # kept while it is down: it places topics
                     nursery.start_soon(self._poll_assignments, address, http)
+                    nursery.start_soon(self._report_progress, address, http)
                 elif address in self._pnsq_http:
                     del self._pnsq_http[address]  # replaced by a stock nsqlookupd
                 await self._keep_registered(conn, address, partitioned)
 
     async def _keep_registered(self, conn: _Connection, address: str, partitioned: bool) -> None:
         registered: set[Key] = set()
-        next_ping = self.broker.clock.monotonic() + PING_INTERVAL
+        interval = PNSQ_PING_INTERVAL if partitioned else PING_INTERVAL
+        next_ping = self.broker.clock.monotonic() + interval
         changes = self.broker.changes
         while True:
             generation = changes.generation
@@ -264,7 +275,7 @@ class LookupClient:
             if self.broker.clock.monotonic() >= next_ping:
                 log.debug("LOOKUPD(%s): sending heartbeat", address)
                 await conn.ok(encode_command("PING"))
-                next_ping = self.broker.clock.monotonic() + PING_INTERVAL
+                next_ping = self.broker.clock.monotonic() + interval
             # until the broker's topics, channels or placements change, or the next PING
             with trio.move_on_after(max(next_ping - self.broker.clock.monotonic(), 0.0)):
                 await changes.wait_after(generation)
@@ -294,6 +305,27 @@ class LookupClient:
                     version = None
                 if version is None:  # after an error, or an older lookupd without long-polls
                     await trio.sleep(self.poll_interval)
+
+    async def _report_progress(self, address: str, http_address: str) -> None:
+        """Tell lookupd, as a leader, which followers are caught up and which lag (when that
+        changes, and every :data:`PROGRESS_REPEAT` seconds)."""
+        url = f"http://{http_address}{PROGRESS_PATH}"
+        clock = self.broker.clock
+        last: list[dict[str, object]] | None = None
+        sent_at = 0.0
+        async with httpx.AsyncClient(timeout=httpx.Timeout(2.0, connect=1.0)) as client:
+            while True:
+                now = clock.monotonic()
+                reports = self.progress.reports(self.broker, now)
+                if reports != last or now - sent_at >= PROGRESS_REPEAT:
+                    body = {"node": self.identity.node_id, "partitions": reports}
+                    try:
+                        response = await client.post(url, json=body)
+                        response.raise_for_status()
+                        last, sent_at = reports, now
+                    except httpx.HTTPError as exc:
+                        log.warning("LOOKUPD(%s): progress: %s", address, exc)
+                await trio.sleep(PROGRESS_INTERVAL)
 
     async def apply_assignments(self, document: object) -> None:
         """Hold exactly the partitions lookupd placed on this node, in their roles; delete

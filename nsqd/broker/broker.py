@@ -286,7 +286,7 @@ class Broker:
     def follower_acked(self, topic: Topic, partition: Partition, node: str, log_end: int) -> None:
         """Follower ``node`` holds ``partition`` up to ``log_end``: a moved high-watermark
         releases the publishes below it and lets the channels deliver up to it."""
-        if partition.state.follower_acked(node, log_end):
+        if partition.state.follower_acked(node, log_end, self.clock.monotonic()):
             self.replication.wake(partition)
             if not topic.paused:
                 for channel in topic.channels.values():

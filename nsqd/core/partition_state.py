@@ -56,6 +56,8 @@ class PartitionState:
         self.high_watermark = log_end
         #: follower node -> the log end it acknowledged (leader side)
         self._acked: dict[str, int] = {}
+        #: follower node -> when (the caller's clock) it last acknowledged all of the log
+        self._caught_up_at: dict[str, float] = {}
 
     # ------------------------------------------------------------------ role
 
@@ -99,6 +101,7 @@ class PartitionState:
         changed = placement.role is not self.placement.role
         if placement.epoch != self.placement.epoch or changed:
             self._acked.clear()
+            self._caught_up_at.clear()
         self.placement = placement
         if self.leads:
             self._advance()
@@ -120,9 +123,11 @@ class PartitionState:
         self.log_end = log_end
         self.high_watermark = min(self.high_watermark, log_end)
 
-    def follower_acked(self, node: str, log_end: int) -> bool:
-        """Follower ``node`` holds everything before ``log_end``; returns whether the
-        high-watermark moved. Acknowledgements never move back."""
+    def follower_acked(self, node: str, log_end: int, now: float = 0.0) -> bool:
+        """Follower ``node`` holds everything before ``log_end`` (at ``now``); returns
+        whether the high-watermark moved. Acknowledgements never move back."""
+        if log_end >= self.log_end:
+            self._caught_up_at[node] = now
         if log_end <= self._acked.get(node, -1):
             return False
         self._acked[node] = log_end
@@ -134,6 +139,14 @@ class PartitionState:
     def acked(self, node: str) -> int:
         """The log end ``node`` last acknowledged (0 if none)."""
         return self._acked.get(node, 0)
+
+    def has_acked(self, node: str) -> bool:
+        """Whether ``node`` acknowledged anything under this epoch."""
+        return node in self._acked
+
+    def caught_up_at(self, node: str) -> float | None:
+        """When ``node`` last acknowledged the whole log (None: not under this epoch)."""
+        return self._caught_up_at.get(node)
 
     def leader_high_watermark(self, high_watermark: int) -> None:
         """A follower heard the leader's high-watermark (bounded by what it holds)."""

@@ -24,10 +24,10 @@ A, B, C = "10.0.0.1:4150", "10.0.0.2:4150", "10.0.0.3:4150"
 
 
 def test_placements_name_only_this_nodes_partitions_with_their_role() -> None:
-    parts = [(A, (B,), 3), (B, (A,), 1), (C, (B,), 0)]
+    parts = [(A, (B,), 3, (A, B)), (B, (A,), 1, (B,)), (C, (B,), 0, (C, B))]
     assert placements_for(A, parts) == {
-        0: Placement(Role.LEADER, 3, A, (B,)),
-        1: Placement(Role.REPLICA, 1, B, (A,)),
+        0: Placement(Role.LEADER, 3, A, (B,), (A, B)),
+        1: Placement(Role.REPLICA, 1, B, (A,), (B,)),
     }
     assert placements_for("elsewhere:1", parts) == {}
 
