@@ -33,6 +33,9 @@ from .tcp.streams import tls_server_context
 
 log = logging.getLogger("nsqd")
 
+#: seconds a stopping nsqd waits for lookupd to move its leaderships to in-sync replicas
+HANDOVER_DEADLINE = 5.0
+
 NSQD_VERSION = "1.3.0"  # the nsqd version whose protocol and API pnsq speaks
 
 
@@ -138,16 +141,25 @@ async def run_nsqd(
     options: Options,
     settings: SessionSettings | None = None,
     *,
+    stopping: trio.Event | None = None,
     task_status: trio.TaskStatus[tuple[int, int]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Run nsqd until cancelled; reports ``(tcp_port, http_port)`` once both listen.
-    ``settings``: :func:`session_settings` of ``options``, if already built."""
+    """Run nsqd until cancelled, or until ``stopping`` is set: then hand the partitions it
+    leads over to in-sync replicas (at most :data:`HANDOVER_DEADLINE` seconds) and return.
+    Reports ``(tcp_port, http_port)`` once both listen. ``settings``:
+    :func:`session_settings` of ``options``, if already built."""
     config = broker_config(options)
     settings = settings or session_settings(options)
     with locked_data_path(config.data_path):
         async with open_broker(config) as broker, trio.open_nursery() as nursery:
-            await _start_servers(options, settings, broker, nursery, task_status)
-            await trio.sleep_forever()
+            lookup = await _start_servers(options, settings, broker, nursery, task_status)
+            if stopping is None:
+                await trio.sleep_forever()
+            else:
+                await stopping.wait()
+                with trio.move_on_after(HANDOVER_DEADLINE):
+                    await lookup.hand_over()
+                nursery.cancel_scope.cancel()
 
 
 async def _start_servers(
@@ -156,7 +168,7 @@ async def _start_servers(
     broker: Broker,
     nursery: trio.Nursery,
     task_status: trio.TaskStatus[tuple[int, int]],
-) -> None:
+) -> LookupClient:
     tcp_host, tcp_port = options.tcp_host_port()
     http_host, http_port = options.http_host_port()
     identity = LookupIdentity(NSQD_VERSION, 0, 0, socket.gethostname(), options.broadcast_address)
@@ -225,6 +237,7 @@ async def _start_servers(
         broker.config.data_path,
     )
     task_status.started((tcp_port, http_port))
+    return lookup
 
 
 def _with_http_port(settings: HTTPSettings, port: int) -> HTTPSettings:
@@ -238,10 +251,19 @@ async def main(options: Options) -> None:
     except OptionsError as exc:
         log.critical("FATAL: failed to instantiate nsqd - %s", exc)
         raise SystemExit(1) from exc
+    stopping = trio.Event()
     async with trio.open_nursery() as nursery:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            nursery.start_soon(run_nsqd, options, settings)
+
+            async def run() -> None:
+                await run_nsqd(options, settings, stopping=stopping)
+                nursery.cancel_scope.cancel()  # done: stop listening for signals
+
+            nursery.start_soon(run)
             async for signum in signals:
+                if stopping.is_set():  # a second signal: no more waiting
+                    log.info("received signal %s again: exiting now", signal.Signals(signum).name)
+                    nursery.cancel_scope.cancel()
+                    break
                 log.info("received signal %s: exiting", signal.Signals(signum).name)
-                nursery.cancel_scope.cancel()
-                break
+                stopping.set()

@@ -59,6 +59,7 @@ PNSQ_PING_INTERVAL = 0.5
 PROGRESS_INTERVAL = 0.25
 PROGRESS_REPEAT = 5.0
 PROGRESS_PATH = "/pnsq/progress"
+LEAVING_PATH = "/pnsq/leaving"
 ASSIGNMENTS_WAIT = 30.0  # seconds lookupd may hold an assignments long-poll
 
 
@@ -305,6 +306,35 @@ class LookupClient:
                     version = None
                 if version is None:  # after an error, or an older lookupd without long-polls
                     await trio.sleep(self.poll_interval)
+
+    async def hand_over(self) -> None:
+        """A clean shutdown: ask pnsq's lookupd to move every leadership this node holds with
+        in-sync followers, and return once none is left here (the caller bounds the wait)."""
+        broker = self.broker
+
+        def shared() -> list[str]:
+            return [
+                f"{t.name}/{p.number}"
+                for t in broker.list_topics()
+                for p in t.led
+                if p.state.followers
+            ]
+
+        if not shared() or not self._pnsq_http:
+            return
+        log.info("LOOKUPD: handing over %s before exiting", ", ".join(shared()))
+        params = {"node": self.identity.node_id}
+        async with httpx.AsyncClient(timeout=httpx.Timeout(2.0, connect=1.0)) as client:
+            for http in list(self._pnsq_http.values()):
+                try:
+                    reply = await client.post(f"http://{http}{LEAVING_PATH}", params=params)
+                    reply.raise_for_status()
+                except httpx.HTTPError as exc:
+                    log.warning("LOOKUPD(%s): leaving: %s", http, exc)
+        while shared():
+            generation = broker.changes.generation
+            await broker.changes.wait_after(generation)
+        log.info("LOOKUPD: leaderships handed over")
 
     async def _report_progress(self, address: str, http_address: str) -> None:
         """Tell lookupd, as a leader, which followers are caught up and which lag (when that

@@ -4,6 +4,8 @@ cuts its log to the new leader's history and rejoins the in-sync set as replica.
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -132,3 +134,62 @@ def test_kill_9_of_a_leader_loses_no_acknowledged_message(cluster: Cluster) -> N
     assert view["role"] == "replica"
     assert view["leader_epoch"] == after["epoch"]
     assert view["end_offset"] == len(acked) + 2
+
+
+def _create(cluster: Cluster, topic: str) -> tuple[Daemon, Daemon, dict[str, Any]]:
+    query = f"/topic/create?topic={topic}&partition_num=1&replicator=2"
+    assert post(cluster.lookupd, query) == (200, b"")
+    wait_for(lambda: len(cluster.placement(topic)["isr"]) == 2, what="both in sync")
+    placed = cluster.placement(topic)
+    leader = cluster.by_id(placed["leader"])
+    return leader, next(n for n in cluster.nodes if n is not leader), placed
+
+
+def test_sigterm_hands_leadership_over_before_exiting(cluster: Cluster) -> None:
+    leader, replica, placed = _create(cluster, "handed")
+    _publish(leader, "handed", [b"one", b"two"])
+    assert leader.stop() == 0
+    after = cluster.placement("handed")
+    # the handover was decided and pushed before the old leader exited: no wait for a
+    # heartbeat timeout, the replica leads at once
+    assert after["leader"] == f"127.0.0.1:{replica.tcp_port}"
+    assert after["epoch"] == placed["epoch"] + 1
+    assert _try_publish(replica, "handed", b"three")
+    assert "handing over handed/0" in leader.log_text()
+    assert set(_drain(replica, "handed", 3)) == {b"one", b"two", b"three"}
+
+
+def test_a_dead_replica_leaves_the_isr_and_writes_go_on(cluster: Cluster) -> None:
+    leader, replica, placed = _create(cluster, "lonely")
+    _publish(leader, "lonely", [b"both"])
+    replica.kill()
+    # acks wait for the in-sync replica until lookupd takes it out (its connection dropped)
+    wait_for(lambda: _try_publish(leader, "lonely", b"alone"), timeout=10, what="writable")
+    after = cluster.placement("lonely")
+    assert (after["leader"], after["epoch"]) == (placed["leader"], placed["epoch"])
+    assert after["isr"] == [placed["leader"]]
+    replica.start()
+    wait_for(lambda: len(cluster.placement("lonely")["isr"]) == 2, timeout=30, what="back")
+
+
+def test_a_paused_leader_is_replaced_and_cannot_acknowledge_after(cluster: Cluster) -> None:
+    leader, replica, placed = _create(cluster, "paused")
+    _publish(leader, "paused", [b"before"])
+    pending = RawClient(leader.tcp_address, timeout=20.0)
+    assert leader.proc is not None
+    os.kill(leader.proc.pid, signal.SIGSTOP)
+    try:
+        pending.send(Pub("paused", b"sent to the paused leader", 0))
+        wait_for(
+            lambda: cluster.placement("paused")["leader"] != placed["leader"],
+            timeout=10,
+            what="failover past the heartbeat timeout",
+        )
+        assert _try_publish(replica, "paused", b"to the new leader")
+    finally:
+        os.kill(leader.proc.pid, signal.SIGCONT)
+    # back, the old leader learns it was deposed: the publish it held is refused, not acked
+    assert pending.read().data == b"E_FAILED_ON_NOT_LEADER "
+    wait_for(lambda: len(cluster.placement("paused")["isr"]) == 2, timeout=30, what="rejoined")
+    bodies = _drain(replica, "paused", 2)
+    assert set(bodies) == {b"before", b"to the new leader"}
