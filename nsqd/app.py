@@ -44,6 +44,7 @@ def broker_config(options: Options) -> BrokerConfig:
     return BrokerConfig(
         data_path=Path(options.data_path or ".").resolve(),
         default_partitions=options.default_partitions,
+        default_replicator=options.default_replicator,
         max_bytes_per_file=options.max_bytes_per_file,
         sync_every=options.sync_every,
         sync_timeout=options.sync_timeout,
@@ -172,7 +173,12 @@ async def _start_servers(
     tcp_host, tcp_port = options.tcp_host_port()
     http_host, http_port = options.http_host_port()
     identity = LookupIdentity(NSQD_VERSION, 0, 0, socket.gethostname(), options.broadcast_address)
-    lookup = LookupClient(broker, identity, options.lookupd_tcp_addresses)
+    lookup = LookupClient(
+        broker,
+        identity,
+        options.lookupd_tcp_addresses,
+        replica_lag_max=options.replica_lag_max,
+    )
     forwarder = Forwarder(
         lookup.pnsq_http_addresses, lambda: lookup.identity.node_id, broker.clock.monotonic
     )

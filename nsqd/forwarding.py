@@ -135,6 +135,7 @@ class Forwarder:
         params: dict[str, str | int] = {
             "topic": topic,
             "partition_num": broker.config.default_partitions,
+            "replicator": broker.config.default_replicator,
             "prefer": self._self_id(),
         }
         problems = []

@@ -146,6 +146,12 @@ snappy bool
     enable snappy feature negotiation (client compression)
 default-partitions int
     [pnsq] number of partitions of an auto-created topic
+default-replicator int
+    [pnsq] copies of each partition of a topic created through pnsq's nsqlookupd by a publish
+    or subscribe (leader and replicas)
+replica-lag-max duration
+    [pnsq] a follower that has not held a led partition's whole log for this long is reported
+    to nsqlookupd as lagging (it then leaves the in-sync set)
 retention duration
     [pnsq] how long fully consumed segments are kept on disk
 max-disk-usage-percent int

@@ -113,6 +113,8 @@ class Options:
     snappy: bool = True
     # pnsq's own
     default_partitions: int = 1
+    default_replicator: int = 1  # copies of a topic created through pnsq's lookupd
+    replica_lag_max: float = 10.0  # a follower behind this long is reported lagging
     retention: float = 604800.0
     max_disk_usage_percent: int = 95
     read_cache_bytes: int = 16 * 1024 * 1024  # every partition's tail cache together
@@ -159,6 +161,10 @@ def validate_options(options: Options) -> Options:
         raise OptionsError("--auth-http-request-method must be post or get")
     if options.default_partitions < 1:
         raise OptionsError("--default-partitions must be >= 1")
+    if not 1 <= options.default_replicator <= 5:
+        raise OptionsError("--default-replicator must be between 1 and 5")
+    if options.replica_lag_max <= 0:
+        raise OptionsError("--replica-lag-max must be positive")
     if options.retention < 0:
         raise OptionsError("--retention must not be negative")
     if not 1 <= options.max_disk_usage_percent <= 100:

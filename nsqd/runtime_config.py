@@ -88,6 +88,8 @@ deflate deflate bool
 max_deflate_level max_deflate_level int
 snappy snappy bool
 default_partitions default_partitions int
+default_replicator default_replicator int
+replica_lag_max replica_lag_max duration
 retention retention duration
 max_disk_usage_percent max_disk_usage_percent int
 read_cache_bytes read_cache_bytes int

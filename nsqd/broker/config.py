@@ -14,6 +14,7 @@ class BrokerConfig:
 
     data_path: Path
     default_partitions: int = 1
+    default_replicator: int = 1  # copies of a topic created through pnsq's lookupd
     max_bytes_per_file: int = 100 * 1024 * 1024
     sync_every: int = 2500
     sync_timeout: float = 2.0

@@ -140,6 +140,8 @@ Usage of nsqd:
 PNSQ_EXTRA_FLAGS = {
     "auth-http-request-method",  # nsqd master, not 1.3.0
     "default-partitions",
+    "default-replicator",
+    "replica-lag-max",
     "max-disk-usage-percent",
     "max-pending-output-bytes",
     "read-cache-bytes",
@@ -235,6 +237,8 @@ NSQD_DEFAULTS: dict[str, object] = {
     "max_deflate_level": 6,
     "snappy": True,
     "default_partitions": 1,
+    "default_replicator": 1,
+    "replica_lag_max": 10.0,
     "retention": 604800.0,
     "max_disk_usage_percent": 95,
     "read_cache_bytes": 16 * 1024 * 1024,
@@ -327,6 +331,8 @@ def test_pynsq_harness_command_line() -> None:
         (["-sync-timeout=1.5s"], "sync_timeout", 1.5),
         (["-retention=24h"], "retention", 86400.0),
         (["-default-partitions=4"], "default_partitions", 4),
+        (["-default-replicator=2"], "default_replicator", 2),
+        (["-replica-lag-max=3s"], "replica_lag_max", 3.0),
         (["-max-segment-fds=300"], "max_segment_fds", 300),
         (["-max-disk-usage-percent=80"], "max_disk_usage_percent", 80),
         (["-snappy=false"], "snappy", False),
