@@ -120,14 +120,17 @@ class Routes:
         self.ttl = ttl
         self.timeout = timeout
         self._cache: dict[str, tuple[float, TopicPartitions]] = {}
+        self._last: dict[str, TopicPartitions] = {}  # kept while lookups fail
         self._locks: dict[str, trio.Lock] = {}
 
     async def get(self, topic: str, *, refresh: bool = False) -> TopicPartitions | None:
         """The partitions of ``topic``, or None if they cannot be known (no HTTP address, or
         nsqd does not have the topic: nothing is cached then, the next call asks again).
+        While the address (nsqd's or lookupd's) is unreachable, the last partitions found are
+        used: a lookupd restart does not stop publishing to the leaders it named.
 
         Raises:
-            OSError: nsqd's HTTP address is unreachable.
+            OSError: the address is unreachable and the topic was never looked up.
             NsqHTTPError: nsqd answered with an unexpected error status.
         """
         if not self.known:
@@ -146,9 +149,15 @@ class Routes:
                 lookup = partial(
                     fetch_partitions, self.http_address, topic, self.tcp_address, self.timeout
                 )
-            found = await trio.to_thread.run_sync(lookup, abandon_on_cancel=True)
+            try:
+                found = await trio.to_thread.run_sync(lookup, abandon_on_cancel=True)
+            except OSError:
+                if topic in self._last:
+                    return self._last[topic]
+                raise
             if found is not None:
                 self._cache[topic] = (trio.current_time(), found)
+                self._last[topic] = found
             return found
 
     @property

@@ -1,6 +1,7 @@
 """pnsq's partition endpoints, for partition-aware clients and pipelines (not in nsqd 1.3.0):
 
-* ``GET /partitions?topic=`` — per partition its offsets and leader;
+* ``GET /partitions?topic=`` — per partition its offsets and leader (``latest`` is the
+  high-watermark: what every in-sync replica holds);
 * ``GET /partition/read?topic=&partition=&offset=[&max=][&format=binary|ndjson]`` — the records
   from ``offset``: deterministic and repeatable, independent of channels, so a Spark task that
   is re-run reads the same rows. Encodings in :mod:`protocol.range_read`.
@@ -99,7 +100,7 @@ class PartitionsAPI:
                 {
                     "partition": p.number,
                     "earliest": p.log.start_offset,
-                    "latest": p.log.end_offset,
+                    "latest": p.state.high_watermark,  # what every in-sync replica holds
                     "leader": node,
                 }
                 for p in topic.led
@@ -146,8 +147,10 @@ async def _read_capped(partition: Partition, offset: int, limit: int) -> list[Re
     be cut by the byte cap.
     """
     plog = partition.log
-    if not plog.start_offset <= offset <= plog.end_offset:
+    readable = partition.state.high_watermark  # never what an in-sync replica may lack
+    if not plog.start_offset <= offset <= readable:
         raise HTTPError(400, "OFFSET_OUT_OF_RANGE")
+    limit = min(limit, readable - offset)
     out: list[Record] = []
     size = 0
     chunk = _FIRST_CHUNK

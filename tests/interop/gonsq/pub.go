@@ -13,6 +13,7 @@ import (
 
 type pubResult struct {
 	Published int    `json:"published"`
+	Retries   int    `json:"retries,omitempty"`
 	ElapsedMS int64  `json:"elapsed_ms"`
 	Error     string `json:"error,omitempty"`
 }
@@ -30,6 +31,7 @@ func runPub(args []string) int {
 	prefix := fs.String("prefix", "msg-", "body prefix; bodies are <prefix><i>")
 	timeout := fs.Duration("timeout", 60*time.Second, "give up (exit 1) after this long")
 	logLevel := fs.String("log-level", "warn", "go-nsq log level: debug, info, warn, error")
+	retry := fs.Bool("retry", false, "mode pub: retry a refused or failed PUB (50 ms apart) until acknowledged")
 	conn := addConnFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -68,14 +70,20 @@ func runPub(args []string) int {
 		os.Exit(1)
 	})
 
-	published := 0
+	published, retries := 0, 0
 	body := func(i int) []byte { return []byte(*prefix + strconv.Itoa(i)) }
 	switch *mode {
 	case "pub":
-		for ; published < *count; published++ {
+		for published < *count {
 			if err = producer.Publish(*topic, body(published)); err != nil {
-				break
+				if !*retry {
+					break
+				}
+				retries++
+				time.Sleep(50 * time.Millisecond)
+				continue
 			}
+			published++
 		}
 	case "dpub":
 		for ; published < *count; published++ {
@@ -105,6 +113,6 @@ func runPub(args []string) int {
 		emit(pubResult{Published: published, ElapsedMS: elapsed, Error: err.Error()})
 		return 1
 	}
-	emit(pubResult{Published: published, ElapsedMS: elapsed})
+	emit(pubResult{Published: published, Retries: retries, ElapsedMS: elapsed})
 	return 0
 }

@@ -1,0 +1,315 @@
+"""The fault suite's parts: a replicated cluster of real processes on fixed loopback ports,
+publishers that retry until acknowledged and remember what was acknowledged, and the checker.
+
+A cluster is pnsq's nsqlookupd plus three pnsq nsqd (a node keeps its id, ``127.0.0.1:port``,
+across restarts). The topic under test has two partitions with two copies each. Publishers:
+
+* :class:`PnsqPublisher` — pnsq's own client (``client.open_producer`` routed through lookupd),
+  one per partition, each publish retried until acknowledged; it records every acknowledged
+  body with the time of its acknowledgement, and every refusal;
+* :class:`GoPublisher` — the stock go-nsq producer (``gonsq-interop pub -retry``) attached to
+  one node, publishing without a partition (forwarded to a leader where needed).
+
+:func:`check` drains every partition from its leader (HTTP range reads below the
+high-watermark) and returns what was lost, the duplicates and the order per partition.
+Results of each scenario are appended as JSON lines to ``$FAULT_REPORT`` when it is set
+(``scripts/chaos`` sums them up).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from client import open_producer
+from client.errors import ConnectionClosedError, NsqError, NsqHTTPError, PartitionsUnknownError
+from protocol.range_read import decode_binary
+from tests.daemons import GONSQ_INTEROP, Daemon, pnsq_lookupd, pnsq_nsqd
+from tests.integration.lookupd_helpers import free_port, get_json, post, request, wait_for
+
+TOPIC = "faults"
+PARTITIONS = 2
+STALL = 5.0  # seconds without an answer before a publisher reconnects elsewhere
+
+
+class FaultCluster:
+    """pnsq lookupd + ``count`` nsqd on fixed ports (see the module doc)."""
+
+    def __init__(
+        self,
+        work: Path,
+        count: int = 3,
+        lookupd_flags: tuple[str, ...] = (),
+        nsqd_flags: tuple[str, ...] = (),
+    ) -> None:
+        self.work = work
+        lookupd_port, lookupd_http = free_port(), free_port()
+        self.lookupd = pnsq_lookupd(
+            work / "lookupd",
+            f"--tcp-address=127.0.0.1:{lookupd_port}",
+            f"--http-address=127.0.0.1:{lookupd_http}",
+            "--heartbeat-timeout=2s",
+            *lookupd_flags,
+        ).start()
+        flag = f"--lookupd-tcp-address={self.lookupd.tcp_address}"
+        self.nodes = [
+            pnsq_nsqd(
+                work / f"n{i}",
+                flag,
+                f"--tcp-address=127.0.0.1:{free_port()}",
+                "--replica-lag-max=5s",
+                *nsqd_flags,
+            )
+            for i in range(count)
+        ]
+        for node in self.nodes:
+            node.start()
+        wait_for(
+            lambda: len(get_json(self.lookupd, "/nodes")["producers"]) == count,
+            what=f"{count} nodes registered",
+        )
+
+    @staticmethod
+    def node_id(node: Daemon) -> str:
+        return f"127.0.0.1:{node.tcp_port}"
+
+    def by_id(self, node_id: str) -> Daemon:
+        return next(n for n in self.nodes if self.node_id(n) == node_id)
+
+    def create_topic(self, topic: str = TOPIC) -> None:
+        query = f"/topic/create?topic={topic}&partition_num={PARTITIONS}&replicator=2"
+        assert post(self.lookupd, query) == (200, b"")
+        self.wait_in_sync(topic)
+
+    def placement(self, topic: str = TOPIC) -> dict[int, dict[str, Any]]:
+        """Partition -> ``{"leader", "replicas", "isr", "epoch"}`` as lookupd has it."""
+        for node in self.nodes:  # a node's assignments list a topic it holds, whole
+            doc = get_json(self.lookupd, f"/pnsq/assignments?node={self.node_id(node)}")
+            parts = doc["topics"].get(topic, {}).get("partitions", {})
+            if parts:
+                return {int(k): v for k, v in parts.items()}
+        return {}
+
+    def leader(self, partition: int, topic: str = TOPIC) -> Daemon:
+        return self.by_id(self.placement(topic)[partition]["leader"])
+
+    def replica(self, partition: int, topic: str = TOPIC) -> Daemon:
+        return self.by_id(self.placement(topic)[partition]["replicas"][0])
+
+    def wait_in_sync(self, topic: str = TOPIC, timeout: float = 60.0) -> None:
+        """Every partition led by a live node with its full in-sync set."""
+
+        def full() -> bool:
+            parts = self.placement(topic)
+            return len(parts) == PARTITIONS and all(
+                len(p["isr"]) == 1 + len(p["replicas"]) for p in parts.values()
+            )
+
+        wait_for(full, timeout=timeout, what="every partition fully in sync")
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+        self.lookupd.stop()
+
+
+# ---------------------------------------------------------------------------------- publishers
+
+
+@dataclass
+class PnsqPublisher:
+    """pnsq's client publishing ``<name>-<i>`` to one partition, each retried until acked."""
+
+    cluster: FaultCluster
+    partition: int
+    name: str
+    acked: list[tuple[bytes, float]] = field(default_factory=list)
+    refused: list[tuple[float, str]] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+    error: BaseException | None = None
+
+    def start(self) -> PnsqPublisher:
+        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        assert self._thread is not None
+        self._thread.join(30)
+        assert not self._thread.is_alive(), f"{self.name} did not stop"
+        if self.error is not None:
+            raise self.error
+
+    def _run(self) -> None:
+        try:
+            trio.run(self._main)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the test thread by stop()
+            self.error = exc
+
+    async def _main(self) -> None:
+        attempt = 0
+        while not self._stop.is_set():
+            seeds = [n for n in self.cluster.nodes if n.proc and n.proc.poll() is None]
+            await self._session(seeds[attempt % len(seeds)])  # another seed after a failure
+            attempt += 1
+
+    async def _session(self, seed: Daemon) -> None:
+        """Publish through one producer until it fails or stalls for :data:`STALL` seconds
+        (a paused node accepts connections and never answers)."""
+        progress = [trio.current_time()]
+        with trio.CancelScope() as session:
+            async with trio.open_nursery() as nursery:
+
+                async def watchdog() -> None:
+                    while trio.current_time() - progress[0] < STALL:
+                        await trio.sleep(0.2)
+                    session.cancel()
+
+                nursery.start_soon(watchdog)
+                try:
+                    await self._publish(seed, progress)
+                except (OSError, ConnectionClosedError, NsqError) as exc:
+                    self.refused.append((time.monotonic(), f"reconnect: {exc!s:.70}"))
+                    await trio.sleep(0.1)
+                nursery.cancel_scope.cancel()
+        if session.cancelled_caught:
+            self.refused.append((time.monotonic(), "stalled: reconnecting"))
+
+    async def _publish(self, seed: Daemon, progress: list[float]) -> None:
+        async with open_producer(
+            seed.tcp_address,
+            lookupd_http_address=self.cluster.lookupd.http_address,
+            max_attempts=1,
+            route_ttl=0.2,
+        ) as producer:
+            while not self._stop.is_set():
+                body = f"{self.name}-{len(self.acked)}".encode()
+                try:
+                    await producer.publish(TOPIC, body, partition=self.partition)
+                except (NsqError, NsqHTTPError, PartitionsUnknownError) as exc:
+                    self.refused.append((time.monotonic(), str(exc)[:80]))
+                    progress[0] = trio.current_time()
+                    await trio.sleep(0.05)
+                    continue
+                self.acked.append((body, time.monotonic()))
+                progress[0] = trio.current_time()
+
+    def writable_after(self, since: float) -> float | None:
+        """Seconds from ``since`` to the first acknowledgement after it (None: none)."""
+        later = [at for _, at in self.acked if at > since]
+        return min(later) - since if later else None
+
+
+class GoPublisher:
+    """go-nsq's stock producer on one node: ``count`` PUBs, each retried until acknowledged."""
+
+    def __init__(self, node: Daemon, name: str, count: int) -> None:
+        self.name = name
+        argv = [
+            str(GONSQ_INTEROP),
+            "pub",
+            f"-nsqd={node.tcp_address}",
+            f"-topic={TOPIC}",
+            f"-count={count}",
+            f"-prefix={name}-",
+            "-retry",
+            "-timeout=240s",
+        ]
+        self.proc = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+
+    def finish(self, timeout: float = 240) -> set[bytes]:
+        """Wait for the run; the bodies it had acknowledged."""
+        out, err = self.proc.communicate(timeout=timeout)
+        result = json.loads(out.strip().splitlines()[-1])
+        assert self.proc.returncode == 0, (result, err[-2000:])
+        return {f"{self.name}-{i}".encode() for i in range(int(result["published"]))}
+
+
+# ---------------------------------------------------------------------------------- checking
+
+
+@dataclass
+class Outcome:
+    """What the checker found."""
+
+    stored: dict[int, list[bytes]]  # partition -> bodies in log order
+    lost: set[bytes]
+    duplicates: int
+
+
+def read_partition(node: Daemon, partition: int, topic: str = TOPIC) -> list[bytes]:
+    """Every record of ``partition`` below its high-watermark on ``node``."""
+    bodies: list[bytes] = []
+    offset = 0
+    while True:
+        url = (
+            f"http://{node.http_address}/partition/read?topic={topic}"
+            f"&partition={partition}&offset={offset}&max=10000"
+        )
+        status, raw, _ = request(url, "GET", {})
+        assert status == 200, (status, raw[:200])
+        batch = decode_binary(raw)
+        if not batch.records:
+            return bodies
+        bodies.extend(r.body for r in batch.records)
+        offset = batch.next_offset
+
+
+def check(cluster: FaultCluster, acked: set[bytes]) -> Outcome:
+    """Drain every partition from its leader; every acknowledged body must be there."""
+    cluster.wait_in_sync()
+    stored = {p: read_partition(cluster.leader(p), p) for p in range(PARTITIONS)}
+    counts = Counter(body for bodies in stored.values() for body in bodies)
+    lost = acked - set(counts)
+    duplicates = sum(n - 1 for n in counts.values() if n > 1)
+    return Outcome(stored, lost, duplicates)
+
+
+def in_order(bodies: list[bytes], name: str) -> bool:
+    """The ``<name>-<i>`` bodies of one publisher appear in increasing ``i`` (first copies)."""
+    seen: list[int] = []
+    for body in bodies:
+        text = body.decode()
+        if text.startswith(f"{name}-"):
+            n = int(text.rsplit("-", 1)[1])
+            if not seen or n > seen[-1]:
+                seen.append(n)
+            elif n not in seen:
+                return False
+    return True
+
+
+def report(scenario: str, **figures: Any) -> None:
+    """Print the scenario's figures and append them to ``$FAULT_REPORT``."""
+    line = json.dumps({"scenario": scenario, **figures}, sort_keys=True)
+    print(line)
+    path = os.environ.get("FAULT_REPORT")
+    if path:
+        with Path(path).open("a") as handle:
+            handle.write(line + "\n")
+
+
+def rounds() -> int:
+    """Rounds per scenario: ``$FAULT_ROUNDS`` (``scripts/chaos --rounds N``), 1 by default."""
+    return max(1, int(os.environ.get("FAULT_ROUNDS", "1")))
+
+
+def during(load: Callable[[], None], seconds: float) -> None:
+    """Let the publishers run for ``seconds`` around ``load``."""
+    time.sleep(seconds / 2)
+    load()
+    time.sleep(seconds / 2)
