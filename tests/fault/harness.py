@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import threading
 import time
@@ -35,11 +36,12 @@ from client import open_producer
 from client.errors import ConnectionClosedError, NsqError, NsqHTTPError, PartitionsUnknownError
 from protocol.range_read import decode_binary
 from tests.daemons import GONSQ_INTEROP, Daemon, pnsq_lookupd, pnsq_nsqd
+from tests.fault.linkcut import Link
 from tests.integration.lookupd_helpers import free_port, get_json, post, request, wait_for
 
 TOPIC = "faults"
 PARTITIONS = 2
-STALL = 5.0  # seconds without an answer before a publisher reconnects elsewhere
+STALL = 1.5  # seconds without an answer before a publisher reconnects elsewhere
 
 
 class FaultCluster:
@@ -51,8 +53,14 @@ class FaultCluster:
         count: int = 3,
         lookupd_flags: tuple[str, ...] = (),
         nsqd_flags: tuple[str, ...] = (),
+        links: bool = False,
     ) -> None:
         self.work = work
+        #: with ``links``, per node: the link everyone reaches it through (its node id names
+        #: the link's port) and its link to lookupd; cutting both isolates the node
+        self.links: dict[int, tuple[Link, Link]] = {}
+        #: nodes paused or cut off right now (publishers do not pick them as their seed)
+        self.unreachable: set[int] = set()
         lookupd_port, lookupd_http = free_port(), free_port()
         self.lookupd = pnsq_lookupd(
             work / "lookupd",
@@ -61,17 +69,26 @@ class FaultCluster:
             "--heartbeat-timeout=2s",
             *lookupd_flags,
         ).start()
-        flag = f"--lookupd-tcp-address={self.lookupd.tcp_address}"
-        self.nodes = [
-            pnsq_nsqd(
+        self.nodes = []
+        for i in range(count):
+            port = free_port()
+            lookupd_address = self.lookupd.tcp_address
+            node_flags = [f"--tcp-address=127.0.0.1:{port}"]
+            if links:
+                inbound = Link(("127.0.0.1", port))
+                to_lookupd = Link(("127.0.0.1", self.lookupd.tcp_port))
+                lookupd_address = to_lookupd.address
+                node_flags.append(f"--broadcast-tcp-port={inbound.port}")
+            node = pnsq_nsqd(
                 work / f"n{i}",
-                flag,
-                f"--tcp-address=127.0.0.1:{free_port()}",
+                f"--lookupd-tcp-address={lookupd_address}",
+                *node_flags,
                 "--replica-lag-max=5s",
                 *nsqd_flags,
             )
-            for i in range(count)
-        ]
+            if links:
+                self.links[id(node)] = (inbound, to_lookupd)
+            self.nodes.append(node)
         for node in self.nodes:
             node.start()
         wait_for(
@@ -79,9 +96,31 @@ class FaultCluster:
             what=f"{count} nodes registered",
         )
 
-    @staticmethod
-    def node_id(node: Daemon) -> str:
-        return f"127.0.0.1:{node.tcp_port}"
+    def node_id(self, node: Daemon) -> str:
+        link = self.links.get(id(node))
+        return f"127.0.0.1:{link[0].port if link else node.tcp_port}"
+
+    def isolate(self, node: Daemon) -> None:
+        """Cut ``node`` off from lookupd, its peers and its clients (a network partition)."""
+        self.unreachable.add(id(node))
+        for link in self.links[id(node)]:
+            link.cut()
+
+    def heal(self, node: Daemon) -> None:
+        for link in self.links[id(node)]:
+            link.restore()
+        self.unreachable.discard(id(node))
+
+    def pause(self, node: Daemon) -> None:
+        """SIGSTOP ``node`` (it keeps its connections and answers nothing)."""
+        assert node.proc is not None
+        self.unreachable.add(id(node))
+        os.kill(node.proc.pid, signal.SIGSTOP)
+
+    def resume(self, node: Daemon) -> None:
+        assert node.proc is not None
+        os.kill(node.proc.pid, signal.SIGCONT)
+        self.unreachable.discard(id(node))
 
     def by_id(self, node_id: str) -> Daemon:
         return next(n for n in self.nodes if self.node_id(n) == node_id)
@@ -121,6 +160,9 @@ class FaultCluster:
         for node in self.nodes:
             node.stop()
         self.lookupd.stop()
+        for pair in self.links.values():
+            for link in pair:
+                link.close()
 
 
 # ---------------------------------------------------------------------------------- publishers
@@ -161,7 +203,11 @@ class PnsqPublisher:
     async def _main(self) -> None:
         attempt = 0
         while not self._stop.is_set():
-            seeds = [n for n in self.cluster.nodes if n.proc and n.proc.poll() is None]
+            seeds = [
+                n
+                for n in self.cluster.nodes
+                if n.proc and n.proc.poll() is None and id(n) not in self.cluster.unreachable
+            ]
             await self._session(seeds[attempt % len(seeds)])  # another seed after a failure
             attempt += 1
 

@@ -8,8 +8,6 @@ One round of each scenario runs by default; ``scripts/chaos --rounds N`` runs N.
 
 from __future__ import annotations
 
-import os
-import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -97,14 +95,13 @@ def test_sigstop_of_a_leader_past_the_heartbeat_timeout(cluster: FaultCluster) -
         publishers = _publishers(cluster, f"s{round_}")
         time.sleep(1.0)
         victim = cluster.leader(1)
-        assert victim.proc is not None
         old = cluster.placement()[1]
-        os.kill(victim.proc.pid, signal.SIGSTOP)
+        cluster.pause(victim)
         try:
             writable = _writable(publishers[1], time.monotonic())
             assert cluster.placement()[1]["epoch"] > old["epoch"]
         finally:
-            os.kill(victim.proc.pid, signal.SIGCONT)
+            cluster.resume(victim)
         cluster.wait_in_sync()
         _finish("sigstop_leader", cluster, publishers, writable_s=writable)
 
@@ -183,5 +180,28 @@ def test_a_node_lost_for_good_is_replaced(tmp_path: Path) -> None:
             assert victim_id not in (part["leader"], *part["replicas"])
             assert len(part["isr"]) == 2
         _finish("node_lost", cluster, publishers, replication_restored_s=round(restored, 3))
+    finally:
+        cluster.stop()
+
+
+def test_a_leader_cut_off_from_lookupd_and_its_replica(tmp_path: Path) -> None:
+    cluster = FaultCluster(tmp_path, links=True)
+    try:
+        cluster.create_topic()
+        for round_ in range(rounds()):
+            publishers = _publishers(cluster, f"c{round_}")
+            time.sleep(1.0)
+            victim = cluster.leader(0)
+            old = cluster.placement()[0]
+            cluster.isolate(victim)
+            try:
+                writable = _writable(publishers[0], time.monotonic())
+                new = cluster.placement()[0]
+                assert new["epoch"] > old["epoch"]
+                assert new["leader"] != old["leader"]
+            finally:
+                cluster.heal(victim)
+            cluster.wait_in_sync()
+            _finish("cut_off_leader", cluster, publishers, writable_s=writable)
     finally:
         cluster.stop()
