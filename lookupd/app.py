@@ -13,6 +13,7 @@ from . import __version__
 from .cluster import Cluster
 from .decide import Settings
 from .http_api import LookupHTTP, serve_http
+from .metrics import LookupdMetrics
 from .options import Options
 from .store import MetadataStore, StoreError
 from .supervisor import Supervisor
@@ -55,7 +56,9 @@ async def run_lookupd(
         def self_address() -> tuple[str, int, int]:
             return options.broadcast_address, ports["tcp"], ports["http"]
 
-        app = LookupHTTP(cluster, LOOKUPD_VERSION, self_address)
+        app = LookupHTTP(
+            cluster, LOOKUPD_VERSION, self_address, LookupdMetrics(cluster, supervisor).render
+        )
         http_host, http_port = options.http_host_port()
         ports["http"] = await nursery.start(serve_http, app, http_host, http_port)
         tcp.reply_info = {

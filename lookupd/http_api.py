@@ -60,14 +60,20 @@ class LookupHTTP:
     http_port)`` for ``/listlookup``."""
 
     def __init__(
-        self, cluster: Cluster, version: str, self_address: Callable[[], tuple[str, int, int]]
+        self,
+        cluster: Cluster,
+        version: str,
+        self_address: Callable[[], tuple[str, int, int]],
+        metrics: Callable[[], bytes] | None = None,
     ) -> None:
         self.cluster = cluster
         self.version = version
         self.self_address = self_address
+        self.render_metrics = metrics
         get = {"GET"}
         self.routes: dict[str, tuple[set[str], Route]] = {
             "/ping": (get, Route(self.ping)),
+            "/metrics": (get, Route(self.metrics)),
             "/info": (get, Route(self.info, negotiated=True)),
             "/debug": (get, Route(self.debug, negotiated=True)),
             "/lookup": (get, Route(self.lookup, negotiated=True)),
@@ -120,7 +126,7 @@ class LookupHTTP:
             else:
                 await respond_v1_error(send, exc)
             return
-        if path == "/ping":
+        if path in ("/ping", "/metrics"):  # plain text
             await respond(send, 200, reply, nsq_header=False)
         elif route.negotiated:
             await respond_negotiated(send, raw, reply)
@@ -135,6 +141,12 @@ class LookupHTTP:
     async def ping(self, request: Request) -> Reply:
         """``OK``."""
         return b"OK"
+
+    async def metrics(self, request: Request) -> Reply:
+        """pnsq: Prometheus text exposition (see :mod:`lookupd.metrics`)."""
+        if self.render_metrics is None:
+            raise HTTPError(404, "NOT_FOUND")
+        return self.render_metrics()
 
     async def info(self, request: Request) -> Reply:
         """The nsqlookupd version pnsq speaks."""

@@ -261,6 +261,33 @@ class CorruptionCollector(Collector):
         yield nbytes
 
 
+class ReplicationCollector(Collector):
+    """Partitions led here, those with an in-sync set short of their copies, role changes."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    def collect(self) -> Iterator[Metric]:
+        led = under = 0
+        for topic in self.broker.list_topics():
+            for partition in topic.led:
+                led += 1
+                placement = partition.state.placement
+                if len(placement.isr or (placement.leader,)) < 1 + len(placement.replicas):
+                    under += 1
+        yield GaugeMetricFamily("pnsq_leader_partitions", "Partitions led by this node", value=led)
+        yield GaugeMetricFamily(
+            "pnsq_under_replicated_partitions",
+            "Partitions led here whose in-sync set is smaller than their number of copies",
+            value=under,
+        )
+        yield CounterMetricFamily(
+            "pnsq_role_changes",
+            "Partitions whose role on this node changed (leader <-> replica) by lookupd's word",
+            value=self.broker.role_changes,
+        )
+
+
 class Metrics:
     """The metrics of one nsqd: a private registry, the latency histograms (installed on the
     broker as its observers) and the collector over /stats."""
@@ -292,6 +319,7 @@ class Metrics:
         self.registry.register(SegmentFilesCollector(broker.handles))
         self.registry.register(DiskCollector(broker.disk))
         self.registry.register(CorruptionCollector(broker))
+        self.registry.register(ReplicationCollector(broker))
         GC_PAUSES.install()  # /stats' gc_pause_usec_* from now on
         for standard in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
             self.registry.register(standard)

@@ -115,7 +115,8 @@ def apply_assignments(broker: Broker, node: str, assignments: Sequence[TopicAssi
         partition = topic.partition(number)
         try:
             if partition.state.apply(placement):
-                log.info(
+                broker.role_changes += 1
+                log.warning(
                     "TOPIC(%s): partition %d is now %s (epoch %d)",
                     name,
                     number,

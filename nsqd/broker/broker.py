@@ -93,6 +93,7 @@ class Broker:
         self.logs = LogOpener(config, self.read_cache, self.handles)
         #: publishers waiting for followers, streams to followers waiting for records
         self.replication = ReplicationWaiters()
+        self.role_changes = 0  # partitions whose role here changed by lookupd's word
 
     # ------------------------------------------------------------------ topics
 
