@@ -177,9 +177,12 @@ class HighWatermark:
 
 @dataclass(frozen=True, slots=True)
 class Cursors:
-    """Leader → follower: a channel's confirmed offset and deferred messages.
+    """Leader → follower: a channel's state in the partition, for the follower to take over.
 
-    ``channel`` may be empty; ``deferred`` holds ``(offset, deliver_at_ns)`` pairs.
+    ``confirmed``: every offset below it is finished. ``deferred`` holds ``(offset,
+    deliver_at_ns)`` pairs for the offsets above it: ``deliver_at_ns`` 0 marks an offset
+    already finished (FIN out of order), a time marks a message held back until then (REQ
+    with a delay, DPUB). ``deleted``: the channel is gone.
     """
 
     epoch: int

@@ -86,6 +86,9 @@ class PartitionCursor:
         self.message_count = 0
         #: body bytes of the messages the last :meth:`take` returned
         self.taken_bytes = 0
+        #: offset -> not before (ns): delays taken over from a leader (see :meth:`mirror`),
+        #: applied when the offset is read
+        self._delays: dict[int, int] = {}
         #: ordered consumption (SUB_ORDERED): exactly one message in flight; a timeout or REQ
         #: gives the same message back at the head (REQ delays are ignored), so order holds.
         self.ordered = False
@@ -140,8 +143,11 @@ class PartitionCursor:
                     continue
                 message = Message(self.partition, record)
                 self.message_count += 1
-                if record.deliver_at_ns > now_ns:
-                    message.due_ns = record.deliver_at_ns
+                due = record.deliver_at_ns
+                if self._delays:
+                    due = max(due, self._delays.pop(record.offset, 0))
+                if due > now_ns:
+                    message.due_ns = due
                     self.deferred.add(message)
                     if self.ordered:
                         break  # nothing passes a message that is not due yet
@@ -283,6 +289,7 @@ class PartitionCursor:
         self._timeouts.clear()
         self.acked.clear()
         self._holes.clear()
+        self._delays.clear()
         self.confirmed = self.next_read = offset
         return owners
 
@@ -297,6 +304,25 @@ class PartitionCursor:
             self.confirmed = offset
             self._advance_confirmed()
         self.next_read = max(self.next_read, offset)
+
+    def replica_state(self) -> tuple[int, tuple[tuple[int, int], ...]]:
+        """What a follower needs to take this cursor over: ``confirmed``, and per offset above
+        it either 0 (finished) or the time before which it is not delivered (deferred)."""
+        marks = dict.fromkeys(self.acked, 0)
+        for message in self.deferred:
+            marks[message.offset] = message.due_ns
+        marks.update(self._delays)
+        return self.confirmed, tuple(sorted(marks.items()))
+
+    def mirror(self, confirmed: int, marks: Sequence[tuple[int, int]]) -> None:
+        """Become a copy of a leader's cursor (:meth:`replica_state`): everything from
+        ``confirmed`` on is delivered again once this node leads, except what is finished,
+        and deferred messages not before their time."""
+        self.seek(confirmed)
+        self.acked = {offset for offset, due in marks if due == 0 and offset >= confirmed}
+        self._delays = {offset: due for offset, due in marks if due and offset >= confirmed}
+        self._advance_confirmed()
+        self.next_read = self.confirmed
 
     def checkpoint(self) -> dict[str, object]:
         """The durable part: ``confirmed`` and the out-of-order FINs above it."""

@@ -164,11 +164,12 @@ class Followers:
             while True:
                 with trio.fail_after(IDLE_TIMEOUT):
                     frame = await reader.next()
-                await self._apply(stream, partition, frame)
+                await self._apply(stream, topic, partition, frame)
 
     async def _apply(
         self,
         stream: trio.SocketStream,
+        topic_name: str,
         partition: Partition,
         frame: LeaderFrame,
     ) -> None:
@@ -187,8 +188,13 @@ class Followers:
             case HighWatermark(epoch=epoch, high_watermark=hw):
                 await self._check_epoch(stream, partition, epoch)
                 state.leader_high_watermark(hw)
-            case Cursors():
-                raise ReplicationProtocolError("this follower does not take CURSORS yet")
+            case Cursors(epoch=epoch, channel=name, confirmed=confirmed, deferred=marks):
+                await self._check_epoch(stream, partition, epoch)
+                topic = self.broker.find_topic(topic_name)
+                if topic is not None and not topic.deleted:
+                    self.broker.mirror_channel(
+                        topic, partition, name, confirmed, marks, frame.deleted
+                    )
             case Error(code=code, text=text):
                 raise LeaderRefused(f"{code} {text}")
             case Welcome():

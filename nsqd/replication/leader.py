@@ -19,6 +19,7 @@ import trio
 
 from protocol.replication import (
     Ack,
+    Cursors,
     Error,
     FollowerFrameDecoder,
     Hello,
@@ -40,6 +41,7 @@ from .frames import FrameReader, PeerClosed
 log = logging.getLogger("nsqd.replication")
 
 HEARTBEAT = 1.0  # seconds between high-watermark frames on an idle stream
+CURSOR_INTERVAL = 0.2  # seconds between looks at the channels' state
 BATCH_BYTES = 1 << 20  # about this much per Append
 HELLO_TIMEOUT = 10.0
 
@@ -93,7 +95,7 @@ async def _serve(
     )
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_read_acks, broker, reader, topic, partition, hello.node)
-        await _stream(broker, stream, partition, start, f"{hello.topic}/{hello.partition}")
+        await _stream(broker, stream, topic, partition, start)
         nursery.cancel_scope.cancel()
 
 
@@ -109,12 +111,17 @@ def _led_partition(broker: Broker, hello: Hello) -> tuple[Topic | None, Partitio
 
 
 async def _stream(
-    broker: Broker, stream: trio.SocketStream, partition: Partition, at: int, label: str
+    broker: Broker, stream: trio.SocketStream, topic: Topic, partition: Partition, at: int
 ) -> None:
-    """Send what the follower lacks, as it comes, while this node leads under one epoch."""
+    """Send what the follower lacks, as it comes, and the channels' state in the partition
+    (every :data:`CURSOR_INTERVAL` seconds when it changed), while this node leads under
+    one epoch."""
     state = partition.state
     epoch = state.epoch
-    sent_hw = -1
+    clock = broker.clock
+    sent_hw, sent_at = -1, clock.monotonic()
+    cursors: dict[str, tuple[int, tuple[tuple[int, int], ...]]] = {}
+    next_cursors = 0.0
     while state.leads and state.epoch == epoch:
         batch = read_for_follower(partition, at, BATCH_BYTES)
         if batch.count:
@@ -123,16 +130,47 @@ async def _stream(
             )
             await stream.send_all(header + batch.data)
             at += batch.count
-            sent_hw = state.high_watermark
+            sent_hw, sent_at = state.high_watermark, clock.monotonic()
             continue
-        if state.high_watermark != sent_hw:
-            sent_hw = state.high_watermark
+        now = clock.monotonic()
+        if state.high_watermark != sent_hw or now - sent_at >= HEARTBEAT:
+            sent_hw, sent_at = state.high_watermark, now
             await stream.send_all(encode(HighWatermark(epoch, sent_hw)))
-        with trio.move_on_after(HEARTBEAT) as idle:
+        if now >= next_cursors:
+            next_cursors = now + CURSOR_INTERVAL
+            for frame in _cursor_changes(topic, partition, epoch, cursors):
+                await stream.send_all(encode(frame))
+        with trio.move_on_after(CURSOR_INTERVAL):
             await broker.replication.wait_data(partition, at)
-        if idle.cancelled_caught:
-            sent_hw = -1  # heartbeat: the high-watermark again
-    log.info("REPLICATION(%s): no longer leading under epoch %d: stream ends", label, epoch)
+    log.info(
+        "REPLICATION(%s/%d): no longer leading under epoch %d: stream ends",
+        topic.name,
+        partition.number,
+        epoch,
+    )
+
+
+def _cursor_changes(
+    topic: Topic,
+    partition: Partition,
+    epoch: int,
+    sent: dict[str, tuple[int, tuple[tuple[int, int], ...]]],
+) -> list[Cursors]:
+    """Cursors frames for the channels whose state in ``partition`` changed since ``sent``
+    (updated), and for the channels deleted since."""
+    frames = []
+    for name, channel in topic.channels.items():
+        cursor = channel.cursors.get(partition.number)
+        if channel.ephemeral or cursor is None:
+            continue
+        now = cursor.replica_state()
+        if sent.get(name) != now:
+            sent[name] = now
+            frames.append(Cursors(epoch, name, now[0], now[1]))
+    for name in [n for n in sent if n not in topic.channels]:
+        del sent[name]
+        frames.append(Cursors(epoch, name, 0, (), deleted=True))
+    return frames
 
 
 async def _read_acks(

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from protocol import Pub, Rdy, Sub
+from protocol import Dpub, Fin, Pub, Rdy, Req, Sub
 from tests.daemons import Daemon, pnsq_lookupd, pnsq_nsqd
 from tests.integration.lookupd_helpers import (
     free_port,
@@ -219,3 +219,34 @@ def test_a_paused_leader_is_replaced_and_cannot_acknowledge_after(cluster: Clust
     wait_for(lambda: len(cluster.placement("paused")["isr"]) == 2, timeout=30, what="rejoined")
     bodies = _drain(replica, "paused", 2)
     assert set(bodies) == {b"before", b"to the new leader"}
+
+
+def test_channel_state_and_delays_survive_a_failover(cluster: Cluster) -> None:
+    leader, replica, _ = _create(cluster, "resumed")
+    _publish(leader, "resumed", [b"m%d" % i for i in range(10)])
+    producer = RawClient(leader.tcp_address)
+    producer.send(Dpub("resumed", 60_000, b"deferred a minute"))
+    assert producer.read().data == b"OK"
+    consumer = RawClient(leader.tcp_address)
+    consumer.send(Sub("resumed", "c", 0), Rdy(5))
+    assert consumer.read().data == b"OK"
+    got = [consumer.read(skip_heartbeats=True) for _ in range(5)]
+    assert [f.body for f in got] == [b"m0", b"m1", b"m2", b"m3", b"m4"]
+    for frame in got[:3]:
+        consumer.send(Fin(frame.message_id))
+    consumer.send(Req(got[3].message_id, 60_000))  # held back a minute
+    time.sleep(1.0)  # the channel state reaches the replica (every 0.2 s)
+    leader.kill()
+    wait_for(lambda: _try_publish(replica, "resumed", b"m10"), timeout=20, what="failover")
+    again = RawClient(replica.tcp_address, timeout=2.0)
+    again.send(Sub("resumed", "c", 0), Rdy(20))
+    assert again.read().data == b"OK"
+    bodies = []
+    while True:
+        try:
+            bodies.append(again.read(skip_heartbeats=True).body)
+        except TimeoutError:
+            break
+    # finished ones are not redelivered, the REQ'd and DPUB'd ones wait for their time; m4
+    # was in flight on the dead leader (redelivered: at least once)
+    assert bodies == [b"m4", b"m5", b"m6", b"m7", b"m8", b"m9", b"m10"]

@@ -154,3 +154,34 @@ def test_ordered_mode_blocks_behind_a_message_that_is_not_due() -> None:
     assert not cursor.has_ready(2)
     cursor.expire(600)
     assert [m.offset for m in cursor.take(fetch, 5, 600, 2)] == [0]
+
+
+def _fetch(log: list[Rec]):  # type: ignore[no-untyped-def]
+    def fetch(offset: int, count: int, max_bytes: int | None) -> list[Rec]:
+        return log[offset : offset + count]
+
+    return fetch
+
+
+def test_a_mirrored_cursor_delivers_what_the_leader_had_not_finished() -> None:
+    log = [Rec(i) for i in range(10)]
+    leader = PartitionCursor(0, 0)
+    taken = leader.take(_fetch(log), 6, 1_000, len(log))
+    for message in taken:
+        leader.start_flight(message, "a", 10_000, 1_000)
+    leader.finish(0, "a")
+    leader.finish(1, "a")
+    leader.finish(3, "a")  # out of order: 2 is still in flight
+    leader.requeue(4, "a", 60_000, 1_000)  # held back until 61_000
+    confirmed, marks = leader.replica_state()
+    assert confirmed == 2
+    assert marks == ((3, 0), (4, 61_000))
+
+    follower = PartitionCursor(0, 0)
+    follower.mirror(confirmed, marks)
+    got = follower.take(_fetch(log), 20, 2_000, len(log))
+    # 2 and 5 were in flight (redelivered: at least once), 3 finished, 4 deferred
+    assert [m.offset for m in got] == [2, 5, 6, 7, 8, 9]
+    assert [m.offset for m in follower.deferred] == [4]
+    assert follower.deferred[0].due_ns == 61_000
+    assert follower.replica_state() == (2, ((3, 0), (4, 61_000)))
