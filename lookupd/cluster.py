@@ -294,6 +294,7 @@ class Cluster:
         retention_days: int | None = None,
         extend_support: bool | None = None,
         disable_channel_auto_create: bool | None = None,
+        min_isr: int | None = None,
     ) -> TopicPlacement:
         """youzan's ``/topic/meta/update`` (a None keeps the value), persisted before
         returning. Raises KeyError for an unknown topic, :class:`StoreError`."""
@@ -309,6 +310,7 @@ class Cluster:
                 if disable_channel_auto_create is None
                 else disable_channel_auto_create
             ),
+            min_isr=m.min_isr if min_isr is None else min_isr,
         )
         return await self._commit(placement, replace(placement, meta=meta))
 

@@ -251,6 +251,7 @@ class LookupHTTP:
         replica = _bounded(request, "replicator", 1, 1, MAX_REPLICATOR, "REPLICATOR")
         _bounded(request, "suggestload", 0, 0, 10000, "LOAD_FACTOR")
         sync_every = _int_arg(request, "syncdisk", "INVALID_ARG_TOPIC_SYNC_DISK")
+        min_isr = _bounded(request, "min_isr", 1, 1, replica, "MIN_ISR")
         meta = TopicMeta(
             partition_num=partition_num,
             replica=replica,
@@ -260,6 +261,7 @@ class LookupHTTP:
             disable_channel_auto_create=request.arg("disable_channel_auto_create") == "true",
             retention_days=_go_atoi(request.arg("retention") or "0"),
             sync_every=sync_every,
+            min_isr=min_isr,
         )
         try:
             await self.cluster.create_topic(topic, meta, request.arg("prefer") or None)
@@ -285,6 +287,8 @@ class LookupHTTP:
         sync = request.arg("syncdisk")
         retention = request.arg("retention")
         disable = request.arg("disable_channel_auto_create")
+        replica = self.cluster.placements[topic].meta.replica
+        min_isr = request.arg("min_isr")
         try:
             await self.cluster.update_meta(
                 topic,
@@ -294,6 +298,9 @@ class LookupHTTP:
                 retention_days=None if retention in (None, "") else _go_atoi(retention),
                 extend_support=True if request.arg("upgradeext") == "true" else None,
                 disable_channel_auto_create=None if disable is None else disable == "true",
+                min_isr=None
+                if min_isr in (None, "")
+                else _bounded(request, "min_isr", 1, 1, replica, "MIN_ISR"),
             )
         except StoreError as exc:
             log.error("TOPIC(%s): %s", topic, exc)

@@ -39,6 +39,7 @@ class TopicMeta:
     disable_channel_auto_create: bool = False
     retention_days: int = 0
     sync_every: int = 0
+    min_isr: int = 1  # pnsq: publishes refused while fewer copies are in sync
 
     def lookup_meta(self) -> dict[str, object]:
         """The six keys of ``/lookup?metainfo=``."""
@@ -90,6 +91,7 @@ class TopicPlacement:
                 **meta.lookup_meta(),
                 "retention_days": meta.retention_days,
                 "sync_every": meta.sync_every,
+                "min_isr": meta.min_isr,
             },
         )
 
@@ -235,6 +237,7 @@ def to_document(placement: TopicPlacement) -> dict[str, object]:
         "disable_channel_auto_create": meta.disable_channel_auto_create,
         "retention_days": meta.retention_days,
         "sync_every": meta.sync_every,
+        "min_isr": meta.min_isr,
         "adopted": placement.adopted,
         "partitions": [
             {
@@ -266,6 +269,7 @@ def from_document(name: str, document: Mapping[str, object]) -> TopicPlacement:
         disable_channel_auto_create=bool(document.get("disable_channel_auto_create", False)),
         retention_days=number("retention_days", 0),
         sync_every=number("sync_every", 0),
+        min_isr=number("min_isr", 1),
     )
     raw = document.get("partitions", [])
     if not isinstance(raw, list):

@@ -39,6 +39,7 @@ def wanted_topics(node: str, assignments: Sequence[TopicAssignment]) -> list[Top
                 channel_auto_create=not a.meta.get("disable_channel_auto_create", False),
                 retention_days=_count(a.meta.get("retention_days")),
                 sync_every=_count(a.meta.get("sync_every")),
+                min_isr=max(1, _count(a.meta.get("min_isr"))),
             ),
         )
         for a in assignments
@@ -58,6 +59,7 @@ def topic_settings(topic: Topic) -> TopicSettings:
         channel_auto_create=topic.channel_auto_create,
         retention_days=round(topic.retention / 86400) if topic.retention else 0,
         sync_every=topic.sync_every or 0,
+        min_isr=topic.min_isr,
     )
 
 
@@ -68,6 +70,7 @@ def apply_settings(topic: Topic, settings: TopicSettings) -> None:
     topic.channel_auto_create = settings.channel_auto_create
     topic.retention = settings.retention_days * 86400.0 if settings.retention_days else None
     topic.sync_every = settings.sync_every or None
+    topic.min_isr = settings.min_isr
     if topic.ordered:
         for channel in topic.channels.values():
             channel.ordered = True

@@ -29,6 +29,7 @@ from ..core.errors import (
     ChannelNotFoundError,
     ConsumerLimitError,
     ExitingError,
+    NotEnoughReplicasError,
     NotWritableError,
     PartitionNotFoundError,
     TopicNotFoundError,
@@ -267,6 +268,10 @@ class Broker:
         self.disk.require_writable()
         topic = self.topics.get(topic_name) or self.auto_create_topic(topic_name, partition)
         target = topic.pick_partition(partition)
+        if topic.min_isr > 1 and len(target.state.followers) + 1 < topic.min_isr:
+            raise NotEnoughReplicasError(
+                f"{len(target.state.followers) + 1} cop(ies) in sync, min_isr {topic.min_isr}"
+            )
         started = self.clock.perf()
         try:
             records = topic.append(target, entries)

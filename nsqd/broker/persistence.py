@@ -131,6 +131,7 @@ def metadata_document(topics: list[Topic], version: str) -> dict[str, object]:
                 "channel_auto_create": topic.channel_auto_create,
                 "retention": topic.retention,
                 "sync_every": topic.sync_every,
+                "min_isr": topic.min_isr,
             }
             entry["held"] = {
                 str(p.number): placement_document(p.state.placement) for p in topic.partitions

@@ -54,6 +54,8 @@ def restore_broker(broker: Broker) -> None:
             retention, sync_every = meta.get("retention"), meta.get("sync_every")
             topic.retention = float(retention) if isinstance(retention, int | float) else None
             topic.sync_every = sync_every if isinstance(sync_every, int) else None
+            min_isr = meta.get("min_isr", 1)
+            topic.min_isr = min_isr if isinstance(min_isr, int) and min_isr > 0 else 1
         broker.topics[name] = topic
         channel_entries = entry.get("channels", [])
         assert isinstance(channel_entries, list)

@@ -50,6 +50,7 @@ class Topic:
         self.channel_auto_create = True
         self.retention: float | None = None
         self.sync_every: int | None = None
+        self.min_isr = 1  # lookupd's min_isr: publishes refused while fewer copies are in sync
         self.channels: dict[str, Channel] = {}
         self.message_count = 0
         self.message_bytes = 0

@@ -44,6 +44,10 @@ class NotWritableError(BrokerError):
     """The partition refuses writes (disk past its high-water mark, or a write error)."""
 
 
+class NotEnoughReplicasError(NotWritableError):
+    """Fewer copies of the partition are in sync than the topic's ``min_isr`` asks."""
+
+
 class ConsumerLimitError(BrokerError):
     """SUB past ``--max-channel-consumers``."""
 

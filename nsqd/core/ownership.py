@@ -45,6 +45,7 @@ class TopicSettings:
     channel_auto_create: bool = True  # not disable_channel_auto_create
     retention_days: int = 0  # 0: nsqd's --retention
     sync_every: int = 0  # syncdisk; 0: nsqd's --sync-every
+    min_isr: int = 1  # publishes refused while fewer copies are in sync
 
 
 @dataclass(frozen=True, slots=True)

@@ -250,3 +250,26 @@ def test_channel_state_and_delays_survive_a_failover(cluster: Cluster) -> None:
     # finished ones are not redelivered, the REQ'd and DPUB'd ones wait for their time; m4
     # was in flight on the dead leader (redelivered: at least once)
     assert bodies == [b"m4", b"m5", b"m6", b"m7", b"m8", b"m9", b"m10"]
+
+
+def test_min_isr_refuses_publishes_while_too_few_copies_are_in_sync(cluster: Cluster) -> None:
+    query = "/topic/create?topic=strict&partition_num=1&replicator=2&min_isr=2"
+    assert post(cluster.lookupd, query) == (200, b"")
+    wait_for(lambda: len(cluster.placement("strict")["isr"]) == 2, what="both in sync")
+    leader = cluster.by_id(cluster.placement("strict")["leader"])
+    replica = next(n for n in cluster.nodes if n is not leader)
+    _publish(leader, "strict", [b"with both"])
+    replica.kill()
+    wait_for(lambda: len(cluster.placement("strict")["isr"]) == 1, what="the replica out")
+    client = RawClient(leader.tcp_address)
+
+    def refused() -> bool:
+        client.send(Pub("strict", b"alone", 0))
+        return client.read().data == b"E_FAILED_ON_NOT_WRITABLE "
+
+    wait_for(refused, what="refused below min_isr")  # non-fatal: the connection stays
+    assert post(cluster.lookupd, "/topic/create?topic=bad&replicator=1&min_isr=2")[0] == 400
+    replica.start()
+    wait_for(lambda: len(cluster.placement("strict")["isr"]) == 2, timeout=30, what="back")
+    client.send(Pub("strict", b"with both again", 0))
+    assert client.read().data == b"OK"
