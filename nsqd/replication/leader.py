@@ -42,6 +42,9 @@ log = logging.getLogger("nsqd.replication")
 
 HEARTBEAT = 1.0  # seconds between high-watermark frames on an idle stream
 CURSOR_INTERVAL = 0.2  # seconds between looks at the channels' state
+#: bytes per second a follower outside the in-sync set is fed (a new or returning replica
+#: catching up must not starve the partition's publishers and in-sync followers)
+CATCHUP_RATE = 32 << 20
 BATCH_BYTES = 1 << 20  # about this much per Append
 HELLO_TIMEOUT = 10.0
 
@@ -95,7 +98,7 @@ async def _serve(
     )
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_read_acks, broker, reader, topic, partition, hello.node)
-        await _stream(broker, stream, topic, partition, start)
+        await _stream(broker, stream, topic, partition, start, hello.node)
         nursery.cancel_scope.cancel()
 
 
@@ -111,7 +114,12 @@ def _led_partition(broker: Broker, hello: Hello) -> tuple[Topic | None, Partitio
 
 
 async def _stream(
-    broker: Broker, stream: trio.SocketStream, topic: Topic, partition: Partition, at: int
+    broker: Broker,
+    stream: trio.SocketStream,
+    topic: Topic,
+    partition: Partition,
+    at: int,
+    node: str,
 ) -> None:
     """Send what the follower lacks, as it comes, and the channels' state in the partition
     (every :data:`CURSOR_INTERVAL` seconds when it changed), while this node leads under
@@ -122,6 +130,7 @@ async def _stream(
     sent_hw, sent_at = -1, clock.monotonic()
     cursors: dict[str, tuple[int, tuple[tuple[int, int], ...]]] = {}
     next_cursors = 0.0
+    budget = CatchUpBudget(CATCHUP_RATE, clock.monotonic())
     while state.leads and state.epoch == epoch:
         batch = read_for_follower(partition, at, BATCH_BYTES)
         if batch.count:
@@ -131,6 +140,8 @@ async def _stream(
             await stream.send_all(header + batch.data)
             at += batch.count
             sent_hw, sent_at = state.high_watermark, clock.monotonic()
+            if node not in state.placement.isr:  # catching up: at a bounded rate
+                await trio.sleep(budget.spend(len(batch.data), sent_at))
             continue
         now = clock.monotonic()
         if state.high_watermark != sent_hw or now - sent_at >= HEARTBEAT:
@@ -148,6 +159,21 @@ async def _stream(
         partition.number,
         epoch,
     )
+
+
+class CatchUpBudget:
+    """A token bucket of ``rate`` bytes per second (one second of burst)."""
+
+    def __init__(self, rate: float, now: float) -> None:
+        self.rate = rate
+        self.tokens = rate
+        self.at = now
+
+    def spend(self, size: int, now: float) -> float:
+        """Take ``size`` bytes; returns the seconds to wait before sending more."""
+        self.tokens = min(self.rate, self.tokens + (now - self.at) * self.rate) - size
+        self.at = now
+        return max(0.0, -self.tokens / self.rate)
 
 
 def _cursor_changes(
