@@ -10,7 +10,6 @@ METHOD_NOT_ALLOWED`` with ``Allow``.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from collections.abc import Callable
@@ -19,7 +18,7 @@ from dataclasses import dataclass
 import trio
 
 from netio.http import lifespan, serve_http as netio_serve_http
-from protocol.lookup import ASSIGNMENTS_PATH, assignments_payload
+from protocol.lookup import ASSIGNMENTS_PATH
 from protocol.names import is_valid_channel_name, is_valid_topic_name
 
 from . import views
@@ -32,12 +31,14 @@ from .http_base import (
     Request,
     Scope,
     Send,
+    go_atoi,
     respond,
     respond_negotiated,
     respond_negotiated_error,
     respond_v1,
     respond_v1_error,
 )
+from .http_pnsq import LEAVING_PATH, MAX_BODY, PROGRESS_PATH, PnsqEndpoints, read_body
 from .placement import MAX_PARTITION_NUM, MAX_REPLICATOR
 
 log = logging.getLogger("nsqlookupd.http")
@@ -69,11 +70,12 @@ class LookupHTTP:
         self.cluster = cluster
         self.version = version
         self.self_address = self_address
-        self.render_metrics = metrics
+        #: the endpoints pnsq's nodes use (assignments, progress, leaving) and /metrics
+        self.pnsq = PnsqEndpoints(cluster, metrics)
         get = {"GET"}
         self.routes: dict[str, tuple[set[str], Route]] = {
             "/ping": (get, Route(self.ping)),
-            "/metrics": (get, Route(self.metrics)),
+            "/metrics": (get, Route(self.pnsq.metrics)),
             "/info": (get, Route(self.info, negotiated=True)),
             "/debug": (get, Route(self.debug, negotiated=True)),
             "/lookup": (get, Route(self.lookup, negotiated=True)),
@@ -88,9 +90,9 @@ class LookupHTTP:
             "/topic/tombstone": ({"POST"}, Route(self.topic_tombstone)),
             "/topic/meta/update": ({"POST"}, Route(self.topic_meta_update)),
             "/topic/partition/expand": ({"POST"}, Route(self.topic_partition_expand)),
-            ASSIGNMENTS_PATH: (get, Route(self.assignments)),
-            PROGRESS_PATH: ({"POST"}, Route(self.progress, body=True)),
-            LEAVING_PATH: ({"POST"}, Route(self.leaving)),
+            ASSIGNMENTS_PATH: (get, Route(self.pnsq.assignments)),
+            PROGRESS_PATH: ({"POST"}, Route(self.pnsq.progress, body=True)),
+            LEAVING_PATH: ({"POST"}, Route(self.pnsq.leaving)),
         }
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -116,7 +118,7 @@ class LookupHTTP:
             return
         request = Request(method, path, raw_query, list(scope.get("headers", [])))
         if route.body:
-            request.body = await _read_body(receive, MAX_BODY)
+            request.body = await read_body(receive, MAX_BODY)
         raw = request.wants_raw
         try:
             reply = await route.handler(request)
@@ -141,12 +143,6 @@ class LookupHTTP:
     async def ping(self, request: Request) -> Reply:
         """``OK``."""
         return b"OK"
-
-    async def metrics(self, request: Request) -> Reply:
-        """pnsq: Prometheus text exposition (see :mod:`lookupd.metrics`)."""
-        if self.render_metrics is None:
-            raise HTTPError(404, "NOT_FOUND")
-        return self.render_metrics()
 
     async def info(self, request: Request) -> Reply:
         """The nsqlookupd version pnsq speaks."""
@@ -200,48 +196,6 @@ class LookupHTTP:
         """youzan's list of lookupds: this one."""
         return views.listlookup(*self.self_address())
 
-    async def assignments(self, request: Request) -> Reply:
-        """pnsq: the topics ``node`` must hold. A long-poll with ``after=<version>``: answered
-        once placements newer than that version are on disk, or after ``wait`` seconds
-        (default 30, at most 60); the reply's ``version`` is the one to send next."""
-        node = request.arg("node")
-        if not node:
-            raise HTTPError(400, "MISSING_ARG_NODE")
-        after = request.arg("after")
-        if after is not None:
-            wait = min(_go_atoi(request.arg("wait") or "30"), MAX_ASSIGNMENTS_WAIT)
-            with trio.move_on_after(wait):
-                await self.cluster.wait_saved_after(_go_atoi(after))
-        version = self.cluster.saved_version
-        payload = assignments_payload(
-            node, self.cluster.assignments(node), list(self.cluster.deleted)
-        )
-        return {**payload, "version": version}
-
-    async def progress(self, request: Request) -> Reply:
-        """pnsq: a leader's report on its followers, ``{"node", "partitions": [{"topic",
-        "partition", "epoch", "caught_up": [...], "lagging": [...]}]}``."""
-        try:
-            document = json.loads(request.body or b"null")
-        except ValueError as exc:
-            raise HTTPError(400, "INVALID_BODY") from exc
-        if not isinstance(document, dict):
-            raise HTTPError(400, "INVALID_BODY")
-        node, reports = document.get("node"), document.get("partitions")
-        if not isinstance(node, str) or not isinstance(reports, list):
-            raise HTTPError(400, "INVALID_BODY")
-        self.cluster.report_progress(node, [r for r in reports if isinstance(r, dict)])
-        return None
-
-    async def leaving(self, request: Request) -> Reply:
-        """pnsq: ``node`` shuts down cleanly; its leaderships move to in-sync replicas."""
-        node = request.arg("node")
-        if not node:
-            raise HTTPError(400, "MISSING_ARG_NODE")
-        if not self.cluster.leaving(node):
-            raise HTTPError(404, "NODE_NOT_FOUND")
-        return None
-
     # ------------------------------------------------------------------ admin endpoints
 
     async def topic_create(self, request: Request) -> Reply:
@@ -259,7 +213,7 @@ class LookupHTTP:
             ordered=request.arg("orderedmulti") == "true",
             multi_part=request.arg("multipart") == "true",
             disable_channel_auto_create=request.arg("disable_channel_auto_create") == "true",
-            retention_days=_go_atoi(request.arg("retention") or "0"),
+            retention_days=go_atoi(request.arg("retention") or "0"),
             sync_every=sync_every,
             min_isr=min_isr,
         )
@@ -282,7 +236,7 @@ class LookupHTTP:
         replicator = request.arg("replicator")
         if replicator not in (None, "", "-1"):
             current = self.cluster.placements[topic].meta.replica
-            if _go_atoi(replicator) != current:
+            if go_atoi(replicator) != current:
                 raise HTTPError(400, "REPLICATOR_CHANGE_NOT_SUPPORTED")
         sync = request.arg("syncdisk")
         retention = request.arg("retention")
@@ -295,7 +249,7 @@ class LookupHTTP:
                 sync_every=None
                 if sync in (None, "")
                 else _int_arg(request, "syncdisk", "INVALID_ARG_TOPIC_SYNC_DISK"),
-                retention_days=None if retention in (None, "") else _go_atoi(retention),
+                retention_days=None if retention in (None, "") else go_atoi(retention),
                 extend_support=True if request.arg("upgradeext") == "true" else None,
                 disable_channel_auto_create=None if disable is None else disable == "true",
                 min_isr=None
@@ -363,30 +317,6 @@ class LookupHTTP:
         return None
 
 
-MAX_ASSIGNMENTS_WAIT = 60  # seconds a /pnsq/assignments long-poll may wait
-MAX_BODY = 4 << 20  # bytes of a progress report
-PROGRESS_PATH = "/pnsq/progress"
-LEAVING_PATH = "/pnsq/leaving"
-
-
-async def _read_body(receive: Receive, limit: int) -> bytes:
-    """An ASGI request body, at most ``limit`` bytes (413 past it)."""
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] != "http.request":
-            break
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            raise HTTPError(413, "BODY_TOO_BIG")
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            break
-    return b"".join(chunks)
-
-
 def _topic_arg(request: Request) -> str:
     topic = request.arg("topic")
     if topic is None:
@@ -405,16 +335,6 @@ def _topic_channel_args(request: Request) -> tuple[str, str]:
     if not is_valid_channel_name(channel):
         raise HTTPError(400, "INVALID_ARG_CHANNEL")
     return topic, channel
-
-
-def _go_atoi(text: str) -> int:
-    """Go's ``strconv.Atoi``; the error is Go's text (youzan returns it for ``retention``)."""
-    if not _ATOI.fullmatch(text):
-        raise HTTPError(400, f'strconv.Atoi: parsing "{text}": invalid syntax')
-    value = int(text)
-    if not -_INT64 <= value < _INT64:
-        raise HTTPError(400, f'strconv.Atoi: parsing "{text}": value out of range')
-    return value
 
 
 def _int_arg(request: Request, name: str, error: str) -> int:

@@ -15,6 +15,7 @@ JSON is encoded as Go's ``encoding/json`` does (compact, ``<``, ``>``, ``&`` esc
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -93,3 +94,17 @@ async def respond_negotiated_error(send: Send, raw: bool, error: HTTPError) -> N
         await respond_v1_error(send, error)
     else:
         await respond(send, 500, wrap_error(error.message), nsq_header=False)
+
+
+_ATOI = re.compile(r"[+-]?[0-9]+")
+_INT64 = 1 << 63
+
+
+def go_atoi(text: str) -> int:
+    """Go's ``strconv.Atoi``; the error is Go's text (youzan returns it for ``retention``)."""
+    if not _ATOI.fullmatch(text):
+        raise HTTPError(400, f'strconv.Atoi: parsing "{text}": invalid syntax')
+    value = int(text)
+    if not -_INT64 <= value < _INT64:
+        raise HTTPError(400, f'strconv.Atoi: parsing "{text}": value out of range')
+    return value

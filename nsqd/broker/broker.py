@@ -289,36 +289,6 @@ class Broker:
             self.syncs.request()
         return records
 
-    def mirror_channel(
-        self,
-        topic: Topic,
-        partition: Partition,
-        name: str,
-        confirmed: int,
-        marks: Sequence[tuple[int, int]],
-        deleted: bool,
-    ) -> None:
-        """A follower takes over its leader's channel state in ``partition`` (created here
-        if new; ``deleted``: the leader deleted it)."""
-        if deleted:
-            if name in topic.channels:
-                self.delete_channel(topic, name)
-            return
-        channel = self.get_or_create_channel(topic, name)
-        cursor = channel.cursors.get(partition.number)
-        if cursor is not None:
-            cursor.mirror(confirmed, marks)
-            partition.dirty = True
-
-    def follower_acked(self, topic: Topic, partition: Partition, node: str, log_end: int) -> None:
-        """Follower ``node`` holds ``partition`` up to ``log_end``: a moved high-watermark
-        releases the publishes below it and lets the channels deliver up to it."""
-        if partition.state.follower_acked(node, log_end, self.clock.monotonic()):
-            self.replication.wake(partition)
-            if not topic.paused:
-                for channel in topic.channels.values():
-                    channel.notify()
-
     async def wait_replicated(
         self, topic_name: str, records: Sequence[Record], *, durable: bool = True
     ) -> None:

@@ -11,7 +11,9 @@ records (group commit: one acknowledgement from a follower releases every publis
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from weakref import WeakKeyDictionary
 
 from trio.lowlevel import ParkingLot
@@ -28,13 +30,19 @@ from ..storage.record import (
 )
 from .partition import Partition
 
+if TYPE_CHECKING:
+    from .broker import Broker
+    from .topic import Topic
+
 __all__ = [
     "Batch",
     "ReplicaStreamError",
     "ReplicationWaiters",
     "append_from_leader",
     "end_for_epoch",
+    "follower_acked",
     "last_epoch",
+    "mirror_channel",
     "read_for_follower",
     "truncate_for_leader",
 ]
@@ -129,6 +137,40 @@ def truncate_for_leader(partition: Partition, offset: int) -> None:
     if offset < log.end_offset:
         log.truncate(max(offset, log.start_offset))
         partition.state.truncated(log.end_offset)
+
+
+def follower_acked(
+    broker: Broker, topic: Topic, partition: Partition, node: str, log_end: int
+) -> None:
+    """Follower ``node`` holds ``partition`` up to ``log_end``: a moved high-watermark
+    releases the publishes below it and lets the channels deliver up to it."""
+    if partition.state.follower_acked(node, log_end, broker.clock.monotonic()):
+        broker.replication.wake(partition)
+        if not topic.paused:
+            for channel in topic.channels.values():
+                channel.notify()
+
+
+def mirror_channel(
+    broker: Broker,
+    topic: Topic,
+    partition: Partition,
+    name: str,
+    confirmed: int,
+    marks: Sequence[tuple[int, int]],
+    deleted: bool,
+) -> None:
+    """A follower takes over its leader's channel state in ``partition`` (the channel is
+    created here if new; ``deleted``: the leader deleted it)."""
+    if deleted:
+        if name in topic.channels:
+            broker.delete_channel(topic, name)
+        return
+    channel = broker.get_or_create_channel(topic, name)
+    cursor = channel.cursors.get(partition.number)
+    if cursor is not None:
+        cursor.mirror(confirmed, marks)
+        partition.dirty = True
 
 
 class ReplicationWaiters:

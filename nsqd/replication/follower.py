@@ -39,6 +39,7 @@ from ..broker.replication import (
     ReplicaStreamError,
     append_from_leader,
     last_epoch,
+    mirror_channel,
     truncate_for_leader,
 )
 from ..core.partition_state import Role
@@ -192,8 +193,8 @@ class Followers:
                 await self._check_epoch(stream, partition, epoch)
                 topic = self.broker.find_topic(topic_name)
                 if topic is not None and not topic.deleted:
-                    self.broker.mirror_channel(
-                        topic, partition, name, confirmed, marks, frame.deleted
+                    mirror_channel(
+                        self.broker, topic, partition, name, confirmed, marks, frame.deleted
                     )
             case Error(code=code, text=text):
                 raise LeaderRefused(f"{code} {text}")

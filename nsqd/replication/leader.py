@@ -34,7 +34,7 @@ from protocol.replication import (
 
 from ..broker import Broker, Topic
 from ..broker.partition import Partition
-from ..broker.replication import end_for_epoch, read_for_follower
+from ..broker.replication import end_for_epoch, follower_acked, read_for_follower
 from ..core.errors import BrokerError
 from .frames import FrameReader, PeerClosed
 
@@ -213,7 +213,7 @@ async def _read_acks(
         if not isinstance(frame, Ack):
             raise ReplicationProtocolError(f"unexpected {type(frame).__name__} from {node}")
         if frame.epoch == partition.state.epoch:
-            broker.follower_acked(topic, partition, node, frame.log_end)
+            follower_acked(broker, topic, partition, node, frame.log_end)
 
 
 async def _try_send(stream: trio.SocketStream, data: bytes) -> None:
