@@ -180,7 +180,7 @@ def test_sigterm_hands_leadership_over_before_exiting(cluster: Cluster) -> None:
     # heartbeat timeout, the replica leads at once
     assert after["leader"] == f"127.0.0.1:{replica.tcp_port}"
     assert after["epoch"] == placed["epoch"] + 1
-    assert _try_publish(replica, "handed", b"three")
+    wait_for(lambda: _try_publish(replica, "handed", b"three"), timeout=5, what="writable")
     assert "handing over handed/0" in leader.log_text()
     assert set(_drain(replica, "handed", 3)) == {b"one", b"two", b"three"}
 
@@ -211,7 +211,8 @@ def test_a_paused_leader_is_replaced_and_cannot_acknowledge_after(cluster: Clust
             timeout=10,
             what="failover past the heartbeat timeout",
         )
-        assert _try_publish(replica, "paused", b"to the new leader")
+        # the decision is on lookupd; the new leader hears of it a few ms later
+        wait_for(lambda: _try_publish(replica, "paused", b"to the new leader"), what="writable")
     finally:
         os.kill(leader.proc.pid, signal.SIGCONT)
     # back, the old leader learns it was deposed: the publish it held is refused, not acked
