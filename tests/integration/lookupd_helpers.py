@@ -80,9 +80,11 @@ def free_port() -> int:
 
 
 @contextmanager
-def pnsq_cluster(work: Path, count: int) -> Iterator[tuple[Daemon, list[Daemon]]]:
+def pnsq_cluster(
+    work: Path, count: int, *lookupd_flags: str
+) -> Iterator[tuple[Daemon, list[Daemon]]]:
     """A pnsq lookupd and ``count`` pnsq nsqd registered with it (nodes a, b, c, ...)."""
-    lookupd = pnsq_lookupd(work / "lookupd").start()
+    lookupd = pnsq_lookupd(work / "lookupd", *lookupd_flags).start()
     nodes: list[Daemon] = []
     try:
         for name in "abcdefgh"[:count]:

@@ -24,7 +24,9 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Daemon, list[Daemon]]]:
-    with pnsq_cluster(tmp_path_factory.mktemp("replication"), 2) as started:
+    # a paused replica must not be taken for dead while the tests watch it hold acks back
+    work = tmp_path_factory.mktemp("replication")
+    with pnsq_cluster(work, 2, "--heartbeat-timeout=30s") as started:
         yield started
 
 
