@@ -3,9 +3,9 @@ assignments change that. Pure: no Trio, no I/O, no clock.
 
 A standalone nsqd (or one registered with a stock nsqlookupd) leads every partition it has, at
 epoch 0. Registered with pnsq's lookupd, a node holds exactly the partitions lookupd placed on
-it, each as *leader* (takes publishes, serves consumers) or *replica* (neither, until the next
-issue's replication feeds it), under the leader epoch lookupd gave it. :func:`plan` turns one
-assignments document into the steps the broker applies; :class:`PartitionState` (in
+it, each as *leader* (takes publishes, serves consumers) or *replica* (neither: it follows the
+leader's log, :mod:`nsqd.replication`), under the leader epoch lookupd gave it. :func:`plan`
+turns one assignments document into the steps the broker applies; :class:`PartitionState` (in
 :mod:`.partition_state`) is the per partition state machine the broker asks before every
 publish, subscription and FIN.
 """

@@ -1,7 +1,8 @@
 """The TCP listener: read the 4-byte magic, then hand the connection to the protocol it names.
 
 One port serves every protocol an nsqd speaks: ``"  V2"`` (clients) is always there; the
-replication protocol (``"  R1"``, next release) registers its handler with :meth:`TCPServer.add`.
+replication protocol (``"  R1"``, :mod:`nsqd.replication`) registers its handler with
+:meth:`TCPServer.add`.
 An unknown magic gets nsqd's ``E_BAD_PROTOCOL`` and the connection is closed.
 """
 
