@@ -58,6 +58,9 @@ class PartitionState:
         self._acked: dict[str, int] = {}
         #: follower node -> when (the caller's clock) it last acknowledged all of the log
         self._caught_up_at: dict[str, float] = {}
+        #: follower node -> the end of the last batch sent to it that reached the log end
+        #: when it was sent (acknowledging it means the follower was caught up then)
+        self._sent_to_end: dict[str, int] = {}
 
     # ------------------------------------------------------------------ role
 
@@ -102,6 +105,7 @@ class PartitionState:
         if placement.epoch != self.placement.epoch or changed:
             self._acked.clear()
             self._caught_up_at.clear()
+            self._sent_to_end.clear()
         self.placement = placement
         if self.leads:
             self._advance()
@@ -126,7 +130,7 @@ class PartitionState:
     def follower_acked(self, node: str, log_end: int, now: float = 0.0) -> bool:
         """Follower ``node`` holds everything before ``log_end`` (at ``now``); returns
         whether the high-watermark moved. Acknowledgements never move back."""
-        if log_end >= self.log_end:
+        if log_end >= self.log_end or log_end >= self._sent_to_end.get(node, log_end + 1):
             self._caught_up_at[node] = now
         if log_end <= self._acked.get(node, -1):
             return False
@@ -139,6 +143,12 @@ class PartitionState:
     def acked(self, node: str) -> int:
         """The log end ``node`` last acknowledged (0 if none)."""
         return self._acked.get(node, 0)
+
+    def sent_to_end(self, node: str, end: int) -> None:
+        """A batch ending at ``end`` — the whole log at that moment — went to ``node``: once
+        it acknowledges ``end`` it counts as caught up, however far the log moved on since
+        (a follower under steady load is never *exactly* at the log end)."""
+        self._sent_to_end[node] = end
 
     def has_acked(self, node: str) -> bool:
         """Whether ``node`` acknowledged anything under this epoch."""

@@ -139,6 +139,8 @@ async def _stream(
             )
             await stream.send_all(header + batch.data)
             at += batch.count
+            if at >= partition.log.end_offset:
+                state.sent_to_end(node, at)
             sent_hw, sent_at = state.high_watermark, clock.monotonic()
             if node not in state.placement.isr:  # catching up: at a bounded rate
                 await trio.sleep(budget.spend(len(batch.data), sent_at))

@@ -61,6 +61,8 @@ class FaultCluster:
         self.links: dict[int, tuple[Link, Link]] = {}
         #: nodes paused or cut off right now (publishers do not pick them as their seed)
         self.unreachable: set[int] = set()
+        #: the partitions' high-watermarks when the current round began
+        self.round_start: dict[int, int] = {}
         lookupd_port, lookupd_http = free_port(), free_port()
         self.lookupd = pnsq_lookupd(
             work / "lookupd",
@@ -297,10 +299,11 @@ class Outcome:
     duplicates: int
 
 
-def read_partition(node: Daemon, partition: int, topic: str = TOPIC) -> list[bytes]:
-    """Every record of ``partition`` below its high-watermark on ``node``."""
+def read_partition(
+    node: Daemon, partition: int, topic: str = TOPIC, offset: int = 0
+) -> list[bytes]:
+    """The records of ``partition`` from ``offset`` up to its high-watermark on ``node``."""
     bodies: list[bytes] = []
-    offset = 0
     while True:
         url = (
             f"http://{node.http_address}/partition/read?topic={topic}"
@@ -315,10 +318,24 @@ def read_partition(node: Daemon, partition: int, topic: str = TOPIC) -> list[byt
         offset = batch.next_offset
 
 
-def check(cluster: FaultCluster, acked: set[bytes]) -> Outcome:
-    """Drain every partition from its leader; every acknowledged body must be there."""
+def high_watermarks(cluster: FaultCluster, topic: str = TOPIC) -> dict[int, int]:
+    """Each partition's high-watermark on its leader (what a round starts from: offsets below
+    it never change again)."""
+    marks = {}
+    for partition in range(PARTITIONS):
+        doc = get_json(cluster.leader(partition, topic), f"/partitions?topic={topic}")
+        marks.update({p["partition"]: p["latest"] for p in doc["partitions"]})
+    return marks
+
+
+def check(cluster: FaultCluster, acked: set[bytes], since: dict[int, int] | None = None) -> Outcome:
+    """Drain every partition from its leader (from ``since``, the high-watermarks when the
+    round began); every acknowledged body must be there."""
     cluster.wait_in_sync()
-    stored = {p: read_partition(cluster.leader(p), p) for p in range(PARTITIONS)}
+    since = since or {}
+    stored = {
+        p: read_partition(cluster.leader(p), p, offset=since.get(p, 0)) for p in range(PARTITIONS)
+    }
     counts = Counter(body for bodies in stored.values() for body in bodies)
     lost = acked - set(counts)
     duplicates = sum(n - 1 for n in counts.values() if n > 1)

@@ -20,6 +20,7 @@ from tests.fault.harness import (
     GoPublisher,
     PnsqPublisher,
     check,
+    high_watermarks,
     in_order,
     report,
     rounds,
@@ -40,6 +41,9 @@ def cluster(tmp_path: Path) -> Iterator[FaultCluster]:
 
 
 def _publishers(cluster: FaultCluster, tag: str) -> list[PnsqPublisher]:
+    """One publisher per partition; the partitions' high-watermarks are noted first (the
+    checker reads from there: what earlier rounds stored was checked by them)."""
+    cluster.round_start = high_watermarks(cluster)
     return [PnsqPublisher(cluster, p, f"{tag}p{p}").start() for p in range(PARTITIONS)]
 
 
@@ -55,7 +59,7 @@ def _finish(
     acked = {body for publisher in publishers for body, _ in publisher.acked}
     if go is not None:
         acked |= go.finish()
-    outcome = check(cluster, acked)
+    outcome = check(cluster, acked, cluster.round_start)
     for publisher in publishers:
         assert in_order(outcome.stored[publisher.partition], publisher.name)
     report(

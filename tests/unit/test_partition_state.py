@@ -116,3 +116,18 @@ def test_leader_high_watermark_is_monotonic_and_bounded(
             state.follower_acked(kind, min(amount, end))
         assert before <= state.high_watermark <= state.log_end == end
         assert state.high_watermark <= min(acked.values()) or state.high_watermark == before
+
+
+def test_a_follower_under_steady_load_counts_as_caught_up() -> None:
+    """Acknowledging a batch that held the whole log when it was sent is being caught up,
+    even though the log grew meanwhile."""
+    state = PartitionState(leader(isr=(A,)), log_end=0)
+    state.appended(100)
+    state.sent_to_end(B, 100)
+    state.appended(150)  # more arrived while the batch travelled
+    state.follower_acked(B, 60, now=1.0)
+    assert state.caught_up_at(B) is None  # only part of that batch so far
+    state.follower_acked(B, 100, now=2.0)
+    assert state.caught_up_at(B) == 2.0
+    state.follower_acked(C, 120, now=3.0)
+    assert state.caught_up_at(C) is None  # behind, and nothing whole was sent to it
