@@ -1,0 +1,73 @@
+"""lookupd.supervisor: a decision is on disk before anyone can hear of it, and a store failure
+puts the placements back (the decision is taken again on the next tick)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lookupd.cluster import Cluster
+from lookupd.decide import Settings
+from lookupd.placement import TopicMeta, TopicPlacement
+from lookupd.store import MetadataStore, StoreError
+from lookupd.supervisor import Supervisor, view_of
+from lookupd.views import Timeouts
+from protocol.lookup import PartitionAssignment
+
+A, B = "a:1", "b:1"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def cluster_with_one_partition(path: Path, clock: Clock) -> Cluster:
+    store = MetadataStore(path)
+    placed = TopicPlacement("t", TopicMeta(1, 2), (PartitionAssignment(A, (B,), 3, (A, B)),))
+    store.save([placed])
+    cluster = Cluster(store, Timeouts(), clock=clock)
+    cluster.load()
+    cluster.liveness.connected(A, clock.now)
+    cluster.liveness.connected(B, clock.now)
+    return cluster
+
+
+async def test_a_dead_leader_is_replaced_and_the_decision_is_saved_first(tmp_path: Path) -> None:
+    clock = Clock()
+    cluster = cluster_with_one_partition(tmp_path, clock)
+    supervisor = Supervisor(cluster, Settings())
+    assert await supervisor.step() == []  # both alive: nothing to do
+    cluster.liveness.disconnected(A, clock.now)  # kill -9: its connection dropped
+    saved = cluster.saved_version
+    (change,) = await supervisor.step()
+    assert (change.leader, change.epoch, change.isr) == (B, 4, (B,))
+    assert cluster.saved_version > saved  # the long-polls may now hand it out
+    on_disk = MetadataStore(tmp_path).load().placements["t"].partitions[0]
+    assert (on_disk.leader, on_disk.epoch, on_disk.isr) == (B, 4, (B,))
+    assert supervisor.failovers == 1
+    assert view_of(cluster, Settings(), clock.now).partitions[0].leader == B
+
+
+async def test_a_store_failure_leaves_the_placements_as_they_were(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = Clock()
+    cluster = cluster_with_one_partition(tmp_path, clock)
+    supervisor = Supervisor(cluster, Settings())
+    cluster.liveness.disconnected(A, clock.now)
+
+    def broken(*args: object) -> None:
+        raise StoreError("disk full")
+
+    monkeypatch.setattr(cluster.store, "save", broken)
+    assert await supervisor.step() == []
+    part = cluster.placements["t"].partitions[0]
+    assert (part.leader, part.epoch) == (A, 3)  # nobody was told anything
+    monkeypatch.undo()
+    (change,) = await supervisor.step()  # the next tick decides again
+    assert change.leader == B
