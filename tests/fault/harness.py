@@ -41,7 +41,7 @@ from tests.integration.lookupd_helpers import free_port, get_json, post, request
 
 TOPIC = "faults"
 PARTITIONS = 2
-STALL = 1.5  # seconds without an answer before a publisher reconnects elsewhere
+STALL = 0.5  # seconds without an answer before a publisher reconnects elsewhere
 
 
 class FaultCluster:
@@ -177,7 +177,8 @@ class PnsqPublisher:
     cluster: FaultCluster
     partition: int
     name: str
-    acked: list[tuple[bytes, float]] = field(default_factory=list)
+    #: (body, when its publish was sent, when it was acknowledged)
+    acked: list[tuple[bytes, float, float]] = field(default_factory=list)
     refused: list[tuple[float, str]] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -244,6 +245,7 @@ class PnsqPublisher:
         ) as producer:
             while not self._stop.is_set():
                 body = f"{self.name}-{len(self.acked)}".encode()
+                sent = time.monotonic()
                 try:
                     await producer.publish(TOPIC, body, partition=self.partition)
                 except (NsqError, NsqHTTPError, PartitionsUnknownError) as exc:
@@ -251,12 +253,13 @@ class PnsqPublisher:
                     progress[0] = trio.current_time()
                     await trio.sleep(0.05)
                     continue
-                self.acked.append((body, time.monotonic()))
+                self.acked.append((body, sent, time.monotonic()))
                 progress[0] = trio.current_time()
 
     def writable_after(self, since: float) -> float | None:
-        """Seconds from ``since`` to the first acknowledgement after it (None: none)."""
-        later = [at for _, at in self.acked if at > since]
+        """Seconds from ``since`` to the first acknowledgement of a publish sent after it
+        (an acknowledgement already on its way at ``since`` does not count); None: none."""
+        later = [acked for _, sent, acked in self.acked if sent > since]
         return min(later) - since if later else None
 
 

@@ -56,7 +56,7 @@ def _finish(
 ) -> None:
     for publisher in publishers:
         publisher.stop()
-    acked = {body for publisher in publishers for body, _ in publisher.acked}
+    acked = {body for publisher in publishers for body, _, _ in publisher.acked}
     if go is not None:
         acked |= go.finish()
     outcome = check(cluster, acked, cluster.round_start)
