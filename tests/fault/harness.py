@@ -8,7 +8,9 @@ across restarts). The topic under test has two partitions with two copies each. 
   one per partition, each publish retried until acknowledged; it records every acknowledged
   body with the time of its acknowledgement, and every refusal;
 * :class:`GoPublisher` — the stock go-nsq producer (``gonsq-interop pub -retry``) attached to
-  one node, publishing without a partition (forwarded to a leader where needed).
+  one node, publishing without a partition (forwarded to a leader where needed);
+* :class:`YouzanPublisher` — the youzan-go-nsq-style partitioned producer
+  (``yzgonsq-interop pub``), finding leaders through lookupd's ``/lookup``.
 
 :func:`check` drains every partition from its leader (HTTP range reads below the
 high-watermark) and returns what was lost, the duplicates and the order per partition.
@@ -38,6 +40,7 @@ from protocol.range_read import decode_binary
 from tests.daemons import GONSQ_INTEROP, Daemon, pnsq_lookupd, pnsq_nsqd
 from tests.fault.linkcut import Link
 from tests.integration.lookupd_helpers import free_port, get_json, post, request, wait_for
+from tests.interop.youzan_driver import YZGONSQ_INTEROP
 
 TOPIC = "faults"
 PARTITIONS = 2
@@ -288,6 +291,36 @@ class GoPublisher:
         result = json.loads(out.strip().splitlines()[-1])
         assert self.proc.returncode == 0, (result, err[-2000:])
         return {f"{self.name}-{i}".encode() for i in range(int(result["published"]))}
+
+
+class YouzanPublisher:
+    """A youzan-go-nsq-style partitioned producer (``yzgonsq-interop pub``): partition leaders
+    from lookupd's ``/lookup``, one connection per leader, a refused or failed publish retried
+    (after a new lookup) until acknowledged."""
+
+    def __init__(self, cluster: FaultCluster, name: str, count: int) -> None:
+        self.name = name
+        argv = [
+            str(YZGONSQ_INTEROP),
+            "pub",
+            f"-lookupd={cluster.lookupd.http_address}",
+            f"-topic={TOPIC}",
+            f"-count={count}",
+            f"-prefix={name}-",
+            "-tries=100",
+            "-retry-wait=50ms",
+            "-timeout=240s",
+        ]
+        self.proc = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+
+    def finish(self, timeout: float = 240) -> set[bytes]:
+        """Wait for the run; the bodies it had acknowledged (one ``sent`` line each)."""
+        out, err = self.proc.communicate(timeout=timeout)
+        lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+        assert self.proc.returncode == 0, (lines[-1:], err[-2000:])
+        return {str(line["sent"]).encode() for line in lines if "sent" in line}
 
 
 # ---------------------------------------------------------------------------------- checking

@@ -19,6 +19,7 @@ from tests.fault.harness import (
     FaultCluster,
     GoPublisher,
     PnsqPublisher,
+    YouzanPublisher,
     check,
     high_watermarks,
     in_order,
@@ -52,6 +53,7 @@ def _finish(
     cluster: FaultCluster,
     publishers: list[PnsqPublisher],
     go: GoPublisher | None = None,
+    youzan: YouzanPublisher | None = None,
     **figures: object,
 ) -> None:
     for publisher in publishers:
@@ -59,6 +61,8 @@ def _finish(
     acked = {body for publisher in publishers for body, _, _ in publisher.acked}
     if go is not None:
         acked |= go.finish()
+    if youzan is not None:
+        acked |= youzan.finish()
     outcome = check(cluster, acked, cluster.round_start)
     for publisher in publishers:
         assert in_order(outcome.stored[publisher.partition], publisher.name)
@@ -87,13 +91,14 @@ def test_kill_9_of_a_leader(cluster: FaultCluster) -> None:
         # a stock producer beside a surviving node keeps publishing (forwarded to leaders)
         survivor = next(n for n in cluster.nodes if n is not victim)
         go = GoPublisher(survivor, f"gok{round_}", 400)
+        youzan = YouzanPublisher(cluster, f"yzk{round_}", 400)
         time.sleep(1.0)
         victim.kill()
         writable = _writable(publishers[0], time.monotonic())
         time.sleep(1.0)
         victim.start()
         cluster.wait_in_sync()
-        _finish("kill_leader", cluster, publishers, go, writable_s=writable)
+        _finish("kill_leader", cluster, publishers, go, youzan, writable_s=writable)
 
 
 def test_sigstop_of_a_leader_past_the_heartbeat_timeout(cluster: FaultCluster) -> None:

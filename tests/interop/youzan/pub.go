@@ -134,12 +134,14 @@ func runPub(args []string) int {
 	keys := fs.Int("keys", 0, "publish with K sharding keys, key-<i % K> (0: round-robin)")
 	prefix := fs.String("prefix", "msg-", "body prefix; bodies are <prefix><i>")
 	timeout := fs.Duration("timeout", 60*time.Second, "give up (exit 1) after this long")
+	tries := fs.Int("tries", 3, "attempts per message (youzan's synchronous publish: 3)")
+	retryWait := fs.Duration("retry-wait", 0, "pause before each retry (then the partitions are looked up again)")
 	stale := fs.String("stale-leader", "", "start from a stale partition map that names this "+
 		"nsqd TCP address as every partition's leader (as after a leader moved)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if *topic == "" || *count < 0 || *keys < 0 {
+	if *topic == "" || *count < 0 || *keys < 0 || *tries < 1 {
 		fmt.Fprintln(os.Stderr, "pub: -topic is required, -count and -keys must be >= 0")
 		return 2
 	}
@@ -179,9 +181,10 @@ func runPub(args []string) int {
 			key = "key-" + strconv.Itoa(i%*keys)
 		}
 		var err error
-		for attempt := 0; attempt < 3; attempt++ { // youzan's synchronous publish: 3 tries
+		for attempt := 0; attempt < *tries; attempt++ {
 			if attempt > 0 {
 				result.Retries++
+				time.Sleep(*retryWait)
 				if err = p.refresh(deadline); err != nil {
 					break
 				}
