@@ -145,7 +145,9 @@ def follower_acked(
     """Follower ``node`` holds ``partition`` up to ``log_end``: a moved high-watermark
     releases the publishes below it and lets the channels deliver up to it."""
     if partition.state.follower_acked(node, log_end, broker.clock.monotonic()):
-        broker.replication.wake(partition)
+        # the publishers below it go; the followers hear of it with the next batch or
+        # heartbeat (waking the streams for it would cost a frame per acknowledgement)
+        broker.replication.wake(partition, streams=False)
         if not topic.paused:
             for channel in topic.channels.values():
                 channel.notify()
@@ -214,9 +216,10 @@ class ReplicationWaiters:
                 raise NotLeaderError("leadership moved before the publish was replicated")
             await self._lot(partition).park()
 
-    def wake(self, partition: Partition) -> None:
-        """The high-watermark or the role of ``partition`` changed."""
-        for lots in (self._lots, self._data):
+    def wake(self, partition: Partition, *, streams: bool = True) -> None:
+        """The high-watermark or the role of ``partition`` changed: parked publishes look
+        again, and (unless ``streams`` is False) so do the streams to its followers."""
+        for lots in (self._lots, self._data) if streams else (self._lots,):
             lot = lots.get(partition)
             if lot is not None:
                 lot.unpark_all()
