@@ -23,6 +23,7 @@ from tests.integration.lookupd_helpers import (
     request,
     wait_for,
 )
+from tests.interop.drivers import Driver
 from tests.rawclient import RawClient
 
 pytestmark = pytest.mark.integration
@@ -274,3 +275,28 @@ def test_min_isr_refuses_publishes_while_too_few_copies_are_in_sync(cluster: Clu
     wait_for(lambda: len(cluster.placement("strict")["isr"]) == 2, timeout=30, what="back")
     client.send(Pub("strict", b"with both again", 0))
     assert client.read().data == b"OK"
+
+
+def test_a_stock_reader_through_lookupd_follows_the_new_leader(cluster: Cluster) -> None:
+    """pynsq's Reader (lookupd polled every second) loses its connection with the leader and
+    finds the new one through /lookup: it gets every message, before and after the kill."""
+    leader, replica, _ = _create(cluster, "followed")
+    assert post(leader, "/channel/create?topic=followed&channel=r")[0] == 200
+    time.sleep(0.5)  # the channel reaches the replica with the channel state
+    _publish(leader, "followed", [b"before-%d" % i for i in range(50)])
+    reader = Driver("pynsq")
+    try:
+        argv = reader.sub_argv(
+            "", "followed", "r", 100, timeout=60, lookupd=cluster.lookupd.http_address
+        )
+        proc = reader.start(argv)
+        time.sleep(2.0)
+        leader.kill()
+        wait_for(lambda: _try_publish(replica, "followed", b"after-0"), timeout=20)
+        _publish(replica, "followed", [b"after-%d" % i for i in range(1, 50)])
+        run = reader.finish(proc, timeout=90)
+    finally:
+        reader.cleanup()
+    assert run.returncode == 0, run.stderr[-3000:]
+    bodies = {str(d["body"]) for d in run.deliveries}
+    assert bodies == {f"before-{i}" for i in range(50)} | {f"after-{i}" for i in range(50)}
