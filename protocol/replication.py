@@ -3,8 +3,9 @@
 A follower dials its partition's leader on the nsqd TCP port, sends :data:`MAGIC` (the server
 routes on it), then :class:`Hello`. The leader answers :class:`Welcome` (where to truncate) and
 streams :class:`Append` batches, :class:`HighWatermark` heartbeats and channel
-:class:`Cursors`; the follower answers each applied batch with :class:`Ack`, or with
-:class:`Refuse` when it already follows a newer epoch (the fence). :class:`Error` from the
+:class:`Cursors`; the follower answers each applied batch with :class:`Ack` and each applied
+Cursors with :class:`CursorsAck`, or with :class:`Refuse` when it already follows a newer
+epoch (the fence). :class:`Error` from the
 leader ends the connection.
 
 Every frame, both directions, big-endian::
@@ -63,6 +64,10 @@ ACK: Final = struct.Struct(
 REFUSE: Final = struct.Struct(
     ">I"  # epoch: the newer leader epoch the follower follows
 )  # then String reason
+CURSORS_ACK: Final = struct.Struct(
+    ">I"  # epoch: the leader epoch the follower follows
+    "Q"  # confirmed: the channel's confirmed offset the follower now holds
+)  # then String channel
 WELCOME: Final = struct.Struct(
     ">I"  # epoch: the leader's epoch
     "Q"  # truncate_to: the follower cuts its log to end here, then expects Appends from it
@@ -99,6 +104,7 @@ class FrameType(IntEnum):
     HELLO = 0x01
     ACK = 0x02
     REFUSE = 0x03
+    CURSORS_ACK = 0x04
     WELCOME = 0x81
     APPEND = 0x82
     HIGH_WATERMARK = 0x83
@@ -137,6 +143,16 @@ class Ack:
 
     epoch: int
     log_end: int
+
+
+@dataclass(frozen=True, slots=True)
+class CursorsAck:
+    """Follower → leader, after each applied Cursors: I hold ``channel`` up to ``confirmed``
+    (an ordered channel's next message waits for it)."""
+
+    epoch: int
+    channel: str
+    confirmed: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,7 +216,7 @@ class Error:
     text: str
 
 
-FollowerFrame = Hello | Ack | Refuse
+FollowerFrame = Hello | Ack | Refuse | CursorsAck
 LeaderFrame = Welcome | Append | HighWatermark | Cursors | Error
 Frame = FollowerFrame | LeaderFrame
 
@@ -224,6 +240,9 @@ def encode(frame: Frame) -> bytes:
                 return _frame(FrameType.ACK, ACK.pack(frame.epoch, frame.log_end))
             case Refuse():
                 return _frame(FrameType.REFUSE, REFUSE.pack(frame.epoch), _str(frame.reason))
+            case CursorsAck():
+                fixed = CURSORS_ACK.pack(frame.epoch, frame.confirmed)
+                return _frame(FrameType.CURSORS_ACK, fixed, _str(frame.channel))
             case Welcome():
                 fixed = WELCOME.pack(frame.epoch, frame.truncate_to, frame.high_watermark)
                 return _frame(FrameType.WELCOME, fixed)
@@ -344,6 +363,11 @@ def _refuse(body: _Body) -> Refuse:
     return Refuse(epoch, body.string("reason"))
 
 
+def _cursors_ack(body: _Body) -> CursorsAck:
+    epoch, confirmed = body.fixed(CURSORS_ACK)
+    return CursorsAck(epoch, body.string("channel"), confirmed)
+
+
 def _append(body: _Body) -> Append:
     epoch, base_offset, high_watermark, count = body.fixed(APPEND)
     records = body.rest()
@@ -379,6 +403,7 @@ _FOLLOWER_PARSERS: Final[_Parsers[FollowerFrame]] = {
     FrameType.HELLO: _hello,
     FrameType.ACK: lambda body: Ack(*body.fixed(ACK)),
     FrameType.REFUSE: _refuse,
+    FrameType.CURSORS_ACK: _cursors_ack,
 }
 _LEADER_PARSERS: Final[_Parsers[LeaderFrame]] = {
     FrameType.WELCOME: lambda body: Welcome(*body.fixed(WELCOME)),
@@ -471,7 +496,7 @@ class FrameDecoder(Generic[F]):
 
 
 class FollowerFrameDecoder(FrameDecoder[FollowerFrame]):
-    """The leader's decoder: accepts Hello, Ack and Refuse only."""
+    """The leader's decoder: accepts Hello, Ack, CursorsAck and Refuse only."""
 
     def __init__(self, max_frame_size: int = MAX_FRAME_SIZE) -> None:
         super().__init__(_FOLLOWER_PARSERS, max_frame_size)

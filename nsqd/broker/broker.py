@@ -173,6 +173,9 @@ class Broker:
             channel.add_partition(partition, topic.first_channel_start(partition), [])
             partition.dirty = True
         topic.channels[name] = channel
+        if channel.ordered:  # its first message waits for the followers to hold its state
+            for partition in topic.led:
+                self.replication.appended(partition)
         self.start_timer(channel)
         self.syncs.request(metadata=True)
         self.changes.notify()
@@ -336,7 +339,10 @@ class Broker:
         message = cursor.finish(offset, client)
         channel.topic.partition(partition).dirty = True
         if cursor.ordered:
-            channel.notify()  # the next message of the partition may go to any client
+            # the FIN goes to the followers now; the next message waits for it (and may
+            # then go to any client)
+            self.replication.appended(channel.topic.partition(partition))  # the streams look
+            channel.notify()
         return message
 
     def requeue(self, channel: Channel, message_id: bytes, client: object, delay_ms: int) -> None:

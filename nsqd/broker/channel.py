@@ -101,7 +101,17 @@ class Channel:
         return any(
             cursor.has_ready(partition.state.high_watermark)
             for partition, cursor in self.iter_cursors()
-            if (only is None or partition.number == only) and partition.state.leads
+            if (only is None or partition.number == only) and self._releasable(partition, cursor)
+        )
+
+    def _releasable(self, partition: Partition, cursor: PartitionCursor) -> bool:
+        """Led here, and (ordered) the FIN of the previous message is on every in-sync
+        follower: after a failover the new leader goes on exactly after it."""
+        state = partition.state
+        return state.leads and (
+            not cursor.ordered
+            or not state.followers
+            or state.cursor_replicated(self.name, cursor.confirmed)
         )
 
     def take(
@@ -125,7 +135,7 @@ class Channel:
         served = [
             (partition, cursor)
             for partition, cursor in self.iter_cursors()
-            if (only is None or partition.number == only) and partition.state.leads
+            if (only is None or partition.number == only) and self._releasable(partition, cursor)
         ]
         cursors = [cursor for _, cursor in served]
         count = len(served)

@@ -190,7 +190,8 @@ class ReplicationWaiters:
         return lot
 
     def appended(self, partition: Partition) -> None:
-        """New records in ``partition`` (wakes the streams to its followers)."""
+        """New records in ``partition``, or an ordered channel's state changed: wakes the
+        streams to its followers."""
         lot = self._data.get(partition)
         if lot is not None:
             lot.unpark_all()

@@ -61,6 +61,9 @@ class PartitionState:
         #: follower node -> the end of the last batch sent to it that reached the log end
         #: when it was sent (acknowledging it means the follower was caught up then)
         self._sent_to_end: dict[str, int] = {}
+        #: channel -> follower -> the confirmed offset it holds of that channel (an ordered
+        #: channel releases its next message only once every in-sync follower holds its FIN)
+        self._cursor_acks: dict[str, dict[str, int]] = {}
 
     # ------------------------------------------------------------------ role
 
@@ -106,6 +109,7 @@ class PartitionState:
             self._acked.clear()
             self._caught_up_at.clear()
             self._sent_to_end.clear()
+            self._cursor_acks.clear()
         self.placement = placement
         if self.leads:
             self._advance()
@@ -149,6 +153,16 @@ class PartitionState:
         it acknowledges ``end`` it counts as caught up, however far the log moved on since
         (a follower under steady load is never *exactly* at the log end)."""
         self._sent_to_end[node] = end
+
+    def cursor_acked(self, node: str, channel: str, confirmed: int) -> None:
+        """Follower ``node`` holds ``channel``'s state up to ``confirmed``."""
+        acks = self._cursor_acks.setdefault(channel, {})
+        acks[node] = max(acks.get(node, -1), confirmed)
+
+    def cursor_replicated(self, channel: str, confirmed: int) -> bool:
+        """Whether every in-sync follower holds ``channel`` up to ``confirmed``."""
+        acks = self._cursor_acks.get(channel, {})
+        return all(acks.get(node, -1) >= confirmed for node in self.followers)
 
     def has_acked(self, node: str) -> bool:
         """Whether ``node`` acknowledged anything under this epoch."""

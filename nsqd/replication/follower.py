@@ -21,6 +21,7 @@ from protocol.replication import (
     Ack,
     Append,
     Cursors,
+    CursorsAck,
     Error,
     Hello,
     HighWatermark,
@@ -196,6 +197,8 @@ class Followers:
                     mirror_channel(
                         self.broker, topic, partition, name, confirmed, marks, frame.deleted
                     )
+                    if not frame.deleted:
+                        await stream.send_all(encode(CursorsAck(epoch, name, confirmed)))
             case Error(code=code, text=text):
                 raise LeaderRefused(f"{code} {text}")
             case Welcome():

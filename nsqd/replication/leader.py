@@ -20,7 +20,9 @@ import trio
 from protocol.replication import (
     Ack,
     Cursors,
+    CursorsAck,
     Error,
+    FollowerFrame,
     FollowerFrameDecoder,
     Hello,
     HighWatermark,
@@ -70,7 +72,7 @@ async def serve_follower(
 
 
 async def _serve(
-    broker: Broker, stream: trio.SocketStream, reader: FrameReader[Hello | Ack | Refuse]
+    broker: Broker, stream: trio.SocketStream, reader: FrameReader[FollowerFrame]
 ) -> None:
     with trio.fail_after(HELLO_TIMEOUT):
         hello = await reader.next()
@@ -149,10 +151,11 @@ async def _stream(
         if state.high_watermark != sent_hw or now - sent_at >= HEARTBEAT:
             sent_hw, sent_at = state.high_watermark, now
             await stream.send_all(encode(HighWatermark(epoch, sent_hw)))
-        if now >= next_cursors:
+        every = now >= next_cursors  # ordered channels: at once, others every interval
+        if every:
             next_cursors = now + CURSOR_INTERVAL
-            for frame in _cursor_changes(topic, partition, epoch, cursors):
-                await stream.send_all(encode(frame))
+        for frame in _cursor_changes(topic, partition, epoch, cursors, every):
+            await stream.send_all(encode(frame))
         with trio.move_on_after(CURSOR_INTERVAL):
             await broker.replication.wait_data(partition, at)
     log.info(
@@ -183,19 +186,21 @@ def _cursor_changes(
     partition: Partition,
     epoch: int,
     sent: dict[str, tuple[int, tuple[tuple[int, int], ...]]],
+    every: bool,
 ) -> list[Cursors]:
     """Cursors frames for the channels whose state in ``partition`` changed since ``sent``
-    (updated), and for the channels deleted since."""
+    (updated), and for the channels deleted since; only the ordered channels unless
+    ``every``."""
     frames = []
     for name, channel in topic.channels.items():
         cursor = channel.cursors.get(partition.number)
-        if channel.ephemeral or cursor is None:
+        if channel.ephemeral or cursor is None or not (every or cursor.ordered):
             continue
         now = cursor.replica_state()
         if sent.get(name) != now:
             sent[name] = now
             frames.append(Cursors(epoch, name, now[0], now[1]))
-    for name in [n for n in sent if n not in topic.channels]:
+    for name in [n for n in sent if n not in topic.channels] if every else []:
         del sent[name]
         frames.append(Cursors(epoch, name, 0, (), deleted=True))
     return frames
@@ -203,7 +208,7 @@ def _cursor_changes(
 
 async def _read_acks(
     broker: Broker,
-    reader: FrameReader[Hello | Ack | Refuse],
+    reader: FrameReader[FollowerFrame],
     topic: Topic,
     partition: Partition,
     node: str,
@@ -212,6 +217,13 @@ async def _read_acks(
         frame = await reader.next()
         if isinstance(frame, Refuse):
             raise FollowerGone(f"{node} refused epoch {partition.state.epoch}: {frame.reason}")
+        if isinstance(frame, CursorsAck):
+            if frame.epoch == partition.state.epoch:
+                partition.state.cursor_acked(node, frame.channel, frame.confirmed)
+                channel = topic.channels.get(frame.channel)
+                if channel is not None and channel.ordered:
+                    channel.notify()  # its next message may go now
+            continue
         if not isinstance(frame, Ack):
             raise ReplicationProtocolError(f"unexpected {type(frame).__name__} from {node}")
         if frame.epoch == partition.state.epoch:

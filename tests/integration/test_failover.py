@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from protocol import Dpub, Fin, Pub, Rdy, Req, Sub
+from protocol import Dpub, Fin, Pub, Rdy, Req, Sub, SubMode
 from tests.daemons import Daemon, pnsq_lookupd, pnsq_nsqd
 from tests.integration.lookupd_helpers import (
     free_port,
@@ -300,3 +300,29 @@ def test_a_stock_reader_through_lookupd_follows_the_new_leader(cluster: Cluster)
     assert run.returncode == 0, run.stderr[-3000:]
     bodies = {str(d["body"]) for d in run.deliveries}
     assert bodies == {f"before-{i}" for i in range(50)} | {f"after-{i}" for i in range(50)}
+
+
+def test_an_ordered_channel_goes_on_exactly_after_the_last_fin(cluster: Cluster) -> None:
+    """On an ordered topic a message is released only once every in-sync replica holds the
+    FIN of the one before: after a failover the new leader resumes right there."""
+    query = "/topic/create?topic=inorder&partition_num=1&replicator=2&orderedmulti=true"
+    assert post(cluster.lookupd, query) == (200, b"")
+    wait_for(lambda: len(cluster.placement("inorder")["isr"]) == 2, what="both in sync")
+    leader = cluster.by_id(cluster.placement("inorder")["leader"])
+    replica = next(n for n in cluster.nodes if n is not leader)
+    _publish(leader, "inorder", [b"m%d" % i for i in range(10)])
+    consumer = RawClient(leader.tcp_address)
+    consumer.send(Sub("inorder", "c", 0, SubMode.ORDERED), Rdy(1))
+    assert consumer.read().data == b"OK"
+    for i in range(4):
+        frame = consumer.read(skip_heartbeats=True)
+        assert frame.data.endswith(b"m%d" % i)  # after youzan's ordered detail block
+        if i < 3:
+            consumer.send(Fin(frame.message_id))
+    leader.kill()  # m3 is in flight: m0..m2 finished, the last FIN just before m3 went out
+    wait_for(lambda: _try_publish(replica, "inorder", b"m10"), timeout=20, what="failover")
+    again = RawClient(replica.tcp_address)
+    again.send(Sub("inorder", "c", 0, SubMode.ORDERED), Rdy(1))
+    assert again.read().data == b"OK"
+    first = again.read(skip_heartbeats=True)
+    assert first.data.endswith(b"m3")  # not m2 (finished before m3 was released), not m4

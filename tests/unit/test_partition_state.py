@@ -131,3 +131,18 @@ def test_a_follower_under_steady_load_counts_as_caught_up() -> None:
     assert state.caught_up_at(B) == 2.0
     state.follower_acked(C, 120, now=3.0)
     assert state.caught_up_at(C) is None  # behind, and nothing whole was sent to it
+
+
+def test_an_ordered_channel_waits_for_every_in_sync_follower_to_hold_its_fin() -> None:
+    state = PartitionState(leader(isr=(A, B, C)), log_end=10)
+    assert not state.cursor_replicated("c", 3)
+    state.cursor_acked(B, "c", 3)
+    assert not state.cursor_replicated("c", 3)  # C lacks it
+    state.cursor_acked(C, "c", 4)
+    assert state.cursor_replicated("c", 3)
+    assert not state.cursor_replicated("c", 4)
+    state.apply(leader(isr=(A, C)))  # B left the in-sync set: only C counts
+    assert state.cursor_replicated("c", 4)
+    state.apply(leader(isr=(A, C), epoch=2))  # a new epoch: acknowledged under the old one
+    assert not state.cursor_replicated("c", 4)
+    assert PartitionState(leader(isr=(A,))).cursor_replicated("c", 99)  # alone in sync

@@ -18,6 +18,7 @@ from protocol.replication import (
     Ack,
     Append,
     Cursors,
+    CursorsAck,
     Error,
     FollowerFrame,
     FollowerFrameDecoder,
@@ -58,6 +59,7 @@ def _follower_frames(strings: st.SearchStrategy[str]) -> st.SearchStrategy[Follo
         st.builds(Hello, strings, strings, _u16, _u32, _u64, _u32),
         st.builds(Ack, _u32, _u64),
         st.builds(Refuse, _u32, strings),
+        st.builds(CursorsAck, _u32, strings, _u64),
     )
 
 
@@ -307,7 +309,9 @@ def test_leader_frames_are_refused_by_the_leader(frame_type: FrameType) -> None:
     _fails(_frame(frame_type, b""), leader_side=True, match=r"only a leader sends it")
 
 
-@pytest.mark.parametrize("frame_type", [FrameType.HELLO, FrameType.ACK, FrameType.REFUSE])
+@pytest.mark.parametrize(
+    "frame_type", [FrameType.HELLO, FrameType.ACK, FrameType.REFUSE, FrameType.CURSORS_ACK]
+)
 def test_follower_frames_are_refused_by_the_follower(frame_type: FrameType) -> None:
     _fails(
         _frame(frame_type, b""), leader_side=False, match=rf"{frame_type.name} .*only a follower"
@@ -315,7 +319,7 @@ def test_follower_frames_are_refused_by_the_follower(frame_type: FrameType) -> N
 
 
 @pytest.mark.parametrize("leader_side", [True, False])
-@pytest.mark.parametrize("type_byte", [0x00, 0x04, 0x80, 0x86, 0xFF])
+@pytest.mark.parametrize("type_byte", [0x00, 0x05, 0x80, 0x86, 0xFF])
 def test_unknown_type_fails_before_the_body_arrives(leader_side: bool, type_byte: int) -> None:
     header = struct.pack(">IB", 1000, type_byte)  # the 999-byte body never comes
     _fails(header, leader_side=leader_side, match=f"unknown frame type 0x{type_byte:02x}")
