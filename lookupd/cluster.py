@@ -295,6 +295,7 @@ class Cluster:
         extend_support: bool | None = None,
         disable_channel_auto_create: bool | None = None,
         min_isr: int | None = None,
+        unclean: bool | None = None,
     ) -> TopicPlacement:
         """youzan's ``/topic/meta/update`` (a None keeps the value), persisted before
         returning. Raises KeyError for an unknown topic, :class:`StoreError`."""
@@ -311,6 +312,7 @@ class Cluster:
                 else disable_channel_auto_create
             ),
             min_isr=m.min_isr if min_isr is None else min_isr,
+            unclean=m.unclean if unclean is None else unclean,
         )
         return await self._commit(placement, replace(placement, meta=meta))
 

@@ -216,6 +216,7 @@ class LookupHTTP:
             retention_days=go_atoi(request.arg("retention") or "0"),
             sync_every=sync_every,
             min_isr=min_isr,
+            unclean=request.arg("unclean") == "true",
         )
         try:
             await self.cluster.create_topic(topic, meta, request.arg("prefer") or None)
@@ -255,6 +256,9 @@ class LookupHTTP:
                 min_isr=None
                 if min_isr in (None, "")
                 else _bounded(request, "min_isr", 1, 1, replica, "MIN_ISR"),
+                unclean=None
+                if request.arg("unclean") is None
+                else request.arg("unclean") == "true",
             )
         except StoreError as exc:
             log.error("TOPIC(%s): %s", topic, exc)

@@ -40,6 +40,7 @@ class TopicMeta:
     retention_days: int = 0
     sync_every: int = 0
     min_isr: int = 1  # pnsq: publishes refused while fewer copies are in sync
+    unclean: bool = False  # pnsq: with no in-sync copy left, promote an out-of-sync one
 
     def lookup_meta(self) -> dict[str, object]:
         """The six keys of ``/lookup?metainfo=``."""
@@ -238,6 +239,7 @@ def to_document(placement: TopicPlacement) -> dict[str, object]:
         "retention_days": meta.retention_days,
         "sync_every": meta.sync_every,
         "min_isr": meta.min_isr,
+        "unclean": meta.unclean,
         "adopted": placement.adopted,
         "partitions": [
             {
@@ -270,6 +272,7 @@ def from_document(name: str, document: Mapping[str, object]) -> TopicPlacement:
         retention_days=number("retention_days", 0),
         sync_every=number("sync_every", 0),
         min_isr=number("min_isr", 1),
+        unclean=bool(document.get("unclean", False)),
     )
     raw = document.get("partitions", [])
     if not isinstance(raw, list):

@@ -71,3 +71,25 @@ async def test_a_store_failure_leaves_the_placements_as_they_were(
     monkeypatch.undo()
     (change,) = await supervisor.step()  # the next tick decides again
     assert change.leader == B
+
+
+@pytest.mark.parametrize("unclean", [False, True])
+async def test_with_no_in_sync_copy_left_only_an_unclean_topic_promotes(
+    tmp_path: Path, unclean: bool
+) -> None:
+    clock = Clock()
+    store = MetadataStore(tmp_path)
+    meta = TopicMeta(1, 2, unclean=unclean)
+    # B was taken out of the in-sync set earlier: A alone holds every acknowledged message
+    store.save([TopicPlacement("t", meta, (PartitionAssignment(A, (B,), 3, (A,)),))])
+    cluster = Cluster(store, Timeouts(), clock=clock)
+    cluster.load()
+    cluster.liveness.connected(A, clock.now)
+    cluster.liveness.connected(B, clock.now)
+    cluster.liveness.disconnected(A, clock.now)
+    (change,) = await Supervisor(cluster, Settings()).step()
+    if unclean:  # availability over the messages only A had
+        assert (change.leader, change.epoch, change.isr, change.offline) == (B, 4, (B,), False)
+    else:  # offline until A returns
+        assert (change.leader, change.epoch, change.offline) == (A, 3, True)
+        assert cluster.offline == {("t", 0)}
