@@ -21,9 +21,10 @@ from trio.lowlevel import ParkingLot
 from ..core.errors import BrokerError, NotLeaderError
 from ..storage.epochs import end_offset_for_epoch
 from ..storage.errors import CorruptRecordError
+from ..storage.log import PartitionLog
 from ..storage.record import (
-    LENGTH_SIZE,
     NewRecord,
+    check_encoded,
     decode_record,
     encode_record_parts,
     peek_size,
@@ -73,49 +74,50 @@ def read_for_follower(partition: Partition, offset: int, max_bytes: int) -> Batc
 def append_from_leader(partition: Partition, epoch: int, batch: Batch) -> int:
     """Append a leader's ``batch`` at the same offsets; returns the new log end.
 
-    Raises :class:`ReplicaStreamError` when the batch does not start at this log's end, a
-    record is damaged or out of sequence, or it carries an epoch newer than ``epoch``.
+    The batch is checked whole first (lengths, CRCs, consecutive offsets from this log's
+    end, no epoch newer than ``epoch``), then written as it came: the bytes on disk are the
+    leader's. Raises :class:`ReplicaStreamError` when a check fails (nothing is written).
     """
     log = partition.log
     if batch.base_offset != log.end_offset:
         raise ReplicaStreamError(
             f"batch at offset {batch.base_offset}, but the log ends at {log.end_offset}"
         )
-    entries: list[NewRecord] = []
-    data, pos, expected = batch.data, 0, batch.base_offset
     try:
-        while pos < len(data):
-            if len(data) - pos < LENGTH_SIZE:
-                raise ReplicaStreamError("a record is cut short")
-            size = peek_size(data, pos)
-            if pos + size > len(data):
-                raise ReplicaStreamError("a record is cut short")
-            record = decode_record(data, pos)
-            pos += size
-            if record.offset != expected:
-                raise ReplicaStreamError(f"record {record.offset} where {expected} was due")
-            if record.epoch > epoch:
-                raise ReplicaStreamError(f"record of epoch {record.epoch} from epoch {epoch}")
-            expected += 1
-            entries.append(
-                NewRecord(
-                    record.timestamp_ns,
-                    record.body,
-                    record.trace_id,
-                    record.deliver_at_ns,
-                    record.ext,
-                    record.epoch,
-                )
-            )
+        run = check_encoded(batch.data, batch.base_offset)
     except CorruptRecordError as exc:
         raise ReplicaStreamError(f"damaged record: {exc}") from exc
-    if len(entries) != batch.count:
-        raise ReplicaStreamError(f"{len(entries)} record(s) where {batch.count} were announced")
-    if entries:
-        log.append(entries)
-        partition.unsynced += len(entries)
-        partition.state.appended(log.end_offset)
+    if run.count != batch.count:
+        raise ReplicaStreamError(f"{run.count} record(s) where {batch.count} were announced")
+    if run.max_epoch > epoch:
+        raise ReplicaStreamError(f"record of epoch {run.max_epoch} from epoch {epoch}")
+    if not run.count:
+        return log.end_offset
+    if not (isinstance(log, PartitionLog) and log.append_encoded(batch.data, run)):
+        log.append(_decoded(batch))  # a memory log, or a batch that rotates the segment
+    partition.unsynced += run.count
+    partition.state.appended(log.end_offset)
     return log.end_offset
+
+
+def _decoded(batch: Batch) -> list[NewRecord]:
+    """The batch's records as entries to append (already checked)."""
+    entries, data, pos = [], batch.data, 0
+    while pos < len(data):
+        size = peek_size(data, pos)
+        record = decode_record(data, pos)
+        pos += size
+        entries.append(
+            NewRecord(
+                record.timestamp_ns,
+                record.body,
+                record.trace_id,
+                record.deliver_at_ns,
+                record.ext,
+                record.epoch,
+            )
+        )
+    return entries
 
 
 def last_epoch(partition: Partition) -> int:

@@ -100,6 +100,14 @@ class TailCache:
             first = max(offset, start)
             return first, self._records[first - start : stop - start] if first < stop else []
 
+    def skip_to(self, offset: int) -> None:
+        """The log grew to ``offset`` without these records: forget the cached ones (the
+        cache stays a contiguous tail) and start again there."""
+        with self._budget.lock:
+            self._forget(self._bytes)
+            self._records.clear()
+            self._start = offset
+
     def truncate(self, offset: int) -> None:
         """Forget the records at and after ``offset``; the next record appended has it."""
         with self._budget.lock:

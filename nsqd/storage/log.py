@@ -26,6 +26,7 @@ from .errors import LogClosedError, OffsetOutOfRangeError, StorageError
 from .handles import HandleCache
 from .record import (
     HEADER_SIZE,
+    EncodedRun,
     NewRecord,
     Record,
     encode_record_parts,
@@ -231,6 +232,29 @@ class PartitionLog:
             except OSError as exc:
                 raise StorageError(f"append to {self.directory} failed: {exc}") from exc
             return records
+
+    def append_encoded(self, data: bytes, run: EncodedRun) -> bool:
+        """Write a leader's checked batch verbatim at this log's end (``run.first_offset`` must
+        be :attr:`end_offset`); the records skip the tail cache (a follower serves no reads
+        until it leads; then they come from disk). Returns False, writing nothing, when the
+        batch would cross ``max_bytes_per_file`` (the caller appends it record by record, which
+        rotates). Raises ``ValueError`` for a batch not at the end, :class:`StorageError`."""
+        with self._lock:
+            self._check_open()
+            if run.first_offset != self._end:
+                raise ValueError(f"batch at {run.first_offset}, log ends at {self._end}")
+            if not run.count:
+                return True
+            segment = self._segments[-1]
+            if segment.size + len(data) > self._max_bytes:
+                return False
+            try:
+                segment.append_encoded(data, run)
+            except OSError as exc:
+                raise StorageError(f"append to {self.directory} failed: {exc}") from exc
+            self._end = run.first_offset + run.count
+            self._cache.skip_to(self._end)
+            return True
 
     def _rotate(self) -> None:
         new = Segment.create(self.directory, self._end, self._env)

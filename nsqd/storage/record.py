@@ -264,6 +264,46 @@ def decode_record(buf: bytes, pos: int) -> Record:
     return make_record(offset, ts, internal_id, trace_id, deliver_at, buf[ext_end:end], ext, epoch)
 
 
+@dataclass(frozen=True, slots=True)
+class EncodedRun:
+    """A run of encoded format-1 records checked by :func:`check_encoded`."""
+
+    first_offset: int
+    count: int
+    max_epoch: int
+    #: (timestamp_ns, encoded size) per record, for the segment's index
+    entries: tuple[tuple[int, int], ...]
+
+
+def check_encoded(data: bytes, first_offset: int) -> EncodedRun:
+    """Check ``data`` as consecutive format-1 records from ``first_offset`` (a leader's batch
+    that a follower writes as it came): every length, CRC and offset. Raises
+    :class:`CorruptRecordError` naming the first problem."""
+    entries: list[tuple[int, int]] = []
+    pos, expected, max_epoch, end = 0, first_offset, 0, len(data)
+    with memoryview(data) as view:
+        while pos < end:
+            if end - pos < HEADER_SIZE:
+                raise CorruptRecordError(f"record {expected} cut short")
+            field, crc, offset, ts, _, _, _, epoch, ext_len = _unpack_header_from(data, pos)
+            if field >> FORMAT_SHIFT != FORMAT_V1:
+                raise CorruptRecordError(f"record {expected}: format {field >> FORMAT_SHIFT}")
+            size = (field & LENGTH_MASK) + LENGTH_SIZE
+            if size < HEADER_SIZE + ext_len:
+                raise CorruptRecordError(f"record {expected}: bad length {size}")
+            if pos + size > end:
+                raise CorruptRecordError(f"record {expected} cut short")
+            if offset != expected:
+                raise CorruptRecordError(f"record {offset} where {expected} was due")
+            if _crc(view[pos + CRC_START : pos + size]) != crc:
+                raise CorruptRecordError(f"record {offset}: CRC mismatch")
+            entries.append((ts, size))
+            max_epoch = max(max_epoch, epoch)
+            expected += 1
+            pos += size
+    return EncodedRun(first_offset, len(entries), max_epoch, tuple(entries))
+
+
 def scan_records(
     read_at: Callable[[int, int], bytes],
     name: str,

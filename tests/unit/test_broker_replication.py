@@ -140,3 +140,30 @@ async def test_a_publisher_is_not_acknowledged_after_leadership_moved(tmp_path: 
         leader.state.apply(Placement(Role.REPLICA, 2, FOLLOWER, (LEADER,), (FOLLOWER,)))
         waiters.wake(leader)
     assert len(outcome) == 1
+
+
+def test_a_followers_copy_is_the_leaders_bytes_and_survives_a_reopen(tmp_path: Path) -> None:
+    leader = partition(tmp_path / "l", Role.LEADER)
+    follower = partition(tmp_path / "f", Role.REPLICA)
+    for i in range(50):  # many batches: the index gets entries as an append would give
+        publish(leader, *[b"m%d-%d" % (i, j) for j in range(20)], ts=1000 * i)
+        append_from_leader(follower, 1, read_for_follower(leader, follower.log.end_offset, 1 << 20))
+    assert follower.log.end_offset == 1000
+    leader_files = sorted(p.name for p in (tmp_path / "l").iterdir() if p.suffix == ".log")
+    for name in leader_files:
+        assert (tmp_path / "f" / name).read_bytes() == (tmp_path / "l" / name).read_bytes()
+    follower.log.close()
+    reopened = PartitionLog.open(tmp_path / "f", partition=3)
+    assert reopened.end_offset == 1000
+    assert reopened.read(517, 3) == leader.log.read(517, 3)
+    assert reopened.offset_for_timestamp(25_000) == leader.log.offset_for_timestamp(25_000)
+
+
+def test_a_batch_that_crosses_the_segment_size_rotates_the_followers_log(tmp_path: Path) -> None:
+    leader = partition(tmp_path / "l", Role.LEADER)
+    small = PartitionLog.open(tmp_path / "f", partition=3, max_bytes_per_file=4096)
+    follower = Partition(3, small, tmp_path / "f", 0, Placement(Role.REPLICA, 1, LEADER))
+    publish(leader, *[b"x" * 300 for _ in range(40)])
+    append_from_leader(follower, 1, read_for_follower(leader, 0, 1 << 20))
+    assert len(list((tmp_path / "f").glob("*.log"))) > 1
+    assert follower.log.read(0, 100) == leader.log.read(0, 100)
