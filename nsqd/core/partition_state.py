@@ -52,8 +52,10 @@ class PartitionState:
         self.placement = placement
         #: the end offset of the local log (what this node holds)
         self.log_end = log_end
-        #: the end offset every in-sync replica holds: what consumers may read
-        self.high_watermark = log_end
+        #: the end offset every in-sync replica holds: what consumers may read. A partition
+        #: opened with in-sync followers does not know it (records past it may be cut when a
+        #: newer leader exists): it starts at 0 and moves up as the followers acknowledge
+        self.high_watermark = 0 if _followers(placement) else log_end
         #: follower node -> the log end it acknowledged (leader side)
         self._acked: dict[str, int] = {}
         #: follower node -> when (the caller's clock) it last acknowledged all of the log
@@ -87,8 +89,7 @@ class PartitionState:
     @property
     def followers(self) -> tuple[str, ...]:
         """The in-sync replicas a publish must reach before it is acknowledged."""
-        leader = self.placement.leader
-        return tuple(node for node in self.placement.isr if node != leader)
+        return _followers(self.placement)
 
     def require_leader(self, what: str) -> None:
         """Raise :class:`NotLeaderError` unless this node leads the partition."""
@@ -179,6 +180,10 @@ class PartitionState:
     def _advance(self) -> None:
         reached = min((self._acked.get(n, 0) for n in self.followers), default=self.log_end)
         self.high_watermark = max(self.high_watermark, min(reached, self.log_end))
+
+
+def _followers(placement: Placement) -> tuple[str, ...]:
+    return tuple(node for node in placement.isr if node != placement.leader)
 
 
 def require_held(states: Mapping[int, PartitionState], topic: str, partition: int) -> None:

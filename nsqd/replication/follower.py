@@ -155,6 +155,10 @@ class Followers:
             await self._check_epoch(stream, partition, welcome.epoch)
             truncate_for_leader(partition, welcome.truncate_to)
             state.leader_high_watermark(welcome.high_watermark)
+            # what it holds now is the leader's history: say so at once (a leader that just
+            # restarted knows its high-watermark only from its followers' acknowledgements)
+            end = partition.log.end_offset
+            await stream.send_all(encode(Ack(welcome.epoch, end)))
             log.info(
                 "REPLICATION(%s/%d): following %s (epoch %d) from offset %d",
                 topic,

@@ -60,13 +60,25 @@ def test_the_high_watermark_never_passes_the_local_log() -> None:
 
 def test_a_follower_learns_the_high_watermark_up_to_what_it_holds() -> None:
     state = PartitionState(Placement(Role.REPLICA, 1, A, (B,), (A, B)), log_end=5)
-    assert state.high_watermark == 5
+    assert state.high_watermark == 0  # until the leader says
+    state.leader_high_watermark(4)
+    assert state.high_watermark == 4
     state.truncated(3)
     assert (state.log_end, state.high_watermark) == (3, 3)
     state.appended(6)
     assert state.high_watermark == 3  # a follower's own appends do not move it
     state.leader_high_watermark(10)
     assert state.high_watermark == 6
+
+
+def test_a_reopened_leader_with_followers_waits_for_them_to_know_its_high_watermark() -> None:
+    """Records past the true high-watermark may be cut by a newer leader: a leader opened
+    from disk serves none of them until its in-sync followers acknowledge."""
+    state = PartitionState(leader(isr=(A, B)), log_end=7)
+    assert state.high_watermark == 0
+    state.follower_acked(B, 5)
+    assert state.high_watermark == 5
+    assert PartitionState(leader(isr=(A,)), log_end=7).high_watermark == 7  # alone: all
 
 
 def test_a_new_epoch_forgets_the_old_acknowledgements() -> None:
