@@ -208,31 +208,43 @@ class Segment:
         of the machine). On ``OSError`` the segment is left as before the call and the error
         propagates.
         """
+        parts: list[bytes] = []
+        stamps = [(r.timestamp_ns, encode_record_parts(r, parts)) for r in records]
+        self._write_run(b"".join(parts), records[0].offset, stamps)
+
+    def append_encoded(self, data: bytes, run: EncodedRun) -> None:
+        """Write a checked run of encoded records (a leader's, verbatim) as :meth:`append`
+        writes its own."""
+        self._write_run(data, run.first_offset, run.entries)
+
+    def _write_run(self, data: bytes, first_offset: int, stamps: Sequence[tuple[int, int]]) -> None:
+        """Write the encoded records ``data`` (``(timestamp_ns, size)`` each in ``stamps``,
+        from ``first_offset``) with one ``pwrite``, and index them every ``interval`` bytes."""
         self.open()
         assert self.fd is not None
         assert self.index_fd is not None
         assert self._max_ts is not None
-        parts: list[bytes] = []
         entries: list[tuple[int, int, int]] = []
         pos = self.size
         max_ts = self._max_ts
         last_index_pos = self._last_index_pos
         last_record_pos = self._last_record_pos
         interval = self._interval
-        base = self.base_offset
-        for record in records:
-            if record.timestamp_ns > max_ts:
-                max_ts = record.timestamp_ns
+        offset = first_offset - self.base_offset
+        for timestamp_ns, size in stamps:
+            if timestamp_ns > max_ts:
+                max_ts = timestamp_ns
             if pos - last_index_pos >= interval:
-                entries.append((record.offset - base, pos, max_ts))
+                entries.append((offset, pos, max_ts))
                 last_index_pos = pos
             last_record_pos = pos
-            pos += encode_record_parts(record, parts)
+            pos += size
+            offset += 1
         try:
-            write_all(self.fd, b"".join(parts), self.size)
+            write_all(self.fd, data, self.size)
             if entries:
-                data = b"".join(INDEX_ENTRY.pack(*e) for e in entries)
-                write_all(self.index_fd, data, len(self.index) * ENTRY_SIZE)
+                index = b"".join(INDEX_ENTRY.pack(*e) for e in entries)
+                write_all(self.index_fd, index, len(self.index) * ENTRY_SIZE)
         except OSError:
             # Best effort: the next write overwrites the garbage anyway, and recovery drops it.
             try:
@@ -248,50 +260,7 @@ class Segment:
         self._max_ts = max_ts
         self._last_index_pos = last_index_pos
         self._last_record_pos = last_record_pos
-        self.next_offset = records[-1].offset + 1
-
-    def append_encoded(self, data: bytes, run: EncodedRun) -> None:
-        """Write a checked run of encoded records (a leader's, verbatim) with one ``pwrite``;
-        the index gets its entries as :meth:`append` would give them."""
-        self.open()
-        assert self.fd is not None
-        assert self.index_fd is not None
-        assert self._max_ts is not None
-        entries: list[tuple[int, int, int]] = []
-        pos = self.size
-        max_ts = self._max_ts
-        last_index_pos = self._last_index_pos
-        last_record_pos = self._last_record_pos
-        offset = run.first_offset - self.base_offset
-        for timestamp_ns, size in run.entries:
-            if timestamp_ns > max_ts:
-                max_ts = timestamp_ns
-            if pos - last_index_pos >= self._interval:
-                entries.append((offset, pos, max_ts))
-                last_index_pos = pos
-            last_record_pos = pos
-            pos += size
-            offset += 1
-        try:
-            write_all(self.fd, data, self.size)
-            if entries:
-                index = b"".join(INDEX_ENTRY.pack(*e) for e in entries)
-                write_all(self.index_fd, index, len(self.index) * ENTRY_SIZE)
-        except OSError:
-            try:  # as in append: leave the segment as it was
-                os.ftruncate(self.fd, self.size)
-            except OSError as exc:
-                self._logger.warning(
-                    "segment %s: rollback ftruncate failed: %s", self.log_path, exc
-                )
-            raise
-        for e in entries:
-            self.index.append(*e)
-        self.size = pos
-        self._max_ts = max_ts
-        self._last_index_pos = last_index_pos
-        self._last_record_pos = last_record_pos
-        self.next_offset = run.first_offset + run.count
+        self.next_offset = first_offset + len(stamps)
 
     def _index_last_record(self) -> tuple[int, int, int] | None:
         """Index the newest record unless it already is; return the new entry, if any."""
