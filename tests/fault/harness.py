@@ -266,11 +266,27 @@ class PnsqPublisher:
         return min(later) - since if later else None
 
 
-class GoPublisher:
+class _DriverRun:
+    """A Go driver publishing in the background; :meth:`_output` waits for its end."""
+
+    def __init__(self, name: str, argv: list[str]) -> None:
+        self.name = name
+        self.proc = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+
+    def _output(self, timeout: float) -> list[dict[str, Any]]:
+        """Its JSON lines, once it exited 0."""
+        out, err = self.proc.communicate(timeout=timeout)
+        lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+        assert self.proc.returncode == 0, (lines[-1:], err[-2000:])
+        return lines
+
+
+class GoPublisher(_DriverRun):
     """go-nsq's stock producer on one node: ``count`` PUBs, each retried until acknowledged."""
 
     def __init__(self, node: Daemon, name: str, count: int) -> None:
-        self.name = name
         argv = [
             str(GONSQ_INTEROP),
             "pub",
@@ -281,25 +297,20 @@ class GoPublisher:
             "-retry",
             "-timeout=240s",
         ]
-        self.proc = subprocess.Popen(
-            argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
+        super().__init__(name, argv)
 
     def finish(self, timeout: float = 240) -> set[bytes]:
         """Wait for the run; the bodies it had acknowledged."""
-        out, err = self.proc.communicate(timeout=timeout)
-        result = json.loads(out.strip().splitlines()[-1])
-        assert self.proc.returncode == 0, (result, err[-2000:])
+        result = self._output(timeout)[-1]
         return {f"{self.name}-{i}".encode() for i in range(int(result["published"]))}
 
 
-class YouzanPublisher:
+class YouzanPublisher(_DriverRun):
     """A youzan-go-nsq-style partitioned producer (``yzgonsq-interop pub``): partition leaders
     from lookupd's ``/lookup``, one connection per leader, a refused or failed publish retried
     (after a new lookup) until acknowledged."""
 
     def __init__(self, cluster: FaultCluster, name: str, count: int) -> None:
-        self.name = name
         argv = [
             str(YZGONSQ_INTEROP),
             "pub",
@@ -311,16 +322,11 @@ class YouzanPublisher:
             "-retry-wait=50ms",
             "-timeout=240s",
         ]
-        self.proc = subprocess.Popen(
-            argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
+        super().__init__(name, argv)
 
     def finish(self, timeout: float = 240) -> set[bytes]:
         """Wait for the run; the bodies it had acknowledged (one ``sent`` line each)."""
-        out, err = self.proc.communicate(timeout=timeout)
-        lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-        assert self.proc.returncode == 0, (lines[-1:], err[-2000:])
-        return {str(line["sent"]).encode() for line in lines if "sent" in line}
+        return {str(line["sent"]).encode() for line in self._output(timeout) if "sent" in line}
 
 
 # ---------------------------------------------------------------------------------- checking
