@@ -73,7 +73,8 @@ class Supervisor:
     async def step(self) -> list[Change]:
         """One decision, committed; returns what changed."""
         cluster = self.cluster
-        changes = decide(view_of(cluster, self.settings, cluster.clock()), cluster.clock())
+        now = cluster.clock()
+        changes = decide(view_of(cluster, self.settings, now), now)
         if not changes:
             return []
         before = dict(cluster.placements)
