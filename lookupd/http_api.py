@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import trio
 
-from netio.http import lifespan, serve_http as netio_serve_http
+from pnsq._netio.http import lifespan, serve_http as netio_serve_http
 from protocol.lookup import ASSIGNMENTS_PATH
 from protocol.names import is_valid_channel_name, is_valid_topic_name
 

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from netio.http import (
+from pnsq._netio.http import (
     HTTPError,
     QueryArgs,
     Receive,

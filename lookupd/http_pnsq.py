@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import trio
 
-from netio.http import Receive
+from pnsq._netio.http import Receive
 from protocol.lookup import assignments_payload
 
 from .cluster import Cluster

@@ -3,7 +3,8 @@
 
 Durations are float seconds. ``--config`` reads a TOML file whose keys are the option names
 (``tcp_address``, ``inactive_producer_timeout = "5m"``); flags given on the command line win.
-Errors: :class:`~goflag.flags.FlagError` / :class:`~goflag.flags.HelpRequested` for the command
+Errors: :class:`~pnsq._goflag.flags.FlagError` / :class:`~pnsq._goflag.flags.HelpRequested` for the
+command
 line (exit 2 / 0), :class:`OptionsError` for values refused at start-up (exit 1).
 """
 
@@ -16,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from goflag.addresses import parse_host_port
-from goflag.flags import FlagSet, FlagValueError, ParseResult
+from pnsq._goflag.addresses import parse_host_port
+from pnsq._goflag.flags import FlagSet, FlagValueError, ParseResult
 
 LOG_LEVELS = ("debug", "info", "warn", "error", "fatal")
 _LOG_LEVEL_TEXT = {"debug": "DEBUG", "info": "INFO", "warn": "WARNING", "error": "ERROR"}

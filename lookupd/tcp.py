@@ -13,7 +13,7 @@ import logging
 
 import trio
 
-from netio.tcp import serve_tcp
+from pnsq._netio.tcp import serve_tcp
 from protocol.lookup_v1 import (
     EXT_PARTITIONS,
     NEED_DATA,
@@ -54,7 +54,7 @@ class LookupTCPServer:
     async def _handle(self, stream: trio.SocketStream, remote: str) -> None:
         log.info("TCP: new client(%s)", remote)
         parser = LookupV1Parser()
-        try:  # errors are logged and the stream closed by netio.tcp.serve_tcp
+        try:  # errors are logged and the stream closed by pnsq._netio.tcp.serve_tcp
             await self._serve(stream, parser, remote)
         finally:
             if parser.identified:

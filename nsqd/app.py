@@ -16,7 +16,7 @@ from pathlib import Path
 
 import trio
 
-from netio.limits import open_files_limit
+from pnsq._netio.limits import open_files_limit
 from protocol.identify import IdentifyLimits
 from protocol.parser import ParserLimits
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from netio.cli import run_daemon
+from pnsq._netio.cli import run_daemon
 
 from . import __version__
 from .app import NSQD_VERSION, main as run_main

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import httpx
 import trio
 
-from goflag.addresses import split_host_port
+from pnsq._goflag.addresses import split_host_port
 from protocol.lookup import ACCEPT_V1, ASSIGNMENTS_PATH, parse_assignments, parse_deleted
 from protocol.lookup_v1 import (
     EXT_PARTITIONS,

@@ -6,7 +6,8 @@ prints them) plus pnsq's own (``--default-partitions``, ``--retention``,
 ``--auth-http-request-method`` from nsqd's master branch.
 :func:`parse_nsqd_args` turns a command line into a validated :class:`~nsqd.options.Options`.
 
-Errors: :class:`~goflag.flags.FlagError`/:class:`~goflag.flags.HelpRequested` for the command line
+Errors: :class:`~pnsq._goflag.flags.FlagError`/:class:`~pnsq._goflag.flags.HelpRequested` for the
+command line
 itself (nsqd exits 2/0), :class:`~nsqd.options.OptionsError` for values nsqd rejects at start-up
 (nsqd logs ``FATAL: failed to instantiate nsqd - <message>`` and exits 1).
 """
@@ -16,9 +17,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from goflag.flags import FlagSet, FlagValueError, ParseResult
-from goflag.syntax import go_quote, parse_go_float
 from nsqd.options import LOG_LEVELS, TLS_VERSIONS, Options, attribute_name, validate_options
+from pnsq._goflag.flags import FlagSet, FlagValueError, ParseResult
+from pnsq._goflag.syntax import go_quote, parse_go_float
 
 _LOG_LEVEL_TEXT = {
     "debug": "DEBUG",
@@ -263,7 +264,7 @@ def options_from_flags(result: ParseResult) -> Options:
 
 def parse_nsqd_args(argv: Sequence[str]) -> Options:
     """Parse nsqd's command line (without the program name). Raises
-    :class:`~goflag.flags.FlagError`, :class:`~goflag.flags.HelpRequested` or
+    :class:`~pnsq._goflag.flags.FlagError`, :class:`~pnsq._goflag.flags.HelpRequested` or
     :class:`~nsqd.options.OptionsError`.
     Positional arguments are ignored, as nsqd ignores them."""
     return options_from_flags(nsqd_flagset().parse(argv))

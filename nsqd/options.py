@@ -21,8 +21,8 @@ import socket
 import zlib
 from dataclasses import dataclass, field
 
-from goflag.addresses import address_kind, parse_host_port
-from goflag.syntax import format_go_float
+from pnsq._goflag.addresses import address_kind, parse_host_port
+from pnsq._goflag.syntax import format_go_float
 
 LOG_LEVELS = ("debug", "info", "warn", "error", "fatal")
 TLS_VERSIONS = ("tls1.0", "tls1.1", "tls1.2", "tls1.3")
@@ -122,15 +122,15 @@ class Options:
     max_segment_fds: int = 0  # 0: a quarter of the open-files limit (see segment_fd_budget)
 
     def tcp_host_port(self) -> tuple[str, int]:
-        """``--tcp-address`` as ``(host, port)``; see :func:`~goflag.addresses.parse_host_port`."""
+        """``--tcp-address`` as ``(host, port)`` (Go host:port syntax)."""
         return parse_host_port(self.tcp_address)
 
     def http_host_port(self) -> tuple[str, int]:
-        """``--http-address`` as ``(host, port)``; see :func:`~goflag.addresses.parse_host_port`."""
+        """``--http-address`` as ``(host, port)`` (Go host:port syntax)."""
         return parse_host_port(self.http_address)
 
     def https_host_port(self) -> tuple[str, int]:
-        """``--https-address`` as ``(host, port)`` (:func:`goflag.addresses.parse_host_port`)."""
+        """``--https-address`` as ``(host, port)`` (Go host:port syntax)."""
         return parse_host_port(self.https_address)
 
 

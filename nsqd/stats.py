@@ -23,7 +23,7 @@ from typing import Any, Protocol, cast
 
 import trio
 
-from goflag.syntax import format_go_duration
+from pnsq._goflag.syntax import format_go_duration
 
 from . import __version__
 from .broker import Broker, Channel, Partition, Topic

@@ -25,7 +25,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from client.blocking import BlockingClient
+from pnsq.client.blocking import BlockingClient
 
 EVENTS, COUNTS = "demo_events", "demo_counts"
 ACTIONS = ("view", "click", "buy")
@@ -148,7 +148,7 @@ def run(
     trigger: str = "1 second",
 ) -> list[Any]:
     """The whole demo on an existing session; returns the final counts."""
-    from pipeline.source import PnsqDataSource
+    from pnsq.spark.source import PnsqDataSource
 
     spark.dataSource.register(PnsqDataSource)
     shutil.rmtree(out, ignore_errors=True)

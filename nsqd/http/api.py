@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import trio
 
-from netio.http import lifespan, serve_http as netio_serve_http
+from pnsq._netio.http import lifespan, serve_http as netio_serve_http
 from protocol.mpub import MpubFormatError, split_mpub_body
 
 from ..broker import Broker, NewRecord, StorageError

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from netio.http import (
+from pnsq._netio.http import (
     JSON_TYPE,
     HTTPError,
     QueryArgs,

@@ -15,7 +15,7 @@ import logging
 
 import trio
 
-from goflag.addresses import split_host_port
+from pnsq._goflag.addresses import split_host_port
 from protocol.replication import (
     MAGIC,
     Ack,

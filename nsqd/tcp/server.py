@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
-from netio.tcp import serve_tcp
+from pnsq._netio.tcp import serve_tcp
 from protocol import frames
 
 from ..broker import Broker
@@ -50,7 +50,7 @@ class TCPServer:
         await serve_tcp(self._handle, host, port, log=log, task_status=task_status)
 
     async def _handle(self, stream: trio.SocketStream, remote: str) -> None:
-        """One connection (errors are logged and closed by :func:`netio.tcp.serve_tcp`)."""
+        """One connection (errors are logged and closed by :func:`pnsq._netio.tcp.serve_tcp`)."""
         magic = b""
         with trio.move_on_after(MAGIC_TIMEOUT):
             while len(magic) < 4:

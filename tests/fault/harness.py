@@ -4,7 +4,7 @@ publishers that retry until acknowledged and remember what was acknowledged, and
 A cluster is pnsq's nsqlookupd plus three pnsq nsqd (a node keeps its id, ``127.0.0.1:port``,
 across restarts). The topic under test has two partitions with two copies each. Publishers:
 
-* :class:`PnsqPublisher` — pnsq's own client (``client.open_producer`` routed through lookupd),
+* :class:`PnsqPublisher` — pnsq's own client (``pnsq.client.open_producer`` routed through lookupd),
   one per partition, each publish retried until acknowledged; it records every acknowledged
   body with the time of its acknowledgement, and every refusal;
 * :class:`GoPublisher` — the stock go-nsq producer (``gonsq-interop pub -retry``) attached to
@@ -34,8 +34,8 @@ from typing import Any
 
 import trio
 
-from client import open_producer
-from client.errors import ConnectionClosedError, NsqError, NsqHTTPError, PartitionsUnknownError
+from pnsq.client import open_producer
+from pnsq.client.errors import ConnectionClosedError, NsqError, NsqHTTPError, PartitionsUnknownError
 from protocol.range_read import decode_binary
 from tests.daemons import GONSQ_INTEROP, Daemon, pnsq_lookupd, pnsq_nsqd
 from tests.fault.linkcut import Link

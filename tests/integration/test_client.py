@@ -14,7 +14,7 @@ import pytest
 import trio
 import trio.testing
 
-from client import (
+from pnsq.client import (
     ConnectionClosedError,
     Consumer,
     Message,

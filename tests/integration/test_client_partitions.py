@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from client import Message, NsqError, open_consumer, open_producer, partition_for_key
-from client.blocking import BlockingClient
+from pnsq.client import Message, NsqError, open_consumer, open_producer, partition_for_key
+from pnsq.client.blocking import BlockingClient
 from protocol.commands import Pub
 from protocol.consume import ConsumeStart, StartKind
 from tests.daemons import Daemon, pnsq_nsqd

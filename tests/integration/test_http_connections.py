@@ -6,7 +6,7 @@ with met the EOF, trio raised ``BusyResourceError`` out of the connection's task
 server nursery (the daemon's) ended with it. And it kept a connection whose client had closed
 its side until the 60 s keep-alive timer ran out, holding a descriptor each (Go nsqd closes at
 once). The socket fuzzer found both within its first seconds. Both daemons serve HTTP through
-``netio.http``, so both are checked; Go nsqd 1.3.0 runs the half-close case beside pnsq.
+``pnsq._netio.http``, so both are checked; Go nsqd 1.3.0 runs the half-close case beside pnsq.
 """
 
 from __future__ import annotations

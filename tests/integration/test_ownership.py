@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from client import open_consumer, open_producer, partition_for_key
+from pnsq.client import open_consumer, open_producer, partition_for_key
 from protocol import Dpub, Fin, Mpub, Pub, Rdy, Sub
 from tests.daemons import Daemon, pnsq_lookupd, pnsq_nsqd
 from tests.integration.lookupd_helpers import (

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from client.blocking import BlockingClient
-from client.errors import NsqHTTPError
+from pnsq.client.blocking import BlockingClient
+from pnsq.client.errors import NsqHTTPError
 from protocol.commands import Mpub, Pub, PubTrace
 from protocol.range_read import (
     NDJSON_CONTENT_TYPE,

@@ -56,7 +56,7 @@ def spark() -> Iterator[Any]:
         pytest.skip(missing)
     from pyspark.sql import SparkSession
 
-    from pipeline.source import PnsqDataSource
+    from pnsq.spark.source import PnsqDataSource
 
     session = (
         SparkSession.builder.master(os.environ.get("SPARK_TEST_MASTER", "local[2]"))

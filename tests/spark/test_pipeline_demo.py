@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from client.blocking import BlockingClient
+from pnsq.client.blocking import BlockingClient
 from tests.daemons import ROOT, Daemon
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]

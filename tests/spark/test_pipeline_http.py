@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from client.blocking import BlockingClient
-from client.routing import partition_for_key
-from pipeline.nodes import discover, offsets_for_timestamp
-from pipeline.options import Endpoints, ReadOptions, WriteOptions
-from pipeline.planning import OffsetRange, PlanningError
-from pipeline.reading import DataLossError, read_range
-from pipeline.writing import Publisher, plan_route
+from pnsq.client.blocking import BlockingClient
+from pnsq.client.routing import partition_for_key
+from pnsq.spark.nodes import discover, offsets_for_timestamp
+from pnsq.spark.options import Endpoints, ReadOptions, WriteOptions
+from pnsq.spark.planning import OffsetRange, PlanningError
+from pnsq.spark.reading import DataLossError, read_range
+from pnsq.spark.writing import Publisher, plan_route
 from tests.daemons import Daemon, pnsq_lookupd, pnsq_nsqd
 from tests.integration.lookupd_helpers import get_json, lookup, post, wait_for
 from tests.spark.conftest import create_topic

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from client.blocking import BlockingClient
-from client.routing import partition_for_key
+from pnsq.client.blocking import BlockingClient
+from pnsq.client.routing import partition_for_key
 from protocol.message import MESSAGE_ID
 from tests.daemons import Daemon
 from tests.spark.conftest import create_topic

@@ -14,8 +14,8 @@ from functools import partial
 import pytest
 import trio
 
-from client import NsqError, open_producer
-from client.blocking import BlockingClient
+from pnsq.client import NsqError, open_producer
+from pnsq.client.blocking import BlockingClient
 from protocol import NEED_DATA, CommandParser, Identify, Pub
 from protocol.commands import Command
 from protocol.frames import MAGIC_V2, encode_error, encode_response
@@ -131,5 +131,5 @@ async def test_blocking_client_retries_the_same_way() -> None:
 
 
 def test_blocking_client_does_not_import_trio() -> None:
-    code = "import sys, client.blocking; assert 'trio' not in sys.modules, sorted(sys.modules)"
+    code = "import sys, pnsq.client.blocking; assert 'trio' not in sys.modules, sorted(sys.modules)"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

@@ -1,12 +1,12 @@
-"""Partition choice and the /partitions document (client.routing): pure, no daemon."""
+"""Partition choice and the /partitions document (pnsq.client.routing): pure, no daemon."""
 
 from __future__ import annotations
 
 import pytest
 from hypothesis import given, strategies as st
 
-from client.errors import PartitionsUnknownError
-from client.routing import (
+from pnsq.client.errors import PartitionsUnknownError
+from pnsq.client.routing import (
     RoundRobin,
     RoutingError,
     TopicPartitions,

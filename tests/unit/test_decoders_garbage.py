@@ -10,7 +10,6 @@ import json
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from netio.http import HTTPError, QueryArgs
 from nsqd.tcp.compression import (
     STREAM_IDENTIFIER,
     CompressionError,
@@ -19,6 +18,7 @@ from nsqd.tcp.compression import (
     SnappyDecoder,
     SnappyEncoder,
 )
+from pnsq._netio.http import HTTPError, QueryArgs
 from protocol.errors import ClientError, ErrorCode
 from protocol.ext import parse_json_header
 from protocol.mpub import MpubFormatError, split_mpub_body

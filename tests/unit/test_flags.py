@@ -11,8 +11,8 @@ import math
 
 import pytest
 
-from goflag.flags import FlagError, FlagSet, HelpRequested, ParseResult, parse_or_exit
-from goflag.syntax import (
+from pnsq._goflag.flags import FlagError, FlagSet, HelpRequested, ParseResult, parse_or_exit
+from pnsq._goflag.syntax import (
     FlagValueError,
     format_go_duration,
     format_go_float,

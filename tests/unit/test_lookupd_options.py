@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from goflag.flags import FlagError, HelpRequested
 from lookupd.options import Options, OptionsError, lookupd_flagset, parse_lookupd_args
+from pnsq._goflag.flags import FlagError, HelpRequested
 from tests.daemons import NSQLOOKUPD
 
 

@@ -7,9 +7,9 @@ import hypothesis.strategies as st
 import pytest
 from hypothesis import given
 
-from client.blocking import _chunk_traced
-from pipeline.nodes import _parse_lookup
-from pipeline.options import (
+from pnsq.client.blocking import _chunk_traced
+from pnsq.spark.nodes import _parse_lookup
+from pnsq.spark.options import (
     COLUMNS,
     SCHEMA,
     Endpoints,
@@ -17,8 +17,8 @@ from pipeline.options import (
     read_options,
     write_options,
 )
-from pipeline.planning import PlanningError
-from pipeline.reading import columns, signed64, unsigned64
+from pnsq.spark.planning import PlanningError
+from pnsq.spark.reading import columns, signed64, unsigned64
 from protocol.range_read import RangeRecord
 
 

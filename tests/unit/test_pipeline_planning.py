@@ -9,7 +9,7 @@ import hypothesis.strategies as st
 import pytest
 from hypothesis import given
 
-from pipeline.planning import (
+from pnsq.spark.planning import (
     OffsetRange,
     PartitionInfo,
     PlanningError,

@@ -52,7 +52,8 @@ class Consumer:
     one is requested (and the last one when the block exits without an exception).
 
     Iteration ends when the consumer is closed; with ``reconnect=False``, a connection closed by
-    nsqd or the network raises :class:`~client.errors.ConnectionClosedError`, and a reconnection
+    nsqd or the network raises :class:`~pnsq.client.errors.ConnectionClosedError`, and a
+    reconnection
     that nsqd refuses raises nsqd's error.
     """
 

@@ -1,7 +1,7 @@
 """Where a topic's partitions are, asked over HTTP: plain Python, no pyspark.
 
 * ``nsqd`` option: each listed node's ``GET /partitions?topic=`` (through
-  :class:`client.blocking.BlockingClient`), merged;
+  :class:`pnsq.client.blocking.BlockingClient`), merged;
 * ``lookupd`` option: nsqlookupd's ``GET /lookup?topic=&access=r`` names the nodes (youzan's
   ``partitions`` map, partition id → node, else the ``producers``), then each node's
   ``/partitions``.
@@ -21,14 +21,14 @@ from dataclasses import dataclass
 from typing import Final
 from urllib.parse import urlencode
 
-from client.blocking import BlockingClient
-from client.errors import NsqHTTPError
-from client.routing import PartitionInfo as Leader, TopicPartitions
+from pnsq.client.blocking import BlockingClient
+from pnsq.client.errors import NsqHTTPError
+from pnsq.client.routing import PartitionInfo as Leader, TopicPartitions
 
 from .options import Endpoints
 from .planning import PartitionInfo, PlanningError
 
-log = logging.getLogger("pipeline")
+log = logging.getLogger("pnsq.spark")
 
 _ACCEPT: Final = {"Accept": "application/vnd.nsq; version=1.0"}
 

@@ -5,13 +5,13 @@ flags in Go syntax: ``-flag=value``, ``--flag value``, bare booleans, repeatable
 reproduces that behaviour, with Go's exact error texts and usage layout (checked against Go 1.26
 and a real nsqd 1.3.0 binary). It knows no daemon's flags: :mod:`lookupd.options` holds
 nsqlookupd's table (and :mod:`nsqd.option_flags` nsqd's).
-Values are read and shown in Go's syntax (:mod:`goflag.syntax`); durations are
+Values are read and shown in Go's syntax (:mod:`pnsq._goflag.syntax`); durations are
 float seconds.
 
 ``FlagSet.parse`` is pure: it raises :class:`FlagError` (``str()`` is Go's message) or
 :class:`HelpRequested`. :func:`parse_or_exit` adds Go's ``ExitOnError`` behaviour: the message and
 the usage go to stderr, then exit status 2 (0 for ``-h``/``-help``). A flag's setter signals a
-bad value by raising :class:`FlagValueError` (re-exported from :mod:`goflag.syntax`).
+bad value by raising :class:`FlagValueError` (re-exported from :mod:`pnsq._goflag.syntax`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TextIO, TypeVar, cast
 
-from goflag.syntax import (
+from pnsq._goflag.syntax import (
     PARSE_ERROR,
     FlagValueError as FlagValueError,
     format_go_duration,

@@ -1,13 +1,13 @@
 """pnsq as a PySpark data source (Python Data Source API, Spark >= 4.2): batch and streaming
-reads here, writes in :mod:`pipeline.sink`. Only these two modules import pyspark.
+reads here, writes in :mod:`pnsq.spark.sink`. Only these two modules import pyspark.
 
-    from pipeline.source import PnsqDataSource
+    from pnsq.spark.source import PnsqDataSource
     spark.dataSource.register(PnsqDataSource)
     df = spark.read.format("pnsq").option("nsqd", "127.0.0.1:4151").option("topic", "t").load()
 
 Spark runs every method in a Python worker process, not in the driver's interpreter: readers
 and input partitions are pickled, so they hold only options and plain dataclasses, and connect
-inside :meth:`read`. Offsets are the JSON documents of :func:`pipeline.planning.offsets_json`
+inside :meth:`read`. Offsets are the JSON documents of :func:`pnsq.spark.planning.offsets_json`
 (``{"0": 5, "1": 7}``: partition → next offset to read). ``docs/spark.md`` has the options.
 """
 
@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 
 
 class PnsqDataSource(DataSource):
-    """``format("pnsq")``: a topic's partitions as rows of :data:`pipeline.options.SCHEMA`."""
+    """``format("pnsq")``: a topic's partitions as rows of :data:`pnsq.spark.options.SCHEMA`."""
 
     @classmethod
     def name(cls) -> str:
@@ -86,7 +86,7 @@ def _checked(schema: StructType) -> StructType:
 
 
 class RangePartition(InputPartition):
-    """One Spark task: an :class:`~pipeline.planning.OffsetRange` (topic, partition,
+    """One Spark task: an :class:`~pnsq.spark.planning.OffsetRange` (topic, partition,
     ``[start, end)``, the leader's HTTP address)."""
 
     def __init__(self, r: OffsetRange) -> None:

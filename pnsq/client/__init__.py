@@ -1,5 +1,5 @@
 """pnsq's Python client: a partition-aware producer and consumer on Trio, and a small blocking
-client (:mod:`client.blocking`) for tools and Spark executors.
+client (:mod:`pnsq.client.blocking`) for tools and Spark executors.
 
     async with open_producer("127.0.0.1:4150", http_address="127.0.0.1:4151") as producer:
         await producer.publish("topic", b"body", key="user-42")
@@ -9,7 +9,7 @@ client (:mod:`client.blocking`) for tools and Spark executors.
             await message.finish()
 
 The client speaks to nsqd only through :mod:`protocol` (encoders, the frame decoder, the
-range-read codec). Names are imported on first use, so ``import client.blocking`` does not
+range-read codec). Names are imported on first use, so ``import pnsq.client.blocking`` does not
 import Trio.
 """
 

@@ -1,10 +1,10 @@
 """What a Spark write task does with its rows: publish them with MPUB (or MPUB_TRACE) batches
-through :class:`client.blocking.BlockingClient`. Plain Python, no pyspark.
+through :class:`pnsq.client.blocking.BlockingClient`. Plain Python, no pyspark.
 
 The driver looks the topic up once (:func:`plan_route`); every task gets that :class:`Route`
 and publishes each partition's messages to the partition's leader. A row's partition is its
 ``partition`` column if given, else ``murmur3(key) % partition_num`` (youzan go-nsq's
-``PublishOrdered``; :func:`client.routing.partition_for_key`), else round-robin. Rows of one
+``PublishOrdered``; :func:`pnsq.client.routing.partition_for_key`), else round-robin. Rows of one
 partition keep their order. Delivery is at-least-once: a batch nsqd acknowledged stays published
 even if the task or the job fails later, and a re-run task publishes its rows again.
 """
@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Final, Self
 
-from client.blocking import BlockingClient
-from client.routing import partition_for_key
+from pnsq.client.blocking import BlockingClient
+from pnsq.client.routing import partition_for_key
 
 from .nodes import discover
 from .options import WriteOptions

@@ -47,7 +47,7 @@ class SubscribeSpec:
 @final
 class Subscription:
     """One partition's connection. :meth:`run` (a task) connects, subscribes and forwards
-    messages to ``deliver`` until cancelled; see :class:`client.consumer.Consumer`.
+    messages to ``deliver`` until cancelled; see :class:`pnsq.client.consumer.Consumer`.
 
     Args:
         rdy: the RDY count to send after (re)subscribing.

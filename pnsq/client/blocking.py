@@ -6,7 +6,7 @@
         nsq.mpublish("events", bodies, keys=keys)
         batch = nsq.read_range("events", partition=0, offset=0, max_records=1000)
 
-Publishing routes like the Trio :class:`client.producer.Producer` (murmur3 key hash,
+Publishing routes like the Trio :class:`pnsq.client.producer.Producer` (murmur3 key hash,
 round-robin, explicit partition) and retries the same errors. One instance is not thread-safe;
 give each thread its own.
 """

@@ -1,6 +1,6 @@
 """``df.write.format("pnsq")`` and ``df.writeStream.format("pnsq")``: each Spark task publishes
-its rows with MPUB / MPUB_TRACE batches (:class:`pipeline.writing.Publisher`). Imports pyspark;
-:class:`pipeline.source.PnsqDataSource` creates these writers.
+its rows with MPUB / MPUB_TRACE batches (:class:`pnsq.spark.writing.Publisher`). Imports pyspark;
+:class:`pnsq.spark.source.PnsqDataSource` creates these writers.
 
 Columns: ``body`` (binary or string, required), optional ``key`` (string or binary: the
 partition is ``murmur3(key) % partition_num``), ``partition`` (int, wins over ``key``) and
@@ -40,7 +40,7 @@ from pyspark.sql.types import (
 from .options import OptionError, WriteOptions
 from .writing import WRITE_COLUMNS, Publisher, PublishReport, plan_route
 
-log = logging.getLogger("pipeline")
+log = logging.getLogger("pnsq.spark")
 
 _ALLOWED: dict[str, tuple[type[DataType], ...]] = {
     "body": (BinaryType, StringType),

@@ -1,7 +1,7 @@
-"""What a Spark task does with its :class:`~pipeline.planning.OffsetRange`: read the records
+"""What a Spark task does with its :class:`~pnsq.spark.planning.OffsetRange`: read the records
 ``[start, end)`` straight from the partition's leader with ``GET /partition/read``, and turn them
 into the source's columns. Plain Python, no pyspark: executors call it from
-:meth:`pipeline.source.PnsqStreamReader.read`.
+:meth:`pnsq.spark.source.PnsqStreamReader.read`.
 
 The same range gives the same records every time (nsqd's range read is deterministic), so a
 re-run task or micro-batch reads the same rows. If the leader cannot be reached the task looks
@@ -15,15 +15,15 @@ import time
 from collections.abc import Iterator
 from typing import Final
 
-from client.blocking import BlockingClient
-from client.errors import ConnectionClosedError, NsqHTTPError, UnexpectedResponseError
+from pnsq.client.blocking import BlockingClient
+from pnsq.client.errors import ConnectionClosedError, NsqHTTPError, UnexpectedResponseError
 from protocol.range_read import RangeRecord
 
 from .nodes import discover
 from .options import ReadOptions
 from .planning import OffsetRange, PlanningError
 
-log = logging.getLogger("pipeline")
+log = logging.getLogger("pnsq.spark")
 
 _ATTEMPTS: Final = 4
 _BACKOFF: Final = 0.2
@@ -130,7 +130,7 @@ def unsigned64(value: int) -> int:
 
 
 def columns(topic: str, partition: int, records: list[RangeRecord]) -> list[list[object]]:
-    """The source's columns (:data:`pipeline.options.COLUMNS`) for ``records``: timestamps in
+    """The source's columns (:data:`pnsq.spark.options.COLUMNS`) for ``records``: timestamps in
     microseconds since the epoch (UTC), ``id`` the 16-byte message id, ``trace_id`` as a
     signed long, ``ext`` the ext header as text (None when empty)."""
     n = len(records)

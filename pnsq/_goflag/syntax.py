@@ -1,7 +1,8 @@
 """Go's value syntax: parsing and printing ints, floats, bools and durations exactly as Go does.
 
 The daemons' users pass values in Go syntax and expect Go's error texts back, so
-:mod:`goflag.flags` (and the daemons' own flag types) parse and print values with these ports of
+:mod:`pnsq._goflag.flags` (and the daemons' own flag types) parse and print values with these
+ports of
 Go's ``strconv`` and ``time`` functions (checked against Go 1.26):
 
 * int: ``strconv.ParseInt(s, 0, 64)``: ``0x``/``0o``/``0b`` prefixes, a leading ``0`` means octal,

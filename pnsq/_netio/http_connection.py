@@ -1,8 +1,8 @@
-"""One HTTP connection: hypercorn's per-connection server, run as a :mod:`netio.tcp` handler.
+"""One HTTP connection: hypercorn's per-connection server, run as a :mod:`pnsq._netio.tcp` handler.
 
 hypercorn's own ``serve`` runs every connection's task in the nursery of the whole server, so
 an exception a connection raises ends the HTTP server and with it the daemon. Accepting with
-:func:`netio.tcp.serve_tcp` instead puts each connection under that module's guard: whatever
+:func:`pnsq._netio.tcp.serve_tcp` instead puts each connection under that module's guard: whatever
 one connection raises ends that connection only.
 
 hypercorn 0.18's ``TCPServer`` also sends EOF (``_close``) outside the lock that serializes its
@@ -119,7 +119,7 @@ class _SerialTCPServer(TCPServer):
 
 
 def http_handler(app: Any, config: Config) -> Handler:
-    """A :data:`netio.tcp.Handler` serving ``app`` (ASGI) with ``config`` on each connection,
+    """A :data:`pnsq._netio.tcp.Handler` serving ``app`` (ASGI) with ``config`` on each connection,
     over TLS when ``config`` has a certificate."""
     wrapped = ASGIWrapper(app)
     context = WorkerContext(None)

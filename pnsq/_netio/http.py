@@ -170,8 +170,8 @@ async def serve_http(
 ) -> None:
     """Serve ``app`` on ``host:port`` with hypercorn (HTTPS when given a certificate and key);
     reports the bound port when ready. ``log`` gets the listening line, the logger named
-    ``errorlog`` hypercorn's errors. Connections are accepted by :func:`netio.tcp.serve_tcp`,
-    so nothing one connection does can end the server (:mod:`netio.http_connection`)."""
+    ``errorlog`` hypercorn's errors. Connections are accepted by :func:`pnsq._netio.tcp.serve_tcp`,
+    so nothing one connection does can end the server (:mod:`pnsq._netio.http_connection`)."""
     config = HypercornConfig()
     if certfile and keyfile:
         config.certfile, config.keyfile = certfile, keyfile

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from goflag.syntax import go_quote
+from pnsq._goflag.syntax import go_quote
 
 
 def split_host_port(address: str) -> tuple[str, str]:

@@ -9,7 +9,7 @@ from typing import Protocol, TypeVar
 
 import trio
 
-from goflag.flags import FlagSet, ParseResult, parse_or_exit
+from pnsq._goflag.flags import FlagSet, ParseResult, parse_or_exit
 
 from .limits import raise_open_files_limit
 

@@ -2,7 +2,7 @@
 address.
 
 With ``http_address`` the producer learns each topic's partitions from ``GET /partitions`` and
-picks one per publish as youzan go-nsq does (:mod:`client.routing`): ``key=`` hashes to a fixed
+picks one per publish as youzan go-nsq does (:mod:`pnsq.client.routing`): ``key=`` hashes to a fixed
 partition (murmur3), no key round-robins, ``partition=`` is explicit. Without it, a publish
 names no partition and nsqd picks (stock nsqd works that way).
 
@@ -67,7 +67,7 @@ class Producer:
     """Publishes to nsqd. Create it with :func:`open_producer`.
 
     Every method returns once nsqd acknowledged the publish, and raises
-    :class:`~client.errors.NsqError` with nsqd's text if it refused.
+    :class:`~pnsq.client.errors.NsqError` with nsqd's text if it refused.
     """
 
     def __init__(
@@ -241,7 +241,7 @@ async def open_producer(
     leader, wherever that is. ``max_attempts``
     counts the first try; ``retry_backoff`` seconds doubles per retry (at most 2 s); a topic's
     partitions are looked up again after ``route_ttl`` seconds or a retryable error. Connection
-    options as for :func:`~client.connection.open_connection`.
+    options as for :func:`~pnsq.client.connection.open_connection`.
 
     Raises:
         OSError: the first connection failed.

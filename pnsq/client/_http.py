@@ -86,7 +86,7 @@ class HTTPNode:
 
     def partitions(self, topic: str, tcp_address: str | None = None) -> TopicPartitions:
         """``GET /partitions?topic=``; the answering node's own partitions are reached at
-        ``tcp_address`` when given (see :func:`client.routing.parse_partitions`).
+        ``tcp_address`` when given (see :func:`pnsq.client.routing.parse_partitions`).
 
         Raises:
             NsqHTTPError: e.g. 404 ``TOPIC_NOT_FOUND``.
