@@ -197,6 +197,9 @@ async def _start_servers(
         max_output_buffer_timeout_ns=int(options.max_output_buffer_timeout * 1e9),
         max_deflate_level=options.max_deflate_level,
         version=NSQD_VERSION,
+        msg_timeout_ms=int(options.msg_timeout * 1000),
+        max_msg_timeout_ms=int(options.max_msg_timeout * 1000),
+        max_rdy_count=options.max_rdy_count,
     )
     app = NsqdHTTP(
         broker,
@@ -215,6 +218,7 @@ async def _start_servers(
             options=options,
             on_lookupd_change=lookup.set_addresses,
             forwarder=forwarder,
+            puller=app.puller,
         )
         https_port = await nursery.start(
             partial(serve_http, certfile=options.tls_cert, keyfile=options.tls_key),

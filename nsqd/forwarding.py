@@ -57,6 +57,7 @@ class NoLookupdError(ForwardError):
 class _Leaders:
     partitions: dict[int, tuple[str, int]]  # partition -> (host, tcp port) of its leader
     fetched: float
+    http: dict[int, str] = field(default_factory=dict)  # partition -> its leader's host:http
     next: int = 0
 
 
@@ -162,9 +163,16 @@ class Forwarder:
         now = self._monotonic()
         if cached is not None and now - cached.fetched < LOOKUP_TTL:
             return cached.partitions
-        partitions = await self._lookup(topic)
-        self._leaders[topic] = _Leaders(partitions, now, cached.next if cached else 0)
+        partitions, http = await self._lookup(topic)
+        self._leaders[topic] = _Leaders(partitions, now, http, cached.next if cached else 0)
         return partitions
+
+    async def leaders_http(self, topic: str) -> dict[int, str]:
+        """Partition -> ``host:http_port`` of its leader, as lookupd says ({} if it does not
+        know the topic). Raises :class:`NoLookupdError` if no lookupd answers."""
+        await self.leaders(topic)
+        cached = self._leaders.get(topic)
+        return dict(cached.http) if cached is not None else {}
 
     async def publish(self, topic: str, bodies: list[bytes], defer_ms: int = 0) -> None:
         """Publish ``bodies`` (one DPUB when ``defer_ms``) at a leader of ``topic``, round-robin
@@ -239,7 +247,7 @@ class Forwarder:
         if peer is not None:
             await peer.stream.aclose()
 
-    async def _lookup(self, topic: str) -> dict[int, tuple[str, int]]:
+    async def _lookup(self, topic: str) -> tuple[dict[int, tuple[str, int]], dict[int, str]]:
         addresses = list(self._lookupd_http())
         if not addresses:
             raise NoLookupdError("no pnsq lookupd connected")
@@ -253,10 +261,11 @@ class Forwarder:
                 problems.append(f"{http}: {exc}")
                 continue
             if reply.status_code == 404:
-                return {}  # lookupd does not know the topic
+                return {}, {}  # lookupd does not know the topic
             try:
                 reply.raise_for_status()
-                return _partition_leaders(reply.json())
+                document = reply.json()
+                return _partition_leaders(document), _partition_http(document)
             except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
                 problems.append(f"{http}: {exc}")
         raise NoLookupdError("lookupd unreachable: " + "; ".join(problems))
@@ -284,3 +293,14 @@ def _partition_leaders(document: dict[str, object]) -> dict[int, tuple[str, int]
         if isinstance(peer, dict):
             out[int(number)] = (str(peer["broadcast_address"]), int(peer["tcp_port"]))
     return out
+
+
+def _partition_http(document: dict[str, object]) -> dict[int, str]:
+    partitions = document.get("partitions") or {}
+    if not isinstance(partitions, dict):
+        raise ValueError("partitions is not an object")
+    return {
+        int(number): f"{peer['broadcast_address']}:{int(peer['http_port'])}"
+        for number, peer in partitions.items()
+        if isinstance(peer, dict) and "http_port" in peer
+    }

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import trio
+from trio.lowlevel import ParkingLot
 
 from ..core.cursor import Message, PartitionCursor
 from ..core.errors import NotInFlightError
@@ -55,6 +56,8 @@ class Channel:
         #: the broker's clock (set when the broker starts the channel's timer)
         self.clock = Clock()
         self._timer_deadline_ns: int | None = None
+        #: HTTP consume requests long-polling this channel (woken by :meth:`notify`)
+        self.pollers = ParkingLot()
 
     def add_partition(
         self, partition: Partition, start: int, acked: list[int], counted_from: int | None = None
@@ -101,10 +104,10 @@ class Channel:
         return any(
             cursor.has_ready(partition.state.high_watermark)
             for partition, cursor in self.iter_cursors()
-            if (only is None or partition.number == only) and self._releasable(partition, cursor)
+            if (only is None or partition.number == only) and self.releasable(partition, cursor)
         )
 
-    def _releasable(self, partition: Partition, cursor: PartitionCursor) -> bool:
+    def releasable(self, partition: Partition, cursor: PartitionCursor) -> bool:
         """Led here, and (ordered) the FIN of the previous message is on every in-sync
         follower: after a failover the new leader goes on exactly after it."""
         state = partition.state
@@ -135,7 +138,7 @@ class Channel:
         served = [
             (partition, cursor)
             for partition, cursor in self.iter_cursors()
-            if (only is None or partition.number == only) and self._releasable(partition, cursor)
+            if (only is None or partition.number == only) and self.releasable(partition, cursor)
         ]
         cursors = [cursor for _, cursor in served]
         count = len(served)
@@ -162,9 +165,11 @@ class Channel:
         return out
 
     def notify(self) -> None:
-        """Wake every subscribed session (new messages, unpause, requeue)."""
+        """Wake every subscribed session (new messages, unpause, requeue) and every HTTP
+        consume request waiting on the channel."""
         for client in self.clients:
             client.wake()
+        self.pollers.unpark_all()
 
     # ------------------------------------------------------------------ FIN / REQ / TOUCH
 

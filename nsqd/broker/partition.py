@@ -48,3 +48,6 @@ class Partition:
         self.saved_state: dict[str, object] | None = None  # the last checkpoint written
         self.message_count = 0  # records appended by this process (stats)
         self.message_bytes = 0
+        #: channels whose state goes to the followers at once, not at the next interval
+        #: (an HTTP consume ack waits for it)
+        self.cursor_push: set[str] = set()

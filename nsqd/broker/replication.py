@@ -219,6 +219,19 @@ class ReplicationWaiters:
                 raise NotLeaderError("leadership moved before the publish was replicated")
             await self._lot(partition).park()
 
+    async def wait_cursor(self, partition: Partition, channel: str, confirmed: int) -> None:
+        """Return once every in-sync follower holds ``channel``'s cursor in ``partition`` up
+        to ``confirmed`` (the state is pushed to them at once). Raises
+        :class:`NotLeaderError` if the node stops leading the partition first."""
+        state = partition.state
+        epoch = state.epoch
+        while not state.cursor_replicated(channel, confirmed):
+            if not state.leads or state.epoch != epoch:
+                raise NotLeaderError("leadership moved before the ack was replicated")
+            partition.cursor_push.add(channel)
+            self.appended(partition)
+            await self._lot(partition).park()
+
     def wake(self, partition: Partition, *, streams: bool = True) -> None:
         """The high-watermark or the role of ``partition`` changed: parked publishes look
         again, and (unless ``streams`` is False) so do the streams to its followers."""

@@ -102,6 +102,8 @@ class PartitionCursor:
         now_ns: int,
         end_offset: int,
         max_bytes: int | None = None,
+        *,
+        batch: bool = False,
     ) -> list[Message]:
         """Up to ``max_messages`` deliverable messages: requeued first, then new from the log;
         with ``max_bytes``, no more once their bodies add up to it (one message at least), so a
@@ -109,13 +111,15 @@ class PartitionCursor:
 
         Records from the log that are not due yet (DPUB) go to the deferred set instead.
         Acked offsets (FINed before a restart) are skipped. :attr:`taken_bytes` tells the
-        body bytes returned.
+        body bytes returned. Ordered: one message, or with ``batch`` (an HTTP consume lease,
+        which locks the partition) a run of consecutive messages.
         """
         self.taken_bytes = 0
         if self.ordered:
             if self.in_flight or self.deferred:  # the head is out, or not due yet
                 return []
-            max_messages = min(max_messages, 1)
+            if not batch:
+                max_messages = min(max_messages, 1)
         limit = max_bytes if max_bytes is not None else _UNBOUNDED
         taken = 0
         out: list[Message] = []
@@ -230,6 +234,7 @@ class PartitionCursor:
         owners: list[object] = []
         released = 0
         heap = self._timeouts
+        heads: list[Message] = []  # ordered: back to the head, in offset order
         while heap and heap[0][0] <= now_ns:
             deadline, offset = heapq.heappop(heap)
             message = self.in_flight.get(offset)
@@ -240,9 +245,12 @@ class PartitionCursor:
             message.owner = None
             self.timeout_count += 1
             if self.ordered:
-                self.ready.appendleft(message)
+                heads.append(message)
             else:
                 self.ready.append(message)
+        if heads:
+            heads.sort(key=lambda m: m.record.offset)
+            self.ready.extendleft(reversed(heads))
         deferred = self.deferred
         while deferred and deferred[0].due_ns <= now_ns:
             self.ready.append(deferred.pop(0))

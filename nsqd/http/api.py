@@ -24,6 +24,7 @@ from pnsq._netio.http import lifespan, serve_http as netio_serve_http
 from protocol.mpub import MpubFormatError, split_mpub_body
 
 from ..broker import Broker, NewRecord, StorageError
+from ..broker.pull import Puller
 from ..core.errors import (
     BadPartitionError,
     BrokerError,
@@ -49,6 +50,7 @@ from .base import (
     respond,
     respond_error,
 )
+from .consume import ConsumeAPI
 from .offsets import OffsetsAPI
 from .partitions import PartitionsAPI
 
@@ -76,6 +78,9 @@ class HTTPSettings:
     max_output_buffer_timeout_ns: int = 30_000_000_000
     max_deflate_level: int = 6
     version: str = "1.3.0"
+    msg_timeout_ms: int = 60_000
+    max_msg_timeout_ms: int = 900_000
+    max_rdy_count: int = 2500
 
 
 class NsqdHTTP:
@@ -95,9 +100,12 @@ class NsqdHTTP:
         options: Options | None = None,
         on_lookupd_change: Callable[[list[str]], None] | None = None,
         forwarder: Forwarder | None = None,
+        puller: Puller | None = None,
     ) -> None:
         self.broker = broker
         self.forwarder = forwarder
+        #: HTTP consume's leases (one table for the HTTP and HTTPS listeners)
+        self.puller = puller or Puller(broker)
         self.settings = settings
         self.sessions = sessions
         #: --tls-required=true: the plain-HTTP listener refuses everything (nsqd's ServeHTTP);
@@ -118,6 +126,7 @@ class NsqdHTTP:
             **admin.routes(),
             **PartitionsAPI(self).routes(),
             **OffsetsAPI(self).routes(),
+            **ConsumeAPI(self).routes(),
         }
         self.config_routes: dict[str, Handler] = {"GET": admin.config, "PUT": admin.config}
 

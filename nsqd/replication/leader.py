@@ -189,12 +189,14 @@ def _cursor_changes(
     every: bool,
 ) -> list[Cursors]:
     """Cursors frames for the channels whose state in ``partition`` changed since ``sent``
-    (updated), and for the channels deleted since; only the ordered channels unless
-    ``every``."""
+    (updated), and for the channels deleted since; unless ``every``, only the ordered channels
+    and those pushed (:attr:`Partition.cursor_push`)."""
     frames = []
+    pushed, partition.cursor_push = partition.cursor_push, set()
     for name, channel in topic.channels.items():
         cursor = channel.cursors.get(partition.number)
-        if channel.ephemeral or cursor is None or not (every or cursor.ordered):
+        urgent = cursor is not None and (cursor.ordered or name in pushed)
+        if channel.ephemeral or cursor is None or not (every or urgent):
             continue
         now = cursor.replica_state()
         if sent.get(name) != now:
@@ -220,6 +222,7 @@ async def _read_acks(
         if isinstance(frame, CursorsAck):
             if frame.epoch == partition.state.epoch:
                 partition.state.cursor_acked(node, frame.channel, frame.confirmed)
+                broker.replication.wake(partition, streams=False)  # HTTP consume acks look
                 channel = topic.channels.get(frame.channel)
                 if channel is not None and channel.ordered:
                     channel.notify()  # its next message may go now

@@ -63,10 +63,14 @@ _GO_ESCAPE = re.compile("[<>&\u2028\u2029]")
 class HTTPError(Exception):
     """An error reply: status and message text."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(
+        self, status: int, message: str, details: Mapping[str, object] | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        #: more keys of the JSON error body, beside ``message``
+        self.details: Mapping[str, object] = details or {}
 
 
 class QueryArgs:
@@ -143,7 +147,7 @@ async def respond_error(
     send: Send, error: HTTPError, extra: Sequence[tuple[bytes, bytes]] = ()
 ) -> None:
     """The V1 error: ``{"message": ...}`` with the error's status."""
-    await respond(send, error.status, {"message": error.message}, extra=extra)
+    await respond(send, error.status, {"message": error.message, **error.details}, extra=extra)
 
 
 async def lifespan(receive: Receive, send: Send) -> None:

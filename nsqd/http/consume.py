@@ -1,0 +1,175 @@
+"""HTTP consume with server-kept offsets (``docs/http-api.md``): any language, nothing but HTTP.
+
+* ``POST /consume?topic=&channel=&max=&wait_ms=&lease_ms=`` — a batch of at most ``max``
+  messages of ONE partition, that partition locked to the batch's token until it is acked,
+  nacked or its lease ends; waits up to ``wait_ms`` for messages;
+* ``POST /consume/ack?token=`` — FIN the batch; ``200 OK`` once that is on disk (and on every
+  in-sync follower);
+* ``POST /consume/nack?token=&delay_ms=`` — requeue the batch after ``delay_ms``.
+
+A node that leads none of the topic's partitions answers ``400 E_FAILED_ON_NOT_LEADER`` with
+the leaders' HTTP addresses (``"leaders": {"<partition>": "host:port"}``), as youzan's nsqd
+answers a partition-aware client at the wrong node; clients go there.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+from typing import TYPE_CHECKING
+
+from protocol.message import MESSAGE_ID
+
+from ..broker import Channel, StorageError, Topic
+from ..broker.pull import AckNotDurableError, Batch, LeaderMovedError
+from ..core.errors import BrokerError, ExitingError
+from ..core.leases import LeaseEndedError, UnknownTokenError
+from ..forwarding import ForwardError, NoLookupdError, PlacedElsewhereError
+from .admin import topic_channel_args
+from .base import Handler, HTTPError, Reply, Request
+
+if TYPE_CHECKING:
+    from .api import NsqdHTTP
+
+log = logging.getLogger("nsqd.http")
+
+MAX_WAIT_MS = 30_000  # a long poll's cap
+NOT_LEADER = "E_FAILED_ON_NOT_LEADER"
+
+
+def _int_arg(request: Request, name: str, default: int, low: int, high: int) -> int:
+    """``name`` as a whole number in ``[low, high]`` (clamped above); absent: ``default``."""
+    raw = request.arg(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise HTTPError(400, f"INVALID_{name.upper()}") from None
+    if value < low:
+        raise HTTPError(400, f"INVALID_{name.upper()}")
+    return min(value, high)
+
+
+def _token_arg(request: Request) -> str:
+    token = request.arg("token")
+    if not token:
+        raise HTTPError(400, "MISSING_ARG_TOKEN")
+    return token
+
+
+def batch_document(batch: Batch | None) -> dict[str, object]:
+    """The ``/consume`` reply for ``batch`` (None: nothing to give)."""
+    if batch is None:
+        return {"token": None, "partition": None, "messages": []}
+    return {
+        "token": batch.lease.token,
+        "partition": batch.lease.partition,
+        "messages": [
+            {
+                "id": MESSAGE_ID.pack(m.record.internal_id, m.record.trace_id).hex(),
+                "partition": m.partition,
+                "offset": m.offset,
+                "timestamp": m.record.timestamp_ns,
+                "attempts": m.attempts,
+                "trace_id": m.record.trace_id,
+                "body": base64.b64encode(m.record.body).decode("ascii"),
+            }
+            for m in batch.messages
+        ],
+    }
+
+
+class ConsumeAPI:
+    """The handlers; :meth:`routes` gives the app's route table entries."""
+
+    def __init__(self, app: NsqdHTTP) -> None:
+        self.app = app
+
+    def routes(self) -> dict[str, dict[str, Handler]]:
+        """``path -> {method: handler}``."""
+        return {
+            "/consume": {"POST": self.consume},
+            "/consume/ack": {"POST": self.ack},
+            "/consume/nack": {"POST": self.nack},
+        }
+
+    async def consume(self, request: Request) -> Reply:
+        """One batch of one partition, or ``{"token": null, ...}`` after ``wait_ms``."""
+        topic_name, channel_name = topic_channel_args(request)
+        settings = self.app.settings
+        limit = _int_arg(request, "max", 1, 1, settings.max_rdy_count)
+        wait_ms = _int_arg(request, "wait_ms", 0, 0, MAX_WAIT_MS)
+        lease_ms = _int_arg(
+            request, "lease_ms", settings.msg_timeout_ms, 1, settings.max_msg_timeout_ms
+        )
+        topic, channel = await self._channel(topic_name, channel_name)
+        if topic.managed and not topic.led:
+            raise await self._not_leader(topic_name)
+        puller = self.app.puller
+        batch = await puller.wait(topic, channel, limit, lease_ms * 1_000_000, wait_ms / 1000)
+        return batch_document(batch)
+
+    async def _channel(self, topic_name: str, channel_name: str) -> tuple[Topic, Channel]:
+        """The channel, created as a SUB creates it (through lookupd in a cluster)."""
+        broker = self.app.broker
+        forwarder = self.app.forwarder
+        if forwarder is not None:
+            try:
+                await forwarder.ensure_local(broker, topic_name)
+            except PlacedElsewhereError:
+                raise await self._not_leader(topic_name) from None
+            except NoLookupdError as exc:
+                raise HTTPError(503, "LOOKUPD_UNREACHABLE") from exc
+            except ForwardError as exc:
+                raise HTTPError(500, "TOPIC_CREATE_FAILED", {"reason": str(exc)}) from exc
+        try:
+            topic = broker.get_or_create_topic(topic_name)
+            return topic, broker.get_or_create_channel(topic, channel_name)
+        except ExitingError as exc:
+            raise HTTPError(503, "EXITING") from exc
+        except (BrokerError, StorageError) as exc:
+            log.error("consume: %s", exc)
+            raise HTTPError(500, "INTERNAL_ERROR") from exc
+
+    async def _not_leader(self, topic_name: str) -> HTTPError:
+        """``400 E_FAILED_ON_NOT_LEADER`` naming the leaders' HTTP addresses (if known)."""
+        leaders: dict[str, str] = {}
+        forwarder = self.app.forwarder
+        if forwarder is not None:
+            try:
+                found = await forwarder.leaders_http(topic_name)
+            except ForwardError as exc:
+                log.warning("consume: leaders of %s unknown: %s", topic_name, exc)
+            else:
+                leaders = {str(number): address for number, address in sorted(found.items())}
+        return HTTPError(400, NOT_LEADER, {"leaders": leaders})
+
+    async def ack(self, request: Request) -> Reply:
+        """FIN the batch; ``OK`` once durable."""
+        token = _token_arg(request)
+        try:
+            lease = await self.app.puller.ack(token)
+        except UnknownTokenError:
+            raise HTTPError(409, "TOKEN_INVALID") from None
+        except LeaseEndedError:
+            raise HTTPError(409, "TOKEN_EXPIRED") from None
+        except LeaderMovedError as exc:
+            raise await self._not_leader(exc.topic) from None
+        except AckNotDurableError as exc:
+            log.error("consume ack not durable: %s", exc)
+            raise HTTPError(500, "ACK_NOT_DURABLE", {"reason": str(exc)}) from exc
+        log.debug("consume: acked %d message(s) of %s", len(lease.offsets), lease.topic)
+        return b"OK"
+
+    async def nack(self, request: Request) -> Reply:
+        """Requeue the batch after ``delay_ms``."""
+        token = _token_arg(request)
+        delay_ms = _int_arg(request, "delay_ms", 0, 0, self.app.settings.max_req_timeout_ms)
+        try:
+            self.app.puller.nack(token, delay_ms)
+        except UnknownTokenError:
+            raise HTTPError(409, "TOKEN_INVALID") from None
+        except LeaseEndedError:
+            raise HTTPError(409, "TOKEN_EXPIRED") from None
+        return b"OK"

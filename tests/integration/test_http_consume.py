@@ -1,0 +1,203 @@
+"""HTTP consume with server-kept offsets (``POST /consume``, ``/consume/ack``, ``/consume/nack``)
+against real nsqd processes."""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import threading
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.daemons import Daemon, pnsq_nsqd
+
+pytestmark = pytest.mark.integration
+
+
+def _post(daemon: Daemon, path: str, body: bytes = b"", **params: object) -> tuple[int, Any]:
+    query = urllib.parse.urlencode(params)
+    url = f"http://{daemon.http_address}{path}" + (f"?{query}" if query else "")
+    request = urllib.request.Request(url, data=body, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=40) as reply:
+            status, raw = reply.status, reply.read()
+    except urllib.error.HTTPError as exc:
+        status, raw = exc.code, exc.read()
+    try:
+        return status, json.loads(raw)
+    except ValueError:
+        return status, raw
+
+
+def _stats(daemon: Daemon, topic: str) -> dict[str, Any]:
+    url = f"http://{daemon.http_address}/stats?format=json&topic={topic}"
+    with urllib.request.urlopen(url, timeout=5) as reply:
+        document = json.load(reply)
+    (found,) = [t for t in document["topics"] if t["topic_name"] == topic]
+    return dict(found)
+
+
+def _create(daemon: Daemon, topic: str, partitions: int, **flags: str) -> None:
+    status, _ = _post(daemon, "/topic/create", topic=topic, partition_num=partitions, **flags)
+    assert status == 200
+
+
+def _publish(daemon: Daemon, topic: str, partition: int, bodies: list[bytes]) -> None:
+    status, reply = _post(daemon, "/mpub", b"\n".join(bodies), topic=topic, partition=partition)
+    assert status == 200, reply
+
+
+def _consume(daemon: Daemon, topic: str, channel: str, **params: object) -> dict[str, Any]:
+    status, reply = _post(daemon, "/consume", topic=topic, channel=channel, **params)
+    assert status == 200, reply
+    return dict(reply)
+
+
+def _bodies(batch: dict[str, Any]) -> list[bytes]:
+    return [base64.b64decode(m["body"]) for m in batch["messages"]]
+
+
+def test_four_consumers_drain_2000_messages_over_4_partitions_each_once_in_order(
+    nsqd: Daemon,
+) -> None:
+    _create(nsqd, "hc", 4)
+    for partition in range(4):
+        _publish(nsqd, "hc", partition, [b"%d:%03d" % (partition, i) for i in range(500)])
+    received: list[tuple[int, list[int], list[bytes]]] = []  # in the order batches came
+    lock = threading.Lock()
+    errors: list[BaseException] = []
+
+    def consumer() -> None:
+        try:
+            empty = 0
+            while empty < 2:
+                batch = _consume(nsqd, "hc", "ch", max=37, wait_ms=300)
+                if not batch["messages"]:
+                    empty += 1
+                    continue
+                empty = 0
+                offsets = [m["offset"] for m in batch["messages"]]
+                assert {m["partition"] for m in batch["messages"]} == {batch["partition"]}
+                with lock:
+                    received.append((batch["partition"], offsets, _bodies(batch)))
+                status, reply = _post(nsqd, "/consume/ack", token=batch["token"])
+                assert (status, reply) == (200, b"OK")
+        except BaseException as exc:  # noqa: BLE001 - reported by the test thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=consumer) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert not errors, errors
+    by_partition: dict[int, list[bytes]] = defaultdict(list)
+    offsets_by_partition: dict[int, list[int]] = defaultdict(list)
+    for partition, offsets, bodies in received:
+        by_partition[partition].extend(bodies)
+        offsets_by_partition[partition].extend(offsets)
+    for partition in range(4):
+        # every message exactly once, and each partition's batches came in log order
+        assert by_partition[partition] == [b"%d:%03d" % (partition, i) for i in range(500)]
+        assert offsets_by_partition[partition] == sorted(offsets_by_partition[partition])
+    (channel,) = _stats(nsqd, "hc")["channels"]
+    for part in channel["partitions"]:
+        assert part["confirmed_offset"] == part["end_offset"] == 500
+        assert part["in_flight_count"] == 0
+    assert channel["depth"] == 0
+
+
+def test_an_unacked_batch_comes_back_after_its_lease_with_attempts_2(nsqd: Daemon) -> None:
+    _publish(nsqd, "lease", 0, [b"a", b"b", b"c"])
+    first = _consume(nsqd, "lease", "ch", max=10, lease_ms=300)
+    assert _bodies(first) == [b"a", b"b", b"c"]
+    assert [m["attempts"] for m in first["messages"]] == [1, 1, 1]
+    # the partition is locked to the batch: nothing for another request meanwhile
+    assert _consume(nsqd, "lease", "ch", max=10)["token"] is None
+    (channel,) = _stats(nsqd, "lease")["channels"]
+    assert channel["in_flight_count"] == 3
+    again = _consume(nsqd, "lease", "ch", max=10, wait_ms=5000)
+    assert again["token"] not in (None, first["token"])
+    assert [m["id"] for m in again["messages"]] == [m["id"] for m in first["messages"]]
+    assert [m["attempts"] for m in again["messages"]] == [2, 2, 2]
+    assert _post(nsqd, "/consume/ack", token=first["token"]) == (
+        409,
+        {"message": "TOKEN_EXPIRED"},
+    )
+    assert _post(nsqd, "/consume/ack", token="no-such-token") == (
+        409,
+        {"message": "TOKEN_INVALID"},
+    )
+    assert _post(nsqd, "/consume/ack", token=again["token"]) == (200, b"OK")
+    assert _post(nsqd, "/consume/ack", token=again["token"]) == (
+        409,
+        {"message": "TOKEN_EXPIRED"},
+    )
+
+
+def test_nack_requeues_the_batch_after_its_delay_as_deferred(nsqd: Daemon) -> None:
+    _publish(nsqd, "nack", 0, [b"x", b"y"])
+    batch = _consume(nsqd, "nack", "ch", max=5)
+    assert _post(nsqd, "/consume/nack", token=batch["token"], delay_ms=400) == (200, b"OK")
+    (channel,) = _stats(nsqd, "nack")["channels"]
+    assert (channel["deferred_count"], channel["in_flight_count"]) == (2, 0)
+    assert _consume(nsqd, "nack", "ch", max=5)["token"] is None  # not before its delay
+    again = _consume(nsqd, "nack", "ch", max=5, wait_ms=5000)
+    assert sorted(_bodies(again)) == [b"x", b"y"]
+    assert {m["attempts"] for m in again["messages"]} == {2}
+
+
+def test_kill_9_midway_resumes_from_the_committed_offsets(tmp_path: Path) -> None:
+    daemon = pnsq_nsqd(tmp_path / "nsqd").start()
+    try:
+        _create(daemon, "k9", 2)
+        for partition in range(2):
+            _publish(daemon, "k9", partition, [b"%d-%03d" % (partition, i) for i in range(300)])
+        acked: set[str] = set()
+        for _ in range(6):
+            batch = _consume(daemon, "k9", "ch", max=40)
+            assert batch["messages"]
+            assert _post(daemon, "/consume/ack", token=batch["token"]) == (200, b"OK")
+            acked.update(m["id"] for m in batch["messages"])
+        unacked = _consume(daemon, "k9", "ch", max=40)  # in flight at the kill: comes back
+        daemon.kill()  # right after the acks' 200: nothing acked may come back
+        daemon.start()
+        seen: list[str] = []
+        while True:
+            batch = _consume(daemon, "k9", "ch", max=100, wait_ms=200)
+            if not batch["messages"]:
+                break
+            seen.extend(m["id"] for m in batch["messages"])
+            assert _post(daemon, "/consume/ack", token=batch["token"]) == (200, b"OK")
+        assert not acked & set(seen)
+        assert {m["id"] for m in unacked["messages"]} <= set(seen)
+        assert len(acked) + len(seen) == 600
+        assert len(set(seen)) == len(seen)
+        (channel,) = _stats(daemon, "k9")["channels"]
+        assert [p["confirmed_offset"] for p in channel["partitions"]] == [300, 300]
+    finally:
+        daemon.stop()
+
+
+def test_curl_only_smoke(nsqd: Daemon) -> None:
+    base = f"http://{nsqd.http_address}"
+
+    def curl(*args: str) -> str:
+        out = subprocess.run(
+            ["curl", "-sS", "-X", "POST", *args], check=True, capture_output=True, timeout=30
+        )
+        return out.stdout.decode()
+
+    assert curl("--data-binary", "hello", f"{base}/pub?topic=smoke") == "OK"
+    batch = json.loads(curl(f"{base}/consume?topic=smoke&channel=c&max=10&wait_ms=1000"))
+    assert [base64.b64decode(m["body"]) for m in batch["messages"]] == [b"hello"]
+    assert curl(f"{base}/consume/ack?token={batch['token']}") == "OK"
+    empty = json.loads(curl(f"{base}/consume?topic=smoke&channel=c&max=10"))
+    assert empty == {"token": None, "partition": None, "messages": []}
