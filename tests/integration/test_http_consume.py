@@ -16,7 +16,9 @@ from typing import Any
 
 import pytest
 
+from protocol import Fin, Rdy, Sub
 from tests.daemons import Daemon, pnsq_nsqd
+from tests.rawclient import RawClient
 
 pytestmark = pytest.mark.integration
 
@@ -201,3 +203,98 @@ def test_curl_only_smoke(nsqd: Daemon) -> None:
     assert curl(f"{base}/consume/ack?token={batch['token']}") == "OK"
     empty = json.loads(curl(f"{base}/consume?topic=smoke&channel=c&max=10"))
     assert empty == {"token": None, "partition": None, "messages": []}
+
+
+def test_ordered_partitions_go_batch_after_batch_in_order(nsqd: Daemon) -> None:
+    _create(nsqd, "ord", 1, orderedmulti="true")
+    _publish(nsqd, "ord", 0, [b"%03d" % i for i in range(60)])
+    first = _consume(nsqd, "ord", "ch", max=25)
+    assert _bodies(first) == [b"%03d" % i for i in range(25)]
+    assert _consume(nsqd, "ord", "ch", max=25)["token"] is None  # locked to the batch
+    assert _post(nsqd, "/consume/nack", token=first["token"]) == (200, b"OK")
+    again = _consume(nsqd, "ord", "ch", max=25)  # ordered: the same run again, in order
+    assert _bodies(again) == [b"%03d" % i for i in range(25)]
+    assert {m["attempts"] for m in again["messages"]} == {2}
+    got = _bodies(again)
+    token = again["token"]
+    while True:
+        assert _post(nsqd, "/consume/ack", token=token) == (200, b"OK")
+        batch = _consume(nsqd, "ord", "ch", max=25, wait_ms=200)
+        if batch["token"] is None:
+            break
+        got.extend(_bodies(batch))
+        token = batch["token"]
+    assert got == [b"%03d" % i for i in range(60)]
+
+
+def test_beside_a_tcp_consumer_of_the_same_channel_each_message_goes_once(
+    nsqd: Daemon,
+) -> None:
+    _publish(nsqd, "both", 0, [b"%03d" % i for i in range(200)])
+    tcp = RawClient(nsqd.tcp_address)
+    tcp.send(Sub("both", "ch", 0), Rdy(7))
+    assert tcp.read().data == b"OK"
+    via_tcp: list[bytes] = []
+    via_http: list[bytes] = []
+    while len(via_tcp) + len(via_http) < 200:
+        batch = _consume(nsqd, "both", "ch", max=10, wait_ms=100)
+        if batch["token"] is not None:
+            via_http.extend(_bodies(batch))
+            assert _post(nsqd, "/consume/ack", token=batch["token"]) == (200, b"OK")
+        for _ in range(7):
+            try:
+                frame = tcp.read(skip_heartbeats=True)
+            except TimeoutError:
+                break
+            via_tcp.append(frame.body)
+            tcp.send(Fin(frame.message_id))
+    assert via_tcp
+    assert via_http
+    assert sorted(via_tcp + via_http) == [b"%03d" % i for i in range(200)]
+    tcp.close()
+
+
+def test_pause_setoffset_and_stats_apply_to_http_consumers(nsqd: Daemon) -> None:
+    _publish(nsqd, "adm", 0, [b"a", b"b", b"c"])
+    assert _consume(nsqd, "adm", "ch", max=1)["messages"]  # creates the channel; leased
+    assert _post(nsqd, "/channel/pause", topic="adm", channel="ch")[0] == 200
+    assert _consume(nsqd, "adm", "ch", max=10, wait_ms=300)["token"] is None
+    assert _post(nsqd, "/channel/unpause", topic="adm", channel="ch")[0] == 200
+    held = _consume(nsqd, "adm", "ch", max=10, wait_ms=300)
+    assert held["token"] is None  # the partition is still locked by the first batch
+    (channel,) = _stats(nsqd, "adm")["channels"]
+    assert (channel["depth"], channel["in_flight_count"]) == (2, 1)
+    with urllib.request.urlopen(f"http://{nsqd.http_address}/metrics", timeout=5) as reply:
+        metrics = reply.read().decode()
+    in_flight = [
+        line
+        for line in metrics.splitlines()
+        if line.startswith("nsq_channel_in_flight_count{") and 'topic="adm"' in line
+    ]
+    assert [line.rsplit(" ", 1)[1] for line in in_flight] == ["1.0"]
+    # a replay drops what is in flight: the lease is over, the batch belongs to the next
+    status, _ = _post(nsqd, "/channel/setoffset", b"virtual_queue:0", topic="adm", channel="ch")
+    assert status == 200
+    replay = _consume(nsqd, "adm", "ch", max=10)
+    assert _bodies(replay) == [b"a", b"b", b"c"]
+    assert _post(nsqd, "/consume/ack", token=replay["token"]) == (200, b"OK")
+
+
+def test_bad_requests_are_refused_with_nsqd_style_errors(nsqd: Daemon) -> None:
+    assert _post(nsqd, "/consume", channel="c") == (400, {"message": "MISSING_ARG_TOPIC"})
+    assert _post(nsqd, "/consume", topic="t") == (400, {"message": "MISSING_ARG_CHANNEL"})
+    assert _post(nsqd, "/consume", topic="t!", channel="c") == (
+        400,
+        {"message": "INVALID_ARG_TOPIC"},
+    )
+    assert _post(nsqd, "/consume", topic="t", channel="c", max=0) == (
+        400,
+        {"message": "INVALID_MAX"},
+    )
+    assert _post(nsqd, "/consume", topic="t", channel="c", wait_ms="soon") == (
+        400,
+        {"message": "INVALID_WAIT_MS"},
+    )
+    assert _post(nsqd, "/consume/ack") == (400, {"message": "MISSING_ARG_TOKEN"})
+    status, _ = _post(nsqd, "/consume/nack", token="x", delay_ms=-1)
+    assert status == 400

@@ -1,0 +1,84 @@
+"""HTTP consume in a cluster: a node that leads none of the topic's partitions names the leaders,
+and acknowledged batches stay acknowledged across a failover (kill -9 of the leader)."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any
+
+import pytest
+
+from tests.daemons import Daemon
+from tests.integration.lookupd_helpers import post, wait_for
+from tests.integration.test_failover import (
+    Cluster,
+    _create,
+    _publish,
+    _try_publish,
+    cluster as cluster,
+)
+
+pytestmark = pytest.mark.integration
+
+
+def _post(daemon: Daemon, path: str, **params: object) -> tuple[int, Any]:
+    url = f"http://{daemon.http_address}{path}?{urllib.parse.urlencode(params)}"
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, b"", method="POST")) as reply:
+            status, raw = reply.status, reply.read()
+    except urllib.error.HTTPError as exc:
+        status, raw = exc.code, exc.read()
+    try:
+        return status, json.loads(raw)
+    except ValueError:
+        return status, raw
+
+
+def test_a_node_leading_none_of_the_partitions_names_the_leaders(cluster: Cluster) -> None:
+    assert post(cluster.lookupd, "/topic/create?topic=one&partition_num=1&replicator=1") == (
+        200,
+        b"",
+    )
+    placed = wait_for(lambda: cluster.partition("one") or None, what="placed")
+    leader = cluster.by_id(f"{placed['broadcast_address']}:{placed['tcp_port']}")
+    other = next(n for n in cluster.nodes if n is not leader)
+    wait_for(lambda: _try_publish(leader, "one", b"x"), what="the leader writable")
+    status, reply = _post(other, "/consume", topic="one", channel="c")
+    assert (status, reply) == (
+        400,
+        {"message": "E_FAILED_ON_NOT_LEADER", "leaders": {"0": leader.http_address}},
+    )
+    status, reply = _post(leader, "/consume", topic="one", channel="c", max=5)
+    assert status == 200
+    assert reply["partition"] == 0
+    assert len(reply["messages"]) == 1
+
+
+def test_acked_batches_are_not_delivered_again_after_a_failover(cluster: Cluster) -> None:
+    leader, replica, _ = _create(cluster, "hcfo")
+    _publish(leader, "hcfo", [b"m%03d" % i for i in range(100)])
+    acked: list[str] = []
+    for _ in range(3):
+        status, batch = _post(leader, "/consume", topic="hcfo", channel="c", max=20)
+        assert status == 200
+        assert _post(leader, "/consume/ack", token=batch["token"]) == (200, b"OK")
+        acked.extend(m["id"] for m in batch["messages"])
+    leader.kill()  # at once: the acks' 200 promised the followers hold the offsets
+    killed = time.monotonic()
+    wait_for(lambda: _try_publish(replica, "hcfo", b"after"), timeout=20, what="failover")
+    print(f"writable again {time.monotonic() - killed:.2f} s after kill -9")
+    seen: list[str] = []
+    while True:
+        status, batch = _post(replica, "/consume", topic="hcfo", channel="c", max=50)
+        assert status == 200, batch
+        if batch["token"] is None:
+            break
+        seen.extend(m["id"] for m in batch["messages"])
+        assert _post(replica, "/consume/ack", token=batch["token"]) == (200, b"OK")
+    assert len(acked) == 60
+    assert not set(acked) & set(seen)
+    assert len(seen) == 41  # the 40 left and the one published after the failover
