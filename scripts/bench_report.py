@@ -51,6 +51,7 @@ WORKLOADS = {
     "pub_pipelined_replicated": (
         "PUB pipelined as above; pnsq replicated (replicator=2) vs Go unreplicated"
     ),
+    "http_consume": "HTTP consume max=100, 4 consumers; pnsq vs Go's TCP consume",
 }
 
 # Workloads run on pnsq only (Go nsqd does not replicate): key -> the unreplicated workload whose
@@ -58,6 +59,7 @@ WORKLOADS = {
 GO_BASELINE = {
     "mpub_replicated": "mpub",
     "pub_pipelined_replicated": "pub_pipelined",
+    "http_consume": "consume",
 }
 
 _GO_DURATION_UNITS = {
@@ -322,6 +324,11 @@ def report(results_path: str, out_path: str, meta_args: list[str]) -> None:
         "  the same run, so the ratio is pnsq replicated / Go unreplicated (issue 13's goal for",
         "  these rows: at least 0.5). All three pnsq processes share the machine's cores with",
         "  the load generator.",
+        "- HTTP consume (pnsq only; Go nsqd has no HTTP consume): scripts/http_consume_load.py,",
+        "  4 threads on keep-alive connections, each POST /consume?max=100&wait_ms=200 then",
+        "  POST /consume/ack (which returns once the FINs are on disk), on channel ch of the",
+        "  same daemon right after the consume row, for as long as that row; msgs/s = acked",
+        "  messages / run time. The Go column repeats Go nsqd's TCP consume figure.",
         "- The load generators run on the same machine as the daemon and compete for its cores.",
         END,
     ]

@@ -298,3 +298,16 @@ def test_bad_requests_are_refused_with_nsqd_style_errors(nsqd: Daemon) -> None:
     assert _post(nsqd, "/consume/ack") == (400, {"message": "MISSING_ARG_TOKEN"})
     status, _ = _post(nsqd, "/consume/nack", token="x", delay_ms=-1)
     assert status == 400
+
+
+def test_the_javascript_example_consumes_with_nothing_but_http(nsqd: Daemon) -> None:
+    """``examples/http-consumer.mjs`` (Node.js fetch, no NSQ library) drains a channel; run
+    again it prints nothing: the server kept its offsets."""
+    bodies = [b"line %d" % i for i in range(250)]
+    _publish(nsqd, "js", 0, bodies)
+    script = str(Path(__file__).parents[2] / "examples" / "http-consumer.mjs")
+    argv = ["node", script, nsqd.http_address, "js", "ch", "--until-empty"]
+    first = subprocess.run(argv, check=True, capture_output=True, timeout=60)
+    assert first.stdout.decode().splitlines() == [b.decode() for b in bodies]
+    second = subprocess.run(argv, check=True, capture_output=True, timeout=60)
+    assert second.stdout == b""

@@ -185,3 +185,23 @@ def test_a_mirrored_cursor_delivers_what_the_leader_had_not_finished() -> None:
     assert [m.offset for m in follower.deferred] == [4]
     assert follower.deferred[0].due_ns == 61_000
     assert follower.replica_state() == (2, ((3, 0), (4, 61_000)))
+
+
+def test_an_ordered_batch_that_times_out_comes_back_whole_and_in_order() -> None:
+    """HTTP consume's leases take a run of an ordered partition (``batch=True``); at its
+    timeout the run goes back to the head in offset order."""
+    log = [Rec(i) for i in range(6)]
+    cursor = PartitionCursor(0, 0)
+    cursor.ordered = True
+    assert [m.offset for m in cursor.take(_fetch(log), 4, 0, 6)] == [0]  # one, as a SUB
+    cursor.seek(0)
+    batch = cursor.take(_fetch(log), 4, 0, 6, batch=True)
+    assert [m.offset for m in batch] == [0, 1, 2, 3]
+    for message in batch:
+        cursor.start_flight(message, "lease", 100, 0)
+    assert cursor.take(_fetch(log), 4, 0, 6, batch=True) == []  # the run is out
+    owners, _ = cursor.expire(100)
+    assert owners == ["lease"] * 4
+    again = cursor.take(_fetch(log), 6, 100, 6, batch=True)
+    assert [m.offset for m in again] == [0, 1, 2, 3, 4, 5]
+    assert [m.attempts for m in again[:4]] == [1, 1, 1, 1]  # start_flight counts the next
