@@ -311,3 +311,14 @@ def test_the_javascript_example_consumes_with_nothing_but_http(nsqd: Daemon) -> 
     assert first.stdout.decode().splitlines() == [b.decode() for b in bodies]
     second = subprocess.run(argv, check=True, capture_output=True, timeout=60)
     assert second.stdout == b""
+
+
+def test_a_deferred_publish_is_given_only_when_due(nsqd: Daemon) -> None:
+    assert _post(nsqd, "/pub", b"later", topic="dpub", defer=600) == (200, b"OK")
+    assert _post(nsqd, "/pub", b"now", topic="dpub") == (200, b"OK")
+    first = _consume(nsqd, "dpub", "ch", max=10)  # creates the channel: it starts at the top
+    assert _bodies(first) == [b"now"]
+    assert _post(nsqd, "/consume/ack", token=first["token"]) == (200, b"OK")
+    assert _consume(nsqd, "dpub", "ch", max=10)["token"] is None
+    later = _consume(nsqd, "dpub", "ch", max=10, wait_ms=5000)
+    assert _bodies(later) == [b"later"]
