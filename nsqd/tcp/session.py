@@ -30,6 +30,7 @@ from protocol import (
     ErrorCode,
     Fin,
     Identify,
+    InternalCreateTopic,
     Mpub,
     MpubExt,
     MpubTrace,
@@ -46,9 +47,11 @@ from protocol import (
     frames,
 )
 from protocol.consume import parse_consume_start
+from protocol.errors import YouzanText
 from protocol.identify import IdentifyLimits
 
 from ..broker import Broker, Channel
+from ..broker.creation import create_partition
 from ..broker.subscriptions import SubscribeRequest, subscribe
 from ..forwarding import Forwarder
 from . import negotiation
@@ -316,6 +319,9 @@ class Session:
                 self.output.write(frames.CLOSE_WAIT)
             case Identify(body=body):
                 await negotiation.identify(self, body)
+            case InternalCreateTopic(topic=topic):
+                await self._authorize("CREATE_TOPIC", topic)
+                await self._create_topic(command)
             case Auth(secret=secret):
                 if self.auth is None:
                     raise ClientError(ErrorCode.AUTH_DISABLED, "AUTH disabled")
@@ -359,6 +365,21 @@ class Session:
         assert self._nursery is not None
         self._nursery.start_soon(self._pump)
         self.output.append(frames.OK)
+
+    async def _create_topic(self, command: InternalCreateTopic) -> None:
+        """youzan's ``INTERNAL_CREATE_TOPIC``: standalone, the partition is made here; placed
+        by pnsq's lookupd, lookupd is asked to place it (led by this node) first."""
+        topic, number, ext = command.topic, command.partition, command.ext
+        forwarder = self.settings.forwarder
+        try:
+            if forwarder is not None and forwarder.active:
+                await forwarder.create_partition(self.broker, topic, number, ext)
+            else:
+                await create_partition(self.broker, topic, number, ext)
+        except HANDLED_ERRORS as exc:
+            text = YouzanText.CREATE_TOPIC_FAILED.format(topic)
+            raise ClientError(ErrorCode.CREATE_TOPIC_FAILED, f"{text}: {exc}") from exc
+        self.output.write(frames.OK)
 
     def _fin(self, message_id: bytes) -> None:
         assert self.channel is not None
