@@ -118,6 +118,21 @@ def topic_stats(topic: Topic, channels: list[Json]) -> Json:
         "paused": topic.paused,
         "e2e_processing_latency": dict(E2E_LATENCY),
         "partitions": parts,
+        **_youzan_topic(topic, channels),
+    }
+
+
+def _youzan_topic(topic: Topic, channels: list[Json]) -> Json:
+    """youzan's TopicStats keys that a pnsq concept backs (one pnsq entry spans the topic's
+    partitions here: ``topic_partition`` lists them, comma-separated)."""
+    return {
+        "topic_partition": ",".join(str(p.number) for p in topic.partitions),
+        "is_leader": any(p.state.leads for p in topic.partitions),
+        "is_multi_ordered": topic.ordered,
+        "is_multi_part": topic.partition_num > 1,
+        "is_ext": topic.ext,
+        "is_channel_auto_create_disabled": not topic.channel_auto_create,
+        "channel_num": len(channels),
     }
 
 
@@ -199,6 +214,32 @@ def channel_stats(channel: Channel, query: StatsQuery) -> Json:
         "paused": channel.paused,
         "e2e_processing_latency": dict(E2E_LATENCY),
         "partitions": parts,
+        # youzan's ChannelStats keys that pnsq backs
+        "client_num": len(channel.clients),
+        "skipped": channel.skipped,
+        "zan_test_skipped": channel.skip_zan_test,
+        "is_multi_ordered": channel.ordered,
+    }
+
+
+def _youzan_client(session: object) -> Json:
+    """youzan's ClientStats keys: ``desired_tag``, ``ext_filter``, ``msg_timeout`` (ms)."""
+    ext_filter = getattr(session, "ext_filter", None)
+    shape: Json = {"type": 0, "inverse": False, "filter_ext_key": "", "filter_data": ""}
+    if ext_filter is not None:
+        shape = {
+            "type": ext_filter.type,
+            "inverse": ext_filter.inverse,
+            "filter_ext_key": ext_filter.key,
+            "filter_data": ext_filter.data,
+            "filter_data_list": [
+                {"filter_ext_key": k, "filter_data": d} for k, d in ext_filter.data_list
+            ],
+        }
+    return {
+        "desired_tag": getattr(session, "desired_tag", ""),
+        "ext_filter": shape,
+        "msg_timeout": getattr(session, "msg_timeout_ns", 0) // 1_000_000,
     }
 
 
@@ -229,6 +270,7 @@ def client_stats(session: SessionLike, topic_filter: str = "") -> Json:
         "deflate": bool(getattr(session, "deflate", False)),
         "snappy": bool(getattr(session, "snappy", False)),
         "user_agent": session.user_agent,
+        **_youzan_client(session),
     }
     auth = getattr(session, "auth", None)
     if auth is not None and getattr(auth, "authorized", False):

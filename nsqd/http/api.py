@@ -51,6 +51,7 @@ from .base import (
 )
 from .offsets import OffsetsAPI
 from .partitions import PartitionsAPI
+from .youzan import YouzanAPI
 
 __all__ = ["HTTPError", "HTTPSettings", "NsqdHTTP", "Request", "serve_http"]
 
@@ -118,6 +119,7 @@ class NsqdHTTP:
             **admin.routes(),
             **PartitionsAPI(self).routes(),
             **OffsetsAPI(self).routes(),
+            **YouzanAPI(self).routes(),
         }
         self.config_routes: dict[str, Handler] = {"GET": admin.config, "PUT": admin.config}
 

@@ -53,6 +53,7 @@ from protocol.identify import IdentifyLimits
 from ..broker import Broker, Channel
 from ..broker.creation import create_partition
 from ..broker.subscriptions import SubscribeRequest, subscribe
+from ..core.tags import ExtFilter
 from ..forwarding import Forwarder
 from . import negotiation
 from .auth import AuthClient, SessionAuth
@@ -112,6 +113,9 @@ class Session:
         self.output_buffer_timeout = limits.default_output_buffer_timeout_ms / 1000
         self.sample_rate = 0
         self.extend_support = False  # IDENTIFY extend_support (youzan ext topics)
+        #: youzan's IDENTIFY desired_tag and ext_filter (ext topics, :mod:`nsqd.core.tags`)
+        self.desired_tag = ""
+        self.ext_filter: ExtFilter | None = None
         self.clock = broker.clock
         self.output = OutputBuffer(stream, broker.clock)
         self.publisher = Publisher(broker, self.output, settings.forwarder)
@@ -152,6 +156,7 @@ class Session:
         finally:
             if self.channel is not None:
                 self.broker.unsubscribe(self.channel, self)
+                self.channel.notify()  # messages held for our tag go to the others
 
     async def _read_loop(self) -> bool:
         """Read and handle commands; True when the client closed, False when we close."""
@@ -435,7 +440,7 @@ class Session:
         max_pending = self.settings.max_pending_output_bytes
         while not self._ended:
             room = self.ready_count - self.in_flight
-            if room <= 0 or not channel.has_ready(only):
+            if room <= 0 or not channel.has_ready(only, self):
                 output.flush()
                 await self._pump_lot.park()
                 continue
