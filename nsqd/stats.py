@@ -118,8 +118,14 @@ def topic_stats(topic: Topic, channels: list[Json]) -> Json:
         "paused": topic.paused,
         "e2e_processing_latency": dict(E2E_LATENCY),
         "partitions": parts,
-        **_youzan_topic(topic, channels),
+        **(_youzan_topic(topic, channels) if youzan_style(topic) else {}),
     }
+
+
+def youzan_style(topic: Topic) -> bool:
+    """A topic with youzan's features (ext, ordered, or several partitions): its stats carry
+    youzan's extra keys; a plain topic's keep nsqd 1.3.0's exact shape for stock tools."""
+    return topic.ext or topic.ordered or topic.partition_num > 1
 
 
 def _youzan_topic(topic: Topic, channels: list[Json]) -> Json:
@@ -214,7 +220,13 @@ def channel_stats(channel: Channel, query: StatsQuery) -> Json:
         "paused": channel.paused,
         "e2e_processing_latency": dict(E2E_LATENCY),
         "partitions": parts,
-        # youzan's ChannelStats keys that pnsq backs
+        **(_youzan_channel(channel) if youzan_style(channel.topic) else {}),
+    }
+
+
+def _youzan_channel(channel: Channel) -> Json:
+    """youzan's ChannelStats keys that pnsq backs."""
+    return {
         "client_num": len(channel.clients),
         "skipped": channel.skipped,
         "zan_test_skipped": channel.skip_zan_test,
@@ -270,8 +282,10 @@ def client_stats(session: SessionLike, topic_filter: str = "") -> Json:
         "deflate": bool(getattr(session, "deflate", False)),
         "snappy": bool(getattr(session, "snappy", False)),
         "user_agent": session.user_agent,
-        **_youzan_client(session),
     }
+    channel = getattr(session, "channel", None)
+    if channel is not None and youzan_style(channel.topic):
+        doc.update(_youzan_client(session))
     auth = getattr(session, "auth", None)
     if auth is not None and getattr(auth, "authorized", False):
         doc["authed"] = True
