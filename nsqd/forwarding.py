@@ -156,6 +156,57 @@ class Forwarder:
             return
         raise NoLookupdError("lookupd unreachable: " + "; ".join(problems))
 
+    async def create_partition(
+        self, broker: Broker, topic: str, number: int, ext: bool | None
+    ) -> None:
+        """youzan's ``INTERNAL_CREATE_TOPIC`` on a node placed by lookupd: return once this
+        node leads partition ``number`` of ``topic``. A topic lookupd does not know is created
+        there (``number + 1`` partitions at least, ``extend`` as asked, this node leading its
+        first partition, as for a publish); a known one too small is expanded. Raises
+        ForwardError when lookupd refuses or places the partition elsewhere."""
+        if _leads(broker, topic, number):
+            return
+        self._leaders.pop(topic, None)
+        leaders = await self.leaders(topic)
+        if not leaders:
+            count = max(broker.config.default_partitions, number + 1)
+            params: dict[str, str | int] = {
+                "topic": topic,
+                "partition_num": count,
+                "replicator": broker.config.default_replicator,
+                "prefer": self._self_id(),
+            }
+            if ext:
+                params["extend"] = "true"
+            await self._admin(topic, "/topic/create", params)
+        elif number not in leaders and number > max(leaders):
+            expand: dict[str, str | int] = {"topic": topic, "partition_num": number + 1}
+            await self._admin(topic, "/topic/partition/expand", expand)
+        with trio.move_on_after(CREATE_WAIT):
+            while not _leads(broker, topic, number):
+                generation = broker.changes.generation
+                await broker.changes.wait_after(generation)
+        if not _leads(broker, topic, number):
+            self._leaders.pop(topic, None)
+            where = (await self.leaders(topic)).get(number)
+            elsewhere = f"{where[0]}:{where[1]}" if where else "no node yet"
+            raise ForwardError(f"partition {number} of topic {topic} is led by {elsewhere}")
+
+    async def _admin(self, topic: str, path: str, params: dict[str, str | int]) -> None:
+        """POST an admin call to the first lookupd that answers; ForwardError if it refuses."""
+        problems = []
+        for http in list(self._lookupd_http()):
+            try:
+                reply = await self._client().post(f"http://{http}{path}", params=params)
+            except httpx.HTTPError as exc:
+                problems.append(f"{http}: {exc}")
+                continue
+            if reply.status_code != 200:
+                raise ForwardError(f"lookupd refused {path} of topic {topic}: {reply.text}")
+            log.info("TOPIC(%s): %s through lookupd %s", topic, path, http)
+            return
+        raise NoLookupdError("lookupd unreachable: " + "; ".join(problems))
+
     async def leaders(self, topic: str) -> dict[int, tuple[str, int]]:
         """Partition -> leader address for ``topic`` as lookupd says ({} if it does not know
         the topic). Raises :class:`NoLookupdError` if no lookupd answers."""
@@ -282,6 +333,16 @@ class Forwarder:
             await self._drop(address)
         if self._http is not None:
             await self._http.aclose()
+
+
+def _leads(broker: Broker, topic: str, number: int) -> bool:
+    local = broker.find_topic(topic)
+    return (
+        local is not None
+        and not local.deleted
+        and local.holds(number)
+        and local.partition(number).state.leads
+    )
 
 
 def _partition_leaders(document: dict[str, object]) -> dict[int, tuple[str, int]]:

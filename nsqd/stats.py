@@ -118,6 +118,27 @@ def topic_stats(topic: Topic, channels: list[Json]) -> Json:
         "paused": topic.paused,
         "e2e_processing_latency": dict(E2E_LATENCY),
         "partitions": parts,
+        **(_youzan_topic(topic, channels) if youzan_style(topic) else {}),
+    }
+
+
+def youzan_style(topic: Topic) -> bool:
+    """A topic with youzan's features (ext, ordered, or several partitions): its stats carry
+    youzan's extra keys; a plain topic's keep nsqd 1.3.0's exact shape for stock tools."""
+    return topic.ext or topic.ordered or topic.partition_num > 1
+
+
+def _youzan_topic(topic: Topic, channels: list[Json]) -> Json:
+    """youzan's TopicStats keys that a pnsq concept backs (one pnsq entry spans the topic's
+    partitions here: ``topic_partition`` lists them, comma-separated)."""
+    return {
+        "topic_partition": ",".join(str(p.number) for p in topic.partitions),
+        "is_leader": any(p.state.leads for p in topic.partitions),
+        "is_multi_ordered": topic.ordered,
+        "is_multi_part": topic.partition_num > 1,
+        "is_ext": topic.ext,
+        "is_channel_auto_create_disabled": not topic.channel_auto_create,
+        "channel_num": len(channels),
     }
 
 
@@ -199,6 +220,38 @@ def channel_stats(channel: Channel, query: StatsQuery) -> Json:
         "paused": channel.paused,
         "e2e_processing_latency": dict(E2E_LATENCY),
         "partitions": parts,
+        **(_youzan_channel(channel) if youzan_style(channel.topic) else {}),
+    }
+
+
+def _youzan_channel(channel: Channel) -> Json:
+    """youzan's ChannelStats keys that pnsq backs."""
+    return {
+        "client_num": len(channel.clients),
+        "skipped": channel.skipped,
+        "zan_test_skipped": channel.skip_zan_test,
+        "is_multi_ordered": channel.ordered,
+    }
+
+
+def _youzan_client(session: object) -> Json:
+    """youzan's ClientStats keys: ``desired_tag``, ``ext_filter``, ``msg_timeout`` (ms)."""
+    ext_filter = getattr(session, "ext_filter", None)
+    shape: Json = {"type": 0, "inverse": False, "filter_ext_key": "", "filter_data": ""}
+    if ext_filter is not None:
+        shape = {
+            "type": ext_filter.type,
+            "inverse": ext_filter.inverse,
+            "filter_ext_key": ext_filter.key,
+            "filter_data": ext_filter.data,
+            "filter_data_list": [
+                {"filter_ext_key": k, "filter_data": d} for k, d in ext_filter.data_list
+            ],
+        }
+    return {
+        "desired_tag": getattr(session, "desired_tag", ""),
+        "ext_filter": shape,
+        "msg_timeout": getattr(session, "msg_timeout_ns", 0) // 1_000_000,
     }
 
 
@@ -230,6 +283,9 @@ def client_stats(session: SessionLike, topic_filter: str = "") -> Json:
         "snappy": bool(getattr(session, "snappy", False)),
         "user_agent": session.user_agent,
     }
+    channel = getattr(session, "channel", None)
+    if channel is not None and youzan_style(channel.topic):
+        doc.update(_youzan_client(session))
     auth = getattr(session, "auth", None)
     if auth is not None and getattr(auth, "authorized", False):
         doc["authed"] = True

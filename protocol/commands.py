@@ -149,6 +149,17 @@ class Nop:
     """``NOP``: no reply; counts as activity."""
 
 
+@dataclass(frozen=True, slots=True)
+class InternalCreateTopic:
+    """youzan's ``INTERNAL_CREATE_TOPIC <topic> <partition> [<ext bool>]``: create that
+    partition of the topic (an ext topic when ``ext``); accepted in any state. ``ext`` is None
+    when the client did not say."""
+
+    topic: str
+    partition: int
+    ext: bool | None = None
+
+
 Command = (
     Identify
     | Auth
@@ -166,6 +177,7 @@ Command = (
     | Touch
     | Cls
     | Nop
+    | InternalCreateTopic
 )
 
 PublishCommand = Pub | Mpub | Dpub | PubTrace | MpubTrace | PubExt | MpubExt

@@ -15,6 +15,7 @@ from .commands import (
     Dpub,
     Fin,
     Identify,
+    InternalCreateTopic,
     Mpub,
     MpubExt,
     MpubTrace,
@@ -96,5 +97,8 @@ def encode_command(command: Command) -> bytes:
             return b"CLS\n"
         case Nop():
             return b"NOP\n"
+        case InternalCreateTopic(topic=topic, partition=partition, ext=ext):
+            flag = "" if ext is None else f" {str(ext).lower()}"
+            return f"INTERNAL_CREATE_TOPIC {topic} {partition}{flag}\n".encode()
         case _:
             assert_never(command)

@@ -46,6 +46,8 @@ class ErrorCode(StrEnum):
     EXT_NOT_SUPPORT = "E_EXT_NOT_SUPPORT"
     INVALID_JSON_HEADER = "E_INVALID_JSON_HEADER"
     INVALID_TRACE_ID = "INVALID_TRACE_ID"  # sic: youzan sends it without the E_ prefix
+    BAD_EXT = "E_BAD_EXT"
+    CREATE_TOPIC_FAILED = "E_CREATE_TOPIC_FAILED"
 
 
 class YouzanText:
@@ -71,6 +73,11 @@ class YouzanText:
     MPUB_TRACE_SIZE = "MPUB invalid message({}) body size {} for tracing"
     INVALID_CONSUME_OFFSET = "invalid consume offset:{}"
     UNSUPPORTED_OFFSET_TYPE = "not supported offset type"
+    CREATE_TOPIC_PARAMS = "CREATE_TOPIC insufficient number of parameters"
+    CREATE_TOPIC_NAME = "topic name {} is not valid"
+    CREATE_TOPIC_NEGATIVE = "partition should not less than 0"
+    CREATE_TOPIC_EXT = "topic ext is not valid: strconv.ParseBool: parsing {}: invalid syntax"
+    CREATE_TOPIC_FAILED = "CREATE_TOPIC {} failed"
 
 
 #: Codes after which the connection stays open. Everything else is fatal. youzan's
@@ -86,6 +93,7 @@ NON_FATAL_CODES: Final = frozenset(
         ErrorCode.EXT_NOT_SUPPORT,
         ErrorCode.INVALID_JSON_HEADER,
         ErrorCode.INVALID_TRACE_ID,
+        ErrorCode.CREATE_TOPIC_FAILED,
     }
 )
 

@@ -5,7 +5,7 @@ the feature-negotiation reply with nsqd's keys in nsqd's order.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from .errors import ClientError, ErrorCode
@@ -32,6 +32,7 @@ _FIELDS: Final[dict[str, tuple[str, tuple[int, int]]]] = {
     "deflate_level": ("int", _INT64),
     "msg_timeout": ("int", _INT64),
     "sample_rate": ("int", _INT32),
+    "ext_filter": ("object", _INT64),  # youzan: validated by the server when it subscribes
 }
 
 
@@ -73,6 +74,21 @@ class IdentifyResult:
     deflate_level: int
     extend_support: bool
     desired_tag: str
+    #: youzan's server-side filter on ext headers, as sent (``{}`` when absent)
+    ext_filter: dict[str, object] = field(default_factory=dict)
+
+
+def _plain(value: object) -> dict[str, object]:
+    """A decoded JSON object (its pairs, the last duplicate winning) as nested dicts."""
+    if not isinstance(value, _Pairs):
+        return {}
+    return {k: _plain(v) if isinstance(v, _Pairs) else _lists(v) for k, v in value}
+
+
+def _lists(value: object) -> object:
+    if isinstance(value, list):
+        return [_plain(v) if isinstance(v, _Pairs) else _lists(v) for v in value]
+    return value
 
 
 def _bad(text: str) -> ClientError:
@@ -111,6 +127,8 @@ def _decode(body: bytes) -> dict[str, object]:
         ok = (
             isinstance(value, str)
             if kind == "str"
+            else isinstance(value, _Pairs)
+            if kind == "object"
             else isinstance(value, bool)
             if kind == "bool"
             else isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
@@ -206,6 +224,7 @@ def parse_identify(body: bytes, limits: IdentifyLimits) -> IdentifyResult:
         deflate_level=deflate_level,
         extend_support=bool(v.get("extend_support", False)),
         desired_tag=get_str("desired_tag"),
+        ext_filter=_plain(v.get("ext_filter")),
     )
 
 
@@ -234,4 +253,6 @@ def identify_response(
         "output_buffer_size": result.output_buffer_size,
         "output_buffer_timeout": result.output_buffer_timeout_ms,
     }
+    if result.desired_tag:  # youzan: omitted when empty
+        reply["desired_tag"] = result.desired_tag
     return json.dumps(reply, separators=(",", ":")).encode()

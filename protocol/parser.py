@@ -24,11 +24,17 @@ from ._parser_base import (
     Result,
 )
 from ._publish import PublishReader
-from .commands import Auth, Cls, Command, Identify, Nop, Rdy, Sub, SubMode
+from .commands import Auth, Cls, Command, Identify, InternalCreateTopic, Nop, Rdy, Sub, SubMode
 from .consume import ConsumeStartError, parse_consume_start
-from .errors import ClientError, ConnectionAbort, ErrorCode
+from .errors import ClientError, ConnectionAbort, ErrorCode, YouzanText
 from .gostr import go_bytes, go_int64, go_quote, parse_base10
 from .names import is_valid_name
+
+#: Go's ``strconv.ParseBool``: the spellings it accepts
+_GO_BOOLS = {
+    **dict.fromkeys((b"1", b"t", b"T", b"TRUE", b"true", b"True"), True),
+    **dict.fromkeys((b"0", b"f", b"F", b"FALSE", b"false", b"False"), False),
+}
 
 
 class CommandParser(PublishReader, AckReader):
@@ -65,6 +71,7 @@ class CommandParser(PublishReader, AckReader):
             b"TOUCH": self._short_touch,
             b"CLS": self._cls,
             b"NOP": self._nop,
+            b"INTERNAL_CREATE_TOPIC": self._internal_create_topic,
         }
 
     # ---------------------------------------------------------------- buffer
@@ -239,3 +246,27 @@ class CommandParser(PublishReader, AckReader):
     def _nop(self, params: list[bytes], start: int) -> Result:
         self._pos = start
         return Nop()
+
+    def _internal_create_topic(self, params: list[bytes], start: int) -> Result:
+        """youzan's checks, in its order; no state check (any state)."""
+        if len(params) < 3:
+            raise ClientError(ErrorCode.INVALID, YouzanText.CREATE_TOPIC_PARAMS)
+        raw = params[1]
+        topic = raw.decode("utf-8", "surrogateescape")
+        if not is_valid_name(topic):
+            raise ClientError(
+                ErrorCode.BAD_TOPIC, YouzanText.CREATE_TOPIC_NAME.format(go_quote(raw))
+            )
+        partition = self._partition(params, 2)
+        assert partition is not None
+        if partition < 0:
+            raise ClientError(ErrorCode.BAD_PARTITION, YouzanText.CREATE_TOPIC_NEGATIVE)
+        ext = None
+        if len(params) > 3:
+            ext = _GO_BOOLS.get(params[3])
+            if ext is None:
+                raise ClientError(
+                    ErrorCode.BAD_EXT, YouzanText.CREATE_TOPIC_EXT.format(go_quote(params[3]))
+                )
+        self._pos = start
+        return InternalCreateTopic(topic, partition, ext)

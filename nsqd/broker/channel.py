@@ -16,6 +16,7 @@ from trio.lowlevel import ParkingLot
 
 from ..core.cursor import Message, PartitionCursor
 from ..core.errors import NotInFlightError
+from ..core.tags import Verdict, decide, header_of
 from .clock import Clock
 from .partition import Partition
 
@@ -51,6 +52,9 @@ class Channel:
         self.counted_from: dict[int, int] = {}
         self.clients: set[Subscriber] = set()
         self._ordered = False
+        #: youzan's /channel/skip (every message confirmed unsent) and /channel/skipZanTest
+        self.skipped = False
+        self.skip_zan_test = False
         self._rr = 0
         self._timer_scope: trio.CancelScope | None = None
         #: the broker's clock (set when the broker starts the channel's timer)
@@ -97,12 +101,15 @@ class Channel:
         """False while the channel or its topic is paused, and once it is deleted."""
         return not (self.paused or self.topic.paused or self.deleted)
 
-    def has_ready(self, only: int | None = None) -> bool:
-        """True if a ready client (of partition ``only``, if given) would get a message now."""
+    def has_ready(self, only: int | None = None, client: object = None) -> bool:
+        """True if a ready client (of partition ``only``, if given) would get a message now;
+        with tags or filters (:mod:`nsqd.core.tags`), one ``client`` could."""
         if not self.delivering:
             return False
+        routed = client is not None and self._routed()
         return any(
             cursor.has_ready(partition.state.high_watermark)
+            and (not routed or self._any_for(cursor, partition, client))
             for partition, cursor in self.iter_cursors()
             if (only is None or partition.number == only) and self.releasable(partition, cursor)
         )
@@ -147,6 +154,8 @@ class Channel:
             log = partition.log
             readable = partition.state.high_watermark  # what every in-sync replica has
             got = cursor.take(log.read, max_messages - len(out), now_ns, readable, max_bytes)
+            if got and self._routed():
+                got = self._route(partition, cursor, got, owner)
             for message in got:
                 cursor.start_flight(message, owner, deadline_ns, now_ns)
             out.extend(got)
@@ -163,6 +172,65 @@ class Channel:
             if cursor.deferred:
                 self.arm_timer(cursor.deferred[0].due_ns)
         return out
+
+    # ------------------------------------------------------------------ youzan tags, filters
+
+    def _routed(self) -> bool:
+        """Whether messages may go to some consumers only (or to none): a skipped channel,
+        or an ext topic with tagged or filtering consumers, or skipping zan_test messages."""
+        if self.skipped:
+            return True
+        return self.topic.ext and (
+            self.skip_zan_test
+            or any(
+                getattr(c, "desired_tag", "") or getattr(c, "ext_filter", None)
+                for c in self.clients
+            )
+        )
+
+    def _verdict(self, message: Message, client: object, tags: set[str]) -> Verdict:
+        if self.skipped:
+            return Verdict.DROP
+        return decide(
+            header_of(message.record.ext),
+            consumer_tag=getattr(client, "desired_tag", ""),
+            present_tags=tags,
+            ext_filter=getattr(client, "ext_filter", None),
+            skip_zan_test=self.skip_zan_test,
+        )
+
+    def _tags(self) -> set[str]:
+        return {tag for c in self.clients if (tag := getattr(c, "desired_tag", ""))}
+
+    def _any_for(self, cursor: PartitionCursor, partition: Partition, client: object) -> bool:
+        """Something in ``cursor`` ``client`` would take: unread log, or a requeued message
+        that is not another consumer's."""
+        if cursor.next_read < partition.state.high_watermark:
+            return True
+        tags = self._tags()
+        return any(self._verdict(m, client, tags) is not Verdict.OTHERS for m in cursor.ready)
+
+    def _route(
+        self, partition: Partition, cursor: PartitionCursor, got: list[Message], owner: object
+    ) -> list[Message]:
+        """Keep what ``owner`` gets; confirm the dropped ones unsent; hand the others back to
+        the channel for their consumers (woken)."""
+        tags = self._tags()
+        keep: list[Message] = []
+        passed: list[Message] = []
+        for message in got:
+            verdict = self._verdict(message, owner, tags)
+            if verdict is Verdict.DELIVER:
+                keep.append(message)
+            elif verdict is Verdict.DROP:
+                cursor.confirm_unsent(message)
+                partition.dirty = True
+            else:
+                passed.append(message)
+        if passed:
+            cursor.ready.extend(passed)
+            self.notify()
+        return keep
 
     def notify(self) -> None:
         """Wake every subscribed session (new messages, unpause, requeue) and every HTTP

@@ -202,6 +202,12 @@ class PartitionCursor:
         self._advance_confirmed()
         return message
 
+    def confirm_unsent(self, message: Message) -> None:
+        """A taken message the server confirms without delivering it (youzan's filters and
+        skipped channels): FINed as if delivered and finished at once."""
+        self.acked.add(message.offset)
+        self._advance_confirmed()
+
     def requeue(self, offset: int, owner: object, delay_ns: int, now_ns: int) -> Message:
         """REQ: back to the channel now (``delay_ns == 0``) or after ``delay_ns``."""
         message = self._owned(offset, owner)

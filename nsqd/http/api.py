@@ -53,6 +53,7 @@ from .base import (
 from .consume import ConsumeAPI
 from .offsets import OffsetsAPI
 from .partitions import PartitionsAPI
+from .youzan import YouzanAPI
 
 __all__ = ["HTTPError", "HTTPSettings", "NsqdHTTP", "Request", "serve_http"]
 
@@ -127,6 +128,7 @@ class NsqdHTTP:
             **PartitionsAPI(self).routes(),
             **OffsetsAPI(self).routes(),
             **ConsumeAPI(self).routes(),
+            **YouzanAPI(self).routes(),
         }
         self.config_routes: dict[str, Handler] = {"GET": admin.config, "PUT": admin.config}
 

@@ -18,6 +18,7 @@ import trio
 from protocol import ClientError, ErrorCode, frames
 from protocol.identify import IdentifyResult, identify_response, parse_identify
 
+from ..core.tags import ExtFilterError, parse_ext_filter
 from .streams import DeflateStream, SnappyStream, peer_common_name
 
 if TYPE_CHECKING:
@@ -44,6 +45,11 @@ async def identify(session: Session, body: bytes) -> None:
     session.output_buffer_timeout = result.output_buffer_timeout_ms / 1000
     session.sample_rate = result.sample_rate
     session.extend_support = result.extend_support
+    session.desired_tag = result.desired_tag
+    try:
+        session.ext_filter = parse_ext_filter(result.ext_filter)
+    except ExtFilterError as exc:  # youzan logs it and consumes unfiltered
+        log.info("[%s] ignoring ext_filter: %s", session.remote_address, exc)
     session.restart_timers()
     if not result.feature_negotiation:
         session.output.write(frames.OK)

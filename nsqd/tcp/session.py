@@ -30,6 +30,7 @@ from protocol import (
     ErrorCode,
     Fin,
     Identify,
+    InternalCreateTopic,
     Mpub,
     MpubExt,
     MpubTrace,
@@ -46,10 +47,13 @@ from protocol import (
     frames,
 )
 from protocol.consume import parse_consume_start
+from protocol.errors import YouzanText
 from protocol.identify import IdentifyLimits
 
 from ..broker import Broker, Channel
+from ..broker.creation import create_partition
 from ..broker.subscriptions import SubscribeRequest, subscribe
+from ..core.tags import ExtFilter
 from ..forwarding import Forwarder
 from . import negotiation
 from .auth import AuthClient, SessionAuth
@@ -109,6 +113,9 @@ class Session:
         self.output_buffer_timeout = limits.default_output_buffer_timeout_ms / 1000
         self.sample_rate = 0
         self.extend_support = False  # IDENTIFY extend_support (youzan ext topics)
+        #: youzan's IDENTIFY desired_tag and ext_filter (ext topics, :mod:`nsqd.core.tags`)
+        self.desired_tag = ""
+        self.ext_filter: ExtFilter | None = None
         self.clock = broker.clock
         self.output = OutputBuffer(stream, broker.clock)
         self.publisher = Publisher(broker, self.output, settings.forwarder)
@@ -149,6 +156,7 @@ class Session:
         finally:
             if self.channel is not None:
                 self.broker.unsubscribe(self.channel, self)
+                self.channel.notify()  # messages held for our tag go to the others
 
     async def _read_loop(self) -> bool:
         """Read and handle commands; True when the client closed, False when we close."""
@@ -316,6 +324,9 @@ class Session:
                 self.output.write(frames.CLOSE_WAIT)
             case Identify(body=body):
                 await negotiation.identify(self, body)
+            case InternalCreateTopic(topic=topic):
+                await self._authorize("CREATE_TOPIC", topic)
+                await self._create_topic(command)
             case Auth(secret=secret):
                 if self.auth is None:
                     raise ClientError(ErrorCode.AUTH_DISABLED, "AUTH disabled")
@@ -359,6 +370,21 @@ class Session:
         assert self._nursery is not None
         self._nursery.start_soon(self._pump)
         self.output.append(frames.OK)
+
+    async def _create_topic(self, command: InternalCreateTopic) -> None:
+        """youzan's ``INTERNAL_CREATE_TOPIC``: standalone, the partition is made here; placed
+        by pnsq's lookupd, lookupd is asked to place it (led by this node) first."""
+        topic, number, ext = command.topic, command.partition, command.ext
+        forwarder = self.settings.forwarder
+        try:
+            if forwarder is not None and forwarder.active:
+                await forwarder.create_partition(self.broker, topic, number, ext)
+            else:
+                await create_partition(self.broker, topic, number, ext)
+        except HANDLED_ERRORS as exc:
+            text = YouzanText.CREATE_TOPIC_FAILED.format(topic)
+            raise ClientError(ErrorCode.CREATE_TOPIC_FAILED, f"{text}: {exc}") from exc
+        self.output.write(frames.OK)
 
     def _fin(self, message_id: bytes) -> None:
         assert self.channel is not None
@@ -414,7 +440,7 @@ class Session:
         max_pending = self.settings.max_pending_output_bytes
         while not self._ended:
             room = self.ready_count - self.in_flight
-            if room <= 0 or not channel.has_ready(only):
+            if room <= 0 or not channel.has_ready(only, self):
                 output.flush()
                 await self._pump_lot.park()
                 continue

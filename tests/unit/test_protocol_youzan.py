@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, strategies as st
 
-from protocol import ClientError, ErrorCode
+from protocol import ClientError, CommandParser, ConnState, ErrorCode, InternalCreateTopic
 from protocol.consume import ConsumeStart, ConsumeStartError, StartKind, parse_consume_start
+from protocol.encode import encode_command
 from protocol.ext import JsonHeader, parse_json_header
 from protocol.message import encode_ext_block
 
@@ -85,3 +86,29 @@ def test_bad_json_headers(header: bytes, text: str) -> None:
 def test_ext_block() -> None:
     assert encode_ext_block(b"") == b"\x00"
     assert encode_ext_block(b'{"a":"b"}') == b"\x04\x00\x09" + b'{"a":"b"}'
+
+
+@pytest.mark.parametrize(
+    ("command", "state"),
+    [
+        (InternalCreateTopic("t", 0), ConnState.INIT),
+        (InternalCreateTopic("t", 7, True), ConnState.INIT),
+        (InternalCreateTopic("t", 3, False), ConnState.SUBSCRIBED),
+    ],
+)
+def test_internal_create_topic_round_trip_in_any_state(
+    command: InternalCreateTopic, state: ConnState
+) -> None:
+    parser = CommandParser()
+    parser.state = state
+    parser.receive_data(encode_command(command))
+    assert parser.next_event() == command
+
+
+@pytest.mark.parametrize(
+    ("flag", "ext"), [(b"1", True), (b"T", True), (b"True", True), (b"0", False), (b"F", False)]
+)
+def test_internal_create_topic_takes_gos_booleans(flag: bytes, ext: bool) -> None:
+    parser = CommandParser()
+    parser.receive_data(b"INTERNAL_CREATE_TOPIC t 1 " + flag + b"\n")
+    assert parser.next_event() == InternalCreateTopic("t", 1, ext)

@@ -1,0 +1,341 @@
+"""youzan nsqd's own HTTP endpoints, with its names and replies (``nsqdserver/http.go``):
+
+* ``POST /pub_ext?topic=&partition=&ext=<JSON>``: one message with a JSON header; headers
+  ``X-Nsqext-<Key>: v`` are merged into it under the lower-cased key; with ``##trace_id`` the
+  traced JSON reply ``{"status","id","trace_id","queue_offset","rawsize"}``, else ``OK``;
+* ``POST /pubtrace?topic=&partition=&trace_id=``: one message with a trace id, traced reply;
+* ``GET /message/get?topic=&partition=&search_mode=count|id|virtual_offset&search_pos=
+  [&needext=true]``: one stored message; ``POST /message/finish?topic=&partition=&channel=
+  &msgid=``: finish a message of a channel by its internal id, wherever it is;
+* ``POST /channel/{skip,unskip,skipZanTest,unskipZanTest,setorder,emptydelayed,
+  requeuedelayed}?topic=&channel=[&order=]``.
+
+pnsq's offsets are log offsets (``docs/compatibility.md``), so ``virtual_offset`` and the
+replies' ``offset``/``queue_offset`` are log offsets; ``count`` is the n-th message still kept.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from typing import TYPE_CHECKING, Final
+
+from protocol.ext import TRACE_ID_KEY, parse_json_header
+from protocol.message import PARTITION_SHIFT
+
+from ..broker import Channel, NewRecord, Partition, Record, StorageError, Topic, read_records
+from ..broker.admin import get_channel
+from ..core.cursor import Message
+from ..core.errors import (
+    BadPartitionError,
+    BrokerError,
+    ChannelNotFoundError,
+    NotLeaderError,
+    NotWritableError,
+    OffsetNotKeptError,
+    TopicNotFoundError,
+)
+from .admin import topic_arg
+from .base import Handler, HTTPError, Reply, Request, go_json
+
+if TYPE_CHECKING:
+    from .api import NsqdHTTP
+
+log = logging.getLogger("nsqd.http")
+
+EXT_HEADER_PREFIX: Final = b"x-nsqext-"  # youzan's X-Nsqext-<Key> (HTTP header names fold)
+_UINT: Final = re.compile(r"[0-9]+")
+_INT: Final = re.compile(r"[+-]?[0-9]+")
+_UINT64_MAX: Final = (1 << 64) - 1
+_SEQ_MASK: Final = (1 << PARTITION_SHIFT) - 1
+
+
+class YouzanAPI:
+    """The handlers; :meth:`routes` gives the app's route table entries."""
+
+    def __init__(self, app: NsqdHTTP) -> None:
+        self.app = app
+        self.broker = app.broker
+
+    def routes(self) -> dict[str, dict[str, Handler]]:
+        """``path -> {method: handler}``."""
+        return {
+            "/pub_ext": {"POST": self.pub_ext},
+            "/pubtrace": {"POST": self.pubtrace},
+            "/message/get": {"GET": self.message_get},
+            "/message/finish": {"POST": self.message_finish},
+            "/channel/skip": {"POST": self.channel_skip},
+            "/channel/unskip": {"POST": self.channel_skip},
+            "/channel/skipZanTest": {"POST": self.channel_skip_zan_test},
+            "/channel/unskipZanTest": {"POST": self.channel_skip_zan_test},
+            "/channel/setorder": {"POST": self.channel_setorder},
+            "/channel/emptydelayed": {"POST": self.channel_emptydelayed},
+            "/channel/requeuedelayed": {"POST": self.channel_requeuedelayed},
+        }
+
+    # ------------------------------------------------------------------ publishing
+
+    async def _body(self, request: Request) -> bytes:
+        limit = self.app.settings.max_msg_size
+        length = request.content_length
+        if length is not None and length > limit:
+            raise HTTPError(413, "MSG_TOO_BIG")
+        body = await request.body(limit)
+        if len(body) > limit:
+            raise HTTPError(413, "MSG_TOO_BIG")
+        if not body:
+            raise HTTPError(406, "MSG_EMPTY")
+        return body
+
+    def _target(self, request: Request) -> tuple[Topic, int | None]:
+        name = topic_arg(request)
+        topic = self.broker.find_topic(name)
+        if topic is None or topic.deleted:
+            raise HTTPError(404, "E_TOPIC_NOT_EXIST")
+        return topic, _partition_arg(request)
+
+    async def pub_ext(self, request: Request) -> Reply:
+        """youzan's ``/pub_ext`` (see the module doc)."""
+        body = await self._body(request)
+        topic, partition = self._target(request)
+        try:
+            header = json.loads(request.arg("ext") or "")
+        except ValueError:
+            header = None
+        if not isinstance(header, dict):
+            raise HTTPError(400, "E_INVALID_JSON_HEADER")
+        for name, value in request.headers.items():
+            if name.lower().startswith(EXT_HEADER_PREFIX):
+                key = name[len(EXT_HEADER_PREFIX) :].decode("latin-1").lower()
+                header[key] = value.decode("latin-1")
+        trace_text = None
+        if TRACE_ID_KEY in header:
+            trace_text = header[TRACE_ID_KEY]
+            if not isinstance(trace_text, str):
+                raise HTTPError(400, "INVALID_TRACE_ID")
+            _trace_id(trace_text)
+        raw = go_json(dict(sorted(header.items())))  # Go marshals a map with sorted keys
+        if not topic.ext:
+            if not parse_json_header(raw).ignorable:
+                raise HTTPError(400, "E_EXT_NOT_SUPPORT")
+            raw = b""
+        trace = _trace_id(trace_text) if trace_text is not None else 0
+        record = await self._publish(topic, partition, NewRecord(0, body, trace_id=trace, ext=raw))
+        if trace_text is None:
+            return b"OK"
+        return _traced(record, trace_text)
+
+    async def pubtrace(self, request: Request) -> Reply:
+        """youzan's ``/pubtrace?trace_id=``: the traced JSON reply."""
+        body = await self._body(request)
+        topic, partition = self._target(request)
+        text = request.arg("trace_id") or ""
+        record = await self._publish(topic, partition, NewRecord(0, body, trace_id=_trace_id(text)))
+        return _traced(record, text)
+
+    async def _publish(self, topic: Topic, partition: int | None, entry: NewRecord) -> Record:
+        broker = self.broker
+        stamped = NewRecord(
+            broker.clock.now_ns(), entry.body, trace_id=entry.trace_id, ext=entry.ext
+        )
+        try:
+            records = broker.publish(topic.name, [stamped], partition)
+            await broker.wait_replicated(topic.name, records)
+        except TopicNotFoundError as exc:
+            raise HTTPError(404, "E_TOPIC_NOT_EXIST") from exc
+        except BadPartitionError as exc:
+            raise HTTPError(400, "E_BAD_PARTITION") from exc
+        except NotWritableError as exc:
+            raise HTTPError(400, "E_FAILED_ON_NOT_WRITABLE") from exc
+        except NotLeaderError as exc:
+            raise HTTPError(400, "E_FAILED_ON_NOT_LEADER") from exc
+        except (BrokerError, StorageError, OSError) as exc:
+            log.error("PUB to %s failed: %s", topic.name, exc)
+            raise HTTPError(503, str(exc) or "EXITING") from exc
+        return records[0]
+
+    # ------------------------------------------------------------------ messages
+
+    async def message_get(self, request: Request) -> Reply:
+        """One stored message by message count, internal id or log offset."""
+        topic = self.broker.find_topic(request.arg("topic") or "")
+        mode = request.arg("search_mode") or ""
+        raw_pos = request.arg("search_pos") or ""
+        if not _INT.fullmatch(raw_pos):
+            raise HTTPError(400, f'strconv.ParseInt: parsing "{raw_pos}": invalid syntax')
+        position = int(raw_pos)
+        if mode == "id":
+            number = (position >> PARTITION_SHIFT) & 0xFFFF
+            if number >= 1024:
+                raise HTTPError(400, "invalid message id")
+        else:
+            raw = request.arg("partition") or ""
+            if not _INT.fullmatch(raw):
+                raise HTTPError(400, f'strconv.Atoi: parsing "{raw}": invalid syntax')
+            number = int(raw)
+        if topic is None or topic.deleted or not topic.holds(number):
+            raise HTTPError(400, "E_TOPIC_NOT_EXIST")
+        partition = topic.partition(number)
+        if mode == "count":
+            offset = partition.log.start_offset + position
+        elif mode == "id":
+            offset = (position & _SEQ_MASK) - 1
+        elif mode == "virtual_offset":
+            offset = position
+        else:
+            raise HTTPError(400, "search mode should be one of id/count/virtual_offset")
+        record = await _read_one(partition, offset)
+        return {
+            "id": record.internal_id,
+            "trace_id": record.trace_id,
+            "body": record.body.decode("utf-8", "replace"),
+            "timestamp": record.timestamp_ns,
+            "attempts": 0,  # attempts are per channel in pnsq; a stored message has none
+            "offset": record.offset,
+            "queue_cnt_index": record.offset + 1,
+            "ext": record.ext.decode("utf-8", "replace")
+            if request.arg("needext") == "true"
+            else "",
+        }
+
+    async def message_finish(self, request: Request) -> Reply:
+        """Finish message ``msgid`` (internal id) of a channel, in flight or not yet."""
+        channel = self._channel(request)
+        raw = request.arg("msgid") or ""
+        if not _INT.fullmatch(raw):
+            raise HTTPError(400, "INVALID_REQUEST")
+        internal = int(raw)
+        number, offset = (internal >> PARTITION_SHIFT) & 0x3FF, (internal & _SEQ_MASK) - 1
+        cursor = channel.cursors.get(number)
+        if cursor is None or not channel.topic.holds(number):
+            raise HTTPError(500, f"partition {number} is not consumed here")
+        partition = channel.topic.partition(number)
+        if not partition.state.leads:
+            raise HTTPError(400, "E_FAILED_ON_NOT_LEADER")
+        if offset < cursor.confirmed or offset in cursor.acked:
+            return None  # already confirmed
+        held = cursor.in_flight.get(offset)
+        if held is not None:
+            owner = held.owner
+            cursor.finish(offset, owner)
+            release = getattr(owner, "message_timed_out", None)
+            if callable(release):
+                release()  # the holder gets its RDY room back
+        else:
+            waiting = [m for m in (*cursor.ready, *cursor.deferred) if m.offset == offset]
+            for message in waiting:
+                if message in cursor.ready:
+                    cursor.ready.remove(message)
+                else:
+                    cursor.deferred.remove(message)
+            message = waiting[0] if waiting else Message(number, await _read_one(partition, offset))
+            cursor.confirm_unsent(message)
+        partition.dirty = True
+        log.info("TOPIC(%s): message %d of channel %s finished by api", *_names(channel), internal)
+        return None
+
+    # ------------------------------------------------------------------ channels
+
+    def _channel(self, request: Request) -> Channel:
+        name = topic_arg(request)
+        channel_name = request.arg("channel") or ""
+        try:
+            return get_channel(self.broker, name, channel_name)
+        except ChannelNotFoundError as exc:
+            raise HTTPError(404, "CHANNEL_NOT_FOUND") from exc
+        except TopicNotFoundError as exc:
+            raise HTTPError(404, "E_TOPIC_NOT_EXIST") from exc
+
+    async def channel_skip(self, request: Request) -> Reply:
+        """``/channel/skip``: confirm every message unsent from now on; ``/channel/unskip``:
+        deliver again. Both move the channel to the end first, as youzan does."""
+        channel = self._channel(request)
+        channel.skipped = not request.path.endswith("/unskip")
+        channel.empty()
+        await self._save()
+        return None
+
+    async def channel_skip_zan_test(self, request: Request) -> Reply:
+        """``/channel/skipZanTest``: messages whose header has ``zan_test`` true are confirmed
+        unsent (ext topics only: else ``400 INVALID_REQUEST``)."""
+        channel = self._channel(request)
+        if not channel.topic.ext:
+            raise HTTPError(400, "INVALID_REQUEST")
+        channel.skip_zan_test = not request.path.endswith("/unskipZanTest")
+        channel.notify()
+        return None
+
+    async def channel_setorder(self, request: Request) -> Reply:
+        """``/channel/setorder?order=true|false`` (youzan issue #92's way out of ordered)."""
+        channel = self._channel(request)
+        order = request.arg("order")
+        if order not in ("true", "false"):
+            raise HTTPError(400, "INVALID_OPTION")
+        channel.ordered = order == "true"
+        channel.notify()
+        await self._save()
+        return None
+
+    async def channel_emptydelayed(self, request: Request) -> Reply:
+        """Confirm the channel's deferred (delayed) messages unsent."""
+        channel = self._channel(request)
+        for partition, cursor in channel.iter_cursors():
+            for message in list(cursor.deferred):
+                cursor.deferred.remove(message)
+                cursor.confirm_unsent(message)
+            partition.dirty = True
+        channel.notify()
+        return None
+
+    async def channel_requeuedelayed(self, request: Request) -> Reply:
+        """Deliver the channel's deferred (delayed) messages now."""
+        channel = self._channel(request)
+        for _, cursor in channel.iter_cursors():
+            while cursor.deferred:
+                cursor.ready.append(cursor.deferred.pop(0))
+        channel.notify()
+        return None
+
+    async def _save(self) -> None:
+        self.broker.syncs.request(metadata=True)
+        await self.broker.wait_durable()
+
+
+def _names(channel: Channel) -> tuple[str, str]:
+    return channel.topic.name, channel.name
+
+
+def _trace_id(text: str) -> int:
+    if not _UINT.fullmatch(text) or int(text) > _UINT64_MAX:
+        raise HTTPError(400, "INVALID_TRACE_ID")
+    return int(text)
+
+
+def _traced(record: Record, trace_text: str) -> Reply:
+    return {
+        "status": "OK",
+        "id": record.internal_id,
+        "trace_id": trace_text,
+        "queue_offset": record.offset,
+        "rawsize": len(record.body) + len(record.ext) + 4,  # as the TCP traced reply
+    }
+
+
+async def _read_one(partition: Partition, offset: int) -> Record:
+    try:
+        records = await read_records(partition, offset, 1)
+    except OffsetNotKeptError as exc:
+        raise HTTPError(404, str(exc)) from exc
+    if not records or records[0].offset != offset:
+        raise HTTPError(404, f"no message at offset {offset}")
+    return records[0]
+
+
+def _partition_arg(request: Request) -> int | None:
+    raw = request.arg("partition")
+    if raw is None or raw == "" or raw == "-1":
+        return None
+    if not _UINT.fullmatch(raw):
+        raise HTTPError(400, "E_BAD_PARTITION")
+    return int(raw)
