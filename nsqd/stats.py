@@ -181,7 +181,7 @@ def channel_stats(channel: Channel, query: StatsQuery) -> Json:
     parts = []
     for partition, cursor in channel.iter_cursors():
         end = partition.log.end_offset
-        depth = cursor.depth(end)
+        depth = cursor.depth(end) + channel.dispatch.held_count(partition.number)
         parts.append(
             {
                 "partition": partition.number,

@@ -16,8 +16,8 @@ from trio.lowlevel import ParkingLot
 
 from ..core.cursor import Message, PartitionCursor
 from ..core.errors import NotInFlightError
-from ..core.tags import Verdict, decide, header_of
 from .clock import Clock
+from .dispatch import Dispatch
 from .partition import Partition
 
 if TYPE_CHECKING:
@@ -55,6 +55,8 @@ class Channel:
         #: youzan's /channel/skip (every message confirmed unsent) and /channel/skipZanTest
         self.skipped = False
         self.skip_zan_test = False
+        #: messages held for a pool of consumers (youzan tags, filters; :mod:`.dispatch`)
+        self.dispatch = Dispatch(self)
         self._rr = 0
         self._timer_scope: trio.CancelScope | None = None
         #: the broker's clock (set when the broker starts the channel's timer)
@@ -106,10 +108,10 @@ class Channel:
         with tags or filters (:mod:`nsqd.core.tags`), one ``client`` could."""
         if not self.delivering:
             return False
-        routed = client is not None and self._routed()
+        if client is not None and self.dispatch.active and self.dispatch.has_for(client, only):
+            return True
         return any(
             cursor.has_ready(partition.state.high_watermark)
-            and (not routed or self._any_for(cursor, partition, client))
             for partition, cursor in self.iter_cursors()
             if (only is None or partition.number == only) and self.releasable(partition, cursor)
         )
@@ -142,6 +144,11 @@ class Channel:
         if max_messages <= 0 or not self.delivering:
             return []
         out: list[Message] = []
+        routed = self.dispatch.active
+        if routed:  # messages held for this consumer's pool first
+            for message in self.dispatch.take_held(owner, max_messages, only):
+                self.cursors[message.partition].start_flight(message, owner, deadline_ns, now_ns)
+                out.append(message)
         served = [
             (partition, cursor)
             for partition, cursor in self.iter_cursors()
@@ -154,8 +161,8 @@ class Channel:
             log = partition.log
             readable = partition.state.high_watermark  # what every in-sync replica has
             got = cursor.take(log.read, max_messages - len(out), now_ns, readable, max_bytes)
-            if got and self._routed():
-                got = self._route(partition, cursor, got, owner)
+            if got and routed:
+                got = self.dispatch.route(partition.number, got, owner)
             for message in got:
                 cursor.start_flight(message, owner, deadline_ns, now_ns)
             out.extend(got)
@@ -173,65 +180,6 @@ class Channel:
                 self.arm_timer(cursor.deferred[0].due_ns)
         return out
 
-    # ------------------------------------------------------------------ youzan tags, filters
-
-    def _routed(self) -> bool:
-        """Whether messages may go to some consumers only (or to none): a skipped channel,
-        or an ext topic with tagged or filtering consumers, or skipping zan_test messages."""
-        if self.skipped:
-            return True
-        return self.topic.ext and (
-            self.skip_zan_test
-            or any(
-                getattr(c, "desired_tag", "") or getattr(c, "ext_filter", None)
-                for c in self.clients
-            )
-        )
-
-    def _verdict(self, message: Message, client: object, tags: set[str]) -> Verdict:
-        if self.skipped:
-            return Verdict.DROP
-        return decide(
-            header_of(message.record.ext),
-            consumer_tag=getattr(client, "desired_tag", ""),
-            present_tags=tags,
-            ext_filter=getattr(client, "ext_filter", None),
-            skip_zan_test=self.skip_zan_test,
-        )
-
-    def _tags(self) -> set[str]:
-        return {tag for c in self.clients if (tag := getattr(c, "desired_tag", ""))}
-
-    def _any_for(self, cursor: PartitionCursor, partition: Partition, client: object) -> bool:
-        """Something in ``cursor`` ``client`` would take: unread log, or a requeued message
-        that is not another consumer's."""
-        if cursor.next_read < partition.state.high_watermark:
-            return True
-        tags = self._tags()
-        return any(self._verdict(m, client, tags) is not Verdict.OTHERS for m in cursor.ready)
-
-    def _route(
-        self, partition: Partition, cursor: PartitionCursor, got: list[Message], owner: object
-    ) -> list[Message]:
-        """Keep what ``owner`` gets; confirm the dropped ones unsent; hand the others back to
-        the channel for their consumers (woken)."""
-        tags = self._tags()
-        keep: list[Message] = []
-        passed: list[Message] = []
-        for message in got:
-            verdict = self._verdict(message, owner, tags)
-            if verdict is Verdict.DELIVER:
-                keep.append(message)
-            elif verdict is Verdict.DROP:
-                cursor.confirm_unsent(message)
-                partition.dirty = True
-            else:
-                passed.append(message)
-        if passed:
-            cursor.ready.extend(passed)
-            self.notify()
-        return keep
-
     def notify(self) -> None:
         """Wake every subscribed session (new messages, unpause, requeue) and every HTTP
         consume request waiting on the channel."""
@@ -246,6 +194,7 @@ class Channel:
         longer be FINed on this node; the new leader delivers them again)."""
         self.cursors.pop(number, None)
         self.counted_from.pop(number, None)
+        self.dispatch.drop_partition(number)
 
     def cursor_for(self, partition: int) -> PartitionCursor:
         """The cursor of ``partition``, or NotInFlightError for an id this channel never sent."""
@@ -263,6 +212,7 @@ class Channel:
     def seek(self, partition: Partition, cursor: PartitionCursor, offset: int) -> None:
         """Move ``cursor`` to ``offset``, dropping what is in flight, deferred or requeued; the
         owners of dropped in-flight messages get their RDY room back (one call each)."""
+        self.dispatch.drop_partition(partition.number)
         for owner in cursor.seek(offset):
             if isinstance(owner, _TimeoutAware):
                 owner.message_timed_out()
@@ -317,7 +267,9 @@ class Channel:
     @property
     def depth(self) -> int:
         """Messages waiting for delivery over all partitions."""
-        return sum(c.depth(p.log.end_offset) for p, c in self.iter_cursors())
+        return sum(c.depth(p.log.end_offset) for p, c in self.iter_cursors()) + (
+            self.dispatch.held_count()
+        )
 
     @property
     def in_flight_count(self) -> int:

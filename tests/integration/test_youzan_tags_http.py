@@ -154,3 +154,31 @@ def test_youzan_http_endpoints(node: Daemon) -> None:
     )
     assert post(node.http_address, "/channel/setorder?topic=yzt&channel=ch&order=x")[0] == 400
     assert post(node.http_address, "/channel/skip?topic=yzt&channel=nope")[0] == 404
+
+
+def test_an_untagged_consumer_is_not_stuck_behind_a_message_held_for_a_busy_tag(
+    node: Daemon,
+) -> None:
+    """A message for tag X waits for X's consumer (here: RDY 0), and never stops an
+    untagged consumer with RDY 1 from getting the untagged messages behind it."""
+    tagged = RawClient(node.tcp_address, timeout=1.0)
+    tagged.identify(extend_support=True, desired_tag="X")
+    tagged.send(b"SUB yzt ch 0\n")
+    assert tagged.read().data == b"OK"
+    plain = RawClient(node.tcp_address, timeout=2.0)
+    plain.identify(extend_support=True)
+    plain.send(b"SUB yzt ch 0\n", b"RDY 1\n")
+    assert plain.read().data == b"OK"
+    _pub_ext(node, b"for-x", {"##client_dispatch_tag": "X"})
+    for i in range(3):
+        _pub_ext(node, b"p%d" % i, {"k": "v"})
+    assert _drain(plain) == [b"p0", b"p1", b"p2"]
+    held = get_json(node.http_address, "/stats?format=json&topic=yzt")
+    assert isinstance(held, dict)
+    assert held["topics"][0]["channels"][0]["depth"] == 1  # waiting for its tag
+    tagged.send(b"RDY 5\n")
+    assert _drain(tagged) == [b"for-x"]
+    stats = get_json(node.http_address, "/stats?format=json&topic=yzt")
+    assert isinstance(stats, dict)
+    (channel,) = stats["topics"][0]["channels"]
+    assert channel["depth"] == 0
