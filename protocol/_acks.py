@@ -24,6 +24,28 @@ _TOUCH_LEN: Final = 22  # "TOUCH " + 16-byte id, then "\n"
 class AckReader(ParserBase):
     """Readers of the commands that answer a delivered message."""
 
+    def fin_run(self) -> list[bytes]:
+        """The ids of the well-formed ``FIN <16 bytes>\n`` commands buffered at the read
+        position (consumed), or [] when the next command is anything else: a consumer's FINs
+        in one call instead of one :meth:`next_event` each. Anything unusual (``\r\n``, a
+        bad id, a wrong state) is left to :meth:`next_event` and its errors."""
+        buf = self._buf
+        pos = self._pos
+        if (
+            self._error is not None
+            or self.tls_required
+            or self.state is not ConnState.SUBSCRIBED
+            or not buf.startswith(b"FIN ", pos)
+        ):
+            return []
+        ids: list[bytes] = []
+        end = len(buf) - _FIN_LEN
+        while pos < end and buf[pos + _FIN_LEN] == 0x0A and buf.startswith(b"FIN ", pos):
+            ids.append(bytes(buf[pos + 4 : pos + _FIN_LEN]))
+            pos += _FIN_LEN + 1
+        self._pos = pos
+        return ids
+
     def _fixed_fin_req(self, pos: int) -> Result:
         buf = self._buf
         name = "FIN" if buf[pos] == 0x46 else "REQ"

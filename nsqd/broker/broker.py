@@ -26,10 +26,13 @@ from protocol.names import is_ephemeral
 
 from ..core.cursor import Message
 from ..core.errors import (
+    BrokerError,
     ChannelNotFoundError,
     ConsumerLimitError,
     ExitingError,
     NotEnoughReplicasError,
+    NotInFlightError,
+    NotOwnerError,
     NotWritableError,
     PartitionNotFoundError,
     TopicNotFoundError,
@@ -344,6 +347,43 @@ class Broker:
             self.replication.appended(channel.topic.partition(partition))  # the streams look
             channel.notify()
         return message
+
+    def finish_many(
+        self, channel: Channel, message_ids: Sequence[bytes], client: object
+    ) -> tuple[int, list[tuple[bytes, BrokerError]]]:
+        """FIN each of ``message_ids`` in order (a consumer's run of FINs): how many were
+        finished, and the refusals ``(id, error)`` in order, as :meth:`finish` would raise
+        them one by one; a refusal other than "not in flight" / "not the owner" ends the run
+        (it ends the connection too)."""
+        done = 0
+        failed: list[tuple[bytes, BrokerError]] = []
+        touched: set[int] = set()
+        cursors = channel.cursors
+        for message_id in message_ids:
+            internal_id = int.from_bytes(message_id[:8], "big")
+            number = partition_of(internal_id)
+            cursor = cursors.get(number)
+            try:
+                if cursor is None:
+                    raise NotInFlightError
+                if number not in touched:
+                    channel.topic.partition(number).state.require_leader("FIN")
+                    touched.add(number)
+                cursor.finish((internal_id & SEQUENCE_MASK) - 1, client)
+            except (NotInFlightError, NotOwnerError) as exc:
+                failed.append((message_id, exc))
+                continue
+            except BrokerError as exc:  # not the leader: the rest is refused the same way
+                failed.append((message_id, exc))
+                break
+            done += 1
+        for number in touched:
+            partition = channel.topic.partition(number)
+            partition.dirty = True
+            if cursors[number].ordered:
+                self.replication.appended(partition)
+                channel.notify()
+        return done, failed
 
     def requeue(self, channel: Channel, message_id: bytes, client: object, delay_ms: int) -> None:
         """REQ with the delay clamped to [0, --max-req-timeout]."""

@@ -246,6 +246,10 @@ class Session:
         parser = self.parser
         while True:
             try:
+                fins = parser.fin_run()  # the consumer hot path: a run of FINs in one call
+                if fins:
+                    self._fin_many(fins)
+                    continue
                 try:
                     command = parser.next_event()
                 except (ClientError, ConnectionAbort):
@@ -394,6 +398,20 @@ class Session:
             raise client_error_for(exc, "FIN", ErrorCode.FIN_FAILED, message_id) from exc
         self.finish_count += 1
         self._release_one()
+
+    def _fin_many(self, message_ids: list[bytes]) -> None:
+        assert self.channel is not None
+        done, failed = self.broker.finish_many(self.channel, message_ids, self)
+        self.finish_count += done
+        self.in_flight = max(0, self.in_flight - done)
+        if self.in_flight < self.ready_count:
+            self._pump_lot.unpark_all()
+        for message_id, exc in failed:  # nsqd answers each failed FIN, in order
+            error = client_error_for(exc, "FIN", ErrorCode.FIN_FAILED, message_id)
+            if error.fatal:
+                raise error
+            log.info("[%s] %s", self.remote_address, error.log_text)
+            self.output.write(frames.encode_error(error.text))
 
     def _req(self, message_id: bytes, timeout_ms: int) -> None:
         assert self.channel is not None

@@ -193,3 +193,31 @@ def test_a_consumer_that_stops_reading_is_dropped(nsqd: Daemon) -> None:
         c.send(Nop())  # still talking, so only the write deadline can fire
         time.sleep(0.3)
     assert "write blocked" in nsqd.log_text()
+
+
+@pytest.mark.parametrize("daemon", ["pnsq", "go"])
+def test_a_run_of_fins_with_one_unknown_id_answers_that_one_only(
+    daemon: str, nsqd: Daemon, real_nsqd: Daemon
+) -> None:
+    """FINs sent in one write are taken as a run; the refused one gets its error in place,
+    the others are finished, as on Go nsqd."""
+    node = nsqd if daemon == "pnsq" else real_nsqd
+    publish(node, "finrun", b"a", b"b", b"c")
+    client = consumer(node, "finrun", "ch", 3)
+    ids = [client.read(skip_heartbeats=True).message_id for _ in range(3)]
+    bogus = bytes(16) if daemon == "pnsq" else b"0" * 16
+    client.send(Fin(ids[0]), Fin(bogus), Fin(ids[1]), Fin(ids[2]), Nop())
+    error = client.read()
+    assert error.data.startswith(b"E_FIN_FAILED FIN ")
+    assert error.data.endswith(b" failed ID not in flight")
+    deadline = time.monotonic() + 5  # Go handles the FINs after the error in its own time
+    while True:
+        with urllib.request.urlopen(f"http://{node.http_address}/stats?format=json") as reply:
+            stats = json.load(reply)
+        (topic,) = [t for t in stats["topics"] if t["topic_name"] == "finrun"]
+        in_flight = topic["channels"][0]["in_flight_count"]
+        if in_flight == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert in_flight == 0
+    client.close()

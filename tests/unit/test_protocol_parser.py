@@ -1046,3 +1046,27 @@ def test_go_quote_unicode_15() -> None:
 
 def test_go_bytes_is_raw() -> None:
     assert go_bytes(b"a\xff\n").encode("utf-8", "surrogateescape") == b"a\xff\n"
+
+
+def test_a_run_of_fins_is_taken_at_once_and_anything_else_is_left_to_next_event() -> None:
+    ids = [bytes([i]) * 8 + b" \n\r FIN\n" for i in range(3)]  # spaces and newlines in ids
+    parser = parser_in(ConnState.SUBSCRIBED)
+    parser.receive_data(
+        b"".join(b"FIN " + i + b"\n" for i in ids) + b"FIN " + ids[0] + b"\r\nNOP\n"
+    )
+    assert parser.fin_run() == ids
+    assert parser.fin_run() == []  # "\r\n": the general reader's
+    assert drain(parser) == [Fin(ids[0]), Nop()]
+    parser.receive_data(b"FIN " + ids[1][:10])  # incomplete: nothing yet
+    assert parser.fin_run() == []
+    parser.receive_data(ids[1][10:] + b"\n")
+    assert parser.fin_run() == [ids[1]]
+
+
+def test_a_fin_run_needs_the_subscribed_state() -> None:
+    parser = parser_in(ConnState.INIT)
+    parser.receive_data(b"FIN " + b"a" * 16 + b"\n")
+    assert parser.fin_run() == []
+    with pytest.raises(ClientError) as raised:
+        parser.next_event()
+    assert raised.value.text == "E_INVALID cannot FIN in current state"
