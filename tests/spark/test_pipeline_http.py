@@ -240,3 +240,20 @@ def test_unreachable_nodes_are_retried_then_named(nsqd: Daemon) -> None:
     opts = ReadOptions(dead, "nobody_leads")
     with pytest.raises(UnavailableError, match=r"nobody_leads\[0\] at offset 0 .*127\.0\.0\.1:1"):
         list(read_range(r, opts))
+
+
+def test_retry_and_creation_options() -> None:
+    from pnsq.spark.options import OptionError, read_options, write_options
+
+    base = {"nsqd": "127.0.0.1:4151", "topic": "t"}
+    assert read_options(base).endpoints.retry_timeout == 60.0
+    assert read_options({**base, "retryTimeoutMs": "0"}).endpoints.retry_timeout == 0.0
+    written = write_options(
+        {"lookupd": "h:4161", "topic": "t", "partitions": "4", "replicator": "2"}
+    )
+    assert (written.partitions, written.replicator) == (4, 2)
+    assert (write_options(base).partitions, write_options(base).replicator) == (None, None)
+    with pytest.raises(OptionError, match="replicator needs the lookupd option"):
+        write_options({**base, "replicator": "2"})
+    with pytest.raises(OptionError, match="partitions must be >= 1"):
+        write_options({**base, "partitions": "0"})
