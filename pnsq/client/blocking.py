@@ -1,10 +1,16 @@
-"""A small blocking client for tools and Spark executors: plain sockets, the sans-IO protocol
-(:func:`protocol.encode.encode_command`, :class:`protocol.client_frames.FrameDecoder`), no Trio.
+"""The blocking client, for scripts, tools and Spark executors: :class:`Producer` (also known as
+:class:`BlockingClient`: plain sockets, the sans-IO protocol, no Trio) and :class:`Consumer`
+(:mod:`pnsq.client.blocking_consumer`: the Trio consumer in a background thread, imported on first
+use, so ``import pnsq.client.blocking`` does not import Trio).
 
-    with BlockingClient("127.0.0.1:4150", "127.0.0.1:4151") as nsq:
+    with Producer("127.0.0.1:4150", "127.0.0.1:4151") as nsq:
         nsq.publish("events", b"body", key="user-42")
         nsq.mpublish("events", bodies, keys=keys)
         batch = nsq.read_range("events", partition=0, offset=0, max_records=1000)
+
+    with Consumer("127.0.0.1:4150", "events", "audit", http_address="127.0.0.1:4151") as c:
+        for message in c:
+            message.finish()
 
 Publishing routes like the Trio :class:`pnsq.client.producer.Producer` (murmur3 key hash,
 round-robin, explicit partition) and retries the same errors. One instance is not thread-safe;
@@ -19,10 +25,10 @@ import time
 from collections.abc import Callable, Sequence
 from functools import partial
 from types import TracebackType
-from typing import Final, Self, final
+from typing import TYPE_CHECKING, Final, Self, final
 
 from protocol.client_frames import ErrorFrame, FrameDecoder, MessageFrame, Response
-from protocol.commands import Command, Identify, Mpub, MpubTrace, Nop, Pub, PubTrace
+from protocol.commands import Command, Dpub, Identify, Mpub, MpubTrace, Nop, Pub, PubTrace
 from protocol.encode import encode_command
 from protocol.frames import HEARTBEAT_DATA, MAGIC_V2
 from protocol.message import MESSAGE_ID, partition_of
@@ -48,6 +54,9 @@ from .routing import (
     parse_address,
     partition_for_key,
 )
+
+if TYPE_CHECKING:
+    from .blocking_consumer import Consumer as Consumer, Message as Message
 
 USER_AGENT: Final = "pnsq-blocking-client/0.1.0"
 _READ_SIZE: Final = 64 * 1024
@@ -253,6 +262,11 @@ class BlockingClient:
         for number, chunk in batches:
             _expect_ok(self._send(topic, key, number, partial(_mpub, topic, chunk)), "MPUB")
 
+    def dpublish(self, topic: str, body: bytes, defer_ms: int) -> None:
+        """``DPUB``: one message, delivered no sooner than ``defer_ms`` from now (DPUB names no
+        partition: nsqd picks among those the node leads)."""
+        _expect_ok(self._send(topic, None, None, lambda _: Dpub(topic, defer_ms, body)), "DPUB")
+
     def publish_traced(
         self,
         topic: str,
@@ -354,6 +368,21 @@ class BlockingClient:
                 error = exc
         assert error is not None
         raise error
+
+
+#: The user-facing name: the blocking twin of :class:`pnsq.client.producer.Producer`.
+Producer = BlockingClient
+
+
+def __getattr__(name: str) -> object:
+    """``Consumer`` and its ``Message``, imported (with Trio) on first use."""
+    if name in ("Consumer", "Message"):
+        from . import blocking_consumer
+
+        value = getattr(blocking_consumer, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _mpub(topic: str, bodies: list[bytes], partition: int | None) -> Mpub:

@@ -24,6 +24,8 @@ COLUMNS: Final = ("topic", "partition", "offset", "timestamp", "id", "trace_id",
 #: nsqd's cap on ``max`` for one ``/partition/read`` (it also stops at 8 MiB).
 MAX_FETCH: Final = 10_000
 DEFAULT_TIMEOUT_MS: Final = 10_000
+#: How long discovery, planning, range reads and a write's lookup retry a failing node.
+DEFAULT_RETRY_TIMEOUT_MS: Final = 60_000
 DEFAULT_WRITE_BATCH: Final = 1_000
 #: Under nsqd's default ``--max-body-size`` (5 MiB), as the blocking client's own default.
 DEFAULT_WRITE_BATCH_BYTES: Final = 4 * 1024 * 1024
@@ -40,6 +42,7 @@ class Endpoints:
     nsqd: tuple[str, ...] = ()
     lookupd: tuple[str, ...] = ()
     timeout: float = DEFAULT_TIMEOUT_MS / 1000
+    retry_timeout: float = DEFAULT_RETRY_TIMEOUT_MS / 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +69,8 @@ class WriteOptions:
     topic: str
     batch_size: int = DEFAULT_WRITE_BATCH
     batch_bytes: int = DEFAULT_WRITE_BATCH_BYTES
+    partitions: int | None = None  # of a topic the write creates (None: the daemon's default)
+    replicator: int | None = None  # copies of each partition of a created topic (lookupd only)
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
@@ -112,7 +117,9 @@ def _endpoints(opts: Mapping[str, str]) -> Endpoints:
     if bool(nsqd) == bool(lookupd):
         raise OptionError("give exactly one of the options nsqd (HTTP addresses) or lookupd")
     timeout_ms = _int(opts, "requestTimeoutMs", minimum=1) or DEFAULT_TIMEOUT_MS
-    return Endpoints(nsqd, lookupd, timeout_ms / 1000)
+    retry_ms = _int(opts, "retryTimeoutMs")
+    retry_ms = DEFAULT_RETRY_TIMEOUT_MS if retry_ms is None else retry_ms
+    return Endpoints(nsqd, lookupd, timeout_ms / 1000, retry_ms / 1000)
 
 
 def _topic(opts: Mapping[str, str]) -> str:
@@ -151,9 +158,15 @@ def write_options(options: Mapping[str, str]) -> WriteOptions:
         OptionError: a missing or malformed option.
     """
     opts = _lower(options)
+    endpoints = _endpoints(opts)
+    replicator = _int(opts, "replicator", minimum=1)
+    if replicator is not None and not endpoints.lookupd:
+        raise OptionError("replicator needs the lookupd option (a single nsqd has no replicas)")
     return WriteOptions(
-        endpoints=_endpoints(opts),
+        endpoints=endpoints,
         topic=_topic(opts),
         batch_size=_int(opts, "batchSize", minimum=1) or DEFAULT_WRITE_BATCH,
         batch_bytes=_int(opts, "batchBytes", minimum=1024) or DEFAULT_WRITE_BATCH_BYTES,
+        partitions=_int(opts, "partitions", minimum=1),
+        replicator=replicator,
     )

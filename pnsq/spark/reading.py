@@ -5,7 +5,8 @@ into the source's columns. Plain Python, no pyspark: executors call it from
 
 The same range gives the same records every time (nsqd's range read is deterministic), so a
 re-run task or micro-batch reads the same rows. If the leader cannot be reached the task looks
-the partition up again (a failover moves it) and goes on from where it was.
+the partition up again (a failover moves it, a restart brings it back) and goes on from where it
+was, retrying with backoff for ``retryTimeoutMs`` before it fails naming the node.
 """
 
 from __future__ import annotations
@@ -22,11 +23,10 @@ from protocol.range_read import RangeRecord
 from .nodes import discover
 from .options import ReadOptions
 from .planning import OffsetRange, PlanningError
+from .retry import FIRST_BACKOFF, MAX_BACKOFF, UnavailableError, passing
 
 log = logging.getLogger("pnsq.spark")
 
-_ATTEMPTS: Final = 4
-_BACKOFF: Final = 0.2
 _U64: Final = 1 << 64
 _I64_MAX: Final = (1 << 63) - 1
 
@@ -39,31 +39,39 @@ def read_range(r: OffsetRange, opts: ReadOptions) -> Iterator[list[RangeRecord]]
     """The records of ``r`` in offset order, a fetch (at most ``opts.fetch_size``) at a time.
 
     With ``failOnDataLoss=false`` records deleted meanwhile are skipped (logged); otherwise
-    :class:`DataLossError`. Unreachable leaders are retried after a new lookup.
+    :class:`DataLossError`. An unreachable leader (or a partition without one) is retried after
+    a new lookup, with backoff, for ``retryTimeoutMs``; then :class:`UnavailableError`.
     """
-    address = r.address or _leader(r, opts)
-    if not address:
-        raise PlanningError(f"{r.topic}[{r.partition}]: no node leads this partition")
-    offset, attempt = r.start, 0
-    nsq = BlockingClient(http_address=address, timeout=opts.endpoints.timeout)
+    address = r.address or _leader(r, opts) or ""
+    offset, deadline, delay = r.start, time.monotonic() + opts.endpoints.retry_timeout, 0.0
+    nsq = BlockingClient(http_address=address or None, timeout=opts.endpoints.timeout)
     try:
         while offset < r.end:
             want = min(opts.fetch_size, r.end - offset)
             try:
+                if not address:
+                    raise _NoLeader(f"{r.topic}[{r.partition}]: no node leads this partition now")
                 batch = nsq.read_range(r.topic, r.partition, offset, want)
             except NsqHTTPError as exc:
                 if exc.status == 400 and "OFFSET_OUT_OF_RANGE" in exc.message:
-                    moved = _skip_lost(nsq, r, offset, opts.fail_on_data_loss)
+                    try:
+                        moved = _skip_lost(nsq, r, offset, opts.fail_on_data_loss)
+                    except NsqHTTPError as lookup_error:
+                        if not passing(lookup_error) and lookup_error.status != 404:
+                            raise
+                        moved = offset
+                    except (OSError, ConnectionClosedError, UnexpectedResponseError):
+                        moved = offset
                     if moved != offset:
                         offset = moved
                         continue
                 elif exc.status < 500 and exc.status != 404:
                     raise
                 error: Exception = exc
-            except (OSError, ConnectionClosedError, UnexpectedResponseError) as exc:
+            except (OSError, ConnectionClosedError, UnexpectedResponseError, _NoLeader) as exc:
                 error = exc
             else:
-                attempt = 0
+                delay = 0.0
                 records = [rec for rec in batch.records if rec.offset < r.end]
                 if not records:
                     _lost_tail(r, offset, opts.fail_on_data_loss)
@@ -71,24 +79,44 @@ def read_range(r: OffsetRange, opts: ReadOptions) -> Iterator[list[RangeRecord]]
                 yield records
                 offset = records[-1].offset + 1
                 continue
-            attempt += 1
-            if attempt >= _ATTEMPTS:
-                raise error
+            where = f"nsqd {address}" if address else "no leader"
+            if time.monotonic() >= deadline:
+                raise UnavailableError(
+                    f"reading {r.topic}[{r.partition}] at offset {offset} ({where}): {error} "
+                    f"(still failing after {opts.endpoints.retry_timeout:g} s: retryTimeoutMs)"
+                ) from error
+            delay = min(delay * 2, MAX_BACKOFF) if delay else FIRST_BACKOFF
             log.warning(
-                "reading %s[%d] at %d from %s: %s", r.topic, r.partition, offset, address, error
+                "reading %s[%d] at %d (%s): %s; retrying in %.1f s",
+                r.topic,
+                r.partition,
+                offset,
+                where,
+                error,
+                delay,
             )
-            time.sleep(_BACKOFF * 2 ** (attempt - 1))
+            time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
             address = _leader(r, opts) or address
             nsq.close()
-            nsq = BlockingClient(http_address=address, timeout=opts.endpoints.timeout)
+            nsq = BlockingClient(http_address=address or None, timeout=opts.endpoints.timeout)
     finally:
         nsq.close()
+
+
+class _NoLeader(LookupError):
+    """The partition has no leader to read from right now."""
 
 
 def _leader(r: OffsetRange, opts: ReadOptions) -> str | None:
     try:
         lead = discover(opts.endpoints, r.topic).leaders.get(r.partition)
-    except (OSError, NsqHTTPError, PlanningError, UnexpectedResponseError) as exc:
+    except (
+        OSError,
+        NsqHTTPError,
+        PlanningError,
+        UnexpectedResponseError,
+        ConnectionClosedError,
+    ) as exc:
         log.warning("looking up %s[%d] again failed: %s", r.topic, r.partition, exc)
         return None
     return lead.http_address if lead is not None else None

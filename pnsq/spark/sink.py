@@ -87,7 +87,7 @@ def _publish(
     opts: WriteOptions, columns: tuple[str, ...], batches: Iterator[pa.RecordBatch]
 ) -> Published:
     """Executor: publish one task's rows (the partition map is looked up per task, so a
-    long-running stream follows leader changes)."""
+    long-running stream follows leader changes; a topic deleted meanwhile is created again)."""
     context = TaskContext.get()
     task = context.partitionId() if context is not None else 0
     route = plan_route(opts)
@@ -105,7 +105,7 @@ class PnsqWriter(DataSourceArrowWriter):
             raise OptionError("pnsq topics are append-only: use mode('append')")
         self.opts = opts
         self.columns = write_columns(schema)
-        plan_route(opts)  # fail before any task runs if the topic does not exist
+        plan_route(opts)  # create a missing topic (or fail) before any task runs
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> Published:
         return _publish(self.opts, self.columns, iterator)
@@ -139,6 +139,7 @@ class PnsqStreamWriter(DataSourceStreamArrowWriter):
             raise OptionError("pnsq topics are append-only: use outputMode('append')")
         self.opts = opts
         self.columns = write_columns(schema)
+        plan_route(opts)  # create a missing topic (or fail) on the driver, not in every task
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> Published:
         return _publish(self.opts, self.columns, iterator)

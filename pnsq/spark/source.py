@@ -47,6 +47,7 @@ from .planning import (
     resolve_offsets,
 )
 from .reading import columns, read_range
+from .retry import retrying
 
 if TYPE_CHECKING:
     from .sink import PnsqStreamWriter, PnsqWriter
@@ -120,6 +121,10 @@ class PnsqBatchReader(DataSourceReader):
         self.schema = schema
 
     def partitions(self) -> Sequence[InputPartition]:
+        what = f"planning a read of {self.opts.topic!r}"
+        return retrying(what, self._partitions, self.opts.endpoints.retry_timeout)
+
+    def _partitions(self) -> list[InputPartition]:
         opts = self.opts
         layout = discover(opts.endpoints, opts.topic)
         infos = layout.infos()
@@ -163,20 +168,33 @@ class PnsqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._layout: TopicLayout | None = None
 
     def _discover(self) -> TopicLayout:
-        self._layout = discover(self.opts.endpoints, self.opts.topic)
+        """The topic's layout now, retrying a failing node for ``retryTimeoutMs``; once the
+        query has seen the topic, "not found" (a restarted node not back yet) is retried too."""
+        opts = self.opts
+        self._layout = retrying(
+            f"looking up {opts.topic!r}",
+            lambda: discover(opts.endpoints, opts.topic),
+            opts.endpoints.retry_timeout,
+            missing_topic=self._layout is not None or self._initial is not None,
+        )
         return self._layout
 
     def initialOffset(self) -> dict[str, int]:
         # Spark asks more than once for a new query: resolve "latest" once.
         if self._initial is None:
-            layout, opts = self._discover(), self.opts
-            if opts.starting_timestamp is not None:
-                start = _timestamps(layout, opts.starting_timestamp, opts)
-            else:
-                spec = opts.starting_offsets or "latest"
-                start = resolve_offsets(spec, layout.infos(), default="earliest")
-            self._initial = offsets_json(start)
+            what = f"planning the start of {self.opts.topic!r}"
+            self._initial = retrying(what, self._start, self.opts.endpoints.retry_timeout)
         return self._initial
+
+    def _start(self) -> dict[str, int]:
+        opts = self.opts
+        layout = self._layout = discover(opts.endpoints, opts.topic)
+        if opts.starting_timestamp is not None:
+            start = _timestamps(layout, opts.starting_timestamp, opts)
+        else:
+            spec = opts.starting_offsets or "latest"
+            start = resolve_offsets(spec, layout.infos(), default="earliest")
+        return offsets_json(start)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         cap = self.opts.max_offsets_per_trigger

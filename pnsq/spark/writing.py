@@ -1,27 +1,32 @@
 """What a Spark write task does with its rows: publish them with MPUB (or MPUB_TRACE) batches
 through :class:`pnsq.client.blocking.BlockingClient`. Plain Python, no pyspark.
 
-The driver looks the topic up once (:func:`plan_route`); every task gets that :class:`Route`
-and publishes each partition's messages to the partition's leader. A row's partition is its
-``partition`` column if given, else ``murmur3(key) % partition_num`` (youzan go-nsq's
-``PublishOrdered``; :func:`pnsq.client.routing.partition_for_key`), else round-robin. Rows of one
-partition keep their order. Delivery is at-least-once: a batch nsqd acknowledged stays published
-even if the task or the job fails later, and a re-run task publishes its rows again.
+The driver looks the topic up (:func:`plan_route`), creating it if no node has it, as a publish
+would (through lookupd when the job names lookupd, with the ``partitions`` / ``replicator``
+options; else on nsqd), and retrying unreachable nodes for ``retryTimeoutMs``; every task looks
+it up again the same way and publishes each partition's messages to the partition's leader.
+A row's partition is its ``partition`` column if given, else ``murmur3(key) % partition_num``
+(youzan go-nsq's ``PublishOrdered``; :func:`pnsq.client.routing.partition_for_key`), else
+round-robin. Rows of one partition keep their order. Delivery is at-least-once: a batch nsqd
+acknowledged stays published even if the task or the job fails later, and a re-run task
+publishes its rows again.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from types import TracebackType
 from typing import Any, Final, Self
 
 from pnsq.client.blocking import BlockingClient
 from pnsq.client.routing import partition_for_key
 
-from .nodes import discover
+from .nodes import TopicLayout, create_topic, discover
 from .options import WriteOptions
 from .reading import unsigned64
+from .retry import NoLeaderError, TopicNotFoundError, retrying
 
 Key = str | bytes
 #: The columns a write uses (``body`` required); any others are ignored.
@@ -38,14 +43,33 @@ class Route:
 
 
 def plan_route(opts: WriteOptions) -> Route:
-    """Look the topic up (driver side).
+    """Look the topic up, creating it if it does not exist; wait until every partition has a
+    leader. Retries passing failures (:mod:`pnsq.spark.retry`) for ``retryTimeoutMs``.
 
     Raises:
-        PlanningError: the topic does not exist (writes do not create topics).
+        PlanningError: creating the topic was refused.
+        UnavailableError: a node kept failing, or the partitions got no leader in time.
     """
-    layout = discover(opts.endpoints, opts.topic)
+    what = f"looking up topic {opts.topic!r} to write"
+    layout = retrying(what, partial(_layout, opts), opts.endpoints.retry_timeout)
     leaders = {p: (lead.tcp_address, lead.http_address) for p, lead in layout.leaders.items()}
     return Route(opts.topic, layout.partition_num, leaders)
+
+
+def _layout(opts: WriteOptions) -> TopicLayout:
+    try:
+        layout = discover(opts.endpoints, opts.topic)
+    except TopicNotFoundError:
+        where = create_topic(opts.endpoints, opts.topic, opts.partitions, opts.replicator)
+        try:
+            layout = discover(opts.endpoints, opts.topic)
+        except TopicNotFoundError:
+            msg = f"topic {opts.topic!r} created through {where}; not placed yet"
+            raise NoLeaderError(msg) from None
+    missing = sorted(set(range(layout.partition_num)) - set(layout.leaders))
+    if missing:
+        raise NoLeaderError(f"partitions {missing} of {opts.topic!r} have no leader now")
+    return layout
 
 
 @dataclass(slots=True)

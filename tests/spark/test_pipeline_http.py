@@ -18,6 +18,7 @@ from pnsq.spark.nodes import discover, offsets_for_timestamp
 from pnsq.spark.options import Endpoints, ReadOptions, WriteOptions
 from pnsq.spark.planning import OffsetRange, PlanningError
 from pnsq.spark.reading import DataLossError, read_range
+from pnsq.spark.retry import UnavailableError
 from pnsq.spark.writing import Publisher, plan_route
 from tests.daemons import Daemon, pnsq_lookupd, pnsq_nsqd
 from tests.integration.lookupd_helpers import get_json, lookup, post, wait_for
@@ -186,3 +187,73 @@ def test_discovery_through_lookupd(tmp_path: Path) -> None:
         for node in nodes:
             node.stop()
         lookupd.stop()
+
+
+def test_a_write_creates_a_missing_topic_on_nsqd(nsqd: Daemon) -> None:
+    endpoints = Endpoints(nsqd=(nsqd.http_address,))
+    with pytest.raises(PlanningError, match="not found"):
+        discover(endpoints, "made_by_write")
+    route = plan_route(WriteOptions(endpoints, "made_by_write", partitions=3))
+    assert (route.partition_num, sorted(route.leaders)) == (3, [0, 1, 2])
+    assert discover(endpoints, "made_by_write").partition_num == 3
+    # without partitions: nsqd's --default-partitions, as a PUB of the name would
+    assert plan_route(WriteOptions(endpoints, "default_sized")).partition_num == 1
+    # an existing topic is left as it is
+    assert plan_route(WriteOptions(endpoints, "made_by_write", partitions=5)).partition_num == 3
+    with pytest.raises(PlanningError, match=r"creating topic 'huge'.*PARTITION_NUM"):
+        plan_route(WriteOptions(endpoints, "huge", partitions=1_000_000))
+
+
+def test_a_write_creates_a_missing_topic_through_lookupd(tmp_path: Path) -> None:
+    lookupd = pnsq_lookupd(tmp_path / "lookupd").start()
+    nodes: list[Daemon] = []
+    try:
+        for name in ("a", "b"):
+            flag = f"--lookupd-tcp-address={lookupd.tcp_address}"
+            nodes.append(pnsq_nsqd(tmp_path / name, flag).start())
+        wait_for(lambda: len(get_json(lookupd, "/nodes")["producers"]) == 2, what="2 nodes")
+        endpoints = Endpoints(lookupd=(lookupd.http_address,), timeout=2.0, retry_timeout=20.0)
+        opts = WriteOptions(endpoints, "replicated_by_write", partitions=2, replicator=2)
+        route = plan_route(opts)  # created on lookupd, placed, every partition led
+        assert route.partition_num == 2
+        by_http = {n.http_address for n in nodes}
+        assert {http for _, http in route.leaders.values()} == by_http  # spread over both
+        meta = lookup(lookupd, "replicated_by_write", "&metainfo=true")["meta"]
+        assert (meta["partition_num"], meta["replica"]) == (2, 2)
+        with Publisher(route, opts, traced=False) as publisher:
+            publisher.add_columns({"body": [f"m{i}".encode() for i in range(10)]})
+        assert publisher.report.per_partition == {0: 5, 1: 5}
+    finally:
+        for node in nodes:
+            node.stop()
+        lookupd.stop()
+
+
+def test_unreachable_nodes_are_retried_then_named(nsqd: Daemon) -> None:
+    dead = Endpoints(nsqd=("127.0.0.1:1",), timeout=1.0, retry_timeout=0.6)
+    started = time.monotonic()
+    with pytest.raises(UnavailableError, match=r"nsqd 127\.0\.0\.1:1: .*retryTimeoutMs"):
+        plan_route(WriteOptions(dead, "anything"))
+    assert time.monotonic() - started >= 0.6  # retried (0.1, 0.2, 0.3 s) before giving up
+    create_topic(nsqd, "nobody_leads", 1)
+    r = OffsetRange("nobody_leads", 0, 0, 5, "127.0.0.1:1")
+    opts = ReadOptions(dead, "nobody_leads")
+    with pytest.raises(UnavailableError, match=r"nobody_leads\[0\] at offset 0 .*127\.0\.0\.1:1"):
+        list(read_range(r, opts))
+
+
+def test_retry_and_creation_options() -> None:
+    from pnsq.spark.options import OptionError, read_options, write_options
+
+    base = {"nsqd": "127.0.0.1:4151", "topic": "t"}
+    assert read_options(base).endpoints.retry_timeout == 60.0
+    assert read_options({**base, "retryTimeoutMs": "0"}).endpoints.retry_timeout == 0.0
+    written = write_options(
+        {"lookupd": "h:4161", "topic": "t", "partitions": "4", "replicator": "2"}
+    )
+    assert (written.partitions, written.replicator) == (4, 2)
+    assert (write_options(base).partitions, write_options(base).replicator) == (None, None)
+    with pytest.raises(OptionError, match="replicator needs the lookupd option"):
+        write_options({**base, "replicator": "2"})
+    with pytest.raises(OptionError, match="partitions must be >= 1"):
+        write_options({**base, "partitions": "0"})

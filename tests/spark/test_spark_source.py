@@ -221,3 +221,13 @@ def test_stream_write_with_trace_ids(spark: Any, shared_nsqd: Daemon, tmp_path: 
     assert got == want
     assert len(got) == 20
     assert all(bytes(r.id)[8:] == r.trace_id.to_bytes(8, "big") for r in out)
+
+
+def test_write_creates_a_missing_topic(spark: Any, shared_nsqd: Daemon) -> None:
+    df = spark.range(30).selectExpr("CAST(concat('w-', CAST(id AS STRING)) AS BINARY) AS body")
+    options = opts(shared_nsqd, "created_by_write", partitions=3)
+    df.write.format("pnsq").options(**options).mode("append").save()
+    back = spark.read.format("pnsq").options(**opts(shared_nsqd, "created_by_write")).load()
+    rows = back.collect()
+    assert sorted(bytes(r.body) for r in rows) == sorted(f"w-{i}".encode() for i in range(30))
+    assert {r.partition for r in rows} == {0, 1, 2}  # created with partitions=3, round-robin
