@@ -68,12 +68,7 @@ async def run_lookupd(
             "tcp_port": ports["tcp"],
             "version": LOOKUPD_VERSION,
         }
-        log.info(
-            "nsqlookupd v%s (pnsq %s) metadata %s",
-            LOOKUPD_VERSION,
-            __version__,
-            store.path,
-        )
+        log.info("nsqlookupd v%s (pnsq %s) metadata %s", LOOKUPD_VERSION, __version__, store)
         nursery.start_soon(supervisor.run)  # failover, in-sync sets, re-replication
         task_status.started((ports["tcp"], ports["http"]))
         await trio.sleep_forever()

@@ -28,7 +28,7 @@ import trio
 from protocol import Dpub, Mpub, Pub
 from protocol.client_frames import ErrorFrame, FrameDecoder, MessageFrame, Response
 from protocol.encode import encode_command
-from protocol.lookup import ACCEPT_V1
+from protocol.lookup import ACCEPT_V1, unwrap
 from protocol.parser import NEED_DATA
 
 from .broker import Broker
@@ -256,7 +256,7 @@ class Forwarder:
                 return {}  # lookupd does not know the topic
             try:
                 reply.raise_for_status()
-                return _partition_leaders(reply.json())
+                return _partition_leaders(unwrap(reply.json()))
             except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
                 problems.append(f"{http}: {exc}")
         raise NoLookupdError("lookupd unreachable: " + "; ".join(problems))

@@ -24,6 +24,7 @@ from urllib.parse import urlencode
 from pnsq.client.blocking import BlockingClient
 from pnsq.client.errors import NsqHTTPError
 from pnsq.client.routing import PartitionInfo as Leader, TopicPartitions
+from protocol.lookup import unwrap
 
 from .options import Endpoints
 from .planning import PartitionInfo, PlanningError
@@ -54,8 +55,8 @@ class TopicLayout:
 
 
 def get_json(address: str, path: str, params: Mapping[str, object], timeout: float) -> object:
-    """``GET http://address/path?params`` → the JSON body, unwrapping lookupd's pre-1.0
-    ``{"status_code", "data"}`` envelope.
+    """``GET http://address/path?params`` → the JSON body (an older lookupd's pre-1.0
+    ``{"status_code", "status_txt", "data"}`` envelope unwrapped).
 
     Raises:
         NsqHTTPError: a non-200 status.
@@ -68,10 +69,7 @@ def get_json(address: str, path: str, params: Mapping[str, object], timeout: flo
             body = response.read()
     except urllib.error.HTTPError as exc:
         raise NsqHTTPError(exc.code, exc.read().decode("utf-8", "replace")) from None
-    doc = json.loads(body)
-    if isinstance(doc, dict) and "status_code" in doc and "data" in doc:
-        return doc["data"]
-    return doc
+    return unwrap(json.loads(body))
 
 
 def discover(endpoints: Endpoints, topic: str) -> TopicLayout:
