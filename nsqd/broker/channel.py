@@ -225,8 +225,10 @@ class Channel:
             self._timer_scope = None
             now_ns = self.clock.now_ns()
             moved = 0
-            for cursor in self.cursors.values():
-                owners, released = cursor.expire(now_ns)
+            for partition, cursor in self.iter_cursors():
+                # a timed-out message goes behind what consumers can read now (nsqd's back of
+                # the queue)
+                owners, released = cursor.expire(now_ns, partition.state.high_watermark)
                 for owner in owners:
                     if isinstance(owner, _TimeoutAware):
                         owner.message_timed_out()

@@ -7,7 +7,9 @@ A channel is not a copy of the data. For each partition it keeps:
 * ``next_read``: the next offset to read from the log;
 * in-flight messages, each with its owner and deadline;
 * deferred messages (REQ with a delay, DPUB) ordered by due time;
-* requeued messages due now, delivered before anything new.
+* requeued messages due now, delivered before anything new;
+* timed-out messages, each behind the log end of its timeout: as nsqd puts a timed-out message
+  at the back of the channel's queue, the messages already waiting go first.
 
 Pure: no I/O and no clock; every method that needs the time takes ``now_ns`` (wall clock, ns).
 """
@@ -80,6 +82,9 @@ class PartitionCursor:
         self.in_flight: dict[int, Message] = {}
         self.deferred: SortedKeyList[Message, tuple[int, int]] = SortedKeyList(key=_due)
         self.ready: deque[Message] = deque()
+        #: (log end at the timeout, message): timed-out messages delivered once every message
+        #: before that end was read; ends ascending
+        self.behind: deque[tuple[int, Message]] = deque()
         self._timeouts: list[tuple[int, int]] = []  # heap of (deadline_ns, offset); lazy deletion
         self.requeue_count = 0
         self.timeout_count = 0
@@ -124,21 +129,32 @@ class PartitionCursor:
             message = ready.popleft()
             taken += len(message.record.body)
             out.append(message)
-        while len(out) < max_messages and taken < limit and self.next_read < end_offset:
+        behind = self.behind
+        while len(out) < max_messages and taken < limit:
+            while behind and len(out) < max_messages and taken < limit:
+                mark, message = behind[0]
+                if mark > self.next_read and self.next_read < end_offset:
+                    break  # messages waiting before it are still unread
+                behind.popleft()
+                taken += len(message.record.body)
+                out.append(message)
+            stop = min(end_offset, behind[0][0]) if behind else end_offset
+            if len(out) >= max_messages or taken >= limit or self.next_read >= stop:
+                break
             bound = None if max_bytes is None else limit - taken
             records = fetch(self.next_read, max(max_messages - len(out), 64), bound)
             if not records:
                 break
-            used = 0
-            expected = self.next_read
             for record in records:
                 if len(out) >= max_messages or taken >= limit:
                     break
-                used += 1
-                if record.offset != expected:  # offsets lost to damage: nothing to FIN there
-                    self._holes[expected] = record.offset
+                if record.offset != self.next_read:  # offsets lost to damage: nothing to FIN
+                    self._holes[self.next_read] = record.offset
                     self._advance_confirmed()
-                expected = record.offset + 1
+                    self.next_read = record.offset
+                if record.offset >= stop:
+                    break
+                self.next_read = record.offset + 1
                 if record.offset in self.acked:
                     continue
                 message = Message(self.partition, record)
@@ -154,7 +170,6 @@ class PartitionCursor:
                 else:
                     out.append(message)
                     taken += len(record.body)
-            self.next_read = records[used - 1].offset + 1 if used else self.next_read
             if self.ordered and self.deferred:
                 break
         self.taken_bytes = taken
@@ -164,11 +179,11 @@ class PartitionCursor:
         """True if :meth:`take` could return something now."""
         if self.ordered and (self.in_flight or self.deferred):
             return False
-        return bool(self.ready) or self.next_read < end_offset
+        return bool(self.ready) or bool(self.behind) or self.next_read < end_offset
 
     def depth(self, end_offset: int) -> int:
         """Messages waiting for delivery (nsqd's channel ``depth``)."""
-        return end_offset - self.next_read + len(self.ready)
+        return end_offset - self.next_read + len(self.ready) + len(self.behind)
 
     # ------------------------------------------------------------------ in flight
 
@@ -221,8 +236,12 @@ class PartitionCursor:
 
     # ------------------------------------------------------------------ time
 
-    def expire(self, now_ns: int) -> tuple[list[object], int]:
+    def expire(self, now_ns: int, end_offset: int | None = None) -> tuple[list[object], int]:
         """Requeue timed-out in-flight messages and release due deferred ones.
+
+        A timed-out message goes behind the messages waiting in the log up to ``end_offset``
+        (nsqd puts it at the back of the channel's queue); without ``end_offset``, or on an
+        ordered channel (the same message again at the head, youzan's rule), it is next.
 
         Returns the owners of the timed-out messages (one entry per message) and how many
         deferred messages were released.
@@ -241,8 +260,11 @@ class PartitionCursor:
             self.timeout_count += 1
             if self.ordered:
                 self.ready.appendleft(message)
-            else:
+            elif end_offset is None or end_offset <= self.next_read:
                 self.ready.append(message)
+            else:
+                last = self.behind[-1][0] if self.behind else end_offset
+                self.behind.append((max(last, end_offset), message))
         deferred = self.deferred
         while deferred and deferred[0].due_ns <= now_ns:
             self.ready.append(deferred.pop(0))
@@ -286,6 +308,7 @@ class PartitionCursor:
         self.in_flight.clear()
         self.deferred.clear()
         self.ready.clear()
+        self.behind.clear()
         self._timeouts.clear()
         self.acked.clear()
         self._holes.clear()
