@@ -243,10 +243,17 @@ class Channel:
         for number, cursor in self.cursors.items():
             yield self.topic.partition(number), cursor
 
+    def partition_counts(self, partition: Partition, cursor: PartitionCursor) -> tuple[int, int]:
+        """``(depth, deferred_count)`` in one partition as nsqd counts them: a DPUB is deferred
+        from the moment it is published, read by a consumer or not."""
+        end = partition.log.end_offset
+        unread = cursor.unread_deferred(partition.delayed, end, self.clock.now_ns())
+        return cursor.depth(end) - unread, len(cursor.deferred) + unread
+
     @property
     def depth(self) -> int:
         """Messages waiting for delivery over all partitions."""
-        return sum(c.depth(p.log.end_offset) for p, c in self.iter_cursors())
+        return sum(self.partition_counts(p, c)[0] for p, c in self.iter_cursors())
 
     @property
     def in_flight_count(self) -> int:
@@ -256,7 +263,7 @@ class Channel:
     @property
     def deferred_count(self) -> int:
         """Messages waiting for their delay."""
-        return sum(len(c.deferred) for c in self.cursors.values())
+        return sum(self.partition_counts(p, c)[1] for p, c in self.iter_cursors())
 
     def partition_message_count(self, partition: Partition) -> int:
         """Messages put into this channel from ``partition`` (requeues not counted again)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol
 
+from ..core.cursor import DelayedIndex
 from ..core.ownership import STANDALONE, PartitionState, Placement
 from ..storage.record import NewRecord, Record
 
@@ -48,3 +49,5 @@ class Partition:
         self.saved_state: dict[str, object] | None = None  # the last checkpoint written
         self.message_count = 0  # records appended by this process (stats)
         self.message_bytes = 0
+        #: DPUB'd records not due yet (channels count them as deferred, not depth)
+        self.delayed = DelayedIndex()

@@ -16,6 +16,7 @@ Pure: no I/O and no clock; every method that needs the time takes ``now_ns`` (wa
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -65,6 +66,40 @@ _UNBOUNDED = 1 << 62  # ``max_bytes`` when none is given
 
 def _due(message: Message) -> tuple[int, int]:
     return (message.due_ns, message.record.offset)
+
+
+class DelayedIndex:
+    """A partition's DPUB'd records not due yet: ``(offset, due_ns)`` in offset order, so a
+    channel can count the ones it has not read as deferred (nsqd defers a DPUB in every
+    channel at once) rather than as depth. Due entries are dropped as time passes."""
+
+    __slots__ = ("_entries", "_pruned_at")
+
+    def __init__(self) -> None:
+        self._entries: list[tuple[int, int]] = []
+        self._pruned_at = 0  # length after the last prune
+
+    def add(self, offset: int, due_ns: int, now_ns: int) -> None:
+        """A record at ``offset`` is not to be delivered before ``due_ns``."""
+        self._entries.append((offset, due_ns))
+        if len(self._entries) > 2 * self._pruned_at + 64:
+            self.prune(now_ns)
+
+    def prune(self, now_ns: int) -> None:
+        """Forget the entries due by ``now_ns``."""
+        self._entries = [e for e in self._entries if e[1] > now_ns]
+        self._pruned_at = len(self._entries)
+
+    def not_due(self, start: int, end: int, now_ns: int) -> list[int]:
+        """Offsets in ``[start, end)`` not due at ``now_ns``."""
+        entries = self._entries
+        i = bisect.bisect_left(entries, (start, -1))
+        out = []
+        while i < len(entries) and entries[i][0] < end:
+            if entries[i][1] > now_ns:
+                out.append(entries[i][0])
+            i += 1
+        return out
 
 
 class PartitionCursor:
@@ -184,6 +219,17 @@ class PartitionCursor:
     def depth(self, end_offset: int) -> int:
         """Messages waiting for delivery (nsqd's channel ``depth``)."""
         return end_offset - self.next_read + len(self.ready) + len(self.behind)
+
+    def unread_deferred(self, delayed: DelayedIndex, end_offset: int, now_ns: int) -> int:
+        """Messages in the log not read yet that are deferred all the same (DPUB, or a delay
+        taken over from a leader): nsqd counts them as ``deferred_count``, not ``depth``."""
+        offsets = set(delayed.not_due(self.next_read, end_offset, now_ns))
+        offsets.update(
+            o
+            for o, due in self._delays.items()
+            if self.next_read <= o < end_offset and due > now_ns
+        )
+        return len(offsets - self.acked)
 
     # ------------------------------------------------------------------ in flight
 

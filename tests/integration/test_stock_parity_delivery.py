@@ -89,6 +89,26 @@ def wait_counts(nsqd: Daemon, topic: str, expected: dict[str, int]) -> None:
         time.sleep(0.02)
 
 
+def test_dpub_is_deferred_at_once(nsqd: Daemon) -> None:
+    """A channel and no consumer: the DPUB is deferred (not depth) from the start."""
+    for path in ("/topic/create?topic=d", "/channel/create?topic=d&channel=c"):
+        url = f"http://{nsqd.http_address}{path}"
+        with urllib.request.urlopen(urllib.request.Request(url, method="POST"), timeout=5):
+            pass
+    publish(nsqd, Dpub("d", 60_000, b"later"), Pub("d", b"now"))
+    assert counts(nsqd, "d") == {"depth": 1, "in_flight_count": 0, "deferred_count": 1}
+    client = consumer(nsqd, "d")
+    try:
+        client.send(Rdy(5))
+        got = next_message(client)
+        assert got.body == b"now"
+        wait_counts(nsqd, "d", {"depth": 0, "in_flight_count": 1, "deferred_count": 1})
+        client.send(Fin(got.message_id))
+        wait_counts(nsqd, "d", {"depth": 0, "in_flight_count": 0, "deferred_count": 1})
+    finally:
+        client.close()
+
+
 def test_a_delayed_req_is_deferred(nsqd: Daemon) -> None:
     publish(nsqd, Pub("r", b"m"))
     client = consumer(nsqd, "r")
