@@ -9,7 +9,6 @@ import socket
 
 import trio
 
-from . import __version__
 from .cluster import Cluster
 from .decide import Settings
 from .http_api import LookupHTTP, serve_http
@@ -68,12 +67,6 @@ async def run_lookupd(
             "tcp_port": ports["tcp"],
             "version": LOOKUPD_VERSION,
         }
-        log.info(
-            "nsqlookupd v%s (pnsq %s) metadata %s",
-            LOOKUPD_VERSION,
-            __version__,
-            store.path,
-        )
         nursery.start_soon(supervisor.run)  # failover, in-sync sets, re-replication
         task_status.started((ports["tcp"], ports["http"]))
         await trio.sleep_forever()

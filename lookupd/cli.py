@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pnsq._netio.cli import run_daemon
+from pnsq._netio.cli import run_daemon, version_line
 
 from . import __version__
 from .app import LOOKUPD_VERSION, main as run_main
@@ -18,7 +18,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         lookupd_flagset(),
         options_from_flags,
         OptionsError,
-        f"nsqlookupd v{LOOKUPD_VERSION} (pnsq {__version__})",
+        version_line("nsqlookupd", LOOKUPD_VERSION, __version__),
         run_main,
     )
 

@@ -92,7 +92,7 @@ class Cluster:
             },
             self.clock(),
         )
-        log.info("metadata: %d topic(s) from %s", len(self.placements), self.store.path)
+        log.info("metadata: %d topic(s) from %s", len(self.placements), self.store)
 
     def attach(self, nursery: trio.Nursery) -> None:
         """Where background flushes run."""

@@ -1,11 +1,11 @@
 """lookupd's HTTP API: nsqlookupd 1.3.0's endpoints with youzan's additions, as an ASGI app served
 by hypercorn on Trio.
 
-Read endpoints negotiate their envelope (:mod:`lookupd.http_base`); admin endpoints answer in
-nsqlookupd 1.x's V1 shape; ``/ping`` is plain ``OK``. pnsq's own extension,
-``GET /pnsq/assignments?node=<broadcast_address>:<tcp_port>``, tells an nsqd which topics (and
-how many partitions) it must hold. Unknown paths are ``404 NOT_FOUND``, a wrong method ``405
-METHOD_NOT_ALLOWED`` with ``Allow``.
+Every endpoint answers in nsqlookupd 1.x's V1 shape (bare JSON, errors ``{"message": …}``)
+whatever the ``Accept`` header, as nsqlookupd 1.3.0; ``/ping`` is plain ``OK``. pnsq's own
+extension, ``GET /pnsq/assignments?node=<broadcast_address>:<tcp_port>``, tells an nsqd which
+topics (and how many partitions) it must hold. Unknown paths are ``404 NOT_FOUND``, a wrong
+method ``405 METHOD_NOT_ALLOWED`` with ``Allow``.
 """
 
 from __future__ import annotations
@@ -33,8 +33,6 @@ from .http_base import (
     Send,
     go_atoi,
     respond,
-    respond_negotiated,
-    respond_negotiated_error,
     respond_v1,
     respond_v1_error,
 )
@@ -49,10 +47,9 @@ _INT64 = 1 << 63
 
 @dataclass(frozen=True, slots=True)
 class Route:
-    """A handler and its responder: ``negotiated`` (youzan's read endpoints) or V1."""
+    """A handler (answered by the V1 responder)."""
 
     handler: Handler
-    negotiated: bool = False
     body: bool = False  # the handler reads a JSON body (pnsq's node-to-lookupd endpoints)
 
 
@@ -76,13 +73,13 @@ class LookupHTTP:
         self.routes: dict[str, tuple[set[str], Route]] = {
             "/ping": (get, Route(self.ping)),
             "/metrics": (get, Route(self.pnsq.metrics)),
-            "/info": (get, Route(self.info, negotiated=True)),
-            "/debug": (get, Route(self.debug, negotiated=True)),
-            "/lookup": (get, Route(self.lookup, negotiated=True)),
-            "/topics": (get, Route(self.topics, negotiated=True)),
-            "/channels": (get, Route(self.channels, negotiated=True)),
-            "/nodes": (get, Route(self.nodes, negotiated=True)),
-            "/listlookup": (get, Route(self.listlookup, negotiated=True)),
+            "/info": (get, Route(self.info)),
+            "/debug": (get, Route(self.debug)),
+            "/lookup": (get, Route(self.lookup)),
+            "/topics": (get, Route(self.topics)),
+            "/channels": (get, Route(self.channels)),
+            "/nodes": (get, Route(self.nodes)),
+            "/listlookup": (get, Route(self.listlookup)),
             "/topic/create": ({"POST", "PUT"}, Route(self.topic_create)),
             "/topic/delete": ({"POST"}, Route(self.topic_delete)),
             "/channel/create": ({"POST"}, Route(self.channel_create)),
@@ -119,19 +116,13 @@ class LookupHTTP:
         request = Request(method, path, raw_query, list(scope.get("headers", [])))
         if route.body:
             request.body = await read_body(receive, MAX_BODY)
-        raw = request.wants_raw
         try:
             reply = await route.handler(request)
         except HTTPError as exc:
-            if route.negotiated:
-                await respond_negotiated_error(send, raw, exc)
-            else:
-                await respond_v1_error(send, exc)
+            await respond_v1_error(send, exc)
             return
         if path in ("/ping", "/metrics"):  # plain text
             await respond(send, 200, reply, nsq_header=False)
-        elif route.negotiated:
-            await respond_negotiated(send, raw, reply)
         else:
             await respond_v1(send, reply)
 

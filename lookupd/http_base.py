@@ -1,14 +1,7 @@
 """Building blocks of lookupd's HTTP API (ASGI on hypercorn): the request a handler sees, and
-the two responders.
-
-* **V1** (nsqlookupd 1.x, every endpoint of youzan's that is not negotiated): a dict is JSON with
-  ``X-NSQ-Content-Type: nsq; version=1.0``; ``None`` is an empty 200; an error is its status and
-  ``{"message": "<TEXT>"}``.
-* **negotiated** (youzan's ``NegotiateVersion``, for ``/lookup``, ``/topics``, ``/channels``,
-  ``/nodes``, ``/listlookup``, ``/info``, ``/debug``): with ``Accept: application/vnd.nsq;
-  version=1.0`` exactly V1; without it, the pre-1.0 envelope ``{"status_code":200,
-  "status_txt":"OK","data":…}`` and no X-NSQ-Content-Type (go-nsq reads the header to pick the
-  shape), errors as HTTP 500 ``{"status_code":500,"status_txt":"<TEXT>","data":null}``.
+nsqlookupd 1.x's V1 responder, used by every endpoint whatever the request's ``Accept`` header
+(as nsqlookupd 1.3.0): a dict is JSON with ``X-NSQ-Content-Type: nsq; version=1.0``; ``None`` is
+an empty 200; an error is its status and ``{"message": "<TEXT>"}``.
 
 JSON is encoded as Go's ``encoding/json`` does (compact, ``<``, ``>``, ``&`` escaped).
 """
@@ -30,7 +23,6 @@ from pnsq._netio.http import (
     respond,
     respond_error as respond_v1_error,
 )
-from protocol.lookup import wants_raw, wrap, wrap_error
 
 __all__ = [
     "HTTPError",
@@ -42,8 +34,6 @@ __all__ = [
     "Send",
     "go_json",
     "respond",
-    "respond_negotiated",
-    "respond_negotiated_error",
     "respond_v1",
     "respond_v1_error",
 ]
@@ -65,11 +55,6 @@ class Request(QueryArgs):
         """Every value of header ``name`` (lower case)."""
         return [v.decode("latin-1") for k, v in self.headers if k.lower() == name]
 
-    @property
-    def wants_raw(self) -> bool:
-        """The client asked for the unwrapped v1 shape."""
-        return wants_raw(self.header_values(b"accept"))
-
 
 Reply = dict[str, Any] | bytes | None
 Handler = Callable[[Request], Awaitable[Reply]]
@@ -78,22 +63,6 @@ Handler = Callable[[Request], Awaitable[Reply]]
 async def respond_v1(send: Send, reply: Reply) -> None:
     """nsqlookupd 1.x's responder, success."""
     await respond(send, 200, reply)
-
-
-async def respond_negotiated(send: Send, raw: bool, reply: Reply) -> None:
-    """youzan's ``NegotiateVersion`` responder, success."""
-    if raw or not isinstance(reply, dict):
-        await respond(send, 200, reply, nsq_header=raw)
-    else:
-        await respond(send, 200, wrap(reply), nsq_header=False)
-
-
-async def respond_negotiated_error(send: Send, raw: bool, error: HTTPError) -> None:
-    """youzan's ``NegotiateVersion`` responder, error."""
-    if raw:
-        await respond_v1_error(send, error)
-    else:
-        await respond(send, 500, wrap_error(error.message), nsq_header=False)
 
 
 _ATOI = re.compile(r"[+-]?[0-9]+")

@@ -43,7 +43,7 @@ class Options:
     broadcast_address: str = field(default_factory=socket.gethostname)
     inactive_producer_timeout: float = 300.0
     tombstone_lifetime: float = 45.0
-    data_path: str = ""  # pnsq: where the topic metadata lives ("": the current directory)
+    data_path: str = ""  # pnsq: where the topic metadata lives ("": nowhere, kept in memory)
     heartbeat_timeout: float = 2.0  # pnsq: a node silent this long is dead (failover)
     replica_replace_after: float = 300.0  # pnsq: a replica dead this long is placed elsewhere
 
@@ -56,9 +56,9 @@ class Options:
         return parse_host_port(self.http_address)
 
     @property
-    def data_directory(self) -> Path:
-        """``--data-path`` resolved."""
-        return Path(self.data_path or ".").resolve()
+    def data_directory(self) -> Path | None:
+        """``--data-path`` resolved; None without one (nothing is written)."""
+        return Path(self.data_path).resolve() if self.data_path else None
 
 
 _FLAGS = (
@@ -85,7 +85,11 @@ _FLAGS = (
         "duration",
         "duration of time a producer will remain tombstoned if registration remains",
     ),
-    ("data-path", "string", "[pnsq] path to store the topic metadata (partition placement)"),
+    (
+        "data-path",
+        "string",
+        "[pnsq] path to store the topic metadata (partition placement); none: kept in memory",
+    ),
     (
         "heartbeat-timeout",
         "duration",

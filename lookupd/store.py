@@ -1,5 +1,6 @@
 """lookupd's metadata store: the topic placements and the deleted topics' tombstones, one JSON
-file in ``--data-path``.
+file in ``--data-path`` — or nothing at all without ``--data-path`` (as nsqlookupd, which
+keeps no state: it starts empty and writes no file; what the nodes register rebuilds it).
 
 Blocking file I/O (the Trio shell calls it from a worker thread). A write is atomic and durable:
 a temporary file, fsync, rename over the old file, fsync of the directory — so after a crash the
@@ -38,14 +39,20 @@ class Stored:
 
 
 class MetadataStore:
-    """Placements kept in ``<directory>/nsqlookupd.meta.json``."""
+    """Placements kept in ``<directory>/nsqlookupd.meta.json``; ``directory=None``: kept in
+    memory only (loads nothing, saves nothing)."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path | None) -> None:
         self.directory = directory
-        self.path = directory / FILE_NAME
+        self.path = None if directory is None else directory / FILE_NAME
+
+    def __str__(self) -> str:
+        return "memory (no --data-path)" if self.path is None else str(self.path)
 
     def load(self) -> Stored:
         """Every stored placement and tombstone (none if the file does not exist yet)."""
+        if self.path is None:
+            return Stored()
         try:
             raw = self.path.read_bytes()
         except FileNotFoundError:
@@ -67,6 +74,8 @@ class MetadataStore:
         self, placements: Iterable[TopicPlacement], deleted: Mapping[str, float] | None = None
     ) -> None:
         """Replace the file with ``placements`` (and tombstones), atomically and durably."""
+        if self.directory is None or self.path is None:
+            return
         document = {
             "version": FORMAT_VERSION,
             "topics": {p.name: to_document(p) for p in sorted(placements, key=lambda p: p.name)},

@@ -20,7 +20,7 @@ from pnsq._netio.limits import open_files_limit
 from protocol.identify import IdentifyLimits
 from protocol.parser import ParserLimits
 
-from . import __version__, replication
+from . import replication
 from .broker import Broker, BrokerConfig, open_broker
 from .forwarding import Forwarder
 from .http.api import HTTPSettings, NsqdHTTP, serve_http
@@ -151,6 +151,7 @@ async def run_nsqd(
     :func:`session_settings` of ``options``, if already built."""
     config = broker_config(options)
     settings = settings or session_settings(options)
+    log.info("NSQ: persisting topic/channel metadata and messages in %s", config.data_path)
     with locked_data_path(config.data_path):
         async with open_broker(config) as broker, trio.open_nursery() as nursery:
             lookup = await _start_servers(options, settings, broker, nursery, task_status)
@@ -236,16 +237,6 @@ async def _start_servers(
     nursery.start_soon(lookup.run)  # registers with --lookupd-tcp-address (none: idle)
     # partitions held as replica follow their leaders (none unless lookupd places replicas)
     nursery.start_soon(replication.Followers(broker, lookup.identity.node_id).run)
-    log.info(
-        "nsqd v%s (pnsq %s) TCP %s:%d HTTP %s:%d data %s",
-        NSQD_VERSION,
-        __version__,
-        tcp_host or "0.0.0.0",
-        tcp_port,
-        http_host or "0.0.0.0",
-        http_port,
-        broker.config.data_path,
-    )
     task_status.started((tcp_port, http_port))
     return lookup
 

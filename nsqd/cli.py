@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pnsq._netio.cli import run_daemon
+from pnsq._netio.cli import run_daemon, version_line
 
 from . import __version__
 from .app import NSQD_VERSION, main as run_main
@@ -19,7 +19,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         nsqd_flagset(),
         options_from_flags,
         OptionsError,
-        f"nsqd v{NSQD_VERSION} (pnsq {__version__})",
+        version_line("nsqd", NSQD_VERSION, __version__),
         run_main,
     )
 

@@ -28,7 +28,7 @@ import trio
 from protocol import Dpub, Mpub, Pub
 from protocol.client_frames import ErrorFrame, FrameDecoder, MessageFrame, Response
 from protocol.encode import encode_command
-from protocol.lookup import ACCEPT_V1
+from protocol.lookup import ACCEPT_V1, unwrap
 from protocol.parser import NEED_DATA
 
 from .broker import Broker
@@ -315,7 +315,7 @@ class Forwarder:
                 return {}, {}  # lookupd does not know the topic
             try:
                 reply.raise_for_status()
-                document = reply.json()
+                document = unwrap(reply.json())
                 return _partition_leaders(document), _partition_http(document)
             except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
                 problems.append(f"{http}: {exc}")

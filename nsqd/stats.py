@@ -181,14 +181,14 @@ def channel_stats(channel: Channel, query: StatsQuery) -> Json:
     parts = []
     for partition, cursor in channel.iter_cursors():
         end = partition.log.end_offset
-        depth = cursor.depth(end) + channel.dispatch.held_count(partition.number)
+        depth, deferred = channel.partition_counts(partition, cursor)
         parts.append(
             {
                 "partition": partition.number,
                 "depth": depth,
                 "backend_depth": 0 if channel.ephemeral else depth,
                 "in_flight_count": len(cursor.in_flight),
-                "deferred_count": len(cursor.deferred),
+                "deferred_count": deferred,
                 "message_count": channel.partition_message_count(partition),
                 "requeue_count": cursor.requeue_count,
                 "timeout_count": cursor.timeout_count,

@@ -6,8 +6,10 @@ and clients (which read them). Plain dicts in, plain dicts out; no I/O.
 * :func:`lookup_payload`: ``/lookup`` (``channels``, ``meta`` with ``metainfo``, ``producers``,
   ``partitions`` keyed by the partition id as a string);
 * :func:`topic_meta`: youzan's six ``meta`` keys;
-* :func:`wrap` / :func:`wrap_error`: the pre-1.0 envelope youzan's lookupd still sends to a
-  request without ``Accept: application/vnd.nsq; version=1.0`` (:func:`wants_raw`);
+* :func:`unwrap`: a reader's tolerance of the pre-1.0 envelope ``{"status_code","status_txt",
+  "data"}`` that older lookupds (youzan's, earlier pnsq) send to a request without
+  ``Accept: application/vnd.nsq; version=1.0`` (pnsq's lookupd, like nsqlookupd 1.3.0, always
+  answers bare JSON);
 * the assignments document of pnsq's extension endpoint ``GET /pnsq/assignments?node=``:
   :func:`assignments_payload` (lookupd) and :func:`parse_assignments` (nsqd).
 """
@@ -32,20 +34,11 @@ META_KEYS: Final = (
 )
 
 
-def wants_raw(accept_headers: Sequence[str]) -> bool:
-    """True if a request's ``Accept`` header asks for the unwrapped v1 shape (every real
-    client sends it: go-nsq, pynsq, nsqadmin, nsqd, youzan go-nsq)."""
-    return any(ACCEPT_V1 in value for value in accept_headers)
-
-
-def wrap(data: object) -> dict[str, object]:
-    """The pre-1.0 envelope of a successful reply."""
-    return {"status_code": 200, "status_txt": "OK", "data": data}
-
-
-def wrap_error(text: str) -> dict[str, object]:
-    """The pre-1.0 envelope of an error (sent with HTTP 500)."""
-    return {"status_code": 500, "status_txt": text, "data": None}
+def unwrap(document: Any) -> Any:
+    """``document`` without the pre-1.0 envelope, if it has one (bare JSON is returned as is)."""
+    if isinstance(document, dict) and set(document) == {"status_code", "status_txt", "data"}:
+        return document["data"]
+    return document
 
 
 def peer_info(

@@ -3,7 +3,7 @@ lookupd``), the Go nsqd and nsqlookupd 1.3.0, and the other real peers: nsqadmin
 Prometheus.
 
 Each listens on 127.0.0.1 with port 0; the bound ports are read from the daemon's own log line
-``TCP: listening on HOST:PORT`` / ``HTTP: listening on [http://]HOST:PORT``.
+``TCP: listening on HOST:PORT`` / ``HTTP: listening on HOST:PORT`` (Go's lines; pnsq's too).
 """
 
 from __future__ import annotations

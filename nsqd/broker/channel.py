@@ -248,8 +248,10 @@ class Channel:
             self._timer_scope = None
             now_ns = self.clock.now_ns()
             moved = 0
-            for cursor in self.cursors.values():
-                owners, released = cursor.expire(now_ns)
+            for partition, cursor in self.iter_cursors():
+                # a timed-out message goes behind what consumers can read now (nsqd's back of
+                # the queue)
+                owners, released = cursor.expire(now_ns, partition.state.high_watermark)
                 for owner in owners:
                     if isinstance(owner, _TimeoutAware):
                         owner.message_timed_out()
@@ -264,12 +266,19 @@ class Channel:
         for number, cursor in self.cursors.items():
             yield self.topic.partition(number), cursor
 
+    def partition_counts(self, partition: Partition, cursor: PartitionCursor) -> tuple[int, int]:
+        """``(depth, deferred_count)`` in one partition as nsqd counts them: a DPUB is deferred
+        from the moment it is published, read by a consumer or not; messages held for a pool
+        of consumers (:mod:`.dispatch`) are in the depth."""
+        end = partition.log.end_offset
+        unread = cursor.unread_deferred(partition.delayed, end, self.clock.now_ns())
+        held = self.dispatch.held_count(partition.number)
+        return cursor.depth(end) - unread + held, len(cursor.deferred) + unread
+
     @property
     def depth(self) -> int:
         """Messages waiting for delivery over all partitions."""
-        return sum(c.depth(p.log.end_offset) for p, c in self.iter_cursors()) + (
-            self.dispatch.held_count()
-        )
+        return sum(self.partition_counts(p, c)[0] for p, c in self.iter_cursors())
 
     @property
     def in_flight_count(self) -> int:
@@ -279,7 +288,7 @@ class Channel:
     @property
     def deferred_count(self) -> int:
         """Messages waiting for their delay."""
-        return sum(len(c.deferred) for c in self.cursors.values())
+        return sum(self.partition_counts(p, c)[1] for p, c in self.iter_cursors())
 
     def partition_message_count(self, partition: Partition) -> int:
         """Messages put into this channel from ``partition`` (requeues not counted again)."""

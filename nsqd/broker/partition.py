@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol
 
+from ..core.cursor import DelayedIndex
 from ..core.ownership import STANDALONE, PartitionState, Placement
 from ..storage.record import NewRecord, Record
 
@@ -51,3 +52,5 @@ class Partition:
         #: channels whose state goes to the followers at once, not at the next interval
         #: (an HTTP consume ack waits for it)
         self.cursor_push: set[str] = set()
+        #: DPUB'd records not due yet (channels count them as deferred, not depth)
+        self.delayed = DelayedIndex()

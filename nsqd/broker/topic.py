@@ -119,6 +119,9 @@ class Topic:
         self.message_bytes += size
         partition.message_count += len(records)
         partition.message_bytes += size
+        for record in records:
+            if record.deliver_at_ns:
+                partition.delayed.add(record.offset, record.deliver_at_ns, record.timestamp_ns)
         if not self.paused:
             for channel in self.channels.values():
                 channel.notify()

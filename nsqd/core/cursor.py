@@ -7,13 +7,16 @@ A channel is not a copy of the data. For each partition it keeps:
 * ``next_read``: the next offset to read from the log;
 * in-flight messages, each with its owner and deadline;
 * deferred messages (REQ with a delay, DPUB) ordered by due time;
-* requeued messages due now, delivered before anything new.
+* requeued messages due now, delivered before anything new;
+* timed-out messages, each behind the log end of its timeout: as nsqd puts a timed-out message
+  at the back of the channel's queue, the messages already waiting go first.
 
 Pure: no I/O and no clock; every method that needs the time takes ``now_ns`` (wall clock, ns).
 """
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -65,6 +68,40 @@ def _due(message: Message) -> tuple[int, int]:
     return (message.due_ns, message.record.offset)
 
 
+class DelayedIndex:
+    """A partition's DPUB'd records not due yet: ``(offset, due_ns)`` in offset order, so a
+    channel can count the ones it has not read as deferred (nsqd defers a DPUB in every
+    channel at once) rather than as depth. Due entries are dropped as time passes."""
+
+    __slots__ = ("_entries", "_pruned_at")
+
+    def __init__(self) -> None:
+        self._entries: list[tuple[int, int]] = []
+        self._pruned_at = 0  # length after the last prune
+
+    def add(self, offset: int, due_ns: int, now_ns: int) -> None:
+        """A record at ``offset`` is not to be delivered before ``due_ns``."""
+        self._entries.append((offset, due_ns))
+        if len(self._entries) > 2 * self._pruned_at + 64:
+            self.prune(now_ns)
+
+    def prune(self, now_ns: int) -> None:
+        """Forget the entries due by ``now_ns``."""
+        self._entries = [e for e in self._entries if e[1] > now_ns]
+        self._pruned_at = len(self._entries)
+
+    def not_due(self, start: int, end: int, now_ns: int) -> list[int]:
+        """Offsets in ``[start, end)`` not due at ``now_ns``."""
+        entries = self._entries
+        i = bisect.bisect_left(entries, (start, -1))
+        out = []
+        while i < len(entries) and entries[i][0] < end:
+            if entries[i][1] > now_ns:
+                out.append(entries[i][0])
+            i += 1
+        return out
+
+
 class PartitionCursor:
     """A channel's state in one partition. See the module docstring."""
 
@@ -80,6 +117,9 @@ class PartitionCursor:
         self.in_flight: dict[int, Message] = {}
         self.deferred: SortedKeyList[Message, tuple[int, int]] = SortedKeyList(key=_due)
         self.ready: deque[Message] = deque()
+        #: (log end at the timeout, message): timed-out messages delivered once every message
+        #: before that end was read; ends ascending
+        self.behind: deque[tuple[int, Message]] = deque()
         self._timeouts: list[tuple[int, int]] = []  # heap of (deadline_ns, offset); lazy deletion
         self.requeue_count = 0
         self.timeout_count = 0
@@ -128,21 +168,32 @@ class PartitionCursor:
             message = ready.popleft()
             taken += len(message.record.body)
             out.append(message)
-        while len(out) < max_messages and taken < limit and self.next_read < end_offset:
+        behind = self.behind
+        while len(out) < max_messages and taken < limit:
+            while behind and len(out) < max_messages and taken < limit:
+                mark, message = behind[0]
+                if mark > self.next_read and self.next_read < end_offset:
+                    break  # messages waiting before it are still unread
+                behind.popleft()
+                taken += len(message.record.body)
+                out.append(message)
+            stop = min(end_offset, behind[0][0]) if behind else end_offset
+            if len(out) >= max_messages or taken >= limit or self.next_read >= stop:
+                break
             bound = None if max_bytes is None else limit - taken
             records = fetch(self.next_read, max(max_messages - len(out), 64), bound)
             if not records:
                 break
-            used = 0
-            expected = self.next_read
             for record in records:
                 if len(out) >= max_messages or taken >= limit:
                     break
-                used += 1
-                if record.offset != expected:  # offsets lost to damage: nothing to FIN there
-                    self._holes[expected] = record.offset
+                if record.offset != self.next_read:  # offsets lost to damage: nothing to FIN
+                    self._holes[self.next_read] = record.offset
                     self._advance_confirmed()
-                expected = record.offset + 1
+                    self.next_read = record.offset
+                if record.offset >= stop:
+                    break
+                self.next_read = record.offset + 1
                 if record.offset in self.acked:
                     continue
                 message = Message(self.partition, record)
@@ -158,7 +209,6 @@ class PartitionCursor:
                 else:
                     out.append(message)
                     taken += len(record.body)
-            self.next_read = records[used - 1].offset + 1 if used else self.next_read
             if self.ordered and self.deferred:
                 break
         self.taken_bytes = taken
@@ -168,11 +218,22 @@ class PartitionCursor:
         """True if :meth:`take` could return something now."""
         if self.ordered and (self.in_flight or self.deferred):
             return False
-        return bool(self.ready) or self.next_read < end_offset
+        return bool(self.ready) or bool(self.behind) or self.next_read < end_offset
 
     def depth(self, end_offset: int) -> int:
         """Messages waiting for delivery (nsqd's channel ``depth``)."""
-        return end_offset - self.next_read + len(self.ready)
+        return end_offset - self.next_read + len(self.ready) + len(self.behind)
+
+    def unread_deferred(self, delayed: DelayedIndex, end_offset: int, now_ns: int) -> int:
+        """Messages in the log not read yet that are deferred all the same (DPUB, or a delay
+        taken over from a leader): nsqd counts them as ``deferred_count``, not ``depth``."""
+        offsets = set(delayed.not_due(self.next_read, end_offset, now_ns))
+        offsets.update(
+            o
+            for o, due in self._delays.items()
+            if self.next_read <= o < end_offset and due > now_ns
+        )
+        return len(offsets - self.acked)
 
     # ------------------------------------------------------------------ in flight
 
@@ -231,8 +292,12 @@ class PartitionCursor:
 
     # ------------------------------------------------------------------ time
 
-    def expire(self, now_ns: int) -> tuple[list[object], int]:
+    def expire(self, now_ns: int, end_offset: int | None = None) -> tuple[list[object], int]:
         """Requeue timed-out in-flight messages and release due deferred ones.
+
+        A timed-out message goes behind the messages waiting in the log up to ``end_offset``
+        (nsqd puts it at the back of the channel's queue); without ``end_offset``, or on an
+        ordered channel (the same message again at the head, youzan's rule), it is next.
 
         Returns the owners of the timed-out messages (one entry per message) and how many
         deferred messages were released.
@@ -252,8 +317,11 @@ class PartitionCursor:
             self.timeout_count += 1
             if self.ordered:
                 heads.append(message)
-            else:
+            elif end_offset is None or end_offset <= self.next_read:
                 self.ready.append(message)
+            else:
+                last = self.behind[-1][0] if self.behind else end_offset
+                self.behind.append((max(last, end_offset), message))
         if heads:
             heads.sort(key=lambda m: m.record.offset)
             self.ready.extendleft(reversed(heads))
@@ -300,6 +368,7 @@ class PartitionCursor:
         self.in_flight.clear()
         self.deferred.clear()
         self.ready.clear()
+        self.behind.clear()
         self._timeouts.clear()
         self.acked.clear()
         self._holes.clear()

@@ -13,7 +13,7 @@ from pnsq._goflag.flags import FlagSet, ParseResult, parse_or_exit
 
 from .limits import raise_open_files_limit
 
-__all__ = ["LOG_LEVELS", "DaemonOptions", "run_daemon"]
+__all__ = ["LOG_LEVELS", "DaemonOptions", "run_daemon", "version_line"]
 
 #: the daemons' ``--log-level`` names as Python logging levels
 LOG_LEVELS = {
@@ -23,6 +23,12 @@ LOG_LEVELS = {
     "error": logging.ERROR,
     "fatal": logging.CRITICAL,
 }
+
+
+def version_line(daemon: str, speaks: str, pnsq_version: str) -> str:
+    """Go's ``<daemon> v<version> (built w/go1.x)`` shape: ``nsqd v1.3.0 (built w/pnsq-0.1.0)``
+    (what ``--version`` prints and the first start-up log line says)."""
+    return f"{daemon} v{speaks} (built w/pnsq-{pnsq_version})"
 
 
 class DaemonOptions(Protocol):
@@ -51,8 +57,8 @@ def run_daemon(
 ) -> None:
     """Parse flags (exit 2 on a bad one, as Go's flag package does), build the options (exit 1
     with ``FATAL: <error>`` on an ``options_error``), print ``version_line`` for ``--version``,
-    else set up logging, raise the open-files limit to the hard limit (as Go does) and run
-    ``run(options)`` on Trio."""
+    else set up logging, log ``version_line`` first (as nsqd does), raise the open-files limit
+    to the hard limit (as Go does) and run ``run(options)`` on Trio."""
     args = sys.argv[1:] if argv is None else list(argv)
     parsed = parse_or_exit(flagset, args)
     try:
@@ -68,5 +74,6 @@ def run_daemon(
         format=f"{options.log_prefix}%(asctime)s %(levelname)s: %(message)s",
         stream=sys.stderr,
     )
+    logging.getLogger(flagset.name).info("%s", version_line)  # Go's first line
     raise_open_files_limit(logging.getLogger(flagset.name))
     trio.run(run, options)

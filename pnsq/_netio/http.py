@@ -184,7 +184,7 @@ async def serve_http(
     config.include_server_header = False
     config.keep_alive_timeout = 60.0
     scheme = "https" if certfile and keyfile else "http"
-    serve = partial(serve_tcp, log=log, name=scheme.upper(), scheme=f"{scheme}://")
+    serve = partial(serve_tcp, log=log, name=scheme.upper())
     async with trio.open_nursery() as nursery:
         bound = await nursery.start(serve, http_handler(app, config), host, port)
         task_status.started(bound)

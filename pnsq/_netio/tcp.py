@@ -49,20 +49,18 @@ async def serve_tcp(
     *,
     log: logging.Logger,
     name: str = "TCP",
-    scheme: str = "",
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Listen on ``host:port`` (port 0: any free port; host "": every interface), report the
     bound port, then run ``handler`` for each connection (one task each) until cancelled.
-    Logs ``<name>: listening on <scheme><host>:<port>`` (an IPv6 host in brackets after a
-    scheme, as a URL has it)."""
+    Logs ``<name>: listening on <host>:<port>`` (an IPv6 host in brackets), as nsqd does."""
     listeners = await trio.open_tcp_listeners(port, host=host or None, backlog=LISTEN_BACKLOG)
     # plain non-blocking sockets: accept(2) without a scheduler round per connection
     sockets = [socket.socket(fileno=listener.socket.detach()) for listener in listeners]
     try:
         bound = sockets[0].getsockname()[1]
-        shown = f"[{host}]" if scheme and ":" in host else host or "0.0.0.0"
-        log.info("%s: listening on %s%s:%d", name, scheme, shown, bound)
+        shown = f"[{host}]" if ":" in host else host or "0.0.0.0"
+        log.info("%s: listening on %s:%d", name, shown, bound)
         async with trio.open_nursery() as nursery:
             for listening in sockets:
                 listening.setblocking(False)

@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import Final
 from urllib.parse import urlencode
 
-from protocol.lookup import ACCEPT_V1
+from protocol.lookup import ACCEPT_V1, unwrap
 from protocol.range_read import RangeBatch, RangeFormatError, decode_binary
 
 from .errors import NsqHTTPError, UnexpectedResponseError
@@ -164,7 +164,7 @@ def fetch_partitions_via_lookupd(
     finally:
         lookupd.close()
     try:
-        found = json.loads(data)
+        found = unwrap(json.loads(data))
         leaders = {
             f"{peer['broadcast_address']}:{peer['http_port']}"
             for peer in (found.get("partitions") or {}).values()

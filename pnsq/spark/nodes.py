@@ -27,6 +27,7 @@ from urllib.parse import urlencode
 from pnsq.client.blocking import BlockingClient
 from pnsq.client.errors import ConnectionClosedError, NsqHTTPError, UnexpectedResponseError
 from pnsq.client.routing import PartitionInfo as Leader, TopicPartitions
+from protocol.lookup import unwrap
 
 from .options import Endpoints
 from .planning import PartitionInfo, PlanningError
@@ -62,7 +63,7 @@ def get_json(
     address: str, path: str, params: Mapping[str, object], timeout: float, method: str = "GET"
 ) -> object:
     """``GET http://address/path?params`` (or ``method``) → the JSON body (None if empty),
-    unwrapping lookupd's pre-1.0 ``{"status_code", "data"}`` envelope.
+    unwrapping an older lookupd's pre-1.0 ``{"status_code", "status_txt", "data"}`` envelope.
 
     Raises:
         NsqHTTPError: a non-200 status.
@@ -77,10 +78,7 @@ def get_json(
         raise NsqHTTPError(exc.code, exc.read().decode("utf-8", "replace")) from None
     if not body.strip():
         return None
-    doc = json.loads(body)
-    if isinstance(doc, dict) and "status_code" in doc and "data" in doc:
-        return doc["data"]
-    return doc
+    return unwrap(json.loads(body))
 
 
 def discover(endpoints: Endpoints, topic: str) -> TopicLayout:

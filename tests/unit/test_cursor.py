@@ -91,7 +91,7 @@ class CursorMachine(RuleBasedStateMachine):
     @rule(step=st.sampled_from([10, 200, 1000]))
     def time_passes(self, step: int) -> None:
         self.now += step
-        owners, _released = self.cursor.expire(self.now)
+        owners, _released = self.cursor.expire(self.now, len(self.log))
         timed_out = [o for o, (_, m) in self.held.items() if m.owner is None]
         assert len(owners) == len(timed_out)
         for offset in timed_out:
@@ -118,7 +118,7 @@ class CursorMachine(RuleBasedStateMachine):
         # drain: everything not FINed comes back, and FINing it all empties the cursor
         for _ in range(10_000):
             self.now += 10_000
-            self.cursor.expire(self.now)
+            self.cursor.expire(self.now, len(self.log))
             got = self.cursor.take(self.fetch, 10, self.now, len(self.log))
             for m in got:
                 self.cursor.start_flight(m, "a", self.now + 100, self.now)
@@ -205,3 +205,27 @@ def test_an_ordered_batch_that_times_out_comes_back_whole_and_in_order() -> None
     again = cursor.take(_fetch(log), 6, 100, 6, batch=True)
     assert [m.offset for m in again] == [0, 1, 2, 3, 4, 5]
     assert [m.attempts for m in again[:4]] == [1, 1, 1, 1]  # start_flight counts the next
+
+
+def test_a_timed_out_message_goes_behind_the_waiting_ones() -> None:
+    """nsqd puts a timed-out message at the back of the channel's queue: what was published
+    before the timeout is delivered first; a message published after it comes after."""
+    log = [Rec(i) for i in range(4)]
+    cursor = PartitionCursor(0, 0)
+    (first,) = cursor.take(_fetch(log), 1, 0, 3)
+    cursor.start_flight(first, "a", 100, 0)
+    assert cursor.expire(100, 3) == (["a"], 0)
+    assert cursor.depth(3) == 3
+    order = [(m.offset, m.attempts) for m in cursor.take(_fetch(log), 1, 100, 4)]
+    order += [(m.offset, m.attempts) for m in cursor.take(_fetch(log), 10, 100, 4)]
+    assert order == [(1, 0), (2, 0), (0, 1), (3, 0)]
+
+
+def test_ordered_a_timed_out_message_is_next_again() -> None:
+    log = [Rec(i) for i in range(3)]
+    cursor = PartitionCursor(0, 0)
+    cursor.ordered = True
+    (first,) = cursor.take(_fetch(log), 1, 0, 3)
+    cursor.start_flight(first, "a", 100, 0)
+    cursor.expire(100, 3)
+    assert [m.offset for m in cursor.take(_fetch(log), 5, 100, 3)] == [0]

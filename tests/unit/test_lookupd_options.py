@@ -43,6 +43,7 @@ def test_go_flag_syntax() -> None:
     assert options.tombstone_lifetime == 0.5
     assert options.log_level == "warn"
     assert options.data_directory == Path("/tmp/x")
+    assert parse_lookupd_args([]).data_directory is None
 
 
 @pytest.mark.parametrize(
@@ -95,7 +96,8 @@ def test_usage_matches_go_nsqlookupd() -> None:
     ).stderr
     ours = lookupd_flagset().usage()
     data_path = (
-        "  -data-path string\n    \t[pnsq] path to store the topic metadata (partition placement)\n"
+        "  -data-path string\n    \t[pnsq] path to store the topic metadata (partition placement);"
+        " none: kept in memory\n"
     )
     pnsq_only = [
         data_path,
