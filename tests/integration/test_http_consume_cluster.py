@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.daemons import Daemon
-from tests.integration.lookupd_helpers import post, wait_for
+from tests.integration.lookupd_helpers import lookup, post, wait_for
 from tests.integration.test_failover import (
     Cluster,
     _create,
@@ -43,7 +43,12 @@ def test_a_node_leading_none_of_the_partitions_names_the_leaders(cluster: Cluste
         200,
         b"",
     )
-    placed = wait_for(lambda: cluster.partition("one") or None, what="placed")
+
+    def leader_of_0() -> dict[str, Any] | None:
+        found = lookup(cluster.lookupd, "one", "&metainfo=true") or {}
+        return (found.get("partitions") or {}).get("0")
+
+    placed = wait_for(leader_of_0, what="placed")
     leader = cluster.by_id(f"{placed['broadcast_address']}:{placed['tcp_port']}")
     other = next(n for n in cluster.nodes if n is not leader)
     wait_for(lambda: _try_publish(leader, "one", b"x"), what="the leader writable")
