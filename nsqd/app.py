@@ -124,8 +124,11 @@ def session_settings(options: Options) -> SessionSettings:
 @contextmanager
 def locked_data_path(path: Path) -> Iterator[None]:
     """Hold an exclusive lock on the data directory, as nsqd does (released even on kill -9)."""
-    path.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:  # the CLI prints it as one FATAL line
+        raise OSError(exc.errno, f"--data-path={path} unusable - {exc.strerror}") from exc
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
