@@ -34,6 +34,7 @@ from ..core.errors import (
     PartitionNotFoundError,
     TopicNotFoundError,
 )
+from ..core.latency import LatencyWindow
 from ..core.ownership import Plan
 from ..storage.cache import CacheBudget
 from ..storage.disk import is_out_of_space
@@ -338,12 +339,24 @@ class Broker:
         channel.topic.partition(partition).state.require_leader("FIN")
         message = cursor.finish(offset, client)
         channel.topic.partition(partition).dirty = True
+        if self.config.e2e_percentiles:
+            self._observe_e2e(channel, message)
         if cursor.ordered:
             # the FIN goes to the followers now; the next message waits for it (and may
             # then go to any client)
             self.replication.appended(channel.topic.partition(partition))  # the streams look
             channel.notify()
         return message
+
+    def _observe_e2e(self, channel: Channel, message: Message) -> None:
+        """nsqd's end-to-end processing latency: FIN time minus the publish timestamp."""
+        now_ns = self.clock.now_ns()
+        window = channel.e2e_latency
+        if window is None:
+            window_ns = int(self.config.e2e_window * 1e9)
+            window = LatencyWindow(self.config.e2e_percentiles, window_ns, now_ns)
+            channel.e2e_latency = window
+        window.insert(now_ns - message.record.timestamp_ns, now_ns)
 
     def requeue(self, channel: Channel, message_id: bytes, client: object, delay_ms: int) -> None:
         """REQ with the delay clamped to [0, --max-req-timeout]."""
