@@ -42,6 +42,9 @@ from .placement import MAX_PARTITION_NUM, MAX_REPLICATOR
 log = logging.getLogger("nsqlookupd.http")
 
 _ATOI = re.compile(r"[+-]?[0-9]+")
+#: the longest ``/topic/create`` waits for the placed nodes to register the new partitions, so a
+#: client's first ``/lookup`` after it already names them (go-nsq looks up again only 60 s later)
+CREATE_REGISTER_WAIT = 2.0
 _INT64 = 1 << 63
 
 
@@ -216,7 +219,20 @@ class LookupHTTP:
         except StoreError as exc:
             log.error("TOPIC(%s): %s", topic, exc)
             raise HTTPError(500, "INTERNAL_ERROR") from None
+        with trio.move_on_after(CREATE_REGISTER_WAIT):
+            # the registry is pure state without change notifications: a short bounded poll
+            while not self._registered(topic, partition_num):  # noqa: ASYNC110
+                await trio.sleep(0.01)
         return None
+
+    def _registered(self, topic: str, partition_num: int) -> bool:
+        """Every partition of ``topic`` is registered by a live producer."""
+        timeouts = self.cluster.timeouts
+        producers = self.cluster.registry.producers(
+            topic, self._now(), timeouts.inactive, timeouts.tombstone
+        )
+        held = {pid for producer in producers for pid in producer.partitions}
+        return held >= set(range(partition_num))
 
     async def topic_meta_update(self, request: Request) -> Reply:
         """youzan's ``/topic/meta/update``: ``syncdisk``, ``retention``, ``upgradeext=true``,

@@ -55,6 +55,8 @@ def broker_config(options: Options) -> BrokerConfig:
         max_channel_consumers=options.max_channel_consumers,
         version=NSQD_VERSION,
         max_disk_usage_percent=options.max_disk_usage_percent,
+        e2e_percentiles=options.e2e_processing_latency_percentiles,
+        e2e_window=options.e2e_processing_latency_window_time,
         max_segment_fds=options.max_segment_fds or segment_fd_budget(open_files_limit()),
     )
 
@@ -124,8 +126,11 @@ def session_settings(options: Options) -> SessionSettings:
 @contextmanager
 def locked_data_path(path: Path) -> Iterator[None]:
     """Hold an exclusive lock on the data directory, as nsqd does (released even on kill -9)."""
-    path.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:  # the CLI prints it as one FATAL line
+        raise OSError(exc.errno, f"--data-path={path} unusable - {exc.strerror}") from exc
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -25,6 +25,10 @@ and renders it, so the two always agree:
   ``pnsq_disk_writable`` (0 while publishes are refused for disk space);
   ``pnsq_corrupt_skipped_records_total`` and ``pnsq_corrupt_skipped_bytes_total`` per topic and
   partition (damaged records in sealed segments that reads skipped, since the process started);
+* with ``--e2e-processing-latency-percentile``, nsqd's statsd ``e2e_processing_latency_<NN>`` as
+  summaries: ``nsq_topic_e2e_processing_latency_seconds{topic,quantile}`` and
+  ``nsq_channel_e2e_processing_latency_seconds{topic,channel,quantile}`` (FIN minus publish
+  time over the window), each with ``_count`` (FINs in the window);
 * the client library's process and Python GC collectors.
 """
 
@@ -105,6 +109,18 @@ def _paused(value: object) -> str:
     return "true" if value else "false"
 
 
+def _add_e2e(family: Metric, labels: dict[str, str], latency: Json) -> None:
+    """One topic's or channel's ``e2e_processing_latency`` as summary samples: a quantile
+    sample per percentile (seconds) and ``_count`` (FINs in the window); nothing when the
+    percentiles are not configured."""
+    if not latency["percentiles"]:
+        return
+    for item in latency["percentiles"]:
+        quantile = {**labels, "quantile": format(item["quantile"], "g")}
+        family.add_sample(family.name, quantile, item["value"] / 1e9)
+    family.add_sample(f"{family.name}_count", labels, latency["count"])
+
+
 class NsqCollector(Collector):
     """Renders a /stats snapshot, taken at scrape time, as gauges."""
 
@@ -142,9 +158,22 @@ class NsqCollector(Collector):
             (GaugeMetricFamily(n, h, labels=["topic", "partition"]), key)
             for n, h, key in _PARTITION_GAUGES
         ]
+        topic_e2e = Metric(
+            "nsq_topic_e2e_processing_latency_seconds",
+            "FIN time minus publish time over the topic's channels, by quantile "
+            "(--e2e-processing-latency-percentile)",
+            "summary",
+        )
+        channel_e2e = Metric(
+            "nsq_channel_e2e_processing_latency_seconds",
+            "FIN time minus publish time on the channel, by quantile "
+            "(--e2e-processing-latency-percentile)",
+            "summary",
+        )
         for t in topics:
             name, paused = t["topic_name"], _paused(t["paused"])
             channel_count.add_metric([name, paused], len(t["channels"]))
+            _add_e2e(topic_e2e, {"topic": name}, t["e2e_processing_latency"])
             for p in t["partitions"]:
                 number = str(p["partition"])
                 for family, key in topic_gauges:
@@ -155,6 +184,8 @@ class NsqCollector(Collector):
                 channel, cpaused = c["channel_name"], _paused(c["paused"])
                 for family in clients:
                     family.add_metric([name, channel, cpaused], c["client_count"])
+                e2e_labels = {"topic": name, "channel": channel}
+                _add_e2e(channel_e2e, e2e_labels, c["e2e_processing_latency"])
                 for p in c["partitions"]:
                     labels = [name, str(p["partition"]), channel, cpaused]
                     for family, key in channel_gauges:
@@ -167,6 +198,8 @@ class NsqCollector(Collector):
             yield family
         for family, _ in offsets:
             yield family
+        yield topic_e2e
+        yield channel_e2e
 
     def _connections(self) -> Metric:
         counts = {"producer": 0, "consumer": 0, "idle": 0}

@@ -27,10 +27,11 @@ from pnsq._goflag.syntax import format_go_duration
 
 from . import __version__
 from .broker import Broker, Channel, Partition, Topic
+from .core.latency import LatencyResult, aggregate
 
 Json = dict[str, Any]
 
-E2E_LATENCY = {"count": 0, "percentiles": None}  # pnsq does not measure it (nsqd: opt-in)
+E2E_LATENCY = {"count": 0, "percentiles": None}  # not measured (nsqd: opt-in)
 
 
 class SessionLike(Protocol):
@@ -101,8 +102,51 @@ def _topic_stats(broker: Broker, query: StatsQuery) -> list[Json] | None:
             channels = [found]
         else:
             channels = sorted(topic.channels.values(), key=lambda c: c.name)
-        out.append(topic_stats(topic, [channel_stats(c, query) for c in channels]))
+        channel_docs = [channel_stats(c, query) for c in channels]
+        for doc, channel in zip(channel_docs, channels, strict=True):
+            doc["e2e_processing_latency"] = channel_e2e(broker, channel)
+        topic_doc = topic_stats(topic, channel_docs)
+        topic_doc["e2e_processing_latency"] = topic_e2e(broker, topic)
+        out.append(topic_doc)
     return out
+
+
+def _e2e_json(result: LatencyResult) -> Json:
+    percentiles = [{"quantile": q, "value": value} for q, value in result.percentiles]
+    return {"count": result.count, "percentiles": percentiles}
+
+
+def channel_e2e(broker: Broker, channel: Channel) -> Json:
+    """nsqd's ``e2e_processing_latency`` of a channel: ``{"count", "percentiles": [{"quantile",
+    "value" (ns)}]}`` with ``--e2e-processing-latency-percentile``, else no percentiles."""
+    percentiles = broker.config.e2e_percentiles
+    if not percentiles:
+        return dict(E2E_LATENCY)
+    now_ns = broker.clock.now_ns()
+    windows = [channel.e2e_latency] if channel.e2e_latency is not None else []
+    return _e2e_json(aggregate(percentiles, windows, now_ns))
+
+
+def topic_e2e(broker: Broker, topic: Topic) -> Json:
+    """A topic's: its channels' latencies together (none without a channel, as nsqd)."""
+    percentiles = broker.config.e2e_percentiles
+    if not percentiles or not topic.channels:
+        return dict(E2E_LATENCY)
+    windows = [c.e2e_latency for c in topic.channels.values() if c.e2e_latency is not None]
+    return _e2e_json(aggregate(percentiles, windows, broker.clock.now_ns()))
+
+
+def e2e_text(latency: Json) -> str:
+    """The ``e2e%:`` column of the text ``/stats``: each percentile's value as nsqd's
+    ``NanoSecondToHuman`` prints it (``1.2ms, 0.4ms``)."""
+    return ", ".join(_nanoseconds_to_human(p["value"]) for p in latency["percentiles"] or ())
+
+
+def _nanoseconds_to_human(value: float) -> str:
+    for scale, suffix in ((1e9, "s"), (1e6, "ms"), (1e3, "us")):
+        if value > scale:
+            return f"{value / scale:0.1f}{suffix}"
+    return f"{value:0.1f}ns"
 
 
 def topic_stats(topic: Topic, channels: list[Json]) -> Json:
@@ -440,7 +484,8 @@ def render_text(doc: Json, now: float) -> bytes:
         prefix = "*P " if t["paused"] else "   "
         out.append(
             f"\n{prefix}[{t['topic_name']:<15}] depth: {t['depth']:<5} "
-            f"be-depth: {t['backend_depth']:<5} msgs: {t['message_count']:<8} e2e%: \n"
+            f"be-depth: {t['backend_depth']:<5} msgs: {t['message_count']:<8} "
+            f"e2e%: {e2e_text(t['e2e_processing_latency'])}\n"
         )
         for c in t["channels"]:
             prefix = "   *P " if c["paused"] else "      "
@@ -448,7 +493,8 @@ def render_text(doc: Json, now: float) -> bytes:
                 f"{prefix}[{c['channel_name']:<25}] depth: {c['depth']:<5} "
                 f"be-depth: {c['backend_depth']:<5} inflt: {c['in_flight_count']:<4} "
                 f"def: {c['deferred_count']:<4} re-q: {c['requeue_count']:<5} "
-                f"timeout: {c['timeout_count']:<5} msgs: {c['message_count']:<8} e2e%: \n"
+                f"timeout: {c['timeout_count']:<5} msgs: {c['message_count']:<8} "
+                f"e2e%: {e2e_text(c['e2e_processing_latency'])}\n"
             )
             out.extend(f"        {_client_line(client, now)}\n" for client in c["clients"] or [])
     producers = doc["producers"] or []

@@ -37,6 +37,7 @@ from ..core.errors import (
     PartitionNotFoundError,
     TopicNotFoundError,
 )
+from ..core.latency import LatencyWindow
 from ..core.ownership import Plan
 from ..storage.cache import CacheBudget
 from ..storage.disk import is_out_of_space
@@ -341,6 +342,8 @@ class Broker:
         channel.topic.partition(partition).state.require_leader("FIN")
         message = cursor.finish(offset, client)
         channel.topic.partition(partition).dirty = True
+        if self.config.e2e_percentiles:
+            self._observe_e2e(channel, message)
         if cursor.ordered:
             # the FIN goes to the followers now; the next message waits for it (and may
             # then go to any client)
@@ -359,6 +362,7 @@ class Broker:
         failed: list[tuple[bytes, BrokerError]] = []
         touched: set[int] = set()
         cursors = channel.cursors
+        observe = self._observe_e2e if self.config.e2e_percentiles else None
         for message_id in message_ids:
             internal_id = int.from_bytes(message_id[:8], "big")
             number = partition_of(internal_id)
@@ -369,7 +373,7 @@ class Broker:
                 if number not in touched:
                     channel.topic.partition(number).state.require_leader("FIN")
                     touched.add(number)
-                cursor.finish((internal_id & SEQUENCE_MASK) - 1, client)
+                message = cursor.finish((internal_id & SEQUENCE_MASK) - 1, client)
             except (NotInFlightError, NotOwnerError) as exc:
                 failed.append((message_id, exc))
                 continue
@@ -377,6 +381,8 @@ class Broker:
                 failed.append((message_id, exc))
                 break
             done += 1
+            if observe is not None:
+                observe(channel, message)
         for number in touched:
             partition = channel.topic.partition(number)
             partition.dirty = True
@@ -384,6 +390,16 @@ class Broker:
                 self.replication.appended(partition)
                 channel.notify()
         return done, failed
+
+    def _observe_e2e(self, channel: Channel, message: Message) -> None:
+        """nsqd's end-to-end processing latency: FIN time minus the publish timestamp."""
+        now_ns = self.clock.now_ns()
+        window = channel.e2e_latency
+        if window is None:
+            window_ns = int(self.config.e2e_window * 1e9)
+            window = LatencyWindow(self.config.e2e_percentiles, window_ns, now_ns)
+            channel.e2e_latency = window
+        window.insert(now_ns - message.record.timestamp_ns, now_ns)
 
     def requeue(self, channel: Channel, message_id: bytes, client: object, delay_ms: int) -> None:
         """REQ with the delay clamped to [0, --max-req-timeout]."""

@@ -16,6 +16,7 @@ from trio.lowlevel import ParkingLot
 
 from ..core.cursor import Message, PartitionCursor
 from ..core.errors import NotInFlightError
+from ..core.latency import LatencyWindow
 from .clock import Clock
 from .dispatch import Dispatch
 from .partition import Partition
@@ -46,6 +47,8 @@ class Channel:
         self.ephemeral = ephemeral
         self.paused = False
         self.deleted = False
+        #: FIN latencies (``--e2e-processing-latency-percentile``), made at the first FIN
+        self.e2e_latency: LatencyWindow | None = None
         self.cursors: dict[int, PartitionCursor] = {}
         #: per partition, the offset from which messages count as put into this channel
         #: (nsqd's channel ``message_count``: since creation, or since this process started)

@@ -27,3 +27,6 @@ class BrokerConfig:
     version: str = "1.3.0"
     max_segment_fds: int = 0  # descriptors of open segment files kept at most (0: no bound)
     max_disk_usage_percent: int = 95  # past it, publishes are refused (E_FAILED_ON_NOT_WRITABLE)
+    # --e2e-processing-latency-percentile (largest first; none: not measured) and -window-time
+    e2e_percentiles: tuple[float, ...] = ()
+    e2e_window: float = 600.0

@@ -54,7 +54,11 @@ async def serve_tcp(
     """Listen on ``host:port`` (port 0: any free port; host "": every interface), report the
     bound port, then run ``handler`` for each connection (one task each) until cancelled.
     Logs ``<name>: listening on <host>:<port>`` (an IPv6 host in brackets), as nsqd does."""
-    listeners = await trio.open_tcp_listeners(port, host=host or None, backlog=LISTEN_BACKLOG)
+    try:
+        listeners = await trio.open_tcp_listeners(port, host=host or None, backlog=LISTEN_BACKLOG)
+    except OSError as exc:  # name the address, as Go's "listen (host:port) failed - ..." does
+        shown_address = f"[{host}]:{port}" if ":" in host else f"{host or '0.0.0.0'}:{port}"
+        raise OSError(exc.errno, f"listen ({shown_address}) failed - {exc.strerror}") from exc
     # plain non-blocking sockets: accept(2) without a scheduler round per connection
     sockets = [socket.socket(fileno=listener.socket.detach()) for listener in listeners]
     try:

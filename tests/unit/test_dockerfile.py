@@ -1,25 +1,30 @@
 """The Dockerfile, read as instructions (no Docker engine here to build it): a slim Python base,
 pnsq installed with pip from the build context, the NSQ ports exposed, /data a volume owned by
-a non-root user that runs nsqd, and a default command that pnsq's own flag parser accepts."""
+a non-root user that runs nsqd, a default command that pnsq's own flag parser accepts, and a
+health check that asks the daemon the container runs (nsqd or nsqlookupd)."""
 
 from __future__ import annotations
 
 import ast
 import importlib.metadata
+import importlib.util
 import json
 import re
 import shlex
 import sys
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from nsqd.option_flags import parse_nsqd_args
+from tests.daemons import pnsq_lookupd, pnsq_nsqd
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 DOCKERFILE = ROOT / "Dockerfile"
 DOCKERIGNORE = ROOT / ".dockerignore"
+HEALTHCHECK = ROOT / "docker" / "healthcheck.py"
 
 
 def instructions(text: str) -> list[tuple[str, str]]:
@@ -181,3 +186,62 @@ def top_level_imports(source: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             names.add(node.module.split(".")[0])
     return names
+
+
+# ------------------------------------------------------------------ the health check
+
+
+def healthcheck_module() -> Any:
+    spec = importlib.util.spec_from_file_location("pnsq_healthcheck", HEALTHCHECK)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_healthcheck_runs_the_script_the_image_installs(steps: list[tuple[str, str]]) -> None:
+    [check] = args_of(steps, "HEALTHCHECK")
+    options, _, cmd = check.partition("CMD ")
+    assert "--interval=" in options
+    argv = exec_form(cmd)
+    assert argv[0] == "python"
+    installed = argv[1]
+    runs = " && ".join(args_of(steps, "RUN"))
+    copy_dest = shlex.split(args_of(steps, "COPY")[0])[-1]
+    source = HEALTHCHECK.relative_to(ROOT)
+    assert re.search(rf"install (-m \d+ )?{copy_dest}/{source} {installed}\b", runs), runs
+    ignored = DOCKERIGNORE.read_text().split()
+    assert str(source.parts[0]) not in ignored  # in the build context
+
+
+def test_healthcheck_follows_the_daemon_pid_1_runs(steps: list[tuple[str, str]]) -> None:
+    ping_url = healthcheck_module().ping_url
+    [cmd] = args_of(steps, "CMD")
+    assert ping_url(exec_form(cmd)) == "http://127.0.0.1:4151/ping"  # the default: nsqd
+    assert ping_url(["nsqlookupd", "--data-path=/data"]) == "http://127.0.0.1:4161/ping"
+    assert ping_url(["/usr/local/bin/nsqlookupd", "--http-address=0.0.0.0:9161"]) == (
+        "http://127.0.0.1:9161/ping"
+    )
+    assert ping_url(["nsqd", "--http-address=10.1.2.3:5151"]) == "http://10.1.2.3:5151/ping"
+    assert ping_url(["python", "-m", "lookupd"]) == "http://127.0.0.1:4161/ping"
+    with pytest.raises(ValueError, match="neither nsqd nor nsqlookupd"):
+        ping_url(["sh", "-c", "sleep 1"])
+
+
+def test_healthcheck_reports_a_lookupd_container_healthy(tmp_path: Path) -> None:
+    """Against real daemons: the check asks nsqlookupd's port for a lookupd command (the old
+    check always asked 4151, so a lookupd container was unhealthy) and nsqd's for nsqd."""
+    check = healthcheck_module().check
+    lookupd = pnsq_lookupd(tmp_path / "lookupd").start()
+    try:
+        argv = ["nsqlookupd", f"--http-address=127.0.0.1:{lookupd.http_port}"]
+        assert check(argv) is None
+        node = pnsq_nsqd(tmp_path / "nsqd").start()
+        try:
+            assert check(["nsqd", f"--http-address=127.0.0.1:{node.http_port}"]) is None
+        finally:
+            node.stop()
+        assert check(["nsqd", f"--http-address=127.0.0.1:{node.http_port}"]) is not None
+    finally:
+        lookupd.stop()
