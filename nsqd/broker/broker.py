@@ -343,7 +343,7 @@ class Broker:
         message = cursor.finish(offset, client)
         channel.topic.partition(partition).dirty = True
         if self.config.e2e_percentiles:
-            self._observe_e2e(channel, message)
+            self.observe_e2e(channel, message)
         if cursor.ordered:
             # the FIN goes to the followers now; the next message waits for it (and may
             # then go to any client)
@@ -362,7 +362,7 @@ class Broker:
         failed: list[tuple[bytes, BrokerError]] = []
         touched: set[int] = set()
         cursors = channel.cursors
-        observe = self._observe_e2e if self.config.e2e_percentiles else None
+        observe = self.observe_e2e if self.config.e2e_percentiles else None
         for message_id in message_ids:
             internal_id = int.from_bytes(message_id[:8], "big")
             number = partition_of(internal_id)
@@ -391,7 +391,7 @@ class Broker:
                 channel.notify()
         return done, failed
 
-    def _observe_e2e(self, channel: Channel, message: Message) -> None:
+    def observe_e2e(self, channel: Channel, message: Message) -> None:
         """nsqd's end-to-end processing latency: FIN time minus the publish timestamp."""
         now_ns = self.clock.now_ns()
         window = channel.e2e_latency

@@ -146,9 +146,12 @@ class Puller:
         _topic, channel, partition, cursor = self._locate(lease)
         if not partition.state.leads:
             raise LeaderMovedError(lease.topic)
+        observe = self.broker.observe_e2e if self.broker.config.e2e_percentiles else None
         try:
             for offset in lease.offsets:
-                cursor.finish(offset, lease)
+                message = cursor.finish(offset, lease)
+                if observe is not None:
+                    observe(channel, message)
         except (NotInFlightError, NotOwnerError):
             raise LeaseEndedError(token) from None
         lease.state = LeaseState.ACKED
