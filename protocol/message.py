@@ -48,6 +48,11 @@ NO_EXT_BLOCK: Final = bytes([EXT_VERSION_NONE])
 
 _MESSAGE_FIXED: Final = MESSAGE_FRAME_HEADER.size - 4 + MESSAGE_ID_SIZE  # type..id = 30 bytes
 
+#: The frame header and the id in one pack (the two layouts above, back to back): what a
+#: stock message frame has before its body. Its size field is ``MESSAGE_FRAME_FIXED + body``.
+MESSAGE_FRAME_PREFIX: Final = struct.Struct(MESSAGE_FRAME_HEADER.format + MESSAGE_ID.format[1:])
+MESSAGE_FRAME_FIXED: Final = _MESSAGE_FIXED
+
 
 def make_internal_id(partition: int, sequence: int) -> int:
     """``(partition << 50) + sequence``."""

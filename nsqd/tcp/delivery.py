@@ -7,7 +7,7 @@
 * the detail block ``[u64 log offset][u32 raw size]`` for SUB_ORDERED / SUB_ADVANCED;
 
 then the body. A plain SUB gets exactly the stock layout through :func:`write_plain`, the hot
-path: one header pack and three appends per message, nothing else.
+path: one pack (header and id) and two appends per message, nothing else.
 """
 
 from __future__ import annotations
@@ -15,8 +15,11 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
+from protocol.frames import FrameType
 from protocol.message import (
     MESSAGE_DETAIL,
+    MESSAGE_FRAME_FIXED,
+    MESSAGE_FRAME_PREFIX,
     MESSAGE_ID,
     RecordLike,
     encode_ext_block,
@@ -37,11 +40,20 @@ def raw_size(record: RecordLike, ext: bytes = b"") -> int:
 def write_plain(output: OutputBuffer, messages: Sequence[Message]) -> None:
     """Stock message frames."""
     append = output.append
+    pack = MESSAGE_FRAME_PREFIX.pack
     for message in messages:
         record = message.record
         body = record.body
-        append(message_frame_header(record.timestamp_ns, message.attempts, len(body)))
-        append(MESSAGE_ID.pack(record.internal_id, record.trace_id))
+        append(
+            pack(
+                MESSAGE_FRAME_FIXED + len(body),
+                FrameType.MESSAGE,
+                record.timestamp_ns,
+                message.attempts,
+                record.internal_id,
+                record.trace_id,
+            )
+        )
         append(body)
 
 

@@ -187,3 +187,16 @@ def test_partition_of(partition: int, sequence: int) -> None:
 )
 def test_partition_id_prefixes(partition: int, prefix: str) -> None:
     assert str(make_internal_id(partition, 2)).startswith(prefix)
+
+
+def test_the_frame_prefix_is_the_header_and_the_id_back_to_back() -> None:
+    from protocol.message import (
+        MESSAGE_FRAME_FIXED,
+        MESSAGE_FRAME_PREFIX,
+        encode_message_frame,
+        encode_message_id,
+    )
+
+    body = b"payload"
+    prefix = MESSAGE_FRAME_PREFIX.pack(MESSAGE_FRAME_FIXED + len(body), 2, 123, 4, 7 << 50 | 9, 77)
+    assert prefix + body == encode_message_frame(123, 4, encode_message_id(7 << 50 | 9, 77), body)
