@@ -49,13 +49,15 @@ class PartitionState:
     """Role, leader epoch, log end and high-watermark of one partition held on this node."""
 
     def __init__(self, placement: Placement = STANDALONE, log_end: int = 0) -> None:
-        self.placement = placement
+        self._placement = placement
+        self._followers = _followers(placement)
+        self._leads = placement.role is Role.LEADER
         #: the end offset of the local log (what this node holds)
         self.log_end = log_end
         #: the end offset every in-sync replica holds: what consumers may read. A partition
         #: opened with in-sync followers does not know it (records past it may be cut when a
         #: newer leader exists): it starts at 0 and moves up as the followers acknowledge
-        self.high_watermark = 0 if _followers(placement) else log_end
+        self.high_watermark = 0 if self._followers else log_end
         #: follower node -> the log end it acknowledged (leader side)
         self._acked: dict[str, int] = {}
         #: follower node -> when (the caller's clock) it last acknowledged all of the log
@@ -70,6 +72,11 @@ class PartitionState:
     # ------------------------------------------------------------------ role
 
     @property
+    def placement(self) -> Placement:
+        """lookupd's last word on this partition (set through :meth:`apply`)."""
+        return self._placement
+
+    @property
     def role(self) -> Role:
         return self.placement.role
 
@@ -80,7 +87,7 @@ class PartitionState:
     @property
     def leads(self) -> bool:
         """True if this node takes publishes and serves consumers for the partition."""
-        return self.placement.role is Role.LEADER
+        return self._leads
 
     @property
     def leader(self) -> str:
@@ -89,7 +96,7 @@ class PartitionState:
     @property
     def followers(self) -> tuple[str, ...]:
         """The in-sync replicas a publish must reach before it is acknowledged."""
-        return _followers(self.placement)
+        return self._followers
 
     def require_leader(self, what: str) -> None:
         """Raise :class:`NotLeaderError` unless this node leads the partition."""
@@ -111,7 +118,9 @@ class PartitionState:
             self._caught_up_at.clear()
             self._sent_to_end.clear()
             self._cursor_acks.clear()
-        self.placement = placement
+        self._placement = placement
+        self._followers = _followers(placement)
+        self._leads = placement.role is Role.LEADER
         if self.leads:
             self._advance()
         else:
@@ -123,8 +132,11 @@ class PartitionState:
     def appended(self, log_end: int) -> int:
         """The local log grew to ``log_end``; returns the high-watermark."""
         self.log_end = log_end
-        if self.leads:
-            self._advance()
+        if self._leads:
+            if self._followers:
+                self._advance()
+            elif log_end > self.high_watermark:  # alone in sync: everything it holds
+                self.high_watermark = log_end
         return self.high_watermark
 
     def truncated(self, log_end: int) -> None:
