@@ -1,9 +1,11 @@
-// Command pnsq-loadgen is pnsq's own load generator for the publish workloads that NSQ's bench
-// tools do not cover: many connections each sending single-message PUBs, either pipelined (a
-// window of PUBs outstanding per connection) or synchronous (one PUB, wait for its OK).
+// Command pnsq-loadgen is pnsq's own load generator for the workloads that NSQ's bench tools do
+// not cover: many connections each sending single-message PUBs, either pipelined (a window of
+// PUBs outstanding per connection) or synchronous (one PUB, wait for its OK); and publish→deliver
+// latency at a fixed publish rate (the latency mode, in latency.go).
 //
 //	pnsq-loadgen pub -addr 127.0.0.1:4150 -topic T -conns 16 -size 200 -runfor 10s \
 //	    -mode pipelined|sync [-window 1000]
+//	pnsq-loadgen latency -addr 127.0.0.1:4150 -topic T -rate 10000 -size 200 -runfor 10s ...
 //
 // It speaks protocol V2 over raw TCP (no client library), prints exactly one JSON line on stdout
 // and exits 0, or prints a JSON line with "error" and exits 1. It only connects to the loopback
@@ -63,11 +65,14 @@ func emit(r result) {
 func main() {
 	log.SetFlags(log.Ltime | log.Lmicroseconds)
 	log.SetPrefix("[pnsq-loadgen] ")
-	if len(os.Args) < 2 || os.Args[1] != "pub" {
-		fmt.Fprintf(os.Stderr, "usage: %s pub [flags]   (%s pub -h for flags)\n", os.Args[0], os.Args[0])
-		os.Exit(2)
+	if len(os.Args) >= 2 && os.Args[1] == "pub" {
+		os.Exit(runPub(os.Args[2:]))
 	}
-	os.Exit(runPub(os.Args[2:]))
+	if len(os.Args) >= 2 && os.Args[1] == "latency" {
+		os.Exit(runLatency(os.Args[2:]))
+	}
+	fmt.Fprintf(os.Stderr, "usage: %s pub|latency [flags]   (%s MODE -h for flags)\n", os.Args[0], os.Args[0])
+	os.Exit(2)
 }
 
 // loopbackOnly refuses any address that does not resolve to a loopback IP.

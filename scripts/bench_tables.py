@@ -1,0 +1,187 @@
+"""The markdown tables of scripts/bench's report (python stdlib only; used by bench_report.py).
+
+scripts/bench records one tab-separated line per workload and side in its results file:
+workload key, side (go|pnsq), value (or "failed", "skipped"), note, and extras as space
+separated key=value pairs. The value is msgs/s for the throughput rows, the p99 in ms for the
+latency rows and VmRSS in KiB for the memory rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# Throughput workloads in table order: key -> label. scripts/bench uses the same keys.
+WORKLOADS = {
+    "mpub": "MPUB 200 x 200 B, bench_writer",
+    "consume": "consume RDY 2500, bench_reader",
+    "pub_pipelined": "PUB, 16 conns pipelined (window 1000), pnsq-loadgen",
+    "pub_sync": "PUB, 16 conns sync (1 outstanding), pnsq-loadgen",
+    "mpub_replicated": "MPUB as above; pnsq replicated (replicator=2) vs Go unreplicated",
+    "pub_pipelined_replicated": (
+        "PUB pipelined as above; pnsq replicated (replicator=2) vs Go unreplicated"
+    ),
+    "http_consume": "HTTP consume max=100, 4 consumers; pnsq vs Go's TCP consume",
+}
+
+# Workloads run on pnsq only (Go nsqd does not replicate): key -> the unreplicated workload whose
+# Go nsqd figure their pnsq figure is compared with.
+GO_BASELINE = {
+    "mpub_replicated": "mpub",
+    "pub_pipelined_replicated": "pub_pipelined",
+    "http_consume": "consume",
+}
+
+# Latency workloads (pnsq-loadgen latency, 200 B bodies): key -> label.
+LATENCY = {
+    "latency_10k_unbuffered": "10k msgs/s, consumer unbuffered (output_buffer_size -1)",
+    "latency_10k_buffered": "10k msgs/s, consumer with go-nsq's default buffering",
+    "latency_30k_unbuffered": "30k msgs/s, consumer unbuffered (output_buffer_size -1)",
+    "latency_30k_buffered": "30k msgs/s, consumer with go-nsq's default buffering",
+}
+# A latency run whose publishers fell this far behind their target rate gets a note.
+RATE_SHORTFALL = 0.95
+
+# Memory workloads (scripts/bench_memory.py): key -> label.
+MEMORY = {
+    "mem_idle_conns": "{idle_conns} idle connections (each IDENTIFYed)",
+    "mem_big_messages": "200 x 1 MB PUB, then all consumed",
+    "mem_slow_consumer": "100 MB MPUBed past a slow RDY 1 consumer",
+}
+
+
+@dataclass
+class Cell:
+    value: str = "not run"
+    note: str = ""
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+Results = dict[str, dict[str, Cell]]
+
+
+def read_results(path: str) -> Results:
+    out: Results = {}
+    for line in Path(path).read_text().splitlines():
+        if not line.strip():
+            continue
+        key, side, value, note, extra = [*line.split("\t"), "", "", "", ""][:5]
+        pairs = dict(p.split("=", 1) for p in extra.split() if "=" in p)
+        out.setdefault(key, {})[side] = Cell(value, note, pairs)
+    return out
+
+
+def number(value: str, fmt: str, scale: float = 1.0) -> str:
+    try:
+        return format(float(value) * scale, fmt)
+    except ValueError:
+        return value  # "failed", "skipped", "not run", ...
+
+
+def ratio(go: str, pnsq: str) -> str:
+    try:
+        g, p = float(go), float(pnsq)
+    except ValueError:
+        return "-"
+    return f"{p / g:.3f}" if g > 0 else "-"
+
+
+class Notes:
+    """Footnotes shared by all the tables: [1], [2], ... in order of appearance."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def mark(self, note: str, where: str) -> str:
+        if not note:
+            return ""
+        self.lines.append(f"{where}: {note}")
+        return f" [{len(self.lines)}]"
+
+    def render(self) -> list[str]:
+        return [f"- [{i}] {n}" for i, n in enumerate(self.lines, 1)]
+
+
+SIDES = (("go", "Go nsqd"), ("pnsq", "pnsq"))
+
+
+def side_cells(
+    results: Results, key: str, label: str, notes: Notes, show: Callable[[Cell], str]
+) -> list[Cell]:
+    """The Go and pnsq cells of one row, each shown with its footnote mark (in .value)."""
+    cells = []
+    for side, name in SIDES:
+        cell = results.get(key, {}).get(side, Cell())
+        shown = show(cell) + notes.mark(cell.note, f"{label}, {name}")
+        cells.append(Cell(shown, cell.note, {"raw": cell.value, **cell.extra}))
+    return cells
+
+
+def throughput_table(results: Results, pnsq_label: str, notes: Notes) -> list[str]:
+    rows = [
+        f"| workload | Go nsqd 1.3.0 msgs/s | {pnsq_label} msgs/s | ratio pnsq/nsqd |",
+        "|---|---:|---:|---:|",
+    ]
+    for key, label in WORKLOADS.items():
+        if key in GO_BASELINE:  # Go's figure is the unreplicated row's (its notes are there)
+            go = results.get(GO_BASELINE[key], {}).get("go", Cell())
+            results = {**results, key: {**results.get(key, {}), "go": Cell(go.value)}}
+        go, pn = side_cells(results, key, label, notes, lambda c: number(c.value, ",.0f"))
+        ratio_ = ratio(go.extra["raw"], pn.extra["raw"])
+        rows.append(f"| {label} | {go.value} | {pn.value} | {ratio_} |")
+    return rows
+
+
+def latency_table(results: Results, pnsq_label: str, notes: Notes) -> list[str]:
+    rows = [
+        f"| publish→deliver latency | Go nsqd 1.3.0 p99 ms | {pnsq_label} p99 ms"
+        " | ratio pnsq/nsqd p99 (lower is better) | Go nsqd p50 ms | pnsq p50 ms |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for key, label in LATENCY.items():
+        for side, _name in SIDES:  # a publisher that could not keep the rate up gets a note
+            cell = results.get(key, {}).get(side)
+            if cell and cell.extra.get("rate") and cell.extra.get("target"):
+                rate, target = float(cell.extra["rate"]), float(cell.extra["target"])
+                if rate < RATE_SHORTFALL * target:
+                    short = f"published only {rate:,.0f} of the target {target:,.0f} msgs/s"
+                    cell.note = f"{cell.note}; {short}" if cell.note else short
+        go, pn = side_cells(results, key, label, notes, lambda c: number(c.value, ".2f"))
+        p50 = [number(c.extra.get("p50", "-"), ".2f") for c in (go, pn)]
+        ratio_ = ratio(go.extra["raw"], pn.extra["raw"])
+        rows.append(f"| {label} | {go.value} | {pn.value} | {ratio_} | {p50[0]} | {p50[1]} |")
+    return rows
+
+
+def memory_table(
+    results: Results, pnsq_label: str, notes: Notes, idle_conns: str = "10,000"
+) -> list[str]:
+    rows = [
+        f"| daemon memory | Go nsqd 1.3.0 RSS MiB | {pnsq_label} RSS MiB"
+        " | ratio pnsq/nsqd RSS (lower is better) | Go nsqd peak MiB | pnsq peak MiB |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    mib = 1 / 1024
+    for key, label in MEMORY.items():
+        label = label.format(idle_conns=idle_conns)
+        go, pn = side_cells(results, key, label, notes, lambda c: number(c.value, ",.1f", mib))
+        peak = [number(c.extra.get("peak", "-"), ",.1f", mib) for c in (go, pn)]
+        ratio_ = ratio(go.extra["raw"], pn.extra["raw"])
+        rows.append(f"| {label} | {go.value} | {pn.value} | {ratio_} | {peak[0]} | {peak[1]} |")
+    return rows
+
+
+def build_tables(results: Results, pnsq_label: str, idle_conns: str) -> list[str]:
+    """The three tables, then the footnotes of all of them."""
+    notes = Notes()
+    lines = [
+        *throughput_table(results, pnsq_label, notes),
+        "",
+        *latency_table(results, pnsq_label, notes),
+        "",
+        *memory_table(results, pnsq_label, notes, idle_conns),
+    ]
+    if notes.lines:
+        lines += ["", *notes.render()]
+    return lines
