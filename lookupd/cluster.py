@@ -108,6 +108,8 @@ class Cluster:
         it replaces this lookupd's copy, and the long-polls of the nodes hear of it."""
         if stored.placements == self.placements and stored.deleted == self.deleted:
             return
+        for name in stored.deleted.keys() - self.deleted.keys():  # deleted by the leader
+            self.registry.delete_topic(name)
         self.placements, self.deleted = dict(stored.placements), dict(stored.deleted)
         for name in self.placements:
             self.registry.add_topic(name)

@@ -126,8 +126,9 @@ class HighAvailability:
         return self.prefix + codec.LEADER
 
     def etcd_healthy(self) -> bool:
-        """etcd answered this lookupd within the lease's TTL."""
-        return self.clock() - self._last_contact < TTL
+        """etcd answered this lookupd lately (within the time a leader waits before it
+        steps down)."""
+        return self.clock() - self._last_contact < self.lease.ttl - self.lease.margin
 
     def _contact(self) -> None:
         self._last_contact = self.clock()

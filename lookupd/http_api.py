@@ -146,7 +146,9 @@ class LookupHTTP:
         leader = self.ha.leader_http_address()
         if not self.ha.etcd_healthy():
             raise HTTPError(503, ETCD_UNAVAILABLE, {"detail": "etcd unreachable: no leader"})
-        if request.header_values(FORWARDED_HEADER) or leader is None:
+        if leader is None:  # none elected yet (or this lookupd's leadership just lapsed)
+            raise HTTPError(503, ETCD_UNAVAILABLE, {"detail": "no leader lookupd in etcd now"})
+        if request.header_values(FORWARDED_HEADER):  # leadership moved while forwarded
             listed = self.ha.leader.listed() if self.ha.leader is not None else {}
             raise HTTPError(400, NOT_LEADER, {"leader": listed})
         reply = await self.forwarder.forward(leader, request)
