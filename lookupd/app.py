@@ -115,7 +115,12 @@ async def _serve(
             )
             nursery.start_soon(ha.run, me)
         task_status.started((ports["tcp"], ports["http"]))
-        await trio.sleep_forever()
+        try:
+            await trio.sleep_forever()
+        finally:
+            if app.forwarder is not None:
+                with trio.CancelScope(shield=True):
+                    await app.forwarder.aclose()
 
 
 async def main(options: Options) -> None:
