@@ -11,6 +11,9 @@ import trio
 
 from .cluster import Cluster
 from .decide import Settings
+from .etcd import EtcdClient
+from .etcd_codec import NodeInfo, node_id
+from .ha import HighAvailability
 from .http_api import LookupHTTP, serve_http
 from .metrics import LookupdMetrics
 from .options import Options
@@ -31,13 +34,16 @@ async def run_lookupd(
 ) -> None:
     """Run nsqlookupd until cancelled; reports ``(tcp_port, http_port)`` once both listen.
 
+    With ``--cluster-id`` and ``--cluster-leadership-addresses`` the metadata is in etcd and
+    the lookupds elect a leader (:mod:`lookupd.ha`); ``--data-path`` is then not used.
+
     Raises:
-        StoreError: the metadata file in ``--data-path`` is unreadable.
+        StoreError: the metadata file in ``--data-path`` is unreadable, or etcd is unreachable
+            at start-up.
     """
-    store = MetadataStore(options.data_directory)
+    store = MetadataStore(None if options.cluster_id else options.data_directory)
     timeouts = Timeouts(options.inactive_producer_timeout, options.tombstone_lifetime)
     cluster = Cluster(store, timeouts, heartbeat_timeout=options.heartbeat_timeout)
-    cluster.load()
     supervisor = Supervisor(
         cluster,
         Settings(
@@ -45,6 +51,33 @@ async def run_lookupd(
             replace_after=options.replica_replace_after,
         ),
     )
+    ha: HighAvailability | None = None
+    etcd: EtcdClient | None = None
+    if options.cluster_id:
+        etcd = EtcdClient(options.etcd_endpoints)
+        ha = HighAvailability(cluster, etcd, options.cluster_id, supervisor)
+        try:
+            await ha.load()
+        except StoreError:
+            await etcd.aclose()
+            raise
+    else:
+        cluster.load()
+    try:
+        await _serve(options, cluster, supervisor, ha, task_status)
+    finally:
+        if etcd is not None:
+            with trio.CancelScope(shield=True):
+                await etcd.aclose()
+
+
+async def _serve(
+    options: Options,
+    cluster: Cluster,
+    supervisor: Supervisor,
+    ha: HighAvailability | None,
+    task_status: trio.TaskStatus[tuple[int, int]],
+) -> None:
     ports = {"tcp": 0, "http": 0}
     async with trio.open_nursery() as nursery:
         cluster.attach(nursery)
@@ -56,7 +89,11 @@ async def run_lookupd(
             return options.broadcast_address, ports["tcp"], ports["http"]
 
         app = LookupHTTP(
-            cluster, LOOKUPD_VERSION, self_address, LookupdMetrics(cluster, supervisor).render
+            cluster,
+            LOOKUPD_VERSION,
+            self_address,
+            LookupdMetrics(cluster, supervisor).render,
+            ha=ha,
         )
         http_host, http_port = options.http_host_port()
         ports["http"] = await nursery.start(serve_http, app, http_host, http_port)
@@ -67,9 +104,23 @@ async def run_lookupd(
             "tcp_port": ports["tcp"],
             "version": LOOKUPD_VERSION,
         }
-        nursery.start_soon(supervisor.run)  # failover, in-sync sets, re-replication
+        if ha is None:
+            nursery.start_soon(supervisor.run)  # failover, in-sync sets, re-replication
+        else:  # the supervisor runs while this lookupd is the elected leader
+            me = NodeInfo(
+                node_id(options.broadcast_address, ports["tcp"], ports["http"]),
+                options.broadcast_address,
+                ports["tcp"],
+                ports["http"],
+            )
+            nursery.start_soon(ha.run, me)
         task_status.started((ports["tcp"], ports["http"]))
-        await trio.sleep_forever()
+        try:
+            await trio.sleep_forever()
+        finally:
+            if app.forwarder is not None:
+                with trio.CancelScope(shield=True):
+                    await app.forwarder.aclose()
 
 
 async def main(options: Options) -> None:

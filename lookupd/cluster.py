@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
 import trio
@@ -34,7 +34,7 @@ from .placement import (
     place_pending,
 )
 from .registry import Peer, Registry
-from .store import MetadataStore, StoreError
+from .store import MetadataStore, Stored, StoreError, UnavailableError
 from .views import Timeouts
 
 log = logging.getLogger("nsqlookupd.cluster")
@@ -44,6 +44,9 @@ START_GRACE = 6.0
 
 #: deleted topics remembered (and sent to every node) at most
 MAX_TOMBSTONES = 1000
+
+#: HA mode: saves the placements and tombstones (in etcd), raising StoreError
+Saver = Callable[[list[TopicPlacement], dict[str, float]], Awaitable[None]]
 
 
 class Cluster:
@@ -76,6 +79,12 @@ class Cluster:
         self._saved_waiters = ParkingLot()  # long-polls of /pnsq/assignments
         self._save_lock = trio.Lock()
         self._nursery: trio.Nursery | None = None
+        #: HA mode (etcd): how placements are saved; None: ``store`` (the file) in a thread
+        self.saver: Saver | None = None
+        #: HA mode: this lookupd is the elected leader, the only one that places, fails over
+        #: and saves; a follower serves what the leader saved (:meth:`follow`). Always True
+        #: without HA.
+        self.leading = True
 
     def load(self) -> None:
         """Read the stored placements; each stored topic gets its registration key back."""
@@ -93,6 +102,30 @@ class Cluster:
             self.clock(),
         )
         log.info("metadata: %d topic(s) from %s", len(self.placements), self.store)
+
+    def follow(self, stored: Stored) -> None:
+        """HA mode, on a follower (or a leader taking over): the metadata as the leader saved
+        it replaces this lookupd's copy, and the long-polls of the nodes hear of it."""
+        if stored.placements == self.placements and stored.deleted == self.deleted:
+            return
+        for name in stored.deleted.keys() - self.deleted.keys():  # deleted by the leader
+            self.registry.delete_topic(name)
+        self.placements, self.deleted = dict(stored.placements), dict(stored.deleted)
+        for name in self.placements:
+            self.registry.add_topic(name)
+        self.liveness.seed(
+            {
+                node
+                for placement in self.placements.values()
+                for part in placement.partitions
+                for node in (part.leader, *part.replicas)
+            },
+            self.clock(),
+        )
+        self._version += 1
+        self._saved = self._version
+        self._saved_waiters.unpark_all()
+        self.events.unpark_all()
 
     def attach(self, nursery: trio.Nursery) -> None:
         """Where background flushes run."""
@@ -112,8 +145,13 @@ class Cluster:
         async with self._save_lock:
             if self._saved >= self._version:
                 return
+            if not self.leading:
+                raise UnavailableError("not the leader lookupd: metadata is read-only here")
             version, snapshot = self._version, list(self.placements.values())
-            await trio.to_thread.run_sync(self.store.save, snapshot, dict(self.deleted))
+            if self.saver is not None:
+                await self.saver(snapshot, dict(self.deleted))
+            else:
+                await trio.to_thread.run_sync(self.store.save, snapshot, dict(self.deleted))
             self._saved = version
             self._saved_waiters.unpark_all()  # decisions reach the nodes once they are on disk
 
@@ -128,6 +166,9 @@ class Cluster:
             await self._saved_waiters.park()
 
     def _flush_soon(self) -> None:
+        if not self.leading:
+            return
+
         async def flush() -> None:
             try:
                 await self.flush()
@@ -199,6 +240,8 @@ class Cluster:
         peer = self.registry.peers[peer_id]
         if partition is None or _is_youzan(peer.identity):
             return
+        if not self.leading:  # HA: only the leader adopts (the node registers there too)
+            return
         if topic in self.deleted:  # a copy of a deleted topic: its node is told to delete it
             log.info("TOPIC(%s): deleted here; %s still has a copy", topic, peer.node_id)
             return
@@ -235,7 +278,7 @@ class Cluster:
     def place_pending(self) -> None:
         """Place topics created before any node was there."""
         pending = [p for p in self.placements.values() if p.pending]
-        if not pending:
+        if not pending or not self.leading:
             return
         for placement in place_pending(self.placements.values(), self.live_nodes()):
             log.info("TOPIC(%s): placed on %s", placement.name, _describe(placement))
@@ -247,6 +290,7 @@ class Cluster:
         """``/topic/create``: place the topic and persist it before returning; ``prefer``
         (a node creating a topic for a publish) leads its first partition, and an existing
         topic is then left as it is. Raises :class:`PlacementError` or :class:`StoreError`."""
+        self._check_leading()
         existing = self.placements.get(name)
         self.registry.add_topic(name)
         if existing is not None and prefer is not None:
@@ -277,6 +321,7 @@ class Cluster:
         """``/topic/delete``: the registration keys and the placement, persisted with a
         tombstone that tells every node to delete its copy (the newest
         :data:`MAX_TOMBSTONES` are kept)."""
+        self._check_leading()
         self.registry.delete_topic(name)
         if self.placements.pop(name, None) is None and name in self.deleted:
             return
@@ -299,6 +344,7 @@ class Cluster:
     ) -> TopicPlacement:
         """youzan's ``/topic/meta/update`` (a None keeps the value), persisted before
         returning. Raises KeyError for an unknown topic, :class:`StoreError`."""
+        self._check_leading()
         placement = self.placements[name]
         m = placement.meta
         meta = replace(
@@ -319,10 +365,15 @@ class Cluster:
     async def expand_topic(self, name: str, partition_num: int) -> TopicPlacement:
         """youzan's ``/topic/partition/expand``. Raises KeyError, :class:`PlacementError`,
         :class:`StoreError`."""
+        self._check_leading()
         placement = self.placements[name]
         load = leader_load(self.placements.values())
         updated = expand(placement, partition_num, self.live_nodes(), load)
         return await self._commit(placement, updated)
+
+    def _check_leading(self) -> None:
+        if not self.leading:
+            raise UnavailableError("not the leader lookupd: metadata is read-only here")
 
     async def _commit(self, old: TopicPlacement, new: TopicPlacement) -> TopicPlacement:
         self.placements[new.name] = new
@@ -364,4 +415,4 @@ def _describe(placement: TopicPlacement) -> str:
     return f"{len(placement.partitions)} partition(s) [{leaders}]"
 
 
-__all__ = ["Cluster", "PlacementError", "StoreError", "TopicMeta"]
+__all__ = ["Cluster", "PlacementError", "StoreError", "TopicMeta", "UnavailableError"]

@@ -17,12 +17,14 @@ from dataclasses import dataclass
 
 import trio
 
-from pnsq._netio.http import lifespan, serve_http as netio_serve_http
+from pnsq._netio.http import TEXT_TYPE, lifespan, send_response, serve_http as netio_serve_http
 from protocol.lookup import ASSIGNMENTS_PATH
 from protocol.names import is_valid_channel_name, is_valid_topic_name
 
 from . import views
-from .cluster import Cluster, PlacementError, StoreError, TopicMeta
+from .cluster import Cluster, PlacementError, StoreError, TopicMeta, UnavailableError
+from .forward import ETCD_UNAVAILABLE, FORWARDED_HEADER, NOT_LEADER, WRITE_PATHS, Forwarder
+from .ha import HighAvailability
 from .http_base import (
     Handler,
     HTTPError,
@@ -58,7 +60,8 @@ class Route:
 
 class LookupHTTP:
     """The ASGI application. ``self_address()`` gives ``(broadcast_address, tcp_port,
-    http_port)`` for ``/listlookup``."""
+    http_port)`` for ``/listlookup``. With ``ha`` (etcd), a write reaching a follower is
+    forwarded to the leader (:mod:`lookupd.forward`)."""
 
     def __init__(
         self,
@@ -66,8 +69,12 @@ class LookupHTTP:
         version: str,
         self_address: Callable[[], tuple[str, int, int]],
         metrics: Callable[[], bytes] | None = None,
+        *,
+        ha: HighAvailability | None = None,
     ) -> None:
         self.cluster = cluster
+        self.ha = ha
+        self.forwarder = Forwarder() if ha is not None else None
         self.version = version
         self.self_address = self_address
         #: the endpoints pnsq's nodes use (assignments, progress, leaving) and /metrics
@@ -117,9 +124,12 @@ class LookupHTTP:
             await respond_v1_error(send, error, extra=[(b"Allow", allow)])
             return
         request = Request(method, path, raw_query, list(scope.get("headers", [])))
-        if route.body:
+        if route.body or (self.ha is not None and path in WRITE_PATHS):
             request.body = await read_body(receive, MAX_BODY)
         try:
+            if self.ha is not None and path in WRITE_PATHS and not self.cluster.leading:
+                await self._forward(send, request)
+                return
             reply = await route.handler(request)
         except HTTPError as exc:
             await respond_v1_error(send, exc)
@@ -128,6 +138,21 @@ class LookupHTTP:
             await respond(send, 200, reply, nsq_header=False)
         else:
             await respond_v1(send, reply)
+
+    async def _forward(self, send: Send, request: Request) -> None:
+        """HA: a write on a follower goes to the leader (see :mod:`lookupd.forward`)."""
+        assert self.ha is not None
+        assert self.forwarder is not None
+        leader = self.ha.leader_http_address()
+        if not self.ha.etcd_healthy():
+            raise HTTPError(503, ETCD_UNAVAILABLE, {"detail": "etcd unreachable: no leader"})
+        if leader is None:  # none elected yet (or this lookupd's leadership just lapsed)
+            raise HTTPError(503, ETCD_UNAVAILABLE, {"detail": "no leader lookupd in etcd now"})
+        if request.header_values(FORWARDED_HEADER):  # leadership moved while forwarded
+            listed = self.ha.leader.listed() if self.ha.leader is not None else {}
+            raise HTTPError(400, NOT_LEADER, {"leader": listed})
+        reply = await self.forwarder.forward(leader, request)
+        await send_response(send, reply.status, reply.body, reply.content_type or TEXT_TYPE)
 
     # ------------------------------------------------------------------ read endpoints
 
@@ -187,7 +212,9 @@ class LookupHTTP:
         return views.nodes(self.cluster.registry, self._now(), self.cluster.timeouts)
 
     async def listlookup(self, request: Request) -> Reply:
-        """youzan's list of lookupds: this one."""
+        """youzan's list of lookupds and their leader (without HA: this one)."""
+        if self.ha is not None:
+            return self.ha.listlookup()
         return views.listlookup(*self.self_address())
 
     # ------------------------------------------------------------------ admin endpoints
@@ -217,8 +244,7 @@ class LookupHTTP:
         except PlacementError as exc:
             raise HTTPError(400, str(exc)) from None
         except StoreError as exc:
-            log.error("TOPIC(%s): %s", topic, exc)
-            raise HTTPError(500, "INTERNAL_ERROR") from None
+            raise _store_error(topic, exc) from None
         with trio.move_on_after(CREATE_REGISTER_WAIT):
             # the registry is pure state without change notifications: a short bounded poll
             while not self._registered(topic, partition_num):  # noqa: ASYNC110
@@ -268,8 +294,7 @@ class LookupHTTP:
                 else request.arg("unclean") == "true",
             )
         except StoreError as exc:
-            log.error("TOPIC(%s): %s", topic, exc)
-            raise HTTPError(500, "INTERNAL_ERROR") from None
+            raise _store_error(topic, exc) from None
         return None
 
     async def topic_partition_expand(self, request: Request) -> Reply:
@@ -284,8 +309,7 @@ class LookupHTTP:
         except PlacementError as exc:
             raise HTTPError(400, str(exc)) from None
         except StoreError as exc:
-            log.error("TOPIC(%s): %s", topic, exc)
-            raise HTTPError(500, "INTERNAL_ERROR") from None
+            raise _store_error(topic, exc) from None
         return None
 
     async def topic_delete(self, request: Request) -> Reply:
@@ -298,8 +322,7 @@ class LookupHTTP:
         try:
             await self.cluster.delete_topic(topic)
         except StoreError as exc:
-            log.error("TOPIC(%s): %s", topic, exc)
-            raise HTTPError(500, "INTERNAL_ERROR") from None
+            raise _store_error(topic, exc) from None
         log.info("DB: removed topic(%s)", topic)
         return None
 
@@ -326,6 +349,14 @@ class LookupHTTP:
             raise HTTPError(400, "MISSING_ARG_NODE")
         self.cluster.registry.tombstone(topic, node, self._now())
         return None
+
+
+def _store_error(topic: str, exc: StoreError) -> HTTPError:
+    """A write not saved: ``503`` when etcd (HA) cannot take it now, else ``500``."""
+    log.error("TOPIC(%s): %s", topic, exc)
+    if isinstance(exc, UnavailableError):
+        return HTTPError(503, ETCD_UNAVAILABLE, {"detail": str(exc)})
+    return HTTPError(500, "INTERNAL_ERROR")
 
 
 def _topic_arg(request: Request) -> str:

@@ -1,5 +1,6 @@
 """nsqlookupd's options and command line: nsqlookupd 1.3.0's flags (names, defaults, usage as
-``nsqlookupd -h`` prints them) in Go flag syntax, plus pnsq's ``--data-path``.
+``nsqlookupd -h`` prints them) in Go flag syntax, plus pnsq's ``--data-path`` and youzan's
+``--cluster-id`` / ``--cluster-leadership-addresses`` (HA on etcd, :mod:`lookupd.ha`).
 
 Durations are float seconds. ``--config`` reads a TOML file whose keys are the option names
 (``tcp_address``, ``inactive_producer_timeout = "5m"``); flags given on the command line win.
@@ -46,6 +47,15 @@ class Options:
     data_path: str = ""  # pnsq: where the topic metadata lives ("": nowhere, kept in memory)
     heartbeat_timeout: float = 2.0  # pnsq: a node silent this long is dead (failover)
     replica_replace_after: float = 300.0  # pnsq: a replica dead this long is placed elsewhere
+    cluster_id: str = ""  # youzan: HA mode (with the next): the cluster's key prefix in etcd
+    cluster_leadership_addresses: str = ""  # youzan: etcd v3 endpoints, comma-separated
+
+    @property
+    def etcd_endpoints(self) -> list[str]:
+        """``--cluster-leadership-addresses`` as URLs (``http://`` added when missing); empty
+        without HA."""
+        found = [a.strip() for a in self.cluster_leadership_addresses.split(",") if a.strip()]
+        return [a if "://" in a else f"http://{a}" for a in found]
 
     def tcp_host_port(self) -> tuple[str, int]:
         """``--tcp-address`` as ``(host, port)``."""
@@ -99,6 +109,13 @@ _FLAGS = (
         "replica-replace-after",
         "duration",
         "[pnsq] a replica dead this long is replaced by a new one on a live node",
+    ),
+    ("cluster-id", "string", "the cluster id used for separating different nsq cluster"),
+    (
+        "cluster-leadership-addresses",
+        "string",
+        "cluster leadership server list (etcd v3 endpoints, comma-separated: "
+        "http://127.0.0.1:2379): lookupds elect a leader and keep the metadata there",
     ),
 )
 
@@ -191,6 +208,12 @@ def validate_options(options: Options) -> Options:
         raise OptionsError("--heartbeat-timeout must be positive")
     if options.replica_replace_after <= 0:
         raise OptionsError("--replica-replace-after must be positive")
+    if bool(options.cluster_id) != bool(options.etcd_endpoints):
+        raise OptionsError(
+            "--cluster-id and --cluster-leadership-addresses go together (HA on etcd)"
+        )
+    if options.cluster_id and not all(c.isalnum() or c in "-_." for c in options.cluster_id):
+        raise OptionsError("--cluster-id: letters, digits, '-', '_' and '.' only")
     return options
 
 

@@ -29,6 +29,11 @@ class StoreError(Exception):
     """The metadata file cannot be read (corrupt) or written."""
 
 
+class UnavailableError(StoreError):
+    """HA (etcd) mode: the metadata cannot be written now — etcd is unreachable, or this
+    lookupd is not (or no longer) the leader. The HTTP API answers 503."""
+
+
 @dataclass
 class Stored:
     """What the store holds: the placements, and the deleted topics' tombstones (name -> the

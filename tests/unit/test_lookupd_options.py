@@ -105,6 +105,11 @@ def test_usage_matches_go_nsqlookupd() -> None:
         " leaderships move to in-sync replicas (default 2s)\n",
         "  -replica-replace-after duration\n    \t[pnsq] a replica dead this long is replaced by"
         " a new one on a live node (default 5m0s)\n",
+        # youzan's HA flags (lookupd/ha.py)
+        "  -cluster-id string\n    \tthe cluster id used for separating different nsq cluster\n",
+        "  -cluster-leadership-addresses string\n    \tcluster leadership server list (etcd v3"
+        " endpoints, comma-separated: http://127.0.0.1:2379): lookupds elect a leader and keep"
+        " the metadata there\n",
     ]
     for line in pnsq_only:
         assert line in ours
