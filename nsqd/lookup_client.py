@@ -31,7 +31,15 @@ import httpx
 import trio
 
 from pnsq._goflag.addresses import split_host_port
-from protocol.lookup import ACCEPT_V1, ASSIGNMENTS_PATH, parse_assignments, parse_deleted
+from protocol.lookup import (
+    ACCEPT_V1,
+    ASSIGNMENTS_PATH,
+    LISTLOOKUP_PATH,
+    LookupdNode,
+    parse_assignments,
+    parse_deleted,
+    parse_listlookup,
+)
 from protocol.lookup_v1 import (
     EXT_PARTITIONS,
     EXTENSIONS_KEY,
@@ -61,6 +69,7 @@ PROGRESS_REPEAT = 5.0
 PROGRESS_PATH = "/pnsq/progress"
 LEAVING_PATH = "/pnsq/leaving"
 ASSIGNMENTS_WAIT = 30.0  # seconds lookupd may hold an assignments long-poll
+DISCOVER_INTERVAL = 5.0  # seconds between two /listlookup of a lookupd
 
 
 class LookupPeerError(Exception):
@@ -171,10 +180,15 @@ class LookupClient:
         self.broker = broker
         self.progress = ProgressTracker(replica_lag_max)
         self.identity = identity
-        self.addresses = list(dict.fromkeys(addresses))
+        self.addresses = list(dict.fromkeys(addresses))  # as configured (--lookupd-tcp-address)
         self.poll_interval = poll_interval
         self._scopes: dict[str, trio.CancelScope] = {}
         self._pnsq_http: dict[str, str] = {}  # lookupd address -> its HTTP address (pnsq's)
+        #: lookupd address -> the lookupds its /listlookup named (TCP addresses) that are not
+        #: configured: registered with as well (an HA lookupd's peers)
+        self._discovered: dict[str, set[str]] = {}
+        #: lookupd address -> (broadcast address, TCP port) as the lookupd names itself
+        self._self_named: dict[str, tuple[str, int]] = {}
         self._nursery: trio.Nursery | None = None
         httpx_log = logging.getLogger("httpx")
         if httpx_log.level == logging.NOTSET:  # not one INFO line per assignments poll
@@ -195,14 +209,27 @@ class LookupClient:
     def set_addresses(self, addresses: Iterable[str]) -> None:
         """Start serving new lookupds and drop the ones no longer listed (PUT /config)."""
         self.addresses = list(dict.fromkeys(addresses))
+        for source in [a for a in self._discovered if a not in self.addresses]:
+            del self._discovered[source]
+        self._reconcile()
+
+    def _wanted(self) -> list[str]:
+        """The configured lookupds, then those their /listlookup named."""
+        found = [a for named in self._discovered.values() for a in sorted(named)]
+        return list(dict.fromkeys([*self.addresses, *found]))
+
+    def _reconcile(self) -> None:
+        wanted = self._wanted()
         for address in list(self._scopes):
-            if address not in self.addresses:
+            if address not in wanted:
                 log.info("LOOKUP(%s): removing peer", address)
                 self._scopes.pop(address).cancel()
                 self._pnsq_http.pop(address, None)
+                self._self_named.pop(address, None)
+                self._discovered.pop(address, None)
         if self._nursery is None:
             return
-        for address in self.addresses:
+        for address in wanted:
             if address not in self._scopes:
                 log.info("LOOKUP(%s): adding peer", address)
                 scope = self._scopes[address] = trio.CancelScope()
@@ -247,6 +274,9 @@ class LookupClient:
             extensions = info.get(EXTENSIONS_KEY)
             partitioned = isinstance(extensions, list) and EXT_PARTITIONS in extensions
             log.info("LOOKUPD(%s): peer info %s", address, info)
+            named = (str(info.get("broadcast_address", "")), info.get("tcp_port"))
+            if isinstance(named[1], int):
+                self._self_named[address] = (named[0], named[1])
             async with trio.open_nursery() as nursery:
                 if partitioned:  # the host we reached, which a broadcast hostname may not be
                     where = f"[{host}]" if ":" in host else host
@@ -254,6 +284,7 @@ class LookupClient:
                     self._pnsq_http[address] = http  # kept while it is down: it places topics
                     nursery.start_soon(self._poll_assignments, address, http)
                     nursery.start_soon(self._report_progress, address, http)
+                    nursery.start_soon(self._discover, address, http)
                 elif address in self._pnsq_http:
                     del self._pnsq_http[address]  # replaced by a stock nsqlookupd
                 await self._keep_registered(conn, address, partitioned)
@@ -280,6 +311,39 @@ class LookupClient:
             # until the broker's topics, channels or placements change, or the next PING
             with trio.move_on_after(max(next_ping - self.broker.clock.monotonic(), 0.0)):
                 await changes.wait_after(generation)
+
+    async def _discover(self, address: str, http_address: str) -> None:
+        """Ask the lookupd for its peers (youzan's ``/listlookup``) now and every
+        :data:`DISCOVER_INTERVAL` seconds, and register with those not known yet (an HA
+        lookupd names every live lookupd of its cluster; a lone one names itself)."""
+        url = f"http://{http_address}{LISTLOOKUP_PATH}"
+        timeout = httpx.Timeout(5.0, connect=1.0)
+        async with httpx.AsyncClient(timeout=timeout) as http:
+            while True:
+                try:
+                    reply = await http.get(url, headers={"Accept": ACCEPT_V1})
+                    reply.raise_for_status()
+                    nodes = parse_listlookup(reply.json())
+                except (httpx.HTTPError, ValueError) as exc:
+                    log.warning("LOOKUPD(%s): listlookup: %s", address, exc)
+                else:
+                    self._found(address, nodes)
+                await trio.sleep(DISCOVER_INTERVAL)
+
+    def _found(self, source: str, nodes: Iterable[LookupdNode]) -> None:
+        """``source``'s /listlookup named ``nodes``: keep the ones that are not a lookupd
+        this node already serves (under another address, e.g. a hostname)."""
+        known = set(self._self_named.values())
+        named = {
+            node.tcp_address
+            for node in nodes
+            if (node.host, node.tcp_port) not in known and node.tcp_address not in self.addresses
+        }
+        if named != self._discovered.get(source, set()):
+            for address in named - self._discovered.get(source, set()):
+                log.info("LOOKUPD(%s): names lookupd %s", source, address)
+            self._discovered[source] = named
+            self._reconcile()
 
     async def _poll_assignments(self, address: str, http_address: str) -> None:
         """Long-poll lookupd's assignments: each request returns as soon as lookupd has saved

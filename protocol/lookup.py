@@ -218,3 +218,53 @@ def parse_assignments(document: Any) -> list[TopicAssignment]:
             )
         )
     return result
+
+
+LISTLOOKUP_PATH: Final = "/listlookup"
+
+
+@dataclass(frozen=True, slots=True)
+class LookupdNode:
+    """One lookupd of youzan's ``/listlookup``: where nsqd registers (TCP) and asks (HTTP)."""
+
+    host: str
+    tcp_port: int
+    http_port: int
+
+    @property
+    def tcp_address(self) -> str:
+        return _join(self.host, self.tcp_port)
+
+    @property
+    def http_address(self) -> str:
+        return _join(self.host, self.http_port)
+
+
+def parse_listlookup(document: Any) -> list[LookupdNode]:
+    """The lookupds of a ``/listlookup`` reply (youzan's ``{"lookupdnodes": [{"NodeIP",
+    "TcpPort", "HttpPort", ...}], "lookupdleader": {...}}``, ports as strings); entries that
+    do not name a host and two ports are skipped. Raises ValueError if it is not that shape."""
+    document = unwrap(document)
+    if document is None:
+        return []  # youzan: a lookupd without a coordinator
+    if not isinstance(document, dict):
+        raise ValueError("listlookup reply is not an object")
+    nodes = document.get("lookupdnodes") or []
+    if not isinstance(nodes, list):
+        raise ValueError("lookupdnodes is not a list")
+    out: list[LookupdNode] = []
+    for node in nodes:
+        if not isinstance(node, dict):
+            continue
+        host = node.get("NodeIP")
+        try:
+            tcp, http = int(node.get("TcpPort", "")), int(node.get("HttpPort", ""))
+        except (TypeError, ValueError):
+            continue
+        if isinstance(host, str) and host and 0 < tcp < 65536 and 0 < http < 65536:
+            out.append(LookupdNode(host, tcp, http))
+    return out
+
+
+def _join(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
