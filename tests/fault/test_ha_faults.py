@@ -107,6 +107,9 @@ def test_kill_9_of_the_leader_lookupd_and_a_partition_leader(cluster: HAFaultClu
         victim = cluster.leader(0)
         go = GoPublisher(next(n for n in cluster.nodes if n is not victim), f"gohk{round_}", 400)
         time.sleep(1.0)
+        # every nsqd registered with both lookupds: the survivor has the live view already
+        for lookupd in cluster.lookupds:
+            assert len(get_json(lookupd, "/nodes")["producers"]) == len(cluster.nodes)
         _kill_together(old, victim)
         killed_wall, killed = time.time(), time.monotonic()  # both are gone
         writable = writable_again(publishers[0], killed)
@@ -117,6 +120,7 @@ def test_kill_9_of_the_leader_lookupd_and_a_partition_leader(cluster: HAFaultClu
         print(f"lookupd takeover after {takeover:.2f} s; writable again after {writable:.2f} s")
         assert writable <= WRITABLE_BOUND
         assert cluster.lookupd_leader() is survivor
+        assert len(get_json(survivor, "/nodes")["producers"]) == len(cluster.nodes) - 1
         old.start()
         victim.start()
         cluster.wait_registered()
@@ -192,6 +196,9 @@ def test_a_leader_cut_off_from_etcd_stops_leading_before_the_other_takes_over(
                 f"the other took over after {started - cut_wall:.3f} s"
             )
             assert stopped < started
+            named = cluster.listed_leader(old)  # (its copy of what etcd last told it)
+            said = {id(old): "itself", id(other): "the other"}.get(id(named), "none")
+            print(f"the cut-off lookupd's /listlookup names as leader: {said}")
             # the other lookupd serves writes (it reaches etcd)
             wait_for(
                 lambda o=other, n=f"cutoff{round_}": cluster.write(o, n)[0] == 200, what="write"
