@@ -48,7 +48,8 @@ STALL = 0.5  # seconds without an answer before a publisher reconnects elsewhere
 
 
 class FaultCluster:
-    """pnsq lookupd + ``count`` nsqd on fixed ports (see the module doc)."""
+    """pnsq lookupd + ``count`` nsqd on fixed ports (see the module doc); every node registers
+    with every lookupd of :meth:`_start_lookupds`."""
 
     def __init__(
         self,
@@ -66,27 +67,20 @@ class FaultCluster:
         self.unreachable: set[int] = set()
         #: the partitions' high-watermarks when the current round began
         self.round_start: dict[int, int] = {}
-        lookupd_port, lookupd_http = free_port(), free_port()
-        self.lookupd = pnsq_lookupd(
-            work / "lookupd",
-            f"--tcp-address=127.0.0.1:{lookupd_port}",
-            f"--http-address=127.0.0.1:{lookupd_http}",
-            "--heartbeat-timeout=2s",
-            *lookupd_flags,
-        ).start()
+        self.lookupds = self._start_lookupds(work, lookupd_flags)
         self.nodes = []
         for i in range(count):
             port = free_port()
-            lookupd_address = self.lookupd.tcp_address
+            lookupd_addresses = [d.tcp_address for d in self.lookupds]
             node_flags = [f"--tcp-address=127.0.0.1:{port}"]
             if links:
                 inbound = Link(("127.0.0.1", port))
                 to_lookupd = Link(("127.0.0.1", self.lookupd.tcp_port))
-                lookupd_address = to_lookupd.address
+                lookupd_addresses = [to_lookupd.address]
                 node_flags.append(f"--broadcast-tcp-port={inbound.port}")
             node = pnsq_nsqd(
                 work / f"n{i}",
-                f"--lookupd-tcp-address={lookupd_address}",
+                *(f"--lookupd-tcp-address={address}" for address in lookupd_addresses),
                 *node_flags,
                 "--replica-lag-max=5s",
                 *nsqd_flags,
@@ -96,10 +90,29 @@ class FaultCluster:
             self.nodes.append(node)
         for node in self.nodes:
             node.start()
-        wait_for(
-            lambda: len(get_json(self.lookupd, "/nodes")["producers"]) == count,
-            what=f"{count} nodes registered",
+        for lookupd in self.lookupds:
+            wait_for(
+                lambda d=lookupd: len(get_json(d, "/nodes")["producers"]) == count,
+                what=f"{count} nodes registered",
+            )
+
+    def _start_lookupds(self, work: Path, flags: tuple[str, ...]) -> list[Daemon]:
+        """The lookupds every node registers with (here one; the HA cluster starts two)."""
+        lookupd_port, lookupd_http = free_port(), free_port()
+        lookupd = pnsq_lookupd(
+            work / "lookupd",
+            f"--tcp-address=127.0.0.1:{lookupd_port}",
+            f"--http-address=127.0.0.1:{lookupd_http}",
+            "--heartbeat-timeout=2s",
+            *flags,
         )
+        return [lookupd.start()]
+
+    @property
+    def lookupd(self) -> Daemon:
+        """The lookupd clients and checks ask: the first one running (else the first)."""
+        running = [d for d in self.lookupds if d.proc is not None and d.proc.poll() is None]
+        return (running or self.lookupds)[0]
 
     def node_id(self, node: Daemon) -> str:
         link = self.links.get(id(node))
@@ -164,7 +177,8 @@ class FaultCluster:
     def stop(self) -> None:
         for node in self.nodes:
             node.stop()
-        self.lookupd.stop()
+        for lookupd in self.lookupds:
+            lookupd.stop()
         for pair in self.links.values():
             for link in pair:
                 link.close()

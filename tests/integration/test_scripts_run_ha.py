@@ -1,0 +1,168 @@
+"""``scripts/run --ha``: etcd, two HA lookupds and three nsqd registered with both, in the
+foreground; SIGTERM stops them all. Run here on ports moved by ``PNSQ_PORT_OFFSET`` (free ones,
+so it can run beside other tests), data in a temporary folder (``PNSQ_DATA``), the daemons from
+this checkout (``PNSQ_PYTHON``)."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from pnsq.client import open_consumer, open_producer
+from tests.daemons import ROOT
+from tests.integration.lookupd_helpers import get_json, request, wait_for
+
+pytestmark = pytest.mark.integration
+
+# scripts/run's ports before the offset: etcd client and peer, two lookupds, three nsqd
+PORTS = (2379, 2380, 4160, 4161, 4260, 4261, 4150, 4151, 4250, 4251, 4350, 4351)
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _free_offset() -> int:
+    """An offset putting every port below the ephemeral range (where the other tests' free
+    ports come from) and free now."""
+    for _ in range(100):
+        offset = random.randrange(8000, 28000, 10)
+        if all(_free(port + offset) for port in PORTS):
+            return offset
+    raise AssertionError("no free ports for scripts/run")
+
+
+class Run:
+    """``scripts/run --ha`` in its own session (so every process it started can be seen)."""
+
+    def __init__(self, data: Path) -> None:
+        self.offset = _free_offset()
+        self.log_path = data.parent / "run.log"
+        env = {
+            **os.environ,
+            "PNSQ_DATA": str(data),
+            "PNSQ_PORT_OFFSET": str(self.offset),
+            "PNSQ_PYTHON": sys.executable,
+        }
+        with self.log_path.open("wb") as log:
+            self.proc = subprocess.Popen(
+                [str(ROOT / "scripts" / "run"), "--ha"],
+                cwd=ROOT,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def url(self, port: int) -> str:
+        return f"http://127.0.0.1:{port + self.offset}"
+
+    def address(self, port: int) -> str:
+        return f"127.0.0.1:{port + self.offset}"
+
+    def group_alive(self) -> bool:
+        try:
+            os.killpg(self.proc.pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+@pytest.fixture
+def run(tmp_path: Path) -> Iterator[Run]:
+    started = Run(tmp_path / "data")
+    try:
+        yield started
+    finally:
+        if started.group_alive():
+            os.killpg(started.proc.pid, signal.SIGKILL)
+        started.proc.wait(10)
+
+
+def _json(url: str, path: str) -> Any:
+    try:
+        return get_json(url, path)
+    except (AssertionError, OSError):
+        return None
+
+
+def test_scripts_run_ha_starts_etcd_two_lookupds_and_three_nodes(run: Run) -> None:
+    lookupds = [run.url(4161), run.url(4261)]
+
+    def ready() -> bool:
+        assert run.proc.poll() is None, run.log()
+        leaders = set()
+        for url in lookupds:
+            listed, nodes = _json(url, "/listlookup"), _json(url, "/nodes")
+            if not listed or not listed["lookupdleader"] or not nodes:
+                return False
+            if len(listed["lookupdnodes"]) != 2 or len(nodes["producers"]) != 3:
+                return False
+            leaders.add(listed["lookupdleader"]["ID"])
+        return len(leaders) == 1
+
+    wait_for(ready, timeout=90, what="a leader lookupd and three nodes on both")
+    leader_id = _json(lookupds[0], "/listlookup")["lookupdleader"]["ID"]
+    follower = next(url for url in lookupds if not leader_id.endswith(f":{url.rsplit(':')[-1]}"))
+
+    # a write on the follower is forwarded to the leader; the topic has two copies
+    status, body, _ = request(
+        f"{follower}/topic/create?topic=runha&partition_num=1&replicator=2", "POST"
+    )
+    assert status == 200, body
+
+    def in_sync() -> bool:
+        for port in (4150, 4250, 4350):
+            doc = _json(follower, f"/pnsq/assignments?node={run.address(port)}") or {}
+            part = doc.get("topics", {}).get("runha", {}).get("partitions", {}).get("0")
+            if part:
+                return len(part["replicas"]) == 1 and len(part["isr"]) == 2
+        return False
+
+    wait_for(in_sync, timeout=30, what="the topic placed, its two copies in sync")
+
+    async def round_trip() -> bytes:
+        with trio.fail_after(30):
+            async with open_producer(
+                run.address(4150), lookupd_http_address=run.address(4161)
+            ) as producer:
+                await producer.publish("runha", b"hello ha")
+            async with open_consumer(
+                run.address(4150), "runha", "ch", lookupd_http_address=run.address(4261)
+            ) as consumer:
+                async for message in consumer:
+                    await message.finish()
+                    return message.body
+        raise AssertionError("the subscription ended")
+
+    assert trio.run(round_trip) == b"hello ha"
+
+    run.proc.send_signal(signal.SIGTERM)
+    assert run.proc.wait(60) == 0 or run.proc.returncode is not None
+    deadline = time.monotonic() + 20
+    while run.group_alive() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not run.group_alive(), "a process of scripts/run outlived it"
+    log = run.log()
+    assert "etcd: client" in log
+    assert log.count("(HA)") == 2
+    assert "Traceback" not in log
