@@ -277,6 +277,8 @@ class HighAvailability:
         if self._supervising is not None:
             self._supervising.cancel()
             self._supervising = None
+        if self.leader is not None and self.me is not None and self.leader.id == self.me.id:
+            self._leader_key, self.leader = None, None  # /listlookup: no longer itself
         self._reload.set()  # the cache follows etcd again
         log.warning("election: no longer the leader: %s", why)
 

@@ -199,6 +199,7 @@ def test_a_leader_cut_off_from_etcd_stops_leading_before_the_other_takes_over(
             named = cluster.listed_leader(old)  # (its copy of what etcd last told it)
             said = {id(old): "itself", id(other): "the other"}.get(id(named), "none")
             print(f"the cut-off lookupd's /listlookup names as leader: {said}")
+            assert said != "itself"  # having stepped down, it no longer names itself
             # the other lookupd serves writes (it reaches etcd)
             wait_for(
                 lambda o=other, n=f"cutoff{round_}": cluster.write(o, n)[0] == 200, what="write"
