@@ -20,7 +20,6 @@ from .record import (
     FORMAT_SHIFT,
     FORMAT_V1,
     HEADER_SIZE,
-    LENGTH_MASK,
     LENGTH_SIZE,
     MAX_RECORD_SIZE,
     MIN_HEADER_SIZE,
@@ -66,24 +65,23 @@ def decode_run(
     crc32c = _crc
     make = make_record
     append = out.append
-    header, crc_start, v1_bits = HEADER_SIZE, CRC_START, _FORMAT_SHIFT_IN_BYTE
-    min_header = MIN_HEADER_SIZE
-    smallest = _MIN_LENGTH_V1
-    largest = MAX_RECORD_SIZE - LENGTH_SIZE
+    header, crc_start, length_size = HEADER_SIZE, CRC_START, LENGTH_SIZE
+    format_bits = FORMAT_V1 << FORMAT_SHIFT
+    smallest, largest = _MIN_LENGTH_V1, MAX_RECORD_SIZE - LENGTH_SIZE
     with memoryview(buf) as view:
-        while offset < stop and end - pos >= min_header:
-            if buf[pos] >> v1_bits != FORMAT_V1:  # format 0: the general path
-                try:
-                    size = peek_size(buf, pos)
-                    if end - pos < size:
-                        break
-                    record = decode_record(buf, pos)
-                except CorruptRecordError as exc:
-                    raise CorruptRecordError(str(exc), position=pos, offset=offset) from exc
-                if record.offset != offset:
-                    raise CorruptRecordError(
-                        f"offset {record.offset} out of sequence", position=pos, offset=offset
-                    )
+        while offset < stop:
+            if end - pos >= header:
+                field, crc, got, ts, internal_id, trace_id, deliver_at, epoch, ext_len = unpack(
+                    buf, pos
+                )
+                length = field - format_bits  # out of range unless format 1
+            else:
+                length = -1
+            if not smallest <= length <= largest:  # format 0, a short tail, or damage
+                found = _decode_other(buf, pos, offset)
+                if found is None:
+                    break  # not whole in buf
+                record, size = found
                 pos += size
                 offset += 1
                 if record.offset >= start:
@@ -92,17 +90,7 @@ def decode_run(
                     if budget <= 0:
                         break
                 continue
-            if end - pos < header:
-                break
-            field, crc, got, ts, internal_id, trace_id, deliver_at, epoch, ext_len = unpack(
-                buf, pos
-            )
-            length = field & LENGTH_MASK
-            if length < smallest or length > largest:
-                raise CorruptRecordError(
-                    f"implausible record length {length}", position=pos, offset=offset
-                )
-            record_end = pos + LENGTH_SIZE + length
+            record_end = pos + length_size + length
             if record_end > end:
                 break
             actual = crc32c(view[pos + crc_start : record_end])
@@ -113,15 +101,13 @@ def decode_run(
                     offset=offset,
                 )
             ext_end = pos + header + ext_len
-            if ext_end > record_end:
+            if ext_end > record_end or got != offset:
                 raise CorruptRecordError(
-                    f"ext length {ext_len} overruns record length {length}",
+                    f"ext length {ext_len} overruns record length {length}"
+                    if ext_end > record_end
+                    else f"offset {got} out of sequence",
                     position=pos,
                     offset=offset,
-                )
-            if got != offset:
-                raise CorruptRecordError(
-                    f"offset {got} out of sequence", position=pos, offset=offset
                 )
             offset += 1
             if got >= start:
@@ -135,6 +121,26 @@ def decode_run(
             else:
                 pos = record_end
     return pos, offset, budget
+
+
+def _decode_other(buf: bytes, pos: int, offset: int) -> tuple[Record, int] | None:
+    """The record at ``buf[pos]`` that :func:`decode_run`'s loop does not take (format 0, a
+    header cut off by the end of ``buf``, or damage), with its size: the per-record checks of
+    :func:`~.record.peek_size` and :func:`~.record.decode_record`. None: not whole in ``buf``."""
+    if len(buf) - pos < MIN_HEADER_SIZE:
+        return None
+    try:
+        size = peek_size(buf, pos)
+        if len(buf) - pos < size:
+            return None
+        record = decode_record(buf, pos)
+    except CorruptRecordError as exc:
+        raise CorruptRecordError(str(exc), position=pos, offset=offset) from exc
+    if record.offset != offset:
+        raise CorruptRecordError(
+            f"offset {record.offset} out of sequence", position=pos, offset=offset
+        )
+    return record, size
 
 
 def read_run(
