@@ -42,8 +42,8 @@ NSQD_VERSION = "1.3.0"  # the nsqd version whose protocol and API pnsq speaks
 #: the daemon's cyclic-GC thresholds (CPython's default: 700, 10, 10). Every message read
 #: makes two GC-tracked objects (its record and its delivery state) and tens of thousands stay
 #: alive (the read cache, messages in flight), so with the defaults a young collection ran every
-#: ~350 messages and a full one (~30 ms over every live object) every ~50,000: 0.8-1 µs of a
-#: consumed message's 4.5 (docs/benchmarks.md, "Consume path profile"). Reference counting
+#: ~350 messages and a full one (~35 ms over every live object) every 30,000-50,000: about 1 µs
+#: of a consumed message (docs/benchmarks.md, "Consume path profile"). Reference counting
 #: still frees everything at once; only cyclic garbage waits longer.
 GC_THRESHOLDS = (10_000, 10, 10)
 
