@@ -166,8 +166,7 @@ class Channel:
             got = cursor.take(log.read, max_messages - len(out), now_ns, readable, max_bytes)
             if got and routed:
                 got = self.dispatch.route(partition.number, got, owner)
-            for message in got:
-                cursor.start_flight(message, owner, deadline_ns, now_ns)
+            cursor.start_flights(got, owner, deadline_ns, now_ns)
             out.extend(got)
             if len(out) >= max_messages:
                 break

@@ -120,7 +120,10 @@ class PartitionCursor:
         #: (log end at the timeout, message): timed-out messages delivered once every message
         #: before that end was read; ends ascending
         self.behind: deque[tuple[int, Message]] = deque()
-        self._timeouts: list[tuple[int, int]] = []  # heap of (deadline_ns, offset); lazy deletion
+        #: heap of (deadline_ns, first offset, offsets): a batch delivered (or a message
+        #: touched) with that deadline. Lazy deletion: an offset whose message is no longer in
+        #: flight with that deadline (FINed, requeued, touched since) is skipped.
+        self._timeouts: list[tuple[int, int, list[int]]] = []
         self.requeue_count = 0
         self.timeout_count = 0
         self.message_count = 0
@@ -184,31 +187,41 @@ class PartitionCursor:
             records = fetch(self.next_read, max(max_messages - len(out), 64), bound)
             if not records:
                 break
+            # the hot loop of a consumer's read: locals, written back below
+            next_read, acked, partition = self.next_read, self.acked, self.partition
+            delays = self._delays
+            room = max_messages - len(out)
+            made = 0
+            append = out.append
             for record in records:
-                if len(out) >= max_messages or taken >= limit:
+                if room <= 0 or taken >= limit:
                     break
-                if record.offset != self.next_read:  # offsets lost to damage: nothing to FIN
-                    self._holes[self.next_read] = record.offset
+                offset = record.offset
+                if offset != next_read:  # offsets lost to damage: nothing to FIN
+                    self._holes[next_read] = offset
                     self._advance_confirmed()
-                    self.next_read = record.offset
-                if record.offset >= stop:
+                    next_read = offset
+                if offset >= stop:
                     break
-                self.next_read = record.offset + 1
-                if record.offset in self.acked:
+                next_read = offset + 1
+                if acked and offset in acked:
                     continue
-                message = Message(self.partition, record)
-                self.message_count += 1
+                message = Message(partition, record)
+                made += 1
                 due = record.deliver_at_ns
-                if self._delays:
-                    due = max(due, self._delays.pop(record.offset, 0))
+                if delays:
+                    due = max(due, delays.pop(offset, 0))
                 if due > now_ns:
                     message.due_ns = due
                     self.deferred.add(message)
                     if self.ordered:
                         break  # nothing passes a message that is not due yet
                 else:
-                    out.append(message)
+                    append(message)
+                    room -= 1
                     taken += len(record.body)
+            self.next_read = next_read
+            self.message_count += made
             if self.ordered and self.deferred:
                 break
         self.taken_bytes = taken
@@ -239,12 +252,28 @@ class PartitionCursor:
 
     def start_flight(self, message: Message, owner: object, deadline_ns: int, now_ns: int) -> None:
         """Record a delivery: attempts + 1, owned by ``owner`` until FIN/REQ or ``deadline_ns``."""
-        message.attempts = min(message.attempts + 1, 0xFFFF)
-        message.delivered_ns = now_ns
-        message.owner = owner
-        message.deadline_ns = deadline_ns
-        self.in_flight[message.record.offset] = message
-        heapq.heappush(self._timeouts, (deadline_ns, message.record.offset))
+        self.start_flights([message], owner, deadline_ns, now_ns)
+
+    def start_flights(
+        self, messages: Sequence[Message], owner: object, deadline_ns: int, now_ns: int
+    ) -> None:
+        """:meth:`start_flight` for each of ``messages`` (of this partition), with one timeout
+        entry for them all."""
+        if not messages:
+            return
+        in_flight = self.in_flight
+        offsets: list[int] = []
+        add = offsets.append
+        for message in messages:
+            attempts = message.attempts + 1
+            message.attempts = attempts if attempts < 0xFFFF else 0xFFFF
+            message.delivered_ns = now_ns
+            message.owner = owner
+            message.deadline_ns = deadline_ns
+            offset = message.record.offset
+            in_flight[offset] = message
+            add(offset)
+        heapq.heappush(self._timeouts, (deadline_ns, offsets[0], offsets))
 
     def _owned(self, offset: int, owner: object) -> Message:
         message = self.in_flight.get(offset)
@@ -256,11 +285,20 @@ class PartitionCursor:
 
     def finish(self, offset: int, owner: object) -> Message:
         """FIN: the message is done; advance ``confirmed`` past contiguous FINs."""
-        message = self._owned(offset, owner)
+        message = self.in_flight.get(offset)  # _owned, inlined: once per FIN
+        if message is None:
+            raise NotInFlightError
+        if message.owner is not owner:
+            raise NotOwnerError
         del self.in_flight[offset]
         message.owner = None
-        self.acked.add(offset)
-        self._advance_confirmed()
+        if offset == self.confirmed:  # the common case: FINs in delivery order
+            self.confirmed = offset + 1
+            if self.acked or self._holes:
+                self._advance_confirmed()
+        else:
+            self.acked.add(offset)
+            self._advance_confirmed()
         return message
 
     def confirm_unsent(self, message: Message) -> None:
@@ -288,7 +326,7 @@ class PartitionCursor:
         """TOUCH: move the in-flight deadline to ``deadline_ns``."""
         message = self._owned(offset, owner)
         message.deadline_ns = deadline_ns
-        heapq.heappush(self._timeouts, (deadline_ns, offset))
+        heapq.heappush(self._timeouts, (deadline_ns, offset, [offset]))
 
     # ------------------------------------------------------------------ time
 
@@ -305,13 +343,21 @@ class PartitionCursor:
         owners: list[object] = []
         released = 0
         heap = self._timeouts
-        heads: list[Message] = []  # ordered: back to the head, in offset order
+        in_flight = self.in_flight
+        expired: list[tuple[int, int]] = []  # (deadline, offset), live entries only
         while heap and heap[0][0] <= now_ns:
-            deadline, offset = heapq.heappop(heap)
-            message = self.in_flight.get(offset)
+            deadline, _first, offsets = heapq.heappop(heap)
+            for offset in offsets:
+                message = in_flight.get(offset)
+                if message is not None and message.deadline_ns == deadline:
+                    expired.append((deadline, offset))
+        expired.sort()  # as one entry per message would pop them
+        heads: list[Message] = []  # ordered: back to the head, in offset order
+        for deadline, offset in expired:
+            message = in_flight.get(offset)
             if message is None or message.deadline_ns != deadline:
-                continue  # finished, requeued or touched since: a stale heap entry
-            del self.in_flight[offset]
+                continue  # a duplicate entry (touched to the same deadline)
+            del in_flight[offset]
             owners.append(message.owner)
             message.owner = None
             self.timeout_count += 1
@@ -334,10 +380,13 @@ class PartitionCursor:
     def next_deadline(self) -> int | None:
         """The earliest in-flight or deferred deadline (ns), if any."""
         heap = self._timeouts
+        in_flight = self.in_flight
         while heap:
-            deadline, offset = heap[0]
-            message = self.in_flight.get(offset)
-            if message is not None and message.deadline_ns == deadline:
+            deadline, _first, offsets = heap[0]
+            if any(
+                (message := in_flight.get(offset)) is not None and message.deadline_ns == deadline
+                for offset in offsets
+            ):
                 break
             heapq.heappop(heap)
         candidates = []

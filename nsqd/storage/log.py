@@ -314,7 +314,9 @@ class PartitionLog:
             upto = min(stop, seg_end)
             got = segments[i].read(start, upto, max_bytes)
             out.extend(got)
-            if max_bytes is not None:
+            if upto >= stop:
+                break
+            if max_bytes is not None:  # what the next segment may still give
                 max_bytes -= sum(len(r.body) for r in got)
                 if max_bytes <= 0:
                     break

@@ -34,6 +34,7 @@ from .record import (
     encode_record_parts,
     scan_records,
 )
+from .runs import read_run
 
 LOG_SUFFIX: Final = ".log"
 INDEX_SUFFIX: Final = ".index"
@@ -41,6 +42,7 @@ SEGMENT_NAME: Final = re.compile(r"^(\d{20})\.log$")
 INDEX_NAME: Final = re.compile(r"^(\d{20})\.index$")
 NO_TIMESTAMP: Final = -(1 << 63)  # running-max start value; a segment without records has it
 _O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
+_UNBOUNDED: Final = 1 << 62  # a read's byte budget when none is given
 
 
 def segment_stem(base_offset: int) -> str:
@@ -392,37 +394,45 @@ class Segment:
         out: list[Record] = []
         if stop <= start:
             return out
-        budget = -1 if max_bytes is None else max_bytes
+        # (a budget of 0 would read nothing: "one record at least" holds with 1)
+        budget = _UNBOUNDED if max_bytes is None else max(max_bytes, 1)
+        name = self.log_path.name
         with self._reader() as fd:
-            records = self._records_from(fd, start)
+            read_at = functools.partial(os.pread, fd)
+            index = self.index
+            i = index.floor_for_offset(start - self.base_offset)
+            rel, position, _ts = index.entry(i) if i >= 0 else (0, 0, NO_TIMESTAMP)
+            offset = self.base_offset + rel
             while True:
+                taken = len(out)
                 try:
-                    for _pos, _size, record in records:
-                        if record.offset >= start:
-                            out.append(record)
-                            if record.offset + 1 >= stop:
-                                return out
-                            if budget >= 0:
-                                budget -= len(record.body)
-                                if budget <= 0:
-                                    return out
+                    offset, budget = read_run(
+                        read_at,
+                        name,
+                        position=position,
+                        limit=self.size,
+                        offset=offset,
+                        start=start,
+                        stop=stop,
+                        budget=budget,
+                        out=out,
+                    )
                 except CorruptRecordError as exc:
                     if self.active or exc.position is None or exc.offset is None:
                         raise
                     resumed = self._skip_damage(fd, exc.position, exc.offset, stop)
                     if resumed is None or resumed[1] >= stop:
                         return out  # the rest of [start, stop) is lost
-                    records = scan(
-                        fd,
-                        self.log_path.name,
-                        position=resumed[0],
-                        limit=self.size,
-                        offset=resumed[1],
-                    )
+                    position, offset = resumed
+                    budget -= sum(len(r.body) for r in out[taken:])  # read before the damage
+                    if budget <= 0:
+                        return out
                     continue
+                if offset >= stop or budget <= 0:
+                    return out
                 break
         raise CorruptRecordError(
-            f"{self.log_path.name}: ends at offset {start + len(out)}, expected {stop}",
+            f"{name}: ends at offset {start + len(out)}, expected {stop}",
             position=self.size,
             offset=start + len(out),
         )

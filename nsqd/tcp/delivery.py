@@ -7,7 +7,7 @@
 * the detail block ``[u64 log offset][u32 raw size]`` for SUB_ORDERED / SUB_ADVANCED;
 
 then the body. A plain SUB gets exactly the stock layout through :func:`write_plain`, the hot
-path: one pack (header and id) and two appends per message, nothing else.
+path: one pack (header and id) and two in-place extends of the output queue per message.
 """
 
 from __future__ import annotations
@@ -39,22 +39,21 @@ def raw_size(record: RecordLike, ext: bytes = b"") -> int:
 
 def write_plain(output: OutputBuffer, messages: Sequence[Message]) -> None:
     """Stock message frames."""
-    append = output.append
+    queue = output.queue
     pack = MESSAGE_FRAME_PREFIX.pack
+    frame_type = int(FrameType.MESSAGE)
     for message in messages:
         record = message.record
         body = record.body
-        append(
-            pack(
-                MESSAGE_FRAME_FIXED + len(body),
-                FrameType.MESSAGE,
-                record.timestamp_ns,
-                message.attempts,
-                record.internal_id,
-                record.trace_id,
-            )
+        queue += pack(
+            MESSAGE_FRAME_FIXED + len(body),
+            frame_type,
+            record.timestamp_ns,
+            message.attempts,
+            record.internal_id,
+            record.trace_id,
         )
-        append(body)
+        queue += body
 
 
 def write_extended(

@@ -1,4 +1,5 @@
-"""PartitionCursor, the pure channel state, as a Hypothesis state machine against a model."""
+"""PartitionCursor, the pure channel state, as a Hypothesis state machine against a model
+(including its timeouts: one lazily deleted heap entry per delivered batch or TOUCH)."""
 
 from __future__ import annotations
 
@@ -36,26 +37,45 @@ class CursorMachine(RuleBasedStateMachine):
         self.now = 1_000
         self.unfinished = set(range(count))
         self.held: dict[int, tuple[str, Message]] = {}
+        self.deadlines: dict[int, int] = {}  # of the held offsets
         self.delivered: list[int] = []
 
     def fetch(self, offset: int, n: int, _max_bytes: int | None = None) -> list[Rec]:
         return self.log[offset : offset + n]
 
-    @rule(n=st.integers(1, 5), owner=st.sampled_from(OWNERS))
-    def take(self, n: int, owner: str) -> None:
+    @rule(
+        n=st.integers(1, 5),
+        owner=st.sampled_from(OWNERS),
+        timeout=st.sampled_from([100, 100, 30, 400]),
+        batch=st.booleans(),
+    )
+    def take(self, n: int, owner: str, timeout: int, batch: bool) -> None:
         got = self.cursor.take(self.fetch, n, self.now, len(self.log))
+        if batch:
+            self.cursor.start_flights(got, owner, self.now + timeout, self.now)
         for m in got:
-            self.cursor.start_flight(m, owner, self.now + 100, self.now)
+            if not batch:
+                self.cursor.start_flight(m, owner, self.now + timeout, self.now)
             assert m.offset in self.unfinished
             assert m.offset not in self.held
             self.held[m.offset] = (owner, m)
+            self.deadlines[m.offset] = self.now + timeout
             self.delivered.append(m.offset)
+
+    @precondition(lambda self: bool(self.held))
+    @rule(data=st.data(), extra=st.sampled_from([0, 10, 100, 500]))
+    def touch(self, data: st.DataObject, extra: int) -> None:
+        offset = data.draw(st.sampled_from(sorted(self.held)))
+        owner, _ = self.held[offset]
+        self.cursor.touch(offset, owner, self.now + extra)
+        self.deadlines[offset] = self.now + extra
 
     @precondition(lambda self: bool(self.held))
     @rule(data=st.data())
     def fin(self, data: st.DataObject) -> None:
         offset = data.draw(st.sampled_from(sorted(self.held)))
         owner, _ = self.held.pop(offset)
+        del self.deadlines[offset]
         self.cursor.finish(offset, owner)
         self.unfinished.discard(offset)
 
@@ -64,6 +84,7 @@ class CursorMachine(RuleBasedStateMachine):
     def req(self, data: st.DataObject, delay: int) -> None:
         offset = data.draw(st.sampled_from(sorted(self.held)))
         owner, _ = self.held.pop(offset)
+        del self.deadlines[offset]
         self.cursor.requeue(offset, owner, delay, self.now)
 
     @precondition(lambda self: bool(self.held))
@@ -94,8 +115,17 @@ class CursorMachine(RuleBasedStateMachine):
         owners, _released = self.cursor.expire(self.now, len(self.log))
         timed_out = [o for o, (_, m) in self.held.items() if m.owner is None]
         assert len(owners) == len(timed_out)
+        assert timed_out == [o for o, d in self.deadlines.items() if d <= self.now]
         for offset in timed_out:
             del self.held[offset]
+            del self.deadlines[offset]
+
+    @invariant()
+    def next_deadline_is_the_earliest_one(self) -> None:
+        candidates = list(self.deadlines.values())
+        if self.cursor.deferred:
+            candidates.append(self.cursor.deferred[0].due_ns)
+        assert self.cursor.next_deadline() == (min(candidates) if candidates else None)
 
     @invariant()
     def confirmed_is_below_every_unfinished_offset(self) -> None:

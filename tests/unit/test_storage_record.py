@@ -1,4 +1,5 @@
-"""The record layout: round trips, CRC coverage, torn data, the fast constructor."""
+"""The record layout: round trips, CRC coverage, torn data, the fast constructor, the batched
+read path against the per-record scan."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from nsqd.storage.record import (
     peek_size,
     scan_records,
 )
+from nsqd.storage.runs import read_run
 
 records_st = st.builds(
     Record,
@@ -166,3 +168,77 @@ def test_encode_rejects_out_of_range_fields() -> None:
         encode_record(make_record(0, 0, 1, 2**64, 0, b"", b""))
     with pytest.raises(ValueError, match="out of range"):
         encode_record(make_record(0, 0, 1, 0, 0, b"", bytes(70_000)))
+
+
+@given(
+    st.lists(st.tuples(records_st, st.booleans()), min_size=1, max_size=8),
+    st.integers(1, 300),
+    st.data(),
+)
+def test_read_run_reads_and_rejects_what_scan_does(
+    drawn: list[tuple[Record, bool]], chunk: int, data: st.DataObject
+) -> None:
+    """The read path's batched decoder gives the records the per-record scan gives, and stops
+    at the same damaged record (position and offset) with what preceded it read."""
+    records = [make_record(100 + i, *_fields(r)) for i, (r, _) in enumerate(drawn)]
+    encoded = [
+        _encode_v0(r) if old else encode_record(r)
+        for r, (_, old) in zip(records, drawn, strict=True)
+    ]
+    blob = bytearray(b"".join(encoded))
+    if data.draw(st.booleans(), label="damaged"):
+        bit = data.draw(st.integers(0, len(blob) * 8 - 1), label="bit")
+        blob[bit // 8] ^= 1 << (bit % 8)
+    start = data.draw(st.integers(100, 100 + len(records) - 1), label="start")
+    stop = data.draw(st.integers(start + 1, 100 + len(records)), label="stop")
+    budget = data.draw(st.integers(1, 2000), label="budget")
+    reader = _reader(bytes(blob))
+
+    want: list[Record] = []
+    left = budget
+    failure: CorruptRecordError | None = None
+    try:
+        for _, _, record in scan_records(
+            reader, "seg", position=0, limit=len(blob), offset=100, chunk=chunk
+        ):
+            if record.offset >= start:
+                want.append(record)
+                left -= len(record.body)
+            if record.offset + 1 >= stop or left <= 0:
+                break
+    except CorruptRecordError as exc:
+        failure = exc
+
+    out: list[Record] = []
+    if failure is None:
+        end, rest = read_run(
+            reader,
+            "seg",
+            position=0,
+            limit=len(blob),
+            offset=100,
+            start=start,
+            stop=stop,
+            budget=budget,
+            out=out,
+            chunk=chunk,
+        )
+        assert out == want
+        assert end == want[-1].offset + 1
+        assert rest == left
+    else:
+        with pytest.raises(CorruptRecordError) as info:
+            read_run(
+                reader,
+                "seg",
+                position=0,
+                limit=len(blob),
+                offset=100,
+                start=start,
+                stop=stop,
+                budget=budget,
+                out=out,
+                chunk=chunk,
+            )
+        assert (info.value.position, info.value.offset) == (failure.position, failure.offset)
+        assert out == want
