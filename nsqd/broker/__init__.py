@@ -4,7 +4,12 @@ storage's types and errors from here, never from ``nsqd.storage``."""
 
 from ..storage.errors import StorageError as StorageError
 from ..storage.handles import HandleCache as HandleCache
-from ..storage.record import NewRecord as NewRecord, Record as Record
+from ..storage.record import (
+    NewRecord as NewRecord,
+    Record as Record,
+    make_new_record as make_new_record,
+    new_records as new_records,
+)
 from .broker import Broker as Broker, open_broker as open_broker
 from .channel import Channel as Channel, Subscriber as Subscriber
 from .config import BrokerConfig as BrokerConfig
@@ -23,6 +28,8 @@ __all__ = [
     "StorageError",
     "Subscriber",
     "Topic",
+    "make_new_record",
+    "new_records",
     "offset_at",
     "open_broker",
     "read_records",

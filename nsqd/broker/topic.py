@@ -11,8 +11,6 @@ holds (all of them when standalone), each led or replicated here (``Partition.st
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from ..core.errors import BadPartitionError, NotLeaderError, PartitionNotFoundError
 from ..storage.record import NewRecord, Record
 from .channel import Channel
@@ -109,9 +107,8 @@ class Topic:
         """Append to ``partition`` (page cache on return) under its leader epoch, and wake
         the channels."""
         epoch = partition.state.epoch
-        if epoch:  # placed by lookupd after a change of leader: records carry the epoch
-            entries = [replace(e, epoch=epoch) for e in entries]
-        records = partition.log.append(entries)
+        # placed by lookupd after a change of leader: the records carry the epoch
+        records = partition.log.append(entries, epoch or None)
         partition.state.appended(partition.log.end_offset)
         partition.unsynced += len(records)
         size = sum(len(e.body) for e in entries)

@@ -23,7 +23,7 @@ import trio
 from pnsq._netio.http import lifespan, serve_http as netio_serve_http
 from protocol.mpub import MpubFormatError, split_mpub_body
 
-from ..broker import Broker, NewRecord, StorageError
+from ..broker import Broker, StorageError, new_records
 from ..broker.pull import Puller
 from ..core.errors import (
     BadPartitionError,
@@ -233,7 +233,7 @@ class NsqdHTTP:
         partition = _partition_arg(request)
         now = self.broker.clock.now_ns()
         deliver_at = now + defer_ms * 1_000_000 if defer_ms else 0
-        entries = [NewRecord(timestamp_ns=now, body=b, deliver_at_ns=deliver_at) for b in bodies]
+        entries = new_records(now, bodies, deliver_at)
         forwarder = self.forwarder
         try:
             if forwarder is not None and await forwarder.must_forward(

@@ -171,12 +171,13 @@ class PartitionLog:
 
     # -- writing -------------------------------------------------------------------------------
 
-    def append(self, entries: Sequence[NewRecord]) -> list[Record]:
+    def append(self, entries: Sequence[NewRecord], epoch: int | None = None) -> list[Record]:
         """Append ``entries`` at consecutive offsets and return them as :class:`Record`\\ s.
 
         ``internal_id = (partition << 50) | (offset + 1)``. All entries go to the segment in
         one ``pwrite`` (more only where the batch crosses ``max_bytes_per_file`` and the log
-        rotates). Durable against a process crash on return; against a machine crash after the
+        rotates); ``epoch``, when given, is every record's leader epoch in place of the
+        entries' own. Durable against a process crash on return; against a machine crash after the
         next :meth:`sync`. Raises ``ValueError`` for a field that does not fit the layout (nothing
         written) and :class:`StorageError` on an I/O error; then a prefix of the batch may be
         stored, as ``end_offset`` tells.
@@ -202,7 +203,7 @@ class PartitionLog:
                         e.deliver_at_ns,
                         e.body,
                         e.ext,
-                        e.epoch,
+                        e.epoch if epoch is None else epoch,
                     )
                 )
                 n = HEADER_SIZE + len(e.ext) + len(e.body)

@@ -32,8 +32,9 @@ class MemoryLog:
         """Offset the next append gets."""
         return self._end
 
-    def append(self, entries: list[NewRecord]) -> list[Record]:
-        """Append what fits; the rest is dropped (and counted in ``dropped``)."""
+    def append(self, entries: list[NewRecord], epoch: int | None = None) -> list[Record]:
+        """Append what fits; the rest is dropped (and counted in ``dropped``). ``epoch``:
+        every record's leader epoch in place of the entries' own."""
         room = self.capacity - len(self._records)
         out: list[Record] = []
         for entry in entries[: max(room, 0)]:
@@ -46,7 +47,7 @@ class MemoryLog:
                 deliver_at_ns=entry.deliver_at_ns,
                 body=entry.body,
                 ext=entry.ext,
-                epoch=entry.epoch,
+                epoch=entry.epoch if epoch is None else epoch,
             )
             self._records.append(record)
             self._end += 1

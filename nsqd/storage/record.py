@@ -9,7 +9,7 @@ batched decoding is :mod:`.runs`.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, fields
 from typing import Final, cast
 
@@ -172,6 +172,44 @@ def _record_maker() -> Callable[..., Record]:
 
 
 make_record: Final = _record_maker()
+
+
+def _new_record_maker() -> Callable[[int, bytes, int], NewRecord]:
+    """``make(timestamp_ns, body, deliver_at_ns)``: a :class:`NewRecord` without trace id,
+    ext or epoch, built as :func:`_record_maker` builds records (a publish makes one per
+    message: an MPUB of 200 spent a fifth of its time in the frozen dataclass's ``__init__``).
+    tests/unit/test_storage_record.py checks it against ``NewRecord(...)``."""
+    names = tuple(f.name for f in fields(NewRecord))
+    assert names == ("timestamp_ns", "body", "trace_id", "deliver_at_ns", "ext", "epoch"), (
+        "update _new_record_maker with NewRecord's fields"
+    )
+
+    class _Building:
+        __slots__ = names
+
+        def __init__(self, timestamp_ns: int, body: bytes, deliver_at_ns: int) -> None:
+            self.timestamp_ns = timestamp_ns
+            self.body = body
+            self.trace_id = 0
+            self.deliver_at_ns = deliver_at_ns
+            self.ext = b""
+            self.epoch = 0
+            self.__class__ = NewRecord  # type: ignore[assignment]
+
+    probe: object = _Building(0, b"", 0)  # TypeError if the layouts differ
+    assert type(probe) is NewRecord
+    return cast(Callable[[int, bytes, int], NewRecord], _Building)
+
+
+make_new_record: Final = _new_record_maker()
+
+
+def new_records(
+    timestamp_ns: int, bodies: Iterable[bytes], deliver_at_ns: int = 0
+) -> list[NewRecord]:
+    """One :class:`NewRecord` per body, all published at ``timestamp_ns`` (a PUB/MPUB/DPUB)."""
+    make = make_new_record
+    return [make(timestamp_ns, body, deliver_at_ns) for body in bodies]
 
 
 def internal_id_for(partition: int, offset: int) -> int:

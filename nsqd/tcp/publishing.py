@@ -19,7 +19,7 @@ from protocol import ErrorCode, Pub, frames
 from protocol.ext import ext_not_supported, parse_json_header
 from protocol.tracing import traced_response
 
-from ..broker import Broker, NewRecord, Record
+from ..broker import Broker, NewRecord, Record, make_new_record, new_records
 from ..core.errors import BadPartitionError
 from ..forwarding import Forwarder
 from .delivery import raw_size
@@ -41,7 +41,7 @@ class Publisher:
 
     def gather(self, command: Pub) -> None:
         key = (command.topic, command.partition)
-        entry = NewRecord(timestamp_ns=self.broker.clock.now_ns(), body=command.body)
+        entry = make_new_record(self.broker.clock.now_ns(), command.body, 0)
         gathered = self._gathered
         if gathered and gathered[-1][0] == key:
             gathered[-1][1].append(entry)
@@ -98,7 +98,7 @@ class Publisher:
     ) -> None:
         now = self.broker.clock.now_ns()
         deliver_at = now + defer_ms * 1_000_000 if defer_ms else 0
-        entries = [NewRecord(timestamp_ns=now, body=b, deliver_at_ns=deliver_at) for b in bodies]
+        entries = new_records(now, bodies, deliver_at)
         try:
             if await self._elsewhere(topic, partition):
                 await self._forward(topic, bodies, defer_ms)

@@ -242,3 +242,14 @@ def test_read_run_reads_and_rejects_what_scan_does(
             )
         assert (info.value.position, info.value.offset) == (failure.position, failure.offset)
         assert out == want
+
+
+def test_new_records_are_the_dataclass_s_own() -> None:
+    from nsqd.storage.record import NewRecord, make_new_record, new_records
+
+    made = make_new_record(123, b"body", 456)
+    assert type(made) is NewRecord
+    assert made == NewRecord(timestamp_ns=123, body=b"body", deliver_at_ns=456)
+    assert new_records(7, [b"a", b"b"]) == [NewRecord(7, b"a"), NewRecord(7, b"b")]
+    with pytest.raises(AttributeError):
+        made.body = b"other"  # type: ignore[misc]  # still frozen
