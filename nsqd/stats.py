@@ -1,5 +1,5 @@
-"""nsqd's ``/stats``: the JSON document nsqadmin, nsq_stat and the exporters read, and the text
-layout of nsqd's ``printStats``, built from the broker and the live TCP sessions.
+"""nsqd's ``/stats``: the JSON document nsqadmin, nsq_stat and the exporters read, built from
+the broker and the live TCP sessions (its text layout: :mod:`nsqd.stats_text`).
 
 The same document feeds ``/metrics`` (:mod:`nsqd.metrics`), so the two always agree. Keys are
 nsqd 1.3.0's; pnsq adds a ``partitions`` list to each topic and channel (per-partition depth,
@@ -11,21 +11,16 @@ from __future__ import annotations
 
 import gc
 import os
-import platform
 import resource
 import sys
 import time
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Protocol, cast
 
 import trio
 
-from pnsq._goflag.syntax import format_go_duration
-
-from . import __version__
 from .broker import Broker, Channel, Partition, Topic
 from .core.latency import LatencyResult, aggregate
 
@@ -134,19 +129,6 @@ def topic_e2e(broker: Broker, topic: Topic) -> Json:
         return dict(E2E_LATENCY)
     windows = [c.e2e_latency for c in topic.channels.values() if c.e2e_latency is not None]
     return _e2e_json(aggregate(percentiles, windows, broker.clock.now_ns()))
-
-
-def e2e_text(latency: Json) -> str:
-    """The ``e2e%:`` column of the text ``/stats``: each percentile's value as nsqd's
-    ``NanoSecondToHuman`` prints it (``1.2ms, 0.4ms``)."""
-    return ", ".join(_nanoseconds_to_human(p["value"]) for p in latency["percentiles"] or ())
-
-
-def _nanoseconds_to_human(value: float) -> str:
-    for scale, suffix in ((1e9, "s"), (1e6, "ms"), (1e3, "us")):
-        if value > scale:
-            return f"{value / scale:0.1f}{suffix}"
-    return f"{value:0.1f}ns"
 
 
 def topic_stats(topic: Topic, channels: list[Json]) -> Json:
@@ -436,71 +418,3 @@ def memory_stats() -> Json:
 
 
 # ---------------------------------------------------------------------- text
-
-
-def version_line(version: str) -> str:
-    """nsqd's ``version.String("nsqd")``, naming pnsq and Python instead of the Go toolchain."""
-    return f"nsqd v{version} (built w/pnsq {__version__} python{platform.python_version()})"
-
-
-def _duration_since(ts: int, now: float) -> str:
-    return format_go_duration(int(now - ts) * 1_000_000_000)  # truncated to the second
-
-
-def _client_line(client: Json, now: float) -> str:
-    port = client["remote_address"].rsplit(":", 1)[-1]
-    ident = f"{client['hostname']}:{port} {client['user_agent']}"
-    connected = _duration_since(client["connect_ts"], now)
-    counts = client.get("pub_counts")
-    if counts:
-        total = sum(c["count"] for c in counts)
-        topics = ",".join(f"{c['topic']}={c['count']}" for c in counts)
-        return (
-            f"[{client['version']} {ident:<21}] msgs: {total:<8} topics: {topics} "
-            f"connected: {connected}"
-        )
-    return (
-        f"[{client['version']} {ident:<21}] state: {client['state']} "
-        f"inflt: {client['in_flight_count']:<4} rdy: {client['ready_count']:<4} "
-        f"fin: {client['finish_count']:<8} re-q: {client['requeue_count']:<8} "
-        f"msgs: {client['message_count']:<8} connected: {connected}"
-    )
-
-
-def render_text(doc: Json, now: float) -> bytes:
-    """nsqd's ``printStats`` layout of a :func:`stats_document` at wall time ``now``."""
-    start = datetime.fromtimestamp(doc["start_time"]).astimezone()
-    stamp = start.isoformat(timespec="seconds").replace("+00:00", "Z")
-    uptime = format_go_duration(int((now - doc["start_time"]) * 1e9))
-    out = [f"{version_line(doc['version'])}\n", f"start_time {stamp}\n", f"uptime {uptime}\n"]
-    out.append(f"\nHealth: {doc['health']}\n")
-    memory = doc.get("memory")
-    if memory is not None:
-        out.append("\nMemory:\n")
-        out.extend(f"   {key:<25}\t{value}\n" for key, value in memory.items())
-    topics = doc["topics"] or []
-    out.append("\nTopics:" if topics else "\nTopics: None\n")
-    for t in topics:
-        prefix = "*P " if t["paused"] else "   "
-        out.append(
-            f"\n{prefix}[{t['topic_name']:<15}] depth: {t['depth']:<5} "
-            f"be-depth: {t['backend_depth']:<5} msgs: {t['message_count']:<8} "
-            f"e2e%: {e2e_text(t['e2e_processing_latency'])}\n"
-        )
-        for c in t["channels"]:
-            prefix = "   *P " if c["paused"] else "      "
-            out.append(
-                f"{prefix}[{c['channel_name']:<25}] depth: {c['depth']:<5} "
-                f"be-depth: {c['backend_depth']:<5} inflt: {c['in_flight_count']:<4} "
-                f"def: {c['deferred_count']:<4} re-q: {c['requeue_count']:<5} "
-                f"timeout: {c['timeout_count']:<5} msgs: {c['message_count']:<8} "
-                f"e2e%: {e2e_text(c['e2e_processing_latency'])}\n"
-            )
-            out.extend(f"        {_client_line(client, now)}\n" for client in c["clients"] or [])
-    producers = doc["producers"] or []
-    if producers:
-        out.append("\nProducers:\n")
-        out.extend(f"   {_client_line(p, now)}\n" for p in producers)
-    else:
-        out.append("\nProducers: None\n")
-    return "".join(out).encode()

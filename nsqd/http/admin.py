@@ -31,7 +31,8 @@ from ..core.errors import (
     TopicNotFoundError,
 )
 from ..runtime_config import InvalidOptionError, InvalidValueError, RuntimeConfig
-from ..stats import StatsQuery, render_text, stats_document
+from ..stats import StatsQuery, stats_document
+from ..stats_text import render_text
 from .base import Handler, HTTPError, JsonValue, Raw, Reply, Request
 
 if TYPE_CHECKING:
