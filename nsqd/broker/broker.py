@@ -335,21 +335,12 @@ class Broker:
         internal_id = int.from_bytes(message_id[:8], "big")
         return partition_of(internal_id), (internal_id & SEQUENCE_MASK) - 1
 
-    def finish(self, channel: Channel, message_id: bytes, client: object) -> Message:
-        """FIN; raises NotInFlightError / NotOwnerError."""
-        partition, offset = self.locate(message_id)
-        cursor = channel.cursor_for(partition)
-        channel.topic.partition(partition).state.require_leader("FIN")
-        message = cursor.finish(offset, client)
-        channel.topic.partition(partition).dirty = True
-        if self.config.e2e_percentiles:
-            self.observe_e2e(channel, message)
-        if cursor.ordered:
-            # the FIN goes to the followers now; the next message waits for it (and may
-            # then go to any client)
-            self.replication.appended(channel.topic.partition(partition))  # the streams look
-            channel.notify()
-        return message
+    def finish(self, channel: Channel, message_id: bytes, client: object) -> None:
+        """FIN one message (:meth:`finish_many` of one); raises its refusal: NotInFlightError,
+        NotOwnerError, NotLeaderError."""
+        _, failed = self.finish_many(channel, [message_id], client)
+        if failed:
+            raise failed[0][1]
 
     def finish_many(
         self, channel: Channel, message_ids: Sequence[bytes], client: object

@@ -102,8 +102,7 @@ class Puller:
         got.sort(key=lambda m: m.offset)  # requeued ones first from the cursor; order them
         token = secrets.token_urlsafe(18)
         lease = Lease(token, topic.name, channel.name, partition.number, now_ns + lease_ns)
-        for message in got:
-            cursor.start_flight(message, lease, lease.deadline_ns, now_ns)
+        cursor.start_flights(got, lease, lease.deadline_ns, now_ns)
         lease.offsets = tuple(m.offset for m in got)
         self.leases.add(lease)
         channel.arm_timer(lease.deadline_ns)
