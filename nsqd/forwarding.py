@@ -316,7 +316,7 @@ class Forwarder:
             try:
                 reply.raise_for_status()
                 document = unwrap(reply.json())
-                return _partition_leaders(document), _partition_http(document)
+                return _partition_leaders(document)
             except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
                 problems.append(f"{http}: {exc}")
         raise NoLookupdError("lookupd unreachable: " + "; ".join(problems))
@@ -345,23 +345,20 @@ def _leads(broker: Broker, topic: str, number: int) -> bool:
     )
 
 
-def _partition_leaders(document: dict[str, object]) -> dict[int, tuple[str, int]]:
+def _partition_leaders(
+    document: dict[str, object],
+) -> tuple[dict[int, tuple[str, int]], dict[int, str]]:
+    """Partition -> its leader's ``(host, tcp_port)``, and -> ``host:http_port`` (where the
+    lookupd names one), from a ``/lookup`` reply's ``partitions``."""
     partitions = document.get("partitions") or {}
     if not isinstance(partitions, dict):
         raise ValueError("partitions is not an object")
-    out = {}
+    tcp: dict[int, tuple[str, int]] = {}
+    http: dict[int, str] = {}
     for number, peer in partitions.items():
         if isinstance(peer, dict):
-            out[int(number)] = (str(peer["broadcast_address"]), int(peer["tcp_port"]))
-    return out
-
-
-def _partition_http(document: dict[str, object]) -> dict[int, str]:
-    partitions = document.get("partitions") or {}
-    if not isinstance(partitions, dict):
-        raise ValueError("partitions is not an object")
-    return {
-        int(number): f"{peer['broadcast_address']}:{int(peer['http_port'])}"
-        for number, peer in partitions.items()
-        if isinstance(peer, dict) and "http_port" in peer
-    }
+            host = str(peer["broadcast_address"])
+            tcp[int(number)] = (host, int(peer["tcp_port"]))
+            if "http_port" in peer:
+                http[int(number)] = f"{host}:{int(peer['http_port'])}"
+    return tcp, http

@@ -26,7 +26,7 @@ from ..core.errors import BrokerError, ExitingError
 from ..core.leases import LeaseEndedError, UnknownTokenError
 from ..forwarding import ForwardError, NoLookupdError, PlacedElsewhereError
 from .admin import topic_channel_args
-from .base import Handler, HTTPError, Reply, Request
+from .base import Handler, HTTPError, Reply, Request, uint_arg
 
 if TYPE_CHECKING:
     from .api import NsqdHTTP
@@ -37,15 +37,10 @@ MAX_WAIT_MS = 30_000  # a long poll's cap
 NOT_LEADER = "E_FAILED_ON_NOT_LEADER"
 
 
-def _int_arg(request: Request, name: str, default: int, low: int, high: int) -> int:
-    """``name`` as a whole number in ``[low, high]`` (clamped above); absent: ``default``."""
-    raw = request.arg(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise HTTPError(400, f"INVALID_{name.upper()}") from None
+def _bounded_arg(request: Request, name: str, default: int, low: int, high: int) -> int:
+    """``name`` as an unsigned decimal (:func:`~nsqd.http.base.uint_arg`) of at least
+    ``low``, clamped to ``high``; absent: ``default``."""
+    value = uint_arg(request, name, default)
     if value < low:
         raise HTTPError(400, f"INVALID_{name.upper()}")
     return min(value, high)
@@ -98,9 +93,9 @@ class ConsumeAPI:
         """One batch of one partition, or ``{"token": null, ...}`` after ``wait_ms``."""
         topic_name, channel_name = topic_channel_args(request)
         settings = self.app.settings
-        limit = _int_arg(request, "max", 1, 1, settings.max_rdy_count)
-        wait_ms = _int_arg(request, "wait_ms", 0, 0, MAX_WAIT_MS)
-        lease_ms = _int_arg(
+        limit = _bounded_arg(request, "max", 1, 1, settings.max_rdy_count)
+        wait_ms = _bounded_arg(request, "wait_ms", 0, 0, MAX_WAIT_MS)
+        lease_ms = _bounded_arg(
             request, "lease_ms", settings.msg_timeout_ms, 1, settings.max_msg_timeout_ms
         )
         topic, channel = await self._channel(topic_name, channel_name)
@@ -165,7 +160,7 @@ class ConsumeAPI:
     async def nack(self, request: Request) -> Reply:
         """Requeue the batch after ``delay_ms``."""
         token = _token_arg(request)
-        delay_ms = _int_arg(request, "delay_ms", 0, 0, self.app.settings.max_req_timeout_ms)
+        delay_ms = _bounded_arg(request, "delay_ms", 0, 0, self.app.settings.max_req_timeout_ms)
         try:
             self.app.puller.nack(token, delay_ms)
         except UnknownTokenError:

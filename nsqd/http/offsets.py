@@ -18,8 +18,7 @@ from typing import TYPE_CHECKING, Final
 from ..broker import StorageError, offset_at
 from ..core.errors import PartitionNotFoundError, TopicNotFoundError
 from .admin import topic_arg
-from .base import Handler, HTTPError, Reply, Request
-from .partitions import _uint_arg
+from .base import Handler, HTTPError, Reply, Request, uint_arg
 
 if TYPE_CHECKING:
     from .api import NsqdHTTP
@@ -44,12 +43,12 @@ class OffsetsAPI:
         topic = self.app.broker.find_topic(topic_arg(request))
         if topic is None or topic.deleted:
             raise HTTPError(404, "TOPIC_NOT_FOUND")
-        number = _uint_arg(request, "partition")
+        number = uint_arg(request, "partition")
         try:
             plog = topic.partition(number).log
         except PartitionNotFoundError:
             raise HTTPError(404, "PARTITION_NOT_FOUND") from None
-        timestamp_ms = _uint_arg(request, "timestamp")
+        timestamp_ms = uint_arg(request, "timestamp")
         try:
             offset = await offset_at(topic.partition(number), timestamp_ms * _NS_PER_MS)
         except TopicNotFoundError as exc:  # the topic was deleted in the meantime

@@ -13,7 +13,6 @@ partition).
 from __future__ import annotations
 
 import logging
-import re
 from typing import TYPE_CHECKING, Final
 
 from protocol.range_read import (
@@ -27,7 +26,7 @@ from protocol.range_read import (
 from ..broker import Partition, Record, StorageError, Topic, read_records
 from ..core.errors import OffsetNotKeptError, PartitionNotFoundError, TopicNotFoundError
 from .admin import topic_arg
-from .base import Handler, HTTPError, Raw, Reply, Request
+from .base import Handler, HTTPError, Raw, Reply, Request, uint_arg
 
 if TYPE_CHECKING:
     from .api import NsqdHTTP
@@ -43,18 +42,6 @@ MAX_RECORDS: Final = 10_000
 MAX_BYTES: Final = 8 * 1024 * 1024
 #: Records per read from the log before the byte cap is known to bind (then adapted).
 _FIRST_CHUNK: Final = 64
-_UINT: Final = re.compile(r"[0-9]{1,19}")
-
-
-def _uint_arg(request: Request, name: str, default: int | None = None) -> int:
-    raw = request.arg(name)
-    if raw is None:
-        if default is None:
-            raise HTTPError(400, f"MISSING_ARG_{name.upper()}")
-        return default
-    if not _UINT.fullmatch(raw):
-        raise HTTPError(400, f"INVALID_{name.upper()}")
-    return int(raw)
 
 
 class PartitionsAPI:
@@ -111,13 +98,13 @@ class PartitionsAPI:
     async def read(self, request: Request) -> Reply:
         """The records ``[offset, offset + n)``, ``n <= max``, within the byte cap."""
         topic = self._topic(request)
-        number = _uint_arg(request, "partition")
+        number = uint_arg(request, "partition")
         try:
             partition = topic.partition(number)
         except PartitionNotFoundError:
             raise HTTPError(404, "PARTITION_NOT_FOUND") from None
-        offset = _uint_arg(request, "offset")
-        limit = _uint_arg(request, "max", DEFAULT_MAX_RECORDS)
+        offset = uint_arg(request, "offset")
+        limit = uint_arg(request, "max", DEFAULT_MAX_RECORDS)
         if limit < 1:
             raise HTTPError(400, "INVALID_MAX")
         limit = min(limit, MAX_RECORDS)
