@@ -17,6 +17,8 @@ from collections import OrderedDict
 from enum import Enum
 from typing import Final
 
+from .errors import BrokerError
+
 #: tokens of ended leases remembered, to answer TOKEN_EXPIRED rather than TOKEN_INVALID
 REMEMBERED_ENDED: Final = 4096
 
@@ -59,11 +61,11 @@ class Lease:
             self.state = LeaseState.EXPIRED
 
 
-class UnknownTokenError(Exception):
+class UnknownTokenError(BrokerError):
     """``TOKEN_INVALID``: no lease was ever given with this token (or too long ago)."""
 
 
-class LeaseEndedError(Exception):
+class LeaseEndedError(BrokerError):
     """``TOKEN_EXPIRED``: the lease timed out, or was acked or nacked already."""
 
 

@@ -3,16 +3,11 @@ and acknowledged batches stay acknowledged across a failover (kill -9 of the lea
 
 from __future__ import annotations
 
-import json
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from typing import Any
 
 import pytest
 
-from tests.daemons import Daemon
 from tests.integration.lookupd_helpers import lookup, post, wait_for
 from tests.integration.test_failover import (
     Cluster,
@@ -21,21 +16,9 @@ from tests.integration.test_failover import (
     _try_publish,
     cluster as cluster,
 )
+from tests.integration.test_http_consume import _post
 
 pytestmark = pytest.mark.integration
-
-
-def _post(daemon: Daemon, path: str, **params: object) -> tuple[int, Any]:
-    url = f"http://{daemon.http_address}{path}?{urllib.parse.urlencode(params)}"
-    try:
-        with urllib.request.urlopen(urllib.request.Request(url, b"", method="POST")) as reply:
-            status, raw = reply.status, reply.read()
-    except urllib.error.HTTPError as exc:
-        status, raw = exc.code, exc.read()
-    try:
-        return status, json.loads(raw)
-    except ValueError:
-        return status, raw
 
 
 def test_a_node_leading_none_of_the_partitions_names_the_leaders(cluster: Cluster) -> None:
