@@ -187,7 +187,8 @@ class Channel:
         consume request waiting on the channel."""
         for client in self.clients:
             client.wake()
-        self.pollers.unpark_all()
+        if self.pollers:  # notify runs on every publish: most channels have no HTTP poller
+            self.pollers.unpark_all()
 
     # ------------------------------------------------------------------ FIN / REQ / TOUCH
 
