@@ -8,6 +8,9 @@ Subcommands:
   parse-loadgen FILE             pnsq-loadgen JSON output -> "MSGS_PER_SEC TOTAL_MSGS"
   parse-latency FILE             pnsq-loadgen latency JSON output -> "P99_MS p50=.. p999=..
                                  max=.. rate=.. target=.. msgs=.." (all latencies in ms)
+  create-channel NSQD_HTTP TOPIC CHANNEL
+                                 create TOPIC and CHANNEL on an nsqd (POST /topic/create,
+                                 /channel/create)
   wait-nodes LOOKUPD_HTTP N SECS wait until pnsq's nsqlookupd lists N registered nsqd nodes
   replicated-topic LOOKUPD_HTTP TOPIC REPLICATOR SECS
                                  create TOPIC (1 partition, REPLICATOR copies) on pnsq's
@@ -136,6 +139,16 @@ def http_json(url: str, method: str = "GET", headers: dict[str, str] | None = No
     return json.loads(body) if body else None
 
 
+def create_channel(daemon_http: str, topic: str, channel: str) -> None:
+    """Create ``topic`` and its ``channel`` on an nsqd (Go or pnsq) before the load, as a
+    deployment with a consumer runs: a publish then also feeds the channel."""
+    for path in (
+        f"/topic/create?topic={topic}",
+        f"/channel/create?topic={topic}&channel={channel}",
+    ):
+        http_json(f"http://{daemon_http}{path}", method="POST")
+
+
 def poll(what: str, seconds: float, check: Callable[[], T | None]) -> T:
     """Call check every 0.1 s until it returns something other than None (connection errors and
     bad answers count as "not yet"); ValueError with the last reason after ``seconds``."""
@@ -251,7 +264,9 @@ def report(results_path: str, out_path: str, meta_args: list[str]) -> None:
         "other workload gets its own):",
         "",
         "- MPUB: NSQ's bench_writer (v1.3.0), one connection per GOMAXPROCS, each sending",
-        "  synchronous MPUBs of 200 x 200 B to topic sub_bench. Its 'ops/s' counts messages",
+        "  synchronous MPUBs of 200 x 200 B to topic sub_bench, whose channel ch is created",
+        "  first (POST /topic/create, /channel/create), so every publish also feeds a channel",
+        "  as it does with a consumer attached. Its 'ops/s' counts messages",
         "  (it adds the batch size per acknowledged MPUB), so it is msgs/s as printed.",
         "- consume: NSQ's bench_reader (v1.3.0) on channel ch of the topic the MPUB step",
         "  filled, RDY 2500, one connection per GOMAXPROCS, FIN for every message; 'ops/s'",
@@ -328,6 +343,8 @@ def main(argv: list[str]) -> int:
             print(f"{rate:.1f} {total}")
         elif cmd == "parse-latency":
             print(parse_latency(args[0]))
+        elif cmd == "create-channel":
+            create_channel(args[0], args[1], args[2])
         elif cmd == "wait-nodes":
             wait_nodes(args[0], int(args[1]), float(args[2]))
         elif cmd == "replicated-topic":
