@@ -26,12 +26,12 @@ from protocol.replication import (
     Hello,
     HighWatermark,
     LeaderFrame,
-    LeaderFrameDecoder,
     Refuse,
     ReplicationProtocolError,
     Welcome,
     encode,
 )
+from protocol.replication_decoder import LeaderFrameDecoder
 
 from ..broker import Broker, StorageError
 from ..broker.partition import Partition

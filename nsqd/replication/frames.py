@@ -7,7 +7,8 @@ from typing import Generic, TypeVar
 import trio
 
 from protocol.parser import NeedData
-from protocol.replication import Frame, FrameDecoder
+from protocol.replication import Frame
+from protocol.replication_decoder import FrameDecoder
 
 F = TypeVar("F", bound=Frame)
 

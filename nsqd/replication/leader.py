@@ -23,7 +23,6 @@ from protocol.replication import (
     CursorsAck,
     Error,
     FollowerFrame,
-    FollowerFrameDecoder,
     Hello,
     HighWatermark,
     Refuse,
@@ -33,6 +32,7 @@ from protocol.replication import (
     encode,
     encode_append_header,
 )
+from protocol.replication_decoder import FollowerFrameDecoder
 
 from ..broker import Broker, Topic
 from ..broker.partition import Partition

@@ -1,4 +1,5 @@
-"""Tests for protocol.replication: the "  R1" frame codec between a leader and its followers."""
+"""Tests for protocol.replication and protocol.replication_decoder: the "  R1" frame codec between
+a leader and its followers."""
 
 from __future__ import annotations
 
@@ -21,14 +22,11 @@ from protocol.replication import (
     CursorsAck,
     Error,
     FollowerFrame,
-    FollowerFrameDecoder,
     Frame,
-    FrameDecoder,
     FrameType,
     Hello,
     HighWatermark,
     LeaderFrame,
-    LeaderFrameDecoder,
     Refuse,
     ReplicationErrorCode,
     ReplicationProtocolError,
@@ -36,6 +34,7 @@ from protocol.replication import (
     encode,
     encode_append_header,
 )
+from protocol.replication_decoder import FollowerFrameDecoder, FrameDecoder, LeaderFrameDecoder
 
 U16, U32, U64 = 2**16 - 1, 2**32 - 1, 2**64 - 1
 
