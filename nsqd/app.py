@@ -25,7 +25,8 @@ from . import replication
 from .broker import Broker, BrokerConfig, open_broker
 from .forwarding import Forwarder
 from .http.api import HTTPSettings, NsqdHTTP, serve_http
-from .lookup_client import LookupClient, LookupIdentity
+from .lookup_client import LookupClient
+from .lookup_registration import LookupIdentity
 from .options import Options, OptionsError
 from .tcp.auth import AuthClient
 from .tcp.server import TCPServer

@@ -1,4 +1,4 @@
-"""nsqd.lookup_client's pure parts: what to register, and the commands that get there."""
+"""nsqd.lookup_registration's pure parts: what to register, and the commands that get there."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from nsqd.broker import Broker
-from nsqd.lookup_client import LookupIdentity, desired_registrations, registration_commands
+from nsqd.lookup_registration import LookupIdentity, desired_registrations, registration_commands
 
 
 @dataclass
