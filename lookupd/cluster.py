@@ -1,26 +1,26 @@
-"""The lookupd's state at runtime: the live registry, the topic placements and their store.
+"""The lookupd's state at runtime: the live registry of nodes, and the topic placements
+decided from it (:class:`~lookupd.metadata.Metadata`, which :class:`Cluster` extends).
 
 The TCP and HTTP shells call into one :class:`Cluster`. Registry changes are synchronous (the
-event loop is the only writer); placement changes are persisted through :meth:`Cluster.flush`,
-which saves the newest placements in a worker thread (concurrent flushes coalesce). An HTTP
-``/topic/create`` answers once its placement is on disk; a placement adopted from a node's
-registration is flushed in the background.
+event loop is the only writer); placement changes are persisted through :meth:`Cluster.flush`.
+An HTTP ``/topic/create`` answers once its placement is on disk; a placement adopted from a
+node's registration is flushed in the background.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import replace
 
-import trio
 from trio.lowlevel import ParkingLot
 
 from protocol.lookup import PartitionAssignment, TopicAssignment
 from protocol.lookup_v1 import EXT_PARTITIONS, PeerIdentity
 
 from .liveness import Liveness, Progress
+from .metadata import Metadata
 from .placement import (
     PlacementError,
     TopicMeta,
@@ -45,12 +45,10 @@ START_GRACE = 6.0
 #: deleted topics remembered (and sent to every node) at most
 MAX_TOMBSTONES = 1000
 
-#: HA mode: saves the placements and tombstones (in etcd), raising StoreError
-Saver = Callable[[list[TopicPlacement], dict[str, float]], Awaitable[None]]
 
-
-class Cluster:
-    """Registry + placements + store for one lookupd (see the module docstring)."""
+class Cluster(Metadata):
+    """Registry + liveness + the placements decided from them, for one lookupd (see the module
+    docstring)."""
 
     def __init__(
         self,
@@ -60,6 +58,7 @@ class Cluster:
         clock: Callable[[], float] = time.time,
         heartbeat_timeout: float = 2.0,
     ) -> None:
+        super().__init__(store)
         self.registry = Registry()
         #: pnsq nodes' connections and heartbeats, and the leaders' progress reports
         self.liveness = Liveness(heartbeat_timeout, max(START_GRACE, heartbeat_timeout))
@@ -67,24 +66,8 @@ class Cluster:
         self.offline: set[tuple[str, int]] = set()
         #: woken when something failover decisions depend on happened
         self.events = ParkingLot()
-        self.store = store
         self.timeouts = timeouts
         self.clock = clock
-        self.placements: dict[str, TopicPlacement] = {}
-        #: deleted topics (name -> wall time of the deletion): never adopted back from a node,
-        #: and listed in every node's assignments so a node's leftover copy is deleted too
-        self.deleted: dict[str, float] = {}
-        self._version = 0  # bumped on every placement change
-        self._saved = 0  # the version on disk
-        self._saved_waiters = ParkingLot()  # long-polls of /pnsq/assignments
-        self._save_lock = trio.Lock()
-        self._nursery: trio.Nursery | None = None
-        #: HA mode (etcd): how placements are saved; None: ``store`` (the file) in a thread
-        self.saver: Saver | None = None
-        #: HA mode: this lookupd is the elected leader, the only one that places, fails over
-        #: and saves; a follower serves what the leader saved (:meth:`follow`). Always True
-        #: without HA.
-        self.leading = True
 
     def load(self) -> None:
         """Read the stored placements; each stored topic gets its registration key back."""
@@ -92,15 +75,7 @@ class Cluster:
         self.placements, self.deleted = stored.placements, stored.deleted
         for name in self.placements:
             self.registry.add_topic(name)
-        self.liveness.seed(
-            {
-                node
-                for placement in self.placements.values()
-                for part in placement.partitions
-                for node in (part.leader, *part.replicas)
-            },
-            self.clock(),
-        )
+        self.liveness.seed(self.placed_nodes(), self.clock())
         log.info("metadata: %d topic(s) from %s", len(self.placements), self.store)
 
     def follow(self, stored: Stored) -> None:
@@ -110,73 +85,11 @@ class Cluster:
             return
         for name in stored.deleted.keys() - self.deleted.keys():  # deleted by the leader
             self.registry.delete_topic(name)
-        self.placements, self.deleted = dict(stored.placements), dict(stored.deleted)
+        self._take_saved(stored)  # the long-polls of the nodes hear of it
         for name in self.placements:
             self.registry.add_topic(name)
-        self.liveness.seed(
-            {
-                node
-                for placement in self.placements.values()
-                for part in placement.partitions
-                for node in (part.leader, *part.replicas)
-            },
-            self.clock(),
-        )
-        self._version += 1
-        self._saved = self._version
-        self._saved_waiters.unpark_all()
+        self.liveness.seed(self.placed_nodes(), self.clock())
         self.events.unpark_all()
-
-    def attach(self, nursery: trio.Nursery) -> None:
-        """Where background flushes run."""
-        self._nursery = nursery
-
-    # ------------------------------------------------------------------ persistence
-
-    def _changed(self) -> None:
-        self._version += 1
-
-    def note_changed(self) -> None:
-        """The placements were changed in place (the failover supervisor): save them next."""
-        self._changed()
-
-    async def flush(self) -> None:
-        """Save the placements if they changed since the last save. Raises StoreError."""
-        async with self._save_lock:
-            if self._saved >= self._version:
-                return
-            if not self.leading:
-                raise UnavailableError("not the leader lookupd: metadata is read-only here")
-            version, snapshot = self._version, list(self.placements.values())
-            if self.saver is not None:
-                await self.saver(snapshot, dict(self.deleted))
-            else:
-                await trio.to_thread.run_sync(self.store.save, snapshot, dict(self.deleted))
-            self._saved = version
-            self._saved_waiters.unpark_all()  # decisions reach the nodes once they are on disk
-
-    @property
-    def saved_version(self) -> int:
-        """The version of the placements on disk (what the nodes may be told)."""
-        return self._saved
-
-    async def wait_saved_after(self, version: int) -> None:
-        """Return once placements newer than ``version`` are on disk (callers bound it)."""
-        while self._saved <= version:
-            await self._saved_waiters.park()
-
-    def _flush_soon(self) -> None:
-        if not self.leading:
-            return
-
-        async def flush() -> None:
-            try:
-                await self.flush()
-            except StoreError as exc:
-                log.error("metadata not saved: %s", exc)
-
-        if self._nursery is not None:
-            self._nursery.start_soon(flush)
 
     # ------------------------------------------------------------------ from the TCP protocol
 
@@ -370,10 +283,6 @@ class Cluster:
         load = leader_load(self.placements.values())
         updated = expand(placement, partition_num, self.live_nodes(), load)
         return await self._commit(placement, updated)
-
-    def _check_leading(self) -> None:
-        if not self.leading:
-            raise UnavailableError("not the leader lookupd: metadata is read-only here")
 
     async def _commit(self, old: TopicPlacement, new: TopicPlacement) -> TopicPlacement:
         self.placements[new.name] = new
