@@ -37,6 +37,9 @@ log = logging.getLogger("nsqd")
 
 #: seconds a stopping nsqd waits for lookupd to move its leaderships to in-sync replicas
 HANDOVER_DEADLINE = 5.0
+#: seconds a stopping nsqd waits for its HTTP requests in progress to be answered (parked
+#: ``/consume`` long polls answer at once with nothing)
+DRAIN_DEADLINE = 2.0
 
 NSQD_VERSION = "1.3.0"  # the nsqd version whose protocol and API pnsq speaks
 
@@ -171,11 +174,14 @@ async def run_nsqd(
     log.info("NSQ: persisting topic/channel metadata and messages in %s", config.data_path)
     with locked_data_path(config.data_path):
         async with open_broker(config) as broker, trio.open_nursery() as nursery:
-            lookup = await _start_servers(options, settings, broker, nursery, task_status)
+            lookup, apps = await _start_servers(options, settings, broker, nursery, task_status)
             if stopping is None:
                 await trio.sleep_forever()
             else:
                 await stopping.wait()
+                with trio.move_on_after(DRAIN_DEADLINE):  # parked HTTP long polls answer
+                    for app in apps:
+                        await app.drain()
                 with trio.move_on_after(HANDOVER_DEADLINE):
                     await lookup.hand_over()
                 nursery.cancel_scope.cancel()
@@ -187,7 +193,7 @@ async def _start_servers(
     broker: Broker,
     nursery: trio.Nursery,
     task_status: trio.TaskStatus[tuple[int, int]],
-) -> LookupClient:
+) -> tuple[LookupClient, list[NsqdHTTP]]:
     tcp_host, tcp_port = options.tcp_host_port()
     http_host, http_port = options.http_host_port()
     identity = LookupIdentity(NSQD_VERSION, 0, 0, socket.gethostname(), options.broadcast_address)
@@ -227,6 +233,7 @@ async def _start_servers(
         on_lookupd_change=lookup.set_addresses,
         forwarder=forwarder,
     )
+    secure = None
     if options.tls_cert and options.tls_key:  # nsqd serves HTTPS only with TLS configured
         https_host, https_port = options.https_host_port()
         secure = NsqdHTTP(
@@ -255,7 +262,7 @@ async def _start_servers(
     # partitions held as replica follow their leaders (none unless lookupd places replicas)
     nursery.start_soon(replication.Followers(broker, lookup.identity.node_id).run)
     task_status.started((tcp_port, http_port))
-    return lookup
+    return lookup, [app] if secure is None else [app, secure]
 
 
 def _with_http_port(settings: HTTPSettings, port: int) -> HTTPSettings:

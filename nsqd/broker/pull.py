@@ -16,7 +16,13 @@ from dataclasses import dataclass
 import trio
 
 from ..core.cursor import Message, PartitionCursor
-from ..core.errors import BrokerError, NotInFlightError, NotLeaderError, NotOwnerError
+from ..core.errors import (
+    BrokerError,
+    ExitingError,
+    NotInFlightError,
+    NotLeaderError,
+    NotOwnerError,
+)
 from ..core.leases import Lease, LeaseEndedError, LeaseState, LeaseTable
 from .broker import Broker
 from .channel import Channel
@@ -53,6 +59,16 @@ class Puller:
         self.broker = broker
         self.leases = LeaseTable()
         self._rr = 0
+        #: shutdown has begun (:meth:`stop`): parked polls answer empty, new ones are refused
+        self.stopping = False
+
+    def stop(self) -> None:
+        """Shutdown begins: every parked long poll returns at once with nothing, and
+        :meth:`wait` refuses new polls (:class:`~nsqd.core.errors.ExitingError`)."""
+        self.stopping = True
+        for topic in self.broker.list_topics():
+            for channel in topic.channels.values():
+                channel.pollers.unpark_all()
 
     # ------------------------------------------------------------------ taking
 
@@ -111,9 +127,13 @@ class Puller:
     async def wait(
         self, topic: Topic, channel: Channel, max_messages: int, lease_ns: int, wait_s: float
     ) -> Batch | None:
-        """:meth:`take`, waiting up to ``wait_s`` seconds for messages (a long poll)."""
+        """:meth:`take`, waiting up to ``wait_s`` seconds for messages (a long poll); None at
+        once when shutdown begins meanwhile (:meth:`stop`). Raises
+        :class:`~nsqd.core.errors.ExitingError` once it has begun."""
+        if self.stopping or self.broker.exiting:
+            raise ExitingError
         with trio.move_on_after(wait_s):
-            while True:
+            while not self.stopping:
                 batch = self.take(topic, channel, max_messages, lease_ns)
                 if batch is not None or channel.deleted or topic.deleted:
                     return batch

@@ -109,6 +109,8 @@ class NsqdHTTP:
         self.puller = puller or Puller(broker)
         self.settings = settings
         self.sessions = sessions
+        self._busy = 0  # requests being handled or answered (drain waits for none)
+        self._idle: trio.Event | None = None  # set when _busy drops to 0 during a drain
         #: --tls-required=true: the plain-HTTP listener refuses everything (nsqd's ServeHTTP);
         #: set on that listener's app only, with the HTTPS port to point clients at
         self.tls_required_https_port: int | None = None
@@ -169,17 +171,32 @@ class NsqdHTTP:
             await respond_error(send, error, extra=[(b"Allow", allow)])
             return
         request = Request(method, path, raw_query, dict(scope.get("headers", [])), receive, params)
+        self._busy += 1
         try:
-            reply = await handler(request)
-        except PlainTextError as exc:
-            await respond(send, exc.status, exc.message.encode(), nsq_header=False)
-            return
-        except HTTPError as exc:
-            await respond_error(send, exc)
-            return
-        except ClientGone:
-            return  # nobody to answer, and nothing was done
-        await respond(send, 200, reply, nsq_header=path != "/ping")
+            try:
+                reply = await handler(request)
+            except PlainTextError as exc:
+                await respond(send, exc.status, exc.message.encode(), nsq_header=False)
+                return
+            except HTTPError as exc:
+                await respond_error(send, exc)
+                return
+            except ClientGone:
+                return  # nobody to answer, and nothing was done
+            await respond(send, 200, reply, nsq_header=path != "/ping")
+        finally:
+            self._busy -= 1
+            if not self._busy and self._idle is not None:
+                self._idle.set()
+
+    async def drain(self) -> None:
+        """Shutdown begins: parked ``/consume`` long polls answer at once with nothing (new
+        ones get ``503 EXITING``); return once every request in progress has its answer sent
+        (the caller bounds the wait)."""
+        self.puller.stop()
+        while self._busy:
+            self._idle = trio.Event()
+            await self._idle.wait()
 
     async def _redirect_slash(self, send: Send, path: str, method: str, raw_query: str) -> bool:
         """httprouter's RedirectTrailingSlash: ``/pub/`` -> ``/pub`` (301 for GET, else 307)."""

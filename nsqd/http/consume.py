@@ -90,7 +90,10 @@ class ConsumeAPI:
         }
 
     async def consume(self, request: Request) -> Reply:
-        """One batch of one partition, or ``{"token": null, ...}`` after ``wait_ms``."""
+        """One batch of one partition, or ``{"token": null, ...}`` after ``wait_ms`` (or at once
+        when shutdown begins meanwhile); ``503 EXITING`` once it has begun."""
+        if self.app.puller.stopping:
+            raise HTTPError(503, "EXITING")
         topic_name, channel_name = topic_channel_args(request)
         settings = self.app.settings
         limit = _bounded_arg(request, "max", 1, 1, settings.max_rdy_count)
@@ -102,7 +105,10 @@ class ConsumeAPI:
         if topic.managed and not topic.led:
             raise await self._not_leader(topic_name)
         puller = self.app.puller
-        batch = await puller.wait(topic, channel, limit, lease_ms * 1_000_000, wait_ms / 1000)
+        try:
+            batch = await puller.wait(topic, channel, limit, lease_ms * 1_000_000, wait_ms / 1000)
+        except ExitingError as exc:
+            raise HTTPError(503, "EXITING") from exc
         return batch_document(batch)
 
     async def _channel(self, topic_name: str, channel_name: str) -> tuple[Topic, Channel]:

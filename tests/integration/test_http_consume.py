@@ -322,3 +322,29 @@ def test_a_deferred_publish_is_given_only_when_due(nsqd: Daemon) -> None:
     assert _consume(nsqd, "dpub", "ch", max=10)["token"] is None
     later = _consume(nsqd, "dpub", "ch", max=10, wait_ms=5000)
     assert _bodies(later) == [b"later"]
+
+
+def test_sigterm_answers_a_parked_long_poll_with_an_empty_batch(tmp_path: Path) -> None:
+    daemon = pnsq_nsqd(tmp_path / "nsqd").start()
+    try:
+        _create(daemon, "bye", 2)
+        answers: list[tuple[int, Any]] = []
+        errors: list[BaseException] = []
+
+        def poll() -> None:
+            try:
+                answers.append(_post(daemon, "/consume", topic="bye", channel="c", wait_ms=30_000))
+            except BaseException as exc:  # noqa: BLE001 - the connection cut is the failure
+                errors.append(exc)
+
+        poller = threading.Thread(target=poll)
+        poller.start()
+        # the channel appears when the poll has parked (nothing awaits between the two)
+        while not _stats(daemon, "bye")["channels"]:
+            assert poller.is_alive()
+        assert daemon.stop() == 0  # SIGTERM: the parked poll is answered, then a clean exit
+        poller.join(10)
+        assert not errors
+        assert answers == [(200, {"token": None, "partition": None, "messages": []})]
+    finally:
+        daemon.stop()
