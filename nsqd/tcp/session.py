@@ -7,7 +7,8 @@ being cancelled: cancelling costs several times more, and when thousands of clie
 once that cost decided how long their descriptors stayed open. Commands are handled strictly
 in order, so responses come back in command order as go-nsq and pynsq require. IDENTIFY and its
 stream upgrades are :mod:`nsqd.tcp.negotiation`; AUTH and the permission checks are
-:mod:`nsqd.tcp.auth`.
+:mod:`nsqd.tcp.auth`; SUB, FIN/REQ/TOUCH and the message pump are :mod:`nsqd.tcp.consuming`.
+This module is the connection's lifecycle: its tasks, the command loop and dispatch.
 """
 
 from __future__ import annotations
@@ -42,23 +43,20 @@ from protocol import (
     Rdy,
     Req,
     Sub,
-    SubMode,
     Touch,
     frames,
 )
-from protocol.consume import parse_consume_start
 from protocol.errors import YouzanText
 from protocol.identify import IdentifyLimits
 
-from ..broker import Broker, Channel
+from ..broker import Broker
 from ..broker.creation import create_partition
-from ..broker.subscriptions import SubscribeRequest, subscribe
 from ..core.tags import ExtFilter
 from ..forwarding import Forwarder
 from . import negotiation
 from .auth import AuthClient, SessionAuth
-from .delivery import sample, write_extended, write_plain
-from .errors import HANDLED_ERRORS, client_error_for
+from .consuming import Consuming
+from .errors import HANDLED_ERRORS
 from .output import OutputBuffer
 from .publishing import Publisher
 
@@ -84,8 +82,8 @@ class SessionSettings:
     forwarder: Forwarder | None = None
 
 
-class Session:
-    """State and tasks of one client connection."""
+class Session(Consuming):
+    """State and tasks of one client connection (its consumer side: :class:`Consuming`)."""
 
     def __init__(
         self,
@@ -119,17 +117,8 @@ class Session:
         self.clock = broker.clock
         self.output = OutputBuffer(stream, broker.clock)
         self.publisher = Publisher(broker, self.output, settings.forwarder)
-        self.channel: Channel | None = None
-        self.partition: int | None = None
-        self.ext_block = False  # youzan ext block in message frames (ext topic)
-        self.detail_block = False  # youzan detail block (SUB_ORDERED / SUB_ADVANCED)
-        self.ready_count = 0
-        self.in_flight = 0
-        self.message_count = 0
-        self.finish_count = 0
-        self.requeue_count = 0
+        self._init_consuming()
         self.connect_time = int(self.clock.now())
-        self._pump_lot = ParkingLot()
         self._last_read = self.clock.monotonic()
         self._timer_lot = ParkingLot()  # the timers task waits here for its next deadline
         self._timers_restarted = False  # IDENTIFY changed the heartbeat interval
@@ -203,6 +192,11 @@ class Session:
         self.output.stop()
         self._timer_lot.unpark_all()
         self._pump_lot.unpark_all()
+
+    def close(self) -> None:
+        """Drop the connection (nsqd closes the clients of a deleted topic or channel)."""
+        if self._nursery is not None:
+            self._nursery.cancel_scope.cancel()
 
     async def _timers(self, cancel_scope: trio.CancelScope) -> None:
         """Heartbeats and nsqd's deadlines, one task per connection instead of a cancel scope
@@ -348,33 +342,6 @@ class Session:
         self._timers_restarted = True
         self._timer_lot.unpark_all()
 
-    async def _subscribe(self, command: Sub) -> None:
-        mode = command.mode
-        request = SubscribeRequest(
-            command.topic,
-            command.channel,
-            command.partition,
-            ordered=mode is SubMode.ORDERED,
-            extend_support=self.extend_support,
-            sample_rate=self.sample_rate,
-            start=parse_consume_start(command.consume_start) if command.consume_start else None,
-        )
-        try:
-            if self.settings.forwarder is not None:
-                await self.settings.forwarder.ensure_local(self.broker, command.topic)
-            sub = subscribe(self.broker, request, self)
-        except HANDLED_ERRORS as exc:
-            raise client_error_for(exc, "SUB", ErrorCode.SUB_FAILED) from exc
-        self.channel = sub.channel
-        self.partition = sub.partition
-        self.ext_block = sub.channel.topic.ext
-        self.detail_block = mode is not SubMode.PLAIN
-        if sub.metadata_changed:  # the channel became ordered: on disk before the OK
-            await self.broker.wait_durable()
-        assert self._nursery is not None
-        self._nursery.start_soon(self._pump)
-        self.output.append(frames.OK)
-
     async def _create_topic(self, command: InternalCreateTopic) -> None:
         """youzan's ``INTERNAL_CREATE_TOPIC``: standalone, the partition is made here; placed
         by pnsq's lookupd, lookupd is asked to place it (led by this node) first."""
@@ -389,92 +356,3 @@ class Session:
             text = YouzanText.CREATE_TOPIC_FAILED.format(topic)
             raise ClientError(ErrorCode.CREATE_TOPIC_FAILED, f"{text}: {exc}") from exc
         self.output.write(frames.OK)
-
-    def _fin(self, message_id: bytes) -> None:
-        assert self.channel is not None
-        try:
-            self.broker.finish(self.channel, message_id, self)
-        except HANDLED_ERRORS as exc:
-            raise client_error_for(exc, "FIN", ErrorCode.FIN_FAILED, message_id) from exc
-        self.finish_count += 1
-        self._release_one()
-
-    def _fin_many(self, message_ids: list[bytes]) -> None:
-        assert self.channel is not None
-        done, failed = self.broker.finish_many(self.channel, message_ids, self)
-        self.finish_count += done
-        self.in_flight = max(0, self.in_flight - done)
-        if self.in_flight < self.ready_count:
-            self._pump_lot.unpark_all()
-        for message_id, exc in failed:  # nsqd answers each failed FIN, in order
-            error = client_error_for(exc, "FIN", ErrorCode.FIN_FAILED, message_id)
-            if error.fatal:
-                raise error
-            log.info("[%s] %s", self.remote_address, error.log_text)
-            self.output.write(frames.encode_error(error.text))
-
-    def _req(self, message_id: bytes, timeout_ms: int) -> None:
-        assert self.channel is not None
-        try:
-            self.broker.requeue(self.channel, message_id, self, timeout_ms)
-        except HANDLED_ERRORS as exc:
-            raise client_error_for(exc, "REQ", ErrorCode.REQ_FAILED, message_id) from exc
-        self.requeue_count += 1
-        self._release_one()
-
-    def _touch(self, message_id: bytes) -> None:
-        assert self.channel is not None
-        max_ns = self.settings.identify.max_msg_timeout_ms * 1_000_000
-        try:
-            self.broker.touch(self.channel, message_id, self, self.msg_timeout_ns, max_ns)
-        except HANDLED_ERRORS as exc:
-            raise client_error_for(exc, "TOUCH", ErrorCode.TOUCH_FAILED, message_id) from exc
-
-    # ------------------------------------------------------------------ delivery
-
-    def wake(self) -> None:
-        """The channel may have messages for us."""
-        self._pump_lot.unpark_all()
-
-    def message_timed_out(self) -> None:
-        """A message we held timed out: it no longer counts against RDY."""
-        self._release_one()
-
-    def close(self) -> None:
-        """Drop the connection (nsqd closes the clients of a deleted topic or channel)."""
-        if self._nursery is not None:
-            self._nursery.cancel_scope.cancel()
-
-    def _release_one(self) -> None:
-        self.in_flight = max(0, self.in_flight - 1)
-        if self.in_flight < self.ready_count:
-            self._pump_lot.unpark_all()
-
-    async def _pump(self) -> None:
-        channel = self.channel
-        assert channel is not None
-        output = self.output
-        only = self.partition
-        max_pending = self.settings.max_pending_output_bytes
-        while not self._ended:
-            room = self.ready_count - self.in_flight
-            if room <= 0 or not channel.has_ready(only, self):
-                output.flush()
-                await self._pump_lot.park()
-                continue
-            space = max_pending - output.backlog
-            if space <= 0:  # the socket is not draining: take nothing more from the log
-                await output.wait_sent()
-                continue
-            now = self.clock.now_ns()
-            messages = channel.take(room, self, now + self.msg_timeout_ns, now, only, space)
-            if self.sample_rate:
-                messages = sample(channel, messages, self.sample_rate, self)
-            if self.ext_block or self.detail_block:
-                write_extended(output, messages, ext=self.ext_block, detail=self.detail_block)
-            else:
-                write_plain(output, messages)
-            self.in_flight += len(messages)
-            self.message_count += len(messages)
-            output.flush()
-            await trio.lowlevel.checkpoint()

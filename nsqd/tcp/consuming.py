@@ -1,0 +1,173 @@
+"""The consuming side of a V2 connection: its subscription, RDY and in-flight accounting, the
+FIN / REQ / TOUCH commands and the message pump that delivers while RDY allows.
+
+:class:`Consuming` is a base of :class:`~nsqd.tcp.session.Session` (the connection's
+lifecycle, command loop and dispatch): one object, so the consumer hot paths (a run of FINs,
+the pump) reach the broker directly, with no layer in between.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import trio
+from trio.lowlevel import ParkingLot
+
+from protocol import ErrorCode, Sub, SubMode, frames
+from protocol.consume import parse_consume_start
+
+from ..broker import Broker, Channel
+from ..broker.clock import Clock
+from ..broker.subscriptions import SubscribeRequest, subscribe
+from .delivery import sample, write_extended, write_plain
+from .errors import HANDLED_ERRORS, client_error_for
+from .output import OutputBuffer
+
+if TYPE_CHECKING:
+    from .session import SessionSettings
+
+log = logging.getLogger("nsqd.session")
+
+
+class Consuming:
+    """A connection's consumer state and commands (set up by :meth:`_init_consuming`)."""
+
+    # the connection's own, set by Session
+    broker: Broker
+    settings: SessionSettings
+    clock: Clock
+    output: OutputBuffer
+    remote_address: str
+    msg_timeout_ns: int
+    sample_rate: int
+    extend_support: bool
+    _nursery: trio.Nursery | None
+    _ended: bool
+
+    def _init_consuming(self) -> None:
+        self.channel: Channel | None = None
+        self.partition: int | None = None
+        self.ext_block = False  # youzan ext block in message frames (ext topic)
+        self.detail_block = False  # youzan detail block (SUB_ORDERED / SUB_ADVANCED)
+        self.ready_count = 0
+        self.in_flight = 0
+        self.message_count = 0
+        self.finish_count = 0
+        self.requeue_count = 0
+        self._pump_lot = ParkingLot()  # the pump waits here for RDY room or messages
+
+    # ------------------------------------------------------------------ SUB
+
+    async def _subscribe(self, command: Sub) -> None:
+        mode = command.mode
+        request = SubscribeRequest(
+            command.topic,
+            command.channel,
+            command.partition,
+            ordered=mode is SubMode.ORDERED,
+            extend_support=self.extend_support,
+            sample_rate=self.sample_rate,
+            start=parse_consume_start(command.consume_start) if command.consume_start else None,
+        )
+        try:
+            if self.settings.forwarder is not None:
+                await self.settings.forwarder.ensure_local(self.broker, command.topic)
+            sub = subscribe(self.broker, request, self)
+        except HANDLED_ERRORS as exc:
+            raise client_error_for(exc, "SUB", ErrorCode.SUB_FAILED) from exc
+        self.channel = sub.channel
+        self.partition = sub.partition
+        self.ext_block = sub.channel.topic.ext
+        self.detail_block = mode is not SubMode.PLAIN
+        if sub.metadata_changed:  # the channel became ordered: on disk before the OK
+            await self.broker.wait_durable()
+        assert self._nursery is not None
+        self._nursery.start_soon(self._pump)
+        self.output.append(frames.OK)
+
+    # ------------------------------------------------------------------ FIN / REQ / TOUCH
+
+    def _fin(self, message_id: bytes) -> None:
+        assert self.channel is not None
+        try:
+            self.broker.finish(self.channel, message_id, self)
+        except HANDLED_ERRORS as exc:
+            raise client_error_for(exc, "FIN", ErrorCode.FIN_FAILED, message_id) from exc
+        self.finish_count += 1
+        self._release_one()
+
+    def _fin_many(self, message_ids: list[bytes]) -> None:
+        assert self.channel is not None
+        done, failed = self.broker.finish_many(self.channel, message_ids, self)
+        self.finish_count += done
+        self.in_flight = max(0, self.in_flight - done)
+        if self.in_flight < self.ready_count:
+            self._pump_lot.unpark_all()
+        for message_id, exc in failed:  # nsqd answers each failed FIN, in order
+            error = client_error_for(exc, "FIN", ErrorCode.FIN_FAILED, message_id)
+            if error.fatal:
+                raise error
+            log.info("[%s] %s", self.remote_address, error.log_text)
+            self.output.write(frames.encode_error(error.text))
+
+    def _req(self, message_id: bytes, timeout_ms: int) -> None:
+        assert self.channel is not None
+        try:
+            self.broker.requeue(self.channel, message_id, self, timeout_ms)
+        except HANDLED_ERRORS as exc:
+            raise client_error_for(exc, "REQ", ErrorCode.REQ_FAILED, message_id) from exc
+        self.requeue_count += 1
+        self._release_one()
+
+    def _touch(self, message_id: bytes) -> None:
+        assert self.channel is not None
+        max_ns = self.settings.identify.max_msg_timeout_ms * 1_000_000
+        try:
+            self.broker.touch(self.channel, message_id, self, self.msg_timeout_ns, max_ns)
+        except HANDLED_ERRORS as exc:
+            raise client_error_for(exc, "TOUCH", ErrorCode.TOUCH_FAILED, message_id) from exc
+
+    # ------------------------------------------------------------------ delivery
+
+    def wake(self) -> None:
+        """The channel may have messages for us."""
+        self._pump_lot.unpark_all()
+
+    def message_timed_out(self) -> None:
+        """A message we held timed out: it no longer counts against RDY."""
+        self._release_one()
+
+    def _release_one(self) -> None:
+        self.in_flight = max(0, self.in_flight - 1)
+        if self.in_flight < self.ready_count:
+            self._pump_lot.unpark_all()
+
+    async def _pump(self) -> None:
+        channel = self.channel
+        assert channel is not None
+        output = self.output
+        only = self.partition
+        max_pending = self.settings.max_pending_output_bytes
+        while not self._ended:
+            room = self.ready_count - self.in_flight
+            if room <= 0 or not channel.has_ready(only, self):
+                output.flush()
+                await self._pump_lot.park()
+                continue
+            space = max_pending - output.backlog
+            if space <= 0:  # the socket is not draining: take nothing more from the log
+                await output.wait_sent()
+                continue
+            now = self.clock.now_ns()
+            messages = channel.take(room, self, now + self.msg_timeout_ns, now, only, space)
+            if self.sample_rate:
+                messages = sample(channel, messages, self.sample_rate, self)
+            if self.ext_block or self.detail_block:
+                write_extended(output, messages, ext=self.ext_block, detail=self.detail_block)
+            else:
+                write_plain(output, messages)
+            self.in_flight += len(messages)
+            self.message_count += len(messages)
+            output.flush()
+            await trio.lowlevel.checkpoint()
