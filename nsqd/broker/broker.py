@@ -1,7 +1,11 @@
 """The broker: the one place that joins pure state (``nsqd.core``) with the partition logs
-(``nsqd.storage``). Publishing is synchronous (the append lands in the page cache before the
-ack, so ``kill -9`` loses nothing); fsync, checkpoints and retention run in background tasks,
-with fsync in a worker thread (DESIGN.md §4, §6).
+(``nsqd.storage``). This module is its writing side and its life: publishing, the waits for
+followers and fsync before an ack, and the background tasks (sync, retention) from open to
+close. Publishing is synchronous (the append lands in the page cache before the ack, so
+``kill -9`` loses nothing); fsync, checkpoints and retention run in background tasks, with
+fsync in a worker thread (DESIGN.md §4, §6). Topic and channel lifecycle is
+:mod:`nsqd.broker.topics`, FIN / REQ / TOUCH :mod:`nsqd.broker.acking` (both bases of
+:class:`Broker`, so callers ask the broker for everything).
 
 On-disk layout under ``data_path``::
 
@@ -13,61 +17,44 @@ On-disk layout under ``data_path``::
 from __future__ import annotations
 
 import logging
-import shutil
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager
-from pathlib import Path
 
 import trio
 
 from protocol.lookup import TopicAssignment
-from protocol.message import SEQUENCE_MASK, partition_of
-from protocol.names import is_ephemeral
+from protocol.message import partition_of
 
-from ..core.cursor import Message
-from ..core.errors import (
-    BrokerError,
-    ChannelNotFoundError,
-    ConsumerLimitError,
-    ExitingError,
-    NotEnoughReplicasError,
-    NotInFlightError,
-    NotOwnerError,
-    NotWritableError,
-    PartitionNotFoundError,
-    TopicNotFoundError,
-)
-from ..core.latency import LatencyWindow
+from ..core.errors import ExitingError, NotEnoughReplicasError, NotWritableError
 from ..core.ownership import Plan
 from ..storage.cache import CacheBudget
 from ..storage.disk import is_out_of_space
 from ..storage.errors import StorageError
 from ..storage.handles import HandleCache
 from ..storage.record import NewRecord, Record
+from .acking import Acking
 from .assignments import apply_assignments
 from .changes import Changes
-from .channel import Channel, Subscriber
+from .channel import Channel
 from .clock import Clock
 from .config import BrokerConfig
 from .diskguard import DiskGuard
 from .latency import Discard, Observer
 from .opening import LogOpener
 from .partition import Partition
-from .persistence import (
-    SyncSchedule,
-    topic_directory,
-)
+from .persistence import SyncSchedule
 from .reading import skipped_records
 from .replication import ReplicationWaiters
 from .restore import restore_broker
 from .retention import apply_retention
 from .syncing import Syncer
 from .topic import Topic
+from .topics import TopicRegistry
 
 log = logging.getLogger("nsqd.broker")
 
 
-class Broker:
+class Broker(TopicRegistry, Acking):
     """Topics, channels and their logs on this node. Create with :func:`open_broker`."""
 
     def __init__(
@@ -100,53 +87,7 @@ class Broker:
         self.replication = ReplicationWaiters()
         self.role_changes = 0  # partitions whose role here changed by lookupd's word
 
-    # ------------------------------------------------------------------ topics
-
-    def find_topic(self, name: str) -> Topic | None:
-        """The topic ``name`` if this node has it (nothing is created)."""
-        return self.topics.get(name)
-
-    def list_topics(self) -> list[Topic]:
-        """Every topic this node has, by name."""
-        return sorted(self.topics.values(), key=lambda t: t.name)
-
-    def get_topic(self, name: str) -> Topic:
-        """An existing topic, or TopicNotFoundError."""
-        topic = self.topics.get(name)
-        if topic is None:
-            raise TopicNotFoundError(name)
-        return topic
-
-    def get_or_create_topic(
-        self, name: str, partitions: int | None = None, *, ordered: bool = False, ext: bool = False
-    ) -> Topic:
-        """The topic ``name``, created (with ``--default-partitions`` unless ``partitions`` is
-        given, and the youzan flags) on first use."""
-        topic = self.topics.get(name)
-        if topic is not None:
-            return topic
-        if self.exiting:
-            raise ExitingError
-        count = partitions or self.config.default_partitions
-        topic = self.logs.build_topic(name, count, {}, ordered=ordered, ext=ext)
-        self.topics[name] = topic
-        self.syncs.request(metadata=True)
-        self.changes.notify()
-        flags = "".join(f", {f}" for f, on in (("ordered", ordered), ("ext", ext)) if on)
-        log.info("TOPIC(%s): created with %d partition(s)%s", name, count, flags)
-        return topic
-
-    def auto_create_topic(self, name: str, partition: int | None) -> Topic:
-        """The topic a PUB or SUB names, created as nsqd does unless it names a partition that
-        a new topic would not have (PartitionNotFoundError, nothing created)."""
-        if partition is None or partition == -1 or name in self.topics:
-            return self.get_or_create_topic(name)
-        if not 0 <= partition < self.config.default_partitions:
-            raise PartitionNotFoundError(f"partition {partition} of topic {name}")
-        return self.get_or_create_topic(name)
-
-    def _topic_dir(self, name: str) -> Path:
-        return topic_directory(self.config.data_path, name)
+    # ------------------------------------------------------------------ placement and reads
 
     def retire(self, partition: Partition) -> None:
         """A partition no longer held here: its log is synced and closed at the next sync
@@ -161,104 +102,6 @@ class Broker:
     def apply_assignments(self, node: str, assignments: Sequence[TopicAssignment]) -> Plan:
         """Hold what pnsq's lookupd placed on ``node`` (this node), in the roles it gave."""
         return apply_assignments(self, node, assignments)
-
-    # ------------------------------------------------------------------ channels
-
-    def get_or_create_channel(self, topic: Topic, name: str) -> Channel:
-        """The channel ``name`` of ``topic``, created on first use."""
-        channel = topic.channels.get(name)
-        if channel is not None:
-            return channel
-        if self.exiting:
-            raise ExitingError
-        channel = Channel(topic, name, ephemeral=is_ephemeral(name) or topic.ephemeral)
-        channel.ordered = topic.ordered  # an ordered topic has only ordered channels
-        for partition in topic.partitions:
-            channel.add_partition(partition, topic.first_channel_start(partition), [])
-            partition.dirty = True
-        topic.channels[name] = channel
-        if channel.ordered:  # its first message waits for the followers to hold its state
-            for partition in topic.led:
-                self.replication.appended(partition)
-        self.start_timer(channel)
-        self.syncs.request(metadata=True)
-        self.changes.notify()
-        log.info("TOPIC(%s): new channel(%s)", topic.name, name)
-        return channel
-
-    def start_timer(self, channel: Channel) -> None:
-        """Run the channel's timer task (until the channel is deleted)."""
-        channel.clock = self.clock
-        scope = trio.CancelScope()
-        self._timer_scopes[channel] = scope
-
-        async def timer() -> None:
-            with scope:
-                await channel.run_timer()
-
-        self._nursery.start_soon(timer)
-
-    def subscribe(self, topic_name: str, channel_name: str, client: Subscriber) -> Channel:
-        """Add ``client`` to the channel, creating topic and channel as nsqd does."""
-        topic = self.get_or_create_topic(topic_name)
-        channel = self.get_or_create_channel(topic, channel_name)
-        limit = self.config.max_channel_consumers
-        if limit and len(channel.clients) >= limit:
-            raise ConsumerLimitError(
-                f"consumers for {topic_name}:{channel_name} exceeds limit of {limit}"
-            )
-        channel.clients.add(client)
-        return channel
-
-    def unsubscribe(self, channel: Channel, client: Subscriber) -> None:
-        """Remove ``client``; an #ephemeral channel goes with its last client.
-
-        Its in-flight messages stay in flight until they time out, as in nsqd.
-        """
-        channel.clients.discard(client)
-        if channel.ephemeral and not channel.clients and not channel.deleted:
-            self.delete_channel(channel.topic, channel.name)
-
-    def delete_channel(self, topic: Topic, name: str) -> None:
-        """Remove a channel and its cursors; an #ephemeral topic goes with its last channel."""
-        channel = topic.channels.pop(name, None)
-        if channel is None:
-            raise ChannelNotFoundError(name)
-        channel.deleted = True
-        scope = self._timer_scopes.pop(channel, None)
-        if scope is not None:
-            scope.cancel()
-        if not topic.channels:
-            for partition in topic.partitions:
-                partition.topic_start = partition.log.end_offset
-        for partition in topic.partitions:
-            partition.dirty = True
-        self.syncs.request(metadata=True)
-        self.changes.notify()
-        if topic.ephemeral and not topic.channels and not topic.deleted:
-            self._drop_topic(topic)
-
-    def _drop_topic(self, topic: Topic) -> None:
-        topic.deleted = True
-        self.topics.pop(topic.name, None)
-        for channel in list(topic.channels.values()):
-            channel.deleted = True
-            scope = self._timer_scopes.pop(channel, None)
-            if scope is not None:
-                scope.cancel()
-        for partition in topic.partitions:
-            partition.log.close()
-        self.syncs.metadata_dirty = True
-        self.changes.notify()
-
-    async def delete_topic(self, name: str) -> None:
-        """Delete a topic, its channels and its data on disk."""
-        topic = self.get_topic(name)
-        async with self.syncer.lock:
-            self._drop_topic(topic)
-            if not topic.ephemeral:
-                await trio.to_thread.run_sync(shutil.rmtree, self._topic_dir(name), True)
-        self.syncs.request()
 
     # ------------------------------------------------------------------ publish
 
@@ -326,101 +169,6 @@ class Broker:
     async def wait_durable(self) -> None:
         """Wait for an fsync that started after this call (group commit: waiters share one)."""
         await self.syncs.wait_durable()
-
-    # ------------------------------------------------------------------ FIN / REQ / TOUCH
-
-    @staticmethod
-    def locate(message_id: bytes) -> tuple[int, int]:
-        """(partition, offset) of a 16-byte message id."""
-        internal_id = int.from_bytes(message_id[:8], "big")
-        return partition_of(internal_id), (internal_id & SEQUENCE_MASK) - 1
-
-    def finish(self, channel: Channel, message_id: bytes, client: object) -> None:
-        """FIN one message (:meth:`finish_many` of one); raises its refusal: NotInFlightError,
-        NotOwnerError, NotLeaderError."""
-        _, failed = self.finish_many(channel, [message_id], client)
-        if failed:
-            raise failed[0][1]
-
-    def finish_many(
-        self, channel: Channel, message_ids: Sequence[bytes], client: object
-    ) -> tuple[int, list[tuple[bytes, BrokerError]]]:
-        """FIN each of ``message_ids`` in order (a consumer's run of FINs): how many were
-        finished, and the refusals ``(id, error)`` in order, as :meth:`finish` would raise
-        them one by one; a refusal other than "not in flight" / "not the owner" ends the run
-        (it ends the connection too)."""
-        done = 0
-        failed: list[tuple[bytes, BrokerError]] = []
-        touched: set[int] = set()
-        cursors = channel.cursors
-        observe = self.observe_e2e if self.config.e2e_percentiles else None
-        for message_id in message_ids:
-            internal_id = int.from_bytes(message_id[:8], "big")
-            number = partition_of(internal_id)
-            cursor = cursors.get(number)
-            try:
-                if cursor is None:
-                    raise NotInFlightError
-                if number not in touched:
-                    channel.topic.partition(number).state.require_leader("FIN")
-                    touched.add(number)
-                message = cursor.finish((internal_id & SEQUENCE_MASK) - 1, client)
-            except (NotInFlightError, NotOwnerError) as exc:
-                failed.append((message_id, exc))
-                continue
-            except BrokerError as exc:  # not the leader: the rest is refused the same way
-                failed.append((message_id, exc))
-                break
-            done += 1
-            if observe is not None:
-                observe(channel, message)
-        for number in touched:
-            partition = channel.topic.partition(number)
-            partition.dirty = True
-            if cursors[number].ordered:
-                self.replication.appended(partition)
-                channel.notify()
-        return done, failed
-
-    def observe_e2e(self, channel: Channel, message: Message) -> None:
-        """nsqd's end-to-end processing latency: FIN time minus the publish timestamp."""
-        now_ns = self.clock.now_ns()
-        window = channel.e2e_latency
-        if window is None:
-            window_ns = int(self.config.e2e_window * 1e9)
-            window = LatencyWindow(self.config.e2e_percentiles, window_ns, now_ns)
-            channel.e2e_latency = window
-        window.insert(now_ns - message.record.timestamp_ns, now_ns)
-
-    def requeue(self, channel: Channel, message_id: bytes, client: object, delay_ms: int) -> None:
-        """REQ with the delay clamped to [0, --max-req-timeout]."""
-        delay_ms = max(0, min(delay_ms, int(self.config.max_req_timeout * 1000)))
-        partition, offset = self.locate(message_id)
-        now_ns = self.clock.now_ns()
-        cursor = channel.cursor_for(partition)
-        cursor.requeue(offset, client, delay_ms * 1_000_000, now_ns)
-        if delay_ms and not cursor.ordered:  # ordered: redelivered now, at the head
-            channel.arm_timer(now_ns + delay_ms * 1_000_000)
-        else:
-            channel.notify()
-
-    def touch(
-        self,
-        channel: Channel,
-        message_id: bytes,
-        client: object,
-        msg_timeout_ns: int,
-        max_msg_timeout_ns: int,
-    ) -> None:
-        """TOUCH: deadline = now + msg timeout, capped at delivery + --max-msg-timeout."""
-        partition, offset = self.locate(message_id)
-        cursor = channel.cursor_for(partition)
-        message = cursor.in_flight.get(offset)
-        now_ns = self.clock.now_ns()
-        deadline = now_ns + msg_timeout_ns
-        if message is not None:
-            deadline = min(deadline, message.delivered_ns + max_msg_timeout_ns)
-        cursor.touch(offset, client, deadline)
 
     # ------------------------------------------------------------------ persistence
 
