@@ -15,7 +15,7 @@ import trio
 from trio.lowlevel import ParkingLot
 
 from ..core.cursor import Message, PartitionCursor
-from ..core.errors import NotInFlightError
+from ..core.errors import NotInFlightError, NotLeaderError, PartitionNotConsumedError
 from ..core.latency import LatencyWindow
 from .clock import Clock
 from .dispatch import Dispatch
@@ -206,6 +206,54 @@ class Channel:
             raise NotInFlightError
         return cursor
 
+    def led_cursor(self, number: int) -> tuple[Partition, PartitionCursor]:
+        """The partition ``number`` and this channel's cursor in it, if this node leads it.
+
+        Raises:
+            PartitionNotConsumedError: no cursor of this channel in ``number`` here.
+            NotLeaderError: the partition is held here but led elsewhere.
+        """
+        cursor = self.cursors.get(number)
+        if cursor is None or not self.topic.holds(number):
+            raise PartitionNotConsumedError(f"partition {number} is not consumed here")
+        partition = self.topic.partition(number)
+        if not partition.state.leads:
+            raise NotLeaderError(f"partition {number} is not led here")
+        return partition, cursor
+
+    def release(self, owners: list[object]) -> None:
+        """The holders of messages taken back from them (finished for them, dropped, timed
+        out) get their RDY room back: one call per message."""
+        for owner in owners:
+            if isinstance(owner, _TimeoutAware):
+                owner.message_timed_out()
+
+    def confirm_deferred(self) -> None:
+        """Confirm unsent every deferred message of every partition (youzan's
+        ``/channel/emptydelayed``)."""
+        for partition, cursor in self.iter_cursors():
+            cursor.confirm_deferred()
+            partition.dirty = True
+        self.notify()
+
+    def release_deferred(self) -> None:
+        """Deliver every deferred message now (youzan's ``/channel/requeuedelayed``)."""
+        for cursor in self.cursors.values():
+            cursor.release_deferred()
+        self.notify()
+
+    def set_skipped(self, skipped: bool) -> None:
+        """youzan's ``/channel/skip`` (True: every message confirmed unsent from now on) and
+        ``/channel/unskip``; both move the channel to the end first, as youzan does."""
+        self.skipped = skipped
+        self.empty()
+
+    def set_skip_zan_test(self, skip: bool) -> None:
+        """youzan's ``/channel/skipZanTest`` (True: messages whose header has ``zan_test`` true
+        are confirmed unsent) and ``/channel/unskipZanTest``."""
+        self.skip_zan_test = skip
+        self.notify()
+
     def empty(self) -> None:
         """nsqd's channel empty: drop depth, in-flight and deferred messages in every partition.
         The owners of dropped in-flight messages get their RDY room back (one call each)."""
@@ -216,9 +264,7 @@ class Channel:
         """Move ``cursor`` to ``offset``, dropping what is in flight, deferred or requeued; the
         owners of dropped in-flight messages get their RDY room back (one call each)."""
         self.dispatch.drop_partition(partition.number)
-        for owner in cursor.seek(offset):
-            if isinstance(owner, _TimeoutAware):
-                owner.message_timed_out()
+        self.release(cursor.seek(offset))
         partition.dirty = True
         self.notify()
 
@@ -255,9 +301,7 @@ class Channel:
                 # a timed-out message goes behind what consumers can read now (nsqd's back of
                 # the queue)
                 owners, released = cursor.expire(now_ns, partition.state.high_watermark)
-                for owner in owners:
-                    if isinstance(owner, _TimeoutAware):
-                        owner.message_timed_out()
+                self.release(owners)
                 moved += len(owners) + released
             if moved:
                 self.notify()

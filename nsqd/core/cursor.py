@@ -304,8 +304,57 @@ class PartitionCursor:
     def confirm_unsent(self, message: Message) -> None:
         """A taken message the server confirms without delivering it (youzan's filters and
         skipped channels): FINed as if delivered and finished at once."""
-        self.acked.add(message.offset)
+        self.confirm_offset(message.offset)
+
+    def is_confirmed(self, offset: int) -> bool:
+        """Whether ``offset`` is finished (below ``confirmed``, or FINed out of order)."""
+        return offset < self.confirmed or offset in self.acked
+
+    def finish_held(self, offset: int) -> list[object]:
+        """FIN of the message in flight at ``offset`` whoever holds it (youzan's
+        ``/message/finish``): its holder (one entry), or ``[]`` if nothing is in flight there."""
+        message = self.in_flight.get(offset)
+        if message is None:
+            return []
+        owner = message.owner
+        self.finish(offset, owner)
+        return [owner]
+
+    def confirm_waiting(self, offset: int) -> bool:
+        """Confirm unsent the message at ``offset`` if it waits in the requeued or deferred
+        queue (taken out of it); False if it waits in neither."""
+        waiting = [m for m in (*self.ready, *self.deferred) if m.offset == offset]
+        for message in waiting:
+            if message in self.ready:
+                self.ready.remove(message)
+            else:
+                self.deferred.remove(message)
+        if not waiting:
+            return False
+        self.confirm_unsent(waiting[0])
+        return True
+
+    def confirm_offset(self, offset: int) -> None:
+        """Confirm unsent the message at ``offset`` not taken from the log yet (or not waiting
+        anywhere): it is skipped when read."""
+        self.acked.add(offset)
         self._advance_confirmed()
+
+    def confirm_deferred(self) -> int:
+        """Confirm unsent every deferred message (youzan's ``/channel/emptydelayed``); how many."""
+        dropped = list(self.deferred)
+        self.deferred.clear()
+        for message in dropped:
+            self.confirm_unsent(message)
+        return len(dropped)
+
+    def release_deferred(self) -> int:
+        """Every deferred message due now, in due order, after the requeued ones (youzan's
+        ``/channel/requeuedelayed``); how many."""
+        released = len(self.deferred)
+        self.ready.extend(self.deferred)
+        self.deferred.clear()
+        return released
 
     def requeue(self, offset: int, owner: object, delay_ns: int, now_ns: int) -> Message:
         """REQ: back to the channel now (``delay_ns == 0``) or after ``delay_ns``."""

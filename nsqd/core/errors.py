@@ -95,3 +95,8 @@ class ChannelNotRegisteredError(BrokerError):
 
 class OffsetNotKeptError(BrokerError):
     """A read from an offset the partition no longer (or not yet) keeps."""
+
+
+class PartitionNotConsumedError(BrokerError):
+    """A channel has no cursor in that partition on this node (youzan's ``/message/finish``
+    of an id from a partition held elsewhere)."""

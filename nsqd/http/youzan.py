@@ -26,7 +26,7 @@ from protocol.message import PARTITION_SHIFT
 
 from ..broker import Channel, NewRecord, Partition, Record, StorageError, Topic, read_records
 from ..broker.admin import get_channel
-from ..core.cursor import Message
+from ..broker.finishing import finish_anywhere
 from ..core.errors import (
     BadPartitionError,
     BrokerError,
@@ -34,6 +34,7 @@ from ..core.errors import (
     NotLeaderError,
     NotWritableError,
     OffsetNotKeptError,
+    PartitionNotConsumedError,
     TopicNotFoundError,
 )
 from .admin import topic_arg
@@ -207,32 +208,18 @@ class YouzanAPI:
             raise HTTPError(400, "INVALID_REQUEST")
         internal = int(raw)
         number, offset = (internal >> PARTITION_SHIFT) & 0x3FF, (internal & _SEQ_MASK) - 1
-        cursor = channel.cursors.get(number)
-        if cursor is None or not channel.topic.holds(number):
-            raise HTTPError(500, f"partition {number} is not consumed here")
-        partition = channel.topic.partition(number)
-        if not partition.state.leads:
-            raise HTTPError(400, "E_FAILED_ON_NOT_LEADER")
-        if offset < cursor.confirmed or offset in cursor.acked:
-            return None  # already confirmed
-        held = cursor.in_flight.get(offset)
-        if held is not None:
-            owner = held.owner
-            cursor.finish(offset, owner)
-            release = getattr(owner, "message_timed_out", None)
-            if callable(release):
-                release()  # the holder gets its RDY room back
-        else:
-            waiting = [m for m in (*cursor.ready, *cursor.deferred) if m.offset == offset]
-            for message in waiting:
-                if message in cursor.ready:
-                    cursor.ready.remove(message)
-                else:
-                    cursor.deferred.remove(message)
-            message = waiting[0] if waiting else Message(number, await _read_one(partition, offset))
-            cursor.confirm_unsent(message)
-        partition.dirty = True
-        log.info("TOPIC(%s): message %d of channel %s finished by api", *_names(channel), internal)
+        try:
+            finished = await finish_anywhere(channel, number, offset)
+        except PartitionNotConsumedError as exc:
+            raise HTTPError(500, str(exc)) from exc
+        except NotLeaderError as exc:
+            raise HTTPError(400, "E_FAILED_ON_NOT_LEADER") from exc
+        except OffsetNotKeptError as exc:
+            raise HTTPError(404, str(exc)) from exc
+        if finished:
+            log.info(
+                "TOPIC(%s): message %d of channel %s finished by api", *_names(channel), internal
+            )
         return None
 
     # ------------------------------------------------------------------ channels
@@ -251,8 +238,7 @@ class YouzanAPI:
         """``/channel/skip``: confirm every message unsent from now on; ``/channel/unskip``:
         deliver again. Both move the channel to the end first, as youzan does."""
         channel = self._channel(request)
-        channel.skipped = not request.path.endswith("/unskip")
-        channel.empty()
+        channel.set_skipped(not request.path.endswith("/unskip"))
         await self._save()
         return None
 
@@ -262,8 +248,7 @@ class YouzanAPI:
         channel = self._channel(request)
         if not channel.topic.ext:
             raise HTTPError(400, "INVALID_REQUEST")
-        channel.skip_zan_test = not request.path.endswith("/unskipZanTest")
-        channel.notify()
+        channel.set_skip_zan_test(not request.path.endswith("/unskipZanTest"))
         return None
 
     async def channel_setorder(self, request: Request) -> Reply:
@@ -279,22 +264,12 @@ class YouzanAPI:
 
     async def channel_emptydelayed(self, request: Request) -> Reply:
         """Confirm the channel's deferred (delayed) messages unsent."""
-        channel = self._channel(request)
-        for partition, cursor in channel.iter_cursors():
-            for message in list(cursor.deferred):
-                cursor.deferred.remove(message)
-                cursor.confirm_unsent(message)
-            partition.dirty = True
-        channel.notify()
+        self._channel(request).confirm_deferred()
         return None
 
     async def channel_requeuedelayed(self, request: Request) -> Reply:
         """Deliver the channel's deferred (delayed) messages now."""
-        channel = self._channel(request)
-        for _, cursor in channel.iter_cursors():
-            while cursor.deferred:
-                cursor.ready.append(cursor.deferred.pop(0))
-        channel.notify()
+        self._channel(request).release_deferred()
         return None
 
     async def _save(self) -> None:

@@ -1,0 +1,35 @@
+"""Finishing one message of a channel by its offset from outside its consumers (youzan's
+``/message/finish``): wherever the message is (in flight, requeued, deferred, or not read yet),
+it is confirmed, and a holder gets its RDY room back."""
+
+from __future__ import annotations
+
+from ..core.errors import OffsetNotKeptError
+from .channel import Channel
+from .reading import read_records
+
+
+async def finish_anywhere(channel: Channel, number: int, offset: int) -> bool:
+    """Confirm the message at ``offset`` of partition ``number`` in ``channel``; False if it
+    was confirmed already.
+
+    Raises:
+        PartitionNotConsumedError: the channel has no cursor in ``number`` here.
+        NotLeaderError: this node holds the partition but does not lead it.
+        OffsetNotKeptError: the log has no message at ``offset`` (never written, or deleted).
+        TopicNotFoundError: the topic was deleted meanwhile.
+        StorageError: the disk failed.
+    """
+    partition, cursor = channel.led_cursor(number)
+    if cursor.is_confirmed(offset):
+        return False
+    owners = cursor.finish_held(offset)
+    if owners:
+        channel.release(owners)
+    elif not cursor.confirm_waiting(offset):
+        records = await read_records(partition, offset, 1)
+        if not records or records[0].offset != offset:
+            raise OffsetNotKeptError(f"no message at offset {offset}")
+        cursor.confirm_offset(offset)
+    partition.dirty = True
+    return True

@@ -1,0 +1,98 @@
+"""The cursor operations youzan's HTTP endpoints ask for: finishing a message wherever it is
+(``/message/finish``), and confirming or releasing every deferred message at once
+(``/channel/emptydelayed``, ``/channel/requeuedelayed``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nsqd.core.cursor import PartitionCursor
+
+
+@dataclass(frozen=True)
+class Rec:
+    offset: int
+    timestamp_ns: int = 0
+    internal_id: int = 0
+    trace_id: int = 0
+    deliver_at_ns: int = 0
+    body: bytes = b""
+
+
+LOG = [Rec(i) for i in range(10)]
+
+
+def fetch(offset: int, count: int, _max_bytes: int | None) -> list[Rec]:
+    return LOG[offset : offset + count]
+
+
+def _delivered(count: int, owner: str = "a") -> PartitionCursor:
+    cursor = PartitionCursor(0, 0)
+    cursor.start_flights(cursor.take(fetch, count, 0, len(LOG)), owner, 100, 0)
+    return cursor
+
+
+def test_finish_held_finishes_for_whoever_holds_it() -> None:
+    cursor = _delivered(3, "a")
+    assert cursor.finish_held(1) == ["a"]
+    assert 1 not in cursor.in_flight
+    assert cursor.is_confirmed(1)
+    assert not cursor.is_confirmed(0)
+    assert cursor.finish_held(1) == []  # not in flight any more
+    assert cursor.finish_held(7) == []  # never delivered
+    assert cursor.finish_held(0) == ["a"]
+    assert cursor.confirmed == 2  # 0 and 1: contiguous
+
+
+def test_confirm_waiting_takes_a_requeued_or_deferred_message_out() -> None:
+    cursor = _delivered(4)
+    cursor.requeue(1, "a", 0, 0)  # requeued now
+    cursor.requeue(2, "a", 500, 0)  # deferred until 500
+    assert cursor.confirm_waiting(1)
+    assert cursor.confirm_waiting(2)
+    assert not cursor.ready
+    assert not cursor.deferred
+    assert cursor.is_confirmed(1)
+    assert cursor.is_confirmed(2)
+    assert not cursor.confirm_waiting(3)  # in flight, not waiting
+    assert not cursor.confirm_waiting(8)  # not read yet
+    assert [m.offset for m in cursor.take(fetch, 10, 1_000, len(LOG))] == [4, 5, 6, 7, 8, 9]
+
+
+def test_confirm_deferred_confirms_every_deferred_message_and_nothing_else() -> None:
+    cursor = _delivered(5)
+    for offset, delay in ((0, 300), (1, 100), (3, 200)):
+        cursor.requeue(offset, "a", delay, 0)
+    cursor.requeue(4, "a", 0, 0)
+    assert cursor.confirm_deferred() == 3
+    assert not cursor.deferred
+    assert cursor.next_deadline() == 100
+    assert cursor.confirmed == 2
+    assert sorted(cursor.acked) == [3]
+    assert [m.offset for m in cursor.take(fetch, 1, 0, len(LOG))] == [4]  # the requeued one
+    assert cursor.confirm_deferred() == 0
+
+
+def test_release_deferred_makes_them_ready_in_due_order_after_the_requeued() -> None:
+    cursor = _delivered(4)
+    cursor.requeue(0, "a", 300, 0)
+    cursor.requeue(1, "a", 100, 0)
+    cursor.requeue(2, "a", 0, 0)
+    assert cursor.release_deferred() == 2
+    assert not cursor.deferred
+    assert [m.offset for m in cursor.take(fetch, 3, 0, 4)] == [2, 1, 0]
+    assert cursor.release_deferred() == 0
+
+
+def test_confirm_unsent_then_deferred_release_keep_the_ordered_head() -> None:
+    """Ordered: releasing the deferred head makes it deliverable at once."""
+    log = [Rec(0, deliver_at_ns=500), Rec(1)]
+    cursor = PartitionCursor(0, 0)
+    cursor.ordered = True
+
+    def fetch2(o: int, n: int, _b: int | None) -> list[Rec]:
+        return log[o : o + n]
+
+    assert cursor.take(fetch2, 5, 0, 2) == []
+    cursor.release_deferred()
+    assert [m.offset for m in cursor.take(fetch2, 5, 0, 2)] == [0]
