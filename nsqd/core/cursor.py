@@ -321,17 +321,21 @@ class PartitionCursor:
         return [owner]
 
     def confirm_waiting(self, offset: int) -> bool:
-        """Confirm unsent the message at ``offset`` if it waits in the requeued or deferred
-        queue (taken out of it); False if it waits in neither."""
+        """Confirm unsent the message at ``offset`` if it waits to be delivered again
+        (requeued, deferred, or timed out behind the log): taken out of its queue; False if it
+        waits nowhere."""
         waiting = [m for m in (*self.ready, *self.deferred) if m.offset == offset]
         for message in waiting:
             if message in self.ready:
                 self.ready.remove(message)
             else:
                 self.deferred.remove(message)
-        if not waiting:
+        behind = [entry for entry in self.behind if entry[1].offset == offset]
+        for entry in behind:
+            self.behind.remove(entry)
+        if not waiting and not behind:
             return False
-        self.confirm_unsent(waiting[0])
+        self.confirm_offset(offset)
         return True
 
     def confirm_offset(self, offset: int) -> None:
@@ -339,6 +343,8 @@ class PartitionCursor:
         anywhere): it is skipped when read."""
         self.acked.add(offset)
         self._advance_confirmed()
+        if self.next_read < self.confirmed:  # confirmed from the read position: not read again
+            self.next_read = self.confirmed
 
     def confirm_deferred(self) -> int:
         """Confirm unsent every deferred message (youzan's ``/channel/emptydelayed``); how many."""

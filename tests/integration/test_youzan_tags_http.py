@@ -182,3 +182,22 @@ def test_an_untagged_consumer_is_not_stuck_behind_a_message_held_for_a_busy_tag(
     assert isinstance(stats, dict)
     (channel,) = stats["topics"][0]["channels"]
     assert channel["depth"] == 0
+
+
+def test_message_finish_of_messages_not_read_yet(node: Daemon) -> None:
+    """/message/finish before any consumer read them: the head and a later message are never
+    delivered; an id past the log's end is 404."""
+    assert post(node.http_address, "/channel/create?topic=yzt&channel=ch")[0] == 200
+    ids = []
+    for body in (b"m0", b"m1", b"m2"):
+        status, reply = post(node.http_address, "/pubtrace?topic=yzt&trace_id=1", body)
+        assert status == 200
+        ids.append(json.loads(reply)["id"])
+    for internal in (ids[0], ids[2]):
+        query = f"topic=yzt&partition=0&channel=ch&msgid={internal}"
+        assert post(node.http_address, f"/message/finish?{query}") == (200, b"")
+    query = f"topic=yzt&partition=0&channel=ch&msgid={ids[2] + 5}"
+    assert post(node.http_address, f"/message/finish?{query}")[0] == 404
+    consumer = _consumer(node)
+    assert _drain(consumer) == [b"m1"]
+    consumer.close()

@@ -59,6 +59,26 @@ def test_confirm_waiting_takes_a_requeued_or_deferred_message_out() -> None:
     assert [m.offset for m in cursor.take(fetch, 10, 1_000, len(LOG))] == [4, 5, 6, 7, 8, 9]
 
 
+def test_confirm_offset_skips_a_message_not_read_yet() -> None:
+    cursor = PartitionCursor(0, 0)
+    cursor.confirm_offset(2)
+    cursor.confirm_offset(0)
+    assert cursor.confirmed == 1
+    assert cursor.is_confirmed(2)
+    assert not cursor.is_confirmed(1)
+    assert [m.offset for m in cursor.take(fetch, 4, 0, len(LOG))] == [1, 3, 4, 5]  # not 0
+
+
+def test_confirm_waiting_takes_a_timed_out_message_out_from_behind_the_log() -> None:
+    cursor = _delivered(2)
+    owners, _ = cursor.expire(100, end_offset=6)  # both go behind offsets 2..5
+    assert owners == ["a", "a"]
+    assert cursor.confirm_waiting(0)
+    got = cursor.take(fetch, 10, 100, 6)
+    assert [m.offset for m in got] == [2, 3, 4, 5, 1]
+    assert cursor.confirmed == 1
+
+
 def test_confirm_deferred_confirms_every_deferred_message_and_nothing_else() -> None:
     cursor = _delivered(5)
     for offset, delay in ((0, 300), (1, 100), (3, 200)):
