@@ -244,13 +244,14 @@ class Channel:
 
     def set_skipped(self, skipped: bool) -> None:
         """youzan's ``/channel/skip`` (True: every message confirmed unsent from now on) and
-        ``/channel/unskip``; both move the channel to the end first, as youzan does."""
+        ``/channel/unskip``; both move the channel to the end first, as youzan does. Saved in
+        ``pnsq.dat``."""
         self.skipped = skipped
         self.empty()
 
     def set_skip_zan_test(self, skip: bool) -> None:
         """youzan's ``/channel/skipZanTest`` (True: messages whose header has ``zan_test`` true
-        are confirmed unsent) and ``/channel/unskipZanTest``."""
+        are confirmed unsent) and ``/channel/unskipZanTest``. Saved in ``pnsq.dat``."""
         self.skip_zan_test = skip
         self.notify()
 

@@ -1,7 +1,7 @@
 """What the broker writes to disk besides the logs, and the fsync group-commit schedule.
 
 * ``pnsq.dat``: topics (partitions, paused, youzan's ordered and ext flags) and their channels
-  (paused, ordered), one JSON document per node;
+  (paused, ordered, youzan's skipped and skip_zan_test), one JSON document per node;
 * ``state.json`` per partition: channel cursors and where a topic's first channel starts;
 * both are checkpoints that keep their previous generation: a damaged one is moved aside at
   start and the previous one used, else a channel resumes at the earliest retained offset
@@ -20,6 +20,7 @@ import trio
 
 from ..core.ownership import Placement, Role
 from ..storage.checkpoint import load_checkpoint
+from .channel import Channel
 from .partition import Partition
 from .topic import Topic
 
@@ -113,11 +114,7 @@ def metadata_document(topics: list[Topic], version: str) -> dict[str, object]:
     for topic in topics:
         if topic.ephemeral:
             continue
-        channels = [
-            {"name": c.name, "paused": c.paused, "ordered": c.ordered}
-            for c in topic.channels.values()
-            if not c.ephemeral
-        ]
+        channels = [channel_document(c) for c in topic.channels.values() if not c.ephemeral]
         entry: dict[str, object] = {
             "name": topic.name,
             "paused": topic.paused,
@@ -138,6 +135,27 @@ def metadata_document(topics: list[Topic], version: str) -> dict[str, object]:
             }
         out.append(entry)
     return {"version": version, "topics": out}
+
+
+def channel_document(channel: Channel) -> dict[str, object]:
+    """A channel's flags in ``pnsq.dat`` (youzan's skip flags written since they are kept;
+    an entry without them means False)."""
+    return {
+        "name": channel.name,
+        "paused": channel.paused,
+        "ordered": channel.ordered,
+        "skipped": channel.skipped,
+        "skip_zan_test": channel.skip_zan_test,
+    }
+
+
+def restore_channel_flags(channel: Channel, entry: dict[str, object]) -> None:
+    """Set ``channel``'s flags from its :func:`channel_document` (missing keys: False; the
+    topic's ``ordered`` flag orders every channel)."""
+    channel.paused = bool(entry.get("paused", False))
+    channel.ordered = bool(entry.get("ordered", False)) or channel.topic.ordered
+    channel.skipped = bool(entry.get("skipped", False))
+    channel.skip_zan_test = bool(entry.get("skip_zan_test", False))
 
 
 def placement_document(placement: Placement) -> dict[str, object]:

@@ -1,9 +1,10 @@
 """Startup: topics and channels back from ``pnsq.dat`` and the partition directories.
 
-A topic keeps its partition count and youzan flags (``ordered``, ``ext``); a channel its paused
-and ordered flags, and in each partition the cursor checkpointed in ``state.json``: consumption
-resumes at ``confirmed`` (FINed out of order above it are skipped), so an ordered channel goes on
-in order after ``kill -9``, redelivering at most what was FINed since the last checkpoint.
+A topic keeps its partition count and youzan flags (``ordered``, ``ext``); a channel its paused,
+ordered and youzan skip flags, and in each partition the cursor checkpointed in ``state.json``:
+consumption resumes at ``confirmed`` (FINed out of order above it are skipped), so an ordered
+channel goes on in order after ``kill -9``, redelivering at most what was FINed since the last
+checkpoint.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from .persistence import (
     held_placements,
     load_state,
     load_topic_entries,
+    restore_channel_flags,
     topic_directory,
 )
 
@@ -59,19 +61,15 @@ def restore_broker(broker: Broker) -> None:
         broker.topics[name] = topic
         channel_entries = entry.get("channels", [])
         assert isinstance(channel_entries, list)
-        flags = {
-            str(c["name"]): (bool(c.get("paused", False)), bool(c.get("ordered", False)))
-            for c in channel_entries
-        }
+        flags: dict[str, dict[str, object]] = {str(c["name"]): c for c in channel_entries}
         for state in states.values():
             cursors = state.get("channels", {})
             assert isinstance(cursors, dict)
             for channel_name in cursors:
-                flags.setdefault(str(channel_name), (False, False))
-        for channel_name, (paused, ordered) in flags.items():
+                flags.setdefault(str(channel_name), {})
+        for channel_name, flag_entry in flags.items():
             channel = Channel(topic, channel_name, ephemeral=False)
-            channel.paused = paused
-            channel.ordered = ordered or topic.ordered
+            restore_channel_flags(channel, flag_entry)
             for partition in topic.partitions:
                 saved = states.get(partition.number, {}).get("channels", {})
                 assert isinstance(saved, dict)

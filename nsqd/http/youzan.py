@@ -236,7 +236,8 @@ class YouzanAPI:
 
     async def channel_skip(self, request: Request) -> Reply:
         """``/channel/skip``: confirm every message unsent from now on; ``/channel/unskip``:
-        deliver again. Both move the channel to the end first, as youzan does."""
+        deliver again. Both move the channel to the end first, as youzan does; the flag is
+        saved before the reply."""
         channel = self._channel(request)
         channel.set_skipped(not request.path.endswith("/unskip"))
         await self._save()
@@ -244,11 +245,12 @@ class YouzanAPI:
 
     async def channel_skip_zan_test(self, request: Request) -> Reply:
         """``/channel/skipZanTest``: messages whose header has ``zan_test`` true are confirmed
-        unsent (ext topics only: else ``400 INVALID_REQUEST``)."""
+        unsent (ext topics only: else ``400 INVALID_REQUEST``); saved before the reply."""
         channel = self._channel(request)
         if not channel.topic.ext:
             raise HTTPError(400, "INVALID_REQUEST")
         channel.set_skip_zan_test(not request.path.endswith("/unskipZanTest"))
+        await self._save()
         return None
 
     async def channel_setorder(self, request: Request) -> Reply:

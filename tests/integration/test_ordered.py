@@ -377,7 +377,15 @@ def test_sub_ordered_flips_the_channel_and_the_flag_survives_kill_9(tmp_path: Pa
         d.kill()
         meta = json.loads((data / "pnsq.dat").read_text())
         (topic,) = meta["topics"]
-        assert topic["channels"] == [{"name": "c", "paused": False, "ordered": True}]
+        assert topic["channels"] == [
+            {
+                "name": "c",
+                "paused": False,
+                "ordered": True,
+                "skipped": False,
+                "skip_zan_test": False,
+            }
+        ]
         d.start()
         plain = RawClient(d.tcp_address)
         plain.send(b"SUB flip c\n", b"RDY 10\n")
