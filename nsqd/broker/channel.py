@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 import trio
 from trio.lowlevel import ParkingLot
 
-from ..core.cursor import Message, PartitionCursor
+from ..core.cursor import PartitionCursor
 from ..core.errors import NotInFlightError, NotLeaderError, PartitionNotConsumedError
+from ..core.inflight import Message
 from ..core.latency import LatencyWindow
 from .clock import Clock
 from .dispatch import Dispatch

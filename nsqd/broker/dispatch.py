@@ -15,7 +15,8 @@ from collections import deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from ..core.cursor import Message, PartitionCursor
+from ..core.cursor import PartitionCursor
+from ..core.inflight import Message
 from ..core.tags import Verdict, decide, header_of
 
 if TYPE_CHECKING:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol
 
-from ..core.cursor import DelayedIndex
+from ..core.delayed import DelayedIndex
 from ..core.ownership import STANDALONE, PartitionState, Placement
 from ..storage.record import NewRecord, Record
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import trio
 
-from ..core.cursor import Message, PartitionCursor
+from ..core.cursor import PartitionCursor
 from ..core.errors import (
     BrokerError,
     ExitingError,
@@ -23,6 +23,7 @@ from ..core.errors import (
     NotLeaderError,
     NotOwnerError,
 )
+from ..core.inflight import Message
 from ..core.leases import Lease, LeaseEndedError, LeaseState, LeaseTable
 from .broker import Broker
 from .channel import Channel

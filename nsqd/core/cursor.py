@@ -16,8 +16,6 @@ Pure: no I/O and no clock; every method that needs the time takes ``now_ns`` (wa
 
 from __future__ import annotations
 
-import bisect
-import heapq
 from collections import deque
 from collections.abc import Callable, Sequence
 
@@ -25,35 +23,11 @@ from sortedcontainers import SortedKeyList
 
 from protocol.message import RecordLike
 
+from .delayed import DelayedIndex
 from .errors import NotInFlightError, NotOwnerError
+from .inflight import FlightTimeouts, Message
 
-
-class Message:
-    """One message of a channel between its first delivery and its FIN."""
-
-    __slots__ = (
-        "attempts",
-        "deadline_ns",
-        "delivered_ns",
-        "due_ns",
-        "owner",
-        "partition",
-        "record",
-    )
-
-    def __init__(self, partition: int, record: RecordLike) -> None:
-        self.partition = partition
-        self.record = record
-        self.attempts = 0
-        self.owner: object | None = None  # the session holding it while in flight
-        self.deadline_ns = 0  # in-flight timeout
-        self.delivered_ns = 0  # when the current delivery started (TOUCH caps against it)
-        self.due_ns = 0  # deferred until
-
-    @property
-    def offset(self) -> int:
-        """The message's offset in its partition log."""
-        return self.record.offset
+__all__ = ["Fetch", "Message", "PartitionCursor"]  # Message: broker.py still imports it here
 
 
 Fetch = Callable[[int, int, int | None], Sequence[RecordLike]]
@@ -66,40 +40,6 @@ _UNBOUNDED = 1 << 62  # ``max_bytes`` when none is given
 
 def _due(message: Message) -> tuple[int, int]:
     return (message.due_ns, message.record.offset)
-
-
-class DelayedIndex:
-    """A partition's DPUB'd records not due yet: ``(offset, due_ns)`` in offset order, so a
-    channel can count the ones it has not read as deferred (nsqd defers a DPUB in every
-    channel at once) rather than as depth. Due entries are dropped as time passes."""
-
-    __slots__ = ("_entries", "_pruned_at")
-
-    def __init__(self) -> None:
-        self._entries: list[tuple[int, int]] = []
-        self._pruned_at = 0  # length after the last prune
-
-    def add(self, offset: int, due_ns: int, now_ns: int) -> None:
-        """A record at ``offset`` is not to be delivered before ``due_ns``."""
-        self._entries.append((offset, due_ns))
-        if len(self._entries) > 2 * self._pruned_at + 64:
-            self.prune(now_ns)
-
-    def prune(self, now_ns: int) -> None:
-        """Forget the entries due by ``now_ns``."""
-        self._entries = [e for e in self._entries if e[1] > now_ns]
-        self._pruned_at = len(self._entries)
-
-    def not_due(self, start: int, end: int, now_ns: int) -> list[int]:
-        """Offsets in ``[start, end)`` not due at ``now_ns``."""
-        entries = self._entries
-        i = bisect.bisect_left(entries, (start, -1))
-        out = []
-        while i < len(entries) and entries[i][0] < end:
-            if entries[i][1] > now_ns:
-                out.append(entries[i][0])
-            i += 1
-        return out
 
 
 class PartitionCursor:
@@ -120,10 +60,7 @@ class PartitionCursor:
         #: (log end at the timeout, message): timed-out messages delivered once every message
         #: before that end was read; ends ascending
         self.behind: deque[tuple[int, Message]] = deque()
-        #: heap of (deadline_ns, first offset, offsets): a batch delivered (or a message
-        #: touched) with that deadline. Lazy deletion: an offset whose message is no longer in
-        #: flight with that deadline (FINed, requeued, touched since) is skipped.
-        self._timeouts: list[tuple[int, int, list[int]]] = []
+        self._timeouts = FlightTimeouts()  # deadlines of the messages in flight
         self.requeue_count = 0
         self.timeout_count = 0
         self.message_count = 0
@@ -273,7 +210,7 @@ class PartitionCursor:
             offset = message.record.offset
             in_flight[offset] = message
             add(offset)
-        heapq.heappush(self._timeouts, (deadline_ns, offsets[0], offsets))
+        self._timeouts.add(deadline_ns, offsets)
 
     def _owned(self, offset: int, owner: object) -> Message:
         message = self.in_flight.get(offset)
@@ -381,7 +318,7 @@ class PartitionCursor:
         """TOUCH: move the in-flight deadline to ``deadline_ns``."""
         message = self._owned(offset, owner)
         message.deadline_ns = deadline_ns
-        heapq.heappush(self._timeouts, (deadline_ns, offset, [offset]))
+        self._timeouts.add(deadline_ns, [offset])
 
     # ------------------------------------------------------------------ time
 
@@ -397,18 +334,9 @@ class PartitionCursor:
         """
         owners: list[object] = []
         released = 0
-        heap = self._timeouts
         in_flight = self.in_flight
-        expired: list[tuple[int, int]] = []  # (deadline, offset), live entries only
-        while heap and heap[0][0] <= now_ns:
-            deadline, _first, offsets = heapq.heappop(heap)
-            for offset in offsets:
-                message = in_flight.get(offset)
-                if message is not None and message.deadline_ns == deadline:
-                    expired.append((deadline, offset))
-        expired.sort()  # as one entry per message would pop them
         heads: list[Message] = []  # ordered: back to the head, in offset order
-        for deadline, offset in expired:
+        for deadline, offset in self._timeouts.pop_expired(now_ns, in_flight):
             message = in_flight.get(offset)
             if message is None or message.deadline_ns != deadline:
                 continue  # a duplicate entry (touched to the same deadline)
@@ -434,19 +362,9 @@ class PartitionCursor:
 
     def next_deadline(self) -> int | None:
         """The earliest in-flight or deferred deadline (ns), if any."""
-        heap = self._timeouts
-        in_flight = self.in_flight
-        while heap:
-            deadline, _first, offsets = heap[0]
-            if any(
-                (message := in_flight.get(offset)) is not None and message.deadline_ns == deadline
-                for offset in offsets
-            ):
-                break
-            heapq.heappop(heap)
         candidates = []
-        if heap:
-            candidates.append(heap[0][0])
+        if (deadline := self._timeouts.earliest(self.in_flight)) is not None:
+            candidates.append(deadline)
         if self.deferred:
             candidates.append(self.deferred[0].due_ns)
         return min(candidates) if candidates else None

@@ -27,7 +27,7 @@ from protocol.message import (
 )
 
 from ..broker import Channel
-from ..core.cursor import Message
+from ..core.inflight import Message
 from .output import OutputBuffer
 
 

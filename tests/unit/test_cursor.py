@@ -9,8 +9,9 @@ import hypothesis.strategies as st
 from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from nsqd.core.cursor import Message, PartitionCursor
+from nsqd.core.cursor import PartitionCursor
 from nsqd.core.errors import NotInFlightError, NotOwnerError
+from nsqd.core.inflight import Message
 
 
 @dataclass(frozen=True)

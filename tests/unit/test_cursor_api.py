@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from nsqd.core.cursor import PartitionCursor
+from nsqd.core.inflight import FlightTimeouts, Message
 
 
 @dataclass(frozen=True)
@@ -116,3 +117,18 @@ def test_confirm_unsent_then_deferred_release_keep_the_ordered_head() -> None:
     assert cursor.take(fetch2, 5, 0, 2) == []
     cursor.release_deferred()
     assert [m.offset for m in cursor.take(fetch2, 5, 0, 2)] == [0]
+
+
+def test_flight_timeouts_skip_entries_of_messages_no_longer_in_flight_with_them() -> None:
+    timeouts = FlightTimeouts()
+    a, b = Message(0, Rec(0)), Message(0, Rec(1))
+    a.deadline_ns, b.deadline_ns = 100, 300
+    timeouts.add(100, [0, 1])  # a batch
+    timeouts.add(300, [1])  # 1 touched to 300
+    in_flight = {0: a, 1: b}
+    assert timeouts.earliest(in_flight) == 100
+    assert timeouts.pop_expired(200, in_flight) == [(100, 0)]
+    del in_flight[0]  # timed out
+    assert timeouts.earliest(in_flight) == 300
+    del in_flight[1]  # FINed
+    assert timeouts.earliest(in_flight) is None
