@@ -11,13 +11,16 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, fields
-from typing import Final, cast
+from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 
 import crc32c as _crc32c
 
 from protocol.message import make_internal_id
 
 from .errors import CorruptRecordError
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 # Record v1 => FormatLength u32 | Crc u32 | Offset u64 | TimestampNs i64 | InternalId u64
 #              | TraceId u64 | DeliverAtNs i64 | Epoch u32 | ExtLen u16 | Ext | Body
@@ -84,6 +87,7 @@ _unpack_header_v0_from: Final = RECORD_HEADER_V0.unpack_from
 _unpack_length_from: Final = struct.Struct(RECORD_HEADER.format[:2]).unpack_from
 _FORMAT_BITS: Final = FORMAT_V1 << FORMAT_SHIFT
 _FORMAT_SHIFT_IN_BYTE: Final = FORMAT_SHIFT - 24  # the format in the big-endian first byte
+_D = TypeVar("_D", bound="DataclassInstance")
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,89 +123,71 @@ class Record:
     """Leader epoch under which the record was appended (0: standalone, or format v0)."""
 
 
-def _record_maker() -> Callable[..., Record]:
-    """A positional constructor of :class:`Record` for the per-record loops of ``append`` and
-    the read path.
+def _twin_constructor(
+    cls: type[_D], init: Callable[..., None], probe: tuple[Any, ...]
+) -> Callable[..., _D]:
+    """A fast positional constructor of the frozen slotted dataclass ``cls``, for the
+    per-record loops of publishing, ``append`` and the read path.
 
-    A frozen dataclass ``__init__`` sets each field through ``object.__setattr__`` (0.6 µs).
-    Instead a twin class with the same slots, which is not frozen, sets them with plain
-    attribute stores and then becomes a :class:`Record` (``__class__`` assignment, which
-    CPython allows between classes of identical layout and refuses with ``TypeError``
-    otherwise): 0.25 µs, a sizeable part of reading a record back.
-    tests/unit/test_storage_record.py checks that it gives records equal to ``Record(...)``.
+    A frozen dataclass ``__init__`` sets each field through ``object.__setattr__`` (0.6 µs for
+    a :class:`Record`). Instead a twin class with the same slots, which is not frozen, runs
+    ``init``: plain attribute stores of every field, then ``self.__class__ = cls`` (an
+    assignment CPython allows between classes of identical layout and refuses with
+    ``TypeError`` otherwise): 0.25 µs. ``probe`` are arguments for a trial construction that
+    checks the layouts match and ``init`` sets every field.
+    tests/unit/test_storage_record.py checks the results equal the dataclass's own.
     """
-    names = tuple(f.name for f in fields(Record))
-    assert names == (
-        "offset",
-        "timestamp_ns",
-        "internal_id",
-        "trace_id",
-        "deliver_at_ns",
-        "body",
-        "ext",
-        "epoch",
-    ), "update _record_maker with Record's fields"
-
-    class _Building:
-        __slots__ = names
-
-        def __init__(
-            self,
-            offset: int,
-            ts: int,
-            internal_id: int,
-            trace_id: int,
-            deliver_at: int,
-            body: bytes,
-            ext: bytes,
-            epoch: int = 0,
-        ) -> None:
-            self.offset = offset
-            self.timestamp_ns = ts
-            self.internal_id = internal_id
-            self.trace_id = trace_id
-            self.deliver_at_ns = deliver_at
-            self.body = body
-            self.ext = ext
-            self.epoch = epoch
-            self.__class__ = Record  # type: ignore[assignment]
-
-    probe: object = _Building(0, 0, 0, 0, 0, b"", b"")  # TypeError if the layouts differ
-    assert type(probe) is Record
-    return cast(Callable[..., Record], _Building)
+    names = tuple(f.name for f in fields(cls))
+    twin = type(f"_Building{cls.__name__}", (), {"__slots__": names, "__init__": init})
+    made = twin(*probe)  # TypeError if the layouts differ
+    assert type(made) is cls, f"{init.__name__} must end with self.__class__ = {cls.__name__}"
+    unset = [n for n in names if not hasattr(made, n)]
+    assert not unset, f"{init.__name__} leaves {unset} unset"
+    return cast(Callable[..., _D], twin)
 
 
-make_record: Final = _record_maker()
+def _init_record(
+    self: Any,
+    offset: int,
+    ts: int,
+    internal_id: int,
+    trace_id: int,
+    deliver_at: int,
+    body: bytes,
+    ext: bytes,
+    epoch: int = 0,
+) -> None:
+    self.offset = offset
+    self.timestamp_ns = ts
+    self.internal_id = internal_id
+    self.trace_id = trace_id
+    self.deliver_at_ns = deliver_at
+    self.body = body
+    self.ext = ext
+    self.epoch = epoch
+    self.__class__ = Record
 
 
-def _new_record_maker() -> Callable[[int, bytes, int], NewRecord]:
-    """``make(timestamp_ns, body, deliver_at_ns)``: a :class:`NewRecord` without trace id,
-    ext or epoch, built as :func:`_record_maker` builds records (a publish makes one per
-    message: an MPUB of 200 spent a fifth of its time in the frozen dataclass's ``__init__``).
-    tests/unit/test_storage_record.py checks it against ``NewRecord(...)``."""
-    names = tuple(f.name for f in fields(NewRecord))
-    assert names == ("timestamp_ns", "body", "trace_id", "deliver_at_ns", "ext", "epoch"), (
-        "update _new_record_maker with NewRecord's fields"
-    )
-
-    class _Building:
-        __slots__ = names
-
-        def __init__(self, timestamp_ns: int, body: bytes, deliver_at_ns: int) -> None:
-            self.timestamp_ns = timestamp_ns
-            self.body = body
-            self.trace_id = 0
-            self.deliver_at_ns = deliver_at_ns
-            self.ext = b""
-            self.epoch = 0
-            self.__class__ = NewRecord  # type: ignore[assignment]
-
-    probe: object = _Building(0, b"", 0)  # TypeError if the layouts differ
-    assert type(probe) is NewRecord
-    return cast(Callable[[int, bytes, int], NewRecord], _Building)
+def _init_new_record(self: Any, timestamp_ns: int, body: bytes, deliver_at_ns: int) -> None:
+    self.timestamp_ns = timestamp_ns
+    self.body = body
+    self.trace_id = 0
+    self.deliver_at_ns = deliver_at_ns
+    self.ext = b""
+    self.epoch = 0
+    self.__class__ = NewRecord
 
 
-make_new_record: Final = _new_record_maker()
+#: ``make_record(offset, timestamp_ns, internal_id, trace_id, deliver_at_ns, body, ext,
+#: epoch=0)``: a :class:`Record`, for the per-record loops of ``append`` and the read path.
+make_record: Final = _twin_constructor(Record, _init_record, (0, 0, 0, 0, 0, b"", b""))
+#: ``make_new_record(timestamp_ns, body, deliver_at_ns)``: a :class:`NewRecord` without trace
+#: id, ext or epoch (a publish makes one per message: an MPUB of 200 spent a fifth of its time
+#: in the frozen dataclass's ``__init__``).
+make_new_record: Final = cast(
+    Callable[[int, bytes, int], NewRecord],
+    _twin_constructor(NewRecord, _init_new_record, (0, b"", 0)),
+)
 
 
 def new_records(

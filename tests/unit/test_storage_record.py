@@ -3,6 +3,7 @@ read path against the per-record scan."""
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Callable
 from dataclasses import replace
@@ -17,7 +18,10 @@ from nsqd.storage.record import (
     HEADER_SIZE,
     RECORD_HEADER,
     RECORD_HEADER_V0,
+    NewRecord,
+    make_new_record,
     make_record,
+    new_records,
     peek_size,
     scan_records,
 )
@@ -210,43 +214,31 @@ def test_read_run_reads_and_rejects_what_scan_does(
         failure = exc
 
     out: list[Record] = []
+    run = functools.partial(
+        read_run,
+        reader,
+        "seg",
+        position=0,
+        limit=len(blob),
+        offset=100,
+        start=start,
+        stop=stop,
+        budget=budget,
+        out=out,
+        chunk=chunk,
+    )
     if failure is None:
-        end, rest = read_run(
-            reader,
-            "seg",
-            position=0,
-            limit=len(blob),
-            offset=100,
-            start=start,
-            stop=stop,
-            budget=budget,
-            out=out,
-            chunk=chunk,
-        )
-        assert out == want
+        end, rest = run()
         assert end == want[-1].offset + 1
         assert rest == left
     else:
         with pytest.raises(CorruptRecordError) as info:
-            read_run(
-                reader,
-                "seg",
-                position=0,
-                limit=len(blob),
-                offset=100,
-                start=start,
-                stop=stop,
-                budget=budget,
-                out=out,
-                chunk=chunk,
-            )
+            run()
         assert (info.value.position, info.value.offset) == (failure.position, failure.offset)
-        assert out == want
+    assert out == want
 
 
 def test_new_records_are_the_dataclass_s_own() -> None:
-    from nsqd.storage.record import NewRecord, make_new_record, new_records
-
     made = make_new_record(123, b"body", 456)
     assert type(made) is NewRecord
     assert made == NewRecord(timestamp_ns=123, body=b"body", deliver_at_ns=456)
