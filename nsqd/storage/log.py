@@ -5,25 +5,30 @@ bytes are in the OS page cache, so a crash of the process (kill -9) loses nothin
 the machine loses what was appended after the last completed :meth:`PartitionLog.sync`. The
 broker decides when to sync (``--sync-every`` / ``--sync-timeout``) and runs it in a worker
 thread; every other method runs on the caller's thread.
+
+This module is the log's front: locking, argument checks, the tail cache, appends and rotation,
+error translation. Below it: :mod:`.opening` (finding and recovering the segments),
+:mod:`.log_read` (reads across segments), :mod:`.durability` (what a sync covers, the fsyncs),
+:mod:`.trimming` (truncation and retention).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import threading
-from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from contextlib import suppress
-from operator import attrgetter
 from pathlib import Path
 from typing import Final, final
 
 from .cache import RECORD_OVERHEAD, CacheBudget, record_cost
 from .checkpoint import fsync_directory
 from .corruption import SkippedRegions
+from .durability import PendingSync
 from .errors import LogClosedError, OffsetOutOfRangeError, StorageError
 from .handles import HandleCache
+from .log_read import offset_for_timestamp, read_segments
+from .opening import open_segments
 from .record import (
     HEADER_SIZE,
     EncodedRun,
@@ -33,9 +38,9 @@ from .record import (
     internal_id_for,
     make_record,
 )
-from .segment import INDEX_NAME, SEGMENT_NAME, Segment, SegmentEnv
+from .segment import Segment, SegmentEnv
+from .trimming import delete_expired, truncate_segments
 
-_base_offset: Final = attrgetter("base_offset")
 _DEFAULT_LOGGER: Final = logging.getLogger("nsqd.storage")
 
 
@@ -72,8 +77,7 @@ class PartitionLog:
         self._lock = env.owner
         self._end = segments[-1].next_offset
         self._cache = cache.cache(self._end)  # the newest records, within the shared budget
-        self._unsynced: list[int] = []  # fds of segments rotated out since the last sync
-        self._dir_dirty = False  # a segment file was created since the last sync
+        self._pending = PendingSync(directory, self._lock)  # what the next sync must cover
         self._closed = False
 
     @classmethod
@@ -107,43 +111,18 @@ class PartitionLog:
             SkippedRegions(log, partition, str(directory)),
         )
         with env.owner:  # the segments are registered with the cache: evictable only once open
-            budget = cache if cache is not None else CacheBudget()
-            return cls._open(directory, partition, env, max_bytes_per_file, budget)
-
-    @classmethod
-    def _open(
-        cls,
-        directory: Path,
-        partition: int,
-        env: SegmentEnv,
-        max_bytes_per_file: int,
-        cache: CacheBudget,
-    ) -> PartitionLog:
-        log = env.logger
-        try:
-            directory.mkdir(parents=True, exist_ok=True)
-            names = [p.name for p in directory.iterdir()]
-            bases = sorted(int(m[1]) for m in map(SEGMENT_NAME.match, names) if m)
-            for m in map(INDEX_NAME.match, names):
-                if m and int(m[1]) not in bases:
-                    log.warning("removing index %s without a segment", directory / m[0])
-                    (directory / m[0]).unlink()
-            if bases:
-                segments = [Segment.sealed(directory, base, env) for base in bases[:-1]]
-                segments.append(Segment.recover(directory, bases[-1], env))
-            else:
-                segments = [Segment.create(directory, 0, env)]
-                fsync_directory(directory)
-        except OSError as exc:
-            raise StorageError(f"cannot open log {directory}: {exc}") from exc
-        return cls(
-            directory,
-            partition,
-            segments,
-            env,
-            max_bytes_per_file=max_bytes_per_file,
-            cache=cache,
-        )
+            try:
+                segments = open_segments(directory, env)
+            except OSError as exc:
+                raise StorageError(f"cannot open log {directory}: {exc}") from exc
+            return cls(
+                directory,
+                partition,
+                segments,
+                env,
+                max_bytes_per_file=max_bytes_per_file,
+                cache=cache if cache is not None else CacheBudget(),
+            )
 
     @property
     def start_offset(self) -> int:
@@ -260,12 +239,12 @@ class PartitionLog:
     def _rotate(self) -> None:
         new = Segment.create(self.directory, self._end, self._env)
         try:
-            self._unsynced.extend(self._segments[-1].seal())
+            self._pending.rotated.extend(self._segments[-1].seal())
         except OSError:
             new.delete()
             raise
         self._segments.append(new)
-        self._dir_dirty = True
+        self._pending.dir_dirty = True
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -292,7 +271,9 @@ class PartitionLog:
                 if first == offset:
                     return cached
                 try:
-                    out = self._read_disk(offset, min(stop, first), max_bytes)
+                    out = read_segments(
+                        self._segments, self._end, offset, min(stop, first), max_bytes
+                    )
                 except OSError as exc:
                     raise StorageError(f"read from {self.directory} failed: {exc}") from exc
                 if out:
@@ -306,25 +287,6 @@ class PartitionLog:
                 offset, stop = stop, min(self._end, 2 * stop - offset)
             return []
 
-    def _read_disk(self, start: int, stop: int, max_bytes: int | None) -> list[Record]:
-        segments = self._segments
-        i = bisect_right(segments, start, key=_base_offset) - 1
-        out: list[Record] = []
-        while start < stop:
-            seg_end = segments[i + 1].base_offset if i + 1 < len(segments) else self._end
-            upto = min(stop, seg_end)
-            got = segments[i].read(start, upto, max_bytes)
-            out.extend(got)
-            if upto >= stop:
-                break
-            if max_bytes is not None:  # what the next segment may still give
-                max_bytes -= sum(len(r.body) for r in got)
-                if max_bytes <= 0:
-                    break
-            start = upto
-            i += 1
-        return out
-
     def offset_for_timestamp(self, timestamp_ns: int) -> int:
         """First offset whose ``timestamp_ns >= timestamp_ns``, ``end_offset`` if there is none.
 
@@ -334,60 +296,12 @@ class PartitionLog:
         """
         with self._lock:
             self._check_open()
-            segments = self._segments
             try:
-                for i, seg in enumerate(segments):
-                    seg_end = segments[i + 1].base_offset if i + 1 < len(segments) else self._end
-                    newest = seg.max_timestamp(seg_end)
-                    if newest is not None and newest >= timestamp_ns:
-                        return seg.find_timestamp(timestamp_ns, seg_end)
+                return offset_for_timestamp(self._segments, self._end, timestamp_ns)
             except OSError as exc:
                 raise StorageError(f"timestamp seek in {self.directory} failed: {exc}") from exc
-            return self._end
 
     # -- durability ------------------------------------------------------------------------------
-
-    def _take_sync_work(self) -> tuple[list[int], bool]:
-        """Under the lock: the fds to fsync and close, and whether the directory needs one."""
-        active = self._segments[-1]
-        fds = self._unsynced
-        self._unsynced = []
-        try:
-            # Reopened if the handle cache closed it: fsync of any fd flushes the file's pages.
-            active.open()
-            assert active.fd is not None
-            assert active.index_fd is not None
-            # Duplicates, so that truncate()/close() on another thread may close the originals.
-            fds.append(os.dup(active.fd))
-            fds.append(os.dup(active.index_fd))
-        except OSError:
-            self._unsynced = fds
-            raise
-        dir_dirty, self._dir_dirty = self._dir_dirty, False
-        return fds, dir_dirty
-
-    def _do_sync(self, fds: list[int], dir_dirty: bool) -> None:
-        """Without the lock: fsync ``fds`` (then close them) and the directory."""
-        error: OSError | None = None
-        try:
-            for fd in fds:
-                os.fsync(fd)
-            if dir_dirty:
-                fsync_directory(self.directory)
-        except OSError as exc:
-            error = exc
-            if dir_dirty:
-                with self._lock:
-                    self._dir_dirty = True
-        for fd in fds:
-            try:
-                os.close(fd)
-            except OSError as exc:
-                error = error or exc
-        if error is not None:
-            # After a failed fsync the page cache state is unknown (fsyncgate): callers must
-            # treat the data since the last good sync as lost, not retry and assume success.
-            raise StorageError(f"sync of {self.directory} failed: {error}") from error
 
     def sync(self) -> None:
         """Make every record appended before the call durable (fsync of data, index and, after
@@ -399,10 +313,10 @@ class PartitionLog:
         with self._lock:
             self._check_open()
             try:
-                fds, dir_dirty = self._take_sync_work()
+                fds, dir_dirty = self._pending.take(self._segments[-1])
             except OSError as exc:
                 raise StorageError(f"sync of {self.directory} failed: {exc}") from exc
-        self._do_sync(fds, dir_dirty)
+        self._pending.run(fds, dir_dirty)
 
     def close(self) -> None:
         """:meth:`sync`, then close every fd (even if the sync fails, which raises
@@ -412,22 +326,13 @@ class PartitionLog:
                 return
             self._closed = True
             self._cache.clear()
-            active = self._segments[-1]
-            errors: list[OSError] = []
-            try:
-                active.open()  # to fsync what was written since the last sync, even if evicted
-            except OSError as exc:
-                errors.append(exc)
-            fds = [*self._unsynced, *(fd for fd in (active.fd, active.index_fd) if fd is not None)]
-            self._unsynced = []
-            self._env.handles.closed(active)
-            active.fd = active.index_fd = None  # ownership moves to _do_sync, which closes them
+            fds, errors = self._pending.take_closing(self._segments[-1])
             for seg in self._segments[:-1]:  # sealed segments' cached read fds
                 try:
                     seg.close()
                 except OSError as exc:
                     errors.append(exc)
-        self._do_sync(fds, self._dir_dirty)
+        self._pending.run(fds, self._pending.dir_dirty)
         if errors:
             raise StorageError(f"close of {self.directory} failed: {errors[0]}") from errors[0]
 
@@ -450,20 +355,8 @@ class PartitionLog:
                 )
             if offset == self._end:
                 return
-            segments = self._segments
-            keep = max(1, bisect_left(segments, offset, key=_base_offset))
             try:
-                while len(segments) > keep:
-                    segments[-1].delete()
-                    segments.pop()
-                    self._dir_dirty = True
-                if self._dir_dirty:
-                    fsync_directory(self.directory)
-                    self._dir_dirty = False
-                target = segments[-1]
-                if not target.active:
-                    target.reactivate()
-                target.truncate(offset)
+                truncate_segments(self._segments, offset, self._pending)
             except (OSError, StorageError) as exc:
                 self._abandon()
                 raise StorageError(f"truncate of {self.directory} failed: {exc}") from exc
@@ -475,10 +368,7 @@ class PartitionLog:
         in-memory state no longer matches the files; reopening recovers from the files)."""
         self._closed = True
         self._cache.clear()
-        for fd in self._unsynced:
-            with suppress(OSError):
-                os.close(fd)
-        self._unsynced = []
+        self._pending.discard()
         for seg in self._segments:
             with suppress(OSError):
                 seg.close()
@@ -493,19 +383,10 @@ class PartitionLog:
         """
         with self._lock:
             self._check_open()
-            segments = self._segments
-            deleted = 0
             try:
-                while len(segments) > 1:
-                    next_base = segments[1].base_offset
-                    if next_base > before_offset:
-                        break
-                    newest = segments[0].max_timestamp(next_base)
-                    if newest is not None and newest >= older_than_ns:
-                        break
-                    segments[0].delete()
-                    del segments[0]
-                    deleted += 1
+                deleted = delete_expired(
+                    self._segments, before_offset=before_offset, older_than_ns=older_than_ns
+                )
                 if deleted:
                     fsync_directory(self.directory)
             except OSError as exc:

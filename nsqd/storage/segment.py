@@ -18,6 +18,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from operator import attrgetter
 from pathlib import Path
 from typing import Final, final
 
@@ -43,6 +44,7 @@ INDEX_NAME: Final = re.compile(r"^(\d{20})\.index$")
 NO_TIMESTAMP: Final = -(1 << 63)  # running-max start value; a segment without records has it
 _O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
 _UNBOUNDED: Final = 1 << 62  # a read's byte budget when none is given
+base_offset_of: Final = attrgetter("base_offset")  # a bisect key over a list of segments
 
 
 def segment_stem(base_offset: int) -> str:
@@ -285,8 +287,7 @@ class Segment:
         if entry is not None:
             write_all(self.index_fd, INDEX_ENTRY.pack(*entry), (len(self.index) - 1) * ENTRY_SIZE)
         fds = (self.fd, self.index_fd)
-        self._env.handles.closed(self)
-        self.fd = self.index_fd = None
+        self.disown_fds()
         self.active = False
         return fds
 
@@ -539,6 +540,11 @@ class Segment:
         os.fsync(self.fd)
         os.fsync(self.index_fd)
 
+    def disown_fds(self) -> None:
+        """Forget the fds without closing them: the caller has taken them over."""
+        self._env.handles.closed(self)
+        self.fd = self.index_fd = None
+
     def close(self) -> None:
         """Close the fds without syncing them (the caller syncs first)."""
         self._env.handles.closed(self)
@@ -554,4 +560,12 @@ class Segment:
         self.index_path.unlink(missing_ok=True)
 
 
-__all__ = ["INDEX_NAME", "SEGMENT_NAME", "Segment", "SegmentEnv", "scan", "segment_stem"]
+__all__ = [
+    "INDEX_NAME",
+    "SEGMENT_NAME",
+    "Segment",
+    "SegmentEnv",
+    "base_offset_of",
+    "scan",
+    "segment_stem",
+]

@@ -1,0 +1,48 @@
+"""A partition log's read path below its tail cache: a range of records across segments, and the
+first offset at or after a time.
+
+Both work on the log's chain of segments (ordered by base offset; ``end`` is the offset after
+the last record) under the log's lock; :class:`~.log.PartitionLog` checks the arguments, serves
+what its cache holds and translates errors.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+
+from .record import Record
+from .segment import Segment, base_offset_of
+
+
+def read_segments(
+    segments: list[Segment], end: int, start: int, stop: int, max_bytes: int | None
+) -> list[Record]:
+    """Records ``[start, stop)`` (within ``[first base offset, end]``) from the segments that
+    hold them; with ``max_bytes``, only a prefix whose bodies add up to at least that."""
+    i = bisect_right(segments, start, key=base_offset_of) - 1
+    out: list[Record] = []
+    while start < stop:
+        seg_end = segments[i + 1].base_offset if i + 1 < len(segments) else end
+        upto = min(stop, seg_end)
+        got = segments[i].read(start, upto, max_bytes)
+        out.extend(got)
+        if upto >= stop:
+            break
+        if max_bytes is not None:  # what the next segment may still give
+            max_bytes -= sum(len(r.body) for r in got)
+            if max_bytes <= 0:
+                break
+        start = upto
+        i += 1
+    return out
+
+
+def offset_for_timestamp(segments: list[Segment], end: int, timestamp_ns: int) -> int:
+    """First offset whose ``timestamp_ns >= timestamp_ns``, ``end`` if there is none: the first
+    segment whose newest timestamp is new enough is searched."""
+    for i, seg in enumerate(segments):
+        seg_end = segments[i + 1].base_offset if i + 1 < len(segments) else end
+        newest = seg.max_timestamp(seg_end)
+        if newest is not None and newest >= timestamp_ns:
+            return seg.find_timestamp(timestamp_ns, seg_end)
+    return end
