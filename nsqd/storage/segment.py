@@ -22,42 +22,36 @@ from operator import attrgetter
 from pathlib import Path
 from typing import Final, final
 
-from .checkpoint import atomic_write, read_all, write_all
-from .corruption import SkippedRegions, resync
-from .errors import CorruptRecordError
+from .checkpoint import atomic_write, write_all
+from .corruption import SkippedRegions
 from .handles import HandleCache
 from .index import ENTRY_SIZE, INDEX_ENTRY, SparseIndex
 from .record import (
     HEADER_SIZE,
-    READ_CHUNK,
     EncodedRun,
     Record,
     encode_record_parts,
-    scan_records,
 )
-from .runs import read_run
+from .segment_read import (
+    NO_TIMESTAMP,
+    find_timestamp,
+    read_range,
+    scan_until,
+    seal_entry_timestamp,
+)
+from .segment_recovery import Scanned, rebuild_index, recover_tail
 
 LOG_SUFFIX: Final = ".log"
 INDEX_SUFFIX: Final = ".index"
 SEGMENT_NAME: Final = re.compile(r"^(\d{20})\.log$")
 INDEX_NAME: Final = re.compile(r"^(\d{20})\.index$")
-NO_TIMESTAMP: Final = -(1 << 63)  # running-max start value; a segment without records has it
 _O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
-_UNBOUNDED: Final = 1 << 62  # a read's byte budget when none is given
 base_offset_of: Final = attrgetter("base_offset")  # a bisect key over a list of segments
 
 
 def segment_stem(base_offset: int) -> str:
     """The file name stem of the segment starting at ``base_offset`` (20 zero-padded digits)."""
     return f"{base_offset:020d}"
-
-
-def scan(
-    fd: int, name: str, *, position: int, limit: int, offset: int, chunk: int = READ_CHUNK
-) -> Iterator[tuple[int, int, Record]]:
-    """:func:`~.record.scan_records` over the file behind ``fd`` (named ``name`` in errors)."""
-    read_at = functools.partial(os.pread, fd)
-    return scan_records(read_at, name, position=position, limit=limit, offset=offset, chunk=chunk)
 
 
 @final
@@ -142,68 +136,27 @@ class Segment:
         return seg
 
     def _recover_tail(self) -> None:
-        """See :meth:`recover`."""
+        """See :meth:`recover` (:func:`~.segment_recovery.recover_tail`)."""
         assert self.fd is not None
         assert self.index_fd is not None
-        file_size = os.fstat(self.fd).st_size
-        old = read_all(self.index_fd)
-        index, _ = SparseIndex.from_bytes(old, limit=file_size)
-        while len(index) and not self._intact(index.entry(len(index) - 1), file_size):
-            index.truncate(len(index) - 1)  # an entry is trusted only if its record is intact
-        self._index = index
-        rel, pos, max_ts = index.entry(len(index) - 1) if len(index) else (0, 0, NO_TIMESTAMP)
-        self._last_index_pos = pos
-        self._max_ts = max_ts
-        self.size = pos
-        try:
-            records = scan(
+        self._adopt(
+            recover_tail(
                 self.fd,
-                self.log_path.name,
-                position=pos,
-                limit=file_size,
-                offset=self.base_offset + rel,
-            )
-            for position, size, record in records:
-                self._note(position, record)
-                self.size = position + size
-        except CorruptRecordError as exc:
-            self._logger.warning(
-                "segment %s: torn or corrupt record at byte %d (offset %s): %s; "
-                "truncating the file there, dropping %d bytes",
+                self.index_fd,
                 self.log_path,
-                self.size,
-                exc.offset,
-                exc.__cause__,
-                file_size - self.size,
+                base=self.base_offset,
+                interval=self._interval,
+                logger=self._logger,
             )
-            os.ftruncate(self.fd, self.size)
-            os.fsync(self.fd)
-        new = index.encode()
-        if new != old:
-            os.ftruncate(self.index_fd, 0)
-            write_all(self.index_fd, new, 0)
+        )
 
-    def _intact(self, entry: tuple[int, int, int], limit: int) -> bool:
-        """Whether the record an index entry points at is there and valid."""
-        assert self.fd is not None
-        rel, pos, _ts = entry
-        try:
-            next(scan(self.fd, "", position=pos, limit=limit, offset=self.base_offset + rel))
-        except CorruptRecordError:
-            return False
-        return True
+    def _adopt(self, state: Scanned) -> None:
+        """Take the bookkeeping a scan of the whole segment (or its tail) established."""
+        self._index, self.size, self._max_ts = state.index, state.size, state.max_ts
+        self._last_index_pos, self._last_record_pos = state.last_index_pos, state.last_record_pos
+        self.next_offset = state.next_offset
 
     # -- appending (active segment) -------------------------------------------------------------
-
-    def _note(self, position: int, record: Record) -> None:
-        """Bookkeeping for a record found by a scan: max timestamp, index, last position."""
-        assert self._max_ts is not None
-        self._max_ts = max(self._max_ts, record.timestamp_ns)
-        if position - self._last_index_pos >= self._interval:
-            self.index.append(record.offset - self.base_offset, position, self._max_ts)
-            self._last_index_pos = position
-        self._last_record_pos = position
-        self.next_offset = record.offset + 1
 
     def append(self, records: Sequence[Record]) -> None:
         """Write ``records`` (consecutive, starting at ``next_offset``) with one ``pwrite``.
@@ -346,124 +299,57 @@ class Segment:
                 self.log_path,
                 "missing" if data is None else "inconsistent",
             )
-            index = self._rebuild_index()
+            with self._reader() as fd:
+                state = rebuild_index(
+                    functools.partial(os.pread, fd),
+                    self.log_path.name,
+                    base=self.base_offset,
+                    size=self.size,
+                    interval=self._interval,
+                )
+            self._adopt(state)
+            index = state.index
             atomic_write(self.index_path, index.encode())
         self._index = index
         return index
-
-    def _rebuild_index(self) -> SparseIndex:
-        """Index the whole segment by scanning it, as appends would have (seal entry included)."""
-        self._index, self._max_ts, self._last_index_pos = SparseIndex(), NO_TIMESTAMP, 0
-        try:
-            with self._reader() as fd:
-                for pos, _size, record in scan(
-                    fd, self.log_path.name, position=0, limit=self.size, offset=self.base_offset
-                ):
-                    self._note(pos, record)
-        except CorruptRecordError:
-            self._index = self._max_ts = None
-            raise
-        self._index_last_record()
-        return self._index
-
-    def _records_from(
-        self, fd: int, offset: int, *, by_timestamp: int | None = None, chunk: int = READ_CHUNK
-    ) -> Iterator[tuple[int, int, Record]]:
-        """Scan from the index entry at or before ``offset`` (or before ``by_timestamp``)."""
-        index = self.index
-        if by_timestamp is None:
-            i = index.floor_for_offset(offset - self.base_offset)
-        else:
-            i = index.floor_for_timestamp(by_timestamp)
-        rel, pos, _ts = index.entry(i) if i >= 0 else (0, 0, NO_TIMESTAMP)
-        return scan(
-            fd,
-            self.log_path.name,
-            position=pos,
-            limit=self.size,
-            offset=self.base_offset + rel,
-            chunk=chunk,
-        )
 
     def read(self, start: int, stop: int, max_bytes: int | None = None) -> list[Record]:
         """Records ``[start, stop)``, all of which this segment must hold; with ``max_bytes``,
         only a prefix of them whose bodies add up to at least that (one record at least).
 
-        Seeks with the index and ``pread``s from there. Raises :class:`CorruptRecordError` when a
-        record fails validation or the segment ends before ``stop``.
+        Seeks with the index and ``pread``s from there (:func:`~.segment_read.read_range`; a
+        sealed segment steps over damage). Raises :class:`CorruptRecordError` when a record
+        fails validation or the segment ends before ``stop``.
         """
-        out: list[Record] = []
         if stop <= start:
-            return out
-        # (a budget of 0 would read nothing: "one record at least" holds with 1)
-        budget = _UNBOUNDED if max_bytes is None else max(max_bytes, 1)
-        name = self.log_path.name
+            return []
         with self._reader() as fd:
-            read_at = functools.partial(os.pread, fd)
-            index = self.index
-            i = index.floor_for_offset(start - self.base_offset)
-            rel, position, _ts = index.entry(i) if i >= 0 else (0, 0, NO_TIMESTAMP)
-            offset = self.base_offset + rel
-            while True:
-                taken = len(out)
-                try:
-                    offset, budget = read_run(
-                        read_at,
-                        name,
-                        position=position,
-                        limit=self.size,
-                        offset=offset,
-                        start=start,
-                        stop=stop,
-                        budget=budget,
-                        out=out,
-                    )
-                except CorruptRecordError as exc:
-                    if self.active or exc.position is None or exc.offset is None:
-                        raise
-                    resumed = self._skip_damage(fd, exc.position, exc.offset, stop)
-                    if resumed is None or resumed[1] >= stop:
-                        return out  # the rest of [start, stop) is lost
-                    position, offset = resumed
-                    budget -= sum(len(r.body) for r in out[taken:])  # read before the damage
-                    if budget <= 0:
-                        return out
-                    continue
-                if offset >= stop or budget <= 0:
-                    return out
-                break
-        raise CorruptRecordError(
-            f"{name}: ends at offset {start + len(out)}, expected {stop}",
-            position=self.size,
-            offset=start + len(out),
-        )
-
-    def _skip_damage(
-        self, fd: int, position: int, offset: int, stop: int
-    ) -> tuple[int, int] | None:
-        """Past a damaged record of a sealed segment: ``(position, offset)`` of the next intact
-        one (None: nothing intact follows), the skipped region reported once."""
-        read_at = functools.partial(os.pread, fd)
-        found = resync(
-            read_at, self.index, self.base_offset, position=position, offset=offset, limit=self.size
-        )
-        end_position, resumed = found if found is not None else (self.size, stop)
-        self._env.skipped.note(
-            self.log_path.name, position, offset, max(resumed, offset + 1), end_position - position
-        )
-        return found
+            return read_range(
+                functools.partial(os.pread, fd),
+                self.index,
+                self.log_path.name,
+                base=self.base_offset,
+                size=self.size,
+                start=start,
+                stop=stop,
+                max_bytes=max_bytes,
+                skipped=None if self.active else self._env.skipped,
+            )
 
     def find_timestamp(self, timestamp_ns: int, end_offset: int) -> int:
         """First offset in this segment whose timestamp is ``>= timestamp_ns``, else
         ``end_offset``. Scans from the last index entry whose running max is older."""
-        chunk = self._interval + 4 * HEADER_SIZE
         with self._reader() as fd:
-            for _pos, _size, record in self._records_from(
-                fd, self.base_offset, by_timestamp=timestamp_ns, chunk=chunk
-            ):
-                if record.timestamp_ns >= timestamp_ns:
-                    return record.offset
-        return end_offset
+            return find_timestamp(
+                functools.partial(os.pread, fd),
+                self.index,
+                self.log_path.name,
+                base=self.base_offset,
+                size=self.size,
+                timestamp_ns=timestamp_ns,
+                end_offset=end_offset,
+                chunk=self._interval + 4 * HEADER_SIZE,
+            )
 
     def max_timestamp(self, end_offset: int) -> int | None:
         """Newest ``timestamp_ns`` in the segment, None when it is empty; ``end_offset`` is the
@@ -477,40 +363,26 @@ class Segment:
 
     def _scan_max_timestamp(self, end_offset: int) -> int:
         if self._index is None:  # try the seal entry alone before loading the whole index
-            try:
-                with self.index_path.open("rb") as f:
-                    size = f.seek(0, os.SEEK_END)
-                    f.seek(max(size - ENTRY_SIZE, 0))
-                    tail = f.read()
-            except FileNotFoundError:
-                size, tail = 0, b""
-            if size % ENTRY_SIZE == 0 and len(tail) == ENTRY_SIZE:
-                rel, pos, max_ts = INDEX_ENTRY.unpack(tail)
-                if self.base_offset + rel == end_offset - 1 and pos < self.size:
-                    return int(max_ts)
+            found = seal_entry_timestamp(
+                self.index_path, base=self.base_offset, size=self.size, end_offset=end_offset
+            )
+            if found is not None:
+                return found
         return self._scan_until(len(self.index), end_offset)[3]
 
     def _scan_until(self, entries: int, stop: int) -> tuple[int, int, int, int]:
-        """Scan from index entry ``entries - 1`` (or byte 0) over the records before offset
-        ``stop``, which must all be there; return the state after them: ``(size,
-        last_record_pos, next_offset, max_timestamp)``."""
-        rel, pos, max_ts = self.index.entry(entries - 1) if entries else (0, 0, NO_TIMESTAMP)
-        size, last_pos, next_offset = pos, -1, self.base_offset + rel
+        """:func:`~.segment_read.scan_until` over this segment."""
+        index = self.index
         with self._reader() as fd:
-            for position, n, record in scan(
-                fd, self.log_path.name, position=pos, limit=self.size, offset=next_offset
-            ):
-                if record.offset >= stop:
-                    break
-                max_ts = max(max_ts, record.timestamp_ns)
-                size, last_pos, next_offset = position + n, position, record.offset + 1
-        if next_offset != stop:
-            raise CorruptRecordError(
-                f"{self.log_path.name}: ends at offset {next_offset}, expected {stop}",
-                position=size,
-                offset=next_offset,
+            return scan_until(
+                functools.partial(os.pread, fd),
+                index,
+                self.log_path.name,
+                base=self.base_offset,
+                size=self.size,
+                entries=entries,
+                stop=stop,
             )
-        return size, last_pos, next_offset, max_ts
 
     # -- truncating, closing, deleting ----------------------------------------------------------
 
@@ -566,6 +438,5 @@ __all__ = [
     "Segment",
     "SegmentEnv",
     "base_offset_of",
-    "scan",
     "segment_stem",
 ]

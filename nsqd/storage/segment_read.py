@@ -1,0 +1,179 @@
+"""Reading one segment's records: a range of offsets, the first record at a time, and the scan
+up to an offset that truncation and the newest-timestamp lookup use.
+
+No fds and no segment state here: each function reads through ``read_at(size, position)``
+(:class:`~.segment.Segment` passes ``os.pread`` bound to its log fd) and seeks with the
+segment's :class:`~.index.SparseIndex`, like :mod:`.corruption`, which the range read calls to
+step over damage in a sealed segment. ``base`` is the segment's base offset, ``size`` its
+bytes of valid records, ``name`` its file name (for errors).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Final
+
+from .corruption import ReadAt, SkippedRegions, resync
+from .errors import CorruptRecordError
+from .index import ENTRY_SIZE, INDEX_ENTRY, SparseIndex
+from .record import READ_CHUNK, Record, scan_records
+from .runs import read_run
+
+NO_TIMESTAMP: Final = -(1 << 63)  # running-max start value; a segment without records has it
+_UNBOUNDED: Final = 1 << 62  # a read's byte budget when none is given
+
+
+def read_range(
+    read_at: ReadAt,
+    index: SparseIndex,
+    name: str,
+    *,
+    base: int,
+    size: int,
+    start: int,
+    stop: int,
+    max_bytes: int | None,
+    skipped: SkippedRegions | None,
+) -> list[Record]:
+    """Records ``[start, stop)`` (``start < stop``), all of which the segment must hold; with
+    ``max_bytes``, only a prefix of them whose bodies add up to at least that (one record at
+    least).
+
+    Seeks with the index and reads runs of records from there. With ``skipped`` (a sealed
+    segment) a damaged record is stepped over (:func:`~.corruption.resync`) and reported
+    there; else, and when the segment ends before ``stop``, raises
+    :class:`CorruptRecordError`.
+    """
+    out: list[Record] = []
+    # (a budget of 0 would read nothing: "one record at least" holds with 1)
+    budget = _UNBOUNDED if max_bytes is None else max(max_bytes, 1)
+    i = index.floor_for_offset(start - base)
+    rel, position, _ts = index.entry(i) if i >= 0 else (0, 0, NO_TIMESTAMP)
+    offset = base + rel
+    while True:
+        taken = len(out)
+        try:
+            offset, budget = read_run(
+                read_at,
+                name,
+                position=position,
+                limit=size,
+                offset=offset,
+                start=start,
+                stop=stop,
+                budget=budget,
+                out=out,
+            )
+        except CorruptRecordError as exc:
+            if skipped is None or exc.position is None or exc.offset is None:
+                raise
+            resumed = _skip_damage(
+                read_at, index, name, skipped, base, size, exc.position, exc.offset, stop
+            )
+            if resumed is None or resumed[1] >= stop:
+                return out  # the rest of [start, stop) is lost
+            position, offset = resumed
+            budget -= sum(len(r.body) for r in out[taken:])  # read before the damage
+            if budget <= 0:
+                return out
+            continue
+        if offset >= stop or budget <= 0:
+            return out
+        break
+    raise CorruptRecordError(
+        f"{name}: ends at offset {start + len(out)}, expected {stop}",
+        position=size,
+        offset=start + len(out),
+    )
+
+
+def _skip_damage(
+    read_at: ReadAt,
+    index: SparseIndex,
+    name: str,
+    skipped: SkippedRegions,
+    base: int,
+    size: int,
+    position: int,
+    offset: int,
+    stop: int,
+) -> tuple[int, int] | None:
+    """Past a damaged record of a sealed segment: ``(position, offset)`` of the next intact
+    one (None: nothing intact follows), the skipped region reported once."""
+    found = resync(read_at, index, base, position=position, offset=offset, limit=size)
+    end_position, resumed = found if found is not None else (size, stop)
+    skipped.note(name, position, offset, max(resumed, offset + 1), end_position - position)
+    return found
+
+
+def find_timestamp(
+    read_at: ReadAt,
+    index: SparseIndex,
+    name: str,
+    *,
+    base: int,
+    size: int,
+    timestamp_ns: int,
+    end_offset: int,
+    chunk: int = READ_CHUNK,
+) -> int:
+    """First offset in the segment whose timestamp is ``>= timestamp_ns``, else
+    ``end_offset``. Scans from the last index entry whose running max is older."""
+    i = index.floor_for_timestamp(timestamp_ns)
+    rel, pos, _ts = index.entry(i) if i >= 0 else (0, 0, NO_TIMESTAMP)
+    for _pos, _size, record in scan_records(
+        read_at, name, position=pos, limit=size, offset=base + rel, chunk=chunk
+    ):
+        if record.timestamp_ns >= timestamp_ns:
+            return record.offset
+    return end_offset
+
+
+def seal_entry_timestamp(index_path: Path, *, base: int, size: int, end_offset: int) -> int | None:
+    """The newest timestamp of a sealed segment from its index file's last entry alone (the
+    one sealing adds for the last record, offset ``end_offset - 1``), without loading the
+    index; None when that entry is not there."""
+    try:
+        with index_path.open("rb") as f:
+            file_size = f.seek(0, os.SEEK_END)
+            f.seek(max(file_size - ENTRY_SIZE, 0))
+            tail = f.read()
+    except FileNotFoundError:
+        file_size, tail = 0, b""
+    if file_size % ENTRY_SIZE == 0 and len(tail) == ENTRY_SIZE:
+        rel, pos, max_ts = INDEX_ENTRY.unpack(tail)
+        if base + rel == end_offset - 1 and pos < size:
+            return int(max_ts)
+    return None
+
+
+def scan_until(
+    read_at: ReadAt,
+    index: SparseIndex,
+    name: str,
+    *,
+    base: int,
+    size: int,
+    entries: int,
+    stop: int,
+) -> tuple[int, int, int, int]:
+    """Scan from index entry ``entries - 1`` (or byte 0) over the records before offset
+    ``stop``, which must all be there; return the state after them: ``(size,
+    last_record_pos, next_offset, max_timestamp)``."""
+    rel, pos, max_ts = index.entry(entries - 1) if entries else (0, 0, NO_TIMESTAMP)
+    end, last_pos, next_offset = pos, -1, base + rel
+    for position, n, record in scan_records(
+        read_at, name, position=pos, limit=size, offset=next_offset
+    ):
+        if record.offset >= stop:
+            break
+        max_ts = max(max_ts, record.timestamp_ns)
+        end, last_pos, next_offset = position + n, position, record.offset + 1
+    if next_offset != stop:
+        raise CorruptRecordError(
+            f"{name}: ends at offset {next_offset}, expected {stop}",
+            position=end,
+            offset=next_offset,
+        )
+    return end, last_pos, next_offset, max_ts

@@ -1,0 +1,113 @@
+"""Rebuilding a segment's state from its bytes: validating the active segment's tail at start
+(cutting a torn or corrupt one off) and rebuilding a missing or inconsistent index.
+
+Both scan records as appends wrote them and index them the same way (an entry every
+``interval`` bytes, with the running maximum timestamp), into a :class:`Scanned` that
+:class:`~.segment.Segment` adopts as its append bookkeeping. Blocking I/O on the fds given;
+nothing here keeps any.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import final
+
+from .checkpoint import read_all, write_all
+from .corruption import ReadAt
+from .errors import CorruptRecordError
+from .index import SparseIndex
+from .record import Record, scan_records
+from .segment_read import NO_TIMESTAMP
+
+
+@final
+@dataclass(slots=True)
+class Scanned:
+    """A segment's append bookkeeping as a scan of its records establishes it."""
+
+    index: SparseIndex
+    base: int  # the segment's base offset
+    interval: int  # index interval in bytes
+    next_offset: int  # offset after the last record noted (``base`` before any)
+    size: int = 0  # end of the last record noted
+    max_ts: int = NO_TIMESTAMP  # newest timestamp noted
+    last_index_pos: int = 0  # position of the last index entry (0: the implicit one)
+    last_record_pos: int = -1  # position of the last record noted (-1: none)
+
+    def note(self, position: int, size: int, record: Record) -> None:
+        """Account for the record found at ``position`` (``size`` bytes), the next in order."""
+        self.max_ts = max(self.max_ts, record.timestamp_ns)
+        if position - self.last_index_pos >= self.interval:
+            self.index.append(record.offset - self.base, position, self.max_ts)
+            self.last_index_pos = position
+        self.last_record_pos = position
+        self.next_offset = record.offset + 1
+        self.size = position + size
+
+
+def _intact(read_at: ReadAt, base: int, entry: tuple[int, int, int], limit: int) -> bool:
+    """Whether the record an index entry points at is there and valid."""
+    rel, pos, _ts = entry
+    try:
+        next(scan_records(read_at, "", position=pos, limit=limit, offset=base + rel))
+    except CorruptRecordError:
+        return False
+    return True
+
+
+def recover_tail(
+    fd: int, index_fd: int, path: Path, *, base: int, interval: int, logger: logging.Logger
+) -> Scanned:
+    """Validate the active segment's log file (``fd``, at ``path``) and its index (``index_fd``),
+    both opened read-write.
+
+    The scan starts at the last index entry whose record is intact (or at byte 0) and checks
+    every record up to end of file. At the first torn or corrupt record the file is truncated
+    there (and fsynced) with a WARNING naming file, byte position, offset and bytes dropped.
+    The index file is rewritten if its trusted entries and those the scan added differ from it.
+    """
+    read_at = functools.partial(os.pread, fd)
+    file_size = os.fstat(fd).st_size
+    old = read_all(index_fd)
+    index, _ = SparseIndex.from_bytes(old, limit=file_size)
+    while len(index) and not _intact(read_at, base, index.entry(len(index) - 1), file_size):
+        index.truncate(len(index) - 1)  # an entry is trusted only if its record is intact
+    rel, pos, max_ts = index.entry(len(index) - 1) if len(index) else (0, 0, NO_TIMESTAMP)
+    state = Scanned(index, base, interval, base, pos, max_ts, last_index_pos=pos)
+    try:
+        records = scan_records(read_at, path.name, position=pos, limit=file_size, offset=base + rel)
+        for position, size, record in records:
+            state.note(position, size, record)
+    except CorruptRecordError as exc:
+        logger.warning(
+            "segment %s: torn or corrupt record at byte %d (offset %s): %s; "
+            "truncating the file there, dropping %d bytes",
+            path,
+            state.size,
+            exc.offset,
+            exc.__cause__,
+            file_size - state.size,
+        )
+        os.ftruncate(fd, state.size)
+        os.fsync(fd)
+    new = index.encode()
+    if new != old:
+        os.ftruncate(index_fd, 0)
+        write_all(index_fd, new, 0)
+    return state
+
+
+def rebuild_index(read_at: ReadAt, name: str, *, base: int, size: int, interval: int) -> Scanned:
+    """Index the segment's records ``[0, size)`` by scanning them, as appends would have, the
+    entry sealing adds for the last record included. Raises :class:`CorruptRecordError`."""
+    state = Scanned(SparseIndex(), base, interval, base)
+    for position, n, record in scan_records(read_at, name, position=0, limit=size, offset=base):
+        state.note(position, n, record)
+    if state.last_record_pos > state.last_index_pos:
+        state.index.append(state.next_offset - 1 - base, state.last_record_pos, state.max_ts)
+        state.last_index_pos = state.last_record_pos
+    return state
