@@ -38,7 +38,8 @@ from .record import (
     internal_id_for,
     make_record,
 )
-from .segment import Segment, SegmentEnv
+from .segment import Segment
+from .segment_files import SegmentEnv
 from .trimming import delete_expired, truncate_segments
 
 _DEFAULT_LOGGER: Final = logging.getLogger("nsqd.storage")

@@ -10,7 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from .checkpoint import fsync_directory
-from .segment import INDEX_NAME, SEGMENT_NAME, Segment, SegmentEnv
+from .layout import INDEX_NAME, SEGMENT_NAME
+from .segment import Segment
+from .segment_files import SegmentEnv
 
 
 def open_segments(directory: Path, env: SegmentEnv) -> list[Segment]:

@@ -11,16 +11,13 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
+from typing import Any, Final, TypeVar, cast
 
 import crc32c as _crc32c
 
 from protocol.message import make_internal_id
 
 from .errors import CorruptRecordError
-
-if TYPE_CHECKING:
-    from _typeshed import DataclassInstance
 
 # Record v1 => FormatLength u32 | Crc u32 | Offset u64 | TimestampNs i64 | InternalId u64
 #              | TraceId u64 | DeliverAtNs i64 | Epoch u32 | ExtLen u16 | Ext | Body
@@ -87,7 +84,7 @@ _unpack_header_v0_from: Final = RECORD_HEADER_V0.unpack_from
 _unpack_length_from: Final = struct.Struct(RECORD_HEADER.format[:2]).unpack_from
 _FORMAT_BITS: Final = FORMAT_V1 << FORMAT_SHIFT
 _FORMAT_SHIFT_IN_BYTE: Final = FORMAT_SHIFT - 24  # the format in the big-endian first byte
-_D = TypeVar("_D", bound="DataclassInstance")
+_D = TypeVar("_D")  # a frozen slotted dataclass
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,7 +134,7 @@ def _twin_constructor(
     checks the layouts match and ``init`` sets every field.
     tests/unit/test_storage_record.py checks the results equal the dataclass's own.
     """
-    names = tuple(f.name for f in fields(cls))
+    names = tuple(f.name for f in fields(cast(Any, cls)))
     twin = type(f"_Building{cls.__name__}", (), {"__slots__": names, "__init__": init})
     made = twin(*probe)  # TypeError if the layouts differ
     assert type(made) is cls, f"{init.__name__} must end with self.__class__ = {cls.__name__}"

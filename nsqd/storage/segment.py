@@ -1,30 +1,21 @@
-"""One segment of a partition log: a ``<base>.log`` file of records plus its ``<base>.index``.
+"""One segment of a partition log: its records and sparse index, appended, read, truncated.
 
 Blocking file I/O on raw fds (``os.pwrite``/``os.pread``), no Python-level buffering. A segment
-is *active* (the last one: a read-write fd pair, takes appends) or *sealed* (a read-only log fd;
-its index is loaded lazily). Either kind opens its fds on demand and registers them with the
-process's :class:`~.handles.HandleCache`, which may close them again (:meth:`Segment.release`)
-when too many are open. The caller (:class:`~.log.PartitionLog`) serialises access under the
-lock it passes in, which is also the lock the cache takes to close them; nothing here locks.
+is *active* (the last one: takes appends) or *sealed* (its index is loaded lazily). Its files
+and fds are :class:`~.segment_files.SegmentFiles`'; the read path is :mod:`.segment_read`,
+recovery and index rebuilding :mod:`.segment_recovery`. The caller (:class:`~.log.PartitionLog`)
+serialises access under its lock; nothing here locks.
 """
 
 from __future__ import annotations
 
-import functools
-import logging
 import os
-import re
-import threading
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Sequence
 from operator import attrgetter
 from pathlib import Path
 from typing import Final, final
 
 from .checkpoint import atomic_write, write_all
-from .corruption import SkippedRegions
-from .handles import HandleCache
 from .index import ENTRY_SIZE, INDEX_ENTRY, SparseIndex
 from .record import (
     HEADER_SIZE,
@@ -32,6 +23,7 @@ from .record import (
     Record,
     encode_record_parts,
 )
+from .segment_files import O_CLOEXEC, SegmentEnv, SegmentFiles
 from .segment_read import (
     NO_TIMESTAMP,
     find_timestamp,
@@ -39,50 +31,19 @@ from .segment_read import (
     scan_until,
     seal_entry_timestamp,
 )
-from .segment_recovery import Scanned, rebuild_index, recover_tail
+from .segment_recovery import Scanned, load_index, rebuild_index, recover_tail
 
-LOG_SUFFIX: Final = ".log"
-INDEX_SUFFIX: Final = ".index"
-SEGMENT_NAME: Final = re.compile(r"^(\d{20})\.log$")
-INDEX_NAME: Final = re.compile(r"^(\d{20})\.index$")
-_O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
 base_offset_of: Final = attrgetter("base_offset")  # a bisect key over a list of segments
 
 
-def segment_stem(base_offset: int) -> str:
-    """The file name stem of the segment starting at ``base_offset`` (20 zero-padded digits)."""
-    return f"{base_offset:020d}"
-
-
 @final
-@dataclass(frozen=True, slots=True)
-class SegmentEnv:
-    """What every segment of one log shares: the index interval, the logger, the process's
-    handle cache and the log's lock (held around every use of a segment)."""
-
-    interval: int
-    logger: logging.Logger
-    handles: HandleCache
-    owner: threading.Lock
-    skipped: SkippedRegions  # damaged regions of sealed segments that reads stepped over
-
-
-@final
-class Segment:
+class Segment(SegmentFiles):
     """A segment file and its sparse index (see module docstring for active vs sealed)."""
 
     def __init__(self, directory: Path, base_offset: int, size: int, env: SegmentEnv) -> None:
-        stem = segment_stem(base_offset)
-        self.base_offset = base_offset
-        self.log_path = directory / (stem + LOG_SUFFIX)
-        self.index_path = directory / (stem + INDEX_SUFFIX)
+        super().__init__(directory, base_offset, env)
         self.size = size  # bytes of valid records; the file may hold garbage after a failed write
-        self.active = False  # the last segment of its log: takes appends
-        self.fd: int | None = None  # the log fd while open: read-write if active, else read-only
-        self.index_fd: int | None = None  # read-write, only while active and open
-        self._env = env
         self._interval = env.interval
-        self._logger = env.logger
         self._index: SparseIndex | None = None  # loaded lazily for sealed segments
         self._max_ts: int | None = None  # None = not computed yet (sealed segments)
         self._last_index_pos = 0  # position of the last index entry (0: the implicit one)
@@ -96,11 +57,11 @@ class Segment:
         """A new, empty active segment. Its directory entry is durable after a directory fsync."""
         seg = cls(directory, base_offset, 0, env)
         seg.active = True
-        flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | _O_CLOEXEC
+        flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | O_CLOEXEC
         seg.fd = os.open(seg.log_path, flags, 0o644)
         try:
             seg.index_fd = os.open(
-                seg.index_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | _O_CLOEXEC, 0o644
+                seg.index_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | O_CLOEXEC, 0o644
             )
         except OSError:
             seg.delete()
@@ -246,62 +207,16 @@ class Segment:
 
     # -- reading --------------------------------------------------------------------------------
 
-    def open(self) -> None:
-        """Open the fds this segment needs unless they are (active: the read-write log and
-        index fds; sealed: a read-only log fd), registered with the handle cache."""
-        if self.fd is not None:
-            self._env.handles.used(self)
-            return
-        if not self.active:
-            self.fd = os.open(self.log_path, os.O_RDONLY | _O_CLOEXEC)
-            self._env.handles.opened(self, self._env.owner, 1)
-            return
-        fd = os.open(self.log_path, os.O_RDWR | _O_CLOEXEC)
-        try:
-            self.index_fd = os.open(self.index_path, os.O_RDWR | os.O_CREAT | _O_CLOEXEC, 0o644)
-        except OSError:
-            os.close(fd)
-            raise
-        self.fd = fd
-        self._env.handles.opened(self, self._env.owner, 2)
-
-    def release(self) -> None:
-        """Close the fds (the handle cache's eviction; the owner's lock is held). Nothing is
-        lost: appends are in the page cache, and the next sync fsyncs the reopened file."""
-        fds = [fd for fd in (self.fd, self.index_fd) if fd is not None]
-        self.fd = self.index_fd = None
-        for fd in fds:
-            try:
-                os.close(fd)
-            except OSError as exc:  # the fd is gone either way (close(2) on Linux)
-                self._logger.warning("segment %s: close failed: %s", self.log_path, exc)
-
-    @contextmanager
-    def _reader(self) -> Iterator[int]:
-        """An fd to read from (see :meth:`open`)."""
-        self.open()
-        assert self.fd is not None
-        yield self.fd
-
     @property
     def index(self) -> SparseIndex:
         """The index, loaded (or rebuilt by a full scan, with a WARNING) on first use."""
         if self._index is not None:
             return self._index
-        try:
-            data = self.index_path.read_bytes()
-        except FileNotFoundError:
-            data = None
-        index, whole = SparseIndex.from_bytes(data or b"", limit=self.size)
-        if data is None or not whole:
-            self._logger.warning(
-                "segment %s: index %s, rebuilding it from the segment",
-                self.log_path,
-                "missing" if data is None else "inconsistent",
-            )
-            with self._reader() as fd:
+        index = load_index(self.index_path, self.log_path, self.size, self._logger)
+        if index is None:
+            with self._reader() as read_at:
                 state = rebuild_index(
-                    functools.partial(os.pread, fd),
+                    read_at,
                     self.log_path.name,
                     base=self.base_offset,
                     size=self.size,
@@ -323,9 +238,9 @@ class Segment:
         """
         if stop <= start:
             return []
-        with self._reader() as fd:
+        with self._reader() as read_at:
             return read_range(
-                functools.partial(os.pread, fd),
+                read_at,
                 self.index,
                 self.log_path.name,
                 base=self.base_offset,
@@ -339,9 +254,9 @@ class Segment:
     def find_timestamp(self, timestamp_ns: int, end_offset: int) -> int:
         """First offset in this segment whose timestamp is ``>= timestamp_ns``, else
         ``end_offset``. Scans from the last index entry whose running max is older."""
-        with self._reader() as fd:
+        with self._reader() as read_at:
             return find_timestamp(
-                functools.partial(os.pread, fd),
+                read_at,
                 self.index,
                 self.log_path.name,
                 base=self.base_offset,
@@ -373,9 +288,9 @@ class Segment:
     def _scan_until(self, entries: int, stop: int) -> tuple[int, int, int, int]:
         """:func:`~.segment_read.scan_until` over this segment."""
         index = self.index
-        with self._reader() as fd:
+        with self._reader() as read_at:
             return scan_until(
-                functools.partial(os.pread, fd),
+                read_at,
                 index,
                 self.log_path.name,
                 base=self.base_offset,
@@ -412,31 +327,5 @@ class Segment:
         os.fsync(self.fd)
         os.fsync(self.index_fd)
 
-    def disown_fds(self) -> None:
-        """Forget the fds without closing them: the caller has taken them over."""
-        self._env.handles.closed(self)
-        self.fd = self.index_fd = None
 
-    def close(self) -> None:
-        """Close the fds without syncing them (the caller syncs first)."""
-        self._env.handles.closed(self)
-        fds = [fd for fd in (self.fd, self.index_fd) if fd is not None]
-        self.fd = self.index_fd = None
-        for fd in fds:
-            os.close(fd)
-
-    def delete(self) -> None:
-        """Close and unlink both files (directory fsync is the caller's)."""
-        self.close()
-        self.log_path.unlink()
-        self.index_path.unlink(missing_ok=True)
-
-
-__all__ = [
-    "INDEX_NAME",
-    "SEGMENT_NAME",
-    "Segment",
-    "SegmentEnv",
-    "base_offset_of",
-    "segment_stem",
-]
+__all__ = ["Segment", "base_offset_of"]

@@ -101,6 +101,26 @@ def recover_tail(
     return state
 
 
+def load_index(
+    index_path: Path, log_path: Path, size: int, logger: logging.Logger
+) -> SparseIndex | None:
+    """A sealed segment's index as its file holds it; None (with a WARNING) when the file is
+    missing or inconsistent with the segment's ``size`` bytes, to be rebuilt."""
+    try:
+        data = index_path.read_bytes()
+    except FileNotFoundError:
+        data = None
+    index, whole = SparseIndex.from_bytes(data or b"", limit=size)
+    if data is not None and whole:
+        return index
+    logger.warning(
+        "segment %s: index %s, rebuilding it from the segment",
+        log_path,
+        "missing" if data is None else "inconsistent",
+    )
+    return None
+
+
 def rebuild_index(read_at: ReadAt, name: str, *, base: int, size: int, interval: int) -> Scanned:
     """Index the segment's records ``[0, size)`` by scanning them, as appends would have, the
     entry sealing adds for the last record included. Raises :class:`CorruptRecordError`."""

@@ -13,7 +13,7 @@ import pytest
 
 from nsqd.core.cursor import PartitionCursor
 from nsqd.storage import CacheBudget, NewRecord, PartitionLog
-from nsqd.storage.segment import LOG_SUFFIX
+from nsqd.storage.layout import LOG_SUFFIX
 
 COUNT = 300
 BODY = 200
