@@ -1,4 +1,4 @@
-"""The log record: its values and its on-disk layouts (format v1 written, v0 still read).
+"""The log record: its values and its on-disk layouts (format v2 written, v1 and v0 still read).
 
 No file I/O of its own: :func:`scan_records` reads through the ``read_at(size, position)``
 callable it is given (``segment.py`` passes ``os.pread`` bound to an fd), so it is testable on
@@ -19,20 +19,25 @@ from protocol.message import make_internal_id
 
 from .errors import CorruptRecordError
 
-# Record v1 => FormatLength u32 | Crc u32 | Offset u64 | TimestampNs i64 | InternalId u64
+# Record v2 => FormatLength u32 | Crc u32 | Offset u64 | TimestampNs i64 | InternalId u64
 #              | TraceId u64 | DeliverAtNs i64 | Epoch u32 | ExtLen u16 | Ext | Body
+# Record v1 => the same layout; only the Crc covers less (below).
 # Record v0 => the same without Epoch (the release before leader epochs), FormatLength < 2**30.
 # Big-endian, as NSQ's own message encoding. A record occupies 4 + Length bytes, where Length is
-# FormatLength's low 30 bits and its top 2 bits are the record format (0 or 1): every record
-# says how to read it, so files written by the previous release are read as they are, and no
+# FormatLength's low 30 bits and its top 2 bits are the record format (0, 1 or 2): every record
+# says how to read it, so files written by earlier releases are read as they are, and no
 # file header or rewrite is needed (v0 lengths never reach 2**30: MAX_RECORD_SIZE).
-# Crc is CRC-32C (Castagnoli) over every byte after the Crc field: Offset through the end of Body.
+# Crc is CRC-32C (Castagnoli) over every byte after the Crc field: Offset through the end of Body;
+# in v2 the computation starts from FormatLength as its initial value instead of 0, so the
+# format and length are covered too: one flipped bit turning a v1 record into a v0 one (the same
+# CRC range, a 4-byte shorter header) went unseen, while a v2 record's Crc no longer matches as
+# v0 or v1 (one C call per record, as before).
 # The offset is inside the CRC because offsets are never re-based (a replica copies the leader's
 # offsets verbatim), and recovery must not accept a record whose offset bytes rotted. The offset
 # sits at byte 8 in both formats (corruption resync searches for it there).
 RECORD_HEADER: Final = struct.Struct(
-    ">I"  # format_length: format (top 2 bits, 1) << 30 | bytes after this field
-    "I"  # crc: CRC-32C of bytes [CRC_START, 4 + length) of the record
+    ">I"  # format_length: format (top 2 bits: 2, or 1 in older files) << 30 | bytes after it
+    "I"  # crc: CRC-32C of bytes [CRC_START, 4 + length), from format_length (v2) or 0 (v1)
     "Q"  # offset: position of the record in its partition log (0, 1, 2, ...)
     "q"  # timestamp_ns: publish time, ns since the Unix epoch
     "Q"  # internal_id: (partition << 50) | (offset + 1), the first half of the message id
@@ -52,7 +57,8 @@ RECORD_HEADER_V0: Final = struct.Struct(
     "H"  # ext_len
 )
 FORMAT_V0: Final = 0
-FORMAT_V1: Final = 1  # what this release writes
+FORMAT_V1: Final = 1  # the release before this one: the CRC does not cover format_length
+FORMAT_V2: Final = 2  # what this release writes
 FORMAT_SHIFT: Final = 30  # format_length >> 30 is the format
 LENGTH_MASK: Final = (1 << FORMAT_SHIFT) - 1
 LENGTH_SIZE: Final = struct.calcsize(RECORD_HEADER.format[:2])
@@ -63,6 +69,7 @@ MIN_HEADER_SIZE: Final = RECORD_HEADER_V0.size  # the smallest header any readab
 _MIN_LENGTH: Final = {
     FORMAT_V0: RECORD_HEADER_V0.size - LENGTH_SIZE,
     FORMAT_V1: HEADER_SIZE - LENGTH_SIZE,
+    FORMAT_V2: HEADER_SIZE - LENGTH_SIZE,
 }
 # Largest record this layer will read back; anything longer is treated as corruption rather
 # than allocated. nsqd's --max-msg-size defaults to 1 MiB, so this leaves a wide margin.
@@ -82,7 +89,7 @@ _pack_covered: Final = _COVERED.pack
 _unpack_header_from: Final = RECORD_HEADER.unpack_from
 _unpack_header_v0_from: Final = RECORD_HEADER_V0.unpack_from
 _unpack_length_from: Final = struct.Struct(RECORD_HEADER.format[:2]).unpack_from
-_FORMAT_BITS: Final = FORMAT_V1 << FORMAT_SHIFT
+_FORMAT_BITS: Final = FORMAT_V2 << FORMAT_SHIFT
 _FORMAT_SHIFT_IN_BYTE: Final = FORMAT_SHIFT - 24  # the format in the big-endian first byte
 _D = TypeVar("_D")  # a frozen slotted dataclass
 
@@ -225,12 +232,13 @@ def encode_record_parts(record: Record, out: list[bytes]) -> int:
         )
     except struct.error as exc:  # includes an ext longer than MAX_EXT_LEN
         raise ValueError(f"record field out of range: {exc}") from exc
-    crc = _crc(covered)
+    size = HEADER_SIZE + len(ext) + len(body)
+    field = _FORMAT_BITS | (size - LENGTH_SIZE)
+    crc = _crc(covered, field)
     if ext:
         crc = _crc(ext, crc)
     crc = _crc(body, crc)
-    size = HEADER_SIZE + len(ext) + len(body)
-    out.append(_pack_prefix(_FORMAT_BITS | (size - LENGTH_SIZE), crc))
+    out.append(_pack_prefix(field, crc))
     out.append(covered)
     if ext:
         out.append(ext)
@@ -267,12 +275,13 @@ def decode_record(buf: bytes, pos: int) -> Record:
     The caller guarantees the full record (``peek_size`` bytes) is in ``buf``. Raises
     :class:`CorruptRecordError` on a CRC mismatch or an ext length that overruns the record.
     """
-    if buf[pos] >> _FORMAT_SHIFT_IN_BYTE == FORMAT_V1:  # the top bits of the first byte
+    version = buf[pos] >> _FORMAT_SHIFT_IN_BYTE  # the top bits of the first byte
+    if version != FORMAT_V0:  # v1 or v2 (peek_size has refused anything else)
         field, crc, offset, ts, internal_id, trace_id, deliver_at, epoch, ext_len = (
             _unpack_header_from(buf, pos)
         )
         header = HEADER_SIZE
-    else:  # format 0 (peek_size has refused anything else)
+    else:
         field, crc, offset, ts, internal_id, trace_id, deliver_at, ext_len = _unpack_header_v0_from(
             buf, pos
         )
@@ -280,7 +289,7 @@ def decode_record(buf: bytes, pos: int) -> Record:
     length = field & LENGTH_MASK
     end = pos + LENGTH_SIZE + length
     with memoryview(buf) as view:
-        actual = _crc(view[pos + CRC_START : end])
+        actual = _crc(view[pos + CRC_START : end], field if version == FORMAT_V2 else 0)
     if actual != crc:
         raise CorruptRecordError(f"CRC mismatch (stored {crc:#010x}, computed {actual:#010x})")
     ext_end = pos + header + ext_len
@@ -292,7 +301,7 @@ def decode_record(buf: bytes, pos: int) -> Record:
 
 @dataclass(frozen=True, slots=True)
 class EncodedRun:
-    """A run of encoded format-1 records checked by :func:`check_encoded`."""
+    """A run of encoded records (format 2, or 1) checked by :func:`check_encoded`."""
 
     first_offset: int
     count: int
@@ -302,7 +311,8 @@ class EncodedRun:
 
 
 def check_encoded(data: bytes, first_offset: int) -> EncodedRun:
-    """Check ``data`` as consecutive format-1 records from ``first_offset`` (a leader's batch
+    """Check ``data`` as consecutive format-2 (or, from a leader of the previous release,
+    format-1) records from ``first_offset`` (a leader's batch
     that a follower writes as it came): every length, CRC and offset. Raises
     :class:`CorruptRecordError` naming the first problem."""
     entries: list[tuple[int, int]] = []
@@ -312,8 +322,9 @@ def check_encoded(data: bytes, first_offset: int) -> EncodedRun:
             if end - pos < HEADER_SIZE:
                 raise CorruptRecordError(f"record {expected} cut short")
             field, crc, offset, ts, _, _, _, epoch, ext_len = _unpack_header_from(data, pos)
-            if field >> FORMAT_SHIFT != FORMAT_V1:
-                raise CorruptRecordError(f"record {expected}: format {field >> FORMAT_SHIFT}")
+            version = field >> FORMAT_SHIFT
+            if version != FORMAT_V2 and version != FORMAT_V1:
+                raise CorruptRecordError(f"record {expected}: format {version}")
             size = (field & LENGTH_MASK) + LENGTH_SIZE
             if size < HEADER_SIZE + ext_len:
                 raise CorruptRecordError(f"record {expected}: bad length {size}")
@@ -321,7 +332,8 @@ def check_encoded(data: bytes, first_offset: int) -> EncodedRun:
                 raise CorruptRecordError(f"record {expected} cut short")
             if offset != expected:
                 raise CorruptRecordError(f"record {offset} where {expected} was due")
-            if _crc(view[pos + CRC_START : pos + size]) != crc:
+            seed = field if version == FORMAT_V2 else 0
+            if _crc(view[pos + CRC_START : pos + size], seed) != crc:
                 raise CorruptRecordError(f"record {offset}: CRC mismatch")
             entries.append((ts, size))
             max_epoch = max(max_epoch, epoch)

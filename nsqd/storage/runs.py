@@ -18,7 +18,7 @@ from .errors import CorruptRecordError
 from .record import (
     CRC_START,
     FORMAT_SHIFT,
-    FORMAT_V1,
+    FORMAT_V2,
     HEADER_SIZE,
     LENGTH_SIZE,
     MAX_RECORD_SIZE,
@@ -35,7 +35,7 @@ from .record import (
 _crc: Final = _crc32c.crc32c
 _unpack_header_from: Final = RECORD_HEADER.unpack_from
 _FORMAT_SHIFT_IN_BYTE: Final = FORMAT_SHIFT - 24  # the format in the big-endian first byte
-_MIN_LENGTH_V1: Final = HEADER_SIZE - LENGTH_SIZE  # a format-1 record with empty ext and body
+_MIN_LENGTH_V2: Final = HEADER_SIZE - LENGTH_SIZE  # a format-2 record with empty ext and body
 
 
 def decode_run(
@@ -66,18 +66,18 @@ def decode_run(
     make = make_record
     append = out.append
     header, crc_start, length_size = HEADER_SIZE, CRC_START, LENGTH_SIZE
-    format_bits = FORMAT_V1 << FORMAT_SHIFT
-    smallest, largest = _MIN_LENGTH_V1, MAX_RECORD_SIZE - LENGTH_SIZE
+    format_bits = FORMAT_V2 << FORMAT_SHIFT
+    smallest, largest = _MIN_LENGTH_V2, MAX_RECORD_SIZE - LENGTH_SIZE
     with memoryview(buf) as view:
         while offset < stop:
             if end - pos >= header:
                 field, crc, got, ts, internal_id, trace_id, deliver_at, epoch, ext_len = unpack(
                     buf, pos
                 )
-                length = field - format_bits  # out of range unless format 1
+                length = field - format_bits  # out of range unless format 2
             else:
                 length = -1
-            if not smallest <= length <= largest:  # format 0, a short tail, or damage
+            if not smallest <= length <= largest:  # format 0 or 1, a short tail, or damage
                 found = _decode_other(buf, pos, offset)
                 if found is None:
                     break  # not whole in buf
@@ -93,7 +93,7 @@ def decode_run(
             record_end = pos + length_size + length
             if record_end > end:
                 break
-            actual = crc32c(view[pos + crc_start : record_end])
+            actual = crc32c(view[pos + crc_start : record_end], field)
             if actual != crc:
                 raise CorruptRecordError(
                     f"CRC mismatch (stored {crc:#010x}, computed {actual:#010x})",
@@ -124,7 +124,7 @@ def decode_run(
 
 
 def _decode_other(buf: bytes, pos: int, offset: int) -> tuple[Record, int] | None:
-    """The record at ``buf[pos]`` that :func:`decode_run`'s loop does not take (format 0, a
+    """The record at ``buf[pos]`` that :func:`decode_run`'s loop does not take (format 0 or 1, a
     header cut off by the end of ``buf``, or damage), with its size: the per-record checks of
     :func:`~.record.peek_size` and :func:`~.record.decode_record`. None: not whole in ``buf``."""
     if len(buf) - pos < MIN_HEADER_SIZE:

@@ -1,6 +1,6 @@
 """A data directory written by the release before record format 1 (format 0 records, no leader
 epoch) is read by this one as it is: every record bit for bit, the channel's checkpoint, new
-records appended after the old ones (format 1, with their epoch), and all of it after a
+records appended after the old ones (format 2, with their epoch), and all of it after a
 restart."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def _copy(tmp_path: Path) -> Path:
     return data
 
 
-def test_format_0_records_read_bit_for_bit_then_format_1_appended(tmp_path: Path) -> None:
+def test_format_0_records_read_bit_for_bit_then_format_2_appended(tmp_path: Path) -> None:
     directory = _copy(tmp_path) / "topics" / "t-fix" / "0"
     log = PartitionLog.open(directory, partition=0, max_bytes_per_file=400)
     old = log.read(0, 100)

@@ -19,6 +19,7 @@ from nsqd.storage.record import (
     RECORD_HEADER,
     RECORD_HEADER_V0,
     NewRecord,
+    check_encoded,
     make_new_record,
     make_record,
     new_records,
@@ -69,6 +70,58 @@ def _encode_v0(record: Record) -> bytes:
         + record.body
     )
     return struct.pack(">II", 4 + len(covered), crc32c.crc32c(covered)) + covered
+
+
+def _encode_v1(record: Record) -> bytes:
+    """A record as the previous release wrote it (format 1: this layout, a CRC from 0)."""
+    encoded = bytearray(encode_record(record))
+    field = (1 << 30) | (len(encoded) - 4)
+    struct.pack_into(">II", encoded, 0, field, crc32c.crc32c(bytes(encoded[CRC_START:])))
+    return bytes(encoded)
+
+
+@given(st.lists(records_st, min_size=1, max_size=4))
+def test_format_1_records_are_still_read_and_followed(records: list[Record]) -> None:
+    """Segments and leaders of the previous release: format 1 beside format 2."""
+    records = [make_record(50 + i, *_fields(r)) for i, r in enumerate(records)]
+    blob = b"".join(
+        _encode_v1(r) if i % 2 == 0 else encode_record(r) for i, r in enumerate(records)
+    )
+    assert decode_record(_encode_v1(records[0]), 0) == records[0]
+    scanned = [
+        r for _, _, r in scan_records(_reader(blob), "s", position=0, limit=len(blob), offset=50)
+    ]
+    assert scanned == records
+    out: list[Record] = []
+    read_run(
+        _reader(blob),
+        "s",
+        position=0,
+        limit=len(blob),
+        offset=50,
+        start=50,
+        stop=50 + len(records),
+        budget=1 << 30,
+        out=out,
+    )
+    assert out == records
+    assert check_encoded(blob, 50).count == len(records)
+
+
+def test_every_flip_of_the_format_and_length_field_is_detected() -> None:
+    """Format 2's CRC starts from the format/length field: a flip that makes the record read as
+    format 0 (4 header bytes fewer, the same CRC range) or as another length fails the CRC."""
+    record = make_record(0, 0, 1, 0, 0, b"", b"", 0)  # all zeros: epoch 0 reads as ext_len 0
+    encoded = encode_record(record)
+    for bit in range(32):
+        flipped = bytearray(encoded)
+        flipped[bit // 8] ^= 0x80 >> (bit % 8)
+        with pytest.raises(CorruptRecordError):
+            list(
+                scan_records(_reader(bytes(flipped)), "s", position=0, limit=len(flipped), offset=0)
+            )
+        with pytest.raises(CorruptRecordError):
+            check_encoded(bytes(flipped), 0)
 
 
 @given(records_st)
@@ -148,9 +201,11 @@ def test_implausible_length_is_corrupt() -> None:
     with pytest.raises(CorruptRecordError, match="implausible"):
         peek_size(b"\x00\x00\x00\x05" + bytes(60), 0)
     with pytest.raises(CorruptRecordError, match="implausible"):
-        peek_size(b"\x7f\xff\xff\xff" + bytes(60), 0)  # format 1, 2**30 - 1 bytes
+        peek_size(b"\xbf\xff\xff\xff" + bytes(60), 0)  # format 2, 2**30 - 1 bytes
     with pytest.raises(CorruptRecordError, match="implausible"):
         peek_size(b"\x40\x00\x00\x30" + bytes(60), 0)  # format 1, shorter than its header
+    with pytest.raises(CorruptRecordError, match="implausible"):
+        peek_size(b"\x80\x00\x00\x30" + bytes(60), 0)  # format 2, shorter than its header
 
 
 def _fields(r: Record) -> tuple[int, int, int, int, bytes, bytes, int]:
