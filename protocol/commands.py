@@ -6,8 +6,10 @@ Partitioned forms (youzan) carry ``partition``: ``None`` when the client did not
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 from enum import Enum
+from typing import Final
 
 
 class SubMode(Enum):
@@ -122,6 +124,40 @@ class Fin:
     """``FIN <16-byte id>``."""
 
     message_id: bytes
+
+
+#: One well-formed ``FIN`` as consumers send it: 21 bytes read at fixed offsets.
+FIN_COMMAND: Final = struct.Struct(
+    ">4s"  # b"FIN "
+    "Q"  # the message id's first 8 bytes: the internal id (protocol.message.MESSAGE_ID)
+    "8s"  # the message id's last 8 bytes: the trace id
+    "c"  # b"\n"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class FinRun:
+    """Consecutive well-formed ``FIN <16-byte id>\n`` commands, kept as the bytes that came in
+    (``len(data)`` is a multiple of :data:`FIN_COMMAND`'s size): a consumer's FINs in one event.
+    The ids are read from it in one C-level pass (:meth:`internal_ids`)."""
+
+    data: bytes
+
+    def __len__(self) -> int:
+        return len(self.data) // FIN_COMMAND.size
+
+    def internal_ids(self) -> list[int]:
+        """Each FIN's internal id (the id's first 8 bytes, big-endian), in order."""
+        return [internal_id for _, internal_id, _, _ in FIN_COMMAND.iter_unpack(self.data)]
+
+    def message_id(self, index: int) -> bytes:
+        """The 16 id bytes of FIN number ``index``."""
+        start = index * FIN_COMMAND.size + 4
+        return self.data[start : start + 16]
+
+    def message_ids(self) -> list[bytes]:
+        """The 16 id bytes of every FIN, in order."""
+        return [self.message_id(i) for i in range(len(self))]
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,17 +2,18 @@
 and the end-to-end latency a FIN records.
 
 :class:`Acking` is a base of :class:`~nsqd.broker.broker.Broker`: the sessions' FIN runs call
-:meth:`Acking.finish_many` on the broker directly, with no layer in between.
+:meth:`Acking.finish_run` on the broker directly, with no layer in between.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import groupby
 
 from protocol.message import SEQUENCE_MASK, partition_of
 
-from ..core.cursor import Message
-from ..core.errors import BrokerError, NotInFlightError, NotOwnerError
+from ..core.errors import BrokerError, NotInFlightError
+from ..core.inflight import Message
 from ..core.latency import LatencyWindow
 from .channel import Channel
 from .clock import Clock
@@ -46,35 +47,43 @@ class Acking:
     def finish_many(
         self, channel: Channel, message_ids: Sequence[bytes], client: object
     ) -> tuple[int, list[tuple[bytes, BrokerError]]]:
-        """FIN each of ``message_ids`` in order (a consumer's run of FINs): how many were
-        finished, and the refusals ``(id, error)`` in order, as :meth:`finish` would raise
-        them one by one; a refusal other than "not in flight" / "not the owner" ends the run
-        (it ends the connection too)."""
+        """:meth:`finish_run` of 16-byte message ids; the refusals name the ids."""
+        internal_ids = [int.from_bytes(message_id[:8], "big") for message_id in message_ids]
+        done, failed = self.finish_run(channel, internal_ids, client)
+        return done, [(message_ids[index], exc) for index, exc in failed]
+
+    def finish_run(
+        self, channel: Channel, internal_ids: list[int], client: object
+    ) -> tuple[int, list[tuple[int, BrokerError]]]:
+        """FIN each message of ``internal_ids`` in order (a consumer's run of FINs): how many
+        were finished, and the refusals ``(index in the run, error)`` in order, as
+        :meth:`finish` would raise them one by one; a refusal other than "not in flight" /
+        "not the owner" ends the run (it ends the connection too). Each stretch of one
+        partition's ids goes to its cursor in one call."""
         done = 0
-        failed: list[tuple[bytes, BrokerError]] = []
-        touched: set[int] = set()
+        failed: list[tuple[int, BrokerError]] = []
+        touched: list[int] = []
         cursors = channel.cursors
-        observe = self.observe_e2e if self.config.e2e_percentiles else None
-        for message_id in message_ids:
-            internal_id = int.from_bytes(message_id[:8], "big")
-            number = partition_of(internal_id)
+        numbers = [partition_of(internal_id) for internal_id in internal_ids]
+        offsets = [(internal_id & SEQUENCE_MASK) - 1 for internal_id in internal_ids]
+        for number, start, end in _stretches(numbers):
             cursor = cursors.get(number)
-            try:
-                if cursor is None:
-                    raise NotInFlightError
-                if number not in touched:
-                    channel.topic.partition(number).state.require_leader("FIN")
-                    touched.add(number)
-                message = cursor.finish((internal_id & SEQUENCE_MASK) - 1, client)
-            except (NotInFlightError, NotOwnerError) as exc:
-                failed.append((message_id, exc))
+            if cursor is None:
+                failed.extend((index, NotInFlightError()) for index in range(start, end))
                 continue
-            except BrokerError as exc:  # not the leader: the rest is refused the same way
-                failed.append((message_id, exc))
-                break
-            done += 1
-            if observe is not None:
-                observe(channel, message)
+            if number not in touched:
+                try:
+                    channel.topic.partition(number).state.require_leader("FIN")
+                except BrokerError as exc:  # not the leader: the rest is refused the same way
+                    failed.append((start, exc))
+                    break
+                touched.append(number)
+            finished, refused = cursor.finish_run(offsets[start:end], client)
+            done += len(finished)
+            failed.extend((start + index, exc) for index, exc in refused)
+            if self.config.e2e_percentiles:
+                for message in finished:
+                    self.observe_e2e(channel, message)
         for number in touched:
             partition = channel.topic.partition(number)
             partition.dirty = True
@@ -122,3 +131,20 @@ class Acking:
         if message is not None:
             deadline = min(deadline, message.delivered_ns + max_msg_timeout_ns)
         cursor.touch(offset, client, deadline)
+
+
+def _stretches(numbers: list[int]) -> list[tuple[int, int, int]]:
+    """``(partition, start, end)`` of each stretch of equal partitions in ``numbers``, in
+    order; one C-level count for the common run of a single partition."""
+    if not numbers:
+        return []
+    first = numbers[0]
+    if numbers.count(first) == len(numbers):
+        return [(first, 0, len(numbers))]
+    stretches = []
+    start = 0
+    for number, stretch in groupby(numbers):
+        end = start + sum(1 for _ in stretch)
+        stretches.append((number, start, end))
+        start = end
+    return stretches

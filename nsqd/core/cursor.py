@@ -24,10 +24,10 @@ from sortedcontainers import SortedKeyList
 from protocol.message import RecordLike
 
 from .delayed import DelayedIndex
-from .errors import NotInFlightError, NotOwnerError
+from .errors import BrokerError, NotInFlightError, NotOwnerError
 from .inflight import FlightTimeouts, Message
 
-__all__ = ["Fetch", "Message", "PartitionCursor"]  # Message: broker.py still imports it here
+__all__ = ["Fetch", "PartitionCursor"]
 
 
 Fetch = Callable[[int, int, int | None], Sequence[RecordLike]]
@@ -221,22 +221,40 @@ class PartitionCursor:
         return message
 
     def finish(self, offset: int, owner: object) -> Message:
-        """FIN: the message is done; advance ``confirmed`` past contiguous FINs."""
-        message = self.in_flight.get(offset)  # _owned, inlined: once per FIN
-        if message is None:
-            raise NotInFlightError
-        if message.owner is not owner:
-            raise NotOwnerError
-        del self.in_flight[offset]
-        message.owner = None
-        if offset == self.confirmed:  # the common case: FINs in delivery order
-            self.confirmed = offset + 1
-            if self.acked or self._holes:
-                self._advance_confirmed()
-        else:
-            self.acked.add(offset)
+        """FIN: the message is done; advance ``confirmed`` past contiguous FINs. Raises
+        NotInFlightError or NotOwnerError."""
+        finished, refused = self.finish_run((offset,), owner)
+        if refused:
+            raise refused[0][1]
+        return finished[0]
+
+    def finish_run(
+        self, offsets: Sequence[int], owner: object
+    ) -> tuple[list[Message], list[tuple[int, BrokerError]]]:
+        """FIN each of ``offsets`` in order (a consumer's run): the messages finished, and the
+        refusals ``(index in offsets, NotInFlightError | NotOwnerError)`` in order."""
+        in_flight = self.in_flight
+        get = in_flight.get
+        acked = self.acked
+        confirmed = self.confirmed
+        finished: list[Message] = []
+        refused: list[tuple[int, BrokerError]] = []
+        for index, offset in enumerate(offsets):
+            message = get(offset)
+            if message is None or message.owner is not owner:
+                refused.append((index, NotInFlightError() if message is None else NotOwnerError()))
+                continue
+            del in_flight[offset]
+            message.owner = None
+            finished.append(message)
+            if offset == confirmed:  # the common case: FINs in delivery order
+                confirmed += 1
+            else:
+                acked.add(offset)
+        self.confirmed = confirmed
+        if acked or self._holes:
             self._advance_confirmed()
-        return message
+        return finished, refused
 
     def confirm_unsent(self, message: Message) -> None:
         """A taken message the server confirms without delivering it (youzan's filters and

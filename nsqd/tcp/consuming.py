@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import trio
 from trio.lowlevel import ParkingLot
 
-from protocol import ErrorCode, Sub, SubMode, frames
+from protocol import ErrorCode, FinRun, Sub, SubMode, frames
 from protocol.consume import parse_consume_start
 
 from ..broker import Broker, Channel
@@ -97,14 +97,15 @@ class Consuming:
         self.finish_count += 1
         self._release_one()
 
-    def _fin_many(self, message_ids: list[bytes]) -> None:
+    def _fin_run(self, run: FinRun) -> None:
         assert self.channel is not None
-        done, failed = self.broker.finish_many(self.channel, message_ids, self)
+        done, failed = self.broker.finish_run(self.channel, run.internal_ids(), self)
         self.finish_count += done
         self.in_flight = max(0, self.in_flight - done)
         if self.in_flight < self.ready_count:
             self._pump_lot.unpark_all()
-        for message_id, exc in failed:  # nsqd answers each failed FIN, in order
+        for index, exc in failed:  # nsqd answers each failed FIN, in order
+            message_id = run.message_id(index)
             error = client_error_for(exc, "FIN", ErrorCode.FIN_FAILED, message_id)
             if error.fatal:
                 raise error

@@ -241,8 +241,8 @@ class Session(Consuming):
         while True:
             try:
                 fins = parser.fin_run()  # the consumer hot path: a run of FINs in one call
-                if fins:
-                    self._fin_many(fins)
+                if fins is not None:
+                    self._fin_run(fins)
                     continue
                 try:
                     command = parser.next_event()

@@ -80,6 +80,30 @@ class CursorMachine(RuleBasedStateMachine):
         self.cursor.finish(offset, owner)
         self.unfinished.discard(offset)
 
+    @rule(data=st.data(), owner=st.sampled_from(OWNERS))
+    def fin_run(self, data: st.DataObject, owner: str) -> None:
+        """A consumer's run of FINs: held ones (of either owner), repeats, unknown offsets."""
+        pool = [*sorted(self.held), 0, 7, 39]
+        offsets = data.draw(st.lists(st.sampled_from(pool), max_size=8))
+        held = {offset: who for offset, (who, _) in self.held.items()}
+        done: list[int] = []
+        refusals: list[tuple[int, type]] = []
+        for index, offset in enumerate(offsets):
+            if offset not in held:
+                refusals.append((index, NotInFlightError))
+            elif held[offset] != owner:
+                refusals.append((index, NotOwnerError))
+            else:
+                done.append(offset)
+                del held[offset]
+        finished, refused = self.cursor.finish_run(offsets, owner)
+        assert [m.offset for m in finished] == done
+        assert [(index, type(exc)) for index, exc in refused] == refusals
+        for offset in done:
+            del self.held[offset]
+            del self.deadlines[offset]
+            self.unfinished.discard(offset)
+
     @precondition(lambda self: bool(self.held))
     @rule(data=st.data(), delay=st.sampled_from([0, 0, 50, 500]))
     def req(self, data: st.DataObject, delay: int) -> None:
