@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 import trio
 from trio.lowlevel import ParkingLot
 
+from ..core.confirming import confirm_deferred, release_deferred
 from ..core.cursor import PartitionCursor
 from ..core.errors import NotInFlightError, NotLeaderError, PartitionNotConsumedError
 from ..core.inflight import Message
@@ -233,14 +234,14 @@ class Channel:
         """Confirm unsent every deferred message of every partition (youzan's
         ``/channel/emptydelayed``)."""
         for partition, cursor in self.iter_cursors():
-            cursor.confirm_deferred()
+            confirm_deferred(cursor)
             partition.dirty = True
         self.notify()
 
     def release_deferred(self) -> None:
         """Deliver every deferred message now (youzan's ``/channel/requeuedelayed``)."""
         for cursor in self.cursors.values():
-            cursor.release_deferred()
+            release_deferred(cursor)
         self.notify()
 
     def set_skipped(self, skipped: bool) -> None:

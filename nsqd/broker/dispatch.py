@@ -15,6 +15,7 @@ from collections import deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from ..core.confirming import confirm_unsent
 from ..core.cursor import PartitionCursor
 from ..core.inflight import Message
 from ..core.tags import Verdict, decide, header_of
@@ -149,5 +150,5 @@ def _dispatch_tag(message: Message) -> str:
 
 
 def _confirm(channel: Channel, partition: int, cursor: PartitionCursor, message: Message) -> None:
-    cursor.confirm_unsent(message)
+    confirm_unsent(cursor, message)
     channel.topic.partition(partition).dirty = True

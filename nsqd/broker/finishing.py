@@ -4,6 +4,7 @@ it is confirmed, and a holder gets its RDY room back."""
 
 from __future__ import annotations
 
+from ..core.confirming import confirm_waiting, finish_held, is_confirmed
 from ..core.errors import OffsetNotKeptError
 from .channel import Channel
 from .reading import read_records
@@ -21,12 +22,12 @@ async def finish_anywhere(channel: Channel, number: int, offset: int) -> bool:
         StorageError: the disk failed.
     """
     partition, cursor = channel.led_cursor(number)
-    if cursor.is_confirmed(offset):
+    if is_confirmed(cursor, offset):
         return False
-    owners = cursor.finish_held(offset)
+    owners = finish_held(cursor, offset)
     if owners:
         channel.release(owners)
-    elif not cursor.confirm_waiting(offset):
+    elif not confirm_waiting(cursor, offset):
         records = await read_records(partition, offset, 1)
         if not records or records[0].offset != offset:
             raise OffsetNotKeptError(f"no message at offset {offset}")

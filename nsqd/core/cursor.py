@@ -12,6 +12,7 @@ A channel is not a copy of the data. For each partition it keeps:
   at the back of the channel's queue, the messages already waiting go first.
 
 Pure: no I/O and no clock; every method that needs the time takes ``now_ns`` (wall clock, ns).
+Confirmations on the server's behalf (youzan) are :mod:`.confirming`'s.
 """
 
 from __future__ import annotations
@@ -256,66 +257,13 @@ class PartitionCursor:
             self._advance_confirmed()
         return finished, refused
 
-    def confirm_unsent(self, message: Message) -> None:
-        """A taken message the server confirms without delivering it (youzan's filters and
-        skipped channels): FINed as if delivered and finished at once."""
-        self.confirm_offset(message.offset)
-
-    def is_confirmed(self, offset: int) -> bool:
-        """Whether ``offset`` is finished (below ``confirmed``, or FINed out of order)."""
-        return offset < self.confirmed or offset in self.acked
-
-    def finish_held(self, offset: int) -> list[object]:
-        """FIN of the message in flight at ``offset`` whoever holds it (youzan's
-        ``/message/finish``): its holder (one entry), or ``[]`` if nothing is in flight there."""
-        message = self.in_flight.get(offset)
-        if message is None:
-            return []
-        owner = message.owner
-        self.finish(offset, owner)
-        return [owner]
-
-    def confirm_waiting(self, offset: int) -> bool:
-        """Confirm unsent the message at ``offset`` if it waits to be delivered again
-        (requeued, deferred, or timed out behind the log): taken out of its queue; False if it
-        waits nowhere."""
-        waiting = [m for m in (*self.ready, *self.deferred) if m.offset == offset]
-        for message in waiting:
-            if message in self.ready:
-                self.ready.remove(message)
-            else:
-                self.deferred.remove(message)
-        behind = [entry for entry in self.behind if entry[1].offset == offset]
-        for entry in behind:
-            self.behind.remove(entry)
-        if not waiting and not behind:
-            return False
-        self.confirm_offset(offset)
-        return True
-
     def confirm_offset(self, offset: int) -> None:
         """Confirm unsent the message at ``offset`` not taken from the log yet (or not waiting
-        anywhere): it is skipped when read."""
+        anywhere): it is skipped when read. The primitive of :mod:`.confirming`."""
         self.acked.add(offset)
         self._advance_confirmed()
         if self.next_read < self.confirmed:  # confirmed from the read position: not read again
             self.next_read = self.confirmed
-
-    def confirm_deferred(self) -> int:
-        """Confirm unsent every deferred message (youzan's ``/channel/emptydelayed``); how many."""
-        dropped = list(self.deferred)
-        self.deferred.clear()
-        for message in dropped:
-            self.confirm_unsent(message)
-        return len(dropped)
-
-    def release_deferred(self) -> int:
-        """Every deferred message due now, in due order, after the requeued ones (youzan's
-        ``/channel/requeuedelayed``); how many."""
-        released = len(self.deferred)
-        self.ready.extend(self.deferred)
-        self.deferred.clear()
-        return released
 
     def requeue(self, offset: int, owner: object, delay_ns: int, now_ns: int) -> Message:
         """REQ: back to the channel now (``delay_ns == 0``) or after ``delay_ns``."""

@@ -6,6 +6,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from nsqd.core.confirming import (
+    confirm_deferred,
+    confirm_waiting,
+    finish_held,
+    is_confirmed,
+    release_deferred,
+)
 from nsqd.core.cursor import PartitionCursor
 from nsqd.core.inflight import FlightTimeouts, Message
 
@@ -35,13 +42,13 @@ def _delivered(count: int, owner: str = "a") -> PartitionCursor:
 
 def test_finish_held_finishes_for_whoever_holds_it() -> None:
     cursor = _delivered(3, "a")
-    assert cursor.finish_held(1) == ["a"]
+    assert finish_held(cursor, 1) == ["a"]
     assert 1 not in cursor.in_flight
-    assert cursor.is_confirmed(1)
-    assert not cursor.is_confirmed(0)
-    assert cursor.finish_held(1) == []  # not in flight any more
-    assert cursor.finish_held(7) == []  # never delivered
-    assert cursor.finish_held(0) == ["a"]
+    assert is_confirmed(cursor, 1)
+    assert not is_confirmed(cursor, 0)
+    assert finish_held(cursor, 1) == []  # not in flight any more
+    assert finish_held(cursor, 7) == []  # never delivered
+    assert finish_held(cursor, 0) == ["a"]
     assert cursor.confirmed == 2  # 0 and 1: contiguous
 
 
@@ -49,14 +56,14 @@ def test_confirm_waiting_takes_a_requeued_or_deferred_message_out() -> None:
     cursor = _delivered(4)
     cursor.requeue(1, "a", 0, 0)  # requeued now
     cursor.requeue(2, "a", 500, 0)  # deferred until 500
-    assert cursor.confirm_waiting(1)
-    assert cursor.confirm_waiting(2)
+    assert confirm_waiting(cursor, 1)
+    assert confirm_waiting(cursor, 2)
     assert not cursor.ready
     assert not cursor.deferred
-    assert cursor.is_confirmed(1)
-    assert cursor.is_confirmed(2)
-    assert not cursor.confirm_waiting(3)  # in flight, not waiting
-    assert not cursor.confirm_waiting(8)  # not read yet
+    assert is_confirmed(cursor, 1)
+    assert is_confirmed(cursor, 2)
+    assert not confirm_waiting(cursor, 3)  # in flight, not waiting
+    assert not confirm_waiting(cursor, 8)  # not read yet
     assert [m.offset for m in cursor.take(fetch, 10, 1_000, len(LOG))] == [4, 5, 6, 7, 8, 9]
 
 
@@ -65,8 +72,8 @@ def test_confirm_offset_skips_a_message_not_read_yet() -> None:
     cursor.confirm_offset(2)
     cursor.confirm_offset(0)
     assert cursor.confirmed == 1
-    assert cursor.is_confirmed(2)
-    assert not cursor.is_confirmed(1)
+    assert is_confirmed(cursor, 2)
+    assert not is_confirmed(cursor, 1)
     assert [m.offset for m in cursor.take(fetch, 4, 0, len(LOG))] == [1, 3, 4, 5]  # not 0
 
 
@@ -74,7 +81,7 @@ def test_confirm_waiting_takes_a_timed_out_message_out_from_behind_the_log() -> 
     cursor = _delivered(2)
     owners, _ = cursor.expire(100, end_offset=6)  # both go behind offsets 2..5
     assert owners == ["a", "a"]
-    assert cursor.confirm_waiting(0)
+    assert confirm_waiting(cursor, 0)
     got = cursor.take(fetch, 10, 100, 6)
     assert [m.offset for m in got] == [2, 3, 4, 5, 1]
     assert cursor.confirmed == 1
@@ -85,13 +92,13 @@ def test_confirm_deferred_confirms_every_deferred_message_and_nothing_else() -> 
     for offset, delay in ((0, 300), (1, 100), (3, 200)):
         cursor.requeue(offset, "a", delay, 0)
     cursor.requeue(4, "a", 0, 0)
-    assert cursor.confirm_deferred() == 3
+    assert confirm_deferred(cursor) == 3
     assert not cursor.deferred
     assert cursor.next_deadline() == 100
     assert cursor.confirmed == 2
     assert sorted(cursor.acked) == [3]
     assert [m.offset for m in cursor.take(fetch, 1, 0, len(LOG))] == [4]  # the requeued one
-    assert cursor.confirm_deferred() == 0
+    assert confirm_deferred(cursor) == 0
 
 
 def test_release_deferred_makes_them_ready_in_due_order_after_the_requeued() -> None:
@@ -99,10 +106,10 @@ def test_release_deferred_makes_them_ready_in_due_order_after_the_requeued() -> 
     cursor.requeue(0, "a", 300, 0)
     cursor.requeue(1, "a", 100, 0)
     cursor.requeue(2, "a", 0, 0)
-    assert cursor.release_deferred() == 2
+    assert release_deferred(cursor) == 2
     assert not cursor.deferred
     assert [m.offset for m in cursor.take(fetch, 3, 0, 4)] == [2, 1, 0]
-    assert cursor.release_deferred() == 0
+    assert release_deferred(cursor) == 0
 
 
 def test_confirm_unsent_then_deferred_release_keep_the_ordered_head() -> None:
@@ -115,7 +122,7 @@ def test_confirm_unsent_then_deferred_release_keep_the_ordered_head() -> None:
         return log[o : o + n]
 
     assert cursor.take(fetch2, 5, 0, 2) == []
-    cursor.release_deferred()
+    release_deferred(cursor)
     assert [m.offset for m in cursor.take(fetch2, 5, 0, 2)] == [0]
 
 
