@@ -49,7 +49,8 @@ from prometheus_client.registry import Collector
 
 from .broker import Broker, HandleCache
 from .broker.diskguard import DiskGuard
-from .stats import GC_PAUSES, Json, SessionLike, StatsQuery, pub_counts, stats_document
+from .process_memory import GC_PAUSES
+from .stats import Json, SessionLike, StatsQuery, pub_counts, stats_document
 
 PUBLISH_BUCKETS = (
     0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
