@@ -19,12 +19,12 @@ from weakref import WeakKeyDictionary
 from trio.lowlevel import ParkingLot
 
 from ..core.errors import BrokerError, NotLeaderError
+from ..storage.encoded_run import check_encoded
 from ..storage.epochs import end_offset_for_epoch
 from ..storage.errors import CorruptRecordError
 from ..storage.log import PartitionLog
 from ..storage.record import (
     NewRecord,
-    check_encoded,
     decode_record,
     encode_record_parts,
     peek_size,

@@ -25,13 +25,13 @@ from .cache import RECORD_OVERHEAD, CacheBudget, record_cost
 from .checkpoint import fsync_directory
 from .corruption import SkippedRegions
 from .durability import PendingSync
+from .encoded_run import EncodedRun
 from .errors import LogClosedError, OffsetOutOfRangeError, StorageError
 from .handles import HandleCache
 from .log_read import offset_for_timestamp, read_segments
 from .opening import open_segments
 from .record import (
     HEADER_SIZE,
-    EncodedRun,
     NewRecord,
     Record,
     encode_record_parts,

@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Final, final
 
 from .checkpoint import atomic_write, write_all
+from .encoded_run import EncodedRun
 from .index import ENTRY_SIZE, INDEX_ENTRY, SparseIndex
 from .record import (
     HEADER_SIZE,
-    EncodedRun,
     Record,
     encode_record_parts,
 )

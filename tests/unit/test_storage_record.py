@@ -13,13 +13,13 @@ import pytest
 from hypothesis import given, strategies as st
 
 from nsqd.storage import CorruptRecordError, Record, decode_record, encode_record
+from nsqd.storage.encoded_run import check_encoded
 from nsqd.storage.record import (
     CRC_START,
     HEADER_SIZE,
     RECORD_HEADER,
     RECORD_HEADER_V0,
     NewRecord,
-    check_encoded,
     make_new_record,
     make_record,
     new_records,
