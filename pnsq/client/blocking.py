@@ -1,7 +1,8 @@
 """The blocking client, for scripts, tools and Spark executors: :class:`Producer` (also known as
 :class:`BlockingClient`: plain sockets, the sans-IO protocol, no Trio) and :class:`Consumer`
 (:mod:`pnsq.client.blocking_consumer`: the Trio consumer in a background thread, imported on first
-use, so ``import pnsq.client.blocking`` does not import Trio).
+use, so ``import pnsq.client.blocking`` does not import Trio). Its connections are
+:mod:`pnsq.client.blocking_connection`'s.
 
     with Producer("127.0.0.1:4150", "127.0.0.1:4151") as nsq:
         nsq.publish("events", b"body", key="user-42")
@@ -19,24 +20,19 @@ give each thread its own.
 
 from __future__ import annotations
 
-import json
-import socket
 import time
 from collections.abc import Callable, Sequence
 from functools import partial
 from types import TracebackType
 from typing import TYPE_CHECKING, Final, Self, final
 
-from protocol.client_frames import ErrorFrame, FrameDecoder, MessageFrame, Response
-from protocol.commands import Command, Dpub, Identify, Mpub, MpubTrace, Nop, Pub, PubTrace
-from protocol.encode import encode_command
-from protocol.frames import HEARTBEAT_DATA, MAGIC_V2
+from protocol.commands import Command, Dpub, Mpub, MpubTrace, Pub, PubTrace
 from protocol.message import MESSAGE_ID, partition_of
-from protocol.parser import NEED_DATA
 from protocol.range_read import RangeBatch
 from protocol.tracing import TRACED_RESPONSE
 
 from ._http import DEFAULT_TIMEOUT, HTTPNode
+from .blocking_connection import BlockingConnection
 from .errors import (
     ConnectionClosedError,
     NsqError,
@@ -51,94 +47,15 @@ from .routing import (
     choose_partition,
     chunk_bodies,
     group_by_partition,
-    parse_address,
     partition_for_key,
 )
 
 if TYPE_CHECKING:
     from .blocking_consumer import Consumer as Consumer, Message as Message
 
-USER_AGENT: Final = "pnsq-blocking-client/0.1.0"
-_READ_SIZE: Final = 64 * 1024
 _MAX_BATCH_BYTES: Final = 4 * 1024 * 1024
-_NOP: Final = encode_command(Nop())
-#: youzan: non-fatal in answer to a publish (fatal only on SUB/FIN, which this client never sends).
-_PUBLISH_NON_FATAL: Final = frozenset({"E_FAILED_ON_NOT_LEADER", "E_FAILED_ON_NOT_WRITABLE"})
 
 Key = str | bytes
-
-
-@final
-class BlockingConnection:
-    """One protocol V2 connection, used request/reply: send a command, read until its reply.
-
-    Heartbeats that arrive meanwhile are answered with NOP. Only for publishing (a subscribed
-    connection's messages are not expected and raise :class:`UnexpectedResponseError`).
-    """
-
-    def __init__(self, address: str, timeout: float = DEFAULT_TIMEOUT) -> None:
-        self.address = address
-        host, port = parse_address(address)
-        self._sock = socket.create_connection((host, port), timeout=timeout)
-        self._decoder = FrameDecoder()
-        self.closed = False
-        identify = {
-            "client_id": socket.gethostname(),
-            "hostname": socket.gethostname(),
-            "user_agent": USER_AGENT,
-            "feature_negotiation": True,
-        }
-        try:
-            self._sock.sendall(MAGIC_V2)
-            reply = self.command(Identify(json.dumps(identify).encode()))
-            self.features = json.loads(reply) if reply != b"OK" else {}
-        except BaseException:
-            self.close()
-            raise
-
-    def command(self, cmd: Command) -> bytes:
-        """Send ``cmd`` and return its reply's data.
-
-        Raises:
-            NsqError: nsqd answered with an error frame (fatal ones close this connection).
-            ConnectionClosedError: the connection closed or failed.
-        """
-        if self.closed:
-            raise ConnectionClosedError(f"connection to {self.address} is closed")
-        try:
-            self._sock.sendall(encode_command(cmd))
-            while True:
-                frame = self._decoder.next_frame()
-                if frame is NEED_DATA:
-                    data = self._sock.recv(_READ_SIZE)
-                    if not data:
-                        raise ConnectionClosedError(f"nsqd at {self.address} closed the connection")
-                    self._decoder.receive_data(data)
-                    continue
-                match frame:
-                    case Response(data=data):
-                        if data != HEARTBEAT_DATA:
-                            return data
-                        self._sock.sendall(_NOP)
-                    case ErrorFrame(text=text):
-                        error = NsqError(text)
-                        if error.fatal and error.code not in _PUBLISH_NON_FATAL:
-                            self.close()
-                        raise error
-                    case MessageFrame():
-                        raise UnexpectedResponseError("message frame on a publishing connection")
-        except OSError as exc:
-            self.close()
-            raise ConnectionClosedError(f"connection to {self.address} failed: {exc}") from exc
-        except (ConnectionClosedError, UnexpectedResponseError):
-            self.close()
-            raise
-
-    def close(self) -> None:
-        """Close the socket. Idempotent."""
-        if not self.closed:
-            self.closed = True
-            self._sock.close()
 
 
 @final
