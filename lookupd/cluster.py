@@ -73,6 +73,7 @@ class Cluster(Metadata):
         """Read the stored placements; each stored topic gets its registration key back."""
         stored = self.store.load()
         self.placements, self.deleted = stored.placements, stored.deleted
+        self.saved_placements, self.saved_deleted = dict(self.placements), dict(self.deleted)
         for name in self.placements:
             self.registry.add_topic(name)
         self.liveness.seed(self.placed_nodes(), self.clock())
@@ -297,7 +298,8 @@ class Cluster(Metadata):
         return new
 
     def assignments(self, node: str) -> list[TopicAssignment]:
-        """What ``node`` must hold (``/pnsq/assignments``)."""
+        """What ``node`` must hold (``/pnsq/assignments``), as saved: a decision still being
+        saved may be rolled back, so it reaches the nodes only once it is on disk."""
         self.place_pending()
         registered = {
             topic
@@ -305,7 +307,7 @@ class Cluster(Metadata):
             if peer.node_id == node
             for topic, _ in self.registry.peer_topics(peer_id)
         }
-        return assignments_for(node, self.placements.values(), registered)
+        return assignments_for(node, self.saved_placements.values(), registered)
 
 
 def _names(value: object) -> frozenset[str]:

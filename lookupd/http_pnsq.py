@@ -52,7 +52,7 @@ class PnsqEndpoints:
                 await self.cluster.wait_saved_after(go_atoi(after))
         version = self.cluster.saved_version
         payload = assignments_payload(
-            node, self.cluster.assignments(node), list(self.cluster.deleted)
+            node, self.cluster.assignments(node), list(self.cluster.saved_deleted)
         )
         return {**payload, "version": version}
 

@@ -34,6 +34,10 @@ class Metadata:
         #: deleted topics (name -> wall time of the deletion): never adopted back from a node,
         #: and listed in every node's assignments so a node's leftover copy is deleted too
         self.deleted: dict[str, float] = {}
+        #: the placements and deletions as last saved: all the nodes are told (a decision in
+        #: memory not yet on disk may still be rolled back, so no node may act on it)
+        self.saved_placements: dict[str, TopicPlacement] = {}
+        self.saved_deleted: dict[str, float] = {}
         self._version = 0  # bumped on every placement change
         self._saved = 0  # the version on disk
         self._saved_waiters = ParkingLot()  # long-polls of /pnsq/assignments
@@ -62,6 +66,7 @@ class Metadata:
     def _take_saved(self, stored: Stored) -> None:
         """``stored``, saved by the leader lookupd, replaces this copy; it is on disk."""
         self.placements, self.deleted = dict(stored.placements), dict(stored.deleted)
+        self.saved_placements, self.saved_deleted = dict(self.placements), dict(self.deleted)
         self._version += 1
         self._saved = self._version
         self._saved_waiters.unpark_all()
@@ -80,12 +85,14 @@ class Metadata:
                 return
             if not self.leading:
                 raise UnavailableError("not the leader lookupd: metadata is read-only here")
-            version, snapshot = self._version, list(self.placements.values())
+            version, placements, deleted = self._version, dict(self.placements), dict(self.deleted)
+            snapshot = list(placements.values())
             if self.saver is not None:
-                await self.saver(snapshot, dict(self.deleted))
+                await self.saver(snapshot, deleted)
             else:
-                await trio.to_thread.run_sync(self.store.save, snapshot, dict(self.deleted))
+                await trio.to_thread.run_sync(self.store.save, snapshot, deleted)
             self._saved = version
+            self.saved_placements, self.saved_deleted = placements, deleted
             self._saved_waiters.unpark_all()  # decisions reach the nodes once they are on disk
 
     @property

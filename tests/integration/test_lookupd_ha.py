@@ -177,7 +177,8 @@ def test_kill_9_of_the_leader_is_taken_over_and_failover_goes_on(ha_nodes: HAClu
     died_at = time.monotonic()
     wait_for(lambda: _partition_leader(survivor, ha_nodes.nodes, "ka") is other, what="failover")
     print(f"partition failover under the new leader: {time.monotonic() - died_at:.2f} s")
-    assert f"PARTITION(ka/0): leader 127.0.0.1:{other.tcp_port}" in survivor.log_text()
+    logged = f"PARTITION(ka/0): leader 127.0.0.1:{other.tcp_port}"
+    wait_for(lambda: logged in survivor.log_text(), timeout=2, what="the decision logged")
     # the decision is in etcd: the other lookupd, back, reads it from there
     old.start()
     wait_for(lambda: _partition_leader(old, ha_nodes.nodes, "ka") is other, what="from etcd")

@@ -3,9 +3,12 @@ puts the placements back (the decision is taken again on the next tick)."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
+import trio
 
 from lookupd.cluster import Cluster
 from lookupd.decide import Settings
@@ -51,6 +54,38 @@ async def test_a_dead_leader_is_replaced_and_the_decision_is_saved_first(tmp_pat
     assert (on_disk.leader, on_disk.epoch, on_disk.isr) == (B, 4, (B,))
     assert supervisor.failovers == 1
     assert view_of(cluster, Settings(), clock.now).partitions[0].leader == B
+
+
+async def test_the_nodes_are_told_a_decision_only_once_it_is_saved(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While the save of a failover is in progress, /pnsq/assignments still gives what is on
+    disk: a save that fails is rolled back, and no node may have acted on it."""
+    clock = Clock()
+    cluster = cluster_with_one_partition(tmp_path, clock)
+    supervisor = Supervisor(cluster, Settings())
+    cluster.liveness.disconnected(A, clock.now)
+    entered, release = threading.Event(), threading.Event()
+    save = cluster.store.save
+
+    def slow(*args: Any) -> None:
+        entered.set()
+        release.wait(10)
+        save(*args)
+
+    def told(node: str) -> tuple[str, int]:
+        (topic,) = cluster.assignments(node)
+        return topic.partitions[0].leader, topic.partitions[0].epoch
+
+    monkeypatch.setattr(cluster.store, "save", slow)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(supervisor.step)
+        while not entered.is_set():
+            await trio.sleep(0.001)
+        assert cluster.placements["t"].partitions[0].leader == B  # decided, being saved
+        assert told(B) == (A, 3)  # not told yet
+        release.set()
+    assert told(B) == (B, 4)
 
 
 async def test_a_store_failure_leaves_the_placements_as_they_were(
