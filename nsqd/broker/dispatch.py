@@ -71,6 +71,18 @@ class Dispatch:
 
     # ------------------------------------------------------------------ taking
 
+    def drop_held(self, partition: int, offset: int) -> bool:
+        """Take the message at ``offset`` of ``partition`` out of whichever pool holds it
+        (youzan's ``/message/finish`` confirms it); False if none does."""
+        for tag, queue in self._held.items():
+            for message in queue:
+                if message.partition == partition and message.offset == offset:
+                    queue.remove(message)
+                    if not queue:
+                        del self._held[tag]
+                    return True
+        return False
+
     def has_for(self, client: object, only: int | None) -> bool:
         """Whether held messages wait for ``client``'s pool (of partition ``only``)."""
         self._rehome()

@@ -1,6 +1,6 @@
 """Finishing one message of a channel by its offset from outside its consumers (youzan's
-``/message/finish``): wherever the message is (in flight, requeued, deferred, or not read yet),
-it is confirmed, and a holder gets its RDY room back."""
+``/message/finish``): wherever the message is (in flight, requeued, deferred, held for a tag's
+consumers, or not read yet), it is confirmed, and a holder gets its RDY room back."""
 
 from __future__ import annotations
 
@@ -27,6 +27,8 @@ async def finish_anywhere(channel: Channel, number: int, offset: int) -> bool:
     owners = finish_held(cursor, offset)
     if owners:
         channel.release(owners)
+    elif channel.dispatch.drop_held(number, offset):  # taken, waiting for a tag's consumer
+        cursor.confirm_offset(offset)
     elif not confirm_waiting(cursor, offset):
         records = await read_records(partition, offset, 1)
         if not records or records[0].offset != offset:

@@ -184,6 +184,31 @@ def test_an_untagged_consumer_is_not_stuck_behind_a_message_held_for_a_busy_tag(
     assert channel["depth"] == 0
 
 
+def test_message_finish_of_a_message_held_for_a_busy_tag(node: Daemon) -> None:
+    """A message an untagged consumer passed over, held for tag X's consumer (RDY 0), is
+    confirmed by /message/finish and never delivered to X afterwards."""
+    tagged = RawClient(node.tcp_address, timeout=1.0)
+    tagged.identify(extend_support=True, desired_tag="X")
+    tagged.send(b"SUB yzt ch 0\n")
+    assert tagged.read().data == b"OK"
+    plain = RawClient(node.tcp_address, timeout=2.0)
+    plain.identify(extend_support=True)
+    plain.send(b"SUB yzt ch 0\n", b"RDY 1\n")
+    assert plain.read().data == b"OK"
+    _pub_ext(node, b"for-x", {"##client_dispatch_tag": "X"})  # offset 0: internal id 1
+    _pub_ext(node, b"p0", {"k": "v"})
+    assert _drain(plain) == [b"p0"]  # for-x is held for X now
+    query = "topic=yzt&partition=0&channel=ch&msgid=1"
+    assert post(node.http_address, f"/message/finish?{query}") == (200, b"")
+    tagged.send(b"RDY 5\n")
+    assert _drain(tagged) == []
+    stats = get_json(node.http_address, "/stats?format=json&topic=yzt")
+    assert isinstance(stats, dict)
+    (channel,) = stats["topics"][0]["channels"]
+    assert channel["depth"] == 0
+    assert channel["partitions"][0]["confirmed_offset"] == 2
+
+
 def test_message_finish_of_messages_not_read_yet(node: Daemon) -> None:
     """/message/finish before any consumer read them: the head and a later message are never
     delivered; an id past the log's end is 404."""
