@@ -18,6 +18,8 @@ from weakref import WeakKeyDictionary
 
 from trio.lowlevel import ParkingLot
 
+from protocol.replication import MAX_APPEND_RECORDS_SIZE
+
 from ..core.errors import BrokerError, NotLeaderError
 from ..storage.encoded_run import check_encoded
 from ..storage.epochs import end_offset_for_epoch
@@ -63,7 +65,13 @@ class Batch:
 
 
 def read_for_follower(partition: Partition, offset: int, max_bytes: int) -> Batch:
-    """The encoded records from ``offset`` on (at least one if any, about ``max_bytes``)."""
+    """The encoded records from ``offset`` on (at least one if any, about ``max_bytes``): the
+    bytes of the latest appends as written when ``offset`` starts one (a follower keeping up),
+    else the records read and encoded again."""
+    written = partition.log.read_written(offset, max_bytes, MAX_APPEND_RECORDS_SIZE)
+    if written is not None:
+        count, data = written
+        return Batch(offset, count, data)
     records = partition.log.read(offset, 1 << 20, max_bytes)
     parts: list[bytes] = []
     for record in records:

@@ -337,6 +337,23 @@ class PartitionLog:
         if errors:
             raise StorageError(f"close of {self.directory} failed: {errors[0]}") from errors[0]
 
+    def read_written(
+        self, offset: int, max_bytes: int, hard_limit: int
+    ) -> tuple[int, bytes] | None:
+        """``(count, bytes)``: the encoded records from ``offset`` as the active segment's
+        recent appends wrote them (about ``max_bytes``, one run at least unless larger than
+        ``hard_limit``), for a follower; None when ``offset`` does not start such a run (then
+        :meth:`read` and encode). Raises :class:`StorageError` on an I/O error."""
+        with self._lock:
+            self._check_open()
+            active = self._segments[-1]
+            if not active.base_offset <= offset < self._end:
+                return None
+            try:
+                return active.read_written(offset, max_bytes, hard_limit)
+            except OSError as exc:
+                raise StorageError(f"read of {self.directory} failed: {exc}") from exc
+
     # -- truncation and retention ----------------------------------------------------------------
 
     def truncate(self, offset: int) -> None:

@@ -55,6 +55,13 @@ class MemoryLog:
         self.dropped += len(entries) - len(out)
         return out
 
+    def read_written(
+        self, offset: int, max_bytes: int, hard_limit: int
+    ) -> tuple[int, bytes] | None:
+        """Nothing is written: None (the :class:`PartitionLog` API; encode what :meth:`read`
+        gives)."""
+        return None
+
     def read(self, offset: int, max_records: int, max_bytes: int | None = None) -> list[Record]:
         """Records from ``offset`` (clamped to what is held); ``max_bytes`` is for the
         :class:`PartitionLog` API (it bounds disk reads; these records are in memory already)."""

@@ -18,6 +18,7 @@ from typing import Final, final
 from .checkpoint import atomic_write, write_all
 from .encoded_run import EncodedRun
 from .index import ENTRY_SIZE, INDEX_ENTRY, SparseIndex
+from .recent_runs import RecentRuns
 from .record import (
     HEADER_SIZE,
     Record,
@@ -48,6 +49,7 @@ class Segment(SegmentFiles):
         self._max_ts: int | None = None  # None = not computed yet (sealed segments)
         self._last_index_pos = 0  # position of the last index entry (0: the implicit one)
         self._last_record_pos = -1  # position of the newest record (-1: none)
+        self._recent = RecentRuns()  # the latest runs written: shipped to followers as written
         self.next_offset = base_offset  # offset the next append gets (active segment only)
 
     # -- opening -------------------------------------------------------------------------------
@@ -174,6 +176,7 @@ class Segment(SegmentFiles):
             raise
         for e in entries:
             self.index.append(*e)
+        self._recent.add(first_offset, first_offset + len(stamps), self.size, pos)
         self.size = pos
         self._max_ts = max_ts
         self._last_index_pos = last_index_pos
@@ -251,6 +254,20 @@ class Segment(SegmentFiles):
                 skipped=None if self.active else self._env.skipped,
             )
 
+    def read_written(
+        self, offset: int, max_bytes: int, hard_limit: int
+    ) -> tuple[int, bytes] | None:
+        """``(count, bytes)`` of the records from ``offset`` as appended, if a recent run starts
+        there (:meth:`RecentRuns.span`); None otherwise (read and encode them instead)."""
+        span = self._recent.span(offset, max_bytes, hard_limit)
+        if span is None:
+            return None
+        with self._reader() as read_at:
+            data = read_at(span.stop - span.start, span.start)
+        if len(data) != span.stop - span.start:
+            return None
+        return span.end - offset, data
+
     def find_timestamp(self, timestamp_ns: int, end_offset: int) -> int:
         """First offset in this segment whose timestamp is ``>= timestamp_ns``, else
         ``end_offset``. Scans from the last index entry whose running max is older."""
@@ -317,6 +334,7 @@ class Segment(SegmentFiles):
         self.open()
         assert self.fd is not None
         assert self.index_fd is not None
+        self._recent.clear()
         keep = self.index.count_below_offset(offset - self.base_offset)
         state = self._scan_until(keep, offset)
         self.size, self._last_record_pos, self.next_offset, self._max_ts = state

@@ -1,0 +1,58 @@
+"""Where a segment's latest appended runs lie in its file, so that a leader ships them to its
+followers as they were written (one ``pread``) instead of encoding its records a second time.
+
+A run is what one append wrote with one ``pwrite``: consecutive records ``[first, end)`` at
+bytes ``[start, stop)`` of the segment file. Only the newest runs are remembered (a follower
+that keeps up asks for what was appended last); a truncation forgets them all.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Final, NamedTuple
+
+REMEMBERED: Final = 256  # runs kept per segment
+
+
+class Run(NamedTuple):
+    first: int  # offset of the first record
+    end: int  # offset after the last record
+    start: int  # byte position of the first record in the segment file
+    stop: int  # byte position after the last record
+
+
+class RecentRuns:
+    """The newest :data:`REMEMBERED` runs of one segment, oldest first."""
+
+    def __init__(self) -> None:
+        self._runs: deque[Run] = deque(maxlen=REMEMBERED)
+
+    def add(self, first: int, end: int, start: int, stop: int) -> None:
+        self._runs.append(Run(first, end, start, stop))
+
+    def clear(self) -> None:
+        self._runs.clear()
+
+    def span(self, offset: int, max_bytes: int, hard_limit: int) -> Run | None:
+        """The runs from the one starting at ``offset`` on, as one span of the file: as many
+        contiguous runs as fit in ``max_bytes`` (the first always, unless it is larger than
+        ``hard_limit``). None when no remembered run starts at ``offset``."""
+        runs = self._runs
+        index = len(runs) - 1
+        while index >= 0 and runs[index].first > offset:
+            index -= 1
+        if index < 0 or runs[index].first != offset:
+            return None
+        first = runs[index]
+        if first.stop - first.start > hard_limit:
+            return None
+        last = first
+        for run in list(runs)[index + 1 :]:
+            if (
+                run.first != last.end
+                or run.start != last.stop
+                or run.stop - first.start > max_bytes
+            ):
+                break
+            last = run
+        return Run(offset, last.end, first.start, last.stop)
