@@ -12,11 +12,12 @@ Subcommands:
                                  create TOPIC and CHANNEL on an nsqd (POST /topic/create,
                                  /channel/create)
   wait-nodes LOOKUPD_HTTP N SECS wait until pnsq's nsqlookupd lists N registered nsqd nodes
-  replicated-topic LOOKUPD_HTTP TOPIC REPLICATOR SECS
+  replicated-topic LOOKUPD_HTTP TOPIC REPLICATOR SECS [CHANNEL]
                                  create TOPIC (1 partition, REPLICATOR copies) on pnsq's
                                  nsqlookupd, wait until partition 0's in-sync set holds
-                                 REPLICATOR nodes (as lookupd and the leader both see it) and
-                                 print the leader's TCP address "host:port"
+                                 REPLICATOR nodes (as lookupd and the leader both see it),
+                                 create CHANNEL on the leader if given, and print the
+                                 leader's TCP address "host:port"
   still-in-sync LOOKUPD_HTTP TOPIC LEADER REPLICATOR
                                  exit 1 (saying why) unless LEADER still leads TOPIC's
                                  partition 0 with REPLICATOR nodes in sync
@@ -203,10 +204,13 @@ def leader_isr(leader_http: str, topic: str) -> list[str]:
     raise ValueError(f"{leader_http} has no {topic}/0 in its /stats")
 
 
-def replicated_topic(lookupd_http: str, topic: str, replicator: int, seconds: float) -> str:
+def replicated_topic(
+    lookupd_http: str, topic: str, replicator: int, seconds: float, channel: str = ""
+) -> str:
     """Create ``topic`` with one partition and ``replicator`` copies; return the TCP address of
     partition 0's leader once its in-sync set holds ``replicator`` nodes, both in lookupd's
-    assignments and in the leader's own /stats (so the leader waits for its replica)."""
+    assignments and in the leader's own /stats (so the leader waits for its replica). With
+    ``channel``, that channel is then created on the leader (publishes feed it)."""
     query = f"topic={topic}&partition_num=1&replicator={replicator}"
     http_json(f"http://{lookupd_http}/topic/create?{query}", method="POST")
 
@@ -216,7 +220,11 @@ def replicated_topic(lookupd_http: str, topic: str, replicator: int, seconds: fl
             return None
         return tcp
 
-    return poll(f"{topic}/0 with {replicator} nodes in sync", seconds, in_sync)
+    leader = poll(f"{topic}/0 with {replicator} nodes in sync", seconds, in_sync)
+    if channel:
+        _, leader_http, _ = partition_zero(lookupd_http, topic)
+        create_channel(leader_http, topic, channel)
+    return leader
 
 
 def still_in_sync(lookupd_http: str, topic: str, leader: str, replicator: int) -> None:
@@ -279,8 +287,9 @@ def report(results_path: str, out_path: str, meta_args: list[str]) -> None:
         "- Replicated rows (pnsq only; Go nsqd does not replicate): a fresh pnsq nsqlookupd and",
         "  two pnsq nsqd registered with it (--lookupd-tcp-address, --broadcast-address=127.0.0.1,",
         "  fresh ports and data directories, plus any BENCH_NSQD_ARGS) per workload; the topic is",
-        "  created on lookupd with partition_num=1&replicator=2 and the load starts once both",
-        "  nodes are in partition 0's in-sync set. The same tool and flags as the unreplicated",
+        "  created on lookupd with partition_num=1&replicator=2, its channel ch on the leader,",
+        "  and the load starts once both nodes are in partition 0's in-sync set. The same tool",
+        "  and flags as the unreplicated",
         "  row send to the partition's leader, which acknowledges a publish only once the replica",
         "  holds it. The Go column repeats Go nsqd's unreplicated figure for that workload from",
         "  the same run, so the ratio is pnsq replicated / Go unreplicated (issue 13's goal for",
@@ -348,7 +357,8 @@ def main(argv: list[str]) -> int:
         elif cmd == "wait-nodes":
             wait_nodes(args[0], int(args[1]), float(args[2]))
         elif cmd == "replicated-topic":
-            print(replicated_topic(args[0], args[1], int(args[2]), float(args[3])))
+            channel = args[4] if len(args) > 4 else ""
+            print(replicated_topic(args[0], args[1], int(args[2]), float(args[3]), channel))
         elif cmd == "still-in-sync":
             still_in_sync(args[0], args[1], args[2], int(args[3]))
         elif cmd == "freeports":
