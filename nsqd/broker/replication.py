@@ -28,7 +28,7 @@ from ..storage.log import PartitionLog
 from ..storage.record import (
     NewRecord,
     decode_record,
-    encode_record_parts,
+    encode_run,
     peek_size,
 )
 from .partition import Partition
@@ -73,10 +73,7 @@ def read_for_follower(partition: Partition, offset: int, max_bytes: int) -> Batc
         count, data = written
         return Batch(offset, count, data)
     records = partition.log.read(offset, 1 << 20, max_bytes)
-    parts: list[bytes] = []
-    for record in records:
-        encode_record_parts(record, parts)
-    return Batch(offset, len(records), b"".join(parts))
+    return Batch(offset, len(records), encode_run(records)[0])
 
 
 def append_from_leader(partition: Partition, epoch: int, batch: Batch) -> int:

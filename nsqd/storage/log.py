@@ -34,7 +34,7 @@ from .record import (
     HEADER_SIZE,
     NewRecord,
     Record,
-    encode_record_parts,
+    encode_run,
     internal_id_for,
     make_record,
 )
@@ -193,8 +193,7 @@ class PartitionLog:
                 size += n
                 total += n
             if splits:  # rare (rotation): validate every record before writing any chunk
-                for record in records:
-                    encode_record_parts(record, [])
+                encode_run(records)
             bounds = [0, *splits, len(records)]
             try:
                 for k in range(len(bounds) - 1):

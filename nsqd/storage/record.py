@@ -2,7 +2,7 @@
 
 No file I/O of its own: :func:`scan_records` reads through the ``read_at(size, position)``
 callable it is given (``segment.py`` passes ``os.pread`` bound to an fd), so it is testable on
-plain bytes. ``segment.py`` encodes batches with :func:`encode_record_parts`; the read path's
+plain bytes. ``segment.py`` encodes batches with :func:`encode_run`; the read path's
 batched decoding is :mod:`.runs`; a follower checks a leader's encoded batch with
 :mod:`.encoded_run`.
 """
@@ -10,7 +10,7 @@ batched decoding is :mod:`.runs`; a follower checks a leader's encoded batch wit
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, Final, TypeVar, cast
 
@@ -214,44 +214,47 @@ def record_size(record: Record) -> int:
     return HEADER_SIZE + len(record.ext) + len(record.body)
 
 
-def encode_record_parts(record: Record, out: list[bytes]) -> int:
-    """Append the encoded pieces of ``record`` to ``out`` (join them to get the record).
-
-    Returns the encoded size. Raises ``ValueError`` when a field does not fit its layout slot.
-    """
-    ext = record.ext
-    body = record.body
+def encode_run(records: Sequence[Record]) -> tuple[bytes, list[tuple[int, int]]]:
+    """The on-disk bytes of ``records`` (see :data:`RECORD_HEADER`), one after the other, and
+    ``(timestamp_ns, size)`` of each, in one loop. Raises ``ValueError`` when a field does not
+    fit its layout slot (an ext longer than :data:`MAX_EXT_LEN`, a number out of range)."""
+    parts: list[bytes] = []
+    add = parts.append
+    stamps: list[tuple[int, int]] = []
+    stamp = stamps.append
+    pack_covered, pack_prefix, crc = _pack_covered, _pack_prefix, _crc
+    format_bits, header = _FORMAT_BITS, HEADER_SIZE
     try:
-        covered = _pack_covered(
-            record.offset,
-            record.timestamp_ns,
-            record.internal_id,
-            record.trace_id,
-            record.deliver_at_ns,
-            record.epoch,
-            len(ext),
-        )
+        for r in records:
+            ext, body = r.ext, r.body
+            covered = pack_covered(
+                r.offset,
+                r.timestamp_ns,
+                r.internal_id,
+                r.trace_id,
+                r.deliver_at_ns,
+                r.epoch,
+                len(ext),
+            )
+            size = header + len(ext) + len(body)
+            field = format_bits | (size - LENGTH_SIZE)
+            if ext:
+                add(pack_prefix(field, crc(body, crc(ext, crc(covered, field)))))
+                add(covered)
+                add(ext)
+            else:
+                add(pack_prefix(field, crc(body, crc(covered, field))))
+                add(covered)
+            add(body)
+            stamp((r.timestamp_ns, size))
     except struct.error as exc:  # includes an ext longer than MAX_EXT_LEN
         raise ValueError(f"record field out of range: {exc}") from exc
-    size = HEADER_SIZE + len(ext) + len(body)
-    field = _FORMAT_BITS | (size - LENGTH_SIZE)
-    crc = _crc(covered, field)
-    if ext:
-        crc = _crc(ext, crc)
-    crc = _crc(body, crc)
-    out.append(_pack_prefix(field, crc))
-    out.append(covered)
-    if ext:
-        out.append(ext)
-    out.append(body)
-    return size
+    return b"".join(parts), stamps
 
 
 def encode_record(record: Record) -> bytes:
     """The on-disk bytes of ``record`` (see :data:`RECORD_HEADER`)."""
-    parts: list[bytes] = []
-    encode_record_parts(record, parts)
-    return b"".join(parts)
+    return encode_run((record,))[0]
 
 
 def peek_size(buf: bytes, pos: int) -> int:

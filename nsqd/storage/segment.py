@@ -22,7 +22,7 @@ from .recent_runs import RecentRuns
 from .record import (
     HEADER_SIZE,
     Record,
-    encode_record_parts,
+    encode_run,
 )
 from .segment_files import O_CLOEXEC, SegmentEnv, SegmentFiles
 from .segment_read import (
@@ -128,9 +128,8 @@ class Segment(SegmentFiles):
         of the machine). On ``OSError`` the segment is left as before the call and the error
         propagates.
         """
-        parts: list[bytes] = []
-        stamps = [(r.timestamp_ns, encode_record_parts(r, parts)) for r in records]
-        self._write_run(b"".join(parts), records[0].offset, stamps)
+        data, stamps = encode_run(records)
+        self._write_run(data, records[0].offset, stamps)
 
     def append_encoded(self, data: bytes, run: EncodedRun) -> None:
         """Write a checked run of encoded records (a leader's, verbatim) as :meth:`append`
