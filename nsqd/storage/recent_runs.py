@@ -2,8 +2,9 @@
 followers as they were written (one ``pread``) instead of encoding its records a second time.
 
 A run is what one append wrote with one ``pwrite``: consecutive records ``[first, end)`` at
-bytes ``[start, stop)`` of the segment file. Only the newest runs are remembered (a follower
-that keeps up asks for what was appended last); a truncation forgets them all.
+bytes ``[start, stop)`` of the segment file. Only the active segment's newest runs are
+remembered (a follower that keeps up asks for what was appended last); sealing the segment or
+truncating it forgets them all.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Final, NamedTuple
 
-REMEMBERED: Final = 256  # runs kept per segment
+REMEMBERED: Final = 64  # runs kept by the active segment (a follower keeping up asks for the last)
 
 
 class Run(NamedTuple):

@@ -195,6 +195,7 @@ class Segment(SegmentFiles):
     def seal(self) -> tuple[int, int]:
         """Stop being active: index the last record (so the segment's newest timestamp is in its
         index), and hand back ``(log_fd, index_fd)`` for the caller to fsync and close."""
+        self._recent.clear()  # only the active segment ships its runs as written
         self.open()
         assert self.fd is not None
         assert self.index_fd is not None
