@@ -156,11 +156,8 @@ def test_youzan_http_endpoints(node: Daemon) -> None:
     assert post(node.http_address, "/channel/skip?topic=yzt&channel=nope")[0] == 404
 
 
-def test_an_untagged_consumer_is_not_stuck_behind_a_message_held_for_a_busy_tag(
-    node: Daemon,
-) -> None:
-    """A message for tag X waits for X's consumer (here: RDY 0), and never stops an
-    untagged consumer with RDY 1 from getting the untagged messages behind it."""
+def _busy_tag_and_plain(node: Daemon) -> tuple[RawClient, RawClient]:
+    """A consumer of tag X with RDY 0 (busy) and an untagged one with RDY 1, both on ch."""
     tagged = RawClient(node.tcp_address, timeout=1.0)
     tagged.identify(extend_support=True, desired_tag="X")
     tagged.send(b"SUB yzt ch 0\n")
@@ -169,6 +166,15 @@ def test_an_untagged_consumer_is_not_stuck_behind_a_message_held_for_a_busy_tag(
     plain.identify(extend_support=True)
     plain.send(b"SUB yzt ch 0\n", b"RDY 1\n")
     assert plain.read().data == b"OK"
+    return tagged, plain
+
+
+def test_an_untagged_consumer_is_not_stuck_behind_a_message_held_for_a_busy_tag(
+    node: Daemon,
+) -> None:
+    """A message for tag X waits for X's consumer (here: RDY 0), and never stops an
+    untagged consumer with RDY 1 from getting the untagged messages behind it."""
+    tagged, plain = _busy_tag_and_plain(node)
     _pub_ext(node, b"for-x", {"##client_dispatch_tag": "X"})
     for i in range(3):
         _pub_ext(node, b"p%d" % i, {"k": "v"})
@@ -187,14 +193,7 @@ def test_an_untagged_consumer_is_not_stuck_behind_a_message_held_for_a_busy_tag(
 def test_message_finish_of_a_message_held_for_a_busy_tag(node: Daemon) -> None:
     """A message an untagged consumer passed over, held for tag X's consumer (RDY 0), is
     confirmed by /message/finish and never delivered to X afterwards."""
-    tagged = RawClient(node.tcp_address, timeout=1.0)
-    tagged.identify(extend_support=True, desired_tag="X")
-    tagged.send(b"SUB yzt ch 0\n")
-    assert tagged.read().data == b"OK"
-    plain = RawClient(node.tcp_address, timeout=2.0)
-    plain.identify(extend_support=True)
-    plain.send(b"SUB yzt ch 0\n", b"RDY 1\n")
-    assert plain.read().data == b"OK"
+    tagged, plain = _busy_tag_and_plain(node)
     _pub_ext(node, b"for-x", {"##client_dispatch_tag": "X"})  # offset 0: internal id 1
     _pub_ext(node, b"p0", {"k": "v"})
     assert _drain(plain) == [b"p0"]  # for-x is held for X now
