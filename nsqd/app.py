@@ -30,7 +30,7 @@ from .lookup_registration import LookupIdentity
 from .options import Options, OptionsError
 from .tcp.auth import AuthClient
 from .tcp.server import TCPServer
-from .tcp.session import SessionSettings
+from .tcp.settings import SessionSettings
 from .tcp.streams import tls_server_context
 
 log = logging.getLogger("nsqd")

@@ -25,7 +25,7 @@ from .errors import HANDLED_ERRORS, client_error_for
 from .output import OutputBuffer
 
 if TYPE_CHECKING:
-    from .session import SessionSettings
+    from .settings import SessionSettings
 
 log = logging.getLogger("nsqd.session")
 

@@ -17,7 +17,8 @@ from pnsq._netio.tcp import serve_tcp
 from protocol import frames
 
 from ..broker import Broker
-from .session import Session, SessionSettings
+from .session import Session
+from .settings import SessionSettings
 
 log = logging.getLogger("nsqd.tcp")
 

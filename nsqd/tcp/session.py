@@ -14,8 +14,6 @@ This module is the connection's lifecycle: its tasks, the command loop and dispa
 from __future__ import annotations
 
 import logging
-import ssl
-from dataclasses import dataclass, field
 
 import trio
 from trio.lowlevel import ParkingLot
@@ -36,7 +34,6 @@ from protocol import (
     MpubExt,
     MpubTrace,
     Nop,
-    ParserLimits,
     Pub,
     PubExt,
     PubTrace,
@@ -47,39 +44,21 @@ from protocol import (
     frames,
 )
 from protocol.errors import YouzanText
-from protocol.identify import IdentifyLimits
 
 from ..broker import Broker
 from ..broker.creation import create_partition
 from ..core.tags import ExtFilter
-from ..forwarding import Forwarder
 from . import negotiation
-from .auth import AuthClient, SessionAuth
+from .auth import SessionAuth
 from .consuming import Consuming
 from .errors import HANDLED_ERRORS
 from .output import OutputBuffer
 from .publishing import Publisher
+from .settings import SessionSettings
 
 log = logging.getLogger("nsqd.session")
 
 RECEIVE_SIZE = 256 * 1024
-
-
-@dataclass(frozen=True, slots=True)
-class SessionSettings:
-    """The nsqd options a connection needs."""
-
-    parser: ParserLimits = field(default_factory=ParserLimits)
-    identify: IdentifyLimits = field(default_factory=IdentifyLimits)
-    max_rdy_count: int = 2500
-    #: message frames queued for the client before the pump waits for its socket to drain
-    max_pending_output_bytes: int = 1024 * 1024
-    version: str = "1.3.0"
-    tls_context: ssl.SSLContext | None = None  # --tls-cert/--tls-key given
-    tls_required: bool = False  # --tls-required true or tcp-https: only IDENTIFY before TLS
-    auth: AuthClient | None = None  # --auth-http-address given
-    #: publishes for topics this node leads no partition of go to a leader (pnsq lookupd)
-    forwarder: Forwarder | None = None
 
 
 class Session(Consuming):

@@ -10,7 +10,7 @@ import trio
 
 from nsqd.broker import BrokerConfig, open_broker
 from nsqd.tcp.server import TCPServer
-from nsqd.tcp.session import SessionSettings
+from nsqd.tcp.settings import SessionSettings
 
 
 async def _exchange(port: int, data: bytes) -> bytes:

@@ -1,0 +1,29 @@
+"""The nsqd options every client connection of a TCP listener shares."""
+
+from __future__ import annotations
+
+import ssl
+from dataclasses import dataclass, field
+
+from protocol import ParserLimits
+from protocol.identify import IdentifyLimits
+
+from ..forwarding import Forwarder
+from .auth import AuthClient
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSettings:
+    """The nsqd options a connection needs."""
+
+    parser: ParserLimits = field(default_factory=ParserLimits)
+    identify: IdentifyLimits = field(default_factory=IdentifyLimits)
+    max_rdy_count: int = 2500
+    #: message frames queued for the client before the pump waits for its socket to drain
+    max_pending_output_bytes: int = 1024 * 1024
+    version: str = "1.3.0"
+    tls_context: ssl.SSLContext | None = None  # --tls-cert/--tls-key given
+    tls_required: bool = False  # --tls-required true or tcp-https: only IDENTIFY before TLS
+    auth: AuthClient | None = None  # --auth-http-address given
+    #: publishes for topics this node leads no partition of go to a leader (pnsq lookupd)
+    forwarder: Forwarder | None = None
