@@ -170,5 +170,4 @@ class Consuming:
                 write_plain(output, messages)
             self.in_flight += len(messages)
             self.message_count += len(messages)
-            output.flush()
-            await trio.lowlevel.checkpoint()
+            await output.send_pending()
