@@ -30,14 +30,7 @@ from .errors import LogClosedError, OffsetOutOfRangeError, StorageError
 from .handles import HandleCache
 from .log_read import offset_for_timestamp, read_segments
 from .opening import open_segments
-from .record import (
-    HEADER_SIZE,
-    NewRecord,
-    Record,
-    encode_run,
-    internal_id_for,
-    make_record,
-)
+from .record import HEADER_SIZE, NewRecord, Record, encode_run, internal_id_for, make_record
 from .segment import Segment
 from .segment_files import SegmentEnv
 from .trimming import delete_expired, truncate_segments
@@ -301,6 +294,19 @@ class PartitionLog:
             except OSError as exc:
                 raise StorageError(f"timestamp seek in {self.directory} failed: {exc}") from exc
 
+    def read_written(
+        self, offset: int, max_bytes: int, hard_limit: int
+    ) -> tuple[int, bytes] | None:
+        """For a follower: ``(count, bytes)`` of the records from ``offset`` as the active
+        segment's recent appends wrote them (:meth:`Segment.read_written`), or None (then
+        :meth:`read` them and encode). Raises :class:`StorageError` on an I/O error."""
+        with self._lock:
+            self._check_open()
+            try:
+                return self._segments[-1].read_written(offset, max_bytes, hard_limit)
+            except OSError as exc:
+                raise StorageError(f"read of {self.directory} failed: {exc}") from exc
+
     # -- durability ------------------------------------------------------------------------------
 
     def sync(self) -> None:
@@ -335,23 +341,6 @@ class PartitionLog:
         self._pending.run(fds, self._pending.dir_dirty)
         if errors:
             raise StorageError(f"close of {self.directory} failed: {errors[0]}") from errors[0]
-
-    def read_written(
-        self, offset: int, max_bytes: int, hard_limit: int
-    ) -> tuple[int, bytes] | None:
-        """``(count, bytes)``: the encoded records from ``offset`` as the active segment's
-        recent appends wrote them (about ``max_bytes``, one run at least unless larger than
-        ``hard_limit``), for a follower; None when ``offset`` does not start such a run (then
-        :meth:`read` and encode). Raises :class:`StorageError` on an I/O error."""
-        with self._lock:
-            self._check_open()
-            active = self._segments[-1]
-            if not active.base_offset <= offset < self._end:
-                return None
-            try:
-                return active.read_written(offset, max_bytes, hard_limit)
-            except OSError as exc:
-                raise StorageError(f"read of {self.directory} failed: {exc}") from exc
 
     # -- truncation and retention ----------------------------------------------------------------
 

@@ -259,6 +259,8 @@ class Segment(SegmentFiles):
     ) -> tuple[int, bytes] | None:
         """``(count, bytes)`` of the records from ``offset`` as appended, if a recent run starts
         there (:meth:`RecentRuns.span`); None otherwise (read and encode them instead)."""
+        if not self.base_offset <= offset < self.next_offset:
+            return None
         span = self._recent.span(offset, max_bytes, hard_limit)
         if span is None:
             return None
