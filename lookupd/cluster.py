@@ -73,7 +73,7 @@ class Cluster(Metadata):
         """Read the stored placements; each stored topic gets its registration key back."""
         stored = self.store.load()
         self.placements, self.deleted = stored.placements, stored.deleted
-        self.saved_placements, self.saved_deleted = dict(self.placements), dict(self.deleted)
+        self._as_saved()
         for name in self.placements:
             self.registry.add_topic(name)
         self.liveness.seed(self.placed_nodes(), self.clock())

@@ -66,10 +66,14 @@ class Metadata:
     def _take_saved(self, stored: Stored) -> None:
         """``stored``, saved by the leader lookupd, replaces this copy; it is on disk."""
         self.placements, self.deleted = dict(stored.placements), dict(stored.deleted)
-        self.saved_placements, self.saved_deleted = dict(self.placements), dict(self.deleted)
+        self._as_saved()
         self._version += 1
         self._saved = self._version
         self._saved_waiters.unpark_all()
+
+    def _as_saved(self) -> None:
+        """The placements and deletions in memory are what is on disk (loaded or followed)."""
+        self.saved_placements, self.saved_deleted = dict(self.placements), dict(self.deleted)
 
     def _changed(self) -> None:
         self._version += 1

@@ -7,7 +7,6 @@ and the end-to-end latency a FIN records.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from itertools import groupby
 
 from protocol.message import SEQUENCE_MASK, partition_of
@@ -38,19 +37,11 @@ class Acking:
         return partition_of(internal_id), (internal_id & SEQUENCE_MASK) - 1
 
     def finish(self, channel: Channel, message_id: bytes, client: object) -> None:
-        """FIN one message (:meth:`finish_many` of one); raises its refusal: NotInFlightError,
+        """FIN one message (:meth:`finish_run` of one); raises its refusal: NotInFlightError,
         NotOwnerError, NotLeaderError."""
-        _, failed = self.finish_many(channel, [message_id], client)
+        _, failed = self.finish_run(channel, [int.from_bytes(message_id[:8], "big")], client)
         if failed:
             raise failed[0][1]
-
-    def finish_many(
-        self, channel: Channel, message_ids: Sequence[bytes], client: object
-    ) -> tuple[int, list[tuple[bytes, BrokerError]]]:
-        """:meth:`finish_run` of 16-byte message ids; the refusals name the ids."""
-        internal_ids = [int.from_bytes(message_id[:8], "big") for message_id in message_ids]
-        done, failed = self.finish_run(channel, internal_ids, client)
-        return done, [(message_ids[index], exc) for index, exc in failed]
 
     def finish_run(
         self, channel: Channel, internal_ids: list[int], client: object
