@@ -114,11 +114,15 @@ def test_two_lookupds_elect_one_leader_and_list_each_other(ha: HACluster) -> Non
     follower = ha.follower()
     assert _leaders_log(leader) == 1
     assert _leaders_log(follower) == 0
+    ports = sorted(str(d.http_port) for d in ha.lookupds)
+
+    def listing_both(lookupd: Daemon) -> dict[str, Any] | None:
+        listed: dict[str, Any] = get_json(lookupd, "/listlookup")
+        return listed if sorted(n["HttpPort"] for n in listed["lookupdnodes"]) == ports else None
+
     for lookupd in ha.lookupds:
-        listed = get_json(lookupd, "/listlookup")
-        assert sorted(n["HttpPort"] for n in listed["lookupdnodes"]) == sorted(
-            str(d.http_port) for d in ha.lookupds
-        )
+        # the other lookupd's registration reaches this one through etcd's watch
+        listed = wait_for(lambda d=lookupd: listing_both(d), what="both lookupds listed")
         node = listed["lookupdleader"]
         assert set(node) == {"ID", "NodeIP", "TcpPort", "HttpPort", "RpcPort", "Epoch"}
         assert node["HttpPort"] == str(leader.http_port)
