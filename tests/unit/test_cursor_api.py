@@ -4,8 +4,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from nsqd.core.confirming import (
     confirm_deferred,
     confirm_waiting,
@@ -15,17 +13,7 @@ from nsqd.core.confirming import (
 )
 from nsqd.core.cursor import PartitionCursor
 from nsqd.core.inflight import FlightTimeouts, Message
-
-
-@dataclass(frozen=True)
-class Rec:
-    offset: int
-    timestamp_ns: int = 0
-    internal_id: int = 0
-    trace_id: int = 0
-    deliver_at_ns: int = 0
-    body: bytes = b""
-
+from tests.unit.test_cursor import Rec
 
 LOG = [Rec(i) for i in range(10)]
 
