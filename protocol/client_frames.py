@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
+from ._framing import FrameBuffer
 from .errors import NON_FATAL_CODES, ProtocolError
 from .frames import FRAME_HEADER, FrameType
 from .message import MESSAGE_FRAME_HEADER, MESSAGE_ID
@@ -63,7 +64,7 @@ class MessageFrame:
 ServerFrame = Response | ErrorFrame | MessageFrame
 
 
-class FrameDecoder:
+class FrameDecoder(FrameBuffer[ProtocolError]):
     """Incremental decoder of server → client frames.
 
     Args:
@@ -72,22 +73,11 @@ class FrameDecoder:
     """
 
     def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
-        self.max_frame_size = max_frame_size
-        self._buf = bytearray()
-        self._pos = 0
-        self._error: ProtocolError | None = None
+        super().__init__(max_frame_size, ProtocolError)
 
     def receive_data(self, data: bytes | bytearray | memoryview) -> None:
         """Buffer bytes read from the server (compacting what was consumed, once per call)."""
-        if self._pos:
-            del self._buf[: self._pos]
-            self._pos = 0
-        self._buf += data
-
-    @property
-    def buffered(self) -> int:
-        """Number of bytes received and not yet decoded."""
-        return len(self._buf) - self._pos
+        self._append(data)
 
     def next_frame(self) -> ServerFrame | NeedData:
         """The next complete frame, or :data:`NEED_DATA`.
@@ -126,7 +116,3 @@ class FrameDecoder:
             raise self._fail(f"unknown frame type {frame_type}")
         self._pos = end
         return frame
-
-    def _fail(self, text: str) -> ProtocolError:
-        self._error = ProtocolError(text)
-        return self._error

@@ -15,6 +15,7 @@ import struct
 from collections.abc import Callable, Mapping
 from typing import Any, Final, Generic, TypeVar
 
+from ._framing import FrameBuffer
 from .parser import NEED_DATA, NeedData
 from .replication import (
     ACK,
@@ -162,33 +163,21 @@ def _sender(frame_type: FrameType) -> str:
     return "leader" if frame_type & 0x80 else "follower"
 
 
-class FrameDecoder(Generic[F]):
+class FrameDecoder(FrameBuffer[ReplicationProtocolError], Generic[F]):
     """Incremental decoder of one direction's frames (use the two subclasses).
 
-    Frames are cut from one growing ``bytearray``; consumed bytes are dropped once per
-    :meth:`feed`, so decoding is linear in the bytes received however they are split.
+    Frames are cut from :class:`~protocol._framing.FrameBuffer`'s buffer, compacted once per
+    :meth:`feed`.
     """
 
     def __init__(self, parsers: _Parsers[F], max_frame_size: int) -> None:
-        self.max_frame_size = max_frame_size
+        super().__init__(max_frame_size, ReplicationProtocolError)
         self._parsers = parsers
-        self._buf = bytearray()
-        self._pos = 0
-        self._error: ReplicationProtocolError | None = None
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
         """Buffer bytes read from the peer (ignored once the stream is broken)."""
-        if self._error is not None:
-            return
-        if self._pos:
-            del self._buf[: self._pos]
-            self._pos = 0
-        self._buf += data
-
-    @property
-    def buffered(self) -> int:
-        """Bytes received and not yet decoded."""
-        return len(self._buf) - self._pos
+        if self._error is None:
+            self._append(data)
 
     def next_frame(self) -> F | NeedData:
         """The next complete frame, or :data:`NEED_DATA`.
@@ -233,10 +222,6 @@ class FrameDecoder(Generic[F]):
     def _check_size(self, size: int) -> None:
         if not 1 <= size <= self.max_frame_size:
             raise self._fail(f"frame size {size} outside 1..{self.max_frame_size}")
-
-    def _fail(self, text: str) -> ReplicationProtocolError:
-        self._error = ReplicationProtocolError(text)
-        return self._error
 
 
 class FollowerFrameDecoder(FrameDecoder[FollowerFrame]):
