@@ -28,6 +28,19 @@ class CorruptRecordError(StorageError):
         self.offset = offset
 
 
+def corrupt_in_segment(
+    name: str, exc: CorruptRecordError, *, position: int, offset: int | None
+) -> CorruptRecordError:
+    """``exc`` (a record's own check) placed in segment file ``name``: at byte ``position``,
+    where ``offset`` was expected. The caller raises it ``from exc`` (recovery logs the
+    ``__cause__``)."""
+    return CorruptRecordError(
+        f"{name}: {exc} at byte {position} (expected offset {offset})",
+        position=position,
+        offset=offset,
+    )
+
+
 class OffsetOutOfRangeError(StorageError):
     """A read or seek below ``start_offset`` or above ``end_offset``."""
 

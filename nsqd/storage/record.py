@@ -18,7 +18,7 @@ import crc32c as _crc32c
 
 from protocol.message import make_internal_id
 
-from .errors import CorruptRecordError
+from .errors import CorruptRecordError, corrupt_in_segment
 
 # Record v2 => FormatLength u32 | Crc u32 | Offset u64 | TimestampNs i64 | InternalId u64
 #              | TraceId u64 | DeliverAtNs i64 | Epoch u32 | ExtLen u16 | Ext | Body
@@ -334,11 +334,7 @@ def scan_records(
             if record.offset != offset:
                 raise CorruptRecordError(f"offset {record.offset} out of sequence")
         except CorruptRecordError as exc:
-            raise CorruptRecordError(
-                f"{name}: {exc} at byte {position} (expected offset {offset})",
-                position=position,
-                offset=offset,
-            ) from exc
+            raise corrupt_in_segment(name, exc, position=position, offset=offset) from exc
         yield position, size, record
         position += size
         offset += 1

@@ -14,7 +14,7 @@ from typing import Final
 
 import crc32c as _crc32c
 
-from .errors import CorruptRecordError
+from .errors import CorruptRecordError, corrupt_in_segment
 from .record import (
     CRC_START,
     FORMAT_SHIFT,
@@ -174,11 +174,7 @@ def read_run(
             i, offset, budget = decode_run(buf, i, offset, start, stop, budget, out)
         except CorruptRecordError as exc:
             at = buf_start + (exc.position or 0)  # decode_run always gives it
-            raise CorruptRecordError(
-                f"{name}: {exc} at byte {at} (expected offset {exc.offset})",
-                position=at,
-                offset=exc.offset,
-            ) from exc
+            raise corrupt_in_segment(name, exc, position=at, offset=exc.offset) from exc
         position = buf_start + i
         if offset >= stop or budget <= 0 or position >= limit:
             break
@@ -188,9 +184,5 @@ def read_run(
                 need = peek_size(buf, i)
             buf, buf_start, i = refill(read_at, buf, buf_start, i, need, limit, max(chunk, need))
         except CorruptRecordError as exc:
-            raise CorruptRecordError(
-                f"{name}: {exc} at byte {position} (expected offset {offset})",
-                position=position,
-                offset=offset,
-            ) from exc
+            raise corrupt_in_segment(name, exc, position=position, offset=offset) from exc
     return offset, budget
