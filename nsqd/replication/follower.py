@@ -16,6 +16,7 @@ import logging
 import trio
 
 from pnsq._goflag.addresses import split_host_port
+from pnsq._netio.plain_stream import PlainSocketStream
 from protocol.replication import (
     MAGIC,
     Ack,
@@ -133,7 +134,7 @@ class Followers:
     async def _session(self, topic: str, leader: str, partition: Partition) -> None:
         host, port = split_host_port(leader)
         with trio.fail_after(DIAL_TIMEOUT):
-            stream = await trio.open_tcp_stream(host, int(port))
+            stream = PlainSocketStream((await trio.open_tcp_stream(host, int(port))).socket)
         async with stream:
             state = partition.state
             hello = Hello(
@@ -174,7 +175,7 @@ class Followers:
 
     async def _apply(
         self,
-        stream: trio.SocketStream,
+        stream: trio.abc.Stream,
         topic_name: str,
         partition: Partition,
         frame: LeaderFrame,
@@ -208,9 +209,7 @@ class Followers:
             case Welcome():
                 raise ReplicationProtocolError("a second WELCOME")
 
-    async def _check_epoch(
-        self, stream: trio.SocketStream, partition: Partition, epoch: int
-    ) -> None:
+    async def _check_epoch(self, stream: trio.abc.Stream, partition: Partition, epoch: int) -> None:
         """The fence: never follow a leader older than the epoch lookupd gave this node."""
         if epoch < partition.state.epoch:
             reason = f"epoch {epoch} is older than the epoch {partition.state.epoch} followed"

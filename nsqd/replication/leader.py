@@ -56,7 +56,7 @@ class FollowerGone(Exception):
 
 
 async def serve_follower(
-    broker: Broker, stream: trio.SocketStream, remote: str, initial: bytes
+    broker: Broker, stream: trio.abc.Stream, remote: str, initial: bytes
 ) -> None:
     """Run one follower's stream until it or this node's leadership ends."""
     reader = FrameReader(stream, FollowerFrameDecoder(), initial)
@@ -72,7 +72,7 @@ async def serve_follower(
 
 
 async def _serve(
-    broker: Broker, stream: trio.SocketStream, reader: FrameReader[FollowerFrame]
+    broker: Broker, stream: trio.abc.Stream, reader: FrameReader[FollowerFrame]
 ) -> None:
     with trio.fail_after(HELLO_TIMEOUT):
         hello = await reader.next()
@@ -117,7 +117,7 @@ def _led_partition(broker: Broker, hello: Hello) -> tuple[Topic | None, Partitio
 
 async def _stream(
     broker: Broker,
-    stream: trio.SocketStream,
+    stream: trio.abc.Stream,
     topic: Topic,
     partition: Partition,
     at: int,
@@ -233,7 +233,7 @@ async def _read_acks(
             follower_acked(broker, topic, partition, node, frame.log_end)
 
 
-async def _try_send(stream: trio.SocketStream, data: bytes) -> None:
+async def _try_send(stream: trio.abc.Stream, data: bytes) -> None:
     """A last word to a peer that may be gone already (then there is no one to tell)."""
     try:
         await stream.send_all(data)

@@ -18,6 +18,7 @@ import logging
 import trio
 from trio.lowlevel import ParkingLot
 
+from pnsq._netio.plain_stream import PlainSocketStream
 from protocol import (
     NEED_DATA,
     Auth,
@@ -73,7 +74,9 @@ class Session(Consuming):
     ) -> None:
         self.stream = stream
         # the connection's socket (under any TLS or compression layer), closed at the peer's EOF
-        self._socket = stream.socket if isinstance(stream, trio.SocketStream) else None
+        self._socket = (
+            stream.socket if isinstance(stream, (trio.SocketStream, PlainSocketStream)) else None
+        )
         self.broker = broker
         self.settings = settings
         self.remote_address = remote_address

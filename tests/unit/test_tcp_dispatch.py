@@ -28,7 +28,7 @@ async def _exchange(port: int, data: bytes) -> bytes:
 async def test_each_magic_reaches_its_protocol(tmp_path: Path) -> None:
     seen: list[tuple[str, bytes]] = []
 
-    async def other_protocol(stream: trio.SocketStream, remote: str, initial: bytes) -> None:
+    async def other_protocol(stream: trio.abc.Stream, remote: str, initial: bytes) -> None:
         seen.append((remote, initial))
         await stream.send_all(b"T1:" + initial)
 
