@@ -37,6 +37,7 @@ from .assignments import apply_assignments
 from .changes import Changes
 from .channel import Channel
 from .clock import Clock
+from .committing import GroupCommit
 from .config import BrokerConfig
 from .diskguard import DiskGuard
 from .latency import Discard, Observer
@@ -86,6 +87,8 @@ class Broker(TopicRegistry, Acking):
         #: publishers waiting for followers, streams to followers waiting for records
         self.replication = ReplicationWaiters()
         self.role_changes = 0  # partitions whose role here changed by lookupd's word
+        #: single-message PUBs of one loop turn, from any connections, share one append
+        self.commits = GroupCommit(self)
 
     # ------------------------------------------------------------------ placement and reads
 
@@ -221,6 +224,7 @@ async def open_broker(config: BrokerConfig, clock: Clock | None = None) -> Async
         broker = Broker(config, nursery, clock or Clock())
         broker.restore()
         nursery.start_soon(broker.run_syncer)
+        nursery.start_soon(broker.commits.run)
         nursery.start_soon(broker.run_retention)
         nursery.start_soon(broker.disk.run)
         try:

@@ -61,8 +61,8 @@ class Publisher:
                 if await self._elsewhere(topic, partition):
                     await self._forward(topic, [e.body for e in entries])
                     records = []
-                else:
-                    records = self.broker.publish(topic, entries, partition)
+                else:  # with the other connections' PUBs of this turn: one append
+                    records = await self.broker.commits.publish(topic, entries, partition)
             except HANDLED_ERRORS as exc:
                 failure = exc
                 break
