@@ -88,7 +88,7 @@ class Broker(TopicRegistry, Acking):
         self.replication = ReplicationWaiters()
         self.role_changes = 0  # partitions whose role here changed by lookupd's word
         #: single-message PUBs of one loop turn, from any connections, share one append
-        self.commits = GroupCommit(self)
+        self.commits = GroupCommit(self.publish)
 
     # ------------------------------------------------------------------ placement and reads
 

@@ -15,7 +15,6 @@ own copy of the error; nothing of it is acknowledged.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import outcome
 import trio
@@ -23,10 +22,9 @@ from trio.lowlevel import Abort, ParkingLot, RaiseCancelT, Task
 
 from ..storage.record import NewRecord, Record
 
-if TYPE_CHECKING:
-    from .broker import Broker
-
 _Key = tuple[str, int | None]  # topic, partition (None: the broker picks)
+#: :meth:`Broker.publish`: append entries to a topic's partition, return their records
+Append = Callable[[str, list[NewRecord], int | None], list[Record]]
 
 
 class _Handover:
@@ -43,8 +41,8 @@ class GroupCommit:
     """Appends the PUBs handed over in one loop turn together. Run :meth:`run` in the broker's
     nursery; until it runs (or after it stopped), :meth:`publish` appends at once."""
 
-    def __init__(self, broker: Broker) -> None:
-        self._broker = broker
+    def __init__(self, append: Append) -> None:
+        self._append = append
         self._pending: dict[_Key, list[_Handover]] = {}
         self._wake = ParkingLot()
         self._running = False
@@ -59,7 +57,7 @@ class GroupCommit:
         :meth:`Broker.publish` raises."""
         if not self._running:
             await trio.lowlevel.checkpoint()
-            return self._broker.publish(topic, entries, partition)
+            return self._append(topic, entries, partition)
         key = (topic, partition)
         handover = _Handover(entries, trio.lowlevel.current_task())
         if not self._pending:
@@ -97,7 +95,7 @@ class GroupCommit:
         reschedule: Callable[[Task, outcome.Outcome[object]], None] = trio.lowlevel.reschedule
         entries = group[0].entries if len(group) == 1 else [e for h in group for e in h.entries]
         try:
-            records = self._broker.publish(topic, entries, partition)
+            records = self._append(topic, entries, partition)
         # Any error goes to the publishers, as if each had appended itself (an unexpected one
         # ends their connections, not the committer); each gets its own copy to raise.
         except Exception as exc:  # noqa: BLE001

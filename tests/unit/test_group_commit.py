@@ -118,7 +118,7 @@ async def test_a_publisher_cancelled_before_the_commit_is_not_stored(tmp_path: P
 async def test_without_the_committer_a_publish_appends_at_once(tmp_path: Path) -> None:
     async with open_broker(BrokerConfig(data_path=tmp_path)) as broker:
         broker.publish("t", [make_new_record(1, b"x", 0)])
-        idle = GroupCommit(broker)  # its run() never started
+        idle = GroupCommit(broker.publish)  # its run() never started
         with trio.testing.assert_checkpoints():
             (record,) = await idle.publish("t", [make_new_record(1, b"y", 0)], None)
         assert record.offset == 1
