@@ -84,16 +84,18 @@ class OutputBuffer:
         self.flush()
         await self._sent.park()
 
-    async def send_pending(self) -> None:
-        """Send what is queued from the calling task, unless the writer is already sending.
+    async def send_pending(self) -> bool:
+        """Send what is queued from the calling task, unless the writer is already sending;
+        True when it sent (the send was a checkpoint), False when it left it to the writer.
 
         The read loop calls this after each batch of commands: responses leave without a hop
         through the writer task (the common case for clients that wait for each reply).
         """
         if self._sending or self._held or not self._buf:
             self.flush()
-            return
+            return False
         await self._send()
+        return True
 
     async def _send(self) -> None:
         data, self._buf = self._buf, bytearray()

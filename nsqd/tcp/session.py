@@ -133,11 +133,16 @@ class Session(Consuming):
         """Read and handle commands; True when the client closed, False when we close."""
         parser, output = self.parser, self.output
         while True:
+            data: bytes | bytearray | None = None
             if parser.buffered:
                 if not await self._process():
                     return False
-                await output.send_pending()
-            data = await self.stream.receive_some(RECEIVE_SIZE)  # IDENTIFY may upgrade it
+                stream = self.stream  # IDENTIFY may have upgraded it
+                if await output.send_pending() and isinstance(stream, PlainSocketStream):
+                    # the send yielded: take the client's next command without yielding again
+                    data = stream.receive_nowait(RECEIVE_SIZE)
+            if data is None:
+                data = await self.stream.receive_some(RECEIVE_SIZE)
             if not data:
                 if await self._body_cut_short():
                     return False

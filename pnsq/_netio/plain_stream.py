@@ -112,21 +112,32 @@ class PlainSocketStream(trio.abc.HalfCloseableStream):
         finally:
             self._receiving = False
 
+    def receive_nowait(self, max_bytes: int = DEFAULT_RECEIVE_SIZE) -> bytes | None:
+        """What the socket holds now (``b""``: the peer closed), or None when it holds nothing.
+        Not a checkpoint: for a loop that has just yielded (a send) and would otherwise yield
+        again only to read bytes that are already there."""
+        if self._receiving:
+            raise trio.BusyResourceError("another task is receiving on this stream")
+        return self._read_now(max_bytes)
+
+    def _read_now(self, size: int) -> bytes | None:
+        fd = self.socket.fileno()
+        if fd < 0:
+            raise trio.ClosedResourceError("the stream was closed")
+        try:
+            return os.read(fd, size)
+        except BlockingIOError:
+            return None
+        except OSError as exc:
+            raise _broken(exc) from exc
+
     async def _receive(self, max_bytes: int | None) -> bytes:
         await checkpoint_if_cancelled()
         size = DEFAULT_RECEIVE_SIZE if max_bytes is None else max_bytes
         if size < 1:
             raise ValueError("max_bytes must be >= 1")
-        fd = self.socket.fileno()
-        if fd < 0:
-            raise trio.ClosedResourceError("the stream was closed")
-        try:
-            data = os.read(fd, size)
-        except BlockingIOError:
-            pass
-        except OSError as exc:
-            raise _broken(exc) from exc
-        else:
+        data = self._read_now(size)
+        if data is not None:
             await cancel_shielded_checkpoint()
             return data
         while True:

@@ -105,3 +105,30 @@ async def test_bytes_already_waiting_are_read_without_waiting_for_the_poller() -
             await stream.receive_some(100)
         with pytest.raises(trio.ClosedResourceError):
             await stream.send_all(b"x")
+
+
+async def test_receive_nowait_takes_what_is_there_without_a_checkpoint() -> None:
+    stream, peer = await _tcp_pair()
+    with peer:
+        with trio.testing.assert_no_checkpoints():
+            assert stream.receive_nowait() is None  # nothing yet
+        peer.sendall(b"NOP\n")
+        await trio.testing.wait_all_tasks_blocked()
+        with trio.testing.assert_no_checkpoints():
+            assert stream.receive_nowait(100) == b"NOP\n"
+        peer.shutdown(socket.SHUT_WR)
+        assert stream.receive_nowait() == b""  # the peer closed
+        await stream.aclose()
+        with pytest.raises(trio.ClosedResourceError):
+            stream.receive_nowait()
+
+
+async def test_receive_nowait_refuses_while_another_task_receives() -> None:
+    stream, peer = await _tcp_pair()
+    with peer:
+        async with stream, trio.open_nursery() as nursery:
+            nursery.start_soon(stream.receive_some, 100)
+            await trio.testing.wait_all_tasks_blocked()
+            with pytest.raises(trio.BusyResourceError):
+                stream.receive_nowait()
+            peer.sendall(b"x")
