@@ -46,7 +46,7 @@ class GroupCommit:
         self._pending: dict[_Key, list[_Handover]] = {}
         self._wake = ParkingLot()
         self._running = False
-        self.appends = 0  # appends made for handed-over PUBs (tests, /stats)
+        self.appends = 0  # appends made for handed-over PUBs (tests read these two)
         self.publishes = 0  # hand-overs they served
 
     async def publish(
