@@ -50,7 +50,7 @@ class HTTPNode:
 
         Raises:
             NsqHTTPError: any other status (with nsqd's ``message`` text when it sent one).
-            OSError: the connection failed.
+            OSError: the connection failed, or broke off the reply (``ConnectionError``).
         """
         target = path + ("?" + urlencode(params) if params else "")
         for attempt in (1, 2):
@@ -68,9 +68,12 @@ class HTTPNode:
                 if reused and attempt == 1:
                     continue
                 raise
-            except (OSError, http.client.HTTPException):
+            except OSError:
                 self.close()
                 raise
+            except http.client.HTTPException as exc:  # a reply cut short (the node died) or garbled
+                self.close()
+                raise ConnectionError(f"{self.address}: broken HTTP reply: {exc!r}") from exc
             if response.will_close:
                 self.close()
             if response.status != 200:
