@@ -74,9 +74,7 @@ class Session(Consuming):
     ) -> None:
         self.stream = stream
         # the connection's socket (under any TLS or compression layer), closed at the peer's EOF
-        self._socket = (
-            stream.socket if isinstance(stream, (trio.SocketStream, PlainSocketStream)) else None
-        )
+        self._socket = stream.socket if isinstance(stream, PlainSocketStream) else None
         self.broker = broker
         self.settings = settings
         self.remote_address = remote_address

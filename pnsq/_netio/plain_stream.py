@@ -19,6 +19,7 @@ from __future__ import annotations
 import errno
 import os
 import socket
+from collections.abc import Awaitable, Callable
 
 import trio
 from trio.lowlevel import cancel_shielded_checkpoint, checkpoint_if_cancelled
@@ -54,11 +55,16 @@ class PlainSocketStream(trio.abc.HalfCloseableStream):
         finally:
             self._sending = False
 
-    def _send(self, data: bytes | bytearray | memoryview) -> int:
-        """What one non-blocking ``send`` took (0 when the buffer is full)."""
-        fd = self.socket.fileno()  # each time: a closed socket's number may be reused
+    def _fd(self) -> int:
+        """The descriptor, asked each time: a closed socket's number may be reused."""
+        fd = self.socket.fileno()
         if fd < 0:
             raise trio.ClosedResourceError("the stream was closed")
+        return fd
+
+    def _send(self, data: bytes | bytearray | memoryview) -> int:
+        """What one non-blocking ``send`` took (0 when the buffer is full)."""
+        fd = self._fd()
         if self.socket.did_shutdown_SHUT_WR:
             raise trio.ClosedResourceError("cannot send data after sending EOF")
         try:
@@ -69,10 +75,13 @@ class PlainSocketStream(trio.abc.HalfCloseableStream):
             raise _broken(exc) from exc
 
     async def _wait_writable(self) -> None:
-        if self.socket.fileno() < 0:
-            raise trio.ClosedResourceError("the stream was closed")
+        await self._wait(trio.lowlevel.wait_writable)
+
+    async def _wait(self, wait: Callable[[trio.socket.SocketType], Awaitable[None]]) -> None:
+        """Trio's wait for the socket (a close meanwhile: ClosedResourceError)."""
+        self._fd()
         try:
-            await trio.lowlevel.wait_writable(self.socket)
+            await wait(self.socket)
         except trio.ClosedResourceError:
             raise
         except OSError as exc:
@@ -91,8 +100,7 @@ class PlainSocketStream(trio.abc.HalfCloseableStream):
         if self._sending:
             raise trio.BusyResourceError("another task is sending on this stream")
         await checkpoint_if_cancelled()
-        if self.socket.fileno() < 0:
-            raise trio.ClosedResourceError("the stream was closed")
+        self._fd()
         if self.socket.did_shutdown_SHUT_WR:
             await cancel_shielded_checkpoint()
             return
@@ -121,11 +129,8 @@ class PlainSocketStream(trio.abc.HalfCloseableStream):
         return self._read_now(max_bytes)
 
     def _read_now(self, size: int) -> bytes | None:
-        fd = self.socket.fileno()
-        if fd < 0:
-            raise trio.ClosedResourceError("the stream was closed")
         try:
-            return os.read(fd, size)
+            return os.read(self._fd(), size)
         except BlockingIOError:
             return None
         except OSError as exc:
@@ -140,16 +145,10 @@ class PlainSocketStream(trio.abc.HalfCloseableStream):
         if data is not None:
             await cancel_shielded_checkpoint()
             return data
-        while True:
-            try:
-                await trio.lowlevel.wait_readable(self.socket)
-                return os.read(self.socket.fileno(), size)
-            except BlockingIOError:
-                continue
-            except trio.ClosedResourceError:
-                raise
-            except OSError as exc:
-                raise _broken(exc) from exc
+        while data is None:  # the wait was the checkpoint
+            await self._wait(trio.lowlevel.wait_readable)
+            data = self._read_now(size)
+        return data
 
     async def aclose(self) -> None:
         self.socket.close()
