@@ -84,7 +84,8 @@ class GroupCommit:
                 self._commit_all()
         finally:
             self._running = False
-            self._commit_all()  # none can be left (woken, the commit runs before any await)
+            # a hand-over made after the cancellation reached this task, before it ran
+            self._commit_all()
 
     def _commit_all(self) -> None:
         pending, self._pending = self._pending, {}
@@ -92,7 +93,7 @@ class GroupCommit:
             self._commit(topic, partition, group)
 
     def _commit(self, topic: str, partition: int | None, group: list[_Handover]) -> None:
-        reschedule: Callable[[Task, outcome.Outcome[object]], None] = trio.lowlevel.reschedule
+        reschedule = trio.lowlevel.reschedule
         entries = group[0].entries if len(group) == 1 else [e for h in group for e in h.entries]
         try:
             records = self._append(topic, entries, partition)

@@ -154,3 +154,25 @@ def test_a_copy_keeps_what_the_error_reply_is_built_from() -> None:
         "No space left on device",
         "/data/t.00000.log",
     )
+
+
+async def test_a_hand_over_racing_the_committers_end_is_still_appended(tmp_path: Path) -> None:
+    """Handed over after the committer was cancelled but before it ran: committed on its way
+    out, not left waiting."""
+    async with open_broker(BrokerConfig(data_path=tmp_path)) as broker:
+        broker.publish("t", [make_new_record(1, b"x", 0)])
+        commits = GroupCommit(broker.publish)
+        stop = trio.CancelScope()
+
+        async def committer() -> None:
+            with stop:
+                await commits.run()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(committer)
+            await trio.testing.wait_all_tasks_blocked()
+            stop.cancel()  # the committer has not run since: this hand-over is still taken
+            with trio.fail_after(5):
+                (record,) = await commits.publish("t", [make_new_record(1, b"late", 0)], None)
+        assert record.offset == 1
+        assert commits.appends == 1
