@@ -50,6 +50,21 @@ def _feed(chunks: list[bytes]) -> tuple[CommandParser, list[Command]]:
     return parser, events
 
 
+def _feed_in_step(chunks: list[bytes], ends: list[tuple[int, Command]]) -> CommandParser:
+    """Feed ``chunks`` one by one: after each, exactly the commands whose last byte was fed
+    have come out (NEED_DATA only while one is incomplete); at the end, all of them."""
+    parser = CommandParser()
+    seen: list[Command] = []
+    fed = 0
+    for chunk in chunks:
+        parser.receive_data(chunk)
+        fed += len(chunk)
+        seen += drain(parser)
+        assert seen == [command for end, command in ends if end <= fed]
+    assert seen == [command for _, command in ends]
+    return parser
+
+
 @PROPS
 @given(data=st.data(), stream=S.command_streams())
 def test_stream_all_at_once_and_random_splits(
@@ -64,17 +79,7 @@ def test_stream_all_at_once_and_random_splits(
     assert whole.buffered == 0
     assert whole.state is final_state
 
-    chunks = data.draw(S.splits(raw))
-    parser = CommandParser()
-    seen: list[Command] = []
-    fed = 0
-    for chunk in chunks:
-        parser.receive_data(chunk)
-        fed += len(chunk)
-        seen += drain(parser)
-        # NEED_DATA only when incomplete: every command fully fed has come out, no more
-        assert seen == [command for end, command in ends if end <= fed]
-    assert seen == expected
+    parser = _feed_in_step(data.draw(S.splits(raw)), ends)
     assert parser.state is final_state
 
 
@@ -83,13 +88,7 @@ def test_stream_all_at_once_and_random_splits(
 def test_stream_byte_by_byte(stream: tuple[list[Command], ConnState]) -> None:
     commands, _ = stream
     raw, ends = _encoded(commands)
-    parser = CommandParser()
-    seen: list[Command] = []
-    for fed in range(1, len(raw) + 1):
-        parser.receive_data(raw[fed - 1 : fed])
-        seen += drain(parser)
-        assert seen == [command for end, command in ends if end <= fed]
-    assert seen == [command for _, command in ends]
+    _feed_in_step([raw[i : i + 1] for i in range(len(raw))], ends)
 
 
 @PROPS
