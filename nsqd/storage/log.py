@@ -30,7 +30,7 @@ from .errors import LogClosedError, OffsetOutOfRangeError, StorageError
 from .handles import HandleCache
 from .log_read import offset_for_timestamp, read_segments
 from .opening import open_segments
-from .record import HEADER_SIZE, NewRecord, Record, encode_run, internal_id_for, make_record
+from .record import HEADER_SIZE, NewRecord, Record, build_run, internal_id_for
 from .segment import Segment
 from .segment_files import SegmentEnv
 from .trimming import delete_expired, truncate_segments
@@ -161,50 +161,40 @@ class PartitionLog:
                 return []
             first = self._end
             pid = internal_id_for(self.partition, -1)  # the partition's bits; | (offset + 1)
-            records: list[Record] = []
-            splits: list[int] = []  # indexes where a new segment starts
-            size = self._segments[-1].size
-            max_bytes = self._max_bytes
-            total = 0  # bytes of the whole batch, for the cache's budget
-            for i, e in enumerate(entries, first):
-                records.append(
-                    make_record(
-                        i,
-                        e.timestamp_ns,
-                        pid | (i + 1),
-                        e.trace_id,
-                        e.deliver_at_ns,
-                        e.body,
-                        e.ext,
-                        e.epoch if epoch is None else epoch,
-                    )
-                )
-                n = HEADER_SIZE + len(e.ext) + len(e.body)
-                if size and size + n > max_bytes:
-                    splits.append(i - first)
-                    size = 0
-                size += n
-                total += n
-            if splits:  # rare (rotation): validate every record before writing any chunk
-                encode_run(records)
-            bounds = [0, *splits, len(records)]
+            records, data, stamps = build_run(entries, first, pid, epoch)
+            segment = self._segments[-1]
             try:
-                for k in range(len(bounds) - 1):
-                    if k:
-                        self._rotate()
-                    chunk = records if not splits else records[bounds[k] : bounds[k + 1]]
-                    if chunk:  # empty when the very first entry already needs a new segment
-                        self._segments[-1].append(chunk)
-                        self._end = chunk[-1].offset + 1
-                        cost = (
-                            total + (RECORD_OVERHEAD - HEADER_SIZE) * len(chunk)
-                            if not splits
-                            else sum(map(record_cost, chunk))
-                        )
-                        self._cache.extend(chunk, cost)
+                if segment.size + len(data) <= self._max_bytes:
+                    segment.append_built(data, first, stamps)
+                    self._end = first + len(records)
+                    cost = len(data) + (RECORD_OVERHEAD - HEADER_SIZE) * len(records)
+                    self._cache.extend(records, cost)
+                else:  # rare: the batch goes past max_bytes_per_file, the log rotates
+                    self._append_rotating(records, stamps)
             except OSError as exc:
                 raise StorageError(f"append to {self.directory} failed: {exc}") from exc
             return records
+
+    def _append_rotating(self, records: list[Record], stamps: list[tuple[int, int]]) -> None:
+        """Write ``records`` (encoded, ``stamps`` their sizes) in chunks, starting a new
+        segment wherever the next record would take the active one past
+        ``max_bytes_per_file`` (a record larger than that goes alone in a segment)."""
+        splits: list[int] = []  # indexes where a new segment starts
+        size = self._segments[-1].size
+        for i, (_, n) in enumerate(stamps):
+            if size and size + n > self._max_bytes:
+                splits.append(i)
+                size = 0
+            size += n
+        bounds = [0, *splits, len(records)]
+        for k in range(len(bounds) - 1):
+            if k:
+                self._rotate()
+            chunk = records[bounds[k] : bounds[k + 1]]
+            if chunk:  # empty when the very first entry already needs a new segment
+                self._segments[-1].append(chunk)
+                self._end = chunk[-1].offset + 1
+                self._cache.extend(chunk, sum(map(record_cost, chunk)))
 
     def append_encoded(self, data: bytes, run: EncodedRun) -> bool:
         """Write a leader's checked batch verbatim at this log's end (``run.first_offset`` must

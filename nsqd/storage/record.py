@@ -252,6 +252,53 @@ def encode_run(records: Sequence[Record]) -> tuple[bytes, list[tuple[int, int]]]
     return b"".join(parts), stamps
 
 
+def build_run(
+    entries: Sequence[NewRecord], first_offset: int, id_bits: int, epoch: int | None
+) -> tuple[list[Record], bytes, list[tuple[int, int]]]:
+    """The records of ``entries`` at ``first_offset``, ``first_offset + 1``, ... (internal id
+    ``id_bits | (offset + 1)``; ``epoch``, when given, in place of each entry's own), with what
+    :func:`encode_run` gives for them, in one loop: an append's records are encoded as they are
+    made instead of read back one attribute at a time. Raises ``ValueError`` as
+    :func:`encode_run`."""
+    records: list[Record] = []
+    keep = records.append
+    parts: list[bytes] = []
+    add = parts.append
+    stamps: list[tuple[int, int]] = []
+    stamp = stamps.append
+    make, pack_covered, pack_prefix, crc = make_record, _pack_covered, _pack_prefix, _crc
+    format_bits, header = _FORMAT_BITS, HEADER_SIZE
+    offset = first_offset
+    try:
+        for e in entries:
+            ts, trace, deliver, body, ext = (
+                e.timestamp_ns,
+                e.trace_id,
+                e.deliver_at_ns,
+                e.body,
+                e.ext,
+            )
+            record_epoch = e.epoch if epoch is None else epoch
+            internal_id = id_bits | (offset + 1)
+            covered = pack_covered(offset, ts, internal_id, trace, deliver, record_epoch, len(ext))
+            size = header + len(ext) + len(body)
+            field = format_bits | (size - LENGTH_SIZE)
+            if ext:
+                add(pack_prefix(field, crc(body, crc(ext, crc(covered, field)))))
+                add(covered)
+                add(ext)
+            else:
+                add(pack_prefix(field, crc(body, crc(covered, field))))
+                add(covered)
+            add(body)
+            stamp((ts, size))
+            keep(make(offset, ts, internal_id, trace, deliver, body, ext, record_epoch))
+            offset += 1
+    except struct.error as exc:  # includes an ext longer than MAX_EXT_LEN
+        raise ValueError(f"record field out of range: {exc}") from exc
+    return records, b"".join(parts), stamps
+
+
 def encode_record(record: Record) -> bytes:
     """The on-disk bytes of ``record`` (see :data:`RECORD_HEADER`)."""
     return encode_run((record,))[0]

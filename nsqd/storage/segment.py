@@ -131,6 +131,13 @@ class Segment(SegmentFiles):
         data, stamps = encode_run(records)
         self._write_run(data, records[0].offset, stamps)
 
+    def append_built(
+        self, data: bytes, first_offset: int, stamps: Sequence[tuple[int, int]]
+    ) -> None:
+        """Write records encoded by :func:`~.record.build_run` (``first_offset`` must be
+        ``next_offset``) as :meth:`append` writes them."""
+        self._write_run(data, first_offset, stamps)
+
     def append_encoded(self, data: bytes, run: EncodedRun) -> None:
         """Write a checked run of encoded records (a leader's, verbatim) as :meth:`append`
         writes its own."""
