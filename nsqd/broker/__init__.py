@@ -7,7 +7,6 @@ from ..storage.handles import HandleCache as HandleCache
 from ..storage.record import (
     NewRecord as NewRecord,
     Record as Record,
-    make_new_record as make_new_record,
     new_records as new_records,
 )
 from .broker import Broker as Broker, open_broker as open_broker
@@ -28,7 +27,6 @@ __all__ = [
     "StorageError",
     "Subscriber",
     "Topic",
-    "make_new_record",
     "new_records",
     "offset_at",
     "open_broker",

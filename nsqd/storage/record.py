@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, fields
-from typing import Any, Final, TypeVar, cast
+from dataclasses import dataclass
+from typing import Final, TypeVar, dataclass_transform
 
 import crc32c as _crc32c
 
@@ -92,10 +92,20 @@ _unpack_header_v0_from: Final = RECORD_HEADER_V0.unpack_from
 _unpack_length_from: Final = struct.Struct(RECORD_HEADER.format[:2]).unpack_from
 _FORMAT_BITS: Final = FORMAT_V2 << FORMAT_SHIFT
 _FORMAT_SHIFT_IN_BYTE: Final = FORMAT_SHIFT - 24  # the format in the big-endian first byte
-_D = TypeVar("_D")  # a frozen slotted dataclass
+_C = TypeVar("_C")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass_transform(frozen_default=True)
+def _value_class(cls: type[_C]) -> type[_C]:
+    """A slotted dataclass that is equal and hashable by value and frozen to the type checker
+    (mypy --strict refuses an assignment to a field), without a frozen dataclass's run-time
+    guard: that one's ``__init__`` sets every field through ``object.__setattr__``, and the
+    publish, append and read paths make a record per message (a plain ``__init__`` takes about
+    half the time)."""
+    return dataclass(slots=True, unsafe_hash=True)(cls)
+
+
+@_value_class
 class NewRecord:
     """A message the broker hands to :meth:`PartitionLog.append`."""
 
@@ -112,7 +122,7 @@ class NewRecord:
     """Leader epoch of the appending leader (0 standalone)."""
 
 
-@dataclass(frozen=True, slots=True)
+@_value_class
 class Record:
     """A stored message, as returned by ``PartitionLog.append`` and ``PartitionLog.read``."""
 
@@ -128,79 +138,11 @@ class Record:
     """Leader epoch under which the record was appended (0: standalone, or format v0)."""
 
 
-def _twin_constructor(
-    cls: type[_D], init: Callable[..., None], probe: tuple[Any, ...]
-) -> Callable[..., _D]:
-    """A fast positional constructor of the frozen slotted dataclass ``cls``, for the
-    per-record loops of publishing, ``append`` and the read path.
-
-    A frozen dataclass ``__init__`` sets each field through ``object.__setattr__`` (0.6 µs for
-    a :class:`Record`). Instead a twin class with the same slots, which is not frozen, runs
-    ``init``: plain attribute stores of every field, then ``self.__class__ = cls`` (an
-    assignment CPython allows between classes of identical layout and refuses with
-    ``TypeError`` otherwise): 0.25 µs. ``probe`` are arguments for a trial construction that
-    checks the layouts match and ``init`` sets every field.
-    tests/unit/test_storage_record.py checks the results equal the dataclass's own.
-    """
-    names = tuple(f.name for f in fields(cast(Any, cls)))
-    twin = type(f"_Building{cls.__name__}", (), {"__slots__": names, "__init__": init})
-    made = twin(*probe)  # TypeError if the layouts differ
-    assert type(made) is cls, f"{init.__name__} must end with self.__class__ = {cls.__name__}"
-    unset = [n for n in names if not hasattr(made, n)]
-    assert not unset, f"{init.__name__} leaves {unset} unset"
-    return cast(Callable[..., _D], twin)
-
-
-def _init_record(
-    self: Any,
-    offset: int,
-    ts: int,
-    internal_id: int,
-    trace_id: int,
-    deliver_at: int,
-    body: bytes,
-    ext: bytes,
-    epoch: int = 0,
-) -> None:
-    self.offset = offset
-    self.timestamp_ns = ts
-    self.internal_id = internal_id
-    self.trace_id = trace_id
-    self.deliver_at_ns = deliver_at
-    self.body = body
-    self.ext = ext
-    self.epoch = epoch
-    self.__class__ = Record
-
-
-def _init_new_record(self: Any, timestamp_ns: int, body: bytes, deliver_at_ns: int) -> None:
-    self.timestamp_ns = timestamp_ns
-    self.body = body
-    self.trace_id = 0
-    self.deliver_at_ns = deliver_at_ns
-    self.ext = b""
-    self.epoch = 0
-    self.__class__ = NewRecord
-
-
-#: ``make_record(offset, timestamp_ns, internal_id, trace_id, deliver_at_ns, body, ext,
-#: epoch=0)``: a :class:`Record`, for the per-record loops of ``append`` and the read path.
-make_record: Final = _twin_constructor(Record, _init_record, (0, 0, 0, 0, 0, b"", b""))
-#: ``make_new_record(timestamp_ns, body, deliver_at_ns)``: a :class:`NewRecord` without trace
-#: id, ext or epoch (a publish makes one per message: an MPUB of 200 spent a fifth of its time
-#: in the frozen dataclass's ``__init__``).
-make_new_record: Final = cast(
-    Callable[[int, bytes, int], NewRecord],
-    _twin_constructor(NewRecord, _init_new_record, (0, b"", 0)),
-)
-
-
 def new_records(
     timestamp_ns: int, bodies: Iterable[bytes], deliver_at_ns: int = 0
 ) -> list[NewRecord]:
     """One :class:`NewRecord` per body, all published at ``timestamp_ns`` (a PUB/MPUB/DPUB)."""
-    make = make_new_record
-    return [make(timestamp_ns, body, deliver_at_ns) for body in bodies]
+    return [NewRecord(timestamp_ns, body, 0, deliver_at_ns) for body in bodies]
 
 
 def internal_id_for(partition: int, offset: int) -> int:
@@ -266,7 +208,7 @@ def build_run(
     add = parts.append
     stamps: list[tuple[int, int]] = []
     stamp = stamps.append
-    make, pack_covered, pack_prefix, crc = make_record, _pack_covered, _pack_prefix, _crc
+    make, pack_covered, pack_prefix, crc = Record, _pack_covered, _pack_prefix, _crc
     format_bits, header = _FORMAT_BITS, HEADER_SIZE
     offset = first_offset
     try:
@@ -347,7 +289,7 @@ def decode_record(buf: bytes, pos: int) -> Record:
     if ext_end > end:
         raise CorruptRecordError(f"ext length {ext_len} overruns record length {length}")
     ext = buf[pos + header : ext_end] if ext_len else b""
-    return make_record(offset, ts, internal_id, trace_id, deliver_at, buf[ext_end:end], ext, epoch)
+    return Record(offset, ts, internal_id, trace_id, deliver_at, buf[ext_end:end], ext, epoch)
 
 
 def scan_records(

@@ -27,7 +27,6 @@ from .record import (
     RECORD_HEADER,
     Record,
     decode_record,
-    make_record,
     peek_size,
     refill,
 )
@@ -63,7 +62,7 @@ def decode_run(
     end = len(buf)
     unpack = _unpack_header_from
     crc32c = _crc
-    make = make_record
+    make = Record
     append = out.append
     header, crc_start, length_size = HEADER_SIZE, CRC_START, LENGTH_SIZE
     format_bits = FORMAT_V2 << FORMAT_SHIFT

@@ -19,7 +19,7 @@ from protocol import ErrorCode, Pub, frames
 from protocol.ext import ext_not_supported, parse_json_header
 from protocol.tracing import traced_response
 
-from ..broker import Broker, NewRecord, Record, make_new_record, new_records
+from ..broker import Broker, NewRecord, Record, new_records
 from ..core.errors import BadPartitionError
 from ..forwarding import Forwarder
 from .delivery import raw_size
@@ -41,7 +41,7 @@ class Publisher:
 
     def gather(self, command: Pub) -> None:
         key = (command.topic, command.partition)
-        entry = make_new_record(self.broker.clock.now_ns(), command.body, 0)
+        entry = NewRecord(self.broker.clock.now_ns(), command.body)
         gathered = self._gathered
         if gathered and gathered[-1][0] == key:
             gathered[-1][1].append(entry)

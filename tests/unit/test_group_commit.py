@@ -12,9 +12,9 @@ import trio.testing
 from nsqd.broker import (
     Broker,
     BrokerConfig,
+    NewRecord,
     Record,
     StorageError,
-    make_new_record,
     open_broker,
     read_records,
 )
@@ -32,7 +32,7 @@ async def _publish_together(
 
     async def one(i: int, body: bytes) -> None:
         try:
-            results[i] = await broker.commits.publish(topic, [make_new_record(1, body, 0)], None)
+            results[i] = await broker.commits.publish(topic, [NewRecord(1, body)], None)
         except Exception as exc:  # noqa: BLE001 - the test looks at what each one got
             results[i] = exc
 
@@ -45,7 +45,7 @@ async def _publish_together(
 async def test_publishes_of_one_turn_share_one_append(tmp_path: Path) -> None:
     async with open_broker(BrokerConfig(data_path=tmp_path)) as broker:
         await trio.testing.wait_all_tasks_blocked()  # the committer is waiting
-        broker.publish("t", [make_new_record(1, b"first", 0)])  # offset 0, not handed over
+        broker.publish("t", [NewRecord(1, b"first")])  # offset 0, not handed over
         bodies = [b"m%d" % i for i in range(PUBLISHERS)]
         results = await _publish_together(broker, bodies)
         assert broker.commits.appends == 1
@@ -77,7 +77,7 @@ async def test_topics_and_partitions_of_one_turn_are_appended_apart(tmp_path: Pa
         async with trio.open_nursery() as nursery:
             for topic in ("a", "b", "a", "b"):
                 nursery.start_soon(
-                    broker.commits.publish, topic, [make_new_record(1, topic.encode(), 0)], None
+                    broker.commits.publish, topic, [NewRecord(1, topic.encode())], None
                 )
         assert broker.commits.appends == 2
         assert broker.topics["a"].partitions[0].log.end_offset == 2
@@ -87,7 +87,7 @@ async def test_topics_and_partitions_of_one_turn_are_appended_apart(tmp_path: Pa
 async def test_a_failed_append_fails_every_publisher_with_its_own_error(tmp_path: Path) -> None:
     async with open_broker(BrokerConfig(data_path=tmp_path)) as broker:
         await trio.testing.wait_all_tasks_blocked()
-        broker.publish("t", [make_new_record(1, b"x", 0)])
+        broker.publish("t", [NewRecord(1, b"x")])
         broker.exiting = True
         results = await _publish_together(broker, [b"a", b"b", b"c"])
         assert all(isinstance(r, ExitingError) for r in results), results
@@ -99,17 +99,17 @@ async def test_a_failed_append_fails_every_publisher_with_its_own_error(tmp_path
 
 async def test_a_publisher_cancelled_before_the_commit_is_not_stored(tmp_path: Path) -> None:
     async with open_broker(BrokerConfig(data_path=tmp_path)) as broker:
-        broker.publish("t", [make_new_record(1, b"x", 0)])
+        broker.publish("t", [NewRecord(1, b"x")])
         kept: list[Record] = []
 
         async def keep() -> None:
-            kept.extend(await broker.commits.publish("t", [make_new_record(1, b"kept", 0)], None))
+            kept.extend(await broker.commits.publish("t", [NewRecord(1, b"kept")], None))
 
         async with trio.open_nursery() as nursery:
             with trio.CancelScope() as scope:
                 nursery.start_soon(keep)
                 scope.cancel()  # cancels only what runs inside it: the publish below
-                await broker.commits.publish("t", [make_new_record(1, b"withdrawn", 0)], None)
+                await broker.commits.publish("t", [NewRecord(1, b"withdrawn")], None)
         stored = await read_records(broker.topics["t"].partitions[0], 0, 100)
         assert [r.body for r in stored] == [b"x", b"kept"]
         assert [r.body for r in kept] == [b"kept"]
@@ -117,10 +117,10 @@ async def test_a_publisher_cancelled_before_the_commit_is_not_stored(tmp_path: P
 
 async def test_without_the_committer_a_publish_appends_at_once(tmp_path: Path) -> None:
     async with open_broker(BrokerConfig(data_path=tmp_path)) as broker:
-        broker.publish("t", [make_new_record(1, b"x", 0)])
+        broker.publish("t", [NewRecord(1, b"x")])
         idle = GroupCommit(broker.publish)  # its run() never started
         with trio.testing.assert_checkpoints():
-            (record,) = await idle.publish("t", [make_new_record(1, b"y", 0)], None)
+            (record,) = await idle.publish("t", [NewRecord(1, b"y")], None)
         assert record.offset == 1
         assert idle.appends == 0
 
@@ -128,7 +128,7 @@ async def test_without_the_committer_a_publish_appends_at_once(tmp_path: Path) -
 async def test_a_storage_failure_reaches_every_publisher_of_the_turn(tmp_path: Path) -> None:
     async with open_broker(BrokerConfig(data_path=tmp_path)) as broker:
         await trio.testing.wait_all_tasks_blocked()
-        broker.publish("t", [make_new_record(1, b"x", 0)])
+        broker.publish("t", [NewRecord(1, b"x")])
         broker.topics["t"].partitions[0].log.close()  # appending to it now fails
         results = await _publish_together(broker, [b"a", b"b"])
         assert all(isinstance(r, StorageError) for r in results), results
@@ -160,7 +160,7 @@ async def test_a_hand_over_racing_the_committers_end_is_still_appended(tmp_path:
     """Handed over after the committer was cancelled but before it ran: committed on its way
     out, not left waiting."""
     async with open_broker(BrokerConfig(data_path=tmp_path)) as broker:
-        broker.publish("t", [make_new_record(1, b"x", 0)])
+        broker.publish("t", [NewRecord(1, b"x")])
         commits = GroupCommit(broker.publish)
         stop = trio.CancelScope()
 
@@ -173,6 +173,6 @@ async def test_a_hand_over_racing_the_committers_end_is_still_appended(tmp_path:
             await trio.testing.wait_all_tasks_blocked()
             stop.cancel()  # the committer has not run since: this hand-over is still taken
             with trio.fail_after(5):
-                (record,) = await commits.publish("t", [make_new_record(1, b"late", 0)], None)
+                (record,) = await commits.publish("t", [NewRecord(1, b"late")], None)
         assert record.offset == 1
         assert commits.appends == 1

@@ -22,8 +22,6 @@ from nsqd.storage.record import (
     NewRecord,
     build_run,
     encode_run,
-    make_new_record,
-    make_record,
     new_records,
     peek_size,
     scan_records,
@@ -85,7 +83,7 @@ def _encode_v1(record: Record) -> bytes:
 @given(st.lists(records_st, min_size=1, max_size=4))
 def test_format_1_records_are_still_read_and_followed(records: list[Record]) -> None:
     """Segments and leaders of the previous release: format 1 beside format 2."""
-    records = [make_record(50 + i, *_fields(r)) for i, r in enumerate(records)]
+    records = [Record(50 + i, *_fields(r)) for i, r in enumerate(records)]
     blob = b"".join(
         _encode_v1(r) if i % 2 == 0 else encode_record(r) for i, r in enumerate(records)
     )
@@ -113,7 +111,7 @@ def test_format_1_records_are_still_read_and_followed(records: list[Record]) -> 
 def test_every_flip_of_the_format_and_length_field_is_detected() -> None:
     """Format 2's CRC starts from the format/length field: a flip that makes the record read as
     format 0 (4 header bytes fewer, the same CRC range) or as another length fails the CRC."""
-    record = make_record(0, 0, 1, 0, 0, b"", b"", 0)  # all zeros: epoch 0 reads as ext_len 0
+    record = Record(0, 0, 1, 0, 0, b"", b"", 0)  # all zeros: epoch 0 reads as ext_len 0
     encoded = encode_record(record)
     for bit in range(32):
         flipped = bytearray(encoded)
@@ -142,7 +140,7 @@ def test_format_0_records_are_still_read(record: Record) -> None:
 
 
 def test_an_unknown_format_is_corruption() -> None:
-    data = bytearray(encode_record(make_record(0, 0, 1, 0, 0, b"x", b"", 7)))
+    data = bytearray(encode_record(Record(0, 0, 1, 0, 0, b"x", b"", 7)))
     data[0] |= 0xC0  # format 3
     with pytest.raises(CorruptRecordError, match="unknown record format 3"):
         peek_size(bytes(data), 0)
@@ -177,7 +175,7 @@ def test_any_bit_flip_is_detected(record: Record, data: st.DataObject) -> None:
 def test_scan_yields_positions_and_stops_at_a_torn_tail(
     records: list[Record], chunk: int, data: st.DataObject
 ) -> None:
-    records = [make_record(100 + i, *_fields(r)) for i, r in enumerate(records)]
+    records = [Record(100 + i, *_fields(r)) for i, r in enumerate(records)]
     encoded = [encode_record(r) for r in records]
     blob = b"".join(encoded)
     got = list(
@@ -194,7 +192,7 @@ def test_scan_yields_positions_and_stops_at_a_torn_tail(
 
 
 def test_scan_rejects_out_of_sequence_offsets() -> None:
-    blob = encode_record(make_record(7, 0, 8, 0, 0, b"a", b""))
+    blob = encode_record(Record(7, 0, 8, 0, 0, b"a", b""))
     with pytest.raises(CorruptRecordError, match="out of sequence"):
         list(scan_records(_reader(blob), "seg", position=0, limit=len(blob), offset=6))
 
@@ -215,13 +213,12 @@ def _fields(r: Record) -> tuple[int, int, int, int, bytes, bytes, int]:
 
 
 @given(records_st)
-def test_make_record_equals_the_dataclass_constructor(record: Record) -> None:
-    made = make_record(record.offset, *_fields(record))
-    assert type(made) is Record
+def test_records_are_values(record: Record) -> None:
+    """Equal and hashable by their fields (the cache, the tests and sets of records rely on it)."""
+    made = Record(record.offset, *_fields(record))
     assert made == record
     assert hash(made) == hash(record)
-    with pytest.raises(AttributeError):
-        made.offset = 1  # type: ignore[misc]
+    assert made != Record(record.offset + 1, *_fields(record))
 
 
 new_records_st = st.builds(
@@ -244,12 +241,12 @@ new_records_st = st.builds(
 def test_build_run_makes_and_encodes_what_the_two_steps_do(
     entries: list[NewRecord], first: int, partition: int, epoch: int | None
 ) -> None:
-    """An append's one loop gives the records ``make_record`` gives, encoded as
+    """An append's one loop gives the records made one by one, encoded as
     ``encode_run`` encodes them."""
     id_bits = partition << 50
     records, data, stamps = build_run(entries, first, id_bits, epoch)
     expected = [
-        make_record(
+        Record(
             first + i,
             e.timestamp_ns,
             id_bits | (first + i + 1),
@@ -275,9 +272,9 @@ def test_build_run_rejects_out_of_range_fields() -> None:
 
 def test_encode_rejects_out_of_range_fields() -> None:
     with pytest.raises(ValueError, match="out of range"):
-        encode_record(make_record(0, 0, 1, 2**64, 0, b"", b""))
+        encode_record(Record(0, 0, 1, 2**64, 0, b"", b""))
     with pytest.raises(ValueError, match="out of range"):
-        encode_record(make_record(0, 0, 1, 0, 0, b"", bytes(70_000)))
+        encode_record(Record(0, 0, 1, 0, 0, b"", bytes(70_000)))
 
 
 @given(
@@ -290,7 +287,7 @@ def test_read_run_reads_and_rejects_what_scan_does(
 ) -> None:
     """The read path's batched decoder gives the records the per-record scan gives, and stops
     at the same damaged record (position and offset) with what preceded it read."""
-    records = [make_record(100 + i, *_fields(r)) for i, (r, _) in enumerate(drawn)]
+    records = [Record(100 + i, *_fields(r)) for i, (r, _) in enumerate(drawn)]
     encoded = [
         _encode_v0(r) if old else encode_record(r)
         for r, (_, old) in zip(records, drawn, strict=True)
@@ -344,10 +341,7 @@ def test_read_run_reads_and_rejects_what_scan_does(
     assert out == want
 
 
-def test_new_records_are_the_dataclass_s_own() -> None:
-    made = make_new_record(123, b"body", 456)
-    assert type(made) is NewRecord
-    assert made == NewRecord(timestamp_ns=123, body=b"body", deliver_at_ns=456)
+def test_new_records_share_the_publish_time() -> None:
     assert new_records(7, [b"a", b"b"]) == [NewRecord(7, b"a"), NewRecord(7, b"b")]
-    with pytest.raises(AttributeError):
-        made.body = b"other"  # type: ignore[misc]  # still frozen
+    assert new_records(7, [b"a"], 9) == [NewRecord(7, b"a", deliver_at_ns=9)]
+    assert hash(NewRecord(7, b"a")) == hash(NewRecord(7, b"a"))
