@@ -28,13 +28,16 @@ def split_mpub_body(
     if count <= 0 or count > (max_body_size - 4) // 5:
         raise MpubFormatError(ErrorCode.BAD_BODY, f"{cmd} invalid message count {count}")
     out: list[bytes] = []
+    keep = out.append
+    unpack = _SIZE.unpack_from
+    end = len(body)
     at = 4
     for i in range(count):
-        if at + 4 > len(body):
+        if at + 4 > end:
             raise MpubFormatError(
                 ErrorCode.BAD_MESSAGE, f"{cmd} failed to read message({i}) body size"
             )
-        (size,) = _SIZE.unpack_from(body, at)
+        (size,) = unpack(body, at)
         if size <= 0:
             raise MpubFormatError(
                 ErrorCode.BAD_MESSAGE, f"{cmd} invalid message({i}) body size {size}"
@@ -44,8 +47,8 @@ def split_mpub_body(
                 ErrorCode.BAD_MESSAGE, f"{cmd} message too big {size} > {max_msg_size}"
             )
         at += 4
-        if at + size > len(body):
+        if at + size > end:
             raise MpubFormatError(ErrorCode.BAD_MESSAGE, f"{cmd} failed to read message body")
-        out.append(body[at : at + size])
+        keep(body[at : at + size])
         at += size
     return out

@@ -126,6 +126,7 @@ class Broker(TopicRegistry, Acking):
                 f"{len(target.state.followers) + 1} cop(ies) in sync, min_isr {topic.min_isr}"
             )
         started = self.clock.perf()
+        bytes_before = target.message_bytes
         try:
             records = topic.append(target, entries)
         except StorageError as exc:
@@ -136,7 +137,7 @@ class Broker(TopicRegistry, Acking):
         self.replication.appended(target)
         self.publish_latency.observe(self.clock.perf() - started)
         if target.directory is not None:
-            self.disk.appended(sum(len(entry.body) for entry in entries))
+            self.disk.appended(target.message_bytes - bytes_before)  # the bodies' bytes
         sync_every = topic.sync_every or self.config.sync_every
         if target.unsynced >= sync_every:
             self.syncs.request()

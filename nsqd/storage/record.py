@@ -222,8 +222,9 @@ def build_run(
             )
             record_epoch = e.epoch if epoch is None else epoch
             internal_id = id_bits | (offset + 1)
-            covered = pack_covered(offset, ts, internal_id, trace, deliver, record_epoch, len(ext))
-            size = header + len(ext) + len(body)
+            ext_len = len(ext)
+            covered = pack_covered(offset, ts, internal_id, trace, deliver, record_epoch, ext_len)
+            size = header + ext_len + len(body)
             field = format_bits | (size - LENGTH_SIZE)
             if ext:
                 add(pack_prefix(field, crc(body, crc(ext, crc(covered, field)))))
