@@ -100,8 +100,9 @@ def _value_class(cls: type[_C]) -> type[_C]:
     """A slotted dataclass that is equal and hashable by value and frozen to the type checker
     (mypy --strict refuses an assignment to a field), without a frozen dataclass's run-time
     guard: that one's ``__init__`` sets every field through ``object.__setattr__``, and the
-    publish, append and read paths make a record per message (a plain ``__init__`` takes about
-    half the time)."""
+    publish, append and read paths make a record per message (a :class:`Record` in 0.36 µs
+    with a plain ``__init__``, 0.6 µs frozen; the same-layout twin class that made them before
+    took 0.46 µs)."""
     return dataclass(slots=True, unsafe_hash=True)(cls)
 
 
