@@ -97,13 +97,15 @@ async def _serve(
         )
         http_host, http_port = options.http_host_port()
         ports["http"] = await nursery.start(serve_http, app, http_host, http_port)
-        tcp.reply_info = {
-            "broadcast_address": options.broadcast_address,
-            "hostname": socket.gethostname(),
-            "http_port": ports["http"],
-            "tcp_port": ports["tcp"],
-            "version": LOOKUPD_VERSION,
-        }
+        tcp.set_reply_info(
+            {
+                "broadcast_address": options.broadcast_address,
+                "hostname": socket.gethostname(),
+                "http_port": ports["http"],
+                "tcp_port": ports["tcp"],
+                "version": LOOKUPD_VERSION,
+            }
+        )
         if ha is None:
             nursery.start_soon(supervisor.run)  # failover, in-sync sets, re-replication
         else:  # the supervisor runs while this lookupd is the elected leader

@@ -37,13 +37,21 @@ RECEIVE_SIZE = 65536
 
 
 class LookupTCPServer:
-    """Serves protocol V1. ``reply_info``: the lookupd's own IDENTIFY reply fields
-    (``broadcast_address``, ``hostname``, ``http_port``, ``tcp_port``, ``version``), filled in
-    once both listeners are bound."""
+    """Serves protocol V1. The lookupd's own IDENTIFY reply fields come with
+    :meth:`set_reply_info` once both listeners are bound; an IDENTIFY that arrives before waits
+    for them (answered earlier, a node would keep an HTTP port of 0 for the connection's life,
+    and with it the address it polls for assignments and creates topics through)."""
 
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
         self.reply_info: dict[str, str | int] = {}
+        self._ready = trio.Event()
+
+    def set_reply_info(self, info: dict[str, str | int]) -> None:
+        """``broadcast_address``, ``hostname``, ``http_port``, ``tcp_port`` and ``version``
+        for the IDENTIFY replies."""
+        self.reply_info = info
+        self._ready.set()
 
     async def serve(
         self, host: str, port: int, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED
@@ -74,6 +82,8 @@ class LookupTCPServer:
                 continue
             if isinstance(event, Closed):
                 return
+            if isinstance(event, Identify):
+                await self._ready.wait()
             try:
                 reply = self._execute(event, parser, remote)
             except LookupV1Error as exc:
