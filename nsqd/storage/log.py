@@ -21,7 +21,7 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Final, final
 
-from .cache import RECORD_OVERHEAD, CacheBudget, record_cost
+from .cache import RECORD_OVERHEAD, CacheBudget
 from .checkpoint import fsync_directory
 from .corruption import SkippedRegions
 from .durability import PendingSync
@@ -30,7 +30,7 @@ from .errors import LogClosedError, OffsetOutOfRangeError, StorageError
 from .handles import HandleCache
 from .log_read import offset_for_timestamp, read_segments
 from .opening import open_segments
-from .record import HEADER_SIZE, NewRecord, Record, build_run, internal_id_for
+from .record import HEADER_SIZE, NewRecord, Record, encode_run, internal_id_for
 from .segment import Segment
 from .segment_files import SegmentEnv
 from .trimming import delete_expired, truncate_segments
@@ -161,23 +161,34 @@ class PartitionLog:
                 return []
             first = self._end
             pid = internal_id_for(self.partition, -1)  # the partition's bits; | (offset + 1)
-            records, data, stamps = build_run(entries, first, pid, epoch)
-            segment = self._segments[-1]
+            records = [
+                Record(
+                    offset,
+                    e.timestamp_ns,
+                    pid | (offset + 1),
+                    e.trace_id,
+                    e.deliver_at_ns,
+                    e.body,
+                    e.ext,
+                    e.epoch if epoch is None else epoch,
+                )
+                for offset, e in enumerate(entries, first)
+            ]
+            data, stamps = encode_run(records)  # checks every field before anything is written
             try:
-                if segment.size + len(data) <= self._max_bytes:
-                    segment.append_built(data, first, stamps)
-                    self._end = first + len(records)
-                    cost = len(data) + (RECORD_OVERHEAD - HEADER_SIZE) * len(records)
-                    self._cache.extend(records, cost)
+                if self._segments[-1].size + len(data) <= self._max_bytes:
+                    self._write(data, records, stamps)
                 else:  # rare: the batch goes past max_bytes_per_file, the log rotates
-                    self._append_rotating(records, stamps)
+                    self._append_rotating(data, records, stamps)
             except OSError as exc:
                 raise StorageError(f"append to {self.directory} failed: {exc}") from exc
             return records
 
-    def _append_rotating(self, records: list[Record], stamps: list[tuple[int, int]]) -> None:
-        """Write ``records`` (encoded, ``stamps`` their sizes) in chunks, starting a new
-        segment wherever the next record would take the active one past
+    def _append_rotating(
+        self, data: bytes, records: list[Record], stamps: list[tuple[int, int]]
+    ) -> None:
+        """Write ``records`` (encoded as ``data``, ``stamps`` their sizes) in chunks, starting
+        a new segment wherever the next record would take the active one past
         ``max_bytes_per_file`` (a record larger than that goes alone in a segment)."""
         splits: list[int] = []  # indexes where a new segment starts
         size = self._segments[-1].size
@@ -187,14 +198,21 @@ class PartitionLog:
                 size = 0
             size += n
         bounds = [0, *splits, len(records)]
+        pos = 0  # where the chunk's bytes start in data
         for k in range(len(bounds) - 1):
             if k:
                 self._rotate()
-            chunk = records[bounds[k] : bounds[k + 1]]
-            if chunk:  # empty when the very first entry already needs a new segment
-                self._segments[-1].append(chunk)
-                self._end = chunk[-1].offset + 1
-                self._cache.extend(chunk, sum(map(record_cost, chunk)))
+            lo, hi = bounds[k], bounds[k + 1]
+            if lo < hi:  # empty when the very first entry already needs a new segment
+                end = pos + sum(n for _, n in stamps[lo:hi])
+                self._write(data[pos:end], records[lo:hi], stamps[lo:hi])
+                pos = end
+
+    def _write(self, data: bytes, records: list[Record], stamps: list[tuple[int, int]]) -> None:
+        """Write encoded ``records`` to the active segment and keep them in the tail cache."""
+        self._segments[-1].append(data, records[0].offset, stamps)
+        self._end = records[-1].offset + 1
+        self._cache.extend(records, len(data) + (RECORD_OVERHEAD - HEADER_SIZE) * len(records))
 
     def append_encoded(self, data: bytes, run: EncodedRun) -> bool:
         """Write a leader's checked batch verbatim at this log's end (``run.first_offset`` must
@@ -212,7 +230,7 @@ class PartitionLog:
             if segment.size + len(data) > self._max_bytes:
                 return False
             try:
-                segment.append_encoded(data, run)
+                segment.append(data, run.first_offset, run.entries)
             except OSError as exc:
                 raise StorageError(f"append to {self.directory} failed: {exc}") from exc
             self._end = run.first_offset + run.count

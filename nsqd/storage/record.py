@@ -2,7 +2,7 @@
 
 No file I/O of its own: :func:`scan_records` reads through the ``read_at(size, position)``
 callable it is given (``segment.py`` passes ``os.pread`` bound to an fd), so it is testable on
-plain bytes. ``segment.py`` encodes batches with :func:`encode_run`; the read path's
+plain bytes. ``log.py`` encodes each append with :func:`encode_run`; the read path's
 batched decoding is :mod:`.runs`; a follower checks a leader's encoded batch with
 :mod:`.encoded_run`.
 """
@@ -193,54 +193,6 @@ def encode_run(records: Sequence[Record]) -> tuple[bytes, list[tuple[int, int]]]
     except struct.error as exc:  # includes an ext longer than MAX_EXT_LEN
         raise ValueError(f"record field out of range: {exc}") from exc
     return b"".join(parts), stamps
-
-
-def build_run(
-    entries: Sequence[NewRecord], first_offset: int, id_bits: int, epoch: int | None
-) -> tuple[list[Record], bytes, list[tuple[int, int]]]:
-    """The records of ``entries`` at ``first_offset``, ``first_offset + 1``, ... (internal id
-    ``id_bits | (offset + 1)``; ``epoch``, when given, in place of each entry's own), with what
-    :func:`encode_run` gives for them, in one loop: an append's records are encoded as they are
-    made instead of read back one attribute at a time. Raises ``ValueError`` as
-    :func:`encode_run`."""
-    records: list[Record] = []
-    keep = records.append
-    parts: list[bytes] = []
-    add = parts.append
-    stamps: list[tuple[int, int]] = []
-    stamp = stamps.append
-    make, pack_covered, pack_prefix, crc = Record, _pack_covered, _pack_prefix, _crc
-    format_bits, header = _FORMAT_BITS, HEADER_SIZE
-    offset = first_offset
-    try:
-        for e in entries:
-            ts, trace, deliver, body, ext = (
-                e.timestamp_ns,
-                e.trace_id,
-                e.deliver_at_ns,
-                e.body,
-                e.ext,
-            )
-            record_epoch = e.epoch if epoch is None else epoch
-            internal_id = id_bits | (offset + 1)
-            ext_len = len(ext)
-            covered = pack_covered(offset, ts, internal_id, trace, deliver, record_epoch, ext_len)
-            size = header + ext_len + len(body)
-            field = format_bits | (size - LENGTH_SIZE)
-            if ext:
-                add(pack_prefix(field, crc(body, crc(ext, crc(covered, field)))))
-                add(covered)
-                add(ext)
-            else:
-                add(pack_prefix(field, crc(body, crc(covered, field))))
-                add(covered)
-            add(body)
-            stamp((ts, size))
-            keep(make(offset, ts, internal_id, trace, deliver, body, ext, record_epoch))
-            offset += 1
-    except struct.error as exc:  # includes an ext longer than MAX_EXT_LEN
-        raise ValueError(f"record field out of range: {exc}") from exc
-    return records, b"".join(parts), stamps
 
 
 def encode_record(record: Record) -> bytes:

@@ -16,13 +16,11 @@ from pathlib import Path
 from typing import Final, final
 
 from .checkpoint import atomic_write, write_all
-from .encoded_run import EncodedRun
 from .index import ENTRY_SIZE, INDEX_ENTRY, SparseIndex
 from .recent_runs import RecentRuns
 from .record import (
     HEADER_SIZE,
     Record,
-    encode_run,
 )
 from .segment_files import O_CLOEXEC, SegmentEnv, SegmentFiles
 from .segment_read import (
@@ -121,31 +119,15 @@ class Segment(SegmentFiles):
 
     # -- appending (active segment) -------------------------------------------------------------
 
-    def append(self, records: Sequence[Record]) -> None:
-        """Write ``records`` (consecutive, starting at ``next_offset``) with one ``pwrite``.
+    def append(self, data: bytes, first_offset: int, stamps: Sequence[tuple[int, int]]) -> None:
+        """Write encoded records (:func:`~.record.encode_run`; ``stamps`` their
+        ``(timestamp_ns, size)``, the first at ``first_offset``, which must be ``next_offset``)
+        with one ``pwrite``, and index them every ``interval`` bytes.
 
         On return the bytes are in the OS page cache (they survive a crash of the process, not
         of the machine). On ``OSError`` the segment is left as before the call and the error
         propagates.
         """
-        data, stamps = encode_run(records)
-        self._write_run(data, records[0].offset, stamps)
-
-    def append_built(
-        self, data: bytes, first_offset: int, stamps: Sequence[tuple[int, int]]
-    ) -> None:
-        """Write records encoded by :func:`~.record.build_run` (``first_offset`` must be
-        ``next_offset``) as :meth:`append` writes them."""
-        self._write_run(data, first_offset, stamps)
-
-    def append_encoded(self, data: bytes, run: EncodedRun) -> None:
-        """Write a checked run of encoded records (a leader's, verbatim) as :meth:`append`
-        writes its own."""
-        self._write_run(data, run.first_offset, run.entries)
-
-    def _write_run(self, data: bytes, first_offset: int, stamps: Sequence[tuple[int, int]]) -> None:
-        """Write the encoded records ``data`` (``(timestamp_ns, size)`` each in ``stamps``,
-        from ``first_offset``) with one ``pwrite``, and index them every ``interval`` bytes."""
         self.open()
         assert self.fd is not None
         assert self.index_fd is not None

@@ -20,8 +20,6 @@ from nsqd.storage.record import (
     RECORD_HEADER,
     RECORD_HEADER_V0,
     NewRecord,
-    build_run,
-    encode_run,
     new_records,
     peek_size,
     scan_records,
@@ -219,55 +217,6 @@ def test_records_are_values(record: Record) -> None:
     assert made == record
     assert hash(made) == hash(record)
     assert made != Record(record.offset + 1, *_fields(record))
-
-
-new_records_st = st.builds(
-    NewRecord,
-    timestamp_ns=st.integers(-(2**63), 2**63 - 1),
-    body=st.binary(max_size=300),
-    trace_id=st.integers(0, 2**64 - 1),
-    deliver_at_ns=st.integers(-(2**63), 2**63 - 1),
-    ext=st.binary(max_size=40),
-    epoch=st.integers(0, 2**32 - 1),
-)
-
-
-@given(
-    st.lists(new_records_st, max_size=6),
-    st.integers(0, 2**40),
-    st.integers(0, 1023),
-    st.none() | st.integers(0, 2**32 - 1),
-)
-def test_build_run_makes_and_encodes_what_the_two_steps_do(
-    entries: list[NewRecord], first: int, partition: int, epoch: int | None
-) -> None:
-    """An append's one loop gives the records made one by one, encoded as
-    ``encode_run`` encodes them."""
-    id_bits = partition << 50
-    records, data, stamps = build_run(entries, first, id_bits, epoch)
-    expected = [
-        Record(
-            first + i,
-            e.timestamp_ns,
-            id_bits | (first + i + 1),
-            e.trace_id,
-            e.deliver_at_ns,
-            e.body,
-            e.ext,
-            e.epoch if epoch is None else epoch,
-        )
-        for i, e in enumerate(entries)
-    ]
-    assert records == expected
-    assert all(type(r) is Record for r in records)
-    assert (data, stamps) == encode_run(expected)
-
-
-def test_build_run_rejects_out_of_range_fields() -> None:
-    with pytest.raises(ValueError, match="out of range"):
-        build_run([NewRecord(0, b"", trace_id=2**64)], 0, 1 << 50, None)
-    with pytest.raises(ValueError, match="out of range"):
-        build_run([NewRecord(0, b"", ext=bytes(70_000))], 0, 1 << 50, None)
 
 
 def test_encode_rejects_out_of_range_fields() -> None:
