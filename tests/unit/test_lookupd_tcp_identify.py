@@ -39,13 +39,22 @@ async def _reply(stream: trio.SocketStream) -> dict[str, object]:
     return parsed
 
 
+async def _identify(nursery: trio.Nursery, server: LookupTCPServer) -> trio.SocketStream:
+    """Start ``server`` in ``nursery``, connect and send a node's IDENTIFY."""
+    port = await nursery.start(server.serve, "127.0.0.1", 0)
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    await stream.send_all(MAGIC_V1 + encode_identify(NODE))
+    return stream
+
+
+def _server(tmp_path: Path) -> LookupTCPServer:
+    return LookupTCPServer(Cluster(MetadataStore(tmp_path / "meta"), Timeouts()))
+
+
 async def test_an_identify_before_the_ports_are_known_waits_for_them(tmp_path: Path) -> None:
-    server = LookupTCPServer(Cluster(MetadataStore(tmp_path / "meta"), Timeouts()))
+    server = _server(tmp_path)
     async with trio.open_nursery() as nursery:
-        port = await nursery.start(server.serve, "127.0.0.1", 0)
-        stream = await trio.open_tcp_stream("127.0.0.1", port)
-        async with stream:
-            await stream.send_all(MAGIC_V1 + encode_identify(NODE))
+        async with await _identify(nursery, server) as stream:
             with trio.move_on_after(0.2):
                 early = await stream.receive_some(4096)
                 raise AssertionError(f"IDENTIFY answered before the ports were known: {early!r}")
@@ -59,13 +68,10 @@ async def test_an_identify_before_the_ports_are_known_waits_for_them(tmp_path: P
 
 
 async def test_once_the_ports_are_known_identify_is_answered_at_once(tmp_path: Path) -> None:
-    server = LookupTCPServer(Cluster(MetadataStore(tmp_path / "meta"), Timeouts()))
+    server = _server(tmp_path)
     server.set_reply_info(INFO)
     async with trio.open_nursery() as nursery:
-        port = await nursery.start(server.serve, "127.0.0.1", 0)
-        stream = await trio.open_tcp_stream("127.0.0.1", port)
-        async with stream:
-            await stream.send_all(MAGIC_V1 + encode_identify(NODE))
+        async with await _identify(nursery, server) as stream:
             with trio.fail_after(5):
                 reply = await _reply(stream)
         nursery.cancel_scope.cancel()
