@@ -143,6 +143,17 @@ class Broker(TopicRegistry, Acking):
             self.syncs.request()
         return records
 
+    def acks_at_once(self, topic_name: str) -> bool:
+        """Whether a publish to ``topic_name`` is acknowledged as soon as it is appended (what
+        :meth:`wait_replicated` would not wait for): the topic exists here, none of its
+        partitions has an in-sync follower, and acks do not wait for fsync."""
+        topic = self.topics.get(topic_name)
+        return (
+            topic is not None
+            and not self.durable_acks
+            and not any(p.state.followers for p in topic.partitions)
+        )
+
     async def wait_replicated(
         self, topic_name: str, records: Sequence[Record], *, durable: bool = True
     ) -> None:

@@ -101,7 +101,7 @@ class GroupCommit:
         # ends their connections, not the committer); each gets its own copy to raise.
         except Exception as exc:  # noqa: BLE001
             for handover in group:
-                reschedule(handover.task, outcome.Error(_own_copy(exc)))
+                reschedule(handover.task, outcome.Error(own_copy(exc)))
             return
         self.appends += 1
         self.publishes += len(group)
@@ -112,7 +112,7 @@ class GroupCommit:
             start = end
 
 
-def _own_copy(exc: Exception) -> Exception:
+def own_copy(exc: Exception) -> Exception:
     """A copy of ``exc`` for one publisher to raise (tracebacks are per instance), made without
     calling ``__init__``, whose parameters need not be ``args`` (``ExitingError()``)."""
     cls = type(exc)

@@ -12,6 +12,8 @@ from __future__ import annotations
 import trio
 from trio.lowlevel import ParkingLot
 
+from pnsq._netio.plain_stream import PlainSocketStream
+
 from ..broker.clock import Clock
 
 
@@ -83,6 +85,33 @@ class OutputBuffer:
         backpressure when :attr:`backlog` is over its bound."""
         self.flush()
         await self._sent.park()
+
+    def send_now(self) -> None:
+        """Send what is queued without waiting, from a task that cannot wait (the publish
+        reactor); what the socket does not take at once, or an error from it, is left to the
+        writer task, which sends the rest or raises the error and so ends the connection."""
+        stream = self._stream
+        if (
+            self._sending
+            or self._held
+            or not self._buf
+            or not isinstance(stream, PlainSocketStream)
+        ):
+            self.flush()
+            return
+        try:
+            sent = stream.send_nowait(self._buf)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            sent = 0  # the writer's send meets it again and raises it
+        self.bytes_sent += sent
+        del self._buf[:sent]
+        if self._buf:
+            self._wake.unpark_all()
+            return
+        if self._sent:
+            self._sent.unpark_all()
+        if self._idle:
+            self._idle.unpark_all()
 
     async def send_pending(self) -> bool:
         """Send what is queued from the calling task, unless the writer is already sending;

@@ -15,7 +15,7 @@ lookupd reachable it is refused rather than created behind the cluster's back.
 
 from __future__ import annotations
 
-from protocol import ErrorCode, Pub, frames
+from protocol import ClientError, ErrorCode, Pub, frames
 from protocol.ext import ext_not_supported, parse_json_header
 from protocol.tracing import traced_response
 
@@ -38,6 +38,11 @@ class Publisher:
         self.forwarder = forwarder
         self._gathered: list[tuple[tuple[str, int | None], list[NewRecord]]] = []
         self.pub_counts: dict[str, int] = {}  # messages published per topic (/stats producers)
+
+    @property
+    def gathering(self) -> bool:
+        """Whether PUBs are gathered and not yet flushed."""
+        return bool(self._gathered)
 
     def gather(self, command: Pub) -> None:
         key = (command.topic, command.partition)
@@ -78,14 +83,50 @@ class Publisher:
             acked += count
         if acked and self.broker.durable_acks:
             await self.broker.wait_durable()  # one fsync for every run
-        if failure is not None:
-            self.output.append(frames.OK * acked)
-            error = client_error_for(failure, "PUB", ErrorCode.PUB_FAILED)
-            if not error.fatal:  # the connection stays, so every PUB not acked gets its reply
-                unanswered = sum(len(entries) for _, entries in gathered) - acked
-                self.output.append(frames.encode_error(error.text) * (unanswered - 1))
-            raise error from failure
         self.output.append(frames.OK * acked)
+        if failure is not None:
+            unanswered = sum(len(entries) for _, entries in gathered) - acked
+            raise self.failed(failure, unanswered) from failure
+
+    def failed(self, failure: Exception, unanswered: int) -> ClientError:
+        """The error for ``unanswered`` gathered PUBs that ``failure`` stopped; when it leaves
+        the connection open, every one but the last (whose reply is the error raised) gets its
+        error reply queued here."""
+        error = client_error_for(failure, "PUB", ErrorCode.PUB_FAILED)
+        if not error.fatal:
+            self.output.append(frames.encode_error(error.text) * (unanswered - 1))
+        return error
+
+    # ------------------------------------------------------------ the publish reactor's side
+
+    def take_gathered(self) -> tuple[str, int | None, list[NewRecord]] | None:
+        """The gathered PUBs, taken, when they go to one (topic, partition) that this node
+        appends and acknowledges at once (:meth:`acks_at_once`); else None, leaving them for
+        :meth:`flush` (more than one target, a forwarded topic, followers or fsync to wait
+        for)."""
+        gathered = self._gathered
+        if len(gathered) != 1:
+            return None
+        (topic, partition), entries = gathered[0]
+        if not self.acks_at_once(topic, partition):
+            return None
+        self._gathered = []
+        return topic, partition, entries
+
+    def acks_at_once(self, topic: str, partition: int | None) -> bool:
+        """Whether a PUB of ``topic`` is appended here and acknowledged as soon as it is:
+        not forwarded to a leader elsewhere, with no follower and no fsync to wait for."""
+        forwarder = self.forwarder
+        if partition is None and forwarder is not None and forwarder.active:
+            local = self.broker.find_topic(topic)
+            if local is None or local.deleted or (local.managed and not local.led):
+                return False  # Forwarder.must_forward decides, perhaps asking lookupd
+        return self.broker.acks_at_once(topic)
+
+    def acked(self, topic: str, count: int) -> None:
+        """``count`` taken PUBs of ``topic`` are appended: queue their OKs."""
+        self.pub_counts[topic] = self.pub_counts.get(topic, 0) + count
+        self.output.append(frames.OK * count)
 
     async def publish(
         self,

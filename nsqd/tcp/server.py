@@ -18,6 +18,7 @@ from pnsq._netio.tcp import serve_tcp
 from protocol import frames
 
 from ..broker import Broker
+from .reactor import PublishReactor
 from .session import Session
 from .settings import SessionSettings
 
@@ -37,6 +38,7 @@ class TCPServer:
         self.broker = broker
         self.settings = settings
         self.sessions: set[Session] = set()
+        self.reactor = PublishReactor(broker)
         self._protocols: dict[bytes, ProtocolHandler] = {frames.MAGIC_V2: self._serve_v2}
 
     def add(self, magic: bytes, handler: ProtocolHandler) -> None:
@@ -49,7 +51,9 @@ class TCPServer:
         self, host: str, port: int, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED
     ) -> None:
         """Listen on ``host:port`` (port 0: any free port); reports the bound port when ready."""
-        await serve_tcp(self._handle, host, port, log=log, task_status=task_status)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.reactor.run)
+            await serve_tcp(self._handle, host, port, log=log, task_status=task_status)
 
     async def _handle(self, stream: trio.SocketStream, remote: str) -> None:
         """One connection (errors are logged and closed by :func:`pnsq._netio.tcp.serve_tcp`)."""
@@ -71,7 +75,7 @@ class TCPServer:
         await handler(PlainSocketStream(stream.socket), remote, magic[4:])
 
     async def _serve_v2(self, stream: trio.abc.Stream, remote: str, initial: bytes) -> None:
-        session = Session(stream, self.broker, self.settings, remote)
+        session = Session(stream, self.broker, self.settings, remote, self.reactor)
         self.sessions.add(session)
         try:
             await session.run(initial=initial)

@@ -55,6 +55,14 @@ class PlainSocketStream(trio.abc.HalfCloseableStream):
         finally:
             self._sending = False
 
+    def send_nowait(self, data: bytes | bytearray | memoryview) -> int:
+        """Write what the socket takes now, without waiting; return how many bytes it took
+        (0 when its buffer is full). Not a checkpoint: for a caller that cannot wait (the
+        publish reactor, :mod:`nsqd.tcp.reactor`), which leaves the rest to a task that can."""
+        if self._sending:
+            raise trio.BusyResourceError("another task is sending on this stream")
+        return self._send(data)
+
     def _fd(self) -> int:
         """The descriptor, asked each time: a closed socket's number may be reused."""
         fd = self.socket.fileno()

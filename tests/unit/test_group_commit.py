@@ -18,7 +18,7 @@ from nsqd.broker import (
     open_broker,
     read_records,
 )
-from nsqd.broker.committing import GroupCommit, _own_copy
+from nsqd.broker.committing import GroupCommit, own_copy
 from nsqd.core.errors import ExitingError, NotEnoughReplicasError
 
 PUBLISHERS = 8
@@ -140,14 +140,14 @@ def test_a_copy_keeps_what_the_error_reply_is_built_from() -> None:
     disk_full = OSError(errno.ENOSPC, "No space left on device", "/data/t.00000.log")
     disk_full.detail = "seen at append"  # type: ignore[attr-defined]
     for original in (disk_full, ExitingError(), NotEnoughReplicasError("1 cop(ies) in sync")):
-        copy = _own_copy(original)
+        copy = own_copy(original)
         assert type(copy) is type(original)
         assert copy is not original
         assert copy.args == original.args
         assert str(copy) == str(original)
         assert copy.__dict__ == original.__dict__
         assert copy.__cause__ is original
-    copied = _own_copy(disk_full)
+    copied = own_copy(disk_full)
     assert isinstance(copied, OSError)
     assert (copied.errno, copied.strerror, copied.filename) == (
         errno.ENOSPC,

@@ -1,0 +1,172 @@
+"""The publish reactor: connections that send single PUBs are served from one task.
+
+A client that waits for each PUB's reply costs the task-per-connection loop three steps of
+its task per message (woken to read, woken with the append's records, woken after the send)
+and the group commit's task a share of a fourth: the scheduler's work, not the publish's, was
+most of a synchronous PUB (docs/benchmarks.md). Here, a connection whose commands so far were
+PUBs parks its command loop and hands its socket to the reactor; one task waits for any of
+those sockets, and for each turn in which some are readable it reads every one, parses its
+PUBs, appends each (topic, partition)'s PUBs of all of them with one ``Broker.publish``,
+queues their OKs and writes each reply straight to its socket. The parked command loops do not
+run at all while their clients only publish.
+
+Anything else goes back to the connection's own task, which then does exactly what it does
+without the reactor: a command other than PUB (the reactor stops at it, the task handles the
+PUBs before it, then the command), a bad command, the peer's EOF, a socket error, PUBs that
+must wait for a follower, an fsync or a forward to another node (:meth:`Publisher.acks_at_once`),
+and an append that failed (its error, for each publisher that shared it). Replies stay in
+command order, and a PUB is acknowledged only once appended, as on the task path.
+"""
+
+from __future__ import annotations
+
+import enum
+import select
+from typing import Protocol
+
+import outcome
+import trio
+from trio.lowlevel import Abort, RaiseCancelT, Task
+
+from ..broker import Broker, NewRecord
+from ..broker.committing import own_copy
+
+MAX_EVENTS = 1024  # ready sockets taken per turn (the rest come with the next poll)
+
+
+#: PUBs a client read for one append: topic, partition (None: the broker picks), entries
+Taken = tuple[str, int | None, list[NewRecord]]
+
+
+class Read(enum.Enum):
+    """What a client made of its readable socket, when not PUBs to append (:data:`Taken`)."""
+
+    WAIT = enum.auto()  # nothing complete yet (or nothing read): keep waiting
+    HAND_OVER = enum.auto()  # its own task must go on (another command, EOF, ...)
+
+
+class Client(Protocol):
+    """A connection the reactor can serve (:class:`~nsqd.tcp.session.Session`)."""
+
+    def fileno(self) -> int:
+        """Its socket's descriptor."""
+        ...
+
+    def reactor_read(self) -> Taken | Read:
+        """Read what its socket holds and parse it."""
+        ...
+
+    def reactor_acked(self, topic: str, count: int) -> None:
+        """Its ``count`` PUBs of ``topic`` are appended: reply."""
+        ...
+
+    def reactor_failed(self, failure: Exception, count: int) -> None:
+        """The append of its ``count`` PUBs failed with ``failure`` (its own copy)."""
+        ...
+
+    def reactor_raise(self, error: Exception) -> None:
+        """Its own task must raise ``error`` (from its socket, its parser, or a bug: it ends
+        this connection, as it would on the task path, not the reactor)."""
+        ...
+
+
+class PublishReactor:
+    """Serves parked publishers from :meth:`run` (start it before the listener accepts)."""
+
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+        self._epoll = select.epoll()
+        self._parked: dict[int, tuple[Client, Task]] = {}  # by descriptor
+        self.running = False
+        self.turns = 0  # turns that appended, their appends, and the PUBs those acknowledged
+        self.appends = 0  # (tests read these three)
+        self.publishes = 0
+
+    async def run(self) -> None:
+        """Serve until cancelled; then every parked connection goes back to its own task."""
+        self.running = True
+        epoll = self._epoll
+        try:
+            while True:
+                await trio.lowlevel.wait_readable(epoll.fileno())
+                self._serve(epoll.poll(0, MAX_EVENTS))
+        finally:
+            self.running = False
+            for fd in list(self._parked):
+                self._hand_over(fd)
+            epoll.close()
+
+    async def park(self, client: Client) -> None:
+        """Serve ``client``'s PUBs until its own task must go on (:class:`Read`)."""
+        fd = client.fileno()
+        self._epoll.register(fd, select.EPOLLIN)  # level-triggered: no re-arming per read
+        self._parked[fd] = (client, trio.lowlevel.current_task())
+
+        def abort(_: RaiseCancelT) -> Abort:
+            self._forget(fd)
+            return Abort.SUCCEEDED
+
+        await trio.lowlevel.wait_task_rescheduled(abort)
+
+    def _forget(self, fd: int) -> None:
+        del self._parked[fd]
+        self._epoll.unregister(fd)
+
+    def _hand_over(self, fd: int) -> None:
+        task = self._parked[fd][1]
+        self._forget(fd)
+        trio.lowlevel.reschedule(task, outcome.Value(None))
+
+    def _serve(self, events: list[tuple[int, int]]) -> None:
+        """Read every ready client, then one append per target, then the replies."""
+        targets: dict[tuple[str, int | None], list[tuple[int, Client, int]]] = {}
+        entries_of: dict[tuple[str, int | None], list[NewRecord]] = {}
+        for fd, _ in events:
+            client = self._parked[fd][0]
+            try:
+                read = client.reactor_read()
+            except Exception as exc:  # noqa: BLE001 -- raised by the connection's own task
+                client.reactor_raise(exc)
+                read = Read.HAND_OVER
+            if read is Read.WAIT:
+                continue
+            if read is Read.HAND_OVER:
+                self._hand_over(fd)
+                continue
+            topic, partition, entries = read
+            key = (topic, partition)
+            if key in targets:
+                targets[key].append((fd, client, len(entries)))
+                entries_of[key] += entries
+            else:
+                targets[key] = [(fd, client, len(entries))]
+                entries_of[key] = entries
+        if targets:
+            self.turns += 1
+            for (topic, partition), group in targets.items():
+                self._append(topic, partition, entries_of[topic, partition], group)
+
+    def _append(
+        self,
+        topic: str,
+        partition: int | None,
+        entries: list[NewRecord],
+        group: list[tuple[int, Client, int]],
+    ) -> None:
+        try:
+            self._broker.publish(topic, entries, partition)
+        # As with the group commit: each publisher gets its own copy of the error to report
+        # as if it had appended alone, and its own task goes on with it.
+        except Exception as exc:  # noqa: BLE001
+            for fd, client, count in group:
+                client.reactor_failed(own_copy(exc), count)
+                self._hand_over(fd)
+            return
+        self.appends += 1
+        self.publishes += len(entries)
+        for fd, client, count in group:
+            try:
+                client.reactor_acked(topic, count)
+            except Exception as exc:  # noqa: BLE001 -- raised by the connection's own task
+                client.reactor_raise(exc)
+                self._hand_over(fd)

@@ -1,0 +1,170 @@
+"""The publish reactor: connections that send single PUBs are served from one task, each turn's
+PUBs of all of them share one append, and everything else goes back to the connection's own
+task with replies in command order (a real listener on loopback, raw protocol V2 clients)."""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import trio
+import trio.testing
+
+from nsqd.broker import Broker, BrokerConfig, open_broker, read_records
+from nsqd.tcp.server import TCPServer
+from nsqd.tcp.settings import SessionSettings
+
+_HEADER = struct.Struct(">Ii")  # frame size (type + data), frame type
+RESPONSE, ERROR = 0, 1
+
+
+def pub(topic: str, body: bytes) -> bytes:
+    return b"PUB %s\n" % topic.encode() + struct.pack(">I", len(body)) + body
+
+
+def mpub(topic: str, *bodies: bytes) -> bytes:
+    parts = b"".join(struct.pack(">I", len(b)) + b for b in bodies)
+    return b"MPUB %s\n" % topic.encode() + struct.pack(">II", len(parts) + 4, len(bodies)) + parts
+
+
+class Client:
+    """A raw V2 connection: send bytes, read frames."""
+
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self.stream = stream
+        self._buf = b""
+
+    async def frame(self) -> tuple[int, bytes]:
+        while True:
+            if len(self._buf) >= 8:
+                size, kind = _HEADER.unpack_from(self._buf)
+                if len(self._buf) >= 4 + size:
+                    data = self._buf[8 : 4 + size]
+                    self._buf = self._buf[4 + size :]
+                    return kind, data
+            chunk = await self.stream.receive_some(65536)
+            if not chunk:
+                raise EOFError("closed by the server")
+            self._buf += chunk
+
+    async def pub(self, topic: str, body: bytes) -> tuple[int, bytes]:
+        await self.stream.send_all(pub(topic, body))
+        return await self.frame()
+
+
+@asynccontextmanager
+async def listening(tmp_path: Path, **config: int) -> AsyncIterator[tuple[Broker, TCPServer, int]]:
+    config_ = BrokerConfig(data_path=tmp_path, **config)
+    async with open_broker(config_) as broker, trio.open_nursery() as nursery:
+        server = TCPServer(broker, SessionSettings())
+        port = await nursery.start(server.serve, "127.0.0.1", 0)
+        yield broker, server, port
+        nursery.cancel_scope.cancel()
+
+
+async def connect(port: int) -> Client:
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    await stream.send_all(b"  V2")
+    return Client(stream)
+
+
+async def stored(broker: Broker, topic: str) -> list[bytes]:
+    return [r.body for r in await read_records(broker.topics[topic].partitions[0], 0, 10_000)]
+
+
+async def test_synchronous_publishers_share_the_reactors_appends(tmp_path: Path) -> None:
+    clients, rounds = 8, 20
+    async with listening(tmp_path) as (broker, server, port):
+        replies: list[tuple[int, bytes]] = []
+
+        async def publisher(n: int) -> None:
+            client = await connect(port)
+            for i in range(rounds):
+                replies.append(await client.pub("t", b"%d.%d" % (n, i)))
+
+        with trio.fail_after(20):
+            async with trio.open_nursery() as nursery:
+                for n in range(clients):
+                    nursery.start_soon(publisher, n)
+        assert replies == [(RESPONSE, b"OK")] * (clients * rounds)
+        reactor = server.reactor
+        # a connection's first PUB takes the task path (and a next one may too, when it is
+        # there to read right after the reply went out); most are the reactor's
+        assert clients * rounds // 2 < reactor.publishes <= clients * (rounds - 1)
+        assert reactor.appends <= reactor.turns < reactor.publishes  # turns served several
+        bodies = await stored(broker, "t")
+        assert len(bodies) == clients * rounds
+        for n in range(clients):  # each connection's PUBs in the order it sent them
+            mine = [b for b in bodies if b.startswith(b"%d." % n)]
+            assert mine == [b"%d.%d" % (n, i) for i in range(rounds)]
+
+
+async def test_other_commands_go_back_to_the_connections_task_in_order(tmp_path: Path) -> None:
+    async with listening(tmp_path) as (broker, server, port):
+        client = await connect(port)
+        with trio.fail_after(10):
+            assert await client.pub("t", b"first") == (RESPONSE, b"OK")  # now in the reactor
+            await trio.testing.wait_all_tasks_blocked()
+            await client.stream.send_all(pub("t", b"a") + pub("t", b"b"))
+            assert [await client.frame() for _ in range(2)] == [(RESPONSE, b"OK")] * 2
+            assert server.reactor.publishes == 2  # appended together by the reactor
+            await trio.testing.wait_all_tasks_blocked()
+            # the PUB before the MPUB is gathered by the reactor, appended by the task
+            await client.stream.send_all(
+                pub("t", b"b2")
+                + mpub("t", b"m1", b"m2")
+                + b"NOP\n"
+                + pub("u", b"other topic")
+                + pub("t", b"c")
+                + b"BOGUS\n"
+            )
+            replies = [await client.frame() for _ in range(5)]  # NOP has no reply
+            assert await client.stream.receive_some(100) == b""  # the bad command is fatal
+        assert replies[:4] == [(RESPONSE, b"OK")] * 4
+        assert replies[4][0] == ERROR
+        assert replies[4][1].startswith(b"E_INVALID")
+        assert await stored(broker, "t") == [b"first", b"a", b"b", b"b2", b"m1", b"m2", b"c"]
+        assert await stored(broker, "u") == [b"other topic"]
+
+
+async def test_publishers_that_must_wait_for_fsync_stay_on_their_task(tmp_path: Path) -> None:
+    async with listening(tmp_path, sync_every=1) as (broker, server, port):
+        client = await connect(port)
+        with trio.fail_after(10):
+            for i in range(5):
+                assert await client.pub("t", b"%d" % i) == (RESPONSE, b"OK")
+        assert server.reactor.publishes == 0  # every ack waited for its fsync instead
+        assert len(await stored(broker, "t")) == 5
+        assert broker.acks_at_once("t") is False
+
+
+async def test_a_failed_append_answers_each_of_its_publishers(tmp_path: Path) -> None:
+    async with listening(tmp_path) as (broker, server, port):
+        clients = [await connect(port) for _ in range(3)]
+        with trio.fail_after(10):
+            for client in clients:
+                assert await client.pub("t", b"x") == (RESPONSE, b"OK")
+            await trio.testing.wait_all_tasks_blocked()  # all three parked in the reactor
+            broker.topics["t"].partitions[0].log.close()  # appending to it now fails
+            for client in clients:
+                await client.stream.send_all(pub("t", b"y") + pub("t", b"z"))
+            for client in clients:
+                kind, data = await client.frame()
+                assert kind == ERROR
+                assert data.startswith(b"E_PUB_FAILED"), data
+        assert server.reactor.publishes == 0
+
+
+async def test_eof_and_cancellation_release_parked_connections(tmp_path: Path) -> None:
+    async with listening(tmp_path) as (_, server, port):
+        leaving, staying = await connect(port), await connect(port)
+        with trio.fail_after(10):
+            assert await leaving.pub("t", b"1") == (RESPONSE, b"OK")
+            assert await staying.pub("t", b"2") == (RESPONSE, b"OK")
+            await trio.testing.wait_all_tasks_blocked()
+            await leaving.stream.aclose()
+            while len(server.sessions) > 1:  # its session ended on the reactor's EOF
+                await trio.sleep(0.01)
+    # leaving the block cancelled the listener while `staying` was parked: no hang
