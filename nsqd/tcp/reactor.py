@@ -15,7 +15,8 @@ without the reactor: a command other than PUB (the reactor stops at it, the task
 PUBs before it, then the command), a bad command, the peer's EOF, a socket error, PUBs that
 must wait for a follower, an fsync or a forward to another node (:meth:`Publisher.acks_at_once`),
 and an append that failed (its error, for each publisher that shared it). Replies stay in
-command order, and a PUB is acknowledged only once appended, as on the task path.
+command order, and a PUB is acknowledged only once appended, as on the task path. A connection
+whose PUBs had to wait is not parked again: its own task serves it from then on.
 """
 
 from __future__ import annotations
@@ -78,9 +79,10 @@ class PublishReactor:
         self._epoll = select.epoll()
         self._parked: dict[int, tuple[Client, Task]] = {}  # by descriptor
         self.running = False
-        self.turns = 0  # turns that appended, their appends, and the PUBs those acknowledged
-        self.appends = 0  # (tests read these three)
+        self.turns = 0  # turns that appended, their appends, the PUBs those acknowledged,
+        self.appends = 0  # and the connections handed back to their tasks (tests read these)
         self.publishes = 0
+        self.handovers = 0
 
     async def run(self) -> None:
         """Serve until cancelled; then every parked connection goes back to its own task."""
@@ -113,6 +115,7 @@ class PublishReactor:
         self._epoll.unregister(fd)
 
     def _hand_over(self, fd: int) -> None:
+        self.handovers += 1
         task = self._parked[fd][1]
         self._forget(fd)
         trio.lowlevel.reschedule(task, outcome.Value(None))

@@ -55,16 +55,16 @@ from .consuming import Consuming
 from .errors import HANDLED_ERRORS
 from .output import OutputBuffer
 from .publishing import Publisher
-from .reactor import PublishReactor, Read, Taken
-from .settings import SessionSettings
+from .reactor import PublishReactor
+from .reactor_side import ReactorSide
+from .settings import RECEIVE_SIZE, SessionSettings
 
 log = logging.getLogger("nsqd.session")
 
-RECEIVE_SIZE = 256 * 1024
 
-
-class Session(Consuming):
-    """State and tasks of one client connection (its consumer side: :class:`Consuming`)."""
+class Session(Consuming, ReactorSide):
+    """State and tasks of one client connection (its consumer side: :class:`Consuming`; its
+    side of the publish reactor: :class:`ReactorSide`)."""
 
     def __init__(
         self,
@@ -106,11 +106,7 @@ class Session(Consuming):
         self._timers_restarted = False  # IDENTIFY changed the heartbeat interval
         self._ended = False  # the client closed: the tasks return
         self._nursery: trio.Nursery | None = None
-        self._reactor = reactor  # serves the connection while it only PUBs (nsqd.tcp.reactor)
-        self._publishes = False  # a PUB came: the reactor may serve the connection
-        #: what the reactor left for the command loop: a command, or an error to raise
-        self._handed: object = None
-        self._at_eof = False  # the reactor read the peer's EOF
+        self._init_reactor_side(reactor)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -139,7 +135,7 @@ class Session(Consuming):
         parser, output = self.parser, self.output
         while True:
             data: bytes | bytearray | None = None
-            if parser.buffered or self._handed is not None or self.publisher.gathering:
+            if parser.buffered or self.handed is not None or self.publisher.gathering:
                 if not await self._process():
                     return False
                 stream = self.stream  # IDENTIFY may have upgraded it
@@ -152,7 +148,7 @@ class Session(Consuming):
                     data = await self.stream.receive_some(RECEIVE_SIZE)
                 else:
                     await reactor.park(self)  # until the loop must go on
-                    if not self._at_eof:
+                    if not self.at_eof:
                         continue
                     data = b""
             if not data:
@@ -239,9 +235,9 @@ class Session(Consuming):
         parser = self.parser
         while True:
             try:
-                handed = self._handed
+                handed = self.handed
                 if handed is not None:  # left by the reactor: the PUBs before it come first
-                    self._handed = None
+                    self.handed = None
                     await self.publisher.flush()
                     if isinstance(handed, BaseException):
                         raise handed
@@ -262,7 +258,7 @@ class Session(Consuming):
                         await self.publisher.flush()  # acks before a possible auth error
                         await auth.check("PUB", command.topic, "")
                     self.publisher.gather(command)
-                    self._publishes = True
+                    self.publishes = True
                     continue
                 if isinstance(command, Fin):  # the consumer hot path: no coroutine per FIN
                     self._fin(command.message_id)
@@ -282,68 +278,6 @@ class Session(Consuming):
                 log.info("[%s] closing: %s", self.remote_address, exc)
                 self.output.flush()
                 return False
-
-    # ------------------------------------------------------------------ the publish reactor
-
-    def _serving_reactor(self) -> PublishReactor | None:
-        """The reactor to wait in for the next command, if it serves this connection: a plain
-        one that has published single PUBs, with no subscription and no AUTH to check."""
-        reactor = self._reactor
-        if (
-            reactor is not None
-            and reactor.running
-            and self._publishes
-            and self.channel is None
-            and self.auth is None
-            and type(self.stream) is PlainSocketStream
-        ):
-            return reactor
-        return None
-
-    def fileno(self) -> int:
-        assert self._socket is not None
-        return self._socket.fileno()
-
-    def reactor_read(self) -> Taken | Read:
-        """Read and parse what the socket holds: PUBs for one target that acknowledges at
-        once are taken for the reactor's append; anything else is left for the command loop."""
-        assert isinstance(self.stream, PlainSocketStream)
-        data = self.stream.receive_nowait(RECEIVE_SIZE)
-        if data is None:
-            return Read.WAIT
-        if not data:
-            self._at_eof = True
-            return Read.HAND_OVER
-        self._last_read = self.clock.monotonic()
-        parser, publisher = self.parser, self.publisher
-        parser.receive_data(data)
-        while True:
-            command = parser.next_event()  # a protocol error: the loop raises it
-            if isinstance(command, Pub):
-                publisher.gather(command)
-            elif command is NEED_DATA:
-                break
-            else:
-                self._handed = command
-                return Read.HAND_OVER
-        if not publisher.gathering:
-            return Read.WAIT
-        return publisher.take_gathered() or Read.HAND_OVER
-
-    def reactor_acked(self, topic: str, count: int) -> None:
-        self.publisher.acked(topic, count)
-        self.output.send_now()
-
-    def reactor_failed(self, failure: Exception, count: int) -> None:
-        if isinstance(failure, HANDLED_ERRORS):
-            error = self.publisher.failed(failure, count)
-            error.__cause__ = failure
-            self._handed = error
-        else:
-            self._handed = failure
-
-    def reactor_raise(self, error: Exception) -> None:
-        self._handed = error
 
     # ------------------------------------------------------------------ commands
 

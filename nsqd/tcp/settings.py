@@ -11,6 +11,8 @@ from protocol.identify import IdentifyLimits
 from ..forwarding import Forwarder
 from .auth import AuthClient
 
+RECEIVE_SIZE = 256 * 1024  # bytes a connection asks of its socket per read
+
 
 @dataclass(frozen=True, slots=True)
 class SessionSettings:
