@@ -117,9 +117,10 @@ class Publisher:
         """Whether a PUB of ``topic`` is appended here and acknowledged as soon as it is:
         not forwarded to a leader elsewhere, with no follower and no fsync to wait for."""
         forwarder = self.forwarder
-        if partition is None and forwarder is not None and forwarder.active:
+        if partition is None and forwarder is not None:
             local = self.broker.find_topic(topic)
-            if local is None or local.deleted or (local.managed and not local.led):
+            here = local is not None and not local.deleted and (not local.managed or local.led)
+            if not here and forwarder.active:
                 return False  # Forwarder.must_forward decides, perhaps asking lookupd
         return self.broker.acks_at_once(topic)
 

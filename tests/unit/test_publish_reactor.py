@@ -13,6 +13,7 @@ import trio
 import trio.testing
 
 from nsqd.broker import Broker, BrokerConfig, open_broker, read_records
+from nsqd.core.partition_state import Placement, Role
 from nsqd.tcp.server import TCPServer
 from nsqd.tcp.settings import SessionSettings
 
@@ -169,3 +170,21 @@ async def test_eof_and_cancellation_release_parked_connections(tmp_path: Path) -
             while len(server.sessions) > 1:  # its session ended on the reactor's EOF
                 await trio.sleep(0.01)
     # leaving the block cancelled the listener while `staying` was parked: no hang
+
+
+async def test_a_pub_with_an_in_sync_follower_waits_for_it(tmp_path: Path) -> None:
+    async with listening(tmp_path) as (broker, server, port):
+        client = await connect(port)
+        with trio.fail_after(10):
+            assert await client.pub("t", b"alone") == (RESPONSE, b"OK")
+            await trio.testing.wait_all_tasks_blocked()  # parked in the reactor
+        partition = broker.topics["t"].partitions[0]
+        # lookupd placed a follower in sync meanwhile; it never acknowledges here
+        partition.state.apply(Placement(Role.LEADER, 2, "a:1", ("b:1",), ("a:1", "b:1")))
+        assert broker.acks_at_once("t") is False
+        await client.stream.send_all(pub("t", b"replicated"))
+        with trio.move_on_after(0.5) as waited:
+            await client.frame()
+        assert waited.cancelled_caught  # no OK: the ack waits for the follower
+        assert partition.log.end_offset == 2  # appended by the connection's task, not acked
+        assert server.reactor.publishes == 0
