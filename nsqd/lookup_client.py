@@ -31,6 +31,7 @@ from .lookup_registration import (
     LookupPeerError,
     V1Connection,
     keep_registered,
+    lookupd_http_address,
     speaks_partitions,
 )
 from .replication.progress import ProgressTracker
@@ -139,11 +140,11 @@ class LookupClient:
             info = await conn.identify(self.identity)
             partitioned = speaks_partitions(info)
             log.info("LOOKUPD(%s): peer info %s", address, info)
+            # the host we reached, which a broadcast hostname may not be
+            http = lookupd_http_address(host, info) if partitioned else ""
             self.lookupds.names_itself(address, info)
             async with trio.open_nursery() as nursery:
-                if partitioned:  # the host we reached, which a broadcast hostname may not be
-                    where = f"[{host}]" if ":" in host else host
-                    http = f"{where}:{info.get('http_port')}"
+                if partitioned:
                     self._pnsq_http[address] = http  # kept while it is down: it places topics
                     node_id = self.identity.node_id
                     nursery.start_soon(

@@ -114,6 +114,18 @@ def speaks_partitions(info: dict[str, object]) -> bool:
     return isinstance(extensions, list) and EXT_PARTITIONS in extensions
 
 
+def lookupd_http_address(host: str, info: dict[str, object]) -> str:
+    """``host:http_port`` of a pnsq lookupd reached at ``host``, from its IDENTIFY reply.
+    Raises :class:`LookupPeerError` when the reply names no usable port (pnsq's lookupd
+    before 2026-11-27 answered 0 while its HTTP listener was not bound yet): the caller
+    reconnects rather than poll ``host:0`` for the connection's life."""
+    port = info.get("http_port")
+    if not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:
+        raise LookupPeerError(f"IDENTIFY reply names no HTTP port (http_port {port!r})")
+    where = f"[{host}]" if ":" in host else host
+    return f"{where}:{port}"
+
+
 class V1Connection:
     """One V1 connection: a command, then its size-prefixed reply within the deadline."""
 

@@ -5,8 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+import pytest
+
 from nsqd.broker import Broker
-from nsqd.lookup_registration import LookupIdentity, desired_registrations, registration_commands
+from nsqd.lookup_registration import (
+    LookupIdentity,
+    LookupPeerError,
+    desired_registrations,
+    lookupd_http_address,
+    registration_commands,
+)
 
 
 @dataclass
@@ -88,3 +96,17 @@ def test_identify_body_asks_for_partitions() -> None:
         "pnsq_extensions": ["partitions"],
     }
     assert identity.node_id == "10.0.0.1:4150"
+
+
+def test_a_pnsq_lookupds_http_address_comes_from_its_identify_reply() -> None:
+    assert lookupd_http_address("10.0.0.9", {"http_port": 4161}) == "10.0.0.9:4161"
+    assert lookupd_http_address("::1", {"http_port": 4161}) == "[::1]:4161"
+
+
+@pytest.mark.parametrize("port", [0, None, "4161", -1, 65536, True])
+def test_a_reply_without_a_usable_http_port_is_refused(port: object) -> None:
+    """A lookupd answering while its HTTP listener was not bound yet said 0; polling host:0 for
+    the connection's life would leave the node without assignments: reconnect instead."""
+    info: dict[str, object] = {} if port is None else {"http_port": port}
+    with pytest.raises(LookupPeerError, match="no HTTP port"):
+        lookupd_http_address("10.0.0.9", info)
