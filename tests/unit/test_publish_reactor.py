@@ -188,3 +188,25 @@ async def test_a_pub_with_an_in_sync_follower_waits_for_it(tmp_path: Path) -> No
         assert waited.cancelled_caught  # no OK: the ack waits for the follower
         assert partition.log.end_offset == 2  # appended by the connection's task, not acked
         assert server.reactor.publishes == 0
+
+
+async def test_a_parked_publisher_answers_heartbeats_and_stays(tmp_path: Path) -> None:
+    """Heartbeats reach a connection parked in the reactor; its NOPs count as reads (no
+    "no command for 2 intervals" close) and it goes back to the reactor after each."""
+    async with listening(tmp_path) as (broker, server, port):
+        client = await connect(port)
+        body = b'{"heartbeat_interval": 1000}'
+        with trio.fail_after(15):
+            await client.stream.send_all(b"IDENTIFY\n" + struct.pack(">I", len(body)) + body)
+            assert await client.frame() == (RESPONSE, b"OK")
+            assert await client.pub("t", b"before") == (RESPONSE, b"OK")
+            beats = 0
+            with trio.move_on_after(2.6):  # past two intervals without a PUB
+                while True:
+                    assert await client.frame() == (RESPONSE, b"_heartbeat_")
+                    beats += 1
+                    await client.stream.send_all(b"NOP\n")
+            assert beats >= 2
+            assert await client.pub("t", b"after") == (RESPONSE, b"OK")
+        assert await stored(broker, "t") == [b"before", b"after"]
+        assert server.reactor.handovers >= beats  # each NOP went back to the task
