@@ -113,6 +113,15 @@ class Publisher:
         self._gathered = []
         return topic, partition, entries
 
+    def keeps_waiting(self) -> bool:
+        """After :meth:`take_gathered` left the PUBs: whether this connection's PUBs will go
+        on waiting (for one topic held here, whose acks wait), rather than only this once
+        (PUBs for several targets in one read, or a topic this publish creates)."""
+        if len(self._gathered) != 1:
+            return False
+        (topic, _), _ = self._gathered[0]
+        return self.broker.find_topic(topic) is not None
+
     def acks_at_once(self, topic: str, partition: int | None) -> bool:
         """Whether a PUB of ``topic`` is appended here and acknowledged as soon as it is:
         not forwarded to a leader elsewhere, with no follower and no fsync to wait for."""

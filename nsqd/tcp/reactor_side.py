@@ -97,8 +97,10 @@ class ReactorSide:
         if not publisher.gathering:
             return Read.WAIT
         taken = publisher.take_gathered()
-        if taken is None:  # they wait, or go to several targets: its own task serves it now
-            self.reactor_declined = True
+        if taken is None:
+            # PUBs that must wait (followers, fsync, a forward): its own task serves it from
+            # now on; PUBs for several targets, or a new topic, go to the task this once
+            self.reactor_declined = publisher.keeps_waiting()
             return Read.HAND_OVER
         return taken
 

@@ -210,3 +210,21 @@ async def test_a_parked_publisher_answers_heartbeats_and_stays(tmp_path: Path) -
             assert await client.pub("t", b"after") == (RESPONSE, b"OK")
         assert await stored(broker, "t") == [b"before", b"after"]
         assert server.reactor.handovers >= beats  # each NOP went back to the task
+
+
+async def test_new_topics_and_several_targets_go_back_only_once(tmp_path: Path) -> None:
+    async with listening(tmp_path) as (broker, server, port):
+        client = await connect(port)
+        with trio.fail_after(10):
+            assert await client.pub("a", b"1") == (RESPONSE, b"OK")
+            await trio.testing.wait_all_tasks_blocked()
+            assert await client.pub("b", b"1") == (RESPONSE, b"OK")  # created by its task
+            await trio.testing.wait_all_tasks_blocked()
+            await client.stream.send_all(pub("a", b"2") + pub("b", b"2"))  # two targets
+            assert [await client.frame() for _ in range(2)] == [(RESPONSE, b"OK")] * 2
+            await trio.testing.wait_all_tasks_blocked()
+            before = server.reactor.publishes
+            assert await client.pub("a", b"3") == (RESPONSE, b"OK")
+            assert server.reactor.publishes == before + 1  # parked in the reactor again
+        assert await stored(broker, "a") == [b"1", b"2", b"3"]
+        assert await stored(broker, "b") == [b"1", b"2"]
