@@ -16,7 +16,8 @@ PUBs before it, then the command), a bad command, the peer's EOF, a socket error
 must wait for a follower, an fsync or a forward to another node (:meth:`Publisher.acks_at_once`),
 and an append that failed (its error, for each publisher that shared it). Replies stay in
 command order, and a PUB is acknowledged only once appended, as on the task path. A connection
-whose PUBs had to wait is not parked again: its own task serves it from then on.
+whose PUBs to a topic held here had to wait is not parked again: its own task serves it from
+then on.
 """
 
 from __future__ import annotations
