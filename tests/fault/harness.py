@@ -67,8 +67,23 @@ class FaultCluster:
         self.unreachable: set[int] = set()
         #: the partitions' high-watermarks when the current round began
         self.round_start: dict[int, int] = {}
+        self.lookupds: list[Daemon] = []
+        self.nodes: list[Daemon] = []
+        try:
+            self._start(work, count, nsqd_flags, lookupd_flags, links)
+        except BaseException:  # a cluster that failed to come up leaves no process behind
+            FaultCluster.stop(self)
+            raise
+
+    def _start(
+        self,
+        work: Path,
+        count: int,
+        nsqd_flags: tuple[str, ...],
+        lookupd_flags: tuple[str, ...],
+        links: bool,
+    ) -> None:
         self.lookupds = self._start_lookupds(work, lookupd_flags)
-        self.nodes = []
         for i in range(count):
             port = free_port()
             lookupd_addresses = [d.tcp_address for d in self.lookupds]
