@@ -73,7 +73,8 @@ class Client(Protocol):
 
 
 class PublishReactor:
-    """Serves parked publishers from :meth:`run` (start it before the listener accepts)."""
+    """Serves parked publishers from :meth:`run`; until that runs (and after it stopped),
+    connections are served by their own tasks."""
 
     def __init__(self, broker: Broker) -> None:
         self._broker = broker
