@@ -109,7 +109,7 @@ class Broker(TopicRegistry, Acking):
     # ------------------------------------------------------------------ publish
 
     def publish(
-        self, topic_name: str, entries: list[NewRecord], partition: int | None = None
+        self, topic_name: str, entries: Sequence[NewRecord], partition: int | None = None
     ) -> list[Record]:
         """Append ``entries`` atomically to one partition of the topic (created on first use).
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -17,7 +18,7 @@ class Log(Protocol):
     def start_offset(self) -> int: ...
     @property
     def end_offset(self) -> int: ...
-    def append(self, entries: list[NewRecord], epoch: int | None = None) -> list[Record]: ...
+    def append(self, entries: Sequence[NewRecord], epoch: int | None = None) -> list[Record]: ...
     def read(self, offset: int, max_records: int, max_bytes: int | None = None) -> list[Record]: ...
     def read_written(
         self, offset: int, max_bytes: int, hard_limit: int

@@ -11,8 +11,10 @@ holds (all of them when standalone), each led or replicated here (``Partition.st
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from ..core.errors import BadPartitionError, NotLeaderError, PartitionNotFoundError
-from ..storage.record import NewRecord, Record
+from ..storage.record import BodyBatch, NewRecord, Record
 from .channel import Channel
 from .partition import Partition
 
@@ -103,7 +105,7 @@ class Topic:
             raise PartitionNotFoundError(f"partition {number} of topic {self.name} does not exist")
         return found
 
-    def append(self, partition: Partition, entries: list[NewRecord]) -> list[Record]:
+    def append(self, partition: Partition, entries: Sequence[NewRecord]) -> list[Record]:
         """Append to ``partition`` (page cache on return) under its leader epoch, and wake
         the channels."""
         epoch = partition.state.epoch
@@ -111,14 +113,18 @@ class Topic:
         records = partition.log.append(entries, epoch or None)
         partition.state.appended(partition.log.end_offset)
         partition.unsynced += len(records)
-        size = sum(len(e.body) for e in entries)
+        if isinstance(entries, BodyBatch):
+            size, deferred = entries.body_bytes, entries.deliver_at_ns != 0
+        else:
+            size, deferred = sum(len(e.body) for e in entries), True  # each may be
         self.message_count += len(records)
         self.message_bytes += size
         partition.message_count += len(records)
         partition.message_bytes += size
-        for record in records:
-            if record.deliver_at_ns:
-                partition.delayed.add(record.offset, record.deliver_at_ns, record.timestamp_ns)
+        if deferred:
+            for record in records:
+                if record.deliver_at_ns:
+                    partition.delayed.add(record.offset, record.deliver_at_ns, record.timestamp_ns)
         if not self.paused:
             for channel in self.channels.values():
                 channel.notify()

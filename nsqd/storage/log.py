@@ -30,7 +30,7 @@ from .errors import LogClosedError, OffsetOutOfRangeError, StorageError
 from .handles import HandleCache
 from .log_read import offset_for_timestamp, read_segments
 from .opening import open_segments
-from .record import HEADER_SIZE, NewRecord, Record, encode_run, internal_id_for
+from .record import HEADER_SIZE, BodyBatch, NewRecord, Record, encode_run, internal_id_for
 from .segment import Segment
 from .segment_files import SegmentEnv
 from .trimming import delete_expired, truncate_segments
@@ -161,19 +161,26 @@ class PartitionLog:
                 return []
             first = self._end
             pid = internal_id_for(self.partition, -1)  # the partition's bits; | (offset + 1)
-            records = [
-                Record(
-                    offset,
-                    e.timestamp_ns,
-                    pid | (offset + 1),
-                    e.trace_id,
-                    e.deliver_at_ns,
-                    e.body,
-                    e.ext,
-                    e.epoch if epoch is None else epoch,
-                )
-                for offset, e in enumerate(entries, first)
-            ]
+            if isinstance(entries, BodyBatch):  # one time for all, no trace id, no ext
+                ts, at, ep = entries.timestamp_ns, entries.deliver_at_ns, epoch or 0
+                records = [
+                    Record(offset, ts, pid | (offset + 1), 0, at, body, b"", ep)
+                    for offset, body in enumerate(entries.bodies, first)
+                ]
+            else:
+                records = [
+                    Record(
+                        offset,
+                        e.timestamp_ns,
+                        pid | (offset + 1),
+                        e.trace_id,
+                        e.deliver_at_ns,
+                        e.body,
+                        e.ext,
+                        e.epoch if epoch is None else epoch,
+                    )
+                    for offset, e in enumerate(entries, first)
+                ]
             data, stamps = encode_run(records)  # checks every field before anything is written
             try:
                 if self._segments[-1].size + len(data) <= self._max_bytes:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 
 from .record import NewRecord, Record, internal_id_for
 
@@ -32,7 +33,7 @@ class MemoryLog:
         """Offset the next append gets."""
         return self._end
 
-    def append(self, entries: list[NewRecord], epoch: int | None = None) -> list[Record]:
+    def append(self, entries: Sequence[NewRecord], epoch: int | None = None) -> list[Record]:
         """Append what fits; the rest is dropped (and counted in ``dropped``). ``epoch``:
         every record's leader epoch in place of the entries' own."""
         room = self.capacity - len(self._records)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Final, TypeVar, dataclass_transform
+from typing import Final, TypeVar, dataclass_transform, overload
 
 import crc32c as _crc32c
 
@@ -139,11 +139,43 @@ class Record:
     """Leader epoch under which the record was appended (0: standalone, or format v0)."""
 
 
-def new_records(
-    timestamp_ns: int, bodies: Iterable[bytes], deliver_at_ns: int = 0
-) -> list[NewRecord]:
-    """One :class:`NewRecord` per body, all published at ``timestamp_ns`` (a PUB/MPUB/DPUB)."""
-    return [NewRecord(timestamp_ns, body, 0, deliver_at_ns) for body in bodies]
+class BodyBatch(Sequence[NewRecord]):
+    """Messages published together at one time (and for one delivery time), with no trace id
+    and no ext: an MPUB, a DPUB, HTTP ``/pub`` and ``/mpub``. Read as a sequence it holds a
+    :class:`NewRecord` per body, made when asked for; :meth:`PartitionLog.append` makes its
+    records from the bodies directly, without those (a :class:`NewRecord` each cost ~13 % of
+    an MPUB's append)."""
+
+    __slots__ = ("bodies", "deliver_at_ns", "timestamp_ns")
+
+    def __init__(self, timestamp_ns: int, bodies: list[bytes], deliver_at_ns: int = 0) -> None:
+        self.timestamp_ns = timestamp_ns
+        self.bodies = bodies
+        self.deliver_at_ns = deliver_at_ns
+
+    def __len__(self) -> int:
+        return len(self.bodies)
+
+    @overload
+    def __getitem__(self, index: int) -> NewRecord: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> BodyBatch: ...
+
+    def __getitem__(self, index: int | slice) -> NewRecord | BodyBatch:
+        if isinstance(index, slice):
+            return BodyBatch(self.timestamp_ns, self.bodies[index], self.deliver_at_ns)
+        return NewRecord(self.timestamp_ns, self.bodies[index], 0, self.deliver_at_ns)
+
+    @property
+    def body_bytes(self) -> int:
+        """The bodies' bytes together."""
+        return sum(map(len, self.bodies))
+
+
+def new_records(timestamp_ns: int, bodies: Iterable[bytes], deliver_at_ns: int = 0) -> BodyBatch:
+    """The messages of one PUB/MPUB/DPUB: every body published at ``timestamp_ns``."""
+    return BodyBatch(timestamp_ns, list(bodies), deliver_at_ns)
 
 
 def internal_id_for(partition: int, offset: int) -> int:

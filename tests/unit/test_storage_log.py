@@ -7,6 +7,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ from nsqd.storage import (
     Record,
     StorageError,
 )
-from nsqd.storage.record import HEADER_SIZE
+from nsqd.storage.record import HEADER_SIZE, new_records
 
 
 def _entries(n: int, *, ts: Callable[[int], int] = lambda i: i, size: int = 16) -> list[NewRecord]:
@@ -69,6 +70,25 @@ def test_append_assigns_ids_and_reads_back(open_log: Callable[..., PartitionLog]
     assert [r.internal_id for r in more] == [(3 << 50) | n for n in (2, 3, 4)]
     assert log.read(0, 100) == records + more
     assert log.read(2, 1) == more[1:2]
+
+
+def test_a_body_batch_appends_what_its_new_records_would(
+    open_log: Callable[..., PartitionLog],
+) -> None:
+    """An MPUB's batch makes its records from the bodies directly: the same records, ids,
+    epoch and bytes on disk as the equivalent NewRecords."""
+    log = open_log(partition=3)
+    entries = [NewRecord(5, b"a", deliver_at_ns=9), NewRecord(5, b"bb", deliver_at_ns=9)]
+    plain = log.append(entries, epoch=4)
+    batched = log.append(new_records(5, [b"a", b"bb"], 9), epoch=4)
+    assert [replace(r, offset=0, internal_id=0) for r in plain] == [
+        replace(r, offset=0, internal_id=0) for r in batched
+    ]
+    assert [r.offset for r in batched] == [2, 3]
+    assert [r.internal_id for r in batched] == [(3 << 50) | 3, (3 << 50) | 4]
+    assert all(r.epoch == 4 for r in batched)
+    assert log.read(0, 100) == plain + batched
+    assert log.append(new_records(6, [b"c"]))[0].epoch == 0  # no epoch given: 0, as before
 
 
 def test_batch_is_one_write_and_rotation_splits_it(

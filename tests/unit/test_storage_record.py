@@ -291,6 +291,10 @@ def test_read_run_reads_and_rejects_what_scan_does(
 
 
 def test_new_records_share_the_publish_time() -> None:
-    assert new_records(7, [b"a", b"b"]) == [NewRecord(7, b"a"), NewRecord(7, b"b")]
-    assert new_records(7, [b"a"], 9) == [NewRecord(7, b"a", deliver_at_ns=9)]
+    batch = new_records(7, [b"a", b"bc"])
+    assert list(batch) == [NewRecord(7, b"a"), NewRecord(7, b"bc")]
+    assert list(new_records(7, [b"a"], 9)) == [NewRecord(7, b"a", deliver_at_ns=9)]
+    assert (len(batch), batch[1], batch.body_bytes) == (2, NewRecord(7, b"bc"), 3)
+    assert list(batch[1:]) == [NewRecord(7, b"bc")]  # a slice is a batch too
+    assert list(new_records(7, iter([b"x"]))) == [NewRecord(7, b"x")]  # any iterable
     assert hash(NewRecord(7, b"a")) == hash(NewRecord(7, b"a"))
