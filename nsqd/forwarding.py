@@ -94,16 +94,25 @@ class Forwarder:
         """True when a pnsq lookupd places partitions (forwarding applies)."""
         return bool(self._lookupd_http())
 
+    def known_here(self, broker: Broker, topic: str, partition: int | None) -> bool | None:
+        """:meth:`must_forward`'s answer when this node knows it without asking lookupd (a
+        named partition, no pnsq lookupd, or a topic held here), None when lookupd must be
+        asked. The topic is looked at before :attr:`active`: the publish path asks this."""
+        if partition is not None:
+            return False
+        local = broker.find_topic(topic)
+        if local is not None and not local.deleted:
+            return local.managed and not local.led and self.active
+        return None if self.active else False
+
     async def must_forward(self, broker: Broker, topic: str, partition: int | None) -> bool:
         """Whether a stock publish (``partition`` None) of ``topic`` goes to a leader on
         another node: this node holds the topic, placed by lookupd, and leads none of its
         partitions; or it lacks the topic and lookupd knows it. Raises
         :class:`NoLookupdError` for a topic unknown here while no lookupd answers."""
-        if partition is not None or not self.active:
-            return False
-        local = broker.find_topic(topic)
-        if local is not None and not local.deleted:
-            return local.managed and not local.led
+        known = self.known_here(broker, topic, partition)
+        if known is not None:
+            return known
         if await self.leaders(topic):
             return True
         await self._create(broker, topic)

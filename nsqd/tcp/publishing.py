@@ -126,11 +126,11 @@ class Publisher:
         """Whether a PUB of ``topic`` is appended here and acknowledged as soon as it is:
         not forwarded to a leader elsewhere, with no follower and no fsync to wait for."""
         forwarder = self.forwarder
-        if partition is None and forwarder is not None:
-            local = self.broker.find_topic(topic)
-            here = local is not None and not local.deleted and (not local.managed or local.led)
-            if not here and forwarder.active:
-                return False  # Forwarder.must_forward decides, perhaps asking lookupd
+        if (
+            forwarder is not None
+            and forwarder.known_here(self.broker, topic, partition) is not False
+        ):
+            return False  # forwarded, or Forwarder.must_forward must ask lookupd
         return self.broker.acks_at_once(topic)
 
     def acked(self, topic: str, count: int) -> None:
