@@ -103,15 +103,11 @@ class OutputBuffer:
             sent = stream.send_nowait(self._buf)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             sent = 0  # the writer's send meets it again and raises it
-        self.bytes_sent += sent
-        del self._buf[:sent]
-        if self._buf:
-            self._wake.unpark_all()
+        if not sent:
+            self.flush()
             return
-        if self._sent:
-            self._sent.unpark_all()
-        if self._idle:
-            self._idle.unpark_all()
+        del self._buf[:sent]
+        self._sent_out(sent)
 
     async def send_pending(self) -> bool:
         """Send what is queued from the calling task, unless the writer is already sending;
@@ -137,11 +133,17 @@ class OutputBuffer:
             self._sending = False
             self._in_send = 0
             self.send_started = None
-        self.bytes_sent += len(data)
-        self._sent.unpark_all()
+        self._sent_out(len(data))
+
+    def _sent_out(self, count: int) -> None:
+        """A send took ``count`` bytes: wake what waits for a send, then the writer when more
+        is queued, else what waits for the queue to empty."""
+        self.bytes_sent += count
+        if self._sent:
+            self._sent.unpark_all()
         if self._buf:
             self._wake.unpark_all()
-        else:
+        elif self._idle:
             self._idle.unpark_all()
 
     async def drain(self) -> None:
