@@ -40,6 +40,10 @@ MAX_EVENTS = 1024  # ready sockets taken per turn (the rest come with the next p
 Taken = tuple[str, int | None, list[NewRecord]]
 
 
+#: a client's part of one append: its descriptor, the client, how many of the entries
+_Share = tuple[int, "Client", int]
+
+
 class Read(enum.Enum):
     """What a client made of its readable socket, when not PUBs to append (:data:`Taken`)."""
 
@@ -124,8 +128,8 @@ class PublishReactor:
 
     def _serve(self, events: list[tuple[int, int]]) -> None:
         """Read every ready client, then one append per target, then the replies."""
-        targets: dict[tuple[str, int | None], list[tuple[int, Client, int]]] = {}
-        entries_of: dict[tuple[str, int | None], list[NewRecord]] = {}
+        # per (topic, partition): every client's entries together, and who gave how many
+        targets: dict[tuple[str, int | None], tuple[list[NewRecord], list[_Share]]] = {}
         for fd, _ in events:
             client = self._parked[fd][0]
             try:
@@ -139,24 +143,19 @@ class PublishReactor:
                 self._hand_over(fd)
                 continue
             topic, partition, entries = read
-            key = (topic, partition)
-            if key in targets:
-                targets[key].append((fd, client, len(entries)))
-                entries_of[key] += entries
+            target = targets.get((topic, partition))
+            if target is None:
+                targets[topic, partition] = (entries, [(fd, client, len(entries))])
             else:
-                targets[key] = [(fd, client, len(entries))]
-                entries_of[key] = entries
+                target[0].extend(entries)
+                target[1].append((fd, client, len(entries)))
         if targets:
             self.turns += 1
-            for (topic, partition), group in targets.items():
-                self._append(topic, partition, entries_of[topic, partition], group)
+            for (topic, partition), (entries, group) in targets.items():
+                self._append(topic, partition, entries, group)
 
     def _append(
-        self,
-        topic: str,
-        partition: int | None,
-        entries: list[NewRecord],
-        group: list[tuple[int, Client, int]],
+        self, topic: str, partition: int | None, entries: list[NewRecord], group: list[_Share]
     ) -> None:
         try:
             self._broker.publish(topic, entries, partition)
