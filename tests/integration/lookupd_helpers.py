@@ -4,6 +4,7 @@ partition, a pnsq cluster (lookupd + nodes) and what a node holds of a topic."""
 from __future__ import annotations
 
 import json
+import random
 import socket
 import time
 import urllib.error
@@ -73,10 +74,29 @@ def publish_to_partition(node: Daemon, topic: str, partition: int, body: bytes) 
         client.close()
 
 
+#: fixed ports for daemons that keep their id across restarts come from below the kernel's
+#: ephemeral range (32768 and up here): a port picked from inside it could be given to another
+#: daemon's `:0` listener or an outgoing connection before ours binds it ("Address already in
+#: use" at start, seen once in a full run)
+_FIXED_PORTS = range(20000, 32768)
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A loopback port nothing listens on, outside the ephemeral range, not handed out before
+    by this process."""
+    for _ in range(1000):
+        port = random.choice(_FIXED_PORTS)
+        if port in _handed_out:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    raise RuntimeError("no free fixed port below the ephemeral range")
 
 
 @contextmanager
