@@ -2,13 +2,10 @@
 one gate to them: the shells (TCP, HTTP, metrics, the lookupd client) import what they need of
 storage's types and errors from here, never from ``nsqd.storage``."""
 
+from ..storage.batch import new_records as new_records
 from ..storage.errors import StorageError as StorageError
 from ..storage.handles import HandleCache as HandleCache
-from ..storage.record import (
-    NewRecord as NewRecord,
-    Record as Record,
-    new_records as new_records,
-)
+from ..storage.record import NewRecord as NewRecord, Record as Record
 from .broker import Broker as Broker, open_broker as open_broker
 from .channel import Channel as Channel, Subscriber as Subscriber
 from .config import BrokerConfig as BrokerConfig

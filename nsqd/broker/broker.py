@@ -110,7 +110,7 @@ class Broker(TopicRegistry, Acking):
 
     def publish(
         self, topic_name: str, entries: Sequence[NewRecord], partition: int | None = None
-    ) -> list[Record]:
+    ) -> Sequence[Record]:
         """Append ``entries`` atomically to one partition of the topic (created on first use).
 
         On return the records are in the OS page cache; with ``--sync-every=1`` the caller

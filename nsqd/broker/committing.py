@@ -14,7 +14,7 @@ own copy of the error; nothing of it is acknowledged.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import outcome
 import trio
@@ -24,7 +24,7 @@ from ..storage.record import NewRecord, Record
 
 _Key = tuple[str, int | None]  # topic, partition (None: the broker picks)
 #: :meth:`Broker.publish`: append entries to a topic's partition, return their records
-Append = Callable[[str, list[NewRecord], int | None], list[Record]]
+Append = Callable[[str, Sequence[NewRecord], int | None], Sequence[Record]]
 
 
 class _Handover:
@@ -51,7 +51,7 @@ class GroupCommit:
 
     async def publish(
         self, topic: str, entries: list[NewRecord], partition: int | None
-    ) -> list[Record]:
+    ) -> Sequence[Record]:
         """Append ``entries`` to ``topic`` (``partition``, or the one the broker picks) with
         whatever else is handed over in this turn; return their records. Raises what
         :meth:`Broker.publish` raises."""
@@ -71,7 +71,7 @@ class GroupCommit:
                 del self._pending[key]
             return Abort.SUCCEEDED
 
-        records: list[Record] = await trio.lowlevel.wait_task_rescheduled(abort)
+        records: Sequence[Record] = await trio.lowlevel.wait_task_rescheduled(abort)
         return records
 
     async def run(self) -> None:

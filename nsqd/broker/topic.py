@@ -14,7 +14,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..core.errors import BadPartitionError, NotLeaderError, PartitionNotFoundError
-from ..storage.record import BodyBatch, NewRecord, Record
+from ..storage.batch import BodyBatch
+from ..storage.record import NewRecord, Record
 from .channel import Channel
 from .partition import Partition
 
@@ -105,7 +106,7 @@ class Topic:
             raise PartitionNotFoundError(f"partition {number} of topic {self.name} does not exist")
         return found
 
-    def append(self, partition: Partition, entries: Sequence[NewRecord]) -> list[Record]:
+    def append(self, partition: Partition, entries: Sequence[NewRecord]) -> Sequence[Record]:
         """Append to ``partition`` (page cache on return) under its leader epoch, and wake
         the channels."""
         epoch = partition.state.epoch

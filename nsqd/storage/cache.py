@@ -7,15 +7,19 @@ one-megabyte messages stay resident, and a budget per partition would grow with 
 topics. When the budget is exceeded, the caches appended to least recently give up their oldest
 records first (they are the least likely to be read again from memory).
 
-Accounting is per batch: an append charges ``sum of record sizes`` once; records are measured one
-by one only when they are evicted, so each record is measured at most once.
+Accounting is per append: it charges ``sum of record sizes`` once, and eviction drops whole
+appends (their cost is kept with them), so no record is measured one by one but when a
+truncation or retention cuts an append's records in two.
 """
 
 from __future__ import annotations
 
 import threading
+from bisect import bisect_right
 from collections import OrderedDict
+from collections.abc import Iterable, Sequence
 
+from .batch import AppendedBatch
 from .record import Record
 
 #: bytes a cached record costs beyond its body and ext (the Record object, its ints, the list
@@ -29,6 +33,13 @@ DEFAULT_CACHE_BYTES = 16 * 1024 * 1024
 def record_cost(record: Record) -> int:
     """What ``record`` counts against the budget."""
     return len(record.body) + len(record.ext) + RECORD_OVERHEAD
+
+
+def _record_costs(run: Sequence[Record]) -> Iterable[int]:
+    """:func:`record_cost` of each record of ``run``, without making an appended batch's."""
+    if isinstance(run, AppendedBatch):
+        return (len(body) + RECORD_OVERHEAD for body in run.bodies)
+    return map(record_cost, run)
 
 
 class CacheBudget:
@@ -60,19 +71,24 @@ class CacheBudget:
         target = self.limit - self.limit // 8
         for victim in list(recent):  # oldest first; ``cache`` itself is last
             victim._drop_front(self.used - target)
-            if not victim._records:
+            if not victim._runs:
                 del recent[victim]
             if self.used <= target:
                 break
 
 
 class TailCache:
-    """The newest records ``[start, end)`` of one log. Every method takes the budget's lock."""
+    """The newest records ``[start, end)`` of one log, as the runs they were appended in (a
+    run of an :class:`~.batch.AppendedBatch` makes its records when first read). Every method
+    takes the budget's lock."""
 
     def __init__(self, budget: CacheBudget, start: int) -> None:
         self._budget = budget
-        self._records: list[Record] = []
-        self._start = start  # offset of _records[0] (or of the next record when empty)
+        self._runs: list[Sequence[Record]] = []  # consecutive runs, oldest first
+        self._firsts: list[int] = []  # the offset of each run's first record
+        self._costs: list[int] = []  # what each run counts against the budget
+        self._start = start  # offset of the first cached record (or of the next one when empty)
+        self._end = start  # offset after the last cached record
         self._bytes = 0
 
     @property
@@ -80,15 +96,21 @@ class TailCache:
         """What this cache counts against the budget now."""
         return self._bytes
 
-    def extend(self, records: list[Record], cost: int) -> None:
-        """Append ``records`` (consecutive, following the cache's end) costing ``cost`` bytes
-        together (:func:`record_cost` summed; the log computes it while encoding)."""
+    def extend(self, first: int, records: Sequence[Record], cost: int) -> None:
+        """Append ``records`` (consecutive from offset ``first``, the cache's end) costing
+        ``cost`` bytes together (:func:`record_cost` summed; the log computes it while
+        encoding)."""
         budget = self._budget
         with budget.lock:
+            end = first + len(records)
             if not budget.limit:
-                self._start = records[-1].offset + 1
+                self._start = self._end = end
                 return
-            self._records.extend(records)
+            # a batch as it is (its records are made when read); a list copied: the caller's
+            self._runs.append(records if isinstance(records, AppendedBatch) else tuple(records))
+            self._firsts.append(first)
+            self._costs.append(cost)
+            self._end = end
             self._bytes += cost
             budget._charge(self, cost)
 
@@ -96,58 +118,107 @@ class TailCache:
         """``(first, records)``: the cached records of ``[offset, stop)``, which are those of
         ``[first, stop)`` with ``first = max(offset, start)`` (none when ``first >= stop``)."""
         with self._budget.lock:
-            start = self._start
-            first = max(offset, start)
-            return first, self._records[first - start : stop - start] if first < stop else []
+            first = max(offset, self._start)
+            stop = min(stop, self._end)
+            if first >= stop:
+                return first, []
+            runs, firsts = self._runs, self._firsts
+            i = bisect_right(firsts, first) - 1
+            out: list[Record] = []
+            while i < len(runs) and firsts[i] < stop:
+                run = runs[i]
+                if isinstance(run, AppendedBatch):  # made once, then read by every channel
+                    run = runs[i] = run.records()
+                at = firsts[i]
+                out += run[max(first - at, 0) : stop - at]
+                i += 1
+            return first, out
 
     def skip_to(self, offset: int) -> None:
         """The log grew to ``offset`` without these records: forget the cached ones (the
         cache stays a contiguous tail) and start again there."""
         with self._budget.lock:
-            self._forget(self._bytes)
-            self._records.clear()
-            self._start = offset
+            self._drop(0, len(self._runs))
+            self._start = self._end = offset
 
     def truncate(self, offset: int) -> None:
         """Forget the records at and after ``offset``; the next record appended has it."""
         with self._budget.lock:
-            keep = max(offset - self._start, 0)
-            dropped = self._records[keep:]
-            del self._records[keep:]
-            self._forget(sum(map(record_cost, dropped)))
-            if not self._records:
+            if offset >= self._end:
+                return
+            i = bisect_right(self._firsts, offset) - 1
+            if i >= 0 and self._firsts[i] < offset:  # the run that holds it keeps its head
+                self._cut(i, slice(None, offset - self._firsts[i]))
+                i += 1
+            self._drop(max(i, 0), len(self._runs))
+            self._end = offset
+            if not self._runs:
                 self._start = offset
 
     def drop_below(self, offset: int) -> None:
         """Forget the records before ``offset`` (retention deleted them from disk)."""
         with self._budget.lock:
-            drop = min(max(offset - self._start, 0), len(self._records))
-            if drop:
-                self._forget(sum(map(record_cost, self._records[:drop])))
-                del self._records[:drop]
-                self._start += drop
+            offset = min(offset, self._end)
+            if offset <= self._start:
+                return
+            # the run that holds ``offset`` stays, cut (none does when it is the end)
+            i = bisect_right(self._firsts, offset) - 1 if offset < self._end else len(self._runs)
+            self._drop(0, i)
+            if self._firsts and self._firsts[0] < offset:  # the run that holds it keeps its tail
+                self._cut_front(offset - self._firsts[0])
+            self._start = offset
 
     def clear(self) -> None:
         """Forget everything (the log closes)."""
         with self._budget.lock:
-            self._forget(self._bytes)
-            self._start += len(self._records)
-            self._records.clear()
+            self._drop(0, len(self._runs))
+            self._start = self._end
             self._budget._recent.pop(self, None)
 
     def _drop_front(self, need: int) -> None:
         """Under the lock: drop the oldest records until ``need`` bytes are freed or none is
-        left; one slice deletion however many go."""
-        records = self._records
+        left: whole runs but the newest, which gives up its oldest records only (one append
+        larger than the budget leaves its newest records cached)."""
+        costs = self._costs
         freed = count = 0
-        for record in records:
-            if freed >= need:
-                break
-            freed += record_cost(record)
+        while count < len(costs) - 1 and freed < need:
+            freed += costs[count]
             count += 1
-        del records[:count]
-        self._start += count
-        self._forget(freed)
+        self._drop(0, count)
+        if freed < need and self._runs:
+            cut = 0
+            for cost in _record_costs(self._runs[0]):
+                if freed >= need:
+                    break
+                freed += cost
+                cut += 1
+            self._cut_front(cut)
+
+    def _drop(self, lo: int, hi: int) -> None:
+        """Under the lock: forget runs ``[lo, hi)`` (a prefix or a suffix of them)."""
+        if lo >= hi:
+            return
+        self._forget(sum(self._costs[lo:hi]))
+        del self._runs[lo:hi], self._firsts[lo:hi], self._costs[lo:hi]
+        if lo == 0:
+            self._start = self._firsts[0] if self._firsts else self._end
+
+    def _cut_front(self, count: int) -> None:
+        """Under the lock: the oldest run loses its first ``count`` records (all: it goes)."""
+        if count >= len(self._runs[0]):
+            self._drop(0, 1)
+            return
+        self._cut(0, slice(count, None))
+        self._firsts[0] += count
+        self._start = self._firsts[0]
+
+    def _cut(self, i: int, keep: slice) -> None:
+        """Under the lock: run ``i`` keeps only ``keep`` of its records; its cost is measured
+        again (only a truncation, retention or an append larger than the budget cuts one)."""
+        kept = self._runs[i][keep]
+        cost = sum(_record_costs(kept))
+        self._forget(self._costs[i] - cost)
+        self._runs[i], self._costs[i] = kept, cost
 
     def _forget(self, cost: int) -> None:
         self._bytes -= cost

@@ -21,6 +21,7 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Final, final
 
+from .batch import AppendedBatch, BodyBatch
 from .cache import RECORD_OVERHEAD, CacheBudget
 from .checkpoint import fsync_directory
 from .corruption import SkippedRegions
@@ -30,7 +31,7 @@ from .errors import LogClosedError, OffsetOutOfRangeError, StorageError
 from .handles import HandleCache
 from .log_read import offset_for_timestamp, read_segments
 from .opening import open_segments
-from .record import HEADER_SIZE, BodyBatch, NewRecord, Record, encode_run, internal_id_for
+from .record import HEADER_SIZE, NewRecord, Record, encode_bodies, encode_run, internal_id_for
 from .segment import Segment
 from .segment_files import SegmentEnv
 from .trimming import delete_expired, truncate_segments
@@ -144,8 +145,10 @@ class PartitionLog:
 
     # -- writing -------------------------------------------------------------------------------
 
-    def append(self, entries: Sequence[NewRecord], epoch: int | None = None) -> list[Record]:
-        """Append ``entries`` at consecutive offsets and return them as :class:`Record`\\ s.
+    def append(self, entries: Sequence[NewRecord], epoch: int | None = None) -> Sequence[Record]:
+        """Append ``entries`` at consecutive offsets and return them as :class:`Record`\\ s
+        (for a :class:`~.batch.BodyBatch`, an :class:`~.batch.AppendedBatch`: each made when
+        read).
 
         ``internal_id = (partition << 50) | (offset + 1)``. All entries go to the segment in
         one ``pwrite`` (more only where the batch crosses ``max_bytes_per_file`` and the log
@@ -161,12 +164,16 @@ class PartitionLog:
                 return []
             first = self._end
             pid = internal_id_for(self.partition, -1)  # the partition's bits; | (offset + 1)
+            records: Sequence[Record]
             if isinstance(entries, BodyBatch):  # one time for all, no trace id, no ext
-                ts, at, ep = entries.timestamp_ns, entries.deliver_at_ns, epoch or 0
-                records = [
-                    Record(offset, ts, pid | (offset + 1), 0, at, body, b"", ep)
-                    for offset, body in enumerate(entries.bodies, first)
-                ]
+                ts, at, ep, bodies = (
+                    entries.timestamp_ns,
+                    entries.deliver_at_ns,
+                    epoch or 0,
+                    entries.bodies,
+                )
+                data, stamps = encode_bodies(first, pid, ts, at, ep, bodies)
+                records = AppendedBatch(first, pid, ts, at, ep, bodies)
             else:
                 records = [
                     Record(
@@ -181,22 +188,27 @@ class PartitionLog:
                     )
                     for offset, e in enumerate(entries, first)
                 ]
-            data, stamps = encode_run(records)  # checks every field before anything is written
+                data, stamps = encode_run(records)  # checks every field before anything is written
             try:
                 if self._segments[-1].size + len(data) <= self._max_bytes:
-                    self._write(data, records, stamps)
+                    self._write(data, first, records, stamps)
                 else:  # rare: the batch goes past max_bytes_per_file, the log rotates
-                    self._append_rotating(data, records, stamps)
+                    self._append_rotating(data, first, records, stamps)
             except OSError as exc:
                 raise StorageError(f"append to {self.directory} failed: {exc}") from exc
             return records
 
     def _append_rotating(
-        self, data: bytes, records: list[Record], stamps: list[tuple[int, int]]
+        self,
+        data: bytes,
+        first: int,
+        records: Sequence[Record],
+        stamps: list[tuple[int, int]],
     ) -> None:
-        """Write ``records`` (encoded as ``data``, ``stamps`` their sizes) in chunks, starting
-        a new segment wherever the next record would take the active one past
-        ``max_bytes_per_file`` (a record larger than that goes alone in a segment)."""
+        """Write ``records`` (encoded as ``data``, ``stamps`` their sizes, the first at offset
+        ``first``) in chunks, starting a new segment wherever the next record would take the
+        active one past ``max_bytes_per_file`` (a record larger than that goes alone in a
+        segment)."""
         splits: list[int] = []  # indexes where a new segment starts
         size = self._segments[-1].size
         for i, (_, n) in enumerate(stamps):
@@ -212,14 +224,19 @@ class PartitionLog:
             lo, hi = bounds[k], bounds[k + 1]
             if lo < hi:  # empty when the very first entry already needs a new segment
                 end = pos + sum(n for _, n in stamps[lo:hi])
-                self._write(data[pos:end], records[lo:hi], stamps[lo:hi])
+                self._write(data[pos:end], first + lo, records[lo:hi], stamps[lo:hi])
                 pos = end
 
-    def _write(self, data: bytes, records: list[Record], stamps: list[tuple[int, int]]) -> None:
-        """Write encoded ``records`` to the active segment and keep them in the tail cache."""
-        self._segments[-1].append(data, records[0].offset, stamps)
-        self._end = records[-1].offset + 1
-        self._cache.extend(records, len(data) + (RECORD_OVERHEAD - HEADER_SIZE) * len(records))
+    def _write(
+        self, data: bytes, first: int, records: Sequence[Record], stamps: list[tuple[int, int]]
+    ) -> None:
+        """Write encoded ``records`` (the first at offset ``first``) to the active segment and
+        keep them in the tail cache."""
+        self._segments[-1].append(data, first, stamps)
+        self._end = first + len(records)
+        self._cache.extend(
+            first, records, len(data) + (RECORD_OVERHEAD - HEADER_SIZE) * len(records)
+        )
 
     def append_encoded(self, data: bytes, run: EncodedRun) -> bool:
         """Write a leader's checked batch verbatim at this log's end (``run.first_offset`` must

@@ -10,9 +10,9 @@ batched decoding is :mod:`.runs`; a follower checks a leader's encoded batch wit
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Final, TypeVar, dataclass_transform, overload
+from typing import Final, TypeVar, dataclass_transform
 
 import crc32c as _crc32c
 
@@ -139,45 +139,6 @@ class Record:
     """Leader epoch under which the record was appended (0: standalone, or format v0)."""
 
 
-class BodyBatch(Sequence[NewRecord]):
-    """Messages published together at one time (and for one delivery time), with no trace id
-    and no ext: an MPUB, a DPUB, HTTP ``/pub`` and ``/mpub``. Read as a sequence it holds a
-    :class:`NewRecord` per body, made when asked for; :meth:`PartitionLog.append` makes its
-    records from the bodies directly, without those (a :class:`NewRecord` each cost ~13 % of
-    an MPUB's append)."""
-
-    __slots__ = ("bodies", "deliver_at_ns", "timestamp_ns")
-
-    def __init__(self, timestamp_ns: int, bodies: list[bytes], deliver_at_ns: int = 0) -> None:
-        self.timestamp_ns = timestamp_ns
-        self.bodies = bodies
-        self.deliver_at_ns = deliver_at_ns
-
-    def __len__(self) -> int:
-        return len(self.bodies)
-
-    @overload
-    def __getitem__(self, index: int) -> NewRecord: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> BodyBatch: ...
-
-    def __getitem__(self, index: int | slice) -> NewRecord | BodyBatch:
-        if isinstance(index, slice):
-            return BodyBatch(self.timestamp_ns, self.bodies[index], self.deliver_at_ns)
-        return NewRecord(self.timestamp_ns, self.bodies[index], 0, self.deliver_at_ns)
-
-    @property
-    def body_bytes(self) -> int:
-        """The bodies' bytes together."""
-        return sum(map(len, self.bodies))
-
-
-def new_records(timestamp_ns: int, bodies: Iterable[bytes], deliver_at_ns: int = 0) -> BodyBatch:
-    """The messages of one PUB/MPUB/DPUB: every body published at ``timestamp_ns``."""
-    return BodyBatch(timestamp_ns, list(bodies), deliver_at_ns)
-
-
 def internal_id_for(partition: int, offset: int) -> int:
     """The first half of the message id of the record at ``offset`` (never 0): the layout
     is :mod:`protocol.message`'s, with the sequence ``offset + 1``."""
@@ -223,6 +184,40 @@ def encode_run(records: Sequence[Record]) -> tuple[bytes, list[tuple[int, int]]]
             add(body)
             stamp((r.timestamp_ns, size))
     except struct.error as exc:  # includes an ext longer than MAX_EXT_LEN
+        raise ValueError(f"record field out of range: {exc}") from exc
+    return b"".join(parts), stamps
+
+
+def encode_bodies(
+    first_offset: int,
+    id_base: int,
+    timestamp_ns: int,
+    deliver_at_ns: int,
+    epoch: int,
+    bodies: Sequence[bytes],
+) -> tuple[bytes, list[tuple[int, int]]]:
+    """:func:`encode_run` of the records of one publish (:class:`~.batch.AppendedBatch`): the
+    body at ``first_offset + i`` gets internal id ``id_base | (first_offset + i + 1)``; all share
+    ``timestamp_ns``, ``deliver_at_ns`` and ``epoch`` and have no trace id or ext. Made from the
+    bodies, without a :class:`Record` each. Raises ``ValueError`` as :func:`encode_run`."""
+    parts: list[bytes] = []
+    add = parts.append
+    stamps: list[tuple[int, int]] = []
+    stamp = stamps.append
+    pack_covered, pack_prefix, crc = _pack_covered, _pack_prefix, _crc
+    format_bits, header, length_size = _FORMAT_BITS, HEADER_SIZE, LENGTH_SIZE
+    try:
+        for offset, body in enumerate(bodies, first_offset):
+            covered = pack_covered(
+                offset, timestamp_ns, id_base | (offset + 1), 0, deliver_at_ns, epoch, 0
+            )
+            size = header + len(body)
+            field = format_bits | (size - length_size)
+            add(pack_prefix(field, crc(body, crc(covered, field))))
+            add(covered)
+            add(body)
+            stamp((timestamp_ns, size))
+    except struct.error as exc:
         raise ValueError(f"record field out of range: {exc}") from exc
     return b"".join(parts), stamps
 

@@ -15,6 +15,8 @@ lookupd reachable it is refused rather than created behind the cluster's back.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from protocol import ClientError, ErrorCode, Pub, frames
 from protocol.ext import ext_not_supported, parse_json_header
 from protocol.tracing import traced_response
@@ -59,9 +61,10 @@ class Publisher:
         if not self._gathered:
             return
         gathered, self._gathered = self._gathered, []
-        stored: list[tuple[str, list[Record], int]] = []  # topic, records (none: forwarded), n
+        stored: list[tuple[str, Sequence[Record], int]] = []  # topic, records (none: forwarded), n
         failure: Exception | None = None
         for (topic, partition), entries in gathered:
+            records: Sequence[Record]
             try:
                 if await self._elsewhere(topic, partition):
                     await self._forward(topic, [e.body for e in entries])

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nsqd.storage import CacheBudget, NewRecord, PartitionLog
+import pytest
+
+from nsqd.storage import CacheBudget, NewRecord, PartitionLog, Record
+from nsqd.storage.batch import AppendedBatch, new_records
 from nsqd.storage.cache import RECORD_OVERHEAD
 
 BODY = 100_000
@@ -81,3 +84,83 @@ def test_truncate_and_retention_release_cached_bytes(tmp_path: Path) -> None:
     assert budget.used == (6 - log.start_offset) * (BODY + RECORD_OVERHEAD)
     assert log.read(log.start_offset, 10) == written[log.start_offset : 6]
     log.close()
+
+
+def _count_made(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The sizes of the appended batches whose records are made from now on."""
+    made: list[int] = []
+    real = AppendedBatch.records
+
+    def counting(self: AppendedBatch) -> list[Record]:
+        made.append(len(self))
+        return real(self)
+
+    monkeypatch.setattr(AppendedBatch, "records", counting)
+    return made
+
+
+def test_a_batch_is_made_into_records_once_when_first_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made = _count_made(monkeypatch)
+    log = PartitionLog.open(tmp_path / "p", partition=0, cache=CacheBudget(10_000_000))
+    log.append(new_records(1, [b"a" * 10] * 5))
+    log.append(new_records(2, [b"b" * 10] * 3))
+    assert made == []  # an MPUB makes no records
+    got = log.read(0, 8)
+    assert made == [5, 3]
+    assert [(r.offset, r.timestamp_ns, r.body) for r in got] == [
+        *((i, 1, b"a" * 10) for i in range(5)),
+        *((i, 2, b"b" * 10) for i in range(5, 8)),
+    ]
+    made.clear()
+    assert log.read(0, 8) == got  # a second channel reads what the first made
+    assert log.read(2, 4) == got[2:6]
+    assert made == []
+    log.close()
+
+
+def test_batches_evicted_unread_are_never_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made = _count_made(monkeypatch)
+    budget = CacheBudget(20 * (BODY + RECORD_OVERHEAD))
+    log = PartitionLog.open(tmp_path / "p", partition=0, cache=budget)
+    for i in range(10):
+        log.append(new_records(i, [b"%06d" % i + b"b" * (BODY - 6)] * 5))
+    assert 0 < budget.used <= budget.limit
+    assert made == []
+    got = log.read(0, 50)  # from disk, then what the cache kept
+    assert [r.timestamp_ns for r in got] == [i for i in range(10) for _ in range(5)]
+    assert sum(made) < 50  # only what was still cached was made from its batch
+    log.close()
+    assert budget.used == 0
+
+
+def test_the_list_an_append_returns_is_the_callers(tmp_path: Path) -> None:
+    log = PartitionLog.open(tmp_path / "p", partition=0, cache=CacheBudget(10_000_000))
+    written = log.append(entries(3, size=10))
+    assert isinstance(written, list)
+    kept = list(written)
+    written.clear()
+    assert log.read(0, 3) == kept
+    log.close()
+
+
+def test_truncation_and_retention_cut_a_cached_batch(tmp_path: Path) -> None:
+    budget = CacheBudget(10_000_000)
+    cache = budget.cache(100)
+    bodies = [b"x" * n for n in range(1, 11)]
+    batch = AppendedBatch(100, 0, 1, 0, 0, bodies)
+    cache.extend(100, batch, sum(len(b) + RECORD_OVERHEAD for b in bodies))
+    cache.extend(110, [*AppendedBatch(110, 0, 2, 0, 0, [b"y"])], 1 + RECORD_OVERHEAD)
+    cache.truncate(107)  # inside the first batch: the second goes, the first keeps 100..106
+    assert cache.read(0, 200) == (100, batch.records()[:7])
+    cache.drop_below(103)  # retention inside it: 103..106 stay
+    assert cache.read(0, 200) == (103, batch.records()[3:7])
+    assert budget.used == cache.bytes == sum(n + RECORD_OVERHEAD for n in range(4, 8))
+    cache.drop_below(107)  # all of it
+    assert cache.read(0, 200) == (107, [])
+    assert budget.used == 0
+    cache.extend(107, AppendedBatch(107, 0, 3, 0, 0, [b"z"]), 1 + RECORD_OVERHEAD)
+    assert [r.offset for r in cache.read(107, 108)[1]] == [107]

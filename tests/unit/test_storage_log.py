@@ -21,7 +21,8 @@ from nsqd.storage import (
     Record,
     StorageError,
 )
-from nsqd.storage.record import HEADER_SIZE, new_records
+from nsqd.storage.batch import new_records
+from nsqd.storage.record import HEADER_SIZE
 
 
 def _entries(n: int, *, ts: Callable[[int], int] = lambda i: i, size: int = 16) -> list[NewRecord]:
@@ -87,7 +88,7 @@ def test_a_body_batch_appends_what_its_new_records_would(
     assert [r.offset for r in batched] == [2, 3]
     assert [r.internal_id for r in batched] == [(3 << 50) | 3, (3 << 50) | 4]
     assert all(r.epoch == 4 for r in batched)
-    assert log.read(0, 100) == plain + batched
+    assert log.read(0, 100) == [*plain, *batched]
     assert log.append(new_records(6, [b"c"]))[0].epoch == 0  # no epoch given: 0, as before
 
 

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from nsqd.storage import CorruptRecordError, Record, decode_record, encode_record
+from nsqd.storage.batch import new_records
 from nsqd.storage.encoded_run import check_encoded
 from nsqd.storage.record import (
     CRC_START,
@@ -20,7 +21,6 @@ from nsqd.storage.record import (
     RECORD_HEADER,
     RECORD_HEADER_V0,
     NewRecord,
-    new_records,
     peek_size,
     scan_records,
 )

@@ -1,0 +1,61 @@
+"""A publish's batch: encoded from its bodies, answered with records made when read."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, strategies as st
+
+from nsqd.storage.batch import AppendedBatch
+from nsqd.storage.record import Record, encode_bodies, encode_run, internal_id_for
+
+ID_BASE = internal_id_for(5, -1)  # partition 5's bits
+
+
+def made(first: int, bodies: list[bytes], ts: int = 7, at: int = 0, epoch: int = 3) -> list[Record]:
+    return [
+        Record(offset, ts, ID_BASE | (offset + 1), 0, at, body, b"", epoch)
+        for offset, body in enumerate(bodies, first)
+    ]
+
+
+@given(
+    first=st.integers(0, 2**40),
+    ts=st.integers(-(2**63), 2**63 - 1),
+    at=st.integers(-(2**63), 2**63 - 1),
+    epoch=st.integers(0, 2**32 - 1),
+    bodies=st.lists(st.binary(max_size=40), min_size=1, max_size=8),
+)
+def test_bodies_encode_as_their_records_would(
+    first: int, ts: int, at: int, epoch: int, bodies: list[bytes]
+) -> None:
+    assert encode_bodies(first, ID_BASE, ts, at, epoch, bodies) == encode_run(
+        made(first, bodies, ts, at, epoch)
+    )
+
+
+def test_a_field_out_of_range_is_a_value_error() -> None:
+    with pytest.raises(ValueError, match="out of range"):
+        encode_bodies(0, ID_BASE, 1, 0, 2**32, [b"x"])  # the epoch is a u32
+
+
+def test_an_appended_batch_reads_as_the_list_of_its_records() -> None:
+    bodies = [b"a", b"bb", b"ccc", b"dddd"]
+    batch = AppendedBatch(10, ID_BASE, 7, 0, 3, bodies)
+    records = made(10, bodies)
+    assert len(batch) == 4
+    assert batch == records
+    assert records == batch
+    assert list(batch) == records == batch.records()
+    assert [batch[i] for i in range(-4, 4)] == records + records
+    assert batch[1:3] == records[1:3]
+    assert isinstance(batch[1:3], AppendedBatch)
+    assert batch[::2] == records[::2]
+    assert batch[-2:] == records[-2:]
+    assert batch[5:] == []
+    assert batch[1:][0].offset == 11  # a slice keeps its offsets
+    assert batch != records[:3]
+    assert batch != "abcd"
+    with pytest.raises(IndexError):
+        batch[4]
+    with pytest.raises(TypeError):
+        hash(batch)
