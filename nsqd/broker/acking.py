@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from itertools import groupby
 
-from protocol.message import SEQUENCE_MASK, partition_of
+from protocol.message import PARTITION_SHIFT, SEQUENCE_MASK, partition_of
 
 from ..core.errors import BrokerError, NotInFlightError
 from ..core.inflight import Message
@@ -55,9 +55,8 @@ class Acking:
         failed: list[tuple[int, BrokerError]] = []
         touched: list[int] = []
         cursors = channel.cursors
-        numbers = [partition_of(internal_id) for internal_id in internal_ids]
         offsets = [(internal_id & SEQUENCE_MASK) - 1 for internal_id in internal_ids]
-        for number, start, end in _stretches(numbers):
+        for number, start, end in _stretches(internal_ids):
             cursor = cursors.get(number)
             if cursor is None:
                 failed.extend((index, NotInFlightError()) for index in range(start, end))
@@ -124,17 +123,18 @@ class Acking:
         cursor.touch(offset, client, deadline)
 
 
-def _stretches(numbers: list[int]) -> list[tuple[int, int, int]]:
-    """``(partition, start, end)`` of each stretch of equal partitions in ``numbers``, in
-    order; one C-level count for the common run of a single partition."""
-    if not numbers:
+def _stretches(internal_ids: list[int]) -> list[tuple[int, int, int]]:
+    """``(partition, start, end)`` of each stretch of one partition's ids in ``internal_ids``,
+    in order. The common run of a single partition costs two C-level passes (its smallest and
+    largest ids share every bit above the sequence), not a partition per id."""
+    if not internal_ids:
         return []
-    first = numbers[0]
-    if numbers.count(first) == len(numbers):
-        return [(first, 0, len(numbers))]
+    low, high = min(internal_ids), max(internal_ids)
+    if low >> PARTITION_SHIFT == high >> PARTITION_SHIFT:
+        return [(partition_of(low), 0, len(internal_ids))]
     stretches = []
     start = 0
-    for number, stretch in groupby(numbers):
+    for number, stretch in groupby(map(partition_of, internal_ids)):
         end = start + sum(1 for _ in stretch)
         stretches.append((number, start, end))
         start = end
