@@ -115,6 +115,20 @@ def test_batch_is_one_write_and_rotation_splits_it(
     assert log.read(0, 100)[-1].offset == 39
 
 
+def test_a_body_batch_that_crosses_segments_reads_back_whole(
+    open_log: Callable[..., PartitionLog], tmp_path: Path
+) -> None:
+    """An MPUB's batch split over segments: each part cached with its own offsets."""
+    log = open_log(max_bytes_per_file=1000, index_interval_bytes=100_000, partition=2)
+    written = log.append(new_records(4, [bytes([i]) * 16 for i in range(30)]))
+    assert len(_segment_files(tmp_path / "p")) == 3
+    assert log.read(0, 100) == written
+    assert [r.offset for r in log.read(12, 5)] == [12, 13, 14, 15, 16]
+    assert log.read(0, 100)[29].internal_id == (2 << 50) | 30
+    log.close()
+    assert open_log(max_bytes_per_file=1000).read(0, 100) == written  # from disk
+
+
 def test_record_larger_than_a_segment(
     open_log: Callable[..., PartitionLog], tmp_path: Path
 ) -> None:
