@@ -7,6 +7,7 @@ Pure: no I/O and no clock; times are wall-clock nanoseconds passed in.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Sequence
 
 from protocol.message import RecordLike
 
@@ -42,19 +43,25 @@ class Message:
 class FlightTimeouts:
     """The deadlines of one partition's messages in flight.
 
-    A heap of ``(deadline_ns, first offset, offsets)``: a batch delivered (or a message
-    touched) with that deadline. Lazy deletion: an offset whose message is no longer in flight
-    with that deadline (FINed, requeued, touched since) is skipped when its entry comes up.
+    A heap of ``(deadline_ns, *offsets)``: a batch delivered (or a message touched) with that
+    deadline, ordered by deadline, then first offset. Lazy deletion: an offset whose message is
+    no longer in flight with that deadline (FINed, requeued, touched since) is skipped when its
+    entry comes up.
+
+    An entry outlives its messages' FINs until its deadline comes up (a minute by default), so
+    it is one flat tuple of ints: the cycle collector stops tracking such a tuple at its first
+    pass, where a list (or a tuple holding one) would be walked by every collection of the
+    generation it reaches, and a consumer's deliveries would fill the older generations.
     """
 
     __slots__ = ("_heap",)
 
     def __init__(self) -> None:
-        self._heap: list[tuple[int, int, list[int]]] = []
+        self._heap: list[tuple[int, ...]] = []
 
-    def add(self, deadline_ns: int, offsets: list[int]) -> None:
+    def add(self, deadline_ns: int, offsets: Sequence[int]) -> None:
         """``offsets`` (at least one) are in flight until ``deadline_ns``."""
-        heapq.heappush(self._heap, (deadline_ns, offsets[0], offsets))
+        heapq.heappush(self._heap, (deadline_ns, *offsets))
 
     def pop_expired(self, now_ns: int, in_flight: dict[int, Message]) -> list[tuple[int, int]]:
         """``(deadline_ns, offset)`` of the messages of ``in_flight`` whose deadline is at or
@@ -63,7 +70,7 @@ class FlightTimeouts:
         heap = self._heap
         expired: list[tuple[int, int]] = []
         while heap and heap[0][0] <= now_ns:
-            deadline, _first, offsets = heapq.heappop(heap)
+            deadline, *offsets = heapq.heappop(heap)
             for offset in offsets:
                 message = in_flight.get(offset)
                 if message is not None and message.deadline_ns == deadline:
@@ -76,7 +83,7 @@ class FlightTimeouts:
         are dropped), if any."""
         heap = self._heap
         while heap:
-            deadline, _first, offsets = heap[0]
+            deadline, *offsets = heap[0]
             if any(
                 (message := in_flight.get(offset)) is not None and message.deadline_ns == deadline
                 for offset in offsets
