@@ -2,7 +2,11 @@
 one gate to them: the shells (TCP, HTTP, metrics, the lookupd client) import what they need of
 storage's types and errors from here, never from ``nsqd.storage``."""
 
-from ..storage.batch import new_records as new_records
+from ..storage.batch import (
+    BodyBatch as BodyBatch,
+    join as join_batches,
+    new_records as new_records,
+)
 from ..storage.errors import StorageError as StorageError
 from ..storage.handles import HandleCache as HandleCache
 from ..storage.record import NewRecord as NewRecord, Record as Record
@@ -14,6 +18,7 @@ from .reading import offset_at as offset_at, read_records as read_records
 from .topic import Topic as Topic
 
 __all__ = [
+    "BodyBatch",
     "Broker",
     "BrokerConfig",
     "Channel",
@@ -24,6 +29,7 @@ __all__ = [
     "StorageError",
     "Subscriber",
     "Topic",
+    "join_batches",
     "new_records",
     "offset_at",
     "open_broker",

@@ -20,6 +20,7 @@ import outcome
 import trio
 from trio.lowlevel import Abort, ParkingLot, RaiseCancelT, Task
 
+from ..storage.batch import BodyBatch, join
 from ..storage.record import NewRecord, Record
 
 _Key = tuple[str, int | None]  # topic, partition (None: the broker picks)
@@ -32,7 +33,7 @@ class _Handover:
 
     __slots__ = ("entries", "task")
 
-    def __init__(self, entries: list[NewRecord], task: Task) -> None:
+    def __init__(self, entries: BodyBatch, task: Task) -> None:
         self.entries = entries
         self.task = task
 
@@ -50,7 +51,7 @@ class GroupCommit:
         self.publishes = 0  # hand-overs they served
 
     async def publish(
-        self, topic: str, entries: list[NewRecord], partition: int | None
+        self, topic: str, entries: BodyBatch, partition: int | None
     ) -> Sequence[Record]:
         """Append ``entries`` to ``topic`` (``partition``, or the one the broker picks) with
         whatever else is handed over in this turn; return their records. Raises what
@@ -94,7 +95,7 @@ class GroupCommit:
 
     def _commit(self, topic: str, partition: int | None, group: list[_Handover]) -> None:
         reschedule = trio.lowlevel.reschedule
-        entries = group[0].entries if len(group) == 1 else [e for h in group for e in h.entries]
+        entries = join([handover.entries for handover in group])
         try:
             records = self._append(topic, entries, partition)
         # Any error goes to the publishers, as if each had appended itself (an unexpected one

@@ -1,34 +1,50 @@
 """One publish's messages on their way into a log, and the records they became.
 
-An MPUB, a DPUB or an HTTP publish hands the log a :class:`BodyBatch`: bodies published at one
-time, for one delivery time, with no trace id and no ext. :meth:`PartitionLog.append` encodes
-them from the bodies (:func:`~.record.encode_bodies`) and answers with an
-:class:`AppendedBatch`: the records stored, each made only when someone reads it. A consumer
-that keeps up reads them from the tail cache (made once there, then shared by every channel);
-a backlog that outgrows the cache is evicted before anyone reads it, and those records are
-never made at all (making them was a fifth of an MPUB's cost).
+An MPUB, a DPUB, an HTTP publish or the single PUBs of one loop turn hand the log a
+:class:`BodyBatch`: bodies with their publish times, for one delivery time, with no trace id
+and no ext. :meth:`PartitionLog.append` encodes them from the bodies
+(:func:`~.record.encode_bodies`) and answers with an :class:`AppendedBatch`: the records
+stored, each made only when someone reads it. The tail cache keeps the batch as it is and makes
+a reader the records it reads: a backlog evicted before anyone reads it is never made into
+records at all (making them was a fifth of an MPUB's cost), and the cache holds no object per
+message for the cycle collector to walk (a record each, kept for seconds, made its collections
+of the older generations the longest pauses of a live consumer's delivery).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from itertools import count
 from typing import overload
 
 from .record import NewRecord, Record
 
 
 class BodyBatch(Sequence[NewRecord]):
-    """Messages published together at one time (and for one delivery time), with no trace id
-    and no ext: an MPUB, a DPUB, HTTP ``/pub`` and ``/mpub``. Read as a sequence it holds a
-    :class:`NewRecord` per body, made when asked for; :meth:`PartitionLog.append` stores the
+    """Messages published together (and for one delivery time), with no trace id and no ext:
+    an MPUB, a DPUB, HTTP ``/pub`` and ``/mpub`` (one publish time for all), or the single
+    PUBs of one loop turn (:func:`join`, each its own publish time). Read as a sequence it holds
+    a :class:`NewRecord` per body, made when asked for; :meth:`PartitionLog.append` stores the
     bodies directly, without those."""
 
-    __slots__ = ("bodies", "deliver_at_ns", "timestamp_ns")
+    __slots__ = ("bodies", "deliver_at_ns", "timestamp_ns", "timestamps")
 
-    def __init__(self, timestamp_ns: int, bodies: list[bytes], deliver_at_ns: int = 0) -> None:
-        self.timestamp_ns = timestamp_ns
+    def __init__(
+        self,
+        timestamp_ns: int,
+        bodies: list[bytes],
+        deliver_at_ns: int = 0,
+        timestamps: list[int] | None = None,
+    ) -> None:
+        self.timestamp_ns = timestamp_ns  # the first body's (every body's, unless timestamps)
         self.bodies = bodies
         self.deliver_at_ns = deliver_at_ns
+        #: each body's publish time, when they differ (as long as ``bodies``)
+        self.timestamps = timestamps
+
+    def publish_times(self) -> list[int]:
+        """Each body's publish time."""
+        return self.timestamps or [self.timestamp_ns] * len(self.bodies)
 
     def __len__(self) -> int:
         return len(self.bodies)
@@ -41,8 +57,13 @@ class BodyBatch(Sequence[NewRecord]):
 
     def __getitem__(self, index: int | slice) -> NewRecord | BodyBatch:
         if isinstance(index, slice):
-            return BodyBatch(self.timestamp_ns, self.bodies[index], self.deliver_at_ns)
-        return NewRecord(self.timestamp_ns, self.bodies[index], 0, self.deliver_at_ns)
+            bodies = self.bodies[index]
+            if self.timestamps is None:
+                return BodyBatch(self.timestamp_ns, bodies, self.deliver_at_ns)
+            times = self.timestamps[index]
+            return BodyBatch(times[0] if times else 0, bodies, self.deliver_at_ns, times)
+        ts = self.timestamp_ns if self.timestamps is None else self.timestamps[index]
+        return NewRecord(ts, self.bodies[index], 0, self.deliver_at_ns)
 
     @property
     def body_bytes(self) -> int:
@@ -55,35 +76,66 @@ def new_records(timestamp_ns: int, bodies: Iterable[bytes], deliver_at_ns: int =
     return BodyBatch(timestamp_ns, list(bodies), deliver_at_ns)
 
 
+def join(batches: Sequence[BodyBatch]) -> BodyBatch:
+    """The messages of ``batches`` (at least one; all for immediate delivery) as one batch,
+    each keeping its publish time: PUBs of several connections appended together."""
+    if len(batches) == 1:
+        return batches[0]
+    times = [ts for batch in batches for ts in batch.publish_times()]
+    return BodyBatch(times[0], [body for batch in batches for body in batch.bodies], 0, times)
+
+
 class AppendedBatch(Sequence[Record]):
     """The records a :class:`BodyBatch` became at offsets ``first_offset, first_offset + 1,
     ...``: a sequence of :class:`Record`, each made when it is read (:meth:`records` makes them
     all at once). Equal to any sequence of the same records, as the list it stands for."""
 
-    __slots__ = ("bodies", "deliver_at_ns", "epoch", "first_offset", "id_base", "timestamp_ns")
+    __slots__ = ("bodies", "deliver_at_ns", "epoch", "first_offset", "id_base", "timestamps")
 
     def __init__(
         self,
         first_offset: int,
         id_base: int,
-        timestamp_ns: int,
+        timestamps: list[int],
         deliver_at_ns: int,
         epoch: int,
         bodies: list[bytes],
     ) -> None:
         self.first_offset = first_offset
         self.id_base = id_base  # the partition's bits of the internal id: | (offset + 1)
-        self.timestamp_ns = timestamp_ns
+        self.timestamps = timestamps  # each body's publish time
         self.deliver_at_ns = deliver_at_ns
         self.epoch = epoch
         self.bodies = bodies
 
+    def same_kind(self, other: AppendedBatch) -> bool:
+        """Whether ``other``'s records differ from this one's only in offset, time and body
+        (one partition, delivery time and epoch): the two can be one run."""
+        return (
+            self.id_base == other.id_base
+            and self.deliver_at_ns == other.deliver_at_ns
+            and self.epoch == other.epoch
+        )
+
+    def copy(self) -> AppendedBatch:
+        """The same records, in lists of its own."""
+        return AppendedBatch(
+            self.first_offset,
+            self.id_base,
+            list(self.timestamps),
+            self.deliver_at_ns,
+            self.epoch,
+            list(self.bodies),
+        )
+
     def records(self) -> list[Record]:
         """Every record, made now."""
-        ts, at, ep, base = self.timestamp_ns, self.deliver_at_ns, self.epoch, self.id_base
+        at, ep, base = self.deliver_at_ns, self.epoch, self.id_base
         return [
             Record(offset, ts, base | (offset + 1), 0, at, body, b"", ep)
-            for offset, body in enumerate(self.bodies, self.first_offset)
+            for offset, ts, body in zip(
+                count(self.first_offset), self.timestamps, self.bodies, strict=False
+            )
         ]
 
     def __len__(self) -> int:
@@ -106,7 +158,7 @@ class AppendedBatch(Sequence[Record]):
             return AppendedBatch(
                 self.first_offset + span.start,
                 self.id_base,
-                self.timestamp_ns,
+                self.timestamps[span.start : span.stop],
                 self.deliver_at_ns,
                 self.epoch,
                 self.bodies[span.start : span.stop],
@@ -115,7 +167,7 @@ class AppendedBatch(Sequence[Record]):
         offset = self.first_offset + (index if index >= 0 else len(self.bodies) + index)
         return Record(
             offset,
-            self.timestamp_ns,
+            self.timestamps[index],
             self.id_base | (offset + 1),
             0,
             self.deliver_at_ns,

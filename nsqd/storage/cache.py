@@ -26,6 +26,11 @@ from .record import Record
 #: slot); approximate, so that a cache of tiny messages is bounded too
 RECORD_OVERHEAD = 160
 
+#: a cached run of batches stops growing at this many records or bytes (eviction takes whole
+#: runs but the newest)
+RUN_RECORDS = 1024
+RUN_BYTES = 256 * 1024
+
 #: default of ``--read-cache-bytes``
 DEFAULT_CACHE_BYTES = 16 * 1024 * 1024
 
@@ -79,7 +84,7 @@ class CacheBudget:
 
 class TailCache:
     """The newest records ``[start, end)`` of one log, as the runs they were appended in (a
-    run of an :class:`~.batch.AppendedBatch` makes its records when first read). Every method
+    run of an :class:`~.batch.AppendedBatch` makes the records each read returns). Every method
     takes the budget's lock."""
 
     def __init__(self, budget: CacheBudget, start: int) -> None:
@@ -106,10 +111,27 @@ class TailCache:
             if not budget.limit:
                 self._start = self._end = end
                 return
-            # a batch as it is (its records are made when read); a list copied: the caller's
-            self._runs.append(records if isinstance(records, AppendedBatch) else tuple(records))
-            self._firsts.append(first)
-            self._costs.append(cost)
+            runs = self._runs
+            last = runs[-1] if runs else None
+            if (
+                isinstance(records, AppendedBatch)
+                and isinstance(last, AppendedBatch)
+                and len(last) < RUN_RECORDS
+                and self._costs[-1] < RUN_BYTES
+                and first == self._end
+                and last.same_kind(records)
+            ):  # grows the cache's own run: no new object per append to collect
+                last.bodies += records.bodies
+                last.timestamps += records.timestamps
+                self._costs[-1] += cost
+            else:
+                # the cache's own copy of a batch (its later batches extend it: the caller's
+                # stays as it was) or of a list of records
+                runs.append(
+                    records.copy() if isinstance(records, AppendedBatch) else tuple(records)
+                )
+                self._firsts.append(first)
+                self._costs.append(cost)
             self._end = end
             self._bytes += cost
             budget._charge(self, cost)
@@ -127,10 +149,11 @@ class TailCache:
             out: list[Record] = []
             while i < len(runs) and firsts[i] < stop:
                 run = runs[i]
-                if isinstance(run, AppendedBatch):  # made once, then read by every channel
-                    run = runs[i] = run.records()
                 at = firsts[i]
-                out += run[max(first - at, 0) : stop - at]
+                part = run[max(first - at, 0) : stop - at]
+                # a batch's records are made for each read and not kept: no object per
+                # cached message for the cycle collector (see nsqd/storage/batch.py)
+                out += part.records() if isinstance(part, AppendedBatch) else part
                 i += 1
             return first, out
 

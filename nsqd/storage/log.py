@@ -165,15 +165,15 @@ class PartitionLog:
             first = self._end
             pid = internal_id_for(self.partition, -1)  # the partition's bits; | (offset + 1)
             records: Sequence[Record]
-            if isinstance(entries, BodyBatch):  # one time for all, no trace id, no ext
-                ts, at, ep, bodies = (
-                    entries.timestamp_ns,
+            if isinstance(entries, BodyBatch):  # no trace id, no ext: made when read
+                times, at, ep, bodies = (
+                    entries.publish_times(),
                     entries.deliver_at_ns,
                     epoch or 0,
                     entries.bodies,
                 )
-                data, stamps = encode_bodies(first, pid, ts, at, ep, bodies)
-                records = AppendedBatch(first, pid, ts, at, ep, bodies)
+                data, stamps = encode_bodies(first, pid, times, at, ep, bodies)
+                records = AppendedBatch(first, pid, times, at, ep, bodies)
             else:
                 records = [
                     Record(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import count
 from typing import Final, TypeVar, dataclass_transform
 
 import crc32c as _crc32c
@@ -186,15 +187,16 @@ def encode_run(records: Sequence[Record]) -> tuple[bytes, list[tuple[int, int]]]
 def encode_bodies(
     first_offset: int,
     id_base: int,
-    timestamp_ns: int,
+    timestamps: Sequence[int],
     deliver_at_ns: int,
     epoch: int,
     bodies: Sequence[bytes],
 ) -> tuple[bytes, list[tuple[int, int]]]:
-    """:func:`encode_run` of the records of one publish (:class:`~.batch.AppendedBatch`): the
-    body at ``first_offset + i`` gets internal id ``id_base | (first_offset + i + 1)``; all share
-    ``timestamp_ns``, ``deliver_at_ns`` and ``epoch`` and have no trace id or ext. Made from the
-    bodies, without a :class:`Record` each. Raises ``ValueError`` as :func:`encode_run`."""
+    """:func:`encode_run` of the records of one batch (:class:`~.batch.AppendedBatch`): body
+    ``i``, at offset ``first_offset + i``, gets internal id ``id_base | (first_offset + i + 1)``
+    and publish time ``timestamps[i]``; all share ``deliver_at_ns`` and ``epoch`` and have no
+    trace id or ext. Made from the bodies, without a :class:`Record` each. Raises
+    ``ValueError`` as :func:`encode_run`."""
     parts: list[bytes] = []
     add = parts.append
     stamps: list[tuple[int, int]] = []
@@ -202,7 +204,7 @@ def encode_bodies(
     pack_covered, pack_prefix, crc = _pack_covered, _pack_prefix, _crc
     format_bits, header, length_size = _FORMAT_BITS, HEADER_SIZE, LENGTH_SIZE
     try:
-        for offset, body in enumerate(bodies, first_offset):
+        for offset, timestamp_ns, body in zip(count(first_offset), timestamps, bodies):
             rest = (
                 pack_covered(
                     offset, timestamp_ns, id_base | (offset + 1), 0, deliver_at_ns, epoch, 0

@@ -21,7 +21,7 @@ from protocol import ClientError, ErrorCode, Pub, frames
 from protocol.ext import ext_not_supported, parse_json_header
 from protocol.tracing import traced_response
 
-from ..broker import Broker, NewRecord, Record, new_records
+from ..broker import BodyBatch, Broker, NewRecord, Record, new_records
 from ..core.errors import BadPartitionError
 from ..forwarding import Forwarder
 from .delivery import raw_size
@@ -38,7 +38,9 @@ class Publisher:
         self.broker = broker
         self.output = output
         self.forwarder = forwarder
-        self._gathered: list[tuple[tuple[str, int | None], list[NewRecord]]] = []
+        #: single PUBs not appended yet: per run of one (topic, partition), their bodies and
+        #: publish times (one batch: no object per message)
+        self._gathered: list[tuple[tuple[str, int | None], BodyBatch]] = []
         self.pub_counts: dict[str, int] = {}  # messages published per topic (/stats producers)
 
     @property
@@ -48,12 +50,15 @@ class Publisher:
 
     def gather(self, command: Pub) -> None:
         key = (command.topic, command.partition)
-        entry = NewRecord(self.broker.clock.now_ns(), command.body)
+        now = self.broker.clock.now_ns()
         gathered = self._gathered
         if gathered and gathered[-1][0] == key:
-            gathered[-1][1].append(entry)
+            batch = gathered[-1][1]
+            batch.bodies.append(command.body)
+            assert batch.timestamps is not None
+            batch.timestamps.append(now)
         else:
-            gathered.append((key, [entry]))
+            gathered.append((key, BodyBatch(now, [command.body], 0, [now])))
 
     async def flush(self) -> None:
         """Append the gathered PUBs, one batch per (topic, partition) run, and ack them once
@@ -67,7 +72,7 @@ class Publisher:
             records: Sequence[Record]
             try:
                 if await self._elsewhere(topic, partition):
-                    await self._forward(topic, [e.body for e in entries])
+                    await self._forward(topic, entries.bodies)
                     records = []
                 else:  # with the other connections' PUBs of this turn: one append
                     records = await self.broker.commits.publish(topic, entries, partition)
@@ -102,7 +107,7 @@ class Publisher:
 
     # ------------------------------------------------------------ the publish reactor's side
 
-    def take_gathered(self) -> tuple[str, int | None, list[NewRecord]] | None:
+    def take_gathered(self) -> tuple[str, int | None, BodyBatch] | None:
         """The gathered PUBs, taken, when they go to one (topic, partition) that this node
         appends and acknowledges at once (:meth:`acks_at_once`); else None, leaving them for
         :meth:`flush` (more than one target, a forwarded topic, followers or fsync to wait

@@ -30,14 +30,14 @@ import outcome
 import trio
 from trio.lowlevel import Abort, RaiseCancelT, Task
 
-from ..broker import Broker, NewRecord
+from ..broker import BodyBatch, Broker, join_batches
 from ..broker.committing import own_copy
 
 MAX_EVENTS = 1024  # ready sockets taken per turn (the rest come with the next poll)
 
 
 #: PUBs a client read for one append: topic, partition (None: the broker picks), entries
-Taken = tuple[str, int | None, list[NewRecord]]
+Taken = tuple[str, int | None, BodyBatch]
 
 
 #: a client's part of one append: its descriptor, the client, how many of the entries
@@ -129,7 +129,7 @@ class PublishReactor:
     def _serve(self, events: list[tuple[int, int]]) -> None:
         """Read every ready client, then one append per target, then the replies."""
         # per (topic, partition): every client's entries together, and who gave how many
-        targets: dict[tuple[str, int | None], tuple[list[NewRecord], list[_Share]]] = {}
+        targets: dict[tuple[str, int | None], tuple[list[BodyBatch], list[_Share]]] = {}
         for fd, _ in events:
             client = self._parked[fd][0]
             try:
@@ -142,20 +142,20 @@ class PublishReactor:
             if read is Read.HAND_OVER:
                 self._hand_over(fd)
                 continue
-            topic, partition, entries = read
+            topic, partition, batch = read
             target = targets.get((topic, partition))
             if target is None:
-                targets[topic, partition] = (entries, [(fd, client, len(entries))])
+                targets[topic, partition] = ([batch], [(fd, client, len(batch))])
             else:
-                target[0].extend(entries)
-                target[1].append((fd, client, len(entries)))
+                target[0].append(batch)
+                target[1].append((fd, client, len(batch)))
         if targets:
             self.turns += 1
-            for (topic, partition), (entries, group) in targets.items():
-                self._append(topic, partition, entries, group)
+            for (topic, partition), (batches, group) in targets.items():
+                self._append(topic, partition, join_batches(batches), group)
 
     def _append(
-        self, topic: str, partition: int | None, entries: list[NewRecord], group: list[_Share]
+        self, topic: str, partition: int | None, entries: BodyBatch, group: list[_Share]
     ) -> None:
         try:
             self._broker.publish(topic, entries, partition)

@@ -15,6 +15,7 @@ from nsqd.broker import (
     NewRecord,
     Record,
     StorageError,
+    new_records,
     open_broker,
     read_records,
 )
@@ -32,7 +33,7 @@ async def _publish_together(
 
     async def one(i: int, body: bytes) -> None:
         try:
-            results[i] = await broker.commits.publish(topic, [NewRecord(1, body)], None)
+            results[i] = list(await broker.commits.publish(topic, new_records(1, [body]), None))
         except Exception as exc:  # noqa: BLE001 - the test looks at what each one got
             results[i] = exc
 
@@ -77,7 +78,7 @@ async def test_topics_and_partitions_of_one_turn_are_appended_apart(tmp_path: Pa
         async with trio.open_nursery() as nursery:
             for topic in ("a", "b", "a", "b"):
                 nursery.start_soon(
-                    broker.commits.publish, topic, [NewRecord(1, topic.encode())], None
+                    broker.commits.publish, topic, new_records(1, [topic.encode()]), None
                 )
         assert broker.commits.appends == 2
         assert broker.topics["a"].partitions[0].log.end_offset == 2
@@ -103,13 +104,13 @@ async def test_a_publisher_cancelled_before_the_commit_is_not_stored(tmp_path: P
         kept: list[Record] = []
 
         async def keep() -> None:
-            kept.extend(await broker.commits.publish("t", [NewRecord(1, b"kept")], None))
+            kept.extend(await broker.commits.publish("t", new_records(1, [b"kept"]), None))
 
         async with trio.open_nursery() as nursery:
             with trio.CancelScope() as scope:
                 nursery.start_soon(keep)
                 scope.cancel()  # cancels only what runs inside it: the publish below
-                await broker.commits.publish("t", [NewRecord(1, b"withdrawn")], None)
+                await broker.commits.publish("t", new_records(1, [b"withdrawn"]), None)
         stored = await read_records(broker.topics["t"].partitions[0], 0, 100)
         assert [r.body for r in stored] == [b"x", b"kept"]
         assert [r.body for r in kept] == [b"kept"]
@@ -173,6 +174,6 @@ async def test_a_hand_over_racing_the_committers_end_is_still_appended(tmp_path:
             await trio.testing.wait_all_tasks_blocked()
             stop.cancel()  # the committer has not run since: this hand-over is still taken
             with trio.fail_after(5):
-                (record,) = await commits.publish("t", [NewRecord(1, b"late")], None)
+                (record,) = await commits.publish("t", new_records(1, [b"late"]), None)
         assert record.offset == 1
         assert commits.appends == 1

@@ -5,42 +5,67 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, strategies as st
 
-from nsqd.storage.batch import AppendedBatch
-from nsqd.storage.record import Record, encode_bodies, encode_run, internal_id_for
+from nsqd.storage.batch import AppendedBatch, BodyBatch, join, new_records
+from nsqd.storage.record import NewRecord, Record, encode_bodies, encode_run, internal_id_for
 
 ID_BASE = internal_id_for(5, -1)  # partition 5's bits
 
 
-def made(first: int, bodies: list[bytes], ts: int = 7, at: int = 0, epoch: int = 3) -> list[Record]:
+def made(
+    first: int, bodies: list[bytes], times: list[int] | None = None, at: int = 0, epoch: int = 3
+) -> list[Record]:
+    times = times or [7] * len(bodies)
     return [
         Record(offset, ts, ID_BASE | (offset + 1), 0, at, body, b"", epoch)
-        for offset, body in enumerate(bodies, first)
+        for offset, ts, body in zip(range(first, first + len(bodies)), times, bodies, strict=True)
     ]
 
 
 @given(
     first=st.integers(0, 2**40),
-    ts=st.integers(-(2**63), 2**63 - 1),
     at=st.integers(-(2**63), 2**63 - 1),
     epoch=st.integers(0, 2**32 - 1),
-    bodies=st.lists(st.binary(max_size=40), min_size=1, max_size=8),
+    pairs=st.lists(
+        st.tuples(st.integers(-(2**63), 2**63 - 1), st.binary(max_size=40)),
+        min_size=1,
+        max_size=8,
+    ),
 )
 def test_bodies_encode_as_their_records_would(
-    first: int, ts: int, at: int, epoch: int, bodies: list[bytes]
+    first: int, at: int, epoch: int, pairs: list[tuple[int, bytes]]
 ) -> None:
-    assert encode_bodies(first, ID_BASE, ts, at, epoch, bodies) == encode_run(
-        made(first, bodies, ts, at, epoch)
+    times, bodies = [ts for ts, _ in pairs], [body for _, body in pairs]
+    assert encode_bodies(first, ID_BASE, times, at, epoch, bodies) == encode_run(
+        made(first, bodies, times, at, epoch)
     )
 
 
 def test_a_field_out_of_range_is_a_value_error() -> None:
     with pytest.raises(ValueError, match="out of range"):
-        encode_bodies(0, ID_BASE, 1, 0, 2**32, [b"x"])  # the epoch is a u32
+        encode_bodies(0, ID_BASE, [1], 0, 2**32, [b"x"])  # the epoch is a u32
+
+
+def test_single_pubs_joined_keep_their_publish_times() -> None:
+    one = BodyBatch(5, [b"a"], 0, [5])
+    two = BodyBatch(6, [b"b", b"c"], 0, [6, 8])
+    mpub = new_records(9, [b"d", b"e"])
+    joined = join([one, two, mpub])
+    assert list(joined) == [
+        NewRecord(5, b"a"),
+        NewRecord(6, b"b"),
+        NewRecord(8, b"c"),
+        NewRecord(9, b"d"),
+        NewRecord(9, b"e"),
+    ]
+    assert join([two]) is two
+    assert list(joined[1:3]) == [NewRecord(6, b"b"), NewRecord(8, b"c")]
+    assert joined[1:3].timestamp_ns == 6
+    assert list(mpub[1:]) == [NewRecord(9, b"e")]
 
 
 def test_an_appended_batch_reads_as_the_list_of_its_records() -> None:
     bodies = [b"a", b"bb", b"ccc", b"dddd"]
-    batch = AppendedBatch(10, ID_BASE, 7, 0, 3, bodies)
+    batch = AppendedBatch(10, ID_BASE, [7] * 4, 0, 3, bodies)
     records = made(10, bodies)
     assert len(batch) == 4
     assert batch == records

@@ -8,7 +8,7 @@ import pytest
 
 from nsqd.storage import CacheBudget, NewRecord, PartitionLog, Record
 from nsqd.storage.batch import AppendedBatch, new_records
-from nsqd.storage.cache import RECORD_OVERHEAD
+from nsqd.storage.cache import RECORD_OVERHEAD, RUN_RECORDS
 
 BODY = 100_000
 
@@ -99,24 +99,40 @@ def _count_made(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return made
 
 
-def test_a_batch_is_made_into_records_once_when_first_read(
+def test_a_cached_batch_makes_the_records_each_read_returns_and_keeps_none(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     made = _count_made(monkeypatch)
     log = PartitionLog.open(tmp_path / "p", partition=0, cache=CacheBudget(10_000_000))
-    log.append(new_records(1, [b"a" * 10] * 5))
+    first = log.append(new_records(1, [b"a" * 10] * 5))
     log.append(new_records(2, [b"b" * 10] * 3))
     assert made == []  # an MPUB makes no records
+    assert len(first) == 5  # the cache grew its own run, not the batch the caller holds
     got = log.read(0, 8)
-    assert made == [5, 3]
+    assert made == [8]  # the two batches are one cached run
     assert [(r.offset, r.timestamp_ns, r.body) for r in got] == [
         *((i, 1, b"a" * 10) for i in range(5)),
         *((i, 2, b"b" * 10) for i in range(5, 8)),
     ]
     made.clear()
-    assert log.read(0, 8) == got  # a second channel reads what the first made
     assert log.read(2, 4) == got[2:6]
-    assert made == []
+    assert made == [4]  # only what the read returns
+    # the cache still holds the batch, not records: nothing per message to collect
+    assert [type(run) for run in log._cache._runs] == [AppendedBatch]
+    log.close()
+
+
+def test_cached_runs_of_batches_stop_growing_at_their_size(tmp_path: Path) -> None:
+    log = PartitionLog.open(tmp_path / "p", partition=0, cache=CacheBudget(10_000_000))
+    for i in range(13):  # 100 each: the run grows past RUN_RECORDS once, then a new one starts
+        log.append(new_records(i, [b"%d" % i] * 100))
+    log.append(entries(1, size=10))  # a list of records: a run of its own
+    log.append(new_records(99, [b"y"]))
+    grown = -(-RUN_RECORDS // 100) * 100  # the append that reaches RUN_RECORDS is the last
+    assert [len(run) for run in log._cache._runs] == [grown, 1300 - grown, 1, 1]
+    got = log.read(0, 10_000)
+    assert [r.body for r in got[:1300]] == [b"%d" % (i // 100) for i in range(1300)]
+    assert [r.offset for r in got] == list(range(1302))
     log.close()
 
 
@@ -151,9 +167,9 @@ def test_truncation_and_retention_cut_a_cached_batch(tmp_path: Path) -> None:
     budget = CacheBudget(10_000_000)
     cache = budget.cache(100)
     bodies = [b"x" * n for n in range(1, 11)]
-    batch = AppendedBatch(100, 0, 1, 0, 0, bodies)
+    batch = AppendedBatch(100, 0, [1] * 10, 0, 0, bodies)
     cache.extend(100, batch, sum(len(b) + RECORD_OVERHEAD for b in bodies))
-    cache.extend(110, [*AppendedBatch(110, 0, 2, 0, 0, [b"y"])], 1 + RECORD_OVERHEAD)
+    cache.extend(110, [*AppendedBatch(110, 0, [2], 0, 0, [b"y"])], 1 + RECORD_OVERHEAD)
     cache.truncate(107)  # inside the first batch: the second goes, the first keeps 100..106
     assert cache.read(0, 200) == (100, batch.records()[:7])
     cache.drop_below(103)  # retention inside it: 103..106 stay
@@ -162,5 +178,5 @@ def test_truncation_and_retention_cut_a_cached_batch(tmp_path: Path) -> None:
     cache.drop_below(107)  # all of it
     assert cache.read(0, 200) == (107, [])
     assert budget.used == 0
-    cache.extend(107, AppendedBatch(107, 0, 3, 0, 0, [b"z"]), 1 + RECORD_OVERHEAD)
+    cache.extend(107, AppendedBatch(107, 0, [3], 0, 0, [b"z"]), 1 + RECORD_OVERHEAD)
     assert [r.offset for r in cache.read(107, 108)[1]] == [107]
