@@ -7,9 +7,16 @@ one-megabyte messages stay resident, and a budget per partition would grow with 
 topics. When the budget is exceeded, the caches appended to least recently give up their oldest
 records first (they are the least likely to be read again from memory).
 
-Accounting is per append: it charges ``sum of record sizes`` once, and eviction drops whole
-appends (their cost is kept with them), so no record is measured one by one but when a
-truncation or retention cuts an append's records in two.
+A cache holds runs: a list of records as appended (a PUB_TRACE, a PUB with ext), or, for the
+batches most publishes are (:mod:`.batch`), a run of its own that later batches of the same
+kind extend, which holds bodies and publish times and makes each read the records it returns.
+So the cache keeps no object per message: the cycle collector walks nothing per cached message
+(a record each made the collections of its middle generation the longest pauses of a live
+consumer's delivery).
+
+Accounting is per run: an append charges ``sum of record sizes`` once, to the run it lands
+in, and eviction drops whole runs but the newest, so no record is measured one by one but when
+a truncation, retention or that newest run is cut in two.
 """
 
 from __future__ import annotations
