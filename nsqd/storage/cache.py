@@ -99,9 +99,13 @@ class TailCache:
         self._runs: list[Sequence[Record]] = []  # consecutive runs, oldest first
         self._firsts: list[int] = []  # the offset of each run's first record
         self._costs: list[int] = []  # what each run counts against the budget
-        self._start = start  # offset of the first cached record (or of the next one when empty)
         self._end = start  # offset after the last cached record
         self._bytes = 0
+
+    @property
+    def _start(self) -> int:
+        """The offset of the first cached record (of the next one when none is)."""
+        return self._firsts[0] if self._firsts else self._end
 
     @property
     def bytes(self) -> int:
@@ -116,7 +120,7 @@ class TailCache:
         with budget.lock:
             end = first + len(records)
             if not budget.limit:
-                self._start = self._end = end
+                self._end = end
                 return
             runs = self._runs
             last = runs[-1] if runs else None
@@ -169,7 +173,7 @@ class TailCache:
         cache stays a contiguous tail) and start again there."""
         with self._budget.lock:
             self._drop(0, len(self._runs))
-            self._start = self._end = offset
+            self._end = offset
 
     def truncate(self, offset: int) -> None:
         """Forget the records at and after ``offset``; the next record appended has it."""
@@ -182,8 +186,6 @@ class TailCache:
                 i += 1
             self._drop(max(i, 0), len(self._runs))
             self._end = offset
-            if not self._runs:
-                self._start = offset
 
     def drop_below(self, offset: int) -> None:
         """Forget the records before ``offset`` (retention deleted them from disk)."""
@@ -196,13 +198,11 @@ class TailCache:
             self._drop(0, i)
             if self._firsts and self._firsts[0] < offset:  # the run that holds it keeps its tail
                 self._cut_front(offset - self._firsts[0])
-            self._start = offset
 
     def clear(self) -> None:
         """Forget everything (the log closes)."""
         with self._budget.lock:
             self._drop(0, len(self._runs))
-            self._start = self._end
             self._budget._recent.pop(self, None)
 
     def _drop_front(self, need: int) -> None:
@@ -230,8 +230,6 @@ class TailCache:
             return
         self._forget(sum(self._costs[lo:hi]))
         del self._runs[lo:hi], self._firsts[lo:hi], self._costs[lo:hi]
-        if lo == 0:
-            self._start = self._firsts[0] if self._firsts else self._end
 
     def _cut_front(self, count: int) -> None:
         """Under the lock: the oldest run loses its first ``count`` records (all: it goes)."""
@@ -240,7 +238,6 @@ class TailCache:
             return
         self._cut(0, slice(count, None))
         self._firsts[0] += count
-        self._start = self._firsts[0]
 
     def _cut(self, i: int, keep: slice) -> None:
         """Under the lock: run ``i`` keeps only ``keep`` of its records; its cost is measured
