@@ -12,7 +12,6 @@ from itertools import groupby
 from protocol.message import PARTITION_SHIFT, SEQUENCE_MASK, partition_of
 
 from ..core.errors import BrokerError, NotInFlightError
-from ..core.inflight import Message
 from ..core.latency import LatencyWindow
 from .channel import Channel
 from .clock import Clock
@@ -68,12 +67,12 @@ class Acking:
                     failed.append((start, exc))
                     break
                 touched.append(number)
-            finished, refused = cursor.finish_run(offsets[start:end], client)
-            done += len(finished)
+            stamps: list[int] | None = [] if self.config.e2e_percentiles else None
+            finished, refused = cursor.finish_run(offsets[start:end], client, stamps)
+            done += finished
             failed.extend((start + index, exc) for index, exc in refused)
-            if self.config.e2e_percentiles:
-                for message in finished:
-                    self.observe_e2e(channel, message)
+            for timestamp_ns in stamps or ():
+                self.observe_e2e(channel, timestamp_ns)
         for number in touched:
             partition = channel.topic.partition(number)
             partition.dirty = True
@@ -82,15 +81,16 @@ class Acking:
                 channel.notify()
         return done, failed
 
-    def observe_e2e(self, channel: Channel, message: Message) -> None:
-        """nsqd's end-to-end processing latency: FIN time minus the publish timestamp."""
+    def observe_e2e(self, channel: Channel, timestamp_ns: int) -> None:
+        """nsqd's end-to-end processing latency: FIN time minus the publish timestamp of the
+        message finished."""
         now_ns = self.clock.now_ns()
         window = channel.e2e_latency
         if window is None:
             window_ns = int(self.config.e2e_window * 1e9)
             window = LatencyWindow(self.config.e2e_percentiles, window_ns, now_ns)
             channel.e2e_latency = window
-        window.insert(now_ns - message.record.timestamp_ns, now_ns)
+        window.insert(now_ns - timestamp_ns, now_ns)
 
     def requeue(self, channel: Channel, message_id: bytes, client: object, delay_ms: int) -> None:
         """REQ with the delay clamped to [0, --max-req-timeout]."""
@@ -115,11 +115,11 @@ class Acking:
         """TOUCH: deadline = now + msg timeout, capped at delivery + --max-msg-timeout."""
         partition, offset = self.locate(message_id)
         cursor = channel.cursor_for(partition)
-        message = cursor.in_flight.get(offset)
+        held = cursor.in_flight.get(offset)
         now_ns = self.clock.now_ns()
         deadline = now_ns + msg_timeout_ns
-        if message is not None:
-            deadline = min(deadline, message.delivered_ns + max_msg_timeout_ns)
+        if held is not None:
+            deadline = min(deadline, held.delivered_ns + max_msg_timeout_ns)
         cursor.touch(offset, client, deadline)
 
 

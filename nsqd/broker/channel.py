@@ -17,7 +17,7 @@ from trio.lowlevel import ParkingLot
 from ..core.confirming import confirm_deferred, release_deferred
 from ..core.cursor import PartitionCursor
 from ..core.errors import NotInFlightError, NotLeaderError, PartitionNotConsumedError
-from ..core.inflight import Message
+from ..core.inflight import Deliveries
 from ..core.latency import LatencyWindow
 from .clock import Clock
 from .dispatch import Dispatch
@@ -139,21 +139,22 @@ class Channel:
         now_ns: int,
         only: int | None = None,
         max_bytes: int | None = None,
-    ) -> list[Message]:
+    ) -> Deliveries:
         """Up to ``max_messages`` for ``owner``, each in flight until ``deadline_ns``.
 
         ``only`` restricts delivery to one partition (a partitioned SUB). ``max_bytes`` stops
         taking once the bodies taken add up to it (one message at least): the session's bound
-        on what it queues for a socket.
+        on what it queues for a socket. New records of a cursor with nothing to deliver again
+        go out as one flight (:meth:`PartitionCursor.take_flight`).
         """
+        out = Deliveries()
         if max_messages <= 0 or not self.delivering:
-            return []
-        out: list[Message] = []
+            return out
         routed = self.dispatch.active
         if routed:  # messages held for this consumer's pool first
             for message in self.dispatch.take_held(owner, max_messages, only):
                 self.cursors[message.partition].start_flight(message, owner, deadline_ns, now_ns)
-                out.append(message)
+                out.add_messages([message])
         served = [
             (partition, cursor)
             for partition, cursor in self.iter_cursors()
@@ -163,13 +164,20 @@ class Channel:
         count = len(served)
         for i in range(count):
             partition, cursor = served[(self._rr + i) % count]
-            log = partition.log
+            read = partition.log.read
             readable = partition.state.high_watermark  # what every in-sync replica has
-            got = cursor.take(log.read, max_messages - len(out), now_ns, readable, max_bytes)
-            if got and routed:
-                got = self.dispatch.route(partition.number, got, owner)
-            cursor.start_flights(got, owner, deadline_ns, now_ns)
-            out.extend(got)
+            room = max_messages - len(out)
+            if not routed and cursor.only_new():
+                records = cursor.take_flight(
+                    read, room, now_ns, readable, owner, deadline_ns, max_bytes
+                )
+                out.add_first(records)
+            else:
+                got = cursor.take(read, room, now_ns, readable, max_bytes)
+                if got and routed:
+                    got = self.dispatch.route(partition.number, got, owner)
+                cursor.start_flights(got, owner, deadline_ns, now_ns)
+                out.add_messages(got)
             if len(out) >= max_messages:
                 break
             if max_bytes is not None:

@@ -169,9 +169,9 @@ class Puller:
         observe = self.broker.observe_e2e if self.broker.config.e2e_percentiles else None
         try:
             for offset in lease.offsets:
-                message = cursor.finish(offset, lease)
+                record = cursor.finish(offset, lease)
                 if observe is not None:
-                    observe(channel, message)
+                    observe(channel, record.timestamp_ns)
         except (NotInFlightError, NotOwnerError):
             raise LeaseEndedError(token) from None
         lease.state = LeaseState.ACKED

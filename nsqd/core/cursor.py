@@ -26,7 +26,7 @@ from protocol.message import RecordLike
 
 from .delayed import DelayedIndex
 from .errors import BrokerError, NotInFlightError, NotOwnerError
-from .inflight import FlightTimeouts, Message
+from .inflight import COMPACT_RATIO, Flight, FlightTimeouts, Held, Message
 
 __all__ = ["Fetch", "PartitionCursor"]
 
@@ -43,6 +43,14 @@ def _due(message: Message) -> tuple[int, int]:
     return (message.due_ns, message.record.offset)
 
 
+def _record_of(held: Held, offset: int) -> RecordLike:
+    """The record of the message in flight at ``offset`` that ``held`` holds."""
+    if isinstance(held, Flight):
+        return held.record(offset)
+    assert isinstance(held, Message)
+    return held.record
+
+
 class PartitionCursor:
     """A channel's state in one partition. See the module docstring."""
 
@@ -55,7 +63,8 @@ class PartitionCursor:
         #: ``confirmed`` steps over them as over FINed offsets
         self._holes: dict[int, int] = {}
         self._advance_confirmed()
-        self.in_flight: dict[int, Message] = {}
+        #: offset -> its delivery state: a message, or the flight it was delivered in
+        self.in_flight: dict[int, Held] = {}
         self.deferred: SortedKeyList[Message, tuple[int, int]] = SortedKeyList(key=_due)
         self.ready: deque[Message] = deque()
         #: (log end at the timeout, message): timed-out messages delivered once every message
@@ -110,6 +119,7 @@ class PartitionCursor:
             taken += len(message.record.body)
             out.append(message)
         behind = self.behind
+        partition = self.partition
         while len(out) < max_messages and taken < limit:
             while behind and len(out) < max_messages and taken < limit:
                 mark, message = behind[0]
@@ -121,49 +131,106 @@ class PartitionCursor:
             stop = min(end_offset, behind[0][0]) if behind else end_offset
             if len(out) >= max_messages or taken >= limit or self.next_read >= stop:
                 break
-            bound = None if max_bytes is None else limit - taken
-            records = fetch(self.next_read, max(max_messages - len(out), 64), bound)
-            if not records:
-                break
-            # the hot loop of a consumer's read: locals, written back below
-            next_read, acked, partition = self.next_read, self.acked, self.partition
-            delays = self._delays
-            room = max_messages - len(out)
-            made = 0
-            append = out.append
-            for record in records:
-                if room <= 0 or taken >= limit:
-                    break
-                offset = record.offset
-                if offset != next_read:  # offsets lost to damage: nothing to FIN
-                    self._holes[next_read] = offset
-                    self._advance_confirmed()
-                    next_read = offset
-                if offset >= stop:
-                    break
-                next_read = offset + 1
-                if acked and offset in acked:
-                    continue
-                message = Message(partition, record)
-                made += 1
-                due = record.deliver_at_ns
-                if delays:
-                    due = max(due, delays.pop(offset, 0))
-                if due > now_ns:
-                    message.due_ns = due
-                    self.deferred.add(message)
-                    if self.ordered:
-                        break  # nothing passes a message that is not due yet
-                else:
-                    append(message)
-                    room -= 1
-                    taken += len(record.body)
-            self.next_read = next_read
-            self.message_count += made
-            if self.ordered and self.deferred:
+            fresh: list[RecordLike] = []
+            taken, read = self._read_log(
+                fetch, max_messages - len(out), now_ns, stop, limit, taken, fresh
+            )
+            out.extend([Message(partition, record) for record in fresh])
+            if not read or (self.ordered and self.deferred):
                 break
         self.taken_bytes = taken
         return out
+
+    def only_new(self) -> bool:
+        """True when a take can give only new records from the log (:meth:`take_flight`):
+        nothing requeued or timed out waits, and the channel is not ordered."""
+        return not (self.ordered or self.ready or self.behind)
+
+    def take_flight(
+        self,
+        fetch: Fetch,
+        max_messages: int,
+        now_ns: int,
+        end_offset: int,
+        owner: object,
+        deadline_ns: int,
+        max_bytes: int | None = None,
+    ) -> list[RecordLike]:
+        """:meth:`take` then :meth:`start_flights` when :meth:`only_new`, the consume path:
+        the records delivered, all first attempts, in flight for ``owner`` until
+        ``deadline_ns`` as one :class:`~.inflight.Flight` (no message object each)."""
+        if not self.only_new():
+            raise ValueError("take_flight with messages waiting to be delivered again")
+        limit = max_bytes if max_bytes is not None else _UNBOUNDED
+        taken = 0
+        out: list[RecordLike] = []
+        while len(out) < max_messages and taken < limit and self.next_read < end_offset:
+            taken, read = self._read_log(
+                fetch, max_messages - len(out), now_ns, end_offset, limit, taken, out
+            )
+            if not read:
+                break
+        self.taken_bytes = taken
+        if out:
+            flight = Flight(out, owner, deadline_ns, now_ns)
+            offsets = [record.offset for record in out]
+            self.in_flight.update(dict.fromkeys(offsets, flight))
+            self._timeouts.add(deadline_ns, offsets)
+        return out
+
+    def _read_log(
+        self,
+        fetch: Fetch,
+        room: int,
+        now_ns: int,
+        stop: int,
+        limit: int,
+        taken: int,
+        out: list[RecordLike],
+    ) -> tuple[int, bool]:
+        """One read of the log from :attr:`next_read`: up to ``room`` records due now are
+        appended to ``out`` until their bodies bring ``taken`` to ``limit``; those not due yet
+        go to the deferred set. Returns ``taken`` and whether the log gave anything."""
+        records = fetch(
+            self.next_read, max(room, 64), None if limit == _UNBOUNDED else limit - taken
+        )
+        if not records:
+            return taken, False
+        # the hot loop of a consumer's read: locals, written back below
+        next_read, acked, partition = self.next_read, self.acked, self.partition
+        delays = self._delays
+        made = 0
+        append = out.append
+        for record in records:
+            if room <= 0 or taken >= limit:
+                break
+            offset = record.offset
+            if offset != next_read:  # offsets lost to damage: nothing to FIN
+                self._holes[next_read] = offset
+                self._advance_confirmed()
+                next_read = offset
+            if offset >= stop:
+                break
+            next_read = offset + 1
+            if acked and offset in acked:
+                continue
+            made += 1
+            due = record.deliver_at_ns
+            if delays:
+                due = max(due, delays.pop(offset, 0))
+            if due > now_ns:
+                message = Message(partition, record)
+                message.due_ns = due
+                self.deferred.add(message)
+                if self.ordered:
+                    break  # nothing passes a message that is not due yet
+            else:
+                append(record)
+                room -= 1
+                taken += len(record.body)
+        self.next_read = next_read
+        self.message_count += made
+        return taken, True
 
     def has_ready(self, end_offset: int) -> bool:
         """True if :meth:`take` could return something now."""
@@ -208,46 +275,73 @@ class PartitionCursor:
             message.delivered_ns = now_ns
             message.owner = owner
             message.deadline_ns = deadline_ns
+            message.live = 1
             offset = message.record.offset
             in_flight[offset] = message
             add(offset)
         self._timeouts.add(deadline_ns, offsets)
 
+    def _message_at(self, offset: int) -> Message | None:
+        """The message in flight at ``offset``; a member of a flight gets a message of its own
+        (it needs state of its own: REQ, TOUCH, a timeout)."""
+        held = self.in_flight.get(offset)
+        if isinstance(held, Flight):
+            message = held.message(self.partition, offset)
+            self.in_flight[offset] = message
+            return message
+        return held if isinstance(held, Message) else None
+
     def _owned(self, offset: int, owner: object) -> Message:
-        message = self.in_flight.get(offset)
-        if message is None:
+        held = self.in_flight.get(offset)
+        if held is None:
             raise NotInFlightError
-        if message.owner is not owner:
+        if held.owner is not owner:
             raise NotOwnerError
+        message = self._message_at(offset)
+        assert message is not None
         return message
 
-    def finish(self, offset: int, owner: object) -> Message:
-        """FIN: the message is done; advance ``confirmed`` past contiguous FINs. Raises
-        NotInFlightError or NotOwnerError."""
-        finished, refused = self.finish_run((offset,), owner)
+    def finish(self, offset: int, owner: object) -> RecordLike:
+        """FIN: the message is done; advance ``confirmed`` past contiguous FINs. Returns its
+        record. Raises NotInFlightError or NotOwnerError."""
+        held = self.in_flight.get(offset)
+        record = held.record(offset) if isinstance(held, Flight) else None
+        if isinstance(held, Message):
+            record = held.record
+        _, refused = self.finish_run((offset,), owner)
         if refused:
             raise refused[0][1]
-        return finished[0]
+        assert record is not None
+        return record
 
     def finish_run(
-        self, offsets: Sequence[int], owner: object
-    ) -> tuple[list[Message], list[tuple[int, BrokerError]]]:
-        """FIN each of ``offsets`` in order (a consumer's run): the messages finished, and the
-        refusals ``(index in offsets, NotInFlightError | NotOwnerError)`` in order."""
+        self, offsets: Sequence[int], owner: object, stamps: list[int] | None = None
+    ) -> tuple[int, list[tuple[int, BrokerError]]]:
+        """FIN each of ``offsets`` in order (a consumer's run): how many were finished, and the
+        refusals ``(index in offsets, NotInFlightError | NotOwnerError)`` in order. With
+        ``stamps``, each finished message's publish time is appended to it."""
         in_flight = self.in_flight
         get = in_flight.get
         acked = self.acked
         confirmed = self.confirmed
-        finished: list[Message] = []
+        done = 0
         refused: list[tuple[int, BrokerError]] = []
+        last: Held | None = None
+        flights: list[Flight] = []  # the flights FINs came from (a change of flight each)
         for index, offset in enumerate(offsets):
-            message = get(offset)
-            if message is None or message.owner is not owner:
-                refused.append((index, NotInFlightError() if message is None else NotOwnerError()))
+            held = get(offset)
+            if held is None or held.owner is not owner:
+                refused.append((index, NotInFlightError() if held is None else NotOwnerError()))
                 continue
+            if stamps is not None:
+                stamps.append(_record_of(held, offset).timestamp_ns)
             del in_flight[offset]
-            message.owner = None
-            finished.append(message)
+            held.live -= 1
+            done += 1
+            if held is not last:
+                last = held
+                if isinstance(held, Flight):
+                    flights.append(held)
             if offset == confirmed:  # the common case: FINs in delivery order
                 confirmed += 1
             else:
@@ -255,7 +349,20 @@ class PartitionCursor:
         self.confirmed = confirmed
         if acked or self._holes:
             self._advance_confirmed()
-        return finished, refused
+        for flight in flights:
+            if flight.live > 0 and flight.live * COMPACT_RATIO <= len(flight.records):
+                self._compact(flight)
+        return done, refused
+
+    def _compact(self, flight: Flight) -> None:
+        """Each member of ``flight`` still in flight gets a message of its own; the flight's
+        records go (see :class:`~.inflight.Flight`)."""
+        in_flight = self.in_flight
+        for record in flight.records:
+            offset = record.offset
+            if in_flight.get(offset) is flight:
+                in_flight[offset] = flight.message(self.partition, offset)
+        flight.records = ()
 
     def confirm_offset(self, offset: int) -> None:
         """Confirm unsent the message at ``offset`` not taken from the log yet (or not waiting
@@ -303,9 +410,11 @@ class PartitionCursor:
         in_flight = self.in_flight
         heads: list[Message] = []  # ordered: back to the head, in offset order
         for deadline, offset in self._timeouts.pop_expired(now_ns, in_flight):
-            message = in_flight.get(offset)
-            if message is None or message.deadline_ns != deadline:
+            held = in_flight.get(offset)
+            if held is None or held.deadline_ns != deadline:
                 continue  # a duplicate entry (touched to the same deadline)
+            message = self._message_at(offset)
+            assert message is not None
             del in_flight[offset]
             owners.append(message.owner)
             message.owner = None

@@ -161,13 +161,13 @@ class Consuming:
                 await output.wait_sent()
                 continue
             now = self.clock.now_ns()
-            messages = channel.take(room, self, now + self.msg_timeout_ns, now, only, space)
+            taken = channel.take(room, self, now + self.msg_timeout_ns, now, only, space)
             if self.sample_rate:
-                messages = sample(channel, messages, self.sample_rate, self)
+                taken = sample(channel, taken, self.sample_rate, self)
             if self.ext_block or self.detail_block:
-                write_extended(output, messages, ext=self.ext_block, detail=self.detail_block)
+                write_extended(output, taken, ext=self.ext_block, detail=self.detail_block)
             else:
-                write_plain(output, messages)
-            self.in_flight += len(messages)
-            self.message_count += len(messages)
+                write_plain(output, taken)
+            self.in_flight += len(taken)
+            self.message_count += len(taken)
             await output.send_pending()

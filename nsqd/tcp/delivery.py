@@ -13,7 +13,6 @@ path: one pack (header and id) and two in-place extends of the output queue per 
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
 
 from protocol.frames import FrameType
 from protocol.message import (
@@ -24,10 +23,11 @@ from protocol.message import (
     RecordLike,
     encode_ext_block,
     message_frame_header,
+    partition_of,
 )
 
 from ..broker import Channel
-from ..core.inflight import Message
+from ..core.inflight import Deliveries
 from .output import OutputBuffer
 
 
@@ -37,53 +37,49 @@ def raw_size(record: RecordLike, ext: bytes = b"") -> int:
     return len(record.body) + len(ext) + 4
 
 
-def write_plain(output: OutputBuffer, messages: Sequence[Message]) -> None:
+def write_plain(output: OutputBuffer, taken: Deliveries) -> None:
     """Stock message frames."""
     queue = output.queue
     pack = MESSAGE_FRAME_PREFIX.pack
     frame_type = int(FrameType.MESSAGE)
-    for message in messages:
-        record = message.record
+    for record, attempts in zip(taken.records, taken.attempts, strict=True):
         body = record.body
         queue += pack(
             MESSAGE_FRAME_FIXED + len(body),
             frame_type,
             record.timestamp_ns,
-            message.attempts,
+            attempts,
             record.internal_id,
             record.trace_id,
         )
         queue += body
 
 
-def write_extended(
-    output: OutputBuffer, messages: Sequence[Message], *, ext: bool, detail: bool
-) -> None:
+def write_extended(output: OutputBuffer, taken: Deliveries, *, ext: bool, detail: bool) -> None:
     """Frames with the ext block (``ext``) and/or the detail block (``detail``)."""
     append = output.append
-    for message in messages:
-        record = message.record
+    for record, attempts in zip(taken.records, taken.attempts, strict=True):
         stored_ext = record.ext
         extra = encode_ext_block(stored_ext) if ext else b""
         if detail:
             extra += MESSAGE_DETAIL.pack(record.offset, raw_size(record, stored_ext))
         body = record.body
-        append(message_frame_header(record.timestamp_ns, message.attempts, len(extra) + len(body)))
+        append(message_frame_header(record.timestamp_ns, attempts, len(extra) + len(body)))
         append(MESSAGE_ID.pack(record.internal_id, record.trace_id))
         append(extra)
         append(body)
 
 
-def sample(
-    channel: Channel, messages: list[Message], sample_rate: int, owner: object
-) -> list[Message]:
+def sample(channel: Channel, taken: Deliveries, sample_rate: int, owner: object) -> Deliveries:
     """IDENTIFY sample_rate: like nsqd, a message this client skips is taken from the channel
     and dropped (never sent, never requeued)."""
-    kept = []
-    for message in messages:
+    kept = Deliveries()
+    for record, attempts in zip(taken.records, taken.attempts, strict=True):
         if random.randrange(100) > sample_rate:  # noqa: S311 - sampling, not security
-            channel.cursor_for(message.partition).finish(message.offset, owner)
-            channel.topic.partition(message.partition).dirty = True
+            partition = partition_of(record.internal_id)
+            channel.cursor_for(partition).finish(record.offset, owner)
+            channel.topic.partition(partition).dirty = True
         else:
-            kept.append(message)
+            kept.records.append(record)
+            kept.attempts.append(attempts)
     return kept

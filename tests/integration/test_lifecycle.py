@@ -64,12 +64,12 @@ async def test_retention_deletes_only_consumed_old_segments(tmp_path: Path) -> N
         channel = broker.subscribe("ret", "ch", client)
         now = time.time_ns()
         taken = channel.take(60, client, now + 10**10, now)
-        for message in taken:
-            broker.finish(channel, message.record.internal_id.to_bytes(8, "big") + bytes(8), client)
+        for record in taken.records:
+            broker.finish(channel, record.internal_id.to_bytes(8, "big") + bytes(8), client)
         deleted = broker.apply_retention(time.time_ns())
         assert deleted > 0
         assert 0 < log.start_offset <= 60  # whole segments only, none past the cursor
         assert log.end_offset == 100
         rest = channel.take(100, client, now + 10**10, time.time_ns())
-        assert [m.offset for m in rest] == list(range(60, 100))
+        assert [r.offset for r in rest.records] == list(range(60, 100))
         await trio.sleep(0)

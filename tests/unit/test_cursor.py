@@ -1,5 +1,6 @@
 """PartitionCursor, the pure channel state, as a Hypothesis state machine against a model
-(including its timeouts: one lazily deleted heap entry per delivered batch or TOUCH)."""
+(including its timeouts: one lazily deleted heap entry per delivered batch or TOUCH, and the
+flights new records are delivered in)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from nsqd.core.cursor import PartitionCursor
 from nsqd.core.errors import NotInFlightError, NotOwnerError
-from nsqd.core.inflight import Message
+from nsqd.core.inflight import COMPACT_RATIO, Flight, Message
 
 
 @dataclass(frozen=True)
@@ -30,44 +31,57 @@ OWNERS = ("a", "b")
 class CursorMachine(RuleBasedStateMachine):
     """Model: the set of offsets not yet FINed; order of first deliveries in ordered mode."""
 
-    @initialize(ordered=st.booleans(), count=st.integers(0, 30))
+    @initialize(ordered=st.booleans(), count=st.sampled_from([0, 1, 7, 30, 30, 60]))
     def setup(self, ordered: bool, count: int) -> None:
-        self.log = [Rec(i) for i in range(count)]
+        self.log = [Rec(i, timestamp_ns=10 * i) for i in range(count)]
         self.cursor = PartitionCursor(0, 0)
         self.cursor.ordered = ordered
         self.now = 1_000
         self.unfinished = set(range(count))
-        self.held: dict[int, tuple[str, Message]] = {}
+        self.held: dict[int, str] = {}  # offset in flight -> its owner
         self.deadlines: dict[int, int] = {}  # of the held offsets
         self.delivered: list[int] = []
+        self.attempts: dict[int, int] = {}  # deliveries of each offset
 
     def fetch(self, offset: int, n: int, _max_bytes: int | None = None) -> list[Rec]:
         return self.log[offset : offset + n]
 
     @rule(
-        n=st.integers(1, 5),
+        n=st.sampled_from([1, 2, 3, 5, 40]),
         owner=st.sampled_from(OWNERS),
         timeout=st.sampled_from([100, 100, 30, 400]),
-        batch=st.booleans(),
+        how=st.sampled_from(["each", "batch", "flight", "flight"]),
     )
-    def take(self, n: int, owner: str, timeout: int, batch: bool) -> None:
-        got = self.cursor.take(self.fetch, n, self.now, len(self.log))
-        if batch:
-            self.cursor.start_flights(got, owner, self.now + timeout, self.now)
-        for m in got:
-            if not batch:
-                self.cursor.start_flight(m, owner, self.now + timeout, self.now)
-            assert m.offset in self.unfinished
-            assert m.offset not in self.held
-            self.held[m.offset] = (owner, m)
-            self.deadlines[m.offset] = self.now + timeout
-            self.delivered.append(m.offset)
+    def take(self, n: int, owner: str, timeout: int, how: str) -> None:
+        deadline = self.now + timeout
+        if how == "flight" and self.cursor.only_new():
+            records = self.cursor.take_flight(
+                self.fetch, n, self.now, len(self.log), owner, deadline
+            )
+            got = [(r.offset, 1) for r in records]
+        else:
+            messages = self.cursor.take(self.fetch, n, self.now, len(self.log))
+            if how == "each":
+                for m in messages:
+                    self.cursor.start_flight(m, owner, deadline, self.now)
+            else:
+                self.cursor.start_flights(messages, owner, deadline, self.now)
+            got = [(m.offset, m.attempts) for m in messages]
+        assert len(got) <= n
+        for offset, attempts in got:
+            assert offset in self.unfinished
+            assert offset not in self.held
+            self.attempts[offset] = self.attempts.get(offset, 0) + 1
+            assert attempts == self.attempts[offset]
+            self.held[offset] = owner
+            self.deadlines[offset] = deadline
+            self.delivered.append(offset)
 
     @precondition(lambda self: bool(self.held))
     @rule(data=st.data(), extra=st.sampled_from([0, 10, 100, 500]))
     def touch(self, data: st.DataObject, extra: int) -> None:
         offset = data.draw(st.sampled_from(sorted(self.held)))
-        owner, _ = self.held[offset]
+        owner = self.held[offset]
         self.cursor.touch(offset, owner, self.now + extra)
         self.deadlines[offset] = self.now + extra
 
@@ -75,9 +89,9 @@ class CursorMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def fin(self, data: st.DataObject) -> None:
         offset = data.draw(st.sampled_from(sorted(self.held)))
-        owner, _ = self.held.pop(offset)
+        owner = self.held.pop(offset)
         del self.deadlines[offset]
-        self.cursor.finish(offset, owner)
+        assert self.cursor.finish(offset, owner) is self.log[offset]
         self.unfinished.discard(offset)
 
     @rule(data=st.data(), owner=st.sampled_from(OWNERS))
@@ -85,7 +99,7 @@ class CursorMachine(RuleBasedStateMachine):
         """A consumer's run of FINs: held ones (of either owner), repeats, unknown offsets."""
         pool = [*sorted(self.held), 0, 7, 39]
         offsets = data.draw(st.lists(st.sampled_from(pool), max_size=8))
-        held = {offset: who for offset, (who, _) in self.held.items()}
+        held = dict(self.held)
         done: list[int] = []
         refusals: list[tuple[int, type]] = []
         for index, offset in enumerate(offsets):
@@ -96,9 +110,28 @@ class CursorMachine(RuleBasedStateMachine):
             else:
                 done.append(offset)
                 del held[offset]
-        finished, refused = self.cursor.finish_run(offsets, owner)
-        assert [m.offset for m in finished] == done
+        stamps: list[int] = []
+        finished, refused = self.cursor.finish_run(offsets, owner, stamps)
+        assert finished == len(done)
+        assert stamps == [self.log[offset].timestamp_ns for offset in done]
         assert [(index, type(exc)) for index, exc in refused] == refusals
+        self._forget(done)
+
+    @precondition(lambda self: bool(self.held))
+    @rule(owner=st.sampled_from(OWNERS), keep=st.integers(0, 3))
+    def fin_all_but(self, owner: str, keep: int) -> None:
+        """A run of FINs of all but ``keep`` of an owner's messages (flights left with few
+        members: they give each a message of their own)."""
+        mine = sorted(offset for offset, who in self.held.items() if who == owner)
+        done = mine[keep:]
+        finished, refused = self.cursor.finish_run(done, owner)
+        assert (finished, refused) == (len(done), [])
+        self._forget(done)
+        for held in self.cursor.in_flight.values():
+            if isinstance(held, Flight):
+                assert held.live * COMPACT_RATIO > len(held.records)
+
+    def _forget(self, done: list[int]) -> None:
         for offset in done:
             del self.held[offset]
             del self.deadlines[offset]
@@ -108,7 +141,7 @@ class CursorMachine(RuleBasedStateMachine):
     @rule(data=st.data(), delay=st.sampled_from([0, 0, 50, 500]))
     def req(self, data: st.DataObject, delay: int) -> None:
         offset = data.draw(st.sampled_from(sorted(self.held)))
-        owner, _ = self.held.pop(offset)
+        owner = self.held.pop(offset)
         del self.deadlines[offset]
         self.cursor.requeue(offset, owner, delay, self.now)
 
@@ -116,7 +149,7 @@ class CursorMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def wrong_owner_is_refused(self, data: st.DataObject) -> None:
         offset = data.draw(st.sampled_from(sorted(self.held)))
-        owner, _ = self.held[offset]
+        owner = self.held[offset]
         other = "b" if owner == "a" else "a"
         try:
             self.cursor.finish(offset, other)
@@ -138,9 +171,10 @@ class CursorMachine(RuleBasedStateMachine):
     def time_passes(self, step: int) -> None:
         self.now += step
         owners, _released = self.cursor.expire(self.now, len(self.log))
-        timed_out = [o for o, (_, m) in self.held.items() if m.owner is None]
-        assert len(owners) == len(timed_out)
-        assert timed_out == [o for o, d in self.deadlines.items() if d <= self.now]
+        timed_out = sorted(o for o, d in self.deadlines.items() if d <= self.now)
+        assert sorted(owners) == sorted(self.held[o] for o in timed_out)
+        assert not set(timed_out) & set(self.cursor.in_flight)
+        assert set(self.held) - set(timed_out) == set(self.cursor.in_flight)
         for offset in timed_out:
             del self.held[offset]
             del self.deadlines[offset]
@@ -151,6 +185,19 @@ class CursorMachine(RuleBasedStateMachine):
         if self.cursor.deferred:
             candidates.append(self.cursor.deferred[0].due_ns)
         assert self.cursor.next_deadline() == (min(candidates) if candidates else None)
+
+    @invariant()
+    def in_flight_is_what_is_held(self) -> None:
+        in_flight = self.cursor.in_flight
+        assert set(in_flight) == set(self.held)
+        for offset, held in in_flight.items():
+            assert held.owner == self.held[offset]
+            assert held.deadline_ns == self.deadlines[offset]
+            if isinstance(held, Flight):
+                assert held.record(offset) is self.log[offset]
+        flights = {id(h): h for h in in_flight.values() if isinstance(h, Flight)}
+        for flight in flights.values():
+            assert flight.live == sum(1 for h in in_flight.values() if h is flight)
 
     @invariant()
     def confirmed_is_below_every_unfinished_offset(self) -> None:
@@ -284,3 +331,47 @@ def test_ordered_a_timed_out_message_is_next_again() -> None:
     cursor.start_flight(first, "a", 100, 0)
     cursor.expire(100, 3)
     assert [m.offset for m in cursor.take(_fetch(log), 5, 100, 3)] == [0]
+
+
+def test_new_records_go_out_as_one_flight_and_few_left_get_messages_of_their_own() -> None:
+    log = [Rec(i, timestamp_ns=10 * i) for i in range(40)]
+    cursor = PartitionCursor(3, 0)
+    records = cursor.take_flight(lambda o, n, _b: log[o : o + n], 32, 1_000, 40, "a", 5_000)
+    assert records == log[:32]
+    flights = {id(held) for held in cursor.in_flight.values()}
+    assert len(flights) == 1
+    assert isinstance(cursor.in_flight[0], Flight)
+    # FINs of all but two: the two left become messages (attempts 1, the flight's deadline)
+    assert cursor.finish_run([o for o in range(32) if o not in (5, 20)], "a") == (30, [])
+    left = cursor.in_flight
+    assert sorted(left) == [5, 20]
+    for message in left.values():
+        assert isinstance(message, Message)
+        assert (message.attempts, message.deadline_ns, message.partition) == (1, 5_000, 3)
+    # the timeout gives both back (next, with no log end given): delivered again as attempt 2
+    owners, _ = cursor.expire(5_000)
+    assert owners == ["a", "a"]
+    assert not cursor.only_new()
+    again = cursor.take(lambda o, n, _b: log[o : o + n], 2, 5_000, 40)
+    assert [(m.offset, m.attempts) for m in again] == [(5, 1), (20, 1)]
+    cursor.start_flights(again, "b", 9_000, 5_000)
+    assert [m.attempts for m in again] == [2, 2]
+
+
+def test_a_flight_member_touched_or_requeued_leaves_the_flight() -> None:
+    log = [Rec(i) for i in range(4)]
+    cursor = PartitionCursor(0, 0)
+    cursor.take_flight(lambda o, n, _b: log[o : o + n], 4, 0, 4, "a", 100)
+    flight = cursor.in_flight[0]
+    assert isinstance(flight, Flight)
+    assert flight.live == 4
+    cursor.touch(1, "a", 500)
+    cursor.requeue(2, "a", 0, 0)
+    assert flight.live == 2
+    assert isinstance(cursor.in_flight[1], Message)
+    assert cursor.in_flight[1].deadline_ns == 500
+    assert 2 not in cursor.in_flight
+    owners, _ = cursor.expire(100, 4)  # 0 and 3 time out, 1 was touched past it
+    assert owners == ["a", "a"]
+    assert sorted(cursor.in_flight) == [1]
+    assert [m.offset for m in cursor.take(lambda o, n, _b: log[o : o + n], 9, 100, 4)] == [2, 0, 3]
