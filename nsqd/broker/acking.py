@@ -7,6 +7,7 @@ and the end-to-end latency a FIN records.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from itertools import groupby
 
 from protocol.message import PARTITION_SHIFT, SEQUENCE_MASK, partition_of
@@ -54,7 +55,6 @@ class Acking:
         failed: list[tuple[int, BrokerError]] = []
         touched: list[int] = []
         cursors = channel.cursors
-        offsets = [(internal_id & SEQUENCE_MASK) - 1 for internal_id in internal_ids]
         for number, start, end in _stretches(internal_ids):
             cursor = cursors.get(number)
             if cursor is None:
@@ -68,9 +68,10 @@ class Acking:
                     break
                 touched.append(number)
             stamps: list[int] | None = [] if self.config.e2e_percentiles else None
-            finished, refused = cursor.finish_run(offsets[start:end], client, stamps)
-            done += finished
-            failed.extend((start + index, exc) for index, exc in refused)
+            for first, offsets in _offset_runs(internal_ids, start, end):
+                finished, refused = cursor.finish_run(offsets, client, stamps)
+                done += finished
+                failed.extend((first + index, exc) for index, exc in refused)
             for timestamp_ns in stamps or ():
                 self.observe_e2e(channel, timestamp_ns)
         for number in touched:
@@ -121,6 +122,27 @@ class Acking:
         if held is not None:
             deadline = min(deadline, held.delivered_ns + max_msg_timeout_ns)
         cursor.touch(offset, client, deadline)
+
+
+def _offset_runs(internal_ids: list[int], start: int, end: int) -> list[tuple[int, Sequence[int]]]:
+    """The offsets of ``internal_ids[start:end]`` (one partition's), in order, as pieces
+    ``(index of the first, offsets)``: a piece of consecutive ids is a ``range`` (a FIN run in
+    delivery order: no step per id, see :meth:`PartitionCursor.finish_run`), found by halving
+    the stretch until each half is consecutive or short."""
+    count = end - start
+    if count <= 0:
+        return []
+    first = internal_ids[start]
+    if internal_ids[start:end] == list(range(first, first + count)):
+        offset = (first & SEQUENCE_MASK) - 1
+        return [(start, range(offset, offset + count))]
+    if count <= _SHORTEST_HALVED:
+        return [(start, [(i & SEQUENCE_MASK) - 1 for i in internal_ids[start:end]])]
+    middle = (start + end) // 2
+    return _offset_runs(internal_ids, start, middle) + _offset_runs(internal_ids, middle, end)
+
+
+_SHORTEST_HALVED = 16  # a stretch this short is not halved again: its offsets are listed
 
 
 def _stretches(internal_ids: list[int]) -> list[tuple[int, int, int]]:

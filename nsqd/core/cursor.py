@@ -18,25 +18,17 @@ Confirmations on the server's behalf (youzan) are :mod:`.confirming`'s.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from sortedcontainers import SortedKeyList
 
 from protocol.message import RecordLike
 
-from .delayed import DelayedIndex
 from .errors import BrokerError, NotInFlightError, NotOwnerError
 from .inflight import COMPACT_RATIO, Flight, FlightTimeouts, Held, Message
+from .taking import Fetch, Taking
 
 __all__ = ["Fetch", "PartitionCursor"]
-
-
-Fetch = Callable[[int, int, int | None], Sequence[RecordLike]]
-"""``fetch(offset, max_records, max_bytes)``: records from the partition log (supplied by the
-broker); ``max_bytes`` (None: unbounded) may cut a read from disk short, never to nothing."""
-
-
-_UNBOUNDED = 1 << 62  # ``max_bytes`` when none is given
 
 
 def _due(message: Message) -> tuple[int, int]:
@@ -51,7 +43,7 @@ def _record_of(held: Held, offset: int) -> RecordLike:
     return held.record
 
 
-class PartitionCursor:
+class PartitionCursor(Taking):
     """A channel's state in one partition. See the module docstring."""
 
     def __init__(self, partition: int, start: int, acked: Sequence[int] = ()) -> None:
@@ -82,176 +74,6 @@ class PartitionCursor:
         #: ordered consumption (SUB_ORDERED): exactly one message in flight; a timeout or REQ
         #: gives the same message back at the head (REQ delays are ignored), so order holds.
         self.ordered = False
-
-    # ------------------------------------------------------------------ reading
-
-    def take(
-        self,
-        fetch: Fetch,
-        max_messages: int,
-        now_ns: int,
-        end_offset: int,
-        max_bytes: int | None = None,
-        *,
-        batch: bool = False,
-    ) -> list[Message]:
-        """Up to ``max_messages`` deliverable messages: requeued first, then new from the log;
-        with ``max_bytes``, no more once their bodies add up to it (one message at least), so a
-        consumer's window of big messages is taken a socket's worth at a time.
-
-        Records from the log that are not due yet (DPUB) go to the deferred set instead.
-        Acked offsets (FINed before a restart) are skipped. :attr:`taken_bytes` tells the
-        body bytes returned. Ordered: one message, or with ``batch`` (an HTTP consume lease,
-        which locks the partition) a run of consecutive messages.
-        """
-        self.taken_bytes = 0
-        if self.ordered:
-            if self.in_flight or self.deferred:  # the head is out, or not due yet
-                return []
-            if not batch:
-                max_messages = min(max_messages, 1)
-        limit = max_bytes if max_bytes is not None else _UNBOUNDED
-        taken = 0
-        out: list[Message] = []
-        ready = self.ready
-        while ready and len(out) < max_messages and taken < limit:
-            message = ready.popleft()
-            taken += len(message.record.body)
-            out.append(message)
-        behind = self.behind
-        partition = self.partition
-        while len(out) < max_messages and taken < limit:
-            while behind and len(out) < max_messages and taken < limit:
-                mark, message = behind[0]
-                if mark > self.next_read and self.next_read < end_offset:
-                    break  # messages waiting before it are still unread
-                behind.popleft()
-                taken += len(message.record.body)
-                out.append(message)
-            stop = min(end_offset, behind[0][0]) if behind else end_offset
-            if len(out) >= max_messages or taken >= limit or self.next_read >= stop:
-                break
-            fresh: list[RecordLike] = []
-            taken, read = self._read_log(
-                fetch, max_messages - len(out), now_ns, stop, limit, taken, fresh
-            )
-            out.extend([Message(partition, record) for record in fresh])
-            if not read or (self.ordered and self.deferred):
-                break
-        self.taken_bytes = taken
-        return out
-
-    def only_new(self) -> bool:
-        """True when a take can give only new records from the log (:meth:`take_flight`):
-        nothing requeued or timed out waits, and the channel is not ordered."""
-        return not (self.ordered or self.ready or self.behind)
-
-    def take_flight(
-        self,
-        fetch: Fetch,
-        max_messages: int,
-        now_ns: int,
-        end_offset: int,
-        owner: object,
-        deadline_ns: int,
-        max_bytes: int | None = None,
-    ) -> list[RecordLike]:
-        """:meth:`take` then :meth:`start_flights` when :meth:`only_new`, the consume path:
-        the records delivered, all first attempts, in flight for ``owner`` until
-        ``deadline_ns`` as one :class:`~.inflight.Flight` (no message object each)."""
-        if not self.only_new():
-            raise ValueError("take_flight with messages waiting to be delivered again")
-        limit = max_bytes if max_bytes is not None else _UNBOUNDED
-        taken = 0
-        out: list[RecordLike] = []
-        while len(out) < max_messages and taken < limit and self.next_read < end_offset:
-            taken, read = self._read_log(
-                fetch, max_messages - len(out), now_ns, end_offset, limit, taken, out
-            )
-            if not read:
-                break
-        self.taken_bytes = taken
-        if out:
-            flight = Flight(out, owner, deadline_ns, now_ns)
-            offsets = [record.offset for record in out]
-            self.in_flight.update(dict.fromkeys(offsets, flight))
-            self._timeouts.add(deadline_ns, offsets)
-        return out
-
-    def _read_log(
-        self,
-        fetch: Fetch,
-        room: int,
-        now_ns: int,
-        stop: int,
-        limit: int,
-        taken: int,
-        out: list[RecordLike],
-    ) -> tuple[int, bool]:
-        """One read of the log from :attr:`next_read`: up to ``room`` records due now are
-        appended to ``out`` until their bodies bring ``taken`` to ``limit``; those not due yet
-        go to the deferred set. Returns ``taken`` and whether the log gave anything."""
-        records = fetch(
-            self.next_read, max(room, 64), None if limit == _UNBOUNDED else limit - taken
-        )
-        if not records:
-            return taken, False
-        # the hot loop of a consumer's read: locals, written back below
-        next_read, acked, partition = self.next_read, self.acked, self.partition
-        delays = self._delays
-        made = 0
-        append = out.append
-        for record in records:
-            if room <= 0 or taken >= limit:
-                break
-            offset = record.offset
-            if offset != next_read:  # offsets lost to damage: nothing to FIN
-                self._holes[next_read] = offset
-                self._advance_confirmed()
-                next_read = offset
-            if offset >= stop:
-                break
-            next_read = offset + 1
-            if acked and offset in acked:
-                continue
-            made += 1
-            due = record.deliver_at_ns
-            if delays:
-                due = max(due, delays.pop(offset, 0))
-            if due > now_ns:
-                message = Message(partition, record)
-                message.due_ns = due
-                self.deferred.add(message)
-                if self.ordered:
-                    break  # nothing passes a message that is not due yet
-            else:
-                append(record)
-                room -= 1
-                taken += len(record.body)
-        self.next_read = next_read
-        self.message_count += made
-        return taken, True
-
-    def has_ready(self, end_offset: int) -> bool:
-        """True if :meth:`take` could return something now."""
-        if self.ordered and (self.in_flight or self.deferred):
-            return False
-        return bool(self.ready) or bool(self.behind) or self.next_read < end_offset
-
-    def depth(self, end_offset: int) -> int:
-        """Messages waiting for delivery (nsqd's channel ``depth``)."""
-        return end_offset - self.next_read + len(self.ready) + len(self.behind)
-
-    def unread_deferred(self, delayed: DelayedIndex, end_offset: int, now_ns: int) -> int:
-        """Messages in the log not read yet that are deferred all the same (DPUB, or a delay
-        taken over from a leader): nsqd counts them as ``deferred_count``, not ``depth``."""
-        offsets = set(delayed.not_due(self.next_read, end_offset, now_ns))
-        offsets.update(
-            o
-            for o, due in self._delays.items()
-            if self.next_read <= o < end_offset and due > now_ns
-        )
-        return len(offsets - self.acked)
 
     # ------------------------------------------------------------------ in flight
 
@@ -319,7 +141,12 @@ class PartitionCursor:
     ) -> tuple[int, list[tuple[int, BrokerError]]]:
         """FIN each of ``offsets`` in order (a consumer's run): how many were finished, and the
         refusals ``(index in offsets, NotInFlightError | NotOwnerError)`` in order. With
-        ``stamps``, each finished message's publish time is appended to it."""
+        ``stamps``, each finished message's publish time is appended to it.
+
+        A ``range`` of offsets that one flight of ``owner`` holds (a consumer FINing in
+        delivery order) is finished by C-level passes, with no step per offset."""
+        if type(offsets) is range and stamps is None and self._finish_flight(offsets, owner):
+            return len(offsets), []
         in_flight = self.in_flight
         get = in_flight.get
         acked = self.acked
@@ -353,6 +180,31 @@ class PartitionCursor:
             if flight.live > 0 and flight.live * COMPACT_RATIO <= len(flight.records):
                 self._compact(flight)
         return done, refused
+
+    def _finish_flight(self, offsets: range, owner: object) -> bool:
+        """:meth:`finish_run` of ``offsets`` if one flight of ``owner`` holds every one of
+        them; False (nothing done) if not."""
+        in_flight = self.in_flight
+        holders = list(map(in_flight.get, offsets))
+        flight = holders[0] if holders else None
+        if (
+            not isinstance(flight, Flight)
+            or flight.owner is not owner
+            or offsets.step != 1
+            or holders.count(flight) != len(holders)
+        ):
+            return False
+        deque(map(in_flight.pop, offsets), maxlen=0)  # each deleted, in one C-level pass
+        flight.live -= len(offsets)
+        if offsets.start == self.confirmed:  # none of them is in acked: they were in flight
+            self.confirmed = offsets.stop
+        else:
+            self.acked.update(offsets)
+        if self.acked or self._holes:
+            self._advance_confirmed()
+        if flight.live > 0 and flight.live * COMPACT_RATIO <= len(flight.records):
+            self._compact(flight)
+        return True
 
     def _compact(self, flight: Flight) -> None:
         """Each member of ``flight`` still in flight gets a message of its own; the flight's

@@ -7,8 +7,8 @@ import itertools
 import hypothesis.strategies as st
 from hypothesis import given
 
-from nsqd.broker.acking import _stretches
-from protocol.message import make_internal_id, partition_of
+from nsqd.broker.acking import _offset_runs, _stretches
+from protocol.message import SEQUENCE_MASK, make_internal_id, partition_of
 
 ids_st = st.one_of(
     st.builds(make_internal_id, st.integers(0, 3), st.integers(1, 2**50 - 1)),
@@ -32,3 +32,41 @@ def test_one_partitions_run_is_one_stretch() -> None:
     assert _stretches(ids) == [(5, 0, 4)]
     assert _stretches([make_internal_id(5, 1), make_internal_id(6, 1)]) == [(5, 0, 1), (6, 1, 2)]
     assert _stretches([]) == []
+
+
+def _runs_st() -> st.SearchStrategy[list[int]]:
+    """One partition's FIN ids: consecutive stretches (FINs in delivery order), repeats, jumps."""
+    stretch = st.tuples(st.integers(1, 2**50 - 60), st.integers(1, 50)).map(
+        lambda t: [make_internal_id(2, s) for s in range(t[0], t[0] + t[1])]
+    )
+    single = st.integers(1, 2**50 - 1).map(lambda s: [make_internal_id(2, s)])
+    return st.lists(st.one_of(stretch, single), max_size=6).map(
+        lambda parts: list(itertools.chain.from_iterable(parts))
+    )
+
+
+@given(_runs_st(), st.data())
+def test_a_stretch_is_cut_into_pieces_with_the_same_offsets(
+    ids: list[int], data: st.DataObject
+) -> None:
+    start = data.draw(st.integers(0, len(ids)))
+    end = data.draw(st.integers(start, len(ids)))
+    pieces = _offset_runs(ids, start, end)
+    assert [o for _, offsets in pieces for o in offsets] == [
+        (i & SEQUENCE_MASK) - 1 for i in ids[start:end]
+    ]
+    firsts = [first for first, _ in pieces]
+    assert (
+        firsts
+        == list(itertools.accumulate([start] + [len(o) for _, o in pieces[:-1]]))[: len(pieces)]
+    )
+
+
+def test_a_run_in_delivery_order_is_one_range() -> None:
+    ids = [make_internal_id(1, s) for s in range(11, 2_011)]
+    assert _offset_runs(ids, 0, len(ids)) == [(0, range(10, 2_010))]
+    # one jump (the connection's next batch): a few ranges, no list of 2,000 offsets
+    jumped = ids[:1_500] + [make_internal_id(1, s) for s in range(5_011, 5_511)]
+    pieces = _offset_runs(jumped, 0, len(jumped))
+    assert all(isinstance(offsets, range) for _, offsets in pieces)
+    assert len(pieces) <= 2 * 12

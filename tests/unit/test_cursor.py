@@ -4,6 +4,7 @@ flights new records are delivered in)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import hypothesis.strategies as st
@@ -98,7 +99,18 @@ class CursorMachine(RuleBasedStateMachine):
     def fin_run(self, data: st.DataObject, owner: str) -> None:
         """A consumer's run of FINs: held ones (of either owner), repeats, unknown offsets."""
         pool = [*sorted(self.held), 0, 7, 39]
-        offsets = data.draw(st.lists(st.sampled_from(pool), max_size=8))
+        self._fin_as_modelled(data.draw(st.lists(st.sampled_from(pool), max_size=8)), owner)
+
+    @rule(data=st.data(), owner=st.sampled_from(OWNERS), stamped=st.booleans())
+    def fin_range(self, data: st.DataObject, owner: str, stamped: bool) -> None:
+        """A run of consecutive offsets (a consumer FINing in delivery order), as the broker
+        passes it: a range, finished at once when one flight of the owner holds it all."""
+        held = sorted(self.held)
+        start = data.draw(st.sampled_from([*held, 0, 3]))
+        length = data.draw(st.integers(0, 45))
+        self._fin_as_modelled(range(start, start + length), owner, stamped=stamped)
+
+    def _fin_as_modelled(self, offsets: Sequence[int], owner: str, *, stamped: bool = True) -> None:
         held = dict(self.held)
         done: list[int] = []
         refusals: list[tuple[int, type]] = []
@@ -110,10 +122,11 @@ class CursorMachine(RuleBasedStateMachine):
             else:
                 done.append(offset)
                 del held[offset]
-        stamps: list[int] = []
+        stamps: list[int] | None = [] if stamped else None
         finished, refused = self.cursor.finish_run(offsets, owner, stamps)
         assert finished == len(done)
-        assert stamps == [self.log[offset].timestamp_ns for offset in done]
+        if stamps is not None:
+            assert stamps == [self.log[offset].timestamp_ns for offset in done]
         assert [(index, type(exc)) for index, exc in refused] == refusals
         self._forget(done)
 
@@ -124,7 +137,9 @@ class CursorMachine(RuleBasedStateMachine):
         members: they give each a message of their own)."""
         mine = sorted(offset for offset, who in self.held.items() if who == owner)
         done = mine[keep:]
-        finished, refused = self.cursor.finish_run(done, owner)
+        consecutive = done == list(range(done[0], done[0] + len(done))) if done else False
+        run = range(done[0], done[0] + len(done)) if consecutive else done
+        finished, refused = self.cursor.finish_run(run, owner)
         assert (finished, refused) == (len(done), [])
         self._forget(done)
         for held in self.cursor.in_flight.values():
@@ -375,3 +390,32 @@ def test_a_flight_member_touched_or_requeued_leaves_the_flight() -> None:
     assert owners == ["a", "a"]
     assert sorted(cursor.in_flight) == [1]
     assert [m.offset for m in cursor.take(lambda o, n, _b: log[o : o + n], 9, 100, 4)] == [2, 0, 3]
+
+
+def test_a_range_of_fins_is_finished_at_once_only_when_one_flight_of_the_owner_holds_it() -> None:
+    log = [Rec(i) for i in range(20)]
+
+    def fetch(o: int, n: int, _b: int | None) -> list[Rec]:
+        return log[o : o + n]
+
+    cursor = PartitionCursor(0, 0)
+    cursor.take_flight(fetch, 10, 0, 20, "a", 100)
+    cursor.take_flight(fetch, 10, 0, 20, "b", 100)
+    # another owner's range: each refused, nothing finished
+    done, refused = cursor.finish_run(range(4), "b")
+    assert done == 0
+    assert [(i, type(e)) for i, e in refused] == [(i, NotOwnerError) for i in range(4)]
+    # a range over two flights (a's end, b's start): a's finished, b's refused for a
+    done, refused = cursor.finish_run(range(8, 12), "a")
+    assert done == 2
+    assert [(i, type(e)) for i, e in refused] == [(2, NotOwnerError), (3, NotOwnerError)]
+    assert cursor.acked == {8, 9}
+    # a range with a member requeued meanwhile, and one past the log: those two refused
+    cursor.requeue(14, "b", 0, 0)
+    done, refused = cursor.finish_run(range(12, 21), "b")
+    assert done == 7
+    assert [(i, type(e)) for i, e in refused] == [(2, NotInFlightError), (8, NotInFlightError)]
+    # the owner's whole flight in order: confirmed moves past it
+    assert cursor.finish_run(range(8), "a") == (8, [])
+    assert cursor.confirmed == 10
+    assert sorted(cursor.in_flight) == [10, 11]
