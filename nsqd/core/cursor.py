@@ -5,14 +5,17 @@ A channel is not a copy of the data. For each partition it keeps:
 * ``confirmed``: every offset below it is FINed (the durable cursor, checkpointed);
 * ``acked``: offsets at or above ``confirmed`` that are FINed out of order;
 * ``next_read``: the next offset to read from the log;
-* in-flight messages, each with its owner and deadline;
+* in-flight messages, each with its owner and deadline: the new records one take delivered
+  share one :class:`~.inflight.Flight`, a message with state of its own is a
+  :class:`~.inflight.Message`;
 * deferred messages (REQ with a delay, DPUB) ordered by due time;
 * requeued messages due now, delivered before anything new;
 * timed-out messages, each behind the log end of its timeout: as nsqd puts a timed-out message
   at the back of the channel's queue, the messages already waiting go first.
 
 Pure: no I/O and no clock; every method that needs the time takes ``now_ns`` (wall clock, ns).
-Confirmations on the server's behalf (youzan) are :mod:`.confirming`'s.
+Taking messages from the log is :mod:`.taking`'s; confirmations on the server's behalf
+(youzan) are :mod:`.confirming`'s.
 """
 
 from __future__ import annotations
@@ -110,6 +113,7 @@ class PartitionCursor(Taking):
         if isinstance(held, Flight):
             message = held.message(self.partition, offset)
             self.in_flight[offset] = message
+            self._compact_if_few(held)
             return message
         return held if isinstance(held, Message) else None
 
@@ -177,8 +181,7 @@ class PartitionCursor(Taking):
         if acked or self._holes:
             self._advance_confirmed()
         for flight in flights:
-            if flight.live > 0 and flight.live * COMPACT_RATIO <= len(flight.records):
-                self._compact(flight)
+            self._compact_if_few(flight)
         return done, refused
 
     def _finish_flight(self, offsets: range, owner: object) -> bool:
@@ -202,13 +205,15 @@ class PartitionCursor(Taking):
             self.acked.update(offsets)
         if self.acked or self._holes:
             self._advance_confirmed()
-        if flight.live > 0 and flight.live * COMPACT_RATIO <= len(flight.records):
-            self._compact(flight)
+        self._compact_if_few(flight)
         return True
 
-    def _compact(self, flight: Flight) -> None:
-        """Each member of ``flight`` still in flight gets a message of its own; the flight's
-        records go (see :class:`~.inflight.Flight`)."""
+    def _compact_if_few(self, flight: Flight) -> None:
+        """Each member of ``flight`` still in flight gets a message of its own once they are
+        few (:data:`~.inflight.COMPACT_RATIO`); the flight's records go (see
+        :class:`~.inflight.Flight`)."""
+        if not 0 < flight.live * COMPACT_RATIO <= len(flight.records):
+            return
         in_flight = self.in_flight
         for record in flight.records:
             offset = record.offset
