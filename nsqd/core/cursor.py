@@ -34,6 +34,10 @@ from .taking import Fetch, Taking
 __all__ = ["Fetch", "PartitionCursor"]
 
 
+FEW_GRACE_RUNS = 4
+"""FIN runs a flight left with few members waits before they get messages of their own."""
+
+
 def _due(message: Message) -> tuple[int, int]:
     return (message.due_ns, message.record.offset)
 
@@ -74,6 +78,9 @@ class PartitionCursor(Taking):
         #: offset -> not before (ns): delays taken over from a leader (see :meth:`mirror`),
         #: applied when the offset is read
         self._delays: dict[int, int] = {}
+        #: (FIN run number, flight) of the flights FIN runs left with few members, oldest first
+        self._few: deque[tuple[int, Flight]] = deque()
+        self._fin_runs = 0  # FIN runs so far
         #: ordered consumption (SUB_ORDERED): exactly one message in flight; a timeout or REQ
         #: gives the same message back at the head (REQ delays are ignored), so order holds.
         self.ordered = False
@@ -149,6 +156,9 @@ class PartitionCursor(Taking):
 
         A ``range`` of offsets that one flight of ``owner`` holds (a consumer FINing in
         delivery order) is finished by C-level passes, with no step per offset."""
+        self._fin_runs += 1
+        if self._few:
+            self._compact_few()
         if type(offsets) is range and stamps is None and self._finish_flight(offsets, owner):
             return len(offsets), []
         in_flight = self.in_flight
@@ -181,7 +191,7 @@ class PartitionCursor(Taking):
         if acked or self._holes:
             self._advance_confirmed()
         for flight in flights:
-            self._compact_if_few(flight)
+            self._note_few(flight)
         return done, refused
 
     def _finish_flight(self, offsets: range, owner: object) -> bool:
@@ -205,8 +215,21 @@ class PartitionCursor(Taking):
             self.acked.update(offsets)
         if self.acked or self._holes:
             self._advance_confirmed()
-        self._compact_if_few(flight)
+        self._note_few(flight)
         return True
+
+    def _note_few(self, flight: Flight) -> None:
+        """A flight a FIN run left with few members is given :data:`FEW_GRACE_RUNS` more FIN
+        runs before its members get messages of their own: a consumer FINing in order
+        (in reads that cut a batch anywhere) finishes them meanwhile, with no pass over the
+        flight's records."""
+        if 0 < flight.live * COMPACT_RATIO <= len(flight.records):
+            self._few.append((self._fin_runs, flight))
+
+    def _compact_few(self) -> None:
+        few = self._few
+        while few and self._fin_runs - few[0][0] > FEW_GRACE_RUNS:
+            self._compact_if_few(few.popleft()[1])
 
     def _compact_if_few(self, flight: Flight) -> None:
         """Each member of ``flight`` still in flight gets a message of its own once they are
@@ -324,6 +347,7 @@ class PartitionCursor(Taking):
         self.ready.clear()
         self.behind.clear()
         self._timeouts.clear()
+        self._few.clear()
         self.acked.clear()
         self._holes.clear()
         self._delays.clear()

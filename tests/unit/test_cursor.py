@@ -11,7 +11,7 @@ import hypothesis.strategies as st
 from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from nsqd.core.cursor import PartitionCursor
+from nsqd.core.cursor import FEW_GRACE_RUNS, PartitionCursor
 from nsqd.core.errors import NotInFlightError, NotOwnerError
 from nsqd.core.inflight import COMPACT_RATIO, Flight, Message
 
@@ -210,8 +210,11 @@ class CursorMachine(RuleBasedStateMachine):
         flights = {id(h): h for h in in_flight.values() if isinstance(h, Flight)}
         for flight in flights.values():
             assert flight.live == sum(1 for h in in_flight.values() if h is flight)
-            # few members left: each has a message of its own, the records are let go
-            assert flight.live * COMPACT_RATIO > len(flight.records)
+            # few members left: each gets a message of its own a few FIN runs later, and the
+            # records are let go
+            few = [run for run, f in self.cursor._few if f is flight]
+            assert flight.live * COMPACT_RATIO > len(flight.records) or few
+            assert all(self.cursor._fin_runs - run <= FEW_GRACE_RUNS for run in few)
 
     @invariant()
     def confirmed_is_below_every_unfinished_offset(self) -> None:
@@ -355,8 +358,13 @@ def test_new_records_go_out_as_one_flight_and_few_left_get_messages_of_their_own
     flights = {id(held) for held in cursor.in_flight.values()}
     assert len(flights) == 1
     assert isinstance(cursor.in_flight[0], Flight)
-    # FINs of all but two: the two left become messages (attempts 1, the flight's deadline)
+    # FINs of all but two: a few FIN runs later the two left become messages (attempts 1,
+    # the flight's deadline)
     assert cursor.finish_run([o for o in range(32) if o not in (5, 20)], "a") == (30, [])
+    for _ in range(FEW_GRACE_RUNS):
+        assert isinstance(cursor.in_flight[5], Flight)
+        assert cursor.finish_run([], "a") == (0, [])
+    assert cursor.finish_run([], "a") == (0, [])
     left = cursor.in_flight
     assert sorted(left) == [5, 20]
     for message in left.values():
