@@ -32,9 +32,20 @@ OWNERS = ("a", "b")
 class CursorMachine(RuleBasedStateMachine):
     """Model: the set of offsets not yet FINed; order of first deliveries in ordered mode."""
 
-    @initialize(ordered=st.booleans(), count=st.sampled_from([0, 1, 7, 30, 30, 60]))
-    def setup(self, ordered: bool, count: int) -> None:
-        self.log = [Rec(i, timestamp_ns=10 * i) for i in range(count)]
+    @initialize(
+        ordered=st.booleans(), count=st.sampled_from([0, 1, 7, 30, 30, 60]), dpub=st.booleans()
+    )
+    def setup(self, ordered: bool, count: int, dpub: bool) -> None:
+        # with dpub, every fifth record is deferred (DPUB) to a time the machine reaches later
+        self.log = [
+            Rec(
+                i,
+                timestamp_ns=10 * i,
+                deliver_at_ns=1_000 + 150 * i if dpub and i % 5 == 2 else 0,
+                body=bytes(i % 7),
+            )
+            for i in range(count)
+        ]
         self.cursor = PartitionCursor(0, 0)
         self.cursor.ordered = ordered
         self.now = 1_000
@@ -52,16 +63,17 @@ class CursorMachine(RuleBasedStateMachine):
         owner=st.sampled_from(OWNERS),
         timeout=st.sampled_from([100, 100, 30, 400]),
         how=st.sampled_from(["each", "batch", "flight", "flight"]),
+        max_bytes=st.sampled_from([None, None, 1, 9, 40]),
     )
-    def take(self, n: int, owner: str, timeout: int, how: str) -> None:
+    def take(self, n: int, owner: str, timeout: int, how: str, max_bytes: int | None) -> None:
         deadline = self.now + timeout
         if how == "flight" and self.cursor.only_new():
             records = self.cursor.take_flight(
-                self.fetch, n, self.now, len(self.log), owner, deadline
+                self.fetch, n, self.now, len(self.log), owner, deadline, max_bytes
             )
             got = [(r.offset, 1) for r in records]
         else:
-            messages = self.cursor.take(self.fetch, n, self.now, len(self.log))
+            messages = self.cursor.take(self.fetch, n, self.now, len(self.log), max_bytes)
             if how == "each":
                 for m in messages:
                     self.cursor.start_flight(m, owner, deadline, self.now)
@@ -69,8 +81,13 @@ class CursorMachine(RuleBasedStateMachine):
                 self.cursor.start_flights(messages, owner, deadline, self.now)
             got = [(m.offset, m.attempts) for m in messages]
         assert len(got) <= n
+        sizes = [len(self.log[offset].body) for offset, _ in got]
+        assert self.cursor.taken_bytes == sum(sizes)
+        if max_bytes is not None:  # no more once the bodies reach it (one message at least)
+            assert sum(sizes[:-1]) < max_bytes
         for offset, attempts in got:
             assert offset in self.unfinished
+            assert self.log[offset].deliver_at_ns <= self.now  # a DPUB not before its time
             assert offset not in self.held
             self.attempts[offset] = self.attempts.get(offset, 0) + 1
             assert attempts == self.attempts[offset]
@@ -215,6 +232,10 @@ class CursorMachine(RuleBasedStateMachine):
             few = [run for run, f in self.cursor._few if f is flight]
             assert flight.live * COMPACT_RATIO > len(flight.records) or few
             assert all(self.cursor._fin_runs - run <= FEW_GRACE_RUNS for run in few)
+
+    @invariant()
+    def every_offset_read_is_counted_once(self) -> None:
+        assert self.cursor.message_count == self.cursor.next_read  # no acked or lost offsets
 
     @invariant()
     def confirmed_is_below_every_unfinished_offset(self) -> None:

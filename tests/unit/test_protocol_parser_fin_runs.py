@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from protocol import ClientError, ConnState, Fin, Nop, Rdy
+from protocol.commands import FIN_COMMAND, FinRun
 from tests.unit.parser_support import drain, parser_in
 
 
@@ -75,3 +76,18 @@ def test_a_fin_run_needs_the_subscribed_state() -> None:
     with pytest.raises(ClientError) as raised:
         parser.next_event()
     assert raised.value.text == "E_INVALID cannot FIN in current state"
+
+
+@given(st.lists(st.integers(0, 2**64 - 1), max_size=2_100), st.integers(0, 2**64 - 1))
+def test_a_runs_internal_ids_are_each_fins_first_8_bytes_whatever_its_length(
+    ids: list[int], trace: int
+) -> None:
+    data = b"".join(FIN_COMMAND.pack(b"FIN ", i, trace.to_bytes(8, "big"), b"\n") for i in ids)
+    assert FinRun(data).internal_ids() == ids
+
+
+@pytest.mark.parametrize("count", [1_023, 1_024, 1_025, 3_000])
+def test_long_runs_are_read_whole(count: int) -> None:
+    ids = [(7 << 50) | s for s in range(count)]
+    data = b"".join(FIN_COMMAND.pack(b"FIN ", i, bytes(8), b"\n") for i in ids)
+    assert FinRun(data).internal_ids() == ids
