@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from itertools import count
 from typing import overload
 
-from .record import NewRecord, Record
+from .record import NEW_RECORD, NewRecord, Record
 
 
 class BodyBatch(Sequence[NewRecord]):
@@ -129,14 +129,26 @@ class AppendedBatch(Sequence[Record]):
         )
 
     def records(self) -> list[Record]:
-        """Every record, made now."""
+        """Every record, made now (field by field: ``Record(...)``'s ``__init__`` frame costs
+        half as much again; the tests compare them with records made as usual)."""
         at, ep, base = self.deliver_at_ns, self.epoch, self.id_base
-        return [
-            Record(offset, ts, base | (offset + 1), 0, at, body, b"", ep)
-            for offset, ts, body in zip(
-                count(self.first_offset), self.timestamps, self.bodies, strict=False
-            )
-        ]
+        out: list[Record] = []
+        append = out.append
+        new = NEW_RECORD
+        for offset, ts, body in zip(
+            count(self.first_offset), self.timestamps, self.bodies, strict=False
+        ):
+            record = new(Record)
+            record.offset = offset
+            record.timestamp_ns = ts
+            record.internal_id = base | (offset + 1)
+            record.trace_id = 0
+            record.deliver_at_ns = at
+            record.body = body
+            record.ext = b""
+            record.epoch = ep
+            append(record)
+        return out
 
     def __len__(self) -> int:
         return len(self.bodies)

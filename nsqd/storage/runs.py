@@ -10,7 +10,7 @@ record and nothing it can hoist out (DESIGN.md §6): 1.1 to 1.2 µs a record aga
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Final
 
 import crc32c as _crc32c
 
@@ -23,6 +23,7 @@ from .record import (
     LENGTH_SIZE,
     MAX_RECORD_SIZE,
     MIN_HEADER_SIZE,
+    NEW_RECORD,
     READ_CHUNK,
     RECORD_HEADER,
     Record,
@@ -32,7 +33,6 @@ from .record import (
 )
 
 _crc: Final = _crc32c.crc32c
-_new_record: Final[Callable[[type[Record]], Any]] = object.__new__
 _unpack_header_from: Final = RECORD_HEADER.unpack_from
 _FORMAT_SHIFT_IN_BYTE: Final = FORMAT_SHIFT - 24  # the format in the big-endian first byte
 _MIN_LENGTH_V2: Final = HEADER_SIZE - LENGTH_SIZE  # a format-2 record with empty ext and body
@@ -66,7 +66,7 @@ def decode_run(
     end = len(buf)
     unpack = _unpack_header_from
     crc32c = _crc
-    new = _new_record
+    new = NEW_RECORD
     append = out.append
     header, crc_start, length_size = HEADER_SIZE, CRC_START, LENGTH_SIZE
     format_bits = FORMAT_V2 << FORMAT_SHIFT
