@@ -34,10 +34,6 @@ from .taking import Fetch, Taking
 __all__ = ["Fetch", "PartitionCursor"]
 
 
-FEW_GRACE_RUNS = 4
-"""FIN runs a flight left with few members waits before they get messages of their own."""
-
-
 def _due(message: Message) -> tuple[int, int]:
     return (message.due_ns, message.record.offset)
 
@@ -78,9 +74,10 @@ class PartitionCursor(Taking):
         #: offset -> not before (ns): delays taken over from a leader (see :meth:`mirror`),
         #: applied when the offset is read
         self._delays: dict[int, int] = {}
-        #: (FIN run number, flight) of the flights FIN runs left with few members, oldest first
+        #: (messages finished, flight): flights FIN runs left with few members, compacted once
+        #: the cursor has finished that many messages; oldest first
         self._few: deque[tuple[int, Flight]] = deque()
-        self._fin_runs = 0  # FIN runs so far
+        self._finished = 0  # messages FINed so far
         #: ordered consumption (SUB_ORDERED): exactly one message in flight; a timeout or REQ
         #: gives the same message back at the head (REQ delays are ignored), so order holds.
         self.ordered = False
@@ -154,13 +151,17 @@ class PartitionCursor(Taking):
         refusals ``(index in offsets, NotInFlightError | NotOwnerError)`` in order. With
         ``stamps``, each finished message's publish time is appended to it.
 
-        A ``range`` of offsets that one flight of ``owner`` holds (a consumer FINing in
-        delivery order) is finished by C-level passes, with no step per offset."""
-        self._fin_runs += 1
+        A ``range`` of offsets held by flights of ``owner`` (a consumer FINing in delivery
+        order) is finished flight by flight in C-level passes, with no step per offset; the
+        loop below takes whatever is left from the first offset no flight of ``owner`` holds."""
         if self._few:
             self._compact_few()
-        if type(offsets) is range and stamps is None and self._finish_flight(offsets, owner):
-            return len(offsets), []
+        skipped = 0  # offsets finished by whole flights, before the loop
+        if type(offsets) is range and offsets.step == 1:
+            skipped = self._finish_flights(offsets, owner, stamps)
+            if skipped == len(offsets):
+                return skipped, []
+            offsets = offsets[skipped:]
         in_flight = self.in_flight
         get = in_flight.get
         acked = self.acked
@@ -169,7 +170,7 @@ class PartitionCursor(Taking):
         refused: list[tuple[int, BrokerError]] = []
         last: Held | None = None
         flights: list[Flight] = []  # the flights FINs came from (a change of flight each)
-        for index, offset in enumerate(offsets):
+        for index, offset in enumerate(offsets, skipped):
             held = get(offset)
             if held is None or held.owner is not owner:
                 refused.append((index, NotInFlightError() if held is None else NotOwnerError()))
@@ -190,45 +191,55 @@ class PartitionCursor(Taking):
         self.confirmed = confirmed
         if acked or self._holes:
             self._advance_confirmed()
+        self._finished += done
         for flight in flights:
             self._note_few(flight)
-        return done, refused
+        return skipped + done, refused
 
-    def _finish_flight(self, offsets: range, owner: object) -> bool:
-        """:meth:`finish_run` of ``offsets`` if one flight of ``owner`` holds every one of
-        them; False (nothing done) if not."""
+    def _finish_flights(self, offsets: range, owner: object, stamps: list[int] | None) -> int:
+        """Finish the offsets of ``offsets`` (step 1) from its start on, a flight at a time,
+        while one flight of ``owner`` holds all of a flight's share of them; how many."""
         in_flight = self.in_flight
-        holders = list(map(in_flight.get, offsets))
-        flight = holders[0] if holders else None
-        if (
-            not isinstance(flight, Flight)
-            or flight.owner is not owner
-            or offsets.step != 1
-            or holders.count(flight) != len(holders)
-        ):
-            return False
-        deque(map(in_flight.pop, offsets), maxlen=0)  # each deleted, in one C-level pass
-        flight.live -= len(offsets)
-        if offsets.start == self.confirmed:  # none of them is in acked: they were in flight
-            self.confirmed = offsets.stop
-        else:
-            self.acked.update(offsets)
-        if self.acked or self._holes:
-            self._advance_confirmed()
-        self._note_few(flight)
-        return True
+        done = 0
+        start, stop = offsets.start, offsets.stop
+        while start < stop:
+            flight = in_flight.get(start)
+            if not isinstance(flight, Flight) or flight.owner is not owner:
+                break
+            first = flight.index(start)
+            piece = range(start, min(stop, flight.records[-1].offset + 1))
+            holders = list(map(in_flight.get, piece))
+            if holders.count(flight) != len(holders):
+                break
+            deque(map(in_flight.pop, piece), maxlen=0)  # each deleted, in one C-level pass
+            flight.live -= len(piece)
+            if stamps is not None:  # the piece's records: one slice of the flight's
+                records = flight.records[first : first + len(piece)]
+                stamps.extend([record.timestamp_ns for record in records])
+            if start == self.confirmed:  # none of them is in acked: they were in flight
+                self.confirmed = piece.stop
+            else:
+                self.acked.update(piece)
+            done += len(piece)
+            self._note_few(flight)
+            start = piece.stop
+        if done:
+            self._finished += done
+            if self.acked or self._holes:
+                self._advance_confirmed()
+        return done
 
     def _note_few(self, flight: Flight) -> None:
-        """A flight a FIN run left with few members is given :data:`FEW_GRACE_RUNS` more FIN
-        runs before its members get messages of their own: a consumer FINing in order
-        (in reads that cut a batch anywhere) finishes them meanwhile, with no pass over the
-        flight's records."""
+        """A flight a FIN run left with few members waits until the cursor has finished as many
+        messages again as the flight had before its members get messages of their own: a
+        consumer FINing in order (in reads that cut a batch anywhere) finishes them meanwhile,
+        with no pass over the flight's records."""
         if 0 < flight.live * COMPACT_RATIO <= len(flight.records):
-            self._few.append((self._fin_runs, flight))
+            self._few.append((self._finished + len(flight.records), flight))
 
     def _compact_few(self) -> None:
         few = self._few
-        while few and self._fin_runs - few[0][0] > FEW_GRACE_RUNS:
+        while few and few[0][0] <= self._finished:
             self._compact_if_few(few.popleft()[1])
 
     def _compact_if_few(self, flight: Flight) -> None:

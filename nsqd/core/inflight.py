@@ -73,13 +73,17 @@ class Flight(Held):
         self.delivered_ns = now_ns
         self.live = len(records)
 
-    def record(self, offset: int) -> RecordLike:
-        """The member's record at ``offset``."""
+    def index(self, offset: int) -> int:
+        """Where the member at ``offset`` is in :attr:`records`."""
         records = self.records
         index = bisect_left(records, offset, key=_offset_of)
         if index == len(records) or records[index].offset != offset:
             raise KeyError(offset)
-        return records[index]
+        return index
+
+    def record(self, offset: int) -> RecordLike:
+        """The member's record at ``offset``."""
+        return self.records[self.index(offset)]
 
     def message(self, partition: int, offset: int) -> Message:
         """The member at ``offset`` as a :class:`Message` in flight with the flight's state (it

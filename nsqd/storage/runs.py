@@ -34,6 +34,7 @@ from .record import (
 
 _crc: Final = _crc32c.crc32c
 _unpack_header_from: Final = RECORD_HEADER.unpack_from
+_COPIED_FOR_CRC: Final = 16 * 1024  # record length up to which the CRC reads a copy
 _FORMAT_SHIFT_IN_BYTE: Final = FORMAT_SHIFT - 24  # the format in the big-endian first byte
 _MIN_LENGTH_V2: Final = HEADER_SIZE - LENGTH_SIZE  # a format-2 record with empty ext and body
 
@@ -95,7 +96,12 @@ def decode_run(
         record_end = pos + length_size + length
         if record_end > end:
             break
-        actual = crc32c(buf[pos + crc_start : record_end], field)
+        covered = (  # copied when small: a copy is cheaper than a view there, not for 1 MB
+            buf[pos + crc_start : record_end]
+            if length <= _COPIED_FOR_CRC
+            else memoryview(buf)[pos + crc_start : record_end]
+        )
+        actual = crc32c(covered, field)
         if actual != crc:
             raise CorruptRecordError(
                 f"CRC mismatch (stored {crc:#010x}, computed {actual:#010x})",

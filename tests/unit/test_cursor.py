@@ -11,7 +11,7 @@ import hypothesis.strategies as st
 from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from nsqd.core.cursor import FEW_GRACE_RUNS, PartitionCursor
+from nsqd.core.cursor import PartitionCursor
 from nsqd.core.errors import NotInFlightError, NotOwnerError
 from nsqd.core.inflight import COMPACT_RATIO, Flight, Message
 
@@ -227,11 +227,10 @@ class CursorMachine(RuleBasedStateMachine):
         flights = {id(h): h for h in in_flight.values() if isinstance(h, Flight)}
         for flight in flights.values():
             assert flight.live == sum(1 for h in in_flight.values() if h is flight)
-            # few members left: each gets a message of its own a few FIN runs later, and the
+            # few members left: each gets a message of its own some FINs later, and the
             # records are let go
-            few = [run for run, f in self.cursor._few if f is flight]
-            assert flight.live * COMPACT_RATIO > len(flight.records) or few
-            assert all(self.cursor._fin_runs - run <= FEW_GRACE_RUNS for run in few)
+            pending = [due for due, f in self.cursor._few if f is flight]
+            assert flight.live * COMPACT_RATIO > len(flight.records) or pending
 
     @invariant()
     def every_offset_read_is_counted_once(self) -> None:
@@ -372,19 +371,26 @@ def test_ordered_a_timed_out_message_is_next_again() -> None:
 
 
 def test_new_records_go_out_as_one_flight_and_few_left_get_messages_of_their_own() -> None:
-    log = [Rec(i, timestamp_ns=10 * i) for i in range(40)]
+    log = [Rec(i, timestamp_ns=10 * i) for i in range(80)]
+
+    def fetch(o: int, n: int, _b: int | None) -> list[Rec]:
+        return log[o : o + n]
+
     cursor = PartitionCursor(3, 0)
-    records = cursor.take_flight(lambda o, n, _b: log[o : o + n], 32, 1_000, 40, "a", 5_000)
+    records = cursor.take_flight(fetch, 32, 1_000, 40, "a", 5_000)
     assert records == log[:32]
     flights = {id(held) for held in cursor.in_flight.values()}
     assert len(flights) == 1
     assert isinstance(cursor.in_flight[0], Flight)
-    # FINs of all but two: a few FIN runs later the two left become messages (attempts 1,
-    # the flight's deadline)
+    # FINs of all but two: once the cursor has finished as many messages again as the flight
+    # had, the two left become messages (attempts 1, the flight's deadline)
     assert cursor.finish_run([o for o in range(32) if o not in (5, 20)], "a") == (30, [])
-    for _ in range(FEW_GRACE_RUNS):
-        assert isinstance(cursor.in_flight[5], Flight)
-        assert cursor.finish_run([], "a") == (0, [])
+    cursor.take_flight(fetch, 32, 1_000, 80, "a", 6_000)
+    assert cursor.finish_run(range(32, 63), "a") == (31, [])
+    assert cursor.finish_run([], "a") == (0, [])
+    assert isinstance(cursor.in_flight[5], Flight)  # 61 finished: one short
+    assert cursor.finish_run(range(63, 64), "a") == (1, [])
+    assert isinstance(cursor.in_flight[5], Flight)  # compacted at the next run's start
     assert cursor.finish_run([], "a") == (0, [])
     left = cursor.in_flight
     assert sorted(left) == [5, 20]
@@ -447,3 +453,25 @@ def test_a_range_of_fins_is_finished_at_once_only_when_one_flight_of_the_owner_h
     assert cursor.finish_run(range(8), "a") == (8, [])
     assert cursor.confirmed == 10
     assert sorted(cursor.in_flight) == [10, 11]
+
+
+def test_a_range_over_flights_of_one_owner_is_finished_flight_by_flight() -> None:
+    log = [Rec(i, timestamp_ns=7 * i) for i in range(30)]
+
+    def fetch(o: int, n: int, _b: int | None) -> list[Rec]:
+        return log[o : o + n]
+
+    cursor = PartitionCursor(0, 0)
+    first = cursor.take_flight(fetch, 10, 0, 30, "a", 100)
+    second = cursor.take_flight(fetch, 10, 0, 30, "a", 100)
+    cursor.take_flight(fetch, 10, 0, 30, "b", 100)
+    stamps: list[int] = []
+    done, refused = cursor.finish_run(range(3, 25), "a", stamps)
+    assert done == 17  # 3..19: the rest of the first flight, all of the second
+    assert [(i, type(e)) for i, e in refused] == [(i, NotOwnerError) for i in range(17, 22)]
+    done, refused = cursor.finish_run(range(3), "a", stamps)
+    assert (done, refused) == (3, [])
+    assert stamps == [7 * i for i in range(3, 20)] + [0, 7, 14]
+    assert cursor.confirmed == 20
+    assert sorted(cursor.in_flight) == list(range(20, 30))
+    assert (first[0].offset, second[-1].offset) == (0, 19)

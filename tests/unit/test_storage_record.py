@@ -298,3 +298,37 @@ def test_new_records_share_the_publish_time() -> None:
     assert list(batch[1:]) == [NewRecord(7, b"bc")]  # a slice is a batch too
     assert list(new_records(7, iter([b"x"]))) == [NewRecord(7, b"x")]  # any iterable
     assert hash(NewRecord(7, b"a")) == hash(NewRecord(7, b"a"))
+
+
+@pytest.mark.parametrize("damaged", [False, True])
+def test_read_run_checks_big_records_as_small_ones(damaged: bool) -> None:
+    """Records past the size the CRC reads a copy of (a view instead) are read and rejected
+    the same way."""
+    records = [
+        Record(5, 1, 6, 0, 0, b"a" * 70_000, b""),
+        Record(6, 2, 7, 0, 0, b"b" * 10, b"x"),
+        Record(7, 3, 8, 0, 0, b"c" * 20_000, b""),
+    ]
+    blob = bytearray(b"".join(encode_record(r) for r in records))
+    if damaged:
+        blob[60_000] ^= 4  # inside the first body
+    out: list[Record] = []
+    run = functools.partial(
+        read_run,
+        _reader(bytes(blob)),
+        "seg",
+        position=0,
+        limit=len(blob),
+        offset=5,
+        start=5,
+        stop=8,
+        budget=1 << 30,
+        out=out,
+    )
+    if damaged:
+        with pytest.raises(CorruptRecordError, match="CRC mismatch"):
+            run()
+        assert out == []
+    else:
+        assert run() == (8, (1 << 30) - 90_010)
+        assert out == records
