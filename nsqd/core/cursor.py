@@ -28,7 +28,7 @@ from sortedcontainers import SortedKeyList
 from protocol.message import RecordLike
 
 from .errors import BrokerError, NotInFlightError, NotOwnerError
-from .inflight import COMPACT_RATIO, Flight, FlightTimeouts, Held, Message
+from .inflight import Flight, FlightTimeouts, Held, Message
 from .taking import Fetch, Taking
 
 __all__ = ["Fetch", "PartitionCursor"]
@@ -135,14 +135,11 @@ class PartitionCursor(Taking):
         """FIN: the message is done; advance ``confirmed`` past contiguous FINs. Returns its
         record. Raises NotInFlightError or NotOwnerError."""
         held = self.in_flight.get(offset)
-        record = held.record(offset) if isinstance(held, Flight) else None
-        if isinstance(held, Message):
-            record = held.record
         _, refused = self.finish_run((offset,), owner)
         if refused:
             raise refused[0][1]
-        assert record is not None
-        return record
+        assert held is not None  # finished: it was in flight
+        return _record_of(held, offset)
 
     def finish_run(
         self, offsets: Sequence[int], owner: object, stamps: list[int] | None = None
@@ -234,7 +231,7 @@ class PartitionCursor(Taking):
         messages again as the flight had before its members get messages of their own: a
         consumer FINing in order (in reads that cut a batch anywhere) finishes them meanwhile,
         with no pass over the flight's records."""
-        if 0 < flight.live * COMPACT_RATIO <= len(flight.records):
+        if flight.few:
             self._few.append((self._finished + len(flight.records), flight))
 
     def _compact_few(self) -> None:
@@ -244,9 +241,9 @@ class PartitionCursor(Taking):
 
     def _compact_if_few(self, flight: Flight) -> None:
         """Each member of ``flight`` still in flight gets a message of its own once they are
-        few (:data:`~.inflight.COMPACT_RATIO`); the flight's records go (see
+        few (:attr:`~.inflight.Flight.few`); the flight's records go (see
         :class:`~.inflight.Flight`)."""
-        if not 0 < flight.live * COMPACT_RATIO <= len(flight.records):
+        if not flight.few:
             return
         in_flight = self.in_flight
         for record in flight.records:

@@ -73,6 +73,12 @@ class Flight(Held):
         self.delivered_ns = now_ns
         self.live = len(records)
 
+    @property
+    def few(self) -> bool:
+        """Some members are still in flight, at most 1/:data:`COMPACT_RATIO` of its records:
+        time for each to get a message of its own (the cursor's compaction)."""
+        return 0 < self.live * COMPACT_RATIO <= len(self.records)
+
     def index(self, offset: int) -> int:
         """Where the member at ``offset`` is in :attr:`records`."""
         records = self.records

@@ -13,7 +13,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from nsqd.core.cursor import PartitionCursor
 from nsqd.core.errors import NotInFlightError, NotOwnerError
-from nsqd.core.inflight import COMPACT_RATIO, Flight, Message
+from nsqd.core.inflight import Flight, Message
 
 
 @dataclass(frozen=True)
@@ -230,7 +230,7 @@ class CursorMachine(RuleBasedStateMachine):
             # few members left: each gets a message of its own some FINs later, and the
             # records are let go
             pending = [due for due, f in self.cursor._few if f is flight]
-            assert flight.live * COMPACT_RATIO > len(flight.records) or pending
+            assert not flight.few or pending
 
     @invariant()
     def every_offset_read_is_counted_once(self) -> None:
@@ -372,9 +372,7 @@ def test_ordered_a_timed_out_message_is_next_again() -> None:
 
 def test_new_records_go_out_as_one_flight_and_few_left_get_messages_of_their_own() -> None:
     log = [Rec(i, timestamp_ns=10 * i) for i in range(80)]
-
-    def fetch(o: int, n: int, _b: int | None) -> list[Rec]:
-        return log[o : o + n]
+    fetch = _fetch(log)
 
     cursor = PartitionCursor(3, 0)
     records = cursor.take_flight(fetch, 32, 1_000, 40, "a", 5_000)
@@ -401,7 +399,7 @@ def test_new_records_go_out_as_one_flight_and_few_left_get_messages_of_their_own
     owners, _ = cursor.expire(5_000)
     assert owners == ["a", "a"]
     assert not cursor.only_new()
-    again = cursor.take(lambda o, n, _b: log[o : o + n], 2, 5_000, 40)
+    again = cursor.take(fetch, 2, 5_000, 40)
     assert [(m.offset, m.attempts) for m in again] == [(5, 1), (20, 1)]
     cursor.start_flights(again, "b", 9_000, 5_000)
     assert [m.attempts for m in again] == [2, 2]
@@ -410,7 +408,7 @@ def test_new_records_go_out_as_one_flight_and_few_left_get_messages_of_their_own
 def test_a_flight_member_touched_or_requeued_leaves_the_flight() -> None:
     log = [Rec(i) for i in range(4)]
     cursor = PartitionCursor(0, 0)
-    cursor.take_flight(lambda o, n, _b: log[o : o + n], 4, 0, 4, "a", 100)
+    cursor.take_flight(_fetch(log), 4, 0, 4, "a", 100)
     flight = cursor.in_flight[0]
     assert isinstance(flight, Flight)
     assert flight.live == 4
@@ -423,14 +421,12 @@ def test_a_flight_member_touched_or_requeued_leaves_the_flight() -> None:
     owners, _ = cursor.expire(100, 4)  # 0 and 3 time out, 1 was touched past it
     assert owners == ["a", "a"]
     assert sorted(cursor.in_flight) == [1]
-    assert [m.offset for m in cursor.take(lambda o, n, _b: log[o : o + n], 9, 100, 4)] == [2, 0, 3]
+    assert [m.offset for m in cursor.take(_fetch(log), 9, 100, 4)] == [2, 0, 3]
 
 
 def test_a_range_of_fins_is_finished_at_once_only_when_one_flight_of_the_owner_holds_it() -> None:
     log = [Rec(i) for i in range(20)]
-
-    def fetch(o: int, n: int, _b: int | None) -> list[Rec]:
-        return log[o : o + n]
+    fetch = _fetch(log)
 
     cursor = PartitionCursor(0, 0)
     cursor.take_flight(fetch, 10, 0, 20, "a", 100)
@@ -457,9 +453,7 @@ def test_a_range_of_fins_is_finished_at_once_only_when_one_flight_of_the_owner_h
 
 def test_a_range_over_flights_of_one_owner_is_finished_flight_by_flight() -> None:
     log = [Rec(i, timestamp_ns=7 * i) for i in range(30)]
-
-    def fetch(o: int, n: int, _b: int | None) -> list[Rec]:
-        return log[o : o + n]
+    fetch = _fetch(log)
 
     cursor = PartitionCursor(0, 0)
     first = cursor.take_flight(fetch, 10, 0, 30, "a", 100)
