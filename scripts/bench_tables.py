@@ -1,13 +1,18 @@
 """The markdown tables of scripts/bench's report (python stdlib only; used by bench_report.py).
 
-scripts/bench records one tab-separated line per workload and side in its results file:
+scripts/bench records one tab-separated line per workload, side and round in its results file:
 workload key, side (go|pnsq), value (or "failed", "skipped"), note, and extras as space
-separated key=value pairs. The value is msgs/s for the throughput rows, the p99 in ms for the
-latency rows and VmRSS in KiB for the memory rows.
+separated key=value pairs (``round=N`` among them). The value is msgs/s for the throughput
+rows, the p99 in ms for the latency rows and VmRSS in KiB for the memory rows.
+
+A row shows each side's median over the rounds it ran (Go nsqd and pnsq alternate within a
+round, so a round's two figures were taken under the same machine load), the ratio of the two
+medians, and each round's own ratio.
 """
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +56,9 @@ MEMORY = {
 }
 
 
+SIDES = (("go", "Go nsqd"), ("pnsq", "pnsq"))
+
+
 @dataclass
 class Cell:
     value: str = "not run"
@@ -58,7 +66,11 @@ class Cell:
     extra: dict[str, str] = field(default_factory=dict)
 
 
-Results = dict[str, dict[str, Cell]]
+# workload key -> side -> its cells, one per round in the order they ran
+Results = dict[str, dict[str, list[Cell]]]
+
+# Extras summarized by their median over the rounds (the others are taken from the first round).
+MEDIAN_EXTRAS = ("p50", "p999", "max", "peak")
 
 
 def read_results(path: str) -> Results:
@@ -68,8 +80,48 @@ def read_results(path: str) -> Results:
             continue
         key, side, value, note, extra = [*line.split("\t"), "", "", "", ""][:5]
         pairs = dict(p.split("=", 1) for p in extra.split() if "=" in p)
-        out.setdefault(key, {})[side] = Cell(value, note, pairs)
+        out.setdefault(key, {}).setdefault(side, []).append(Cell(value, note, pairs))
     return out
+
+
+def as_float(value: str) -> float | None:
+    try:
+        return float(value)
+    except ValueError:
+        return None
+
+
+def median_cell(cells: list[Cell]) -> Cell:
+    """One side of a row from its rounds: the median of the rounds that gave a figure (a
+    failed round is left out and named in the note), every round's note with its round."""
+    if not cells:
+        return Cell()
+    several = len(cells) > 1
+    notes = [
+        f"round {c.extra.get('round', '?')}: {c.note}" if several else c.note
+        for c in cells
+        if c.note or c.value == "failed"
+    ]
+    values = [v for c in cells if (v := as_float(c.value)) is not None]
+    if not values:  # every round failed or was skipped: show what the first one said
+        return Cell(cells[0].value, "; ".join(notes), dict(cells[0].extra))
+    extra = dict(cells[0].extra)
+    for name in MEDIAN_EXTRAS:
+        found = [v for c in cells if (v := as_float(c.extra.get(name, "-"))) is not None]
+        if found:
+            extra[name] = repr(statistics.median(found))
+    return Cell(repr(statistics.median(values)), "; ".join(notes), extra)
+
+
+def round_ratios(results: Results, key: str) -> str:
+    """pnsq / Go nsqd for each round that has both figures, in round order."""
+    by_round = {
+        side: {c.extra.get("round", "1"): c.value for c in results.get(key, {}).get(side, [])}
+        for side, _name in SIDES
+    }
+    rounds = sorted(by_round["pnsq"], key=lambda r: int(r) if r.isdigit() else 0)
+    shown = [ratio(by_round["go"][r], by_round["pnsq"][r]) for r in rounds if r in by_round["go"]]
+    return " · ".join(shown) if shown else "-"
 
 
 def number(value: str, fmt: str, scale: float = 1.0) -> str:
@@ -103,16 +155,14 @@ class Notes:
         return [f"- [{i}] {n}" for i, n in enumerate(self.lines, 1)]
 
 
-SIDES = (("go", "Go nsqd"), ("pnsq", "pnsq"))
-
-
 def side_cells(
     results: Results, key: str, label: str, notes: Notes, show: Callable[[Cell], str]
 ) -> list[Cell]:
-    """The Go and pnsq cells of one row, each shown with its footnote mark (in .value)."""
+    """The Go and pnsq cells of one row (medians over the rounds), each shown with its footnote
+    mark (in .value)."""
     cells = []
     for side, name in SIDES:
-        cell = results.get(key, {}).get(side, Cell())
+        cell = median_cell(results.get(key, {}).get(side, []))
         shown = show(cell) + notes.mark(cell.note, f"{label}, {name}")
         cells.append(Cell(shown, cell.note, {"raw": cell.value, **cell.extra}))
     return cells
@@ -120,37 +170,44 @@ def side_cells(
 
 def throughput_table(results: Results, pnsq_label: str, notes: Notes) -> list[str]:
     rows = [
-        f"| workload | Go nsqd 1.3.0 msgs/s | {pnsq_label} msgs/s | ratio pnsq/nsqd |",
-        "|---|---:|---:|---:|",
+        f"| workload | Go nsqd 1.3.0 msgs/s | {pnsq_label} msgs/s | ratio pnsq/nsqd"
+        " | each round's ratio |",
+        "|---|---:|---:|---:|---|",
     ]
     for key, label in WORKLOADS.items():
-        if key in GO_BASELINE:  # Go's figure is the unreplicated row's (its notes are there)
-            go = results.get(GO_BASELINE[key], {}).get("go", Cell())
-            results = {**results, key: {**results.get(key, {}), "go": Cell(go.value)}}
+        if key in GO_BASELINE:  # Go's figures are the unreplicated row's (its notes are there)
+            go_cells = results.get(GO_BASELINE[key], {}).get("go", [])
+            go_only = [Cell(c.value, "", dict(c.extra)) for c in go_cells]
+            results = {**results, key: {**results.get(key, {}), "go": go_only}}
         go, pn = side_cells(results, key, label, notes, lambda c: number(c.value, ",.0f"))
         ratio_ = ratio(go.extra["raw"], pn.extra["raw"])
-        rows.append(f"| {label} | {go.value} | {pn.value} | {ratio_} |")
+        rounds = round_ratios(results, key)
+        rows.append(f"| {label} | {go.value} | {pn.value} | {ratio_} | {rounds} |")
     return rows
 
 
 def latency_table(results: Results, pnsq_label: str, notes: Notes) -> list[str]:
     rows = [
         f"| publish→deliver latency | Go nsqd 1.3.0 p99 ms | {pnsq_label} p99 ms"
-        " | ratio pnsq/nsqd p99 (lower is better) | Go nsqd p50 ms | pnsq p50 ms |",
-        "|---|---:|---:|---:|---:|---:|",
+        " | ratio pnsq/nsqd p99 (lower is better) | each round's ratio"
+        " | Go nsqd p50 ms | pnsq p50 ms |",
+        "|---|---:|---:|---:|---|---:|---:|",
     ]
     for key, label in LATENCY.items():
         for side, _name in SIDES:  # a publisher that could not keep the rate up gets a note
-            cell = results.get(key, {}).get(side)
-            if cell and cell.extra.get("rate") and cell.extra.get("target"):
-                rate, target = float(cell.extra["rate"]), float(cell.extra["target"])
-                if rate < RATE_SHORTFALL * target:
-                    short = f"published only {rate:,.0f} of the target {target:,.0f} msgs/s"
-                    cell.note = f"{cell.note}; {short}" if cell.note else short
+            for cell in results.get(key, {}).get(side, []):
+                if cell.extra.get("rate") and cell.extra.get("target"):
+                    rate, target = float(cell.extra["rate"]), float(cell.extra["target"])
+                    if rate < RATE_SHORTFALL * target:
+                        short = f"published only {rate:,.0f} of the target {target:,.0f} msgs/s"
+                        cell.note = f"{cell.note}; {short}" if cell.note else short
         go, pn = side_cells(results, key, label, notes, lambda c: number(c.value, ".2f"))
         p50 = [number(c.extra.get("p50", "-"), ".2f") for c in (go, pn)]
         ratio_ = ratio(go.extra["raw"], pn.extra["raw"])
-        rows.append(f"| {label} | {go.value} | {pn.value} | {ratio_} | {p50[0]} | {p50[1]} |")
+        rounds = round_ratios(results, key)
+        rows.append(
+            f"| {label} | {go.value} | {pn.value} | {ratio_} | {rounds} | {p50[0]} | {p50[1]} |"
+        )
     return rows
 
 

@@ -1,0 +1,122 @@
+"""scripts/bench's report: each side's median over the rounds, the ratio of the medians and
+every round's own ratio (scripts/bench_tables.py, stdlib only, loaded from its path)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_tables.py"
+
+
+@pytest.fixture(scope="module")
+def tables() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("bench_tables", SCRIPT)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_tables"] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def write(tmp_path: Path, lines: list[tuple[str, ...]]) -> str:
+    path = tmp_path / "results.tsv"
+    path.write_text("".join("\t".join(fields) + "\n" for fields in lines))
+    return str(path)
+
+
+def row(rows: list[str], label_start: str) -> list[str]:
+    (found,) = [r for r in rows if r.startswith(f"| {label_start}")]
+    return [cell.strip() for cell in found.strip("|").split("|")]
+
+
+def test_a_row_is_the_median_of_its_rounds_with_each_rounds_ratio(
+    tables: ModuleType, tmp_path: Path
+) -> None:
+    path = write(
+        tmp_path,
+        [
+            ("consume", "go", "200000", "", "round=1"),
+            ("consume", "pnsq", "260000", "", "round=1"),
+            ("consume", "go", "300000", "", "round=2"),
+            ("consume", "pnsq", "240000", "", "round=2"),
+            ("consume", "go", "250000", "", "round=3"),
+            ("consume", "pnsq", "250000", "", "round=3"),
+        ],
+    )
+    rows = tables.build_tables(tables.read_results(path), "pnsq", "10")
+    cells = row(rows, "consume")
+    assert cells[1:] == ["250,000", "250,000", "1.000", "1.300 · 0.800 · 1.000"]
+
+
+def test_a_failed_round_is_left_out_of_the_median_and_named(
+    tables: ModuleType, tmp_path: Path
+) -> None:
+    path = write(
+        tmp_path,
+        [
+            ("pub_sync", "go", "40000", "", "round=1"),
+            ("pub_sync", "pnsq", "failed", "tool exited non-zero", "round=1"),
+            ("pub_sync", "go", "50000", "", "round=2"),
+            ("pub_sync", "pnsq", "30000", "", "round=2"),
+        ],
+    )
+    rows = tables.build_tables(tables.read_results(path), "pnsq", "10")
+    cells = row(rows, "PUB, 16 conns sync")
+    assert cells[1:] == ["45,000", "30,000 [1]", "0.667", "- · 0.600"]
+    assert "- [1] PUB, 16 conns sync (1 outstanding), pnsq-loadgen, pnsq: round 1:" in "\n".join(
+        rows
+    )
+
+
+def test_replicated_rows_compare_with_go_unreplicated_rounds(
+    tables: ModuleType, tmp_path: Path
+) -> None:
+    path = write(
+        tmp_path,
+        [
+            ("mpub", "go", "100", "", "round=1"),
+            ("mpub", "go", "300", "", "round=2"),
+            ("mpub_replicated", "pnsq", "100", "", "round=1"),
+            ("mpub_replicated", "pnsq", "120", "", "round=2"),
+        ],
+    )
+    rows = tables.build_tables(tables.read_results(path), "pnsq", "10")
+    cells = row(rows, "MPUB as above")
+    assert cells[1:] == ["200", "110", "0.550", "1.000 · 0.400"]
+
+
+def test_latency_extras_are_medians_and_a_short_round_gets_a_note(
+    tables: ModuleType, tmp_path: Path
+) -> None:
+    path = write(
+        tmp_path,
+        [
+            ("latency_10k_buffered", "go", "2.0", "", "p50=1.0 rate=10000 target=10000 round=1"),
+            ("latency_10k_buffered", "pnsq", "1.0", "", "p50=0.5 rate=9000 target=10000 round=1"),
+            ("latency_10k_buffered", "go", "4.0", "", "p50=3.0 rate=10000 target=10000 round=2"),
+            ("latency_10k_buffered", "pnsq", "3.0", "", "p50=0.7 rate=10000 target=10000 round=2"),
+        ],
+    )
+    rows = tables.build_tables(tables.read_results(path), "pnsq", "10")
+    cells = row(rows, "10k msgs/s, consumer with")
+    assert cells[1:] == ["3.00", "2.00 [1]", "0.667", "0.500 · 0.750", "2.00", "0.60"]
+    assert "round 1: published only 9,000 of the target 10,000 msgs/s" in "\n".join(rows)
+
+
+def test_a_single_round_row_has_no_round_in_its_note(tables: ModuleType, tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        [
+            ("mem_idle_conns", "go", "1024", "", "peak=2048 round=1"),
+            ("mem_idle_conns", "pnsq", "2048", "held 10", "peak=4096 round=1"),
+        ],
+    )
+    text = "\n".join(tables.build_tables(tables.read_results(path), "pnsq", "10"))
+    assert "| 10 idle connections (each IDENTIFYed) | 1.0 | 2.0 [1] | 2.000 | 2.0 | 4.0 |" in text
+    assert "- [1] 10 idle connections (each IDENTIFYed), pnsq: held 10" in text
