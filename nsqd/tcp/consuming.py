@@ -25,6 +25,7 @@ from .errors import HANDLED_ERRORS, client_error_for
 from .output import OutputBuffer
 
 if TYPE_CHECKING:
+    from .reactor import PublishReactor
     from .settings import SessionSettings
 
 log = logging.getLogger("nsqd.session")
@@ -44,6 +45,7 @@ class Consuming:
     extend_support: bool
     _nursery: trio.Nursery | None
     _ended: bool
+    _reactor: PublishReactor | None
 
     def _init_consuming(self) -> None:
         self.channel: Channel | None = None
@@ -56,6 +58,10 @@ class Consuming:
         self.finish_count = 0
         self.requeue_count = 0
         self._pump_lot = ParkingLot()  # the pump waits here for RDY room or messages
+        self._pump_idle = False  # parked there (not sending, not waiting for the socket)
+        self._delivery_queued = False  # with the publish reactor's turn (deliver_now)
+        #: what a delivery made for the idle pump raised: the pump raises it
+        self._delivery_error: Exception | None = None
 
     # ------------------------------------------------------------------ SUB
 
@@ -132,8 +138,43 @@ class Consuming:
     # ------------------------------------------------------------------ delivery
 
     def wake(self) -> None:
-        """The channel may have messages for us."""
+        """The channel may have messages for us. When the publish reactor's appends woke an
+        idle pump, the reactor makes its delivery before the turn's replies (deliver_now)."""
+        reactor = self._reactor
+        if (
+            self._pump_idle
+            and not self._delivery_queued
+            and reactor is not None
+            and reactor.appending
+            and self.in_flight < self.ready_count
+        ):
+            self._delivery_queued = True
+            reactor.deliver_first(self)
         self._pump_lot.unpark_all()
+
+    def deliver_now(self) -> bool:
+        """The pump's next delivery, made by the publish reactor while the pump is idle (it
+        was woken but has not run yet): the messages leave with one send attempt, what the
+        socket does not take goes with the writer task. False when there was nothing to
+        deliver. An error is raised by the pump, so it ends this connection, as it would have
+        from the pump."""
+        self._delivery_queued = False
+        channel = self.channel
+        if not self._pump_idle or self._ended or channel is None:
+            return False
+        room = self.ready_count - self.in_flight
+        space = self.settings.max_pending_output_bytes - self.output.backlog
+        if room <= 0 or space <= 0:
+            return False
+        try:
+            if not channel.has_ready(self.partition, self):
+                return False
+            self._deliver(channel, room, space)
+        except Exception as exc:  # noqa: BLE001 -- the pump raises it (see above)
+            self._delivery_error = exc
+            return True
+        self.output.send_now()
+        return True
 
     def message_timed_out(self) -> None:
         """A message we held timed out: it no longer counts against RDY."""
@@ -154,20 +195,31 @@ class Consuming:
             room = self.ready_count - self.in_flight
             if room <= 0 or not channel.has_ready(only, self):
                 output.flush()
-                await self._pump_lot.park()
+                self._pump_idle = True
+                try:
+                    await self._pump_lot.park()
+                finally:
+                    self._pump_idle = False
+                if self._delivery_error is not None:
+                    raise self._delivery_error
                 continue
             space = max_pending - output.backlog
             if space <= 0:  # the socket is not draining: take nothing more from the log
                 await output.wait_sent()
                 continue
-            now = self.clock.now_ns()
-            taken = channel.take(room, self, now + self.msg_timeout_ns, now, only, space)
-            if self.sample_rate:
-                taken = sample(channel, taken, self.sample_rate, self)
-            if self.ext_block or self.detail_block:
-                write_extended(output, taken, ext=self.ext_block, detail=self.detail_block)
-            else:
-                write_plain(output, taken)
-            self.in_flight += len(taken)
-            self.message_count += len(taken)
+            self._deliver(channel, room, space)
             await output.send_pending()
+
+    def _deliver(self, channel: Channel, room: int, space: int) -> None:
+        """Take up to ``room`` messages (``space`` bytes) for us and queue their frames."""
+        output = self.output
+        now = self.clock.now_ns()
+        taken = channel.take(room, self, now + self.msg_timeout_ns, now, self.partition, space)
+        if self.sample_rate:
+            taken = sample(channel, taken, self.sample_rate, self)
+        if self.ext_block or self.detail_block:
+            write_extended(output, taken, ext=self.ext_block, detail=self.detail_block)
+        else:
+            write_plain(output, taken)
+        self.in_flight += len(taken)
+        self.message_count += len(taken)

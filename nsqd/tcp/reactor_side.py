@@ -106,6 +106,8 @@ class ReactorSide:
 
     def reactor_acked(self, topic: str, count: int) -> None:
         self.publisher.acked(topic, count)
+
+    def reactor_send(self) -> None:
         self.output.send_now()
 
     def reactor_failed(self, failure: Exception, count: int) -> None:

@@ -4,11 +4,13 @@ task with replies in command order (a real listener on loopback, raw protocol V2
 
 from __future__ import annotations
 
+import os
 import struct
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import pytest
 import trio
 import trio.testing
 
@@ -18,7 +20,8 @@ from nsqd.tcp.server import TCPServer
 from nsqd.tcp.settings import SessionSettings
 
 _HEADER = struct.Struct(">Ii")  # frame size (type + data), frame type
-RESPONSE, ERROR = 0, 1
+RESPONSE, ERROR, MESSAGE = 0, 1, 2
+BODY_AT = 26  # a message frame's data: [i64 timestamp][u16 attempts][16 B id][body]
 
 
 def pub(topic: str, body: bytes) -> bytes:
@@ -69,6 +72,14 @@ async def connect(port: int) -> Client:
     stream = await trio.open_tcp_stream("127.0.0.1", port)
     await stream.send_all(b"  V2")
     return Client(stream)
+
+
+async def subscribe(port: int, topic: str, channel: str, rdy: int) -> Client:
+    client = await connect(port)
+    await client.stream.send_all(b"SUB %s %s\n" % (topic.encode(), channel.encode()))
+    assert await client.frame() == (RESPONSE, b"OK")
+    await client.stream.send_all(b"RDY %d\n" % rdy)
+    return client
 
 
 async def stored(broker: Broker, topic: str) -> list[bytes]:
@@ -228,3 +239,69 @@ async def test_new_topics_and_several_targets_go_back_only_once(tmp_path: Path) 
             assert server.reactor.publishes == before + 1  # parked in the reactor again
         assert await stored(broker, "a") == [b"1", b"2", b"3"]
         assert await stored(broker, "b") == [b"1", b"2"]
+
+
+async def test_an_idle_consumer_gets_the_turns_messages_before_the_publishers_ok(
+    tmp_path: Path,
+) -> None:
+    async with listening(tmp_path) as (_, server, port):
+        consumer = await subscribe(port, "t", "c", 10)
+        publisher = await connect(port)
+        with trio.fail_after(10):
+            assert await publisher.pub("t", b"first") == (RESPONSE, b"OK")  # by its task
+            kind, data = await consumer.frame()
+            assert (kind, data[BODY_AT:]) == (MESSAGE, b"first")
+            await trio.testing.wait_all_tasks_blocked()  # parked; the consumer's pump idle
+            assert server.reactor.deliveries == 0
+            await publisher.stream.send_all(pub("t", b"second") + pub("t", b"third"))
+            assert [await publisher.frame() for _ in range(2)] == [(RESPONSE, b"OK")] * 2
+            # written by the reactor's turn before the OKs: in the consumer's socket already,
+            # though its pump's task may not have run yet
+            waiting = os.read(consumer.stream.socket.fileno(), 65536)
+            consumer._buf = waiting
+            frames = [await consumer.frame() for _ in range(2)]
+        assert [(kind, data[BODY_AT:]) for kind, data in frames] == [
+            (MESSAGE, b"second"),
+            (MESSAGE, b"third"),
+        ]
+        assert server.reactor.deliveries == 1  # one delivery carried the turn's two messages
+
+
+async def test_a_consumer_without_rdy_room_is_left_to_its_pump(tmp_path: Path) -> None:
+    async with listening(tmp_path) as (_, server, port):
+        consumer = await subscribe(port, "t", "c", 1)
+        publisher = await connect(port)
+        with trio.fail_after(10):
+            assert await publisher.pub("t", b"first") == (RESPONSE, b"OK")
+            kind, first = await consumer.frame()
+            await trio.testing.wait_all_tasks_blocked()
+            assert await publisher.pub("t", b"second") == (RESPONSE, b"OK")  # RDY 1 is used
+            await trio.testing.wait_all_tasks_blocked()
+            assert server.reactor.deliveries == 0
+            await consumer.stream.send_all(b"FIN " + first[10:BODY_AT] + b"\n")
+            kind, second = await consumer.frame()  # the pump, once the FIN freed RDY room
+        assert (kind, second[BODY_AT:]) == (MESSAGE, b"second")
+
+
+async def test_a_failed_delivery_from_a_turn_ends_the_consumer_not_the_publisher(
+    tmp_path: Path,
+) -> None:
+    async with listening(tmp_path) as (broker, server, port):
+        consumer = await subscribe(port, "t", "c", 10)
+        publisher = await connect(port)
+        with trio.fail_after(10):
+            assert await publisher.pub("t", b"first") == (RESPONSE, b"OK")
+            assert (await consumer.frame())[0] == MESSAGE
+            await trio.testing.wait_all_tasks_blocked()
+            channel = broker.topics["t"].channels["c"]
+
+            def broken_take(*args: object, **kwargs: object) -> object:
+                raise RuntimeError("the read failed")
+
+            channel.take = broken_take  # type: ignore[method-assign]
+            assert await publisher.pub("t", b"second") == (RESPONSE, b"OK")
+            assert server.reactor.deliveries == 1
+            with pytest.raises(EOFError):  # its pump raised the error
+                await consumer.frame()
+            assert await publisher.pub("t", b"third") == (RESPONSE, b"OK")  # still served
+        assert await stored(broker, "t") == [b"first", b"second", b"third"]
