@@ -5,9 +5,9 @@ workload key, side (go|pnsq), value (or "failed", "skipped"), note, and extras a
 separated key=value pairs (``round=N`` among them). The value is msgs/s for the throughput
 rows, the p99 in ms for the latency rows and VmRSS in KiB for the memory rows.
 
-A row shows each side's median over the rounds it ran (Go nsqd and pnsq alternate within a
-round, so a round's two figures were taken under the same machine load), the ratio of the two
-medians, and each round's own ratio.
+A row shows each side's median over the rounds it ran and each round's ratio pnsq / Go nsqd
+(Go nsqd and pnsq alternate within a round, so a round's two figures were taken under the same
+machine load); the row's ratio is the median of the rounds' ratios.
 """
 
 from __future__ import annotations
@@ -113,15 +113,20 @@ def median_cell(cells: list[Cell]) -> Cell:
     return Cell(repr(statistics.median(values)), "; ".join(notes), extra)
 
 
-def round_ratios(results: Results, key: str) -> str:
-    """pnsq / Go nsqd for each round that has both figures, in round order."""
+def round_ratios(results: Results, key: str) -> tuple[str, str]:
+    """pnsq / Go nsqd for each round that has both figures: their median (the row's ratio:
+    each round's two figures were taken under the same machine load) and all of them in round
+    order."""
     by_round = {
         side: {c.extra.get("round", "1"): c.value for c in results.get(key, {}).get(side, [])}
         for side, _name in SIDES
     }
     rounds = sorted(by_round["pnsq"], key=lambda r: int(r) if r.isdigit() else 0)
-    shown = [ratio(by_round["go"][r], by_round["pnsq"][r]) for r in rounds if r in by_round["go"]]
-    return " · ".join(shown) if shown else "-"
+    pairs = [(by_round["go"][r], by_round["pnsq"][r]) for r in rounds if r in by_round["go"]]
+    shown = [ratio(go, pnsq) for go, pnsq in pairs]
+    values = [v for v in map(as_float, shown) if v is not None]
+    median = f"{statistics.median(values):.3f}" if values else "-"
+    return median, " · ".join(shown) if shown else "-"
 
 
 def number(value: str, fmt: str, scale: float = 1.0) -> str:
@@ -170,8 +175,8 @@ def side_cells(
 
 def throughput_table(results: Results, pnsq_label: str, notes: Notes) -> list[str]:
     rows = [
-        f"| workload | Go nsqd 1.3.0 msgs/s | {pnsq_label} msgs/s | ratio pnsq/nsqd"
-        " | each round's ratio |",
+        f"| workload | Go nsqd 1.3.0 msgs/s (median) | {pnsq_label} msgs/s (median)"
+        " | ratio pnsq/nsqd (median of the rounds') | each round's ratio |",
         "|---|---:|---:|---:|---|",
     ]
     for key, label in WORKLOADS.items():
@@ -180,16 +185,16 @@ def throughput_table(results: Results, pnsq_label: str, notes: Notes) -> list[st
             go_only = [Cell(c.value, "", dict(c.extra)) for c in go_cells]
             results = {**results, key: {**results.get(key, {}), "go": go_only}}
         go, pn = side_cells(results, key, label, notes, lambda c: number(c.value, ",.0f"))
-        ratio_ = ratio(go.extra["raw"], pn.extra["raw"])
-        rounds = round_ratios(results, key)
+        ratio_, rounds = round_ratios(results, key)
         rows.append(f"| {label} | {go.value} | {pn.value} | {ratio_} | {rounds} |")
     return rows
 
 
 def latency_table(results: Results, pnsq_label: str, notes: Notes) -> list[str]:
     rows = [
-        f"| publish→deliver latency | Go nsqd 1.3.0 p99 ms | {pnsq_label} p99 ms"
-        " | ratio pnsq/nsqd p99 (lower is better) | each round's ratio"
+        f"| publish→deliver latency | Go nsqd 1.3.0 p99 ms (median) | {pnsq_label} p99 ms"
+        " (median) | ratio pnsq/nsqd p99, lower is better (median of the rounds')"
+        " | each round's ratio"
         " | Go nsqd p50 ms | pnsq p50 ms |",
         "|---|---:|---:|---:|---|---:|---:|",
     ]
@@ -203,8 +208,7 @@ def latency_table(results: Results, pnsq_label: str, notes: Notes) -> list[str]:
                         cell.note = f"{cell.note}; {short}" if cell.note else short
         go, pn = side_cells(results, key, label, notes, lambda c: number(c.value, ".2f"))
         p50 = [number(c.extra.get("p50", "-"), ".2f") for c in (go, pn)]
-        ratio_ = ratio(go.extra["raw"], pn.extra["raw"])
-        rounds = round_ratios(results, key)
+        ratio_, rounds = round_ratios(results, key)
         rows.append(
             f"| {label} | {go.value} | {pn.value} | {ratio_} | {rounds} | {p50[0]} | {p50[1]} |"
         )
@@ -224,7 +228,7 @@ def memory_table(
         label = label.format(idle_conns=idle_conns)
         go, pn = side_cells(results, key, label, notes, lambda c: number(c.value, ",.1f", mib))
         peak = [number(c.extra.get("peak", "-"), ",.1f", mib) for c in (go, pn)]
-        ratio_ = ratio(go.extra["raw"], pn.extra["raw"])
+        ratio_, _rounds = round_ratios(results, key)  # one round
         rows.append(f"| {label} | {go.value} | {pn.value} | {ratio_} | {peak[0]} | {peak[1]} |")
     return rows
 
