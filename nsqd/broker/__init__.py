@@ -8,6 +8,7 @@ from ..storage.batch import (
     new_records as new_records,
 )
 from ..storage.errors import StorageError as StorageError
+from ..storage.frame_runs import FrameLayout as FrameLayout
 from ..storage.handles import HandleCache as HandleCache
 from ..storage.record import NewRecord as NewRecord, Record as Record
 from .broker import Broker as Broker, open_broker as open_broker
@@ -22,6 +23,7 @@ __all__ = [
     "Broker",
     "BrokerConfig",
     "Channel",
+    "FrameLayout",
     "HandleCache",
     "NewRecord",
     "Partition",

@@ -19,9 +19,11 @@ from ..core.cursor import PartitionCursor
 from ..core.errors import NotInFlightError, NotLeaderError, PartitionNotConsumedError
 from ..core.inflight import Deliveries
 from ..core.latency import LatencyWindow
+from ..core.taking import FetchFramed
+from ..storage import FrameLayout, FrameRun
 from .clock import Clock
 from .dispatch import Dispatch
-from .partition import Partition
+from .partition import Log, Partition
 
 if TYPE_CHECKING:
     from .topic import Topic
@@ -139,13 +141,16 @@ class Channel:
         now_ns: int,
         only: int | None = None,
         max_bytes: int | None = None,
+        layout: FrameLayout | None = None,
     ) -> Deliveries:
         """Up to ``max_messages`` for ``owner``, each in flight until ``deadline_ns``.
 
         ``only`` restricts delivery to one partition (a partitioned SUB). ``max_bytes`` stops
         taking once the bodies taken add up to it (one message at least): the session's bound
         on what it queues for a socket. New records of a cursor with nothing to deliver again
-        go out as one flight (:meth:`PartitionCursor.take_flight`).
+        go out as one flight (:meth:`PartitionCursor.take_flight`); with ``layout`` (a plain
+        consumer's message frame), those read from disk come with their frames written
+        (:meth:`~nsqd.storage.PartitionLog.read_frames`, :attr:`Deliveries.framed`).
         """
         out = Deliveries()
         if max_messages <= 0 or not self.delivering:
@@ -168,10 +173,14 @@ class Channel:
             readable = partition.state.high_watermark  # what every in-sync replica has
             room = max_messages - len(out)
             if not routed and cursor.only_new():
+                framed = _framed_reader(partition.log, layout) if layout is not None else None
                 records = cursor.take_flight(
-                    read, room, now_ns, readable, owner, deadline_ns, max_bytes
+                    read, room, now_ns, readable, owner, deadline_ns, max_bytes, framed
                 )
-                out.add_first(records)
+                if isinstance(records, FrameRun):
+                    out.add_framed(records)
+                else:
+                    out.add_first(records)
             else:
                 got = cursor.take(read, room, now_ns, readable, max_bytes)
                 if got and routed:
@@ -361,3 +370,15 @@ class Channel:
 @runtime_checkable
 class _TimeoutAware(Protocol):
     def message_timed_out(self) -> None: ...
+
+
+def _framed_reader(log: Log, layout: FrameLayout) -> FetchFramed:
+    """The log's frame reads for :meth:`PartitionCursor.take_flight`."""
+
+    def fetch(
+        offset: int, max_records: int, max_bytes: int, now_ns: int
+    ) -> tuple[FrameRun, int] | None:
+        run = log.read_frames(offset, max_records, max_bytes, now_ns, layout)
+        return None if run is None else (run, run.body_bytes)
+
+    return fetch

@@ -8,6 +8,7 @@ from typing import Protocol
 
 from ..core.delayed import DelayedIndex
 from ..core.ownership import STANDALONE, PartitionState, Placement
+from ..storage.frame_runs import FrameLayout, FrameRun
 from ..storage.record import NewRecord, Record
 
 
@@ -25,6 +26,9 @@ class Log(Protocol):
     def read_written(
         self, offset: int, max_bytes: int, hard_limit: int
     ) -> tuple[int, bytes] | None: ...
+    def read_frames(
+        self, offset: int, max_records: int, max_bytes: int, now_ns: int, layout: FrameLayout
+    ) -> FrameRun | None: ...
     def truncate(self, offset: int) -> None: ...
     def sync(self) -> None: ...
     def close(self) -> None: ...

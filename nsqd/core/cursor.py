@@ -204,7 +204,7 @@ class PartitionCursor(Taking):
             if not isinstance(flight, Flight) or flight.owner is not owner:
                 break
             first = flight.index(start)
-            piece = range(start, min(stop, flight.records[-1].offset + 1))
+            piece = range(start, min(stop, flight.offsets[-1] + 1))
             holders = list(map(in_flight.get, piece))
             if holders.count(flight) != len(holders):
                 break
@@ -232,7 +232,7 @@ class PartitionCursor(Taking):
         consumer FINing in order (in reads that cut a batch anywhere) finishes them meanwhile,
         with no pass over the flight's records."""
         if flight.few:
-            self._few.append((self._finished + len(flight.records), flight))
+            self._few.append((self._finished + len(flight.offsets), flight))
 
     def _compact_few(self) -> None:
         few = self._few
@@ -246,11 +246,10 @@ class PartitionCursor(Taking):
         if not flight.few:
             return
         in_flight = self.in_flight
-        for record in flight.records:
-            offset = record.offset
+        for offset in flight.offsets:
             if in_flight.get(offset) is flight:
                 in_flight[offset] = flight.message(self.partition, offset)
-        flight.records = ()
+        flight.records = flight.offsets = ()
 
     def confirm_offset(self, offset: int) -> None:
         """Confirm unsent the message at ``offset`` not taken from the log yet (or not waiting

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from itertools import repeat
+from typing import Protocol
 
 from protocol.message import RecordLike
 
@@ -62,12 +63,19 @@ class Flight(Held):
     keep every batch's records alive.
     """
 
-    __slots__ = ("records",)
+    __slots__ = ("offsets", "records")
 
     def __init__(
-        self, records: Sequence[RecordLike], owner: object, deadline_ns: int, now_ns: int
+        self,
+        records: Sequence[RecordLike],
+        offsets: Sequence[int],
+        owner: object,
+        deadline_ns: int,
+        now_ns: int,
     ) -> None:
-        self.records = records  # offsets ascending
+        self.records = records  # offsets ascending (a lazy sequence may decode on access)
+        #: the records' offsets (a range when they have no gap): no record is read for them
+        self.offsets = offsets
         self.owner = owner
         self.deadline_ns = deadline_ns
         self.delivered_ns = now_ns
@@ -81,9 +89,14 @@ class Flight(Held):
 
     def index(self, offset: int) -> int:
         """Where the member at ``offset`` is in :attr:`records`."""
-        records = self.records
-        index = bisect_left(records, offset, key=_offset_of)
-        if index == len(records) or records[index].offset != offset:
+        offsets = self.offsets
+        if type(offsets) is range:
+            index = offset - offsets.start
+            if not 0 <= index < len(offsets):
+                raise KeyError(offset)
+            return index
+        index = bisect_left(offsets, offset)
+        if index == len(offsets) or offsets[index] != offset:
             raise KeyError(offset)
         return index
 
@@ -103,37 +116,55 @@ class Flight(Held):
         return message
 
 
-class Deliveries:
-    """What one take hands a connection, in delivery order: ``records[i]`` goes out for the
-    ``attempts[i]``-th time."""
+class FramedRun(Protocol):
+    """Records read from the log with their message frames written (the storage's
+    ``FrameRun``): what a take's read gave, sent as it is."""
 
-    __slots__ = ("attempts", "records")
+    frames: bytearray  # the frames, each a first attempt (the shell empties it once sent)
+
+    def __len__(self) -> int: ...
+
+    def __iter__(self) -> Iterator[RecordLike]: ...
+
+
+class Deliveries:
+    """What one take hands a connection: ``records[i]`` goes out for the ``attempts[i]``-th
+    time, in this order; then the runs of :attr:`framed`, first attempts whose frames a read
+    wrote already (:meth:`add_framed`)."""
+
+    __slots__ = ("attempts", "count", "framed", "records")
 
     def __init__(self) -> None:
         self.records: list[RecordLike] = []
         self.attempts: list[int] = []
+        self.framed: list[FramedRun] = []
+        self.count = 0  # records and framed runs' members together
 
     def __len__(self) -> int:
-        return len(self.records)
+        return self.count
 
     def add_messages(self, messages: Sequence[Message]) -> None:
         """Messages just put in flight (their attempts counted)."""
         self.records.extend([message.record for message in messages])
         self.attempts.extend([message.attempts for message in messages])
+        self.count += len(messages)
 
     def add_first(self, records: Sequence[RecordLike]) -> None:
         """Records just put in flight for the first time."""
         self.records.extend(records)
         self.attempts.extend(repeat(1, len(records)))
+        self.count += len(records)
+
+    def add_framed(self, run: FramedRun) -> None:
+        """Records just put in flight for the first time whose frames are written (the
+        storage's frame run: the shell sends them as they are)."""
+        self.framed.append(run)
+        self.count += len(run)
 
 
 COMPACT_RATIO = 16
 """A flight whose members still in flight are at most 1/16 of its records after a FIN run
 gives each of them a message of its own and lets its records go."""
-
-
-def _offset_of(record: RecordLike) -> int:
-    return record.offset
 
 
 class FlightTimeouts:

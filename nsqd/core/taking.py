@@ -20,15 +20,21 @@ from protocol.message import RecordLike
 from .delayed import DelayedIndex
 from .inflight import Flight, FlightTimeouts, Held, Message
 
-__all__ = ["Fetch", "Taking"]
+__all__ = ["Fetch", "FetchFramed", "Taking"]
 
 
 Fetch = Callable[[int, int, int | None], Sequence[RecordLike]]
 """``fetch(offset, max_records, max_bytes)``: records from the partition log (supplied by the
 broker); ``max_bytes`` (None: unbounded) may cut a read from disk short, never to nothing."""
 
+FetchFramed = Callable[[int, int, int, int], tuple[Sequence[RecordLike], int] | None]
+"""``fetch_framed(offset, max_records, max_bytes, now_ns)``: ``(records, body bytes)`` of a
+run from ``offset`` on, due by ``now_ns``, whose frames the read wrote too (the broker's
+:meth:`~nsqd.storage.PartitionLog.read_frames`); None when :data:`Fetch` must read them."""
+
 
 _UNBOUNDED = 1 << 62  # ``max_bytes`` when none is given
+_ACKED_SCAN: Final = 8192  # acked offsets a read looks through for one it would have to skip
 _body_of: Final = attrgetter("body")
 _deliver_at_of: Final = attrgetter("deliver_at_ns")
 
@@ -140,13 +146,28 @@ class Taking:
         owner: object,
         deadline_ns: int,
         max_bytes: int | None = None,
-    ) -> list[RecordLike]:
+        fetch_framed: FetchFramed | None = None,
+    ) -> Sequence[RecordLike]:
         """:meth:`take` then :meth:`start_flights` when :meth:`only_new`, the consume path:
         the records delivered, all first attempts, in flight for ``owner`` until
-        ``deadline_ns`` as one :class:`~.inflight.Flight` (no message object each)."""
+        ``deadline_ns`` as one :class:`~.inflight.Flight` (no message object each).
+
+        With ``fetch_framed``, a read that nothing needs to be skipped or deferred in is
+        tried that way first: what it returns (the storage's frame run) is the take."""
         if not self.only_new():
             raise ValueError("take_flight with messages waiting to be delivered again")
         limit = max_bytes if max_bytes is not None else _UNBOUNDED
+        count = min(max_messages, end_offset - self.next_read)
+        if fetch_framed is not None and count > 0 and self._nothing_to_skip():
+            framed = fetch_framed(self.next_read, count, limit, now_ns)
+            if framed is not None:
+                run, size = framed
+                first = self.next_read
+                self.next_read = first + len(run)
+                self.message_count += len(run)
+                self.taken_bytes = size
+                self._start_flight(run, range(first, self.next_read), owner, deadline_ns, now_ns)
+                return run
         taken = 0
         out: list[RecordLike] = []
         while len(out) < max_messages and taken < limit and self.next_read < end_offset:
@@ -157,16 +178,26 @@ class Taking:
                 break
         self.taken_bytes = taken
         if out:
-            flight = Flight(out, owner, deadline_ns, now_ns)
             first, last = out[0].offset, out[-1].offset
             offsets: Sequence[int] = (
                 range(first, last + 1)  # offsets ascend: no gap, nothing to list
                 if last - first == len(out) - 1
                 else [record.offset for record in out]
             )
-            self.in_flight.update(dict.fromkeys(offsets, flight))
-            self._timeouts.add(deadline_ns, offsets)
+            self._start_flight(out, offsets, owner, deadline_ns, now_ns)
         return out
+
+    def _start_flight(
+        self,
+        records: Sequence[RecordLike],
+        offsets: Sequence[int],
+        owner: object,
+        deadline_ns: int,
+        now_ns: int,
+    ) -> None:
+        flight = Flight(records, offsets, owner, deadline_ns, now_ns)
+        self.in_flight.update(dict.fromkeys(offsets, flight))
+        self._timeouts.add(deadline_ns, offsets)
 
     def _read_log(
         self,
@@ -188,7 +219,7 @@ class Taking:
             return taken, False
         next_read, acked, partition = self.next_read, self.acked, self.partition
         delays = self._delays
-        if not acked and not delays:  # the common read: all of it due, nothing to skip
+        if self._nothing_to_skip():  # the common read: all of it due, nothing to skip
             run = _due_run(records, next_read, room, stop, now_ns)
             if run is not None:
                 size = sum(map(len, map(_body_of, run)))
@@ -230,6 +261,17 @@ class Taking:
         self.next_read = next_read
         self.message_count += made
         return taken, True
+
+    def _nothing_to_skip(self) -> bool:
+        """No offset from :attr:`next_read` on is acked and none has a delay of its own: a read
+        from there has no record to look up. ``acked`` holds FINs past ``confirmed`` (a
+        consumer's out-of-order FINs of messages it was given, all below ``next_read``; after a
+        restart or a confirmation of unread offsets, some above): looked through while small,
+        else the read looks up each record."""
+        acked = self.acked
+        if self._delays:
+            return False
+        return not acked or (len(acked) <= _ACKED_SCAN and max(acked) < self.next_read)
 
     def has_ready(self, end_offset: int) -> bool:
         """True if :meth:`take` could return something now."""

@@ -19,6 +19,7 @@ from .errors import (
     OffsetOutOfRangeError as OffsetOutOfRangeError,
     StorageError as StorageError,
 )
+from .frame_runs import FrameLayout as FrameLayout, FrameRun as FrameRun
 from .handles import HandleCache as HandleCache
 from .log import PartitionLog as PartitionLog
 from .record import (
@@ -34,6 +35,8 @@ __all__ = [
     "RECORD_HEADER",
     "CacheBudget",
     "CorruptRecordError",
+    "FrameLayout",
+    "FrameRun",
     "HandleCache",
     "LogClosedError",
     "NewRecord",

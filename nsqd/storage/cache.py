@@ -108,6 +108,12 @@ class TailCache:
         return self._firsts[0] if self._firsts else self._end
 
     @property
+    def start(self) -> int:
+        """The offset of the first cached record (the log's end when none is)."""
+        with self._budget.lock:
+            return self._start
+
+    @property
     def bytes(self) -> int:
         """What this cache counts against the budget now."""
         return self._bytes

@@ -28,8 +28,9 @@ from .corruption import SkippedRegions
 from .durability import PendingSync
 from .encoded_run import EncodedRun
 from .errors import LogClosedError, OffsetOutOfRangeError, StorageError
+from .frame_runs import FrameLayout, FrameRun
 from .handles import HandleCache
-from .log_read import offset_for_timestamp, read_segments
+from .log_read import offset_for_timestamp, read_frames, read_segments
 from .opening import open_segments
 from .record import HEADER_SIZE, NewRecord, Record, encode_bodies, encode_run, internal_id_for
 from .segment import Segment
@@ -311,6 +312,25 @@ class PartitionLog:
                 # reader never gets [] below end_offset
                 offset, stop = stop, min(self._end, 2 * stop - offset)
             return []
+
+    def read_frames(
+        self, offset: int, max_records: int, max_bytes: int, now_ns: int, layout: FrameLayout
+    ) -> FrameRun | None:
+        """Records from ``offset`` on that the tail cache does not hold, read from disk as
+        frames in ``layout`` (:mod:`.frame_runs`): up to ``max_records``, those due by
+        ``now_ns``, bodies within ``max_bytes`` (one record at least). None when the first of
+        them is cached, past the end, or for :meth:`read` to take (see the module)."""
+        with self._lock:
+            self._check_open()
+            stop = min(self._end, offset + max_records, self._cache.start)
+            if not self.start_offset <= offset < stop:
+                return None
+            try:
+                return read_frames(
+                    self._segments, self._end, offset, stop, max(max_bytes, 1), now_ns, layout
+                )
+            except OSError as exc:
+                raise StorageError(f"read from {self.directory} failed: {exc}") from exc
 
     def offset_for_timestamp(self, timestamp_ns: int) -> int:
         """First offset whose ``timestamp_ns >= timestamp_ns``, ``end_offset`` if there is none.

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 
+from .frame_runs import FrameLayout, FrameRun
 from .record import Record
 from .segment import Segment, base_offset_of
 
@@ -35,6 +36,22 @@ def read_segments(
         start = upto
         i += 1
     return out
+
+
+def read_frames(
+    segments: list[Segment],
+    end: int,
+    start: int,
+    stop: int,
+    budget: int,
+    now_ns: int,
+    layout: FrameLayout,
+) -> FrameRun | None:
+    """Records ``[start, stop)`` (``start < stop <= end``) as frames in ``layout``, or a
+    prefix of them, from the segment that holds ``start`` (:meth:`Segment.read_frames`)."""
+    i = bisect_right(segments, start, key=base_offset_of) - 1
+    seg_end = segments[i + 1].base_offset if i + 1 < len(segments) else end
+    return segments[i].read_frames(start, min(stop, seg_end), budget, now_ns, layout)
 
 
 def offset_for_timestamp(segments: list[Segment], end: int, timestamp_ns: int) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 
+from .frame_runs import FrameLayout, FrameRun
 from .record import NewRecord, Record, internal_id_for
 
 
@@ -61,6 +62,12 @@ class MemoryLog:
     ) -> tuple[int, bytes] | None:
         """Nothing is written: None (the :class:`PartitionLog` API; encode what :meth:`read`
         gives)."""
+        return None
+
+    def read_frames(
+        self, offset: int, max_records: int, max_bytes: int, now_ns: int, layout: FrameLayout
+    ) -> FrameRun | None:
+        """Nothing is on disk: None (the :class:`PartitionLog` API; :meth:`read` serves)."""
         return None
 
     def read(self, offset: int, max_records: int, max_bytes: int | None = None) -> list[Record]:

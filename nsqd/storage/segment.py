@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Final, final
 
 from .checkpoint import atomic_write, write_all
+from .frame_runs import FrameLayout, FrameRun, read_frame_run
 from .index import ENTRY_SIZE, INDEX_ENTRY, SparseIndex
 from .recent_runs import RecentRuns
 from .record import (
@@ -241,6 +242,24 @@ class Segment(SegmentFiles):
                 stop=stop,
                 max_bytes=max_bytes,
                 skipped=None if self.active else self._env.skipped,
+            )
+
+    def read_frames(
+        self, start: int, stop: int, budget: int, now_ns: int, layout: FrameLayout
+    ) -> FrameRun | None:
+        """Records ``[start, stop)`` (all in this segment) as frames in ``layout``, or a
+        prefix of them: :func:`~.frame_runs.read_frame_run`."""
+        with self._reader() as read_at:
+            return read_frame_run(
+                read_at,
+                self.index,
+                base=self.base_offset,
+                size=self.size,
+                start=start,
+                stop=stop,
+                budget=budget,
+                now_ns=now_ns,
+                layout=layout,
             )
 
     def read_written(

@@ -20,7 +20,7 @@ from protocol.consume import parse_consume_start
 from ..broker import Broker, Channel
 from ..broker.clock import Clock
 from ..broker.subscriptions import SubscribeRequest, subscribe
-from .delivery import sample, write_extended, write_plain
+from .delivery import PLAIN_FRAME, sample, write_extended, write_plain
 from .errors import HANDLED_ERRORS, client_error_for
 from .output import OutputBuffer
 
@@ -211,13 +211,17 @@ class Consuming:
             await output.send_pending()
 
     def _deliver(self, channel: Channel, room: int, space: int) -> None:
-        """Take up to ``room`` messages (``space`` bytes) for us and queue their frames."""
+        """Take up to ``room`` messages (``space`` bytes) for us and queue their frames (a
+        plain consumer's that the log reads from disk come with their frames written)."""
         output = self.output
         now = self.clock.now_ns()
-        taken = channel.take(room, self, now + self.msg_timeout_ns, now, self.partition, space)
+        extended = self.ext_block or self.detail_block
+        layout = None if extended or self.sample_rate else PLAIN_FRAME
+        deadline = now + self.msg_timeout_ns
+        taken = channel.take(room, self, deadline, now, self.partition, space, layout)
         if self.sample_rate:
             taken = sample(channel, taken, self.sample_rate, self)
-        if self.ext_block or self.detail_block:
+        if extended:
             write_extended(output, taken, ext=self.ext_block, detail=self.detail_block)
         else:
             write_plain(output, taken)

@@ -26,9 +26,12 @@ from protocol.message import (
     partition_of,
 )
 
-from ..broker import Channel
+from ..broker import Channel, FrameLayout
 from ..core.inflight import Deliveries
 from .output import OutputBuffer
+
+#: a stock message frame, first attempt, for the log's frame reads (:func:`write_plain`)
+PLAIN_FRAME = FrameLayout(MESSAGE_FRAME_PREFIX.pack, MESSAGE_FRAME_FIXED, int(FrameType.MESSAGE))
 
 
 def raw_size(record: RecordLike, ext: bytes = b"") -> int:
@@ -38,7 +41,8 @@ def raw_size(record: RecordLike, ext: bytes = b"") -> int:
 
 
 def write_plain(output: OutputBuffer, taken: Deliveries) -> None:
-    """Stock message frames."""
+    """Stock message frames: the records', then the runs the log read as frames in
+    :data:`PLAIN_FRAME` (their frames are dropped once queued)."""
     queue = output.queue
     pack = MESSAGE_FRAME_PREFIX.pack
     frame_type = int(FrameType.MESSAGE)
@@ -53,12 +57,22 @@ def write_plain(output: OutputBuffer, taken: Deliveries) -> None:
             record.trace_id,
         )
         queue += body
+    for run in taken.framed:
+        queue += run.frames
+        run.frames = bytearray()
+
+
+def _every(taken: Deliveries) -> zip[tuple[RecordLike, int]]:
+    """Each record with its attempts, the framed runs' too (decoded: not the hot path)."""
+    records = [*taken.records, *(record for run in taken.framed for record in run)]
+    attempts = [*taken.attempts, *(1 for run in taken.framed for _ in range(len(run)))]
+    return zip(records, attempts, strict=True)
 
 
 def write_extended(output: OutputBuffer, taken: Deliveries, *, ext: bool, detail: bool) -> None:
     """Frames with the ext block (``ext``) and/or the detail block (``detail``)."""
     append = output.append
-    for record, attempts in zip(taken.records, taken.attempts, strict=True):
+    for record, attempts in _every(taken):
         stored_ext = record.ext
         extra = encode_ext_block(stored_ext) if ext else b""
         if detail:
@@ -74,7 +88,7 @@ def sample(channel: Channel, taken: Deliveries, sample_rate: int, owner: object)
     """IDENTIFY sample_rate: like nsqd, a message this client skips is taken from the channel
     and dropped (never sent, never requeued)."""
     kept = Deliveries()
-    for record, attempts in zip(taken.records, taken.attempts, strict=True):
+    for record, attempts in _every(taken):
         if random.randrange(100) > sample_rate:  # noqa: S311 - sampling, not security
             partition = partition_of(record.internal_id)
             channel.cursor_for(partition).finish(record.offset, owner)
@@ -82,4 +96,5 @@ def sample(channel: Channel, taken: Deliveries, sample_rate: int, owner: object)
         else:
             kept.records.append(record)
             kept.attempts.append(attempts)
+    kept.count = len(kept.records)
     return kept

@@ -29,6 +29,22 @@ class Rec:
 OWNERS = ("a", "b")
 
 
+class LazyRun(Sequence[Rec]):
+    """A framed read's run as the cursor sees it (the storage's ``FrameRun``): a sequence
+    whose records are made when asked for; it counts what is asked."""
+
+    def __init__(self, records: list[Rec]) -> None:
+        self._records = records
+        self.asked = 0
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def __getitem__(self, index):  # type: ignore[no-untyped-def,override]
+        self.asked += 1
+        return self._records[index]
+
+
 class CursorMachine(RuleBasedStateMachine):
     """Model: the set of offsets not yet FINed; order of first deliveries in ordered mode."""
 
@@ -58,19 +74,38 @@ class CursorMachine(RuleBasedStateMachine):
     def fetch(self, offset: int, n: int, _max_bytes: int | None = None) -> list[Rec]:
         return self.log[offset : offset + n]
 
+    def fetch_framed(
+        self, offset: int, n: int, max_bytes: int, now_ns: int
+    ) -> tuple[LazyRun, int] | None:
+        """As the storage's frame reads: from ``offset``, those due, until the bodies reach
+        ``max_bytes`` (one at least); None when the first is not due."""
+        run: list[Rec] = []
+        size = 0
+        for record in self.log[offset : offset + n]:
+            if record.deliver_at_ns > now_ns:
+                break
+            run.append(record)
+            size += len(record.body)
+            if size >= max_bytes:
+                break
+        return (LazyRun(run), size) if run else None
+
     @rule(
         n=st.sampled_from([1, 2, 3, 5, 40]),
         owner=st.sampled_from(OWNERS),
         timeout=st.sampled_from([100, 100, 30, 400]),
-        how=st.sampled_from(["each", "batch", "flight", "flight"]),
+        how=st.sampled_from(["each", "batch", "flight", "flight", "framed", "framed"]),
         max_bytes=st.sampled_from([None, None, 1, 9, 40]),
     )
     def take(self, n: int, owner: str, timeout: int, how: str, max_bytes: int | None) -> None:
         deadline = self.now + timeout
-        if how == "flight" and self.cursor.only_new():
+        if how in ("flight", "framed") and self.cursor.only_new():
+            framed = self.fetch_framed if how == "framed" else None
             records = self.cursor.take_flight(
-                self.fetch, n, self.now, len(self.log), owner, deadline, max_bytes
+                self.fetch, n, self.now, len(self.log), owner, deadline, max_bytes, framed
             )
+            if isinstance(records, LazyRun):
+                assert records.asked == 0  # nothing of the run is decoded by the take
             got = [(r.offset, 1) for r in records]
         else:
             messages = self.cursor.take(self.fetch, n, self.now, len(self.log), max_bytes)
