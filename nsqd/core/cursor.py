@@ -134,12 +134,15 @@ class PartitionCursor(Taking):
     def finish(self, offset: int, owner: object) -> RecordLike:
         """FIN: the message is done; advance ``confirmed`` past contiguous FINs. Returns its
         record. Raises NotInFlightError or NotOwnerError."""
+        if self._few:  # as finish_run would: the flight may give its members messages now
+            self._compact_few()
         held = self.in_flight.get(offset)
+        record = None if held is None else _record_of(held, offset)
         _, refused = self.finish_run((offset,), owner)
         if refused:
             raise refused[0][1]
-        assert held is not None  # finished: it was in flight
-        return _record_of(held, offset)
+        assert record is not None  # finished: it was in flight
+        return record
 
     def finish_run(
         self, offsets: Sequence[int], owner: object, stamps: list[int] | None = None

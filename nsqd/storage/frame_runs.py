@@ -40,6 +40,8 @@ _crc: Final = _crc32c.crc32c
 _unpack_header_from: Final = RECORD_HEADER.unpack_from
 _COPIED_FOR_CRC: Final = 16 * 1024  # record length up to which the CRC reads a copy (runs.py)
 _MIN_LENGTH_V2: Final = HEADER_SIZE - LENGTH_SIZE  # a format-2 record with empty ext and body
+_LEAD: Final = 64 * 1024  # read beyond the budget: the records before ``start``, headers, ext
+_SHRINK: Final = 2  # a run using less than 1/2 of what was read keeps a copy of its part only
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,13 +106,15 @@ def read_frame_run(
     """The records ``[start, stop)`` of a segment (base offset ``base``, ``size`` bytes of
     records) as a :class:`FrameRun`, or its longest prefix that is due by ``now_ns`` and whose
     bodies stay within ``budget`` bytes (one record at least). One ``pread`` from the index
-    entry at or before ``start`` to the one after the run's end. None when the first record
-    cannot be taken this way (see the module's docstring)."""
+    entry at or before ``start`` to the one after the run's end, or of the budget and
+    :data:`_LEAD` bytes (and a header a record) if that is less: a record it cuts off ends the
+    run. None when the first record cannot be taken this way (see the module's docstring)."""
     i = index.floor_for_offset(start - base)
     rel, position, _ts = index.entry(i) if i >= 0 else (0, 0, 0)
     j = index.floor_for_offset(stop - base)  # the entry at or before the record after the run
-    end = index.entry(j + 1)[1] if j + 1 < len(index) else size
-    buf = read_at(min(end, size) - position, position)
+    end = min(index.entry(j + 1)[1] if j + 1 < len(index) else size, size)
+    end = min(end, position + _LEAD + budget + (stop - start) * HEADER_SIZE)
+    buf = read_at(end - position, position)
     return scan_frames(buf, base + rel, start, stop, budget, now_ns, layout)
 
 
@@ -136,7 +140,7 @@ def scan_frames(
     starts: list[int] = []
     add = starts.append
     taken = 0
-    pos = 0
+    pos = last_end = 0
     while offset < stop and end - pos >= header:
         field, crc, got, ts, internal_id, trace_id, deliver_at, _epoch, ext_len = unpack(buf, pos)
         length = field - format_bits  # out of range unless format 2
@@ -157,6 +161,7 @@ def scan_frames(
             frames += pack(fixed + record_end - ext_end, kind, ts, 1, internal_id, trace_id)
             frames += buf[ext_end:record_end]
             add(pos)
+            last_end = record_end
             taken += record_end - ext_end
             if taken >= budget:
                 break
@@ -164,4 +169,8 @@ def scan_frames(
         pos = record_end
     if not starts:
         return None
+    first = starts[0]
+    if (last_end - first) * _SHRINK < end:  # keep only the bytes of the run's records
+        buf = buf[first:last_end]
+        starts = [at - first for at in starts]
     return FrameRun(buf, starts, start, frames, taken)

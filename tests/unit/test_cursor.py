@@ -504,3 +504,16 @@ def test_a_range_over_flights_of_one_owner_is_finished_flight_by_flight() -> Non
     assert cursor.confirmed == 20
     assert sorted(cursor.in_flight) == list(range(20, 30))
     assert (first[0].offset, second[-1].offset) == (0, 19)
+
+
+def test_a_fin_that_compacts_its_own_flight_first_returns_its_record() -> None:
+    """finish() of a member whose flight the FIN's run gives messages of their own first."""
+    log = [Rec(i, body=b"m%03d" % i) for i in range(128)]
+    fetch = _fetch(log)
+    cursor = PartitionCursor(1, 0)
+    cursor.take_flight(fetch, 64, 10, 128, "a", 500)
+    cursor.finish_run([i for i in range(64) if i not in (1, 2, 3, 4)], "a")  # 4 of 64 left
+    cursor.take_flight(fetch, 64, 10, 128, "a", 500)
+    cursor.finish_run(range(64, 128), "a")  # a flight's worth later: compaction is due
+    assert cursor.finish(1, "a") is log[1]
+    assert isinstance(cursor.in_flight[2], Message)

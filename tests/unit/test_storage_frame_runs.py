@@ -11,6 +11,7 @@ import hypothesis.strategies as st
 import pytest
 from hypothesis import given
 
+import nsqd.storage.segment as segment_module
 from nsqd.storage import CacheBudget, FrameLayout, NewRecord, PartitionLog, Record
 from nsqd.storage.frame_runs import scan_frames
 from nsqd.storage.record import RECORD_HEADER_V0, encode_run
@@ -170,3 +171,33 @@ def test_a_log_leaves_what_its_cache_holds_to_read(open_log: Callable[..., Parti
     log = open_log(cache=CacheBudget(1 << 20))
     log.append([NewRecord(timestamp_ns=i, body=b"b%d" % i) for i in range(10)])
     assert log.read_frames(0, 10, 1 << 40, NOW, LAYOUT) is None  # all cached: read serves
+
+
+def test_a_read_is_bounded_by_the_budget_not_the_records_asked_for(
+    open_log: Callable[..., PartitionLog], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A consumer far behind with room for 1,000 messages of 100 kB but 256 KiB of socket
+    space reads about that much, and its run keeps no more than it read."""
+    log = open_log(max_bytes_per_file=1 << 30, cache=CacheBudget(0))
+    for i in range(300):
+        log.append([NewRecord(timestamp_ns=i, body=bytes([i % 251]) * 100_000)])
+    sizes: list[int] = []
+    real = segment_module.read_frame_run
+
+    def measured(read_at: Callable[[int, int], bytes], *args: object, **kwargs: object) -> object:
+        def read(size: int, position: int) -> bytes:
+            sizes.append(size)
+            return read_at(size, position)
+
+        return real(read, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(segment_module, "read_frame_run", measured)
+    run = log.read_frames(5, 295, 256 * 1024, NOW, LAYOUT)
+    assert run is not None
+    assert list(run) == log.read(5, 295, 256 * 1024)  # 3 records, as the record path reads
+    assert len(sizes) == 1
+    assert sizes[0] < 256 * 1024 + 200_000  # not 295 records' 29.5 MB
+    small = log.read_frames(10, 1, 1 << 40, NOW, LAYOUT)
+    assert small is not None
+    assert len(small) == 1
+    assert [r.body for r in small] == [bytes([10]) * 100_000]
