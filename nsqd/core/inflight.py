@@ -132,34 +132,31 @@ class Deliveries:
     time, in this order; then the runs of :attr:`framed`, first attempts whose frames a read
     wrote already (:meth:`add_framed`)."""
 
-    __slots__ = ("attempts", "count", "framed", "records")
+    __slots__ = ("attempts", "framed", "records")
 
     def __init__(self) -> None:
         self.records: list[RecordLike] = []
         self.attempts: list[int] = []
         self.framed: list[FramedRun] = []
-        self.count = 0  # records and framed runs' members together
 
     def __len__(self) -> int:
-        return self.count
+        """The records and the framed runs' members together."""
+        return len(self.records) + sum(map(len, self.framed))
 
     def add_messages(self, messages: Sequence[Message]) -> None:
         """Messages just put in flight (their attempts counted)."""
         self.records.extend([message.record for message in messages])
         self.attempts.extend([message.attempts for message in messages])
-        self.count += len(messages)
 
     def add_first(self, records: Sequence[RecordLike]) -> None:
         """Records just put in flight for the first time."""
         self.records.extend(records)
         self.attempts.extend(repeat(1, len(records)))
-        self.count += len(records)
 
     def add_framed(self, run: FramedRun) -> None:
         """Records just put in flight for the first time whose frames are written (the
         storage's frame run: the shell sends them as they are)."""
         self.framed.append(run)
-        self.count += len(run)
 
 
 COMPACT_RATIO = 16

@@ -35,11 +35,10 @@ from .record import (
     Record,
     decode_record,
 )
+from .runs import COPIED_FOR_CRC, MIN_LENGTH_V2
 
 _crc: Final = _crc32c.crc32c
 _unpack_header_from: Final = RECORD_HEADER.unpack_from
-_COPIED_FOR_CRC: Final = 16 * 1024  # record length up to which the CRC reads a copy (runs.py)
-_MIN_LENGTH_V2: Final = HEADER_SIZE - LENGTH_SIZE  # a format-2 record with empty ext and body
 _LEAD: Final = 64 * 1024  # read beyond the budget: the records before ``start``, headers, ext
 _SHRINK: Final = 2  # a run using less than 1/2 of what was read keeps a copy of its part only
 
@@ -135,7 +134,7 @@ def scan_frames(
     pack, fixed, kind = layout.pack, layout.fixed, layout.kind
     header, crc_start, length_size = HEADER_SIZE, CRC_START, LENGTH_SIZE
     format_bits = FORMAT_V2 << FORMAT_SHIFT
-    smallest, largest = _MIN_LENGTH_V2, MAX_RECORD_SIZE - LENGTH_SIZE
+    smallest, largest = MIN_LENGTH_V2, MAX_RECORD_SIZE - LENGTH_SIZE
     frames = bytearray()
     starts: list[int] = []
     add = starts.append
@@ -149,7 +148,7 @@ def scan_frames(
             break  # an older format, damage, or not whole in buf
         covered = (
             buf[pos + crc_start : record_end]
-            if length <= _COPIED_FOR_CRC
+            if length <= COPIED_FOR_CRC
             else memoryview(buf)[pos + crc_start : record_end]
         )
         ext_end = pos + header + ext_len

@@ -34,9 +34,9 @@ from .record import (
 
 _crc: Final = _crc32c.crc32c
 _unpack_header_from: Final = RECORD_HEADER.unpack_from
-_COPIED_FOR_CRC: Final = 16 * 1024  # record length up to which the CRC reads a copy
+COPIED_FOR_CRC: Final = 16 * 1024  # record length up to which the CRC reads a copy
 _FORMAT_SHIFT_IN_BYTE: Final = FORMAT_SHIFT - 24  # the format in the big-endian first byte
-_MIN_LENGTH_V2: Final = HEADER_SIZE - LENGTH_SIZE  # a format-2 record with empty ext and body
+MIN_LENGTH_V2: Final = HEADER_SIZE - LENGTH_SIZE  # a format-2 record with empty ext and body
 
 
 def decode_run(
@@ -71,7 +71,7 @@ def decode_run(
     append = out.append
     header, crc_start, length_size = HEADER_SIZE, CRC_START, LENGTH_SIZE
     format_bits = FORMAT_V2 << FORMAT_SHIFT
-    smallest, largest = _MIN_LENGTH_V2, MAX_RECORD_SIZE - LENGTH_SIZE
+    smallest, largest = MIN_LENGTH_V2, MAX_RECORD_SIZE - LENGTH_SIZE
     while offset < stop:
         if end - pos >= header:
             field, crc, got, ts, internal_id, trace_id, deliver_at, epoch, ext_len = unpack(
@@ -98,7 +98,7 @@ def decode_run(
             break
         covered = (  # copied when small: a copy is cheaper than a view there, not for 1 MB
             buf[pos + crc_start : record_end]
-            if length <= _COPIED_FOR_CRC
+            if length <= COPIED_FOR_CRC
             else memoryview(buf)[pos + crc_start : record_end]
         )
         actual = crc32c(covered, field)

@@ -96,5 +96,4 @@ def sample(channel: Channel, taken: Deliveries, sample_rate: int, owner: object)
         else:
             kept.records.append(record)
             kept.attempts.append(attempts)
-    kept.count = len(kept.records)
     return kept
