@@ -4,7 +4,7 @@ it does not take (damage, an older format, a record not due) is left to the reco
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import hypothesis.strategies as st
@@ -124,22 +124,6 @@ def test_an_older_format_or_a_record_not_due_is_left_to_the_record_path() -> Non
     assert run is not None
     assert list(run) == records[:1]
     assert scan_frames(b"\0" * old, 5, 5, 6, 1 << 40, NOW, LAYOUT) is None
-
-
-@pytest.fixture
-def open_log(tmp_path: Path) -> Iterator[Callable[..., PartitionLog]]:
-    logs: list[PartitionLog] = []
-
-    def opener(**kwargs: object) -> PartitionLog:
-        log = PartitionLog.open(tmp_path / "p", partition=1, **kwargs)  # type: ignore[arg-type]
-        logs.append(log)
-        return log
-
-    try:
-        yield opener
-    finally:
-        for log in logs:
-            log.close()
 
 
 def test_a_log_reads_frames_from_disk_within_one_segment(

@@ -6,7 +6,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -33,23 +33,6 @@ def _entries(n: int, *, ts: Callable[[int], int] = lambda i: i, size: int = 16) 
 
 def _segment_files(directory: Path) -> list[Path]:
     return sorted(directory.glob("*.log"))
-
-
-@pytest.fixture
-def open_log(tmp_path: Path) -> Iterator[Callable[..., PartitionLog]]:
-    logs: list[PartitionLog] = []
-
-    def opener(**kwargs: object) -> PartitionLog:
-        kwargs.setdefault("partition", 2)
-        log = PartitionLog.open(tmp_path / "p", **kwargs)  # type: ignore[arg-type]
-        logs.append(log)
-        return log
-
-    try:
-        yield opener
-    finally:
-        for log in logs:
-            log.close()
 
 
 def test_empty_log(open_log: Callable[..., PartitionLog], tmp_path: Path) -> None:
