@@ -130,6 +130,7 @@ def session_settings(options: Options) -> SessionSettings:
         ),
         max_rdy_count=options.max_rdy_count,
         max_pending_output_bytes=options.max_pending_output_bytes,
+        busy_poll=options.busy_poll,
         version=NSQD_VERSION,
         tls_context=tls_context,
         # nsqd: "true" and "tcp-https" both require TLS on TCP ("tcp-https" spares only HTTP)

@@ -1,13 +1,13 @@
 """nsqd's options: the configuration of one daemon, nsqd 1.3.0's defaults and start-up checks.
 
 :class:`Options` holds every setting of nsqd 1.3.0 plus pnsq's own (``default_partitions``,
-``retention``, ``max_disk_usage_percent``, ``read_cache_bytes``, ``max_pending_output_bytes``) and
-``auth_http_request_method`` from nsqd's master branch; :func:`validate_options` applies nsqd's
-start-up checks. An attribute is named after its command-line flag with ``-`` → ``_``
-(:func:`attribute_name`), except ``--version`` (``show_version``) and the repeatable flags, which
-are plural: ``lookupd_tcp_addresses``, ``auth_http_addresses``,
-``e2e_processing_latency_percentiles`` (the names nsqd's config file uses). Durations are float
-seconds. The command line itself is :mod:`nsqd.option_flags`.
+``retention``, ``max_disk_usage_percent``, ``read_cache_bytes``, ``max_pending_output_bytes``,
+``busy_poll``) and ``auth_http_request_method`` from nsqd's master branch;
+:func:`validate_options` applies nsqd's start-up checks. An attribute is named after its
+command-line flag with ``-`` → ``_`` (:func:`attribute_name`), except ``--version``
+(``show_version``) and the repeatable flags, which are plural: ``lookupd_tcp_addresses``,
+``auth_http_addresses``, ``e2e_processing_latency_percentiles`` (the names nsqd's config file
+uses). Durations are float seconds. The command line itself is :mod:`nsqd.option_flags`.
 
 Errors: :class:`OptionsError` for values nsqd rejects at start-up (nsqd logs
 ``FATAL: failed to instantiate nsqd - <message>`` and exits 1).
@@ -119,6 +119,7 @@ class Options:
     max_disk_usage_percent: int = 95
     read_cache_bytes: int = 16 * 1024 * 1024  # every partition's tail cache together
     max_pending_output_bytes: int = 1024 * 1024  # message frames queued for one consumer
+    busy_poll: float = 200e-6  # seconds the publish reactor polls on after close turns
     max_segment_fds: int = 0  # 0: a quarter of the open-files limit (see segment_fd_budget)
 
     def tcp_host_port(self) -> tuple[str, int]:
@@ -171,6 +172,8 @@ def validate_options(options: Options) -> Options:
         raise OptionsError("--max-disk-usage-percent must be [1,100]")
     if options.read_cache_bytes < 0:
         raise OptionsError("--read-cache-bytes must not be negative")
+    if not 0 <= options.busy_poll <= 0.01:
+        raise OptionsError("--busy-poll must be between 0 and 10ms")
     if options.max_pending_output_bytes < 1:
         raise OptionsError("--max-pending-output-bytes must be >= 1")
     if options.max_segment_fds < 0:

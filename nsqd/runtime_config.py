@@ -94,6 +94,7 @@ retention retention duration
 max_disk_usage_percent max_disk_usage_percent int
 read_cache_bytes read_cache_bytes int
 max_pending_output_bytes max_pending_output_bytes int
+busy_poll busy_poll duration
 max_segment_fds max_segment_fds int
 """
 OPTIONS: dict[str, tuple[str, str]] = {

@@ -139,39 +139,44 @@ class Consuming:
 
     def wake(self) -> None:
         """The channel may have messages for us. When the publish reactor's appends woke an
-        idle pump, the reactor makes its delivery before the turn's replies (deliver_now)."""
+        idle pump, the reactor makes its delivery before the turn's replies (deliver_now),
+        and the pump is woken only if that leaves something for it."""
         reactor = self._reactor
         if (
             self._pump_idle
-            and not self._delivery_queued
             and reactor is not None
             and reactor.appending
             and self.in_flight < self.ready_count
         ):
-            self._delivery_queued = True
-            reactor.deliver_first(self)
+            if not self._delivery_queued:
+                self._delivery_queued = True
+                reactor.deliver_first(self)
+            return
         self._pump_lot.unpark_all()
 
     def deliver_now(self) -> bool:
         """The pump's next delivery, made by the publish reactor while the pump is idle (it
-        was woken but has not run yet): the messages leave with one send attempt, what the
-        socket does not take goes with the writer task. False when there was nothing to
-        deliver. An error is raised by the pump, so it ends this connection, as it would have
-        from the pump."""
+        was not woken for it): the messages leave with one send attempt, what the socket does
+        not take goes with the writer task. The pump is woken when more is ready for us than
+        the delivery took, when the delivery was not made, and to raise an error (so it ends
+        this connection, as it would have from the pump). False when nothing was delivered."""
         self._delivery_queued = False
         channel = self.channel
-        if not self._pump_idle or self._ended or channel is None:
-            return False
         room = self.ready_count - self.in_flight
-        space = self.settings.max_pending_output_bytes - self.output.backlog
-        if room <= 0 or space <= 0:
+        if not self._pump_idle or self._ended or channel is None or room <= 0:
+            self._pump_lot.unpark_all()
             return False
+        space = self.settings.max_pending_output_bytes - self.output.backlog
         try:
-            if not channel.has_ready(self.partition, self):
+            if space <= 0 or not channel.has_ready(self.partition, self):
+                self._pump_lot.unpark_all()  # it waits for the socket, or finds nothing
                 return False
-            self._deliver(channel, room, space)
+            taken = self._deliver(channel, room, space)
+            if taken < room and channel.has_ready(self.partition, self):
+                self._pump_lot.unpark_all()  # the delivery's byte bound left some
         except Exception as exc:  # noqa: BLE001 -- the pump raises it (see above)
             self._delivery_error = exc
+            self._pump_lot.unpark_all()
             return True
         self.output.send_now()
         return True
@@ -210,9 +215,10 @@ class Consuming:
             self._deliver(channel, room, space)
             await output.send_pending()
 
-    def _deliver(self, channel: Channel, room: int, space: int) -> None:
+    def _deliver(self, channel: Channel, room: int, space: int) -> int:
         """Take up to ``room`` messages (``space`` bytes) for us and queue their frames (a
-        plain consumer's that the log reads from disk come with their frames written)."""
+        plain consumer's that the log reads from disk come with their frames written); how
+        many."""
         output = self.output
         now = self.clock.now_ns()
         extended = self.ext_block or self.detail_block
@@ -227,3 +233,4 @@ class Consuming:
             write_plain(output, taken)
         self.in_flight += len(taken)
         self.message_count += len(taken)
+        return len(taken)

@@ -38,7 +38,7 @@ class TCPServer:
         self.broker = broker
         self.settings = settings
         self.sessions: set[Session] = set()
-        self.reactor = PublishReactor(broker)
+        self.reactor = PublishReactor(broker, settings.busy_poll)
         self._protocols: dict[bytes, ProtocolHandler] = {frames.MAGIC_V2: self._serve_v2}
 
     def add(self, magic: bytes, handler: ProtocolHandler) -> None:

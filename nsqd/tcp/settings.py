@@ -10,6 +10,7 @@ from protocol.identify import IdentifyLimits
 
 from ..forwarding import Forwarder
 from .auth import AuthClient
+from .reactor import DEFAULT_BUSY_POLL
 
 RECEIVE_SIZE = 256 * 1024  # bytes a connection asks of its socket per read
 
@@ -23,6 +24,8 @@ class SessionSettings:
     max_rdy_count: int = 2500
     #: message frames queued for the client before the pump waits for its socket to drain
     max_pending_output_bytes: int = 1024 * 1024
+    #: seconds the publish reactor polls on after close turns (:mod:`.reactor`; 0: never)
+    busy_poll: float = DEFAULT_BUSY_POLL
     version: str = "1.3.0"
     tls_context: ssl.SSLContext | None = None  # --tls-cert/--tls-key given
     tls_required: bool = False  # --tls-required true or tcp-https: only IDENTIFY before TLS

@@ -147,6 +147,7 @@ PNSQ_EXTRA_FLAGS = {
     "read-cache-bytes",
     "max-segment-fds",
     "retention",
+    "busy-poll",
 }
 
 
@@ -244,6 +245,7 @@ NSQD_DEFAULTS: dict[str, object] = {
     "read_cache_bytes": 16 * 1024 * 1024,
     "max_pending_output_bytes": 1024 * 1024,
     "max_segment_fds": 0,
+    "busy_poll": 200e-6,
 }
 
 
@@ -334,6 +336,8 @@ def test_pynsq_harness_command_line() -> None:
         (["-default-replicator=2"], "default_replicator", 2),
         (["-replica-lag-max=3s"], "replica_lag_max", 3.0),
         (["-max-segment-fds=300"], "max_segment_fds", 300),
+        (["-busy-poll=50us"], "busy_poll", 50e-6),
+        (["-busy-poll=0"], "busy_poll", 0.0),
         (["-max-disk-usage-percent=80"], "max_disk_usage_percent", 80),
         (["-snappy=false"], "snappy", False),
         (["-deflate=0"], "deflate", False),
@@ -471,6 +475,8 @@ def test_log_levels() -> None:
         (["-max-disk-usage-percent=101"], "--max-disk-usage-percent must be [1,100]"),
         (["-read-cache-bytes=-1"], "--read-cache-bytes must not be negative"),
         (["-max-pending-output-bytes=0"], "--max-pending-output-bytes must be >= 1"),
+        (["-busy-poll=11ms"], "--busy-poll must be between 0 and 10ms"),
+        (["-busy-poll=-1us"], "--busy-poll must be between 0 and 10ms"),
         (["-tcp-address=0.0.0.0:x"], '--tcp-address: address 0.0.0.0:x: invalid port "x"'),
         (
             ["-http-address=127.0.0.1:65536"],

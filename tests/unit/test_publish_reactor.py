@@ -305,3 +305,89 @@ async def test_a_failed_delivery_from_a_turn_ends_the_consumer_not_the_publisher
                 await consumer.frame()
             assert await publisher.pub("t", b"third") == (RESPONSE, b"OK")  # still served
         assert await stored(broker, "t") == [b"first", b"second", b"third"]
+
+
+class _TaskSteps(trio.abc.Instrument):
+    """Counts the steps of the tasks whose name ends with ``suffix``."""
+
+    def __init__(self, suffix: str) -> None:
+        self.suffix = suffix
+        self.steps = 0
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        if task.name.endswith(self.suffix):
+            self.steps += 1
+
+
+async def test_a_turns_delivery_of_everything_leaves_the_pump_asleep(tmp_path: Path) -> None:
+    async with listening(tmp_path) as (_, server, port):
+        consumer = await subscribe(port, "t", "c", 10)
+        publisher = await connect(port)
+        pump = _TaskSteps("._pump")
+        with trio.fail_after(10):
+            assert await publisher.pub("t", b"first") == (RESPONSE, b"OK")
+            assert (await consumer.frame())[0] == MESSAGE
+            await trio.testing.wait_all_tasks_blocked()
+            trio.lowlevel.add_instrument(pump)
+            try:
+                assert await publisher.pub("t", b"second") == (RESPONSE, b"OK")
+                kind, data = await consumer.frame()
+                await trio.testing.wait_all_tasks_blocked()
+            finally:
+                trio.lowlevel.remove_instrument(pump)
+        assert (kind, data[BODY_AT:]) == (MESSAGE, b"second")
+        assert server.reactor.deliveries == 1
+        assert pump.steps == 0  # nothing was left for it: not woken only to park again
+
+
+async def test_what_a_turns_delivery_leaves_goes_with_the_pump(tmp_path: Path) -> None:
+    config = BrokerConfig(data_path=tmp_path)
+    async with open_broker(config) as broker, trio.open_nursery() as nursery:
+        # room for one 100-byte frame at a time: a delivery takes one message
+        server = TCPServer(broker, SessionSettings(max_pending_output_bytes=100))
+        port = await nursery.start(server.serve, "127.0.0.1", 0)
+        consumer = await subscribe(port, "t", "c", 10)
+        publisher = await connect(port)
+        with trio.fail_after(10):
+            assert await publisher.pub("t", b"a" * 100) == (RESPONSE, b"OK")
+            assert (await consumer.frame())[0] == MESSAGE
+            await trio.testing.wait_all_tasks_blocked()
+            await publisher.stream.send_all(pub("t", b"b" * 100) + pub("t", b"c" * 100))
+            assert [await publisher.frame() for _ in range(2)] == [(RESPONSE, b"OK")] * 2
+            frames = [await consumer.frame() for _ in range(2)]  # no FIN: the pump's send
+        assert [data[BODY_AT:] for _, data in frames] == [b"b" * 100, b"c" * 100]
+        assert server.reactor.deliveries == 1
+        nursery.cancel_scope.cancel()
+
+
+async def test_close_turns_keep_the_reactor_polling_for_busy_poll(tmp_path: Path) -> None:
+    config = BrokerConfig(data_path=tmp_path)
+    for busy_poll, sleeps_between in ((5.0, 0), (0.0, 1)):
+        async with open_broker(config) as broker, trio.open_nursery() as nursery:
+            server = TCPServer(broker, SessionSettings(busy_poll=busy_poll))
+            port = await nursery.start(server.serve, "127.0.0.1", 0)
+            publisher = await connect(port)
+            with trio.fail_after(20):
+                for body in (b"1", b"2"):  # by its task, then the reactor's first turn
+                    assert await publisher.pub("t", body) == (RESPONSE, b"OK")
+                await trio.testing.wait_all_tasks_blocked()
+                # the next turn comes at once after that one: a busy poll follows it
+                assert await publisher.pub("t", b"3") == (RESPONSE, b"OK")
+                sleeps = server.reactor.sleeps
+                assert await publisher.pub("t", b"4") == (RESPONSE, b"OK")
+                assert server.reactor.sleeps - sleeps == sleeps_between
+            assert await stored(broker, "t") == [b"1", b"2", b"3", b"4"]
+            nursery.cancel_scope.cancel()
+        config = BrokerConfig(data_path=tmp_path / "again")
+
+
+async def test_the_busy_poll_ends(tmp_path: Path) -> None:
+    async with listening(tmp_path) as (_, server, port):
+        publisher = await connect(port)
+        with trio.fail_after(10):
+            for body in (b"1", b"2", b"3", b"4"):
+                assert await publisher.pub("t", body) == (RESPONSE, b"OK")
+            sleeps = server.reactor.sleeps
+            await trio.sleep(0.01)  # past the 200 µs: asleep again, not polling on
+            await trio.testing.wait_all_tasks_blocked()
+        assert server.reactor.sleeps == sleeps + 1
