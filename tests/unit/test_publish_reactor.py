@@ -360,34 +360,28 @@ async def test_what_a_turns_delivery_leaves_goes_with_the_pump(tmp_path: Path) -
         nursery.cancel_scope.cancel()
 
 
-async def test_close_turns_keep_the_reactor_polling_for_busy_poll(tmp_path: Path) -> None:
-    config = BrokerConfig(data_path=tmp_path)
-    for busy_poll, sleeps_between in ((5.0, 0), (0.0, 1)):
-        async with open_broker(config) as broker, trio.open_nursery() as nursery:
-            server = TCPServer(broker, SessionSettings(busy_poll=busy_poll))
-            port = await nursery.start(server.serve, "127.0.0.1", 0)
-            publisher = await connect(port)
-            with trio.fail_after(20):
-                for body in (b"1", b"2"):  # by its task, then the reactor's first turn
-                    assert await publisher.pub("t", body) == (RESPONSE, b"OK")
-                await trio.testing.wait_all_tasks_blocked()
-                # the next turn comes at once after that one: a busy poll follows it
-                assert await publisher.pub("t", b"3") == (RESPONSE, b"OK")
-                sleeps = server.reactor.sleeps
-                assert await publisher.pub("t", b"4") == (RESPONSE, b"OK")
-                assert server.reactor.sleeps - sleeps == sleeps_between
-            assert await stored(broker, "t") == [b"1", b"2", b"3", b"4"]
-            nursery.cancel_scope.cancel()
-        config = BrokerConfig(data_path=tmp_path / "again")
-
-
-async def test_the_busy_poll_ends(tmp_path: Path) -> None:
-    async with listening(tmp_path) as (_, server, port):
+@pytest.mark.parametrize("busy_poll", [0.2, 0.0])
+async def test_a_turn_close_to_the_last_one_is_followed_by_busy_poll(
+    tmp_path: Path, busy_poll: float
+) -> None:
+    async with open_broker(BrokerConfig(data_path=tmp_path)) as broker, trio.open_nursery() as n:
+        server = TCPServer(broker, SessionSettings(busy_poll=busy_poll))
+        port = await n.start(server.serve, "127.0.0.1", 0)
         publisher = await connect(port)
-        with trio.fail_after(10):
-            for body in (b"1", b"2", b"3", b"4"):
-                assert await publisher.pub("t", body) == (RESPONSE, b"OK")
-            sleeps = server.reactor.sleeps
-            await trio.sleep(0.01)  # past the 200 µs: asleep again, not polling on
+        reactor = server.reactor
+        with trio.fail_after(20):
+            assert await publisher.pub("t", b"1") == (RESPONSE, b"OK")  # by its task
+            await trio.testing.wait_all_tasks_blocked()  # parked: the reactor serves it now
+            assert await publisher.pub("t", b"2") == (RESPONSE, b"OK")  # the first turn
+            await trio.testing.wait_all_tasks_blocked()  # no turn before it: asleep at once
+            asleep = reactor.sleeps
+            assert await publisher.pub("t", b"3") == (RESPONSE, b"OK")  # close to the last
+            await trio.sleep(0.01)
+            # polling on for busy_poll (or, without it, asleep again at once)
+            assert reactor.sleeps == (asleep if busy_poll else asleep + 1)
+            await trio.sleep(2 * busy_poll)
             await trio.testing.wait_all_tasks_blocked()
-        assert server.reactor.sleeps == sleeps + 1
+            assert reactor.sleeps == asleep + 1  # the poll ended
+        assert reactor.turns == 2
+        assert await stored(broker, "t") == [b"1", b"2", b"3"]
+        n.cancel_scope.cancel()
