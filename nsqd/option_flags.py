@@ -14,9 +14,10 @@ itself (nsqd exits 2/0), :class:`~nsqd.options.OptionsError` for values nsqd rej
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from nsqd.config_file import load_config, resolve
 from nsqd.options import LOG_LEVELS, TLS_VERSIONS, Options, attribute_name, validate_options
 from pnsq._goflag.flags import FlagSet, FlagValueError, ParseResult
 from pnsq._goflag.syntax import go_quote, parse_go_float
@@ -261,8 +262,14 @@ def nsqd_flagset(defaults: Options | None = None) -> FlagSet:
 
 
 def options_from_flags(result: ParseResult) -> Options:
-    """Build and validate :class:`Options` from a parse of :func:`nsqd_flagset`."""
-    values: dict[str, Any] = {attribute_name(name): result.values[name] for name, _, _ in _FLAGS}
+    """Build and validate :class:`Options` from a parse of :func:`nsqd_flagset`, with the
+    ``--config`` file's values for the flags not given (:mod:`nsqd.config_file`)."""
+    flag_values: Mapping[str, object] = result.values
+    path = result.get_str("config")
+    if path and not result.get_bool("version"):  # nsqd prints its version before the file
+        kinds = {name: kind for name, kind, _ in _FLAGS}
+        flag_values = resolve(result, nsqd_flagset(), kinds, load_config(path))
+    values: dict[str, Any] = {attribute_name(name): flag_values[name] for name, _, _ in _FLAGS}
     return validate_options(Options(**values))
 
 

@@ -357,7 +357,6 @@ def test_pynsq_harness_command_line() -> None:
         (["-tls-required=false"], "tls_required", "false"),
         (["-worker-id"], "worker_id", True),
         (["-version"], "show_version", True),
-        (["-config=/etc/nsqd.cfg"], "config", "/etc/nsqd.cfg"),
         (
             ["-e2e-processing-latency-percentile=0.5,0.99", "-e2e-processing-latency-percentile=1"],
             "e2e_processing_latency_percentiles",
