@@ -34,13 +34,16 @@ run of the whole publish→deliver path: on this 2-core VM a 1,000 msgs/s PUB st
 ≈ 330 µs of CPU a message, six times what the same path costs warm. At 10 k msgs/s with an
 unbuffered consumer, in runs alternating with the reactor that slept at once, the poll took
 the publish→deliver p50 from 0.30-0.46 to 0.24-0.40 ms (this VM is noisy; docs/benchmarks.md)
-and the daemon from ≈ 0.93 to ≈ 1 core. Turns further apart than ``busy_poll`` (a slower stream)
-never start it, so a trickle costs no polling.
+and the daemon from ≈ 0.93 to ≈ 1 core. Each round of polling first gives the CPU to any
+other thread waiting for it (``sched_yield``): on a 2-core machine the clients' threads wait
+for the core the poll holds, and without it their p99 rose. Turns further apart than
+``busy_poll`` (a slower stream) never start it, so a trickle costs no polling.
 """
 
 from __future__ import annotations
 
 import enum
+import os
 import select
 import time
 from collections.abc import Callable
@@ -159,7 +162,10 @@ class PublishReactor:
                         polling_until = last_turn + self._busy_poll
                     await trio.lowlevel.checkpoint()  # the tasks the turn woke run first
                 elif self._now() < polling_until:
-                    await trio.lowlevel.checkpoint()  # Trio polls every socket meanwhile
+                    # the CPU first to any other thread that waits for it (the clients on a
+                    # small machine), then Trio polls every socket without blocking
+                    os.sched_yield()
+                    await trio.lowlevel.checkpoint()
                 else:
                     self.sleeps += 1
                     await trio.lowlevel.wait_readable(epoll.fileno())
