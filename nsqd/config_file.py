@@ -27,18 +27,14 @@ from typing import Any
 from pnsq._goflag.flags import Flag, FlagSet, FlagValueError, ParseResult
 from pnsq._goflag.syntax import format_go_float
 
-from .options import OptionsError
+from .options import OptionsError, attribute_name
+from .runtime_config import OPTIONS
 
-#: a flag's key in the file where it is not the flag's name with ``-`` → ``_`` (nsqd's cfg tags)
-CONFIG_KEYS = {
-    "node-id": "id",
-    "lookupd-tcp-address": "nsqlookupd_tcp_addresses",
-    "auth-http-address": "auth_http_addresses",
-    "e2e-processing-latency-percentile": "e2e_processing_latency_percentiles",
-}
-
-#: flags that are not options: nsqd does not read them from the file
-NOT_IN_FILE = frozenset({"version", "config", "verbose", "worker-id"})
+#: each option's key in the file, by its :class:`~nsqd.options.Options` attribute: nsqd's
+#: config names, those ``GET /config/<name>`` answers to (the flag's name with ``-`` → ``_``
+#: but where nsqd's Options has a ``cfg`` tag); a flag with none (``version``, ``config``,
+#: ``verbose``, ``worker-id``) is not an option and is not read from the file
+_KEYS = {attribute: key for key, (attribute, _) in OPTIONS.items()}
 
 
 def load_config(path: str) -> dict[str, Any]:
@@ -58,10 +54,8 @@ def resolve(
     ``duration``, ``list`` or one of nsqd's own flag types)."""
     values = dict(parsed.values)
     for name, kind in kinds.items():
-        if name in NOT_IN_FILE or name in parsed.explicit:
-            continue
-        key = CONFIG_KEYS.get(name, name.replace("-", "_"))
-        if key not in document:
+        key = _KEYS.get(attribute_name(name))
+        if key is None or key not in document or name in parsed.explicit:
             continue
         flag = flags.lookup(name)
         assert flag is not None, name
