@@ -59,10 +59,12 @@ class Client:
 
 
 @asynccontextmanager
-async def listening(tmp_path: Path, **config: int) -> AsyncIterator[tuple[Broker, TCPServer, int]]:
+async def listening(
+    tmp_path: Path, settings: SessionSettings | None = None, **config: int
+) -> AsyncIterator[tuple[Broker, TCPServer, int]]:
     config_ = BrokerConfig(data_path=tmp_path, **config)
     async with open_broker(config_) as broker, trio.open_nursery() as nursery:
-        server = TCPServer(broker, SessionSettings())
+        server = TCPServer(broker, settings or SessionSettings())
         port = await nursery.start(server.serve, "127.0.0.1", 0)
         yield broker, server, port
         nursery.cancel_scope.cancel()
@@ -341,11 +343,9 @@ async def test_a_turns_delivery_of_everything_leaves_the_pump_asleep(tmp_path: P
 
 
 async def test_what_a_turns_delivery_leaves_goes_with_the_pump(tmp_path: Path) -> None:
-    config = BrokerConfig(data_path=tmp_path)
-    async with open_broker(config) as broker, trio.open_nursery() as nursery:
-        # room for one 100-byte frame at a time: a delivery takes one message
-        server = TCPServer(broker, SessionSettings(max_pending_output_bytes=100))
-        port = await nursery.start(server.serve, "127.0.0.1", 0)
+    # room for one 100-byte frame at a time: a delivery takes one message
+    settings = SessionSettings(max_pending_output_bytes=100)
+    async with listening(tmp_path, settings) as (_, server, port):
         consumer = await subscribe(port, "t", "c", 10)
         publisher = await connect(port)
         with trio.fail_after(10):
@@ -357,16 +357,13 @@ async def test_what_a_turns_delivery_leaves_goes_with_the_pump(tmp_path: Path) -
             frames = [await consumer.frame() for _ in range(2)]  # no FIN: the pump's send
         assert [data[BODY_AT:] for _, data in frames] == [b"b" * 100, b"c" * 100]
         assert server.reactor.deliveries == 1
-        nursery.cancel_scope.cancel()
 
 
 @pytest.mark.parametrize("busy_poll", [0.2, 0.0])
 async def test_a_turn_close_to_the_last_one_is_followed_by_busy_poll(
     tmp_path: Path, busy_poll: float
 ) -> None:
-    async with open_broker(BrokerConfig(data_path=tmp_path)) as broker, trio.open_nursery() as n:
-        server = TCPServer(broker, SessionSettings(busy_poll=busy_poll))
-        port = await n.start(server.serve, "127.0.0.1", 0)
+    async with listening(tmp_path, SessionSettings(busy_poll=busy_poll)) as (broker, server, port):
         publisher = await connect(port)
         reactor = server.reactor
         with trio.fail_after(20):
@@ -384,4 +381,3 @@ async def test_a_turn_close_to_the_last_one_is_followed_by_busy_poll(
             assert reactor.sleeps == asleep + 1  # the poll ended
         assert reactor.turns == 2
         assert await stored(broker, "t") == [b"1", b"2", b"3"]
-        n.cancel_scope.cancel()
