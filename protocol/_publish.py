@@ -12,7 +12,7 @@ from __future__ import annotations
 import struct
 from typing import Final
 
-from ._parser_base import NEED_DATA, ParserBase, Result
+from ._parser_base import _SIZE, _VALID_NAMES, NEED_DATA, ParserBase, Result
 from .commands import Dpub, Mpub, MpubExt, MpubTrace, Pub, PubExt, PubTrace
 from .errors import ClientError, ErrorCode, YouzanText
 from .gostr import go_bytes, go_int64, parse_base10
@@ -35,6 +35,27 @@ class PublishReader(ParserBase):
             invalid="invalid message body size {}",
             big_first=False,
         )
+
+    def _plain_pub(self, pos: int) -> Pub | None:
+        """The common PUB, read in one step: ``PUB <topic>\\n`` for a topic already seen valid, no
+        partition, its body buffered whole and within the limit. None for anything else,
+        read nothing: the general path (:meth:`_pub`) reads it, with every check and error."""
+        buf = self._buf
+        nl = buf.find(b"\n", pos + 4, pos + self.limits.max_line)
+        if nl < 0:
+            return None
+        topic = _VALID_NAMES.get(bytes(buf[pos + 4 : nl]))  # None too for "t 0" or "t\r"
+        start = nl + 1 + _SIZE.size
+        if topic is None or len(buf) < start:
+            return None
+        size: int = _SIZE.unpack_from(buf, nl + 1)[0]
+        end = start + size
+        if size <= 0 or size > self.limits.max_msg_size or len(buf) < end:
+            return None
+        with memoryview(buf) as view:
+            body = view[start:end].tobytes()
+        self._pos = end
+        return Pub(topic, body, None)
 
     def _pub(self, params: list[bytes], start: int) -> Result:
         if len(params) < 2:

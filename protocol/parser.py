@@ -138,6 +138,10 @@ class CommandParser(PublishReader, AckReader):
         pos = self._pos
         if pos >= len(buf):
             return NEED_DATA
+        if buf.startswith(b"PUB ", pos) and not self.tls_required:
+            pub = self._plain_pub(pos)
+            if pub is not None:
+                return pub
         if buf.startswith(b"FIN ", pos) or buf.startswith(b"REQ ", pos):
             return self._fixed_fin_req(pos)
         if buf.startswith(b"TOUCH ", pos):

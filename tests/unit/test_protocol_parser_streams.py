@@ -14,6 +14,7 @@ from protocol import (
     ConnectionAbort,
     ConnState,
     Nop,
+    ParserLimits,
     Pub,
 )
 from protocol.encode import encode_command
@@ -115,10 +116,15 @@ def test_trailing_partial_command(
 
 
 def _outcomes(
-    chunks: list[bytes], state: ConnState, heartbeats_disabled: bool, tls_required: bool
+    chunks: list[bytes],
+    state: ConnState,
+    heartbeats_disabled: bool,
+    tls_required: bool,
+    parser: CommandParser | None = None,
 ) -> list[object]:
     """Events, then the first error (as a tuple); checks that fatal errors stick."""
-    parser = parser_in(state)
+    parser = parser or parser_in(state)
+    parser.state = state
     parser.heartbeats_disabled = heartbeats_disabled
     parser.tls_required = tls_required
     out: list[object] = []
@@ -184,6 +190,40 @@ def test_mutated_streams(
     assert _outcomes(data.draw(S.splits(bad)), state, hb, False) == whole
     if len(bad) <= 400:
         assert _outcomes([bad[i : i + 1] for i in range(len(bad))], state, hb, False) == whole
+
+
+class _GeneralPathOnly(CommandParser):
+    """The parser without its one-step read of a plain PUB: what that step must match."""
+
+    def _plain_pub(self, pos: int) -> Pub | None:
+        return None
+
+
+_PUB_LINES = st.sampled_from(
+    [b"t", b"t2", b"t", b"t2", b"t 0", b"t 1 x", b"t\r", b"", b"bad!", b"t" * 65, b"t\x00", b" t"]
+)
+
+
+@_FUZZ
+@given(
+    data=st.data(),
+    line=_PUB_LINES,
+    declared=st.sampled_from([-1, 0, 1, 2, 15, 16, 17, 20]),
+    after=st.sampled_from([b"", b"NOP\n", b"PUB t\n" + size(1) + b"x", b"FIN 0123456789abcdef\n"]),
+    tls=st.booleans(),
+)
+def test_plain_pub_reads_as_the_general_path(
+    data: st.DataObject, line: bytes, declared: int, after: bytes, tls: bool
+) -> None:
+    """Whatever follows ``PUB `` (a known topic or not, a partition, CR, a size out of range
+    (the message limit is 16, the body limit 32), a body cut short), parsing with the one-step
+    read gives the same events and errors as without it, however the stream is split."""
+    limits = ParserLimits(max_msg_size=16, max_body_size=32)
+    body = data.draw(st.binary(max_size=max(declared, 0) + 2))
+    raw = b"PUB " + line + b"\n" + size(declared) + body + after
+    chunks = data.draw(S.splits(raw))
+    expected = _outcomes(chunks, ConnState.INIT, False, tls, _GeneralPathOnly(limits))
+    assert _outcomes(chunks, ConnState.INIT, False, tls, CommandParser(limits)) == expected
 
 
 # --------------------------------------------------------------------------- pipelining
