@@ -44,18 +44,14 @@ class PublishReader(ParserBase):
         nl = buf.find(b"\n", pos + 4, pos + self.limits.max_line)
         if nl < 0:
             return None
-        topic = _VALID_NAMES.get(bytes(buf[pos + 4 : nl]))  # None too for "t 0" or "t\r"
-        start = nl + 1 + _SIZE.size
-        if topic is None or len(buf) < start:
+        topic = _VALID_NAMES.get(bytes(buf[pos + 4 : nl]))
+        if topic is None:  # also for "t 0" or "t\r"
             return None
-        size: int = _SIZE.unpack_from(buf, nl + 1)[0]
-        end = start + size
-        if size <= 0 or size > self.limits.max_msg_size or len(buf) < end:
+        size = self._size_at(nl + 1)
+        if size is None or size <= 0 or size > self.limits.max_msg_size:
             return None
-        with memoryview(buf) as view:
-            body = view[start:end].tobytes()
-        self._pos = end
-        return Pub(topic, body, None)
+        body = self._take(nl + 1 + _SIZE.size, size)
+        return None if body is None else Pub(topic, body, None)
 
     def _pub(self, params: list[bytes], start: int) -> Result:
         if len(params) < 2:
