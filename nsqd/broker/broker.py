@@ -160,14 +160,15 @@ class Broker(TopicRegistry, Acking):
         """Return once every in-sync follower of the partition holds ``records`` (at once
         when the leader is alone in sync); then, with ``--sync-every=1`` (unless ``durable``
         is False: the caller waits once for several batches), once they are fsynced here.
-        Raises NotLeaderError if the partition's leadership moves first."""
+        Raises NotLeaderError if this node no longer leads the partition under the epoch the
+        records were appended in, even when that happened before this call: a new leader may
+        not hold them, whatever the in-sync set says now."""
         if records:
             topic = self.topics.get(topic_name)
             last = records[-1]
             if topic is not None:
                 partition = topic.partition(partition_of(last.internal_id))
-                if partition.state.followers:
-                    await self.replication.wait(partition, last.offset + 1)
+                await self.replication.wait(partition, last.offset + 1, last.epoch)
         if durable and self.durable_acks:
             await self.wait_durable()
 

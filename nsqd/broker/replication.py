@@ -213,15 +213,17 @@ class ReplicationWaiters:
             lot = self._data[partition] = ParkingLot()
         await lot.park()
 
-    async def wait(self, partition: Partition, end: int) -> None:
-        """Return once the high-watermark reaches ``end``. Raises :class:`NotLeaderError` if
-        the node stops leading the partition first (the publish is then not acknowledged:
-        a new leader may not have it)."""
+    async def wait(self, partition: Partition, end: int, epoch: int) -> None:
+        """Return once the high-watermark reaches ``end`` while this node leads the partition
+        under ``epoch`` (the epoch the records before ``end`` were appended in). Raises
+        :class:`NotLeaderError` once it does not: the publish is then not acknowledged (a new
+        leader may not have it)."""
         state = partition.state
-        epoch = state.epoch
-        while state.high_watermark < end:
+        while True:
             if not state.leads or state.epoch != epoch:
                 raise NotLeaderError("leadership moved before the publish was replicated")
+            if state.high_watermark >= end:
+                return
             await self._lot(partition).park()
 
     async def wait_cursor(self, partition: Partition, channel: str, confirmed: int) -> None:

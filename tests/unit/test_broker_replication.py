@@ -105,7 +105,7 @@ async def test_publishers_wait_for_the_in_sync_follower(tmp_path: Path) -> None:
     done: list[int] = []
 
     async def publisher(end: int) -> None:
-        await waiters.wait(leader, end)
+        await waiters.wait(leader, end, 1)
         done.append(end)
 
     async with trio.open_nursery() as nursery:
@@ -130,7 +130,7 @@ async def test_a_publisher_is_not_acknowledged_after_leadership_moved(tmp_path: 
 
     async def publisher() -> None:
         try:
-            await waiters.wait(leader, 1)
+            await waiters.wait(leader, 1, 1)
         except NotLeaderError as exc:
             outcome.append(exc)
 
@@ -140,6 +140,37 @@ async def test_a_publisher_is_not_acknowledged_after_leadership_moved(tmp_path: 
         leader.state.apply(Placement(Role.REPLICA, 2, FOLLOWER, (LEADER,), (FOLLOWER,)))
         waiters.wake(leader)
     assert len(outcome) == 1
+
+
+@pytest.mark.parametrize(
+    "placement",
+    [
+        # handed over: a replica now, of a new leader alone in its in-sync set
+        Placement(Role.REPLICA, 2, FOLLOWER, (LEADER,), (FOLLOWER,)),
+        # still leading, but under a newer epoch: the records' epoch is history now
+        Placement(Role.LEADER, 2, LEADER, (FOLLOWER,), (LEADER,)),
+    ],
+)
+async def test_a_publish_appended_before_leadership_moved_is_not_acknowledged_after(
+    tmp_path: Path, placement: Placement
+) -> None:
+    """The move came between the append and the wait (the group commit hands the records
+    back a scheduling round later): the wait must not see the new placement's empty set of
+    followers as "nothing to wait for"."""
+    leader = partition(tmp_path / "l", Role.LEADER)
+    waiters = ReplicationWaiters()
+    publish(leader, b"one")
+    leader.state.apply(placement)
+    with pytest.raises(NotLeaderError):
+        await waiters.wait(leader, 1, 1)
+
+
+async def test_a_leader_alone_in_sync_acknowledges_at_once(tmp_path: Path) -> None:
+    leader = partition(tmp_path / "l", Role.LEADER)
+    leader.state.apply(Placement(Role.LEADER, 1, LEADER, (FOLLOWER,), (LEADER,)))
+    publish(leader, b"one")
+    with trio.testing.assert_no_checkpoints():
+        await ReplicationWaiters().wait(leader, 1, 1)
 
 
 def test_a_followers_copy_is_the_leaders_bytes_and_survives_a_reopen(tmp_path: Path) -> None:
