@@ -31,6 +31,7 @@ if TYPE_CHECKING:
         NsqError as NsqError,
         NsqHTTPError as NsqHTTPError,
         PartitionsUnknownError as PartitionsUnknownError,
+        ReplyTimeoutError as ReplyTimeoutError,
         UnexpectedResponseError as UnexpectedResponseError,
     )
     from .message import Message as Message
@@ -53,6 +54,7 @@ _EXPORTS = {
     "PartitionInfo": "routing",
     "PartitionsUnknownError": "errors",
     "Producer": "producer",
+    "ReplyTimeoutError": "errors",
     "TopicPartitions": "routing",
     "UnexpectedResponseError": "errors",
     "open_connection": "connection",

@@ -32,7 +32,7 @@ from protocol.errors import ErrorCode, ProtocolError
 from protocol.frames import HEARTBEAT_DATA, MAGIC_V2
 from protocol.parser import NEED_DATA
 
-from .errors import ConnectionClosedError, NsqError, UnexpectedResponseError
+from .errors import ConnectionClosedError, NsqError, ReplyTimeoutError, UnexpectedResponseError
 from .message import Message
 from .routing import parse_address as parse_address
 
@@ -50,6 +50,9 @@ _COALESCE_ROUNDS: Final = 32
 _COALESCE_IDLE_ROUNDS: Final = 2
 _COALESCE_SECONDS: Final = 0.002
 _CLOSE_DRAIN_SECONDS: Final = 2.0
+#: Seconds a command may wait for its reply before the connection is given up (go-nsq's
+#: default read timeout: a live nsqd sends something at least every heartbeat interval).
+DEFAULT_REPLY_TIMEOUT: Final = 60.0
 #: Errors answering a command that has no success reply; never matched to a waiting command.
 _UNSOLICITED: Final = frozenset(
     {ErrorCode.FIN_FAILED.value, ErrorCode.REQ_FAILED.value, ErrorCode.TOUCH_FAILED.value}
@@ -64,6 +67,7 @@ class ConnectOptions(TypedDict, total=False):
     msg_timeout_ms: int | None
     feature_negotiation: bool
     identify_extra: dict[str, Any] | None
+    reply_timeout: float | None
 
 
 @final
@@ -98,8 +102,14 @@ class Connection:
         failed_acks: count of E_FIN_FAILED / E_REQ_FAILED / E_TOUCH_FAILED received.
     """
 
-    def __init__(self, stream: trio.abc.Stream, address: str) -> None:
+    def __init__(
+        self,
+        stream: trio.abc.Stream,
+        address: str,
+        reply_timeout: float | None = DEFAULT_REPLY_TIMEOUT,
+    ) -> None:
         self.address = address
+        self.reply_timeout = reply_timeout
         self.features: dict[str, Any] = {}
         self.failed_acks = 0
         self._stream = stream
@@ -140,6 +150,10 @@ class Connection:
 
         Raises:
             NsqError: nsqd answered with an error frame (its text, verbatim).
+            ReplyTimeoutError: no reply within ``reply_timeout`` seconds: the connection is
+                closed (replies are matched in order, so a late one could not be placed) and
+                every command waiting on it fails the same way; the command may have taken
+                effect.
             ConnectionClosedError: the connection closed before the reply arrived.
         """
         return await self._request(encode_command(cmd))
@@ -201,7 +215,14 @@ class Connection:
         self._queue(data)
         pending = _Pending()
         self._pending.append(pending)
-        await pending.event.wait()
+        timeout = self.reply_timeout
+        with trio.move_on_after(math.inf if timeout is None else timeout) as waited:
+            await pending.event.wait()
+        if waited.cancelled_caught and not pending.event.is_set():
+            self._shutdown(
+                ReplyTimeoutError(f"no reply from {self.address} within {timeout:g}s"),
+                reply_timeout=True,
+            )
         if pending.error is not None:
             raise pending.error
         return pending.data
@@ -221,14 +242,16 @@ class Connection:
             raise UnexpectedResponseError(f"nsqd negotiated {upgrades}: not supported")
         self.features = features
 
-    def _shutdown(self, reason: BaseException) -> None:
-        """Mark closed, fail every waiter, end the message channel, stop the tasks."""
+    def _shutdown(self, reason: BaseException, *, reply_timeout: bool = False) -> None:
+        """Mark closed, fail every waiter (with a :class:`ReplyTimeoutError` when a reply was
+        overdue), end the message channel, stop the tasks."""
         if self._closed:
             return
         self._closed = True
         self._close_reason = self._last_error or reason
+        kind = ReplyTimeoutError if reply_timeout else ConnectionClosedError
         while self._pending:
-            error = ConnectionClosedError(f"connection to {self.address} closed")
+            error = kind(f"connection to {self.address} closed: {reason}")
             error.__cause__ = self._close_reason
             self._pending.popleft().fail(error)
         self._message_send.close()
@@ -348,11 +371,14 @@ async def open_connection(
     msg_timeout_ms: int | None = None,
     feature_negotiation: bool = True,
     identify_extra: dict[str, Any] | None = None,
+    reply_timeout: float | None = DEFAULT_REPLY_TIMEOUT,
 ) -> AsyncIterator[Connection]:
     """Connect to nsqd at ``address`` (``host:port``), IDENTIFY, and yield the connection.
 
     The reader and writer tasks live until the block exits; on exit queued commands are flushed
-    (for at most 2 s) and the socket is closed.
+    (for at most 2 s) and the socket is closed. A command whose reply takes longer than
+    ``reply_timeout`` seconds (None: no bound) closes the connection
+    (:meth:`Connection.command`).
 
     Raises:
         OSError: the TCP connection failed.
@@ -360,7 +386,7 @@ async def open_connection(
     """
     host, port = parse_address(address)
     stream = await trio.open_tcp_stream(host, port)
-    conn = Connection(stream, address)
+    conn = Connection(stream, address, reply_timeout)
     body = _identify_body(
         client_id, heartbeat_interval_ms, msg_timeout_ms, feature_negotiation, identify_extra
     )

@@ -29,6 +29,11 @@ class ConnectionClosedError(Exception):
     """The connection is closed (by us, by nsqd, or broken); ``__cause__`` says why if known."""
 
 
+class ReplyTimeoutError(ConnectionClosedError):
+    """A command's reply did not come in time, so its connection was closed: the command may
+    or may not have taken effect (a retried publish may be stored twice)."""
+
+
 class UnexpectedResponseError(Exception):
     """nsqd sent a frame this client cannot make sense of (a reply of the wrong shape)."""
 

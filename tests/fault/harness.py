@@ -35,7 +35,13 @@ from typing import Any
 import trio
 
 from pnsq.client import open_producer
-from pnsq.client.errors import ConnectionClosedError, NsqError, NsqHTTPError, PartitionsUnknownError
+from pnsq.client.errors import (
+    ConnectionClosedError,
+    NsqError,
+    NsqHTTPError,
+    PartitionsUnknownError,
+    ReplyTimeoutError,
+)
 from protocol.range_read import decode_binary
 from tests.daemons import GONSQ_INTEROP, Daemon, pnsq_lookupd, pnsq_nsqd
 from tests.fault.linkcut import Link
@@ -67,6 +73,8 @@ class FaultCluster:
         self.unreachable: set[int] = set()
         #: the partitions' high-watermarks when the current round began
         self.round_start: dict[int, int] = {}
+        #: topic -> partitions, for the topics :meth:`create_topic` made
+        self.partition_counts: dict[str, int] = {}
         self.lookupds: list[Daemon] = []
         self.nodes: list[Daemon] = []
         try:
@@ -158,10 +166,14 @@ class FaultCluster:
     def by_id(self, node_id: str) -> Daemon:
         return next(n for n in self.nodes if self.node_id(n) == node_id)
 
-    def create_topic(self, topic: str = TOPIC) -> None:
-        query = f"/topic/create?topic={topic}&partition_num={PARTITIONS}&replicator=2"
+    def create_topic(self, topic: str = TOPIC, partitions: int = PARTITIONS) -> None:
+        query = f"/topic/create?topic={topic}&partition_num={partitions}&replicator=2"
         assert post(self.lookupd, query) == (200, b"")
+        self.partition_counts[topic] = partitions
         self.wait_in_sync(topic)
+
+    def partition_count(self, topic: str = TOPIC) -> int:
+        return self.partition_counts.get(topic, PARTITIONS)
 
     def placement(self, topic: str = TOPIC) -> dict[int, dict[str, Any]]:
         """Partition -> ``{"leader", "replicas", "isr", "epoch"}`` as lookupd has it."""
@@ -183,7 +195,7 @@ class FaultCluster:
 
         def full() -> bool:
             parts = self.placement(topic)
-            return len(parts) == PARTITIONS and all(
+            return len(parts) == self.partition_count(topic) and all(
                 len(p["isr"]) == 1 + len(p["replicas"]) for p in parts.values()
             )
 
@@ -295,6 +307,114 @@ class PnsqPublisher:
         return min(later) - since if later else None
 
 
+@dataclass
+class PipelinedPublisher:
+    """pnsq's client keeping ``depth`` publishes in flight on each of ``connections`` producers
+    per partition of ``topic`` (every partition, routed to its leader through lookupd). A
+    publish that fails is recorded and a new one sent; every call must end (OK, an error, or
+    the client's reply timeout): one still waiting after :data:`CALL_BOUND` is a hang."""
+
+    cluster: FaultCluster
+    topic: str
+    name: str
+    connections: int = 2
+    depth: int = 8
+    #: (body, when its publish was sent, when it was acknowledged)
+    acked: list[tuple[bytes, float, float]] = field(default_factory=list)
+    refused: list[tuple[float, str]] = field(default_factory=list)
+    hung: int = 0  # publish calls that did not end within CALL_BOUND
+    #: replies overdue past :data:`PUBLISH_REPLY_TIMEOUT` (the client closed the connection)
+    timeouts: list[tuple[float, str]] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+    error: BaseException | None = None
+
+    def start(self) -> PipelinedPublisher:
+        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        assert self._thread is not None
+        self._thread.join(60)
+        assert not self._thread.is_alive(), f"{self.name} did not stop"
+        if self.error is not None:
+            raise self.error
+
+    def _run(self) -> None:
+        try:
+            trio.run(self._main)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the test thread by stop()
+            self.error = exc
+
+    async def _main(self) -> None:
+        count = self.cluster.partition_count(self.topic)
+        async with trio.open_nursery() as nursery:
+            for partition in range(count):
+                for connection in range(self.connections):
+                    nursery.start_soon(self._producer, partition, f"{partition}.{connection}")
+
+    async def _producer(self, partition: int, tag: str) -> None:
+        sequence = iter(range(1 << 62))
+        while not self._stop.is_set():
+            seeds = [n for n in self.cluster.nodes if n.proc and n.proc.poll() is None]
+            try:
+                async with (
+                    open_producer(
+                        seeds[0].tcp_address,
+                        lookupd_http_address=self.cluster.lookupd.http_address,
+                        max_attempts=1,
+                        route_ttl=0.2,
+                        reply_timeout=PUBLISH_REPLY_TIMEOUT,
+                    ) as producer,
+                    trio.open_nursery() as nursery,
+                ):
+                    for lane in range(self.depth):
+                        nursery.start_soon(
+                            self._lane,
+                            producer,
+                            partition,
+                            f"{self.name}-{tag}.{lane}",
+                            sequence,
+                        )
+            except (OSError, ConnectionClosedError, NsqError) as exc:
+                self.refused.append((time.monotonic(), f"connect: {exc!s:.70}"))
+                await trio.sleep(0.1)
+
+    async def _lane(self, producer: Any, partition: int, prefix: str, sequence: Any) -> None:
+        while not self._stop.is_set():
+            body = f"{prefix}-{next(sequence)}".encode()
+            sent = time.monotonic()
+            with trio.move_on_after(CALL_BOUND) as bound:
+                try:
+                    await producer.publish(self.topic, body, partition=partition)
+                except ReplyTimeoutError as exc:
+                    self.timeouts.append((time.monotonic(), str(exc)[:80]))
+                    continue
+                except (
+                    NsqError,
+                    NsqHTTPError,
+                    PartitionsUnknownError,
+                    ConnectionClosedError,
+                    OSError,
+                ) as exc:
+                    self.refused.append((time.monotonic(), str(exc)[:80]))
+                    await trio.sleep(0.05)
+                    continue
+                self.acked.append((body, sent, time.monotonic()))
+            if bound.cancelled_caught:
+                self.hung += 1
+
+    def bodies(self) -> set[bytes]:
+        return {body for body, _, _ in self.acked}
+
+
+#: the pipelined publisher's client reply timeout, and how long a call may take at most
+PUBLISH_REPLY_TIMEOUT = 10.0
+CALL_BOUND = 30.0
+
+
 class _DriverRun:
     """A Go driver publishing in the background; :meth:`_output` waits for its end."""
 
@@ -393,19 +513,26 @@ def high_watermarks(cluster: FaultCluster, topic: str = TOPIC) -> dict[int, int]
     """Each partition's high-watermark on its leader (what a round starts from: offsets below
     it never change again)."""
     marks = {}
-    for partition in range(PARTITIONS):
+    for partition in range(cluster.partition_count(topic)):
         doc = get_json(cluster.leader(partition, topic), f"/partitions?topic={topic}")
         marks.update({p["partition"]: p["latest"] for p in doc["partitions"]})
     return marks
 
 
-def check(cluster: FaultCluster, acked: set[bytes], since: dict[int, int] | None = None) -> Outcome:
+def check(
+    cluster: FaultCluster,
+    acked: set[bytes],
+    since: dict[int, int] | None = None,
+    topic: str = TOPIC,
+) -> Outcome:
     """Drain every partition from its leader (from ``since``, the high-watermarks when the
     round began); every acknowledged body must be there."""
-    cluster.wait_in_sync()
+    cluster.wait_in_sync(topic)
     since = since or {}
+    placement = cluster.placement(topic)
     stored = {
-        p: read_partition(cluster.leader(p), p, offset=since.get(p, 0)) for p in range(PARTITIONS)
+        p: read_partition(cluster.by_id(placement[p]["leader"]), p, topic, since.get(p, 0))
+        for p in range(cluster.partition_count(topic))
     }
     counts = Counter(body for bodies in stored.values() for body in bodies)
     lost = acked - set(counts)
