@@ -21,12 +21,12 @@ def ping_url(argv: Sequence[str]) -> str:
     ``nsqlookupd ...``, or either through ``python -m nsqd`` / ``python -m lookupd``)."""
     names = [Path(arg).name for arg in argv]
     if "nsqlookupd" in names or "lookupd" in names:
-        from lookupd.options import parse_lookupd_args  # only the parser in use
+        from lookupd.config.options import parse_lookupd_args
 
         start = names.index("nsqlookupd" if "nsqlookupd" in names else "lookupd")
         host, port = parse_lookupd_args(list(argv[start + 1 :])).http_host_port()
     elif "nsqd" in names:
-        from nsqd.option_flags import parse_nsqd_args
+        from nsqd.config.flags import parse_nsqd_args
 
         host, port = parse_nsqd_args(list(argv[names.index("nsqd") + 1 :])).http_host_port()
     else:

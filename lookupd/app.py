@@ -9,18 +9,18 @@ import socket
 
 import trio
 
-from .cluster import Cluster
-from .decide import Settings
-from .etcd import EtcdClient
-from .etcd_codec import NodeInfo, node_id
-from .ha import HighAvailability
-from .http_api import LookupHTTP, serve_http
-from .metrics import LookupdMetrics
-from .options import Options
-from .store import MetadataStore, StoreError
-from .supervisor import Supervisor
-from .tcp import LookupTCPServer
-from .views import Timeouts
+from .config.options import Options
+from .core.decide import Settings
+from .core.views import Timeouts
+from .ha.codec import NodeInfo, node_id
+from .ha.etcd import EtcdClient
+from .ha.leadership import HighAvailability
+from .http.api import LookupHTTP, serve_http
+from .http.metrics import LookupdMetrics
+from .state.cluster import Cluster
+from .state.store import MetadataStore, StoreError
+from .state.supervisor import Supervisor
+from .tcp.server import LookupTCPServer
 
 log = logging.getLogger("nsqlookupd")
 
@@ -35,7 +35,7 @@ async def run_lookupd(
     """Run nsqlookupd until cancelled; reports ``(tcp_port, http_port)`` once both listen.
 
     With ``--cluster-id`` and ``--cluster-leadership-addresses`` the metadata is in etcd and
-    the lookupds elect a leader (:mod:`lookupd.ha`); ``--data-path`` is then not used.
+    the lookupds elect a leader (:mod:`lookupd.ha.leadership`); ``--data-path`` is then not used.
 
     Raises:
         StoreError: the metadata file in ``--data-path`` is unreadable, or etcd is unreachable

@@ -8,7 +8,7 @@ from pnsq._netio.cli import run_daemon, version_line
 
 from . import __version__
 from .app import LOOKUPD_VERSION, main as run_main
-from .options import OptionsError, lookupd_flagset, options_from_flags
+from .config.options import OptionsError, lookupd_flagset, options_from_flags
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -23,11 +23,11 @@ from protocol.parser import ParserLimits
 
 from . import replication
 from .broker import Broker, BrokerConfig, open_broker
-from .forwarding import Forwarder
+from .cluster.forwarding import Forwarder
+from .cluster.lookup import LookupClient
+from .cluster.registration import LookupIdentity
+from .config.options import Options, OptionsError
 from .http.api import HTTPSettings, NsqdHTTP, serve_http
-from .lookup_client import LookupClient
-from .lookup_registration import LookupIdentity
-from .options import Options, OptionsError
 from .tcp.auth import AuthClient
 from .tcp.server import TCPServer
 from .tcp.settings import SessionSettings

@@ -8,8 +8,8 @@ from pnsq._netio.cli import run_daemon, version_line
 
 from . import __version__
 from .app import NSQD_VERSION, main as run_main
-from .option_flags import nsqd_flagset, options_from_flags
-from .options import OptionsError
+from .config.flags import nsqd_flagset, options_from_flags
+from .config.options import OptionsError
 
 
 def main(argv: Sequence[str] | None = None) -> None:

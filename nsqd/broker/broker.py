@@ -4,7 +4,7 @@ followers and fsync before an ack, and the background tasks (sync, retention) fr
 close. Publishing is synchronous (the append lands in the page cache before the ack, so
 ``kill -9`` loses nothing); fsync, checkpoints and retention run in background tasks, with
 fsync in a worker thread (DESIGN.md §4, §6). Topic and channel lifecycle is
-:mod:`nsqd.broker.topics`, FIN / REQ / TOUCH :mod:`nsqd.broker.acking` (both bases of
+:mod:`nsqd.broker.registry`, FIN / REQ / TOUCH :mod:`nsqd.broker.acking` (both bases of
 :class:`Broker`, so callers ask the broker for everything).
 
 On-disk layout under ``data_path``::
@@ -39,18 +39,18 @@ from .channel import Channel
 from .clock import Clock
 from .committing import GroupCommit
 from .config import BrokerConfig
+from .copying import ReplicationWaiters
 from .diskguard import DiskGuard
-from .latency import Discard, Observer
-from .opening import LogOpener
+from .logs import LogOpener
+from .observer import Discard, Observer
 from .partition import Partition
 from .persistence import SyncSchedule
 from .reading import skipped_records
-from .replication import ReplicationWaiters
+from .registry import TopicRegistry
 from .restore import restore_broker
 from .retention import apply_retention
 from .syncing import Syncer
 from .topic import Topic
-from .topics import TopicRegistry
 
 log = logging.getLogger("nsqd.broker")
 
@@ -78,7 +78,7 @@ class Broker(TopicRegistry, Acking):
         #: the disk high-water mark (--max-disk-usage-percent): past it, writes are refused
         self.disk = DiskGuard(config.data_path, config.max_disk_usage_percent)
         self._timer_scopes: dict[Channel, trio.CancelScope] = {}
-        self.publish_latency: Observer = Discard()  # seconds per append (nsqd.metrics)
+        self.publish_latency: Observer = Discard()  # seconds per append (nsqd.observe.metrics)
         self.fsync_latency: Observer = Discard()  # seconds per partition fsync
         #: the bound on open segment files over every partition (--max-segment-fds)
         self.handles = HandleCache(config.max_segment_fds)

@@ -6,7 +6,7 @@ for partition ``p`` of a topic with fewer creates the topic (or grows it) to ``p
 partitions, every one led here. Asking for an ext topic turns an existing topic ext (youzan
 upgrades a topic to ext, never back). Saved in ``pnsq.dat`` before returning, as
 ``/topic/create`` is. A topic placed by pnsq's lookupd is not changed here: the session asks
-lookupd (:meth:`nsqd.forwarding.Forwarder.create_partition`).
+lookupd (:meth:`nsqd.cluster.forwarding.Forwarder.create_partition`).
 """
 
 from __future__ import annotations

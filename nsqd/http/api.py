@@ -4,7 +4,7 @@ Every response except ``/ping``, ``OPTIONS`` and ``/metrics`` carries ``X-NSQ-Co
 nsq; version=1.0``; errors are ``{"message": "<TEXT>"}`` with nsqd's status codes. Routing
 follows nsqd's router (julienschmidt/httprouter): ``405`` with an ``Allow`` header, automatic
 ``OPTIONS``, and a redirect for a trailing slash. This module has the publishing side (``/pub``,
-``/mpub``) and ``/ping``, ``/info``; :mod:`nsqd.http.admin` the rest. Hypercorn answers a
+``/mpub``) and ``/ping``, ``/info``; :mod:`nsqd.http.topic_admin` the rest. Hypercorn answers a
 non-HTTP byte stream with ``400`` at once, which go-nsq relies on to detect a producer pointed at
 the HTTP port.
 """
@@ -25,6 +25,9 @@ from protocol.mpub import MpubFormatError, split_mpub_body
 
 from ..broker import Broker, StorageError, new_records
 from ..broker.pull import Puller
+from ..cluster.forwarding import Forwarder, ForwardError
+from ..config.options import Options
+from ..config.runtime import RuntimeConfig
 from ..core.errors import (
     BadPartitionError,
     BrokerError,
@@ -32,12 +35,8 @@ from ..core.errors import (
     NotWritableError,
     TopicNotFoundError,
 )
-from ..forwarding import Forwarder, ForwardError
-from ..metrics import Metrics
-from ..options import Options
-from ..runtime_config import RuntimeConfig
-from ..stats import SessionLike, health
-from .admin import AdminAPI, topic_arg
+from ..observe.metrics import Metrics
+from ..observe.stats import SessionLike, health
 from .base import (
     ClientGone,
     Handler,
@@ -53,6 +52,7 @@ from .base import (
 from .consume import ConsumeAPI
 from .offsets import OffsetsAPI
 from .partitions import PartitionsAPI
+from .topic_admin import AdminAPI, topic_arg
 from .youzan import YouzanAPI
 
 __all__ = ["HTTPError", "HTTPSettings", "NsqdHTTP", "Request", "serve_http"]

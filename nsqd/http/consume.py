@@ -22,11 +22,11 @@ from protocol.message import MESSAGE_ID
 
 from ..broker import Channel, StorageError, Topic
 from ..broker.pull import AckNotDurableError, Batch, LeaderMovedError
+from ..cluster.forwarding import ForwardError, NoLookupdError, PlacedElsewhereError
 from ..core.errors import BrokerError, ExitingError
 from ..core.leases import LeaseEndedError, UnknownTokenError
-from ..forwarding import ForwardError, NoLookupdError, PlacedElsewhereError
-from .admin import topic_channel_args
 from .base import Handler, HTTPError, Reply, Request, uint_arg
+from .topic_admin import topic_channel_args
 
 if TYPE_CHECKING:
     from .api import NsqdHTTP

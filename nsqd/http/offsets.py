@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Final
 
 from ..broker import StorageError, offset_at
 from ..core.errors import PartitionNotFoundError, TopicNotFoundError
-from .admin import topic_arg
 from .base import Handler, HTTPError, Reply, Request, uint_arg
+from .topic_admin import topic_arg
 
 if TYPE_CHECKING:
     from .api import NsqdHTTP

@@ -25,8 +25,8 @@ from protocol.range_read import (
 
 from ..broker import Partition, Record, StorageError, Topic, read_records
 from ..core.errors import OffsetNotKeptError, PartitionNotFoundError, TopicNotFoundError
-from .admin import topic_arg
 from .base import Handler, HTTPError, Raw, Reply, Request, uint_arg
+from .topic_admin import topic_arg
 
 if TYPE_CHECKING:
     from .api import NsqdHTTP

@@ -37,8 +37,8 @@ from ..core.errors import (
     PartitionNotConsumedError,
     TopicNotFoundError,
 )
-from .admin import topic_arg
 from .base import Handler, HTTPError, Reply, Request, go_json
+from .topic_admin import topic_arg
 
 if TYPE_CHECKING:
     from .api import NsqdHTTP

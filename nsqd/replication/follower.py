@@ -35,8 +35,7 @@ from protocol.replication import (
 from protocol.replication_decoder import LeaderFrameDecoder
 
 from ..broker import Broker, StorageError
-from ..broker.partition import Partition
-from ..broker.replication import (
+from ..broker.copying import (
     Batch,
     ReplicaStreamError,
     append_from_leader,
@@ -44,6 +43,7 @@ from ..broker.replication import (
     mirror_channel,
     truncate_for_leader,
 )
+from ..broker.partition import Partition
 from ..core.partition_state import Role
 from .frames import FrameReader, PeerClosed
 

@@ -35,8 +35,8 @@ from protocol.replication import (
 from protocol.replication_decoder import FollowerFrameDecoder
 
 from ..broker import Broker, Topic
+from ..broker.copying import end_for_epoch, follower_acked, read_for_follower
 from ..broker.partition import Partition
-from ..broker.replication import end_for_epoch, follower_acked, read_for_follower
 from ..core.errors import BrokerError
 from .frames import FrameReader, PeerClosed
 

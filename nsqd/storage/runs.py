@@ -4,7 +4,7 @@
 every position); a consumer's read wants a list. :func:`read_run` fills one with a loop that
 pays one header unpack, one CRC call and two copies (the bytes the CRC covers, the body) per
 record and nothing it can hoist out (DESIGN.md §6): 1.1 to 1.2 µs a record against the scan's 2.3
-(tests/unit/test_storage_record.py checks that both read and reject the same records).
+(tests/unit/nsqd/storage/test_record.py checks that both read and reject the same records).
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ from protocol.errors import YouzanText
 from protocol.gostr import go_bytes
 
 from ..broker import StorageError
+from ..cluster.forwarding import ForwardError, PlacedElsewhereError
 from ..core.errors import (
     BadPartitionError,
     BrokerError,
@@ -23,7 +24,6 @@ from ..core.errors import (
     OrderedSampleRateError,
     TopicNotFoundError,
 )
-from ..forwarding import ForwardError, PlacedElsewhereError
 
 #: What the session turns into error frames; anything else is a bug and propagates.
 HANDLED_ERRORS = (BrokerError, StorageError, OSError, ForwardError)

@@ -7,9 +7,9 @@ replies stay in command order. PUB_EXT / MPUB_EXT headers follow :mod:`protocol.
 with the message on ext topics, dropped on others when they hold only reserved ``##`` keys.
 
 In a pnsq cluster a stock PUB/MPUB/DPUB (no partition) for a topic this node leads no
-partition of goes to a leader through :class:`~nsqd.forwarding.Forwarder` and is acknowledged
-once that leader acknowledged; so does one for a topic this node does not have but lookupd
-knows. A topic lookupd does not know is created here (lookupd adopts it, led here); with no
+partition of goes to a leader through :class:`~nsqd.cluster.forwarding.Forwarder` and is
+acknowledged once that leader acknowledged; so does one for a topic this node does not have but
+lookupd knows. A topic lookupd does not know is created here (lookupd adopts it, led here); with no
 lookupd reachable it is refused rather than created behind the cluster's back.
 """
 
@@ -22,8 +22,8 @@ from protocol.ext import ext_not_supported, parse_json_header
 from protocol.tracing import traced_response
 
 from ..broker import BodyBatch, Broker, NewRecord, Record, new_records
+from ..cluster.forwarding import Forwarder
 from ..core.errors import BadPartitionError
-from ..forwarding import Forwarder
 from .delivery import raw_size
 from .errors import HANDLED_ERRORS, client_error_for
 from .output import OutputBuffer
@@ -171,8 +171,8 @@ class Publisher:
 
     async def _elsewhere(self, topic: str, partition: int | None) -> bool:
         """Whether a stock publish must go to a leader on another node (pnsq lookupd only).
-        Raises :class:`~nsqd.forwarding.NoLookupdError` for an unknown topic while no lookupd
-        answers."""
+        Raises :class:`~nsqd.cluster.forwarding.NoLookupdError` for an unknown topic while no
+        lookupd answers."""
         forwarder = self.forwarder
         return forwarder is not None and await forwarder.must_forward(self.broker, topic, partition)
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from protocol import ParserLimits
 from protocol.identify import IdentifyLimits
 
-from ..forwarding import Forwarder
+from ..cluster.forwarding import Forwarder
 from .auth import AuthClient
 from .reactor import DEFAULT_BUSY_POLL
 

@@ -15,7 +15,7 @@ from typing import Protocol
 
 import trio
 
-from ..options import OptionsError
+from ..config.options import OptionsError
 from .compression import (
     CompressionError,
     DeflateDecoder,

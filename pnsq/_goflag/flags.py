@@ -3,8 +3,8 @@
 nsqd and nsqlookupd are Go programs, and their users (and the stock clients' test harnesses) pass
 flags in Go syntax: ``-flag=value``, ``--flag value``, bare booleans, repeatable flags. This module
 reproduces that behaviour, with Go's exact error texts and usage layout (checked against Go 1.26
-and a real nsqd 1.3.0 binary). It knows no daemon's flags: :mod:`lookupd.options` holds
-nsqlookupd's table (and :mod:`nsqd.option_flags` nsqd's).
+and a real nsqd 1.3.0 binary). It knows no daemon's flags: :mod:`lookupd.config.options` holds
+nsqlookupd's table (and :mod:`nsqd.config.flags` nsqd's).
 Values are read and shown in Go's syntax (:mod:`pnsq._goflag.syntax`); durations are
 float seconds.
 

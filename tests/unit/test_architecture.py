@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 #: modules allowed to read a clock directly: the clock itself, and the GC pause probe (which
 #: measures the interpreter, not the domain)
-CLOCK_READERS = {"nsqd/broker/clock.py", "nsqd/process_memory.py"}
+CLOCK_READERS = {"nsqd/broker/clock.py", "nsqd/observe/memory.py"}
 
 TIME_READS = {"time", "time_ns", "monotonic", "monotonic_ns", "perf_counter", "perf_counter_ns"}
 

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 import yaml
 
-from lookupd.options import parse_lookupd_args, validate_options
-from nsqd.option_flags import parse_nsqd_args
-from nsqd.options import validate_options as validate_nsqd
+from lookupd.config.options import parse_lookupd_args, validate_options
+from nsqd.config.flags import parse_nsqd_args
+from nsqd.config.options import validate_options as validate_nsqd
 from tests.daemons import NSQADMIN
 
 ROOT = Path(__file__).resolve().parent.parent.parent

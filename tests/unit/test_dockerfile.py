@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from nsqd.option_flags import parse_nsqd_args
+from nsqd.config.flags import parse_nsqd_args
 from tests.daemons import pnsq_lookupd, pnsq_nsqd
 
 ROOT = Path(__file__).resolve().parent.parent.parent

@@ -1,0 +1,1 @@
+"""nsqlookupd's options and command line."""

@@ -1,0 +1,114 @@
+"""Which pnsq nodes are alive, as lookupd's failover decisions need it. Pure: no I/O, no clock
+(every call takes ``now``), no Trio.
+
+A node (``broadcast_address:tcp_port``) is *connected* while at least one registration
+connection of it is open; its *heartbeat* is its last IDENTIFY, PING or progress report. When
+lookupd starts, every node its placements name is given one heartbeat at ``start + grace``
+minus the heartbeat timeout: nodes reconnect after a lookupd restart (their backoff reaches
+5 s), and taking them for dead at once would move every leadership for nothing.
+
+The leaders' progress reports (which followers are caught up, which lag) are kept here too,
+each with the epoch it was made under; only a report by a partition's current leader under its
+current epoch counts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from .decide import NodeView
+
+__all__ = ["Liveness", "Progress"]
+
+
+@dataclass(slots=True)
+class _Node:
+    connections: int
+    last_heartbeat: float
+    down_since: float | None
+    leaving: bool = False
+    seeded: bool = False  # known from the placements only, not connected since the start
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """One leader's report on one partition."""
+
+    reporter: str
+    epoch: int
+    caught_up: frozenset[str]
+    lagging: frozenset[str]
+
+
+class Liveness:
+    """Connections, heartbeats and leaving flags of the nodes, and the leaders' reports."""
+
+    def __init__(self, heartbeat_timeout: float, start_grace: float) -> None:
+        self.heartbeat_timeout = heartbeat_timeout
+        self.start_grace = start_grace
+        self._nodes: dict[str, _Node] = {}
+        self.progress: dict[tuple[str, int], Progress] = {}
+
+    def seed(self, nodes: Iterable[str], now: float) -> None:
+        """lookupd just started: give the placed nodes ``start_grace`` to reconnect."""
+        beat = now + self.start_grace - self.heartbeat_timeout
+        for node in nodes:
+            self._nodes.setdefault(node, _Node(0, beat, None, seeded=True))
+
+    def connected(self, node: str, now: float) -> None:
+        """A registration connection of ``node`` identified itself."""
+        entry = self._nodes.get(node)
+        if entry is None or entry.seeded:
+            self._nodes[node] = _Node(1, now, None)
+            return
+        entry.connections += 1
+        entry.last_heartbeat = now
+        entry.down_since = None
+        entry.leaving = False
+
+    def heartbeat(self, node: str, now: float) -> None:
+        entry = self._nodes.get(node)
+        if entry is not None and not entry.seeded:
+            entry.last_heartbeat = now
+
+    def disconnected(self, node: str, now: float) -> None:
+        entry = self._nodes.get(node)
+        if entry is None or entry.seeded:
+            return
+        entry.connections = max(0, entry.connections - 1)
+        if not entry.connections:
+            entry.down_since = now
+
+    def leaving(self, node: str) -> bool:
+        """``node`` announced a clean shutdown; False if it is not connected."""
+        entry = self._nodes.get(node)
+        if entry is None or not entry.connections:
+            return False
+        entry.leaving = True
+        return True
+
+    def report(self, topic: str, partition: int, progress: Progress) -> None:
+        """A leader's report (the caller checked it against the placement)."""
+        self.progress[(topic, partition)] = progress
+
+    def views(self, now: float) -> Mapping[str, NodeView]:
+        """Every known node as :func:`lookupd.core.decide.decide` sees it."""
+        out = {}
+        for node, entry in self._nodes.items():
+            if entry.seeded:
+                alive = now - entry.last_heartbeat <= self.heartbeat_timeout
+                down = None if alive else entry.last_heartbeat + self.heartbeat_timeout
+                out[node] = NodeView(alive, entry.last_heartbeat, down)
+            else:
+                out[node] = NodeView(
+                    entry.connections > 0, entry.last_heartbeat, entry.down_since, entry.leaving
+                )
+        return out
+
+    def is_alive(self, node: str, now: float) -> bool:
+        entry = self._nodes.get(node)
+        if entry is None:
+            return False
+        live = entry.seeded or entry.connections > 0
+        return live and now - entry.last_heartbeat <= self.heartbeat_timeout

@@ -1,0 +1,1 @@
+"""High availability on etcd v3: the etcd client, its pure codec, and the lookupds' leadership."""

@@ -1,0 +1,223 @@
+"""The topic and channel admin endpoints of lookupd's HTTP API: what creates, changes and removes
+topics and channels (and hides a node from a topic's lookups).
+
+* ``POST /topic/create`` — create and place a topic (nsqlookupd's params plus youzan's);
+* ``POST /topic/delete`` — drop its keys and placement (youzan: ``partition=**``);
+* ``POST /topic/meta/update``, ``POST /topic/partition/expand`` — youzan's changes to a placed
+  topic;
+* ``POST /channel/create``, ``POST /channel/delete`` — a channel key;
+* ``POST /topic/tombstone`` — hide ``node`` from the topic's lookups.
+
+Errors are nsqlookupd's/youzan's texts; a write not saved is ``500`` (``503`` when etcd cannot
+take it now).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+
+import trio
+
+from protocol.names import is_valid_channel_name, is_valid_topic_name
+
+from ..core.placement import MAX_PARTITION_NUM, MAX_REPLICATOR
+from ..state.cluster import Cluster, PlacementError, StoreError, TopicMeta, UnavailableError
+from .base import HTTPError, Reply, Request, go_atoi
+from .forward import ETCD_UNAVAILABLE
+
+log = logging.getLogger("nsqlookupd.http")
+
+_ATOI = re.compile(r"[+-]?[0-9]+")
+#: the longest ``/topic/create`` waits for the placed nodes to register the new partitions, so a
+#: client's first ``/lookup`` after it already names them (go-nsq looks up again only 60 s later)
+CREATE_REGISTER_WAIT = 2.0
+_INT64 = 1 << 63
+
+
+class AdminEndpoints:
+    """The handlers (see the module doc), on ``cluster``'s registry and placements."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+
+    def _now(self) -> float:
+        return self.cluster.clock()
+
+    async def topic_create(self, request: Request) -> Reply:
+        """Create (and place) a topic: nsqlookupd's params plus youzan's."""
+        topic = _topic_arg(request)  # then youzan's order of checks
+        partition_num = _bounded(request, "partition_num", 1, 1, MAX_PARTITION_NUM)
+        replica = _bounded(request, "replicator", 1, 1, MAX_REPLICATOR, "REPLICATOR")
+        _bounded(request, "suggestload", 0, 0, 10000, "LOAD_FACTOR")
+        sync_every = _int_arg(request, "syncdisk", "INVALID_ARG_TOPIC_SYNC_DISK")
+        min_isr = _bounded(request, "min_isr", 1, 1, replica, "MIN_ISR")
+        meta = TopicMeta(
+            partition_num=partition_num,
+            replica=replica,
+            extend_support=request.arg("extend") == "true",
+            ordered=request.arg("orderedmulti") == "true",
+            multi_part=request.arg("multipart") == "true",
+            disable_channel_auto_create=request.arg("disable_channel_auto_create") == "true",
+            retention_days=go_atoi(request.arg("retention") or "0"),
+            sync_every=sync_every,
+            min_isr=min_isr,
+            unclean=request.arg("unclean") == "true",
+        )
+        try:
+            await self.cluster.create_topic(topic, meta, request.arg("prefer") or None)
+        except PlacementError as exc:
+            raise HTTPError(400, str(exc)) from None
+        except StoreError as exc:
+            raise _store_error(topic, exc) from None
+        with trio.move_on_after(CREATE_REGISTER_WAIT):
+            # the registry is pure state without change notifications: a short bounded poll
+            while not self._registered(topic, partition_num):  # noqa: ASYNC110
+                await trio.sleep(0.01)
+        return None
+
+    def _registered(self, topic: str, partition_num: int) -> bool:
+        """Every partition of ``topic`` is registered by a live producer."""
+        timeouts = self.cluster.timeouts
+        producers = self.cluster.registry.producers(
+            topic, self._now(), timeouts.inactive, timeouts.tombstone
+        )
+        held = {pid for producer in producers for pid in producer.partitions}
+        return held >= set(range(partition_num))
+
+    async def topic_meta_update(self, request: Request) -> Reply:
+        """youzan's ``/topic/meta/update``: ``syncdisk``, ``retention``, ``upgradeext=true``,
+        ``disable_channel_auto_create``; the nodes apply it without a restart. Changing
+        ``replicator`` needs replica moves, which this release does not do."""
+        topic = _topic_arg(request)
+        if topic not in self.cluster.placements:
+            raise HTTPError(404, "TOPIC_NOT_FOUND")
+        replicator = request.arg("replicator")
+        if replicator not in (None, "", "-1"):
+            current = self.cluster.placements[topic].meta.replica
+            if go_atoi(replicator) != current:
+                raise HTTPError(400, "REPLICATOR_CHANGE_NOT_SUPPORTED")
+        sync = request.arg("syncdisk")
+        retention = request.arg("retention")
+        disable = request.arg("disable_channel_auto_create")
+        replica = self.cluster.placements[topic].meta.replica
+        min_isr = request.arg("min_isr")
+        try:
+            await self.cluster.update_meta(
+                topic,
+                sync_every=None
+                if sync in (None, "")
+                else _int_arg(request, "syncdisk", "INVALID_ARG_TOPIC_SYNC_DISK"),
+                retention_days=None if retention in (None, "") else go_atoi(retention),
+                extend_support=True if request.arg("upgradeext") == "true" else None,
+                disable_channel_auto_create=None if disable is None else disable == "true",
+                min_isr=None
+                if min_isr in (None, "")
+                else _bounded(request, "min_isr", 1, 1, replica, "MIN_ISR"),
+                unclean=None
+                if request.arg("unclean") is None
+                else request.arg("unclean") == "true",
+            )
+        except StoreError as exc:
+            raise _store_error(topic, exc) from None
+        return None
+
+    async def topic_partition_expand(self, request: Request) -> Reply:
+        """youzan's ``/topic/partition/expand?topic=&partition_num=``: new partitions are placed
+        on the live nodes; the existing ones stay."""
+        topic = _topic_arg(request)
+        if topic not in self.cluster.placements:
+            raise HTTPError(404, "TOPIC_NOT_FOUND")
+        count = _bounded(request, "partition_num", 1, 1, MAX_PARTITION_NUM)
+        try:
+            await self.cluster.expand_topic(topic, count)
+        except PlacementError as exc:
+            raise HTTPError(400, str(exc)) from None
+        except StoreError as exc:
+            raise _store_error(topic, exc) from None
+        return None
+
+    async def topic_delete(self, request: Request) -> Reply:
+        """Delete the topic's keys and placement (youzan: ``partition`` must be ``**``)."""
+        topic = request.arg("topic")
+        if topic is None:
+            raise HTTPError(400, "MISSING_ARG_TOPIC")
+        if request.arg("partition") not in (None, "**"):
+            raise HTTPError(400, "REMOVE_SINGLE_PARTITION_NOT_ALLOWED")
+        try:
+            await self.cluster.delete_topic(topic)
+        except StoreError as exc:
+            raise _store_error(topic, exc) from None
+        log.info("DB: removed topic(%s)", topic)
+        return None
+
+    async def channel_create(self, request: Request) -> Reply:
+        """Add the channel key (and the topic key)."""
+        topic, channel = _topic_channel_args(request)
+        self.cluster.registry.add_channel(topic, channel)
+        return None
+
+    async def channel_delete(self, request: Request) -> Reply:
+        """Delete a channel key; 404 if there is none."""
+        topic, channel = _topic_channel_args(request)
+        if not self.cluster.registry.delete_channel(topic, channel):
+            raise HTTPError(404, "CHANNEL_NOT_FOUND")
+        return None
+
+    async def topic_tombstone(self, request: Request) -> Reply:
+        """Hide ``node`` (``broadcast_address:http_port``) from the topic's lookups."""
+        topic = request.arg("topic")
+        if topic is None:
+            raise HTTPError(400, "MISSING_ARG_TOPIC")
+        node = request.arg("node")
+        if node is None:
+            raise HTTPError(400, "MISSING_ARG_NODE")
+        self.cluster.registry.tombstone(topic, node, self._now())
+        return None
+
+
+def _store_error(topic: str, exc: StoreError) -> HTTPError:
+    """A write not saved: ``503`` when etcd (HA) cannot take it now, else ``500``."""
+    log.error("TOPIC(%s): %s", topic, exc)
+    if isinstance(exc, UnavailableError):
+        return HTTPError(503, ETCD_UNAVAILABLE, {"detail": str(exc)})
+    return HTTPError(500, "INTERNAL_ERROR")
+
+
+def _topic_arg(request: Request) -> str:
+    topic = request.arg("topic")
+    if topic is None:
+        raise HTTPError(400, "MISSING_ARG_TOPIC")
+    if not is_valid_topic_name(topic):
+        raise HTTPError(400, "INVALID_ARG_TOPIC")
+    return topic
+
+
+def _topic_channel_args(request: Request) -> tuple[str, str]:
+    """nsqd's ``GetTopicChannelArgs``."""
+    topic = _topic_arg(request)
+    channel = request.arg("channel")
+    if channel is None:
+        raise HTTPError(400, "MISSING_ARG_CHANNEL")
+    if not is_valid_channel_name(channel):
+        raise HTTPError(400, "INVALID_ARG_CHANNEL")
+    return topic, channel
+
+
+def _int_arg(request: Request, name: str, error: str) -> int:
+    raw = request.arg(name) or "0"
+    if not _ATOI.fullmatch(raw) or not -_INT64 <= int(raw) < _INT64:
+        raise HTTPError(400, error)
+    return int(raw)
+
+
+def _bounded(
+    request: Request, name: str, default: int, low: int, high: int, what: str = "PARTITION_NUM"
+) -> int:
+    """An optional integer in ``[low, high]``; ``INVALID_ARG_TOPIC_<what>`` otherwise."""
+    raw = request.arg(name)
+    if raw is None or raw == "":
+        return default
+    if not _ATOI.fullmatch(raw) or not low <= int(raw) <= high:
+        raise HTTPError(400, f"INVALID_ARG_TOPIC_{what}")
+    return int(raw)

@@ -1,0 +1,64 @@
+"""lookupd's ``/metrics`` (Prometheus text): the cluster as the failover supervisor sees it.
+
+* ``pnsq_lookupd_partitions`` — placed partitions;
+* ``pnsq_lookupd_offline_partitions`` — partitions with no live in-sync replica to lead them;
+* ``pnsq_lookupd_under_replicated_partitions`` — in-sync set smaller than the copies placed;
+* ``pnsq_lookupd_failovers_total`` — leader changes decided since this lookupd started;
+* ``pnsq_lookupd_live_nodes`` — pnsq nodes connected and heartbeating.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from ..state.cluster import Cluster
+from ..state.supervisor import Supervisor
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class _ClusterCollector(Collector):
+    def __init__(self, cluster: Cluster, supervisor: Supervisor) -> None:
+        self.cluster = cluster
+        self.supervisor = supervisor
+
+    def collect(self) -> Iterator[Metric]:
+        cluster = self.cluster
+        parts = [p for placement in cluster.placements.values() for p in placement.partitions]
+        under = sum(1 for p in parts if len(p.in_sync) < 1 + len(p.replicas))
+        yield GaugeMetricFamily("pnsq_lookupd_partitions", "Placed partitions", value=len(parts))
+        yield GaugeMetricFamily(
+            "pnsq_lookupd_offline_partitions",
+            "Partitions with no live in-sync replica to lead them",
+            value=len(cluster.offline),
+        )
+        yield GaugeMetricFamily(
+            "pnsq_lookupd_under_replicated_partitions",
+            "Partitions whose in-sync set is smaller than their copies",
+            value=under,
+        )
+        yield CounterMetricFamily(
+            "pnsq_lookupd_failovers",
+            "Leader changes decided since this lookupd started",
+            value=self.supervisor.failovers,
+        )
+        yield GaugeMetricFamily(
+            "pnsq_lookupd_live_nodes",
+            "pnsq nodes connected and heartbeating",
+            value=len(cluster.live_nodes()),
+        )
+
+
+class LookupdMetrics:
+    """The exposition of one lookupd."""
+
+    def __init__(self, cluster: Cluster, supervisor: Supervisor) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(_ClusterCollector(cluster, supervisor))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,329 @@
+"""The lookupd's state at runtime: the live registry of nodes, and the topic placements
+decided from it (:class:`~lookupd.state.metadata.Metadata`, which :class:`Cluster` extends).
+
+The TCP and HTTP shells call into one :class:`Cluster`. Registry changes are synchronous (the
+event loop is the only writer); placement changes are persisted through :meth:`Cluster.flush`.
+An HTTP ``/topic/create`` answers once its placement is on disk; a placement adopted from a
+node's registration is flushed in the background.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import replace
+
+from trio.lowlevel import ParkingLot
+
+from protocol.lookup import PartitionAssignment, TopicAssignment
+from protocol.lookup_v1 import EXT_PARTITIONS, PeerIdentity
+
+from ..core.liveness import Liveness, Progress
+from ..core.placement import (
+    PlacementError,
+    TopicMeta,
+    TopicPlacement,
+    adopt,
+    assignments_for,
+    check_recreate,
+    expand,
+    leader_load,
+    place,
+    place_pending,
+)
+from ..core.registry import Peer, Registry
+from ..core.views import Timeouts
+from .metadata import Metadata
+from .store import MetadataStore, Stored, StoreError, UnavailableError
+
+log = logging.getLogger("nsqlookupd.cluster")
+
+#: seconds after a start during which placed nodes that have not reconnected yet count as alive
+START_GRACE = 6.0
+
+#: deleted topics remembered (and sent to every node) at most
+MAX_TOMBSTONES = 1000
+
+
+class Cluster(Metadata):
+    """Registry + liveness + the placements decided from them, for one lookupd (see the module
+    docstring)."""
+
+    def __init__(
+        self,
+        store: MetadataStore,
+        timeouts: Timeouts,
+        *,
+        clock: Callable[[], float] = time.time,
+        heartbeat_timeout: float = 2.0,
+    ) -> None:
+        super().__init__(store)
+        self.registry = Registry()
+        #: pnsq nodes' connections and heartbeats, and the leaders' progress reports
+        self.liveness = Liveness(heartbeat_timeout, max(START_GRACE, heartbeat_timeout))
+        #: partitions with no live in-sync replica to lead them
+        self.offline: set[tuple[str, int]] = set()
+        #: woken when something failover decisions depend on happened
+        self.events = ParkingLot()
+        self.timeouts = timeouts
+        self.clock = clock
+
+    def load(self) -> None:
+        """Read the stored placements; each stored topic gets its registration key back."""
+        stored = self.store.load()
+        self.placements, self.deleted = stored.placements, stored.deleted
+        self._as_saved()
+        for name in self.placements:
+            self.registry.add_topic(name)
+        self.liveness.seed(self.placed_nodes(), self.clock())
+        log.info("metadata: %d topic(s) from %s", len(self.placements), self.store)
+
+    def follow(self, stored: Stored) -> None:
+        """HA mode, on a follower (or a leader taking over): the metadata as the leader saved
+        it replaces this lookupd's copy, and the long-polls of the nodes hear of it."""
+        if stored.placements == self.placements and stored.deleted == self.deleted:
+            return
+        for name in stored.deleted.keys() - self.deleted.keys():  # deleted by the leader
+            self.registry.delete_topic(name)
+        self._take_saved(stored)  # the long-polls of the nodes hear of it
+        for name in self.placements:
+            self.registry.add_topic(name)
+        self.liveness.seed(self.placed_nodes(), self.clock())
+        self.events.unpark_all()
+
+    # ------------------------------------------------------------------ from the TCP protocol
+
+    def identify(self, peer_id: str, identity: PeerIdentity) -> Peer:
+        """A peer identified itself; a pnsq peer that asked for partitions gets them."""
+        partitioned = EXT_PARTITIONS in identity.extensions or _is_youzan(identity)
+        peer = self.registry.identify(peer_id, identity, self.clock(), partitioned=partitioned)
+        if partitioned and not _is_youzan(identity):
+            self.liveness.connected(peer.node_id, self.clock())
+            self.events.unpark_all()
+        self.place_pending()
+        return peer
+
+    def ping(self, peer_id: str) -> None:
+        """PING: the peer (and its node) is alive."""
+        now = self.clock()
+        self.registry.ping(peer_id, now)
+        peer = self.registry.peers.get(peer_id)
+        if peer is not None and peer.partitioned:
+            self.liveness.heartbeat(peer.node_id, now)
+
+    def disconnect(self, peer_id: str) -> None:
+        """A registration connection closed (kill -9 of its nsqd: failover at once)."""
+        peer = self.registry.peers.get(peer_id)
+        self.registry.disconnect(peer_id)
+        if peer is not None and peer.partitioned:
+            self.liveness.disconnected(peer.node_id, self.clock())
+            self.events.unpark_all()
+
+    def report_progress(self, node: str, reports: list[dict[str, object]]) -> None:
+        """A leader's word on its followers; kept when it leads the partition at that epoch."""
+        self.liveness.heartbeat(node, self.clock())
+        for entry in reports:
+            topic, number, epoch = entry.get("topic"), entry.get("partition"), entry.get("epoch")
+            placement = self.placements.get(topic) if isinstance(topic, str) else None
+            if placement is None or not isinstance(number, int) or not isinstance(epoch, int):
+                continue
+            if not 0 <= number < len(placement.partitions):
+                continue
+            part = placement.partitions[number]
+            if part.leader != node or part.epoch != epoch:
+                continue
+            progress = Progress(
+                node, epoch, _names(entry.get("caught_up")), _names(entry.get("lagging"))
+            )
+            if self.liveness.progress.get((placement.name, number)) != progress:
+                self.liveness.report(placement.name, number, progress)
+                self.events.unpark_all()
+
+    def leaving(self, node: str) -> bool:
+        """A node announced a clean shutdown (its leaderships move before it exits)."""
+        found = self.liveness.leaving(node)
+        self.events.unpark_all()
+        return found
+
+    def register(
+        self, peer_id: str, topic: str, channel: str | None, partition: int | None
+    ) -> None:
+        """REGISTER; a partition of a topic lookupd has no placement for is adopted."""
+        self.registry.register(peer_id, topic, channel, partition)
+        peer = self.registry.peers[peer_id]
+        if partition is None or _is_youzan(peer.identity):
+            return
+        if not self.leading:  # HA: only the leader adopts (the node registers there too)
+            return
+        if topic in self.deleted:  # a copy of a deleted topic: its node is told to delete it
+            log.info("TOPIC(%s): deleted here; %s still has a copy", topic, peer.node_id)
+            return
+        placement = self.placements.get(topic)
+        if placement is None:
+            placement = adopt(topic, peer.node_id, [partition])
+        elif placement.adopted and partition >= len(placement.partitions):
+            grown = [*placement.partitions]
+            grown += [PartitionAssignment(peer.node_id)] * (partition + 1 - len(grown))
+            meta = replace(placement.meta, partition_num=len(grown))
+            placement = replace(placement, meta=meta, partitions=tuple(grown))
+        else:
+            if not placement.holds(peer.node_id):  # its copy of a topic placed elsewhere:
+                self._changed()  # its assignments now list the topic (see assignments())
+                self._flush_soon()
+            return
+        log.info(
+            "TOPIC(%s): %d partition(s) adopted from %s",
+            topic,
+            len(placement.partitions),
+            peer.node_id,
+        )
+        self.placements[topic] = placement
+        self._changed()
+        self._flush_soon()
+
+    # ------------------------------------------------------------------ placement
+
+    def live_nodes(self) -> list[str]:
+        """Nodes (``host:tcp_port``) of active pnsq peers, which can take partitions."""
+        peers = self.registry.active_peers(self.clock(), self.timeouts.inactive)
+        return sorted({p.node_id for p in peers if p.partitioned and not _is_youzan(p.identity)})
+
+    def place_pending(self) -> None:
+        """Place topics created before any node was there."""
+        pending = [p for p in self.placements.values() if p.pending]
+        if not pending or not self.leading:
+            return
+        for placement in place_pending(self.placements.values(), self.live_nodes()):
+            log.info("TOPIC(%s): placed on %s", placement.name, _describe(placement))
+            self.placements[placement.name] = placement
+            self._changed()
+        self._flush_soon()
+
+    async def create_topic(self, name: str, meta: TopicMeta, prefer: str | None = None) -> None:
+        """``/topic/create``: place the topic and persist it before returning; ``prefer``
+        (a node creating a topic for a publish) leads its first partition, and an existing
+        topic is then left as it is. Raises :class:`PlacementError` or :class:`StoreError`."""
+        self._check_leading()
+        existing = self.placements.get(name)
+        self.registry.add_topic(name)
+        if existing is not None and prefer is not None:
+            return  # a node's publish raced another's: the topic stays where it is
+        if existing is not None:
+            check_recreate(existing, meta)
+            if not existing.adopted:
+                return
+        load = leader_load(self.placements.values())
+        placement = place(name, meta, self.live_nodes(), load, prefer)
+        self.placements[name] = placement
+        tombstone = self.deleted.pop(name, None)
+        self._changed()
+        try:
+            await self.flush()
+        except StoreError:
+            if existing is None:
+                self.placements.pop(name, None)
+            else:
+                self.placements[name] = existing
+            if tombstone is not None:
+                self.deleted[name] = tombstone
+            self._changed()
+            raise
+        log.info("TOPIC(%s): created, %s", name, _describe(placement))
+
+    async def delete_topic(self, name: str) -> None:
+        """``/topic/delete``: the registration keys and the placement, persisted with a
+        tombstone that tells every node to delete its copy (the newest
+        :data:`MAX_TOMBSTONES` are kept)."""
+        self._check_leading()
+        self.registry.delete_topic(name)
+        if self.placements.pop(name, None) is None and name in self.deleted:
+            return
+        self.deleted[name] = self.clock()
+        for old in sorted(self.deleted, key=self.deleted.__getitem__)[:-MAX_TOMBSTONES]:
+            del self.deleted[old]
+        self._changed()
+        await self.flush()
+
+    async def update_meta(
+        self,
+        name: str,
+        *,
+        sync_every: int | None = None,
+        retention_days: int | None = None,
+        extend_support: bool | None = None,
+        disable_channel_auto_create: bool | None = None,
+        min_isr: int | None = None,
+        unclean: bool | None = None,
+    ) -> TopicPlacement:
+        """youzan's ``/topic/meta/update`` (a None keeps the value), persisted before
+        returning. Raises KeyError for an unknown topic, :class:`StoreError`."""
+        self._check_leading()
+        placement = self.placements[name]
+        m = placement.meta
+        meta = replace(
+            m,
+            sync_every=m.sync_every if sync_every is None else sync_every,
+            retention_days=m.retention_days if retention_days is None else retention_days,
+            extend_support=m.extend_support if extend_support is None else extend_support,
+            disable_channel_auto_create=(
+                m.disable_channel_auto_create
+                if disable_channel_auto_create is None
+                else disable_channel_auto_create
+            ),
+            min_isr=m.min_isr if min_isr is None else min_isr,
+            unclean=m.unclean if unclean is None else unclean,
+        )
+        return await self._commit(placement, replace(placement, meta=meta))
+
+    async def expand_topic(self, name: str, partition_num: int) -> TopicPlacement:
+        """youzan's ``/topic/partition/expand``. Raises KeyError, :class:`PlacementError`,
+        :class:`StoreError`."""
+        self._check_leading()
+        placement = self.placements[name]
+        load = leader_load(self.placements.values())
+        updated = expand(placement, partition_num, self.live_nodes(), load)
+        return await self._commit(placement, updated)
+
+    async def _commit(self, old: TopicPlacement, new: TopicPlacement) -> TopicPlacement:
+        self.placements[new.name] = new
+        self._changed()
+        try:
+            await self.flush()
+        except StoreError:
+            self.placements[new.name] = old
+            self._changed()
+            raise
+        log.info("TOPIC(%s): updated, %s", new.name, _describe(new))
+        return new
+
+    def assignments(self, node: str) -> list[TopicAssignment]:
+        """What ``node`` must hold (``/pnsq/assignments``), as saved: a decision still being
+        saved may be rolled back, so it reaches the nodes only once it is on disk."""
+        self.place_pending()
+        registered = {
+            topic
+            for peer_id, peer in self.registry.peers.items()
+            if peer.node_id == node
+            for topic, _ in self.registry.peer_topics(peer_id)
+        }
+        return assignments_for(node, self.saved_placements.values(), registered)
+
+
+def _names(value: object) -> frozenset[str]:
+    return frozenset(str(v) for v in value) if isinstance(value, list) else frozenset()
+
+
+def _is_youzan(identity: PeerIdentity) -> bool:
+    """A youzan nsqd registers ``<topic> <partition>``; its placement is not lookupd's."""
+    return bool(identity.distributed_id) or "HA" in identity.version
+
+
+def _describe(placement: TopicPlacement) -> str:
+    if placement.pending:
+        return "pending (no node yet)"
+    leaders = ", ".join(f"{i}:{p.leader}" for i, p in enumerate(placement.partitions))
+    return f"{len(placement.partitions)} partition(s) [{leaders}]"
+
+
+__all__ = ["Cluster", "PlacementError", "StoreError", "TopicMeta", "UnavailableError"]

@@ -1,0 +1,123 @@
+"""The failover loop: lookupd's decisions (:func:`lookupd.core.decide.decide`) carried out.
+
+Whenever something a decision depends on happens (a node connects, drops, reports progress or
+announces it is leaving), and every :data:`TICK` seconds for heartbeats that stop, the
+supervisor builds the view (nodes from :class:`~lookupd.core.liveness.Liveness`, partitions from the
+placements) and asks :func:`decide`. Changes are written into the placements and persisted
+before anyone hears of them: nodes learn them through the assignments long-poll, which only
+hands out what is on disk; if the store fails, the placements are put back and the decision is
+taken again on the next tick.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+
+import trio
+
+from protocol.lookup import PartitionAssignment
+
+from ..core.decide import Change, PartitionView, Settings, View, decide
+from ..core.placement import TopicPlacement
+from .cluster import Cluster
+from .store import StoreError
+
+log = logging.getLogger("nsqlookupd.failover")
+
+TICK = 0.1  # seconds between looks when nothing happens (heartbeats are 0.5 s apart)
+
+__all__ = ["Supervisor", "view_of"]
+
+
+def view_of(cluster: Cluster, settings: Settings, now: float) -> View:
+    """What :func:`decide` sees now."""
+    partitions = []
+    for placement in cluster.placements.values():
+        for number, part in enumerate(placement.partitions):
+            progress = cluster.liveness.progress.get((placement.name, number))
+            current = progress is not None and progress.epoch == part.epoch
+            current = current and progress is not None and progress.reporter == part.leader
+            partitions.append(
+                PartitionView(
+                    topic=placement.name,
+                    partition=number,
+                    leader=part.leader,
+                    replicas=part.replicas,
+                    isr=part.in_sync,
+                    epoch=part.epoch,
+                    caught_up=progress.caught_up if current and progress else frozenset(),
+                    lagging=progress.lagging if current and progress else frozenset(),
+                    unclean=placement.meta.unclean,
+                    offline=(placement.name, number) in cluster.offline,
+                )
+            )
+    return View(cluster.liveness.views(now), tuple(partitions), settings)
+
+
+class Supervisor:
+    """Runs :func:`decide` and commits its changes (see the module doc)."""
+
+    def __init__(self, cluster: Cluster, settings: Settings) -> None:
+        self.cluster = cluster
+        self.settings = settings
+        self.failovers = 0  # leader changes committed since the start
+
+    async def run(self) -> None:
+        """Decide until cancelled."""
+        while True:
+            await self.step()
+            with trio.move_on_after(TICK):
+                await self.cluster.events.park()
+
+    async def step(self) -> list[Change]:
+        """One decision, committed; returns what changed."""
+        cluster = self.cluster
+        now = cluster.clock()
+        changes = decide(view_of(cluster, self.settings, now), now)
+        if not changes:
+            return []
+        before = dict(cluster.placements)
+        offline_before = set(cluster.offline)
+        for change in changes:
+            self._apply(change)
+        cluster.note_changed()
+        try:
+            await cluster.flush()
+        except StoreError as exc:
+            cluster.placements.clear()
+            cluster.placements.update(before)
+            cluster.offline = offline_before
+            cluster.note_changed()
+            log.error("failover decision not saved (retrying): %s", exc)
+            return []
+        for change in changes:
+            log.warning(
+                "PARTITION(%s/%d): leader %s epoch %d isr [%s] replicas [%s]%s: %s",
+                change.topic,
+                change.partition,
+                change.leader,
+                change.epoch,
+                ",".join(change.isr),
+                ",".join(change.replicas),
+                " OFFLINE" if change.offline else "",
+                change.reason,
+            )
+        return changes
+
+    def _apply(self, change: Change) -> None:
+        cluster = self.cluster
+        placement: TopicPlacement = cluster.placements[change.topic]
+        parts = list(placement.partitions)
+        old = parts[change.partition]
+        if change.epoch != old.epoch:
+            self.failovers += 1
+        parts[change.partition] = PartitionAssignment(
+            change.leader, change.replicas, change.epoch, change.isr
+        )
+        cluster.placements[change.topic] = replace(placement, partitions=tuple(parts))
+        key = (change.topic, change.partition)
+        if change.offline:
+            cluster.offline.add(key)
+        else:
+            cluster.offline.discard(key)

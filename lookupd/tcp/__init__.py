@@ -1,0 +1,1 @@
+"""lookupd's TCP listener: protocol V1 registrations from nsqds."""

@@ -1,0 +1,142 @@
+"""The TCP listener: protocol V1 connections from nsqds (the Trio shell around
+:class:`protocol.lookup_v1.LookupV1Parser`).
+
+Resource handling: one task per connection; when it ends, however it ends, the peer leaves every
+registration (the keys stay, as in nsqlookupd). Error handling: a protocol error is sent as a
+size-prefixed reply and the connection closed (every V1 error is fatal); an I/O error just closes
+it; an unexpected exception is logged and closes only that connection.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import trio
+
+from pnsq._netio.tcp import serve_tcp
+from protocol.lookup_v1 import (
+    EXT_PARTITIONS,
+    NEED_DATA,
+    Closed,
+    Identify,
+    LookupCommand,
+    LookupV1Error,
+    LookupV1Parser,
+    Ping,
+    Register,
+    Unregister,
+    encode_response,
+    identify_reply,
+)
+
+from ..state.cluster import Cluster
+
+log = logging.getLogger("nsqlookupd.tcp")
+
+RECEIVE_SIZE = 65536
+
+
+class LookupTCPServer:
+    """Serves protocol V1. The lookupd's own IDENTIFY reply fields come with
+    :meth:`set_reply_info` once both listeners are bound; an IDENTIFY that arrives before waits
+    for them (answered earlier, a node would keep an HTTP port of 0 for the connection's life,
+    and with it the address it polls for assignments and creates topics through)."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.reply_info: dict[str, str | int] = {}
+        self._ready = trio.Event()
+
+    def set_reply_info(self, info: dict[str, str | int]) -> None:
+        """``broadcast_address``, ``hostname``, ``http_port``, ``tcp_port`` and ``version``
+        for the IDENTIFY replies."""
+        self.reply_info = info
+        self._ready.set()
+
+    async def serve(
+        self, host: str, port: int, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Listen on ``host:port`` (port 0: any free port); reports the bound port when ready."""
+        await serve_tcp(self._handle, host, port, log=log, task_status=task_status)
+
+    async def _handle(self, stream: trio.SocketStream, remote: str) -> None:
+        log.info("TCP: new client(%s)", remote)
+        parser = LookupV1Parser()
+        try:  # errors are logged and the stream closed by pnsq._netio.tcp.serve_tcp
+            await self._serve(stream, parser, remote)
+        finally:
+            if parser.identified:
+                self.cluster.disconnect(remote)
+                log.info("CLIENT(%s): closed, registrations removed", remote)
+
+    async def _serve(self, stream: trio.SocketStream, parser: LookupV1Parser, remote: str) -> None:
+        while True:
+            try:
+                event = parser.next_event()
+            except LookupV1Error as exc:
+                log.error("CLIENT(%s): %s", remote, exc)
+                await stream.send_all(exc.reply)
+                return
+            if event is NEED_DATA:
+                parser.receive_data(await stream.receive_some(RECEIVE_SIZE))
+                continue
+            if isinstance(event, Closed):
+                return
+            if isinstance(event, Identify):
+                await self._ready.wait()
+            try:
+                reply = self._execute(event, parser, remote)
+            except LookupV1Error as exc:
+                log.error("CLIENT(%s): %s", remote, exc)
+                await stream.send_all(exc.reply)
+                return
+            await stream.send_all(encode_response(reply))
+
+    def _execute(self, command: LookupCommand, parser: LookupV1Parser, remote: str) -> bytes:
+        cluster = self.cluster
+        if isinstance(command, Ping):
+            cluster.ping(remote)
+            return b"OK"
+        if isinstance(command, Identify):
+            ident = command.peer
+            peer = cluster.identify(remote, ident)
+            parser.partitioned = peer.partitioned
+            granted = (EXT_PARTITIONS,) if EXT_PARTITIONS in ident.extensions else ()
+            log.info(
+                "CLIENT(%s): IDENTIFY Address:%s TCP:%d HTTP:%d Version:%s%s",
+                remote,
+                ident.broadcast_address,
+                ident.tcp_port,
+                ident.http_port,
+                ident.version,
+                " (partitions)" if peer.partitioned else "",
+            )
+            info = self.reply_info
+            return identify_reply(
+                broadcast_address=str(info.get("broadcast_address", "")),
+                hostname=str(info.get("hostname", "")),
+                http_port=int(info.get("http_port", 0)),
+                tcp_port=int(info.get("tcp_port", 0)),
+                version=str(info.get("version", "")),
+                extensions=granted,
+            )
+        if isinstance(command, Register):
+            cluster.register(remote, command.topic, command.channel, command.partition)
+            log.info(
+                "DB: client(%s) REGISTER topic:%s partition:%s channel:%s",
+                remote,
+                command.topic,
+                "" if command.partition is None else command.partition,
+                command.channel or "",
+            )
+            return b"OK"
+        assert isinstance(command, Unregister)
+        cluster.registry.unregister(remote, command.topic, command.channel, command.partition)
+        log.info(
+            "DB: client(%s) UNREGISTER topic:%s partition:%s channel:%s",
+            remote,
+            command.topic,
+            "" if command.partition is None else command.partition,
+            command.channel or "",
+        )
+        return b"OK"

@@ -1,0 +1,243 @@
+"""The broker's side of replication: the only place records cross between a partition's log and
+the replication stream (the ``"  R1"`` shells in :mod:`nsqd.replication` never see storage).
+
+A leader reads what a follower lacks as encoded records (:func:`read_for_follower`); a
+follower decodes them, checks them (CRC, offsets, epochs) and appends them at the same offsets
+(:func:`append_from_leader`), and cuts its log back to where its new leader's history diverges
+(:func:`truncate_for_leader`). A publish is acknowledged once every in-sync follower holds it:
+:class:`ReplicationWaiters` parks publishers until the partition's high-watermark passes their
+records (group commit: one acknowledgement from a follower releases every publish below it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+from weakref import WeakKeyDictionary
+
+from trio.lowlevel import ParkingLot
+
+from protocol.replication import MAX_APPEND_RECORDS_SIZE
+
+from ..core.errors import BrokerError, NotLeaderError
+from ..storage.encoded_run import check_encoded
+from ..storage.epochs import end_offset_for_epoch
+from ..storage.errors import CorruptRecordError
+from ..storage.log import PartitionLog
+from ..storage.record import NewRecord, decode_record, encode_run, peek_size
+from .partition import Partition
+
+if TYPE_CHECKING:
+    from .broker import Broker
+    from .topic import Topic
+
+__all__ = [
+    "Batch",
+    "ReplicaStreamError",
+    "ReplicationWaiters",
+    "append_from_leader",
+    "end_for_epoch",
+    "follower_acked",
+    "last_epoch",
+    "mirror_channel",
+    "read_for_follower",
+    "truncate_for_leader",
+]
+
+
+class ReplicaStreamError(BrokerError):
+    """Records from a leader that cannot be appended (bad bytes, a gap, a newer epoch)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """Encoded records ``[base_offset, base_offset + count)`` of one partition."""
+
+    base_offset: int
+    count: int
+    data: bytes
+
+
+def read_for_follower(partition: Partition, offset: int, max_bytes: int) -> Batch:
+    """The encoded records from ``offset`` on (at least one if any, about ``max_bytes``): the
+    bytes of the latest appends as written when ``offset`` starts one (a follower keeping up),
+    else the records read and encoded again."""
+    written = partition.log.read_written(offset, max_bytes, MAX_APPEND_RECORDS_SIZE)
+    if written is not None:
+        count, data = written
+        return Batch(offset, count, data)
+    records = partition.log.read(offset, 1 << 20, max_bytes)
+    return Batch(offset, len(records), encode_run(records)[0])
+
+
+def append_from_leader(partition: Partition, epoch: int, batch: Batch) -> int:
+    """Append a leader's ``batch`` at the same offsets; returns the new log end.
+
+    The batch is checked whole first (lengths, CRCs, consecutive offsets from this log's
+    end, no epoch newer than ``epoch``), then written as it came: the bytes on disk are the
+    leader's. Raises :class:`ReplicaStreamError` when a check fails (nothing is written).
+    """
+    log = partition.log
+    if batch.base_offset != log.end_offset:
+        raise ReplicaStreamError(
+            f"batch at offset {batch.base_offset}, but the log ends at {log.end_offset}"
+        )
+    try:
+        run = check_encoded(batch.data, batch.base_offset)
+    except CorruptRecordError as exc:
+        raise ReplicaStreamError(f"damaged record: {exc}") from exc
+    if run.count != batch.count:
+        raise ReplicaStreamError(f"{run.count} record(s) where {batch.count} were announced")
+    if run.max_epoch > epoch:
+        raise ReplicaStreamError(f"record of epoch {run.max_epoch} from epoch {epoch}")
+    if not run.count:
+        return log.end_offset
+    if not (isinstance(log, PartitionLog) and log.append_encoded(batch.data, run)):
+        log.append(_decoded(batch))  # a memory log, or a batch that rotates the segment
+    partition.unsynced += run.count
+    partition.state.appended(log.end_offset)
+    return log.end_offset
+
+
+def _decoded(batch: Batch) -> list[NewRecord]:
+    """The batch's records as entries to append (already checked)."""
+    entries, data, pos = [], batch.data, 0
+    while pos < len(data):
+        size = peek_size(data, pos)
+        record = decode_record(data, pos)
+        pos += size
+        entries.append(
+            NewRecord(
+                record.timestamp_ns,
+                record.body,
+                record.trace_id,
+                record.deliver_at_ns,
+                record.ext,
+                record.epoch,
+            )
+        )
+    return entries
+
+
+def last_epoch(partition: Partition) -> int:
+    """The epoch of the last record held (0 for an empty log)."""
+    log = partition.log
+    if log.end_offset <= log.start_offset:
+        return 0
+    return log.read(log.end_offset - 1, 1)[0].epoch
+
+
+def end_for_epoch(partition: Partition, epoch: int) -> int:
+    """Where this (leader's) log ends for a follower whose last record is of ``epoch``."""
+    return end_offset_for_epoch(partition.log, epoch)
+
+
+def truncate_for_leader(partition: Partition, offset: int) -> None:
+    """Cut the log back to ``offset`` (what the new leader's history shares with it)."""
+    log = partition.log
+    if offset < log.end_offset:
+        log.truncate(max(offset, log.start_offset))
+        partition.state.truncated(log.end_offset)
+
+
+def follower_acked(
+    broker: Broker, topic: Topic, partition: Partition, node: str, log_end: int
+) -> None:
+    """Follower ``node`` holds ``partition`` up to ``log_end``: a moved high-watermark
+    releases the publishes below it and lets the channels deliver up to it."""
+    if partition.state.follower_acked(node, log_end, broker.clock.monotonic()):
+        # the publishers below it go; the followers hear of it with the next batch or
+        # heartbeat (waking the streams for it would cost a frame per acknowledgement)
+        broker.replication.wake(partition, streams=False)
+        if not topic.paused:
+            for channel in topic.channels.values():
+                channel.notify()
+
+
+def mirror_channel(
+    broker: Broker,
+    topic: Topic,
+    partition: Partition,
+    name: str,
+    confirmed: int,
+    marks: Sequence[tuple[int, int]],
+    deleted: bool,
+) -> None:
+    """A follower takes over its leader's channel state in ``partition`` (the channel is
+    created here if new; ``deleted``: the leader deleted it)."""
+    if deleted:
+        if name in topic.channels:
+            broker.delete_channel(topic, name)
+        return
+    channel = broker.get_or_create_channel(topic, name)
+    cursor = channel.cursors.get(partition.number)
+    if cursor is not None:
+        cursor.mirror(confirmed, marks)
+        partition.dirty = True
+
+
+class ReplicationWaiters:
+    """Publishers waiting for their records to reach every in-sync follower, and the leader's
+    streams to its followers waiting for new records."""
+
+    def __init__(self) -> None:
+        self._lots: WeakKeyDictionary[Partition, ParkingLot] = WeakKeyDictionary()
+        self._data: WeakKeyDictionary[Partition, ParkingLot] = WeakKeyDictionary()
+
+    def _lot(self, partition: Partition) -> ParkingLot:
+        lot = self._lots.get(partition)
+        if lot is None:
+            lot = self._lots[partition] = ParkingLot()
+        return lot
+
+    def appended(self, partition: Partition) -> None:
+        """New records in ``partition``, or an ordered channel's state changed: wakes the
+        streams to its followers."""
+        lot = self._data.get(partition)
+        if lot is not None:
+            lot.unpark_all()
+
+    async def wait_data(self, partition: Partition, offset: int) -> None:
+        """Return once ``partition``'s log reaches past ``offset``, or on a role change
+        (callers bound the wait and re-check)."""
+        if partition.log.end_offset > offset:
+            return
+        lot = self._data.get(partition)
+        if lot is None:
+            lot = self._data[partition] = ParkingLot()
+        await lot.park()
+
+    async def wait(self, partition: Partition, end: int, epoch: int) -> None:
+        """Return once the high-watermark reaches ``end`` while this node leads the partition
+        under ``epoch`` (the epoch the records before ``end`` were appended in). Raises
+        :class:`NotLeaderError` once it does not: the publish is then not acknowledged (a new
+        leader may not have it)."""
+        state = partition.state
+        while True:
+            if not state.leads or state.epoch != epoch:
+                raise NotLeaderError("leadership moved before the publish was replicated")
+            if state.high_watermark >= end:
+                return
+            await self._lot(partition).park()
+
+    async def wait_cursor(self, partition: Partition, channel: str, confirmed: int) -> None:
+        """Return once every in-sync follower holds ``channel``'s cursor in ``partition`` up
+        to ``confirmed`` (the state is pushed to them at once). Raises
+        :class:`NotLeaderError` if the node stops leading the partition first."""
+        state = partition.state
+        epoch = state.epoch
+        while not state.cursor_replicated(channel, confirmed):
+            if not state.leads or state.epoch != epoch:
+                raise NotLeaderError("leadership moved before the ack was replicated")
+            partition.cursor_push.add(channel)
+            self.appended(partition)
+            await self._lot(partition).park()
+
+    def wake(self, partition: Partition, *, streams: bool = True) -> None:
+        """The high-watermark or the role of ``partition`` changed: parked publishes look
+        again, and (unless ``streams`` is False) so do the streams to its followers."""
+        for lots in (self._lots, self._data) if streams else (self._lots,):
+            lot = lots.get(partition)
+            if lot is not None:
+                lot.unpark_all()

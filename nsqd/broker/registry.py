@@ -1,0 +1,198 @@
+"""Topic and channel lifecycle on a node: finding, creating (as nsqd does on first use),
+subscribing and deleting topics and channels, and each channel's timer task.
+
+:class:`TopicRegistry` is a base of :class:`~nsqd.broker.broker.Broker`: its topic table is
+the broker's, and callers keep asking the broker (DESIGN.md §2: the one gate).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+
+import trio
+
+from protocol.names import is_ephemeral
+
+from ..core.errors import (
+    ChannelNotFoundError,
+    ConsumerLimitError,
+    ExitingError,
+    PartitionNotFoundError,
+    TopicNotFoundError,
+)
+from .changes import Changes
+from .channel import Channel, Subscriber
+from .clock import Clock
+from .config import BrokerConfig
+from .copying import ReplicationWaiters
+from .logs import LogOpener
+from .persistence import SyncSchedule, topic_directory
+from .syncing import Syncer
+from .topic import Topic
+
+log = logging.getLogger("nsqd.broker")
+
+
+class TopicRegistry:
+    """The topics of a node and their channels (state set up by the broker)."""
+
+    # the broker's, set in Broker.__init__
+    config: BrokerConfig
+    clock: Clock
+    changes: Changes
+    topics: dict[str, Topic]
+    exiting: bool
+    syncs: SyncSchedule
+    syncer: Syncer
+    logs: LogOpener
+    replication: ReplicationWaiters
+    _nursery: trio.Nursery
+    _timer_scopes: dict[Channel, trio.CancelScope]
+
+    # ------------------------------------------------------------------ topics
+
+    def find_topic(self, name: str) -> Topic | None:
+        """The topic ``name`` if this node has it (nothing is created)."""
+        return self.topics.get(name)
+
+    def list_topics(self) -> list[Topic]:
+        """Every topic this node has, by name."""
+        return sorted(self.topics.values(), key=lambda t: t.name)
+
+    def get_topic(self, name: str) -> Topic:
+        """An existing topic, or TopicNotFoundError."""
+        topic = self.topics.get(name)
+        if topic is None:
+            raise TopicNotFoundError(name)
+        return topic
+
+    def get_or_create_topic(
+        self, name: str, partitions: int | None = None, *, ordered: bool = False, ext: bool = False
+    ) -> Topic:
+        """The topic ``name``, created (with ``--default-partitions`` unless ``partitions`` is
+        given, and the youzan flags) on first use."""
+        topic = self.topics.get(name)
+        if topic is not None:
+            return topic
+        if self.exiting:
+            raise ExitingError
+        count = partitions or self.config.default_partitions
+        topic = self.logs.build_topic(name, count, {}, ordered=ordered, ext=ext)
+        self.topics[name] = topic
+        self.syncs.request(metadata=True)
+        self.changes.notify()
+        flags = "".join(f", {f}" for f, on in (("ordered", ordered), ("ext", ext)) if on)
+        log.info("TOPIC(%s): created with %d partition(s)%s", name, count, flags)
+        return topic
+
+    def auto_create_topic(self, name: str, partition: int | None) -> Topic:
+        """The topic a PUB or SUB names, created as nsqd does unless it names a partition that
+        a new topic would not have (PartitionNotFoundError, nothing created)."""
+        if partition is None or partition == -1 or name in self.topics:
+            return self.get_or_create_topic(name)
+        if not 0 <= partition < self.config.default_partitions:
+            raise PartitionNotFoundError(f"partition {partition} of topic {name}")
+        return self.get_or_create_topic(name)
+
+    def _topic_dir(self, name: str) -> Path:
+        return topic_directory(self.config.data_path, name)
+
+    # ------------------------------------------------------------------ channels
+
+    def get_or_create_channel(self, topic: Topic, name: str) -> Channel:
+        """The channel ``name`` of ``topic``, created on first use."""
+        channel = topic.channels.get(name)
+        if channel is not None:
+            return channel
+        if self.exiting:
+            raise ExitingError
+        channel = Channel(topic, name, ephemeral=is_ephemeral(name) or topic.ephemeral)
+        channel.ordered = topic.ordered  # an ordered topic has only ordered channels
+        for partition in topic.partitions:
+            channel.add_partition(partition, topic.first_channel_start(partition), [])
+            partition.dirty = True
+        topic.channels[name] = channel
+        if channel.ordered:  # its first message waits for the followers to hold its state
+            for partition in topic.led:
+                self.replication.appended(partition)
+        self.start_timer(channel)
+        self.syncs.request(metadata=True)
+        self.changes.notify()
+        log.info("TOPIC(%s): new channel(%s)", topic.name, name)
+        return channel
+
+    def start_timer(self, channel: Channel) -> None:
+        """Run the channel's timer task (until the channel is deleted)."""
+        channel.clock = self.clock
+        scope = trio.CancelScope()
+        self._timer_scopes[channel] = scope
+
+        async def timer() -> None:
+            with scope:
+                await channel.run_timer()
+
+        self._nursery.start_soon(timer)
+
+    def subscribe(self, topic_name: str, channel_name: str, client: Subscriber) -> Channel:
+        """Add ``client`` to the channel, creating topic and channel as nsqd does."""
+        topic = self.get_or_create_topic(topic_name)
+        channel = self.get_or_create_channel(topic, channel_name)
+        limit = self.config.max_channel_consumers
+        if limit and len(channel.clients) >= limit:
+            raise ConsumerLimitError(
+                f"consumers for {topic_name}:{channel_name} exceeds limit of {limit}"
+            )
+        channel.clients.add(client)
+        return channel
+
+    def unsubscribe(self, channel: Channel, client: Subscriber) -> None:
+        """Remove ``client``; an #ephemeral channel goes with its last client.
+
+        Its in-flight messages stay in flight until they time out, as in nsqd.
+        """
+        channel.clients.discard(client)
+        if channel.ephemeral and not channel.clients and not channel.deleted:
+            self.delete_channel(channel.topic, channel.name)
+
+    def delete_channel(self, topic: Topic, name: str) -> None:
+        """Remove a channel and its cursors; an #ephemeral topic goes with its last channel."""
+        channel = topic.channels.pop(name, None)
+        if channel is None:
+            raise ChannelNotFoundError(name)
+        channel.deleted = True
+        scope = self._timer_scopes.pop(channel, None)
+        if scope is not None:
+            scope.cancel()
+        if not topic.channels:
+            for partition in topic.partitions:
+                partition.topic_start = partition.log.end_offset
+        for partition in topic.partitions:
+            partition.dirty = True
+        self.syncs.request(metadata=True)
+        self.changes.notify()
+        if topic.ephemeral and not topic.channels and not topic.deleted:
+            self._drop_topic(topic)
+
+    def _drop_topic(self, topic: Topic) -> None:
+        topic.deleted = True
+        self.topics.pop(topic.name, None)
+        for channel in list(topic.channels.values()):
+            channel.deleted = True
+            scope = self._timer_scopes.pop(channel, None)
+            if scope is not None:
+                scope.cancel()
+        for partition in topic.partitions:
+            partition.log.close()
+        self.syncs.metadata_dirty = True
+        self.changes.notify()
+
+    async def delete_topic(self, name: str) -> None:
+        """Delete a topic, its channels and its data on disk."""
+        topic = self.get_topic(name)
+        async with self.syncer.lock:
+            self._drop_topic(topic)
+            if not topic.ephemeral:
+                await trio.to_thread.run_sync(shutil.rmtree, self._topic_dir(name), True)
+        self.syncs.request()

@@ -1,0 +1,373 @@
+"""Forwarding a stock publish to a partition leader elsewhere in the cluster.
+
+NSQ's usual layout puts an nsqd beside every producer, and stock producers (go-nsq, pynsq) name
+no partition. In a pnsq cluster a node may lead none of a topic's partitions; such a node
+forwards the publish to a leader lookupd names and acknowledges only once that leader did, so
+the producer's ``OK`` still means "stored by the partition's leader". Leaders come from pnsq
+lookupd's ``GET /lookup?topic=&access=w`` (youzan's ``partitions`` map), cached for a second;
+one V2 connection per leader is kept and reused, one publish at a time on it.
+
+A stock publish of a topic nobody has asks lookupd to create it (``--default-partitions``, the
+asking node leading its first partition), so two nodes publishing a new topic at once cannot
+both create their own copy of it.
+
+Only the stock publishes are forwarded (``PUB``, ``MPUB``, ``DPUB``); partition-aware ones
+(``PUB <topic> <partition>``, the ``_TRACE`` and ``_EXT`` families) get youzan's
+``E_FAILED_ON_NOT_LEADER`` and look the leader up themselves, as youzan's clients do.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import httpx
+import trio
+
+from protocol import Dpub, Mpub, Pub
+from protocol.client_frames import ErrorFrame, FrameDecoder, MessageFrame, Response
+from protocol.encode import encode_command
+from protocol.lookup import ACCEPT_V1, unwrap
+from protocol.parser import NEED_DATA
+
+from ..broker import Broker
+
+log = logging.getLogger("nsqd.forward")
+
+LOOKUP_TTL = 1.0  # seconds a topic's leaders are reused before asking lookupd again
+TIMEOUT = 5.0  # one forwarded publish, connecting included
+CREATE_WAIT = 2.0  # seconds a publish waits for a topic it had lookupd create to be placed
+MAGIC_V2 = b"  V2"
+
+
+class ForwardError(Exception):
+    """The publish could not be forwarded (``str()`` says why; the client gets it)."""
+
+
+class PlacedElsewhereError(ForwardError):
+    """A SUB of a topic this node holds no partition of, placed on other nodes by lookupd."""
+
+
+class NoLookupdError(ForwardError):
+    """No pnsq lookupd answered: the cluster's view of the topic is unknown."""
+
+
+@dataclass(slots=True)
+class _Leaders:
+    partitions: dict[int, tuple[str, int]]  # partition -> (host, tcp port) of its leader
+    fetched: float
+    http: dict[int, str] = field(default_factory=dict)  # partition -> its leader's host:http
+    next: int = 0
+
+
+@dataclass(slots=True)
+class _Peer:
+    stream: trio.SocketStream
+    decoder: FrameDecoder = field(default_factory=FrameDecoder)
+    lock: trio.Lock = field(default_factory=trio.Lock)
+
+
+class Forwarder:
+    """Forwards publishes for topics this node leads no partition of (see the module doc).
+
+    ``lookupd_http`` returns the HTTP addresses of the pnsq lookupds this node is registered
+    with (empty while none is connected); ``self_id`` returns this node's ``host:tcp_port``;
+    ``monotonic`` is the clock the cache of leaders ages by (the broker's).
+    """
+
+    def __init__(
+        self,
+        lookupd_http: Callable[[], Sequence[str]],
+        self_id: Callable[[], str],
+        monotonic: Callable[[], float] = trio.current_time,
+    ) -> None:
+        self._lookupd_http = lookupd_http
+        self._monotonic = monotonic
+        self._self_id = self_id
+        self._leaders: dict[str, _Leaders] = {}
+        self._peers: dict[tuple[str, int], _Peer] = {}
+        self._http: httpx.AsyncClient | None = None
+
+    @property
+    def active(self) -> bool:
+        """True when a pnsq lookupd places partitions (forwarding applies)."""
+        return bool(self._lookupd_http())
+
+    def known_here(self, broker: Broker, topic: str, partition: int | None) -> bool | None:
+        """:meth:`must_forward`'s answer when this node knows it without asking lookupd (a
+        named partition, no pnsq lookupd, or a topic held here), None when lookupd must be
+        asked. The topic is looked at before :attr:`active`: the publish path asks this."""
+        if partition is not None:
+            return False
+        local = broker.find_topic(topic)
+        if local is not None and not local.deleted:
+            return local.managed and not local.led and self.active
+        return None if self.active else False
+
+    async def must_forward(self, broker: Broker, topic: str, partition: int | None) -> bool:
+        """Whether a stock publish (``partition`` None) of ``topic`` goes to a leader on
+        another node: this node holds the topic, placed by lookupd, and leads none of its
+        partitions; or it lacks the topic and lookupd knows it. Raises
+        :class:`NoLookupdError` for a topic unknown here while no lookupd answers."""
+        known = self.known_here(broker, topic, partition)
+        if known is not None:
+            return known
+        if await self.leaders(topic):
+            return True
+        await self._create(broker, topic)
+        local = broker.find_topic(topic)
+        if local is not None and local.led:
+            return False  # placed here: publish locally
+        self._leaders.pop(topic, None)
+        return True
+
+    async def ensure_local(self, broker: Broker, topic: str) -> None:
+        """Before a SUB of ``topic``: a topic unknown here and to lookupd is created through
+        lookupd (this node leading a partition of it, as a PUB would), so a SUB never makes
+        a copy lookupd does not know. Raises :class:`PlacedElsewhereError` when lookupd
+        placed the topic on other nodes only, :class:`NoLookupdError` when no lookupd
+        answers."""
+        if not self.active:
+            return
+        local = broker.find_topic(topic)
+        if local is not None and not local.deleted:
+            return
+        if await self.leaders(topic):
+            raise PlacedElsewhereError(topic)
+        await self._create(broker, topic)
+
+    async def _create(self, broker: Broker, topic: str) -> None:
+        """Ask lookupd to create ``topic`` (``--default-partitions``, this node leading its
+        first partition), then wait until its assignment reached this node. Raises
+        ForwardError if lookupd refuses."""
+        addresses = list(self._lookupd_http())
+        params: dict[str, str | int] = {
+            "topic": topic,
+            "partition_num": broker.config.default_partitions,
+            "replicator": broker.config.default_replicator,
+            "prefer": self._self_id(),
+        }
+        problems = []
+        for http in addresses:
+            try:
+                reply = await self._client().post(f"http://{http}/topic/create", params=params)
+            except httpx.HTTPError as exc:
+                problems.append(f"{http}: {exc}")
+                continue
+            if reply.status_code != 200:
+                raise ForwardError(f"lookupd refused to create topic {topic}: {reply.text}")
+            log.info("TOPIC(%s): created through lookupd %s", topic, http)
+            with trio.move_on_after(CREATE_WAIT):
+                while broker.find_topic(topic) is None:
+                    generation = broker.changes.generation
+                    await broker.changes.wait_after(generation)
+            return
+        raise NoLookupdError("lookupd unreachable: " + "; ".join(problems))
+
+    async def create_partition(
+        self, broker: Broker, topic: str, number: int, ext: bool | None
+    ) -> None:
+        """youzan's ``INTERNAL_CREATE_TOPIC`` on a node placed by lookupd: return once this
+        node leads partition ``number`` of ``topic``. A topic lookupd does not know is created
+        there (``number + 1`` partitions at least, ``extend`` as asked, this node leading its
+        first partition, as for a publish); a known one too small is expanded. Raises
+        ForwardError when lookupd refuses or places the partition elsewhere."""
+        if _leads(broker, topic, number):
+            return
+        self._leaders.pop(topic, None)
+        leaders = await self.leaders(topic)
+        if not leaders:
+            count = max(broker.config.default_partitions, number + 1)
+            params: dict[str, str | int] = {
+                "topic": topic,
+                "partition_num": count,
+                "replicator": broker.config.default_replicator,
+                "prefer": self._self_id(),
+            }
+            if ext:
+                params["extend"] = "true"
+            await self._admin(topic, "/topic/create", params)
+        elif number not in leaders and number > max(leaders):
+            expand: dict[str, str | int] = {"topic": topic, "partition_num": number + 1}
+            await self._admin(topic, "/topic/partition/expand", expand)
+        with trio.move_on_after(CREATE_WAIT):
+            while not _leads(broker, topic, number):
+                generation = broker.changes.generation
+                await broker.changes.wait_after(generation)
+        if not _leads(broker, topic, number):
+            self._leaders.pop(topic, None)
+            where = (await self.leaders(topic)).get(number)
+            elsewhere = f"{where[0]}:{where[1]}" if where else "no node yet"
+            raise ForwardError(f"partition {number} of topic {topic} is led by {elsewhere}")
+
+    async def _admin(self, topic: str, path: str, params: dict[str, str | int]) -> None:
+        """POST an admin call to the first lookupd that answers; ForwardError if it refuses."""
+        problems = []
+        for http in list(self._lookupd_http()):
+            try:
+                reply = await self._client().post(f"http://{http}{path}", params=params)
+            except httpx.HTTPError as exc:
+                problems.append(f"{http}: {exc}")
+                continue
+            if reply.status_code != 200:
+                raise ForwardError(f"lookupd refused {path} of topic {topic}: {reply.text}")
+            log.info("TOPIC(%s): %s through lookupd %s", topic, path, http)
+            return
+        raise NoLookupdError("lookupd unreachable: " + "; ".join(problems))
+
+    async def leaders(self, topic: str) -> dict[int, tuple[str, int]]:
+        """Partition -> leader address for ``topic`` as lookupd says ({} if it does not know
+        the topic). Raises :class:`NoLookupdError` if no lookupd answers."""
+        cached = self._leaders.get(topic)
+        now = self._monotonic()
+        if cached is not None and now - cached.fetched < LOOKUP_TTL:
+            return cached.partitions
+        partitions, http = await self._lookup(topic)
+        self._leaders[topic] = _Leaders(partitions, now, http, cached.next if cached else 0)
+        return partitions
+
+    async def leaders_http(self, topic: str) -> dict[int, str]:
+        """Partition -> ``host:http_port`` of its leader, as lookupd says ({} if it does not
+        know the topic). Raises :class:`NoLookupdError` if no lookupd answers."""
+        await self.leaders(topic)
+        cached = self._leaders.get(topic)
+        return dict(cached.http) if cached is not None else {}
+
+    async def publish(self, topic: str, bodies: list[bytes], defer_ms: int = 0) -> None:
+        """Publish ``bodies`` (one DPUB when ``defer_ms``) at a leader of ``topic``, round-robin
+        over its partitions; returns once that leader acknowledged. Raises ForwardError."""
+        leaders = await self.leaders(topic)
+        if not leaders:
+            raise ForwardError(f"topic {topic} has no partition leader")
+        entry = self._leaders[topic]
+        me = self._self_id()
+        numbers = sorted(n for n, (host, port) in leaders.items() if f"{host}:{port}" != me)
+        if not numbers:  # lookupd already placed a partition here; its word is on the way
+            raise ForwardError(f"topic {topic}: this node's assignment is pending")
+        number = numbers[entry.next % len(numbers)]
+        entry.next += 1
+        address = leaders[number]
+        if defer_ms:
+            commands = [encode_command(Dpub(topic, defer_ms, body)) for body in bodies]
+        elif len(bodies) == 1:
+            commands = [encode_command(Pub(topic, bodies[0], number))]
+        else:
+            commands = [encode_command(Mpub(topic, bodies, number))]
+        try:
+            with trio.fail_after(TIMEOUT):
+                for command in commands:
+                    await self._exchange(address, command)
+        except (
+            OSError,
+            trio.BrokenResourceError,
+            trio.ClosedResourceError,
+            trio.TooSlowError,
+        ) as exc:
+            await self._drop(address)
+            self._leaders.pop(topic, None)
+            reason = str(exc) or type(exc).__name__
+            raise ForwardError(f"forwarding to {address[0]}:{address[1]}: {reason}") from exc
+
+    async def _exchange(self, address: tuple[str, int], command: bytes) -> None:
+        peer = await self._peer(address)
+        async with peer.lock:
+            await peer.stream.send_all(command)
+            while True:
+                frame = peer.decoder.next_frame()
+                if frame is NEED_DATA:
+                    data = await peer.stream.receive_some(65536)
+                    if not data:
+                        raise trio.BrokenResourceError("leader closed the connection")
+                    peer.decoder.receive_data(data)
+                    continue
+                if isinstance(frame, Response) and frame.data == b"_heartbeat_":
+                    await peer.stream.send_all(b"NOP\n")
+                    continue
+                if isinstance(frame, Response) and frame.data == b"OK":
+                    return
+                if isinstance(frame, ErrorFrame):
+                    if frame.fatal:
+                        await self._drop(address)
+                    raise ForwardError(f"leader {address[0]}:{address[1]}: {frame.text}")
+                assert not isinstance(frame, MessageFrame)  # nothing subscribes here
+                raise ForwardError(f"leader {address[0]}:{address[1]}: unexpected {frame!r}")
+
+    async def _peer(self, address: tuple[str, int]) -> _Peer:
+        peer = self._peers.get(address)
+        if peer is None:
+            stream = await trio.open_tcp_stream(*address)
+            await stream.send_all(MAGIC_V2)
+            peer = self._peers[address] = _Peer(stream)
+            log.info("FORWARD: connected to leader %s:%d", *address)
+        return peer
+
+    async def _drop(self, address: tuple[str, int]) -> None:
+        peer = self._peers.pop(address, None)
+        if peer is not None:
+            await peer.stream.aclose()
+
+    async def _lookup(self, topic: str) -> tuple[dict[int, tuple[str, int]], dict[int, str]]:
+        addresses = list(self._lookupd_http())
+        if not addresses:
+            raise NoLookupdError("no pnsq lookupd connected")
+        problems = []
+        for http in addresses:
+            url = f"http://{http}/lookup"
+            params = {"topic": topic, "access": "w"}
+            try:
+                reply = await self._client().get(url, params=params, headers={"Accept": ACCEPT_V1})
+            except httpx.HTTPError as exc:
+                problems.append(f"{http}: {exc}")
+                continue
+            if reply.status_code == 404:
+                return {}, {}  # lookupd does not know the topic
+            try:
+                reply.raise_for_status()
+                document = unwrap(reply.json())
+                return _partition_leaders(document)
+            except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+                problems.append(f"{http}: {exc}")
+        raise NoLookupdError("lookupd unreachable: " + "; ".join(problems))
+
+    def _client(self) -> httpx.AsyncClient:
+        """The HTTP client for lookupd, made on first use."""
+        if self._http is None:
+            self._http = httpx.AsyncClient(timeout=httpx.Timeout(2.0, connect=1.0))
+        return self._http
+
+    async def aclose(self) -> None:
+        """Close the leader connections and the HTTP client."""
+        for address in list(self._peers):
+            await self._drop(address)
+        if self._http is not None:
+            await self._http.aclose()
+
+
+def _leads(broker: Broker, topic: str, number: int) -> bool:
+    local = broker.find_topic(topic)
+    return (
+        local is not None
+        and not local.deleted
+        and local.holds(number)
+        and local.partition(number).state.leads
+    )
+
+
+def _partition_leaders(
+    document: dict[str, object],
+) -> tuple[dict[int, tuple[str, int]], dict[int, str]]:
+    """Partition -> its leader's ``(host, tcp_port)``, and -> ``host:http_port`` (where the
+    lookupd names one), from a ``/lookup`` reply's ``partitions``."""
+    partitions = document.get("partitions") or {}
+    if not isinstance(partitions, dict):
+        raise ValueError("partitions is not an object")
+    tcp: dict[int, tuple[str, int]] = {}
+    http: dict[int, str] = {}
+    for number, peer in partitions.items():
+        if isinstance(peer, dict):
+            host = str(peer["broadcast_address"])
+            tcp[int(number)] = (host, int(peer["tcp_port"]))
+            if "http_port" in peer:
+                http[int(number)] = f"{host}:{int(peer['http_port'])}"
+    return tcp, http

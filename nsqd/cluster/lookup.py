@@ -1,0 +1,159 @@
+"""nsqd's side of nsqlookupd (``--lookupd-tcp-address``): the supervisor that keeps one task per
+lookupd, reconnecting.
+
+For each lookupd (:mod:`nsqd.cluster.discovery` says which), one task does what nsqd's
+``lookupLoop``/``lookupPeer`` do: connect (1 s timeout), register over protocol V1
+(:mod:`nsqd.cluster.registration`) until an error closes the connection, then reconnect (0.5 s,
+doubling to 5 s) and register everything again, so nsqd keeps working while a lookupd is down
+and a restarted lookupd rebuilds its view.
+
+pnsq's extension (invisible to a stock nsqlookupd, which ignores unknown IDENTIFY keys and gets
+no other command): a lookupd whose IDENTIFY reply speaks pnsq's partitions also gets, on its
+HTTP port, this node's placement exchange (:mod:`nsqd.cluster.placement`) and is asked for its
+peers (:func:`~nsqd.cluster.discovery.discover`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+import trio
+
+from pnsq._goflag.addresses import split_host_port
+from protocol.lookup import LookupdNode
+
+from ..broker import Broker
+from ..replication.progress import ProgressTracker
+from .discovery import LookupdDirectory, discover
+from .placement import hand_over, poll_assignments, report_progress
+from .registration import (
+    LookupIdentity,
+    LookupPeerError,
+    V1Connection,
+    keep_registered,
+    lookupd_http_address,
+    speaks_partitions,
+)
+
+log = logging.getLogger("nsqd.lookup")
+
+DIAL_TIMEOUT = 1.0  # nsqd's lookupPeer: net.DialTimeout(..., time.Second)
+
+
+class LookupClient:
+    """Keeps this nsqd registered with every lookupd in ``addresses`` (see the module
+    docstring). Run :meth:`run` in a nursery; :meth:`set_addresses` changes the list."""
+
+    def __init__(
+        self,
+        broker: Broker,
+        identity: LookupIdentity,
+        addresses: Iterable[str],
+        *,
+        poll_interval: float = 1.0,
+        replica_lag_max: float = 10.0,
+    ) -> None:
+        self.broker = broker
+        self.progress = ProgressTracker(replica_lag_max)
+        self.identity = identity
+        self.lookupds = LookupdDirectory(addresses)
+        self.poll_interval = poll_interval
+        self._scopes: dict[str, trio.CancelScope] = {}
+        self._pnsq_http: dict[str, str] = {}  # lookupd address -> its HTTP address (pnsq's)
+        self._nursery: trio.Nursery | None = None
+        httpx_log = logging.getLogger("httpx")
+        if httpx_log.level == logging.NOTSET:  # not one INFO line per assignments poll
+            httpx_log.setLevel(logging.WARNING)
+
+    def pnsq_http_addresses(self) -> list[str]:
+        """HTTP addresses of the pnsq lookupds this node has registered with (they place
+        partitions), reachable or not right now."""
+        return list(self._pnsq_http.values())
+
+    async def run(self) -> None:
+        """Serve every lookupd until cancelled."""
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            self.set_addresses(self.lookupds.configured)
+            await trio.sleep_forever()
+
+    def set_addresses(self, addresses: Iterable[str]) -> None:
+        """Start serving new lookupds and drop the ones no longer listed (PUT /config)."""
+        self.lookupds.configure(addresses)
+        self._reconcile()
+
+    async def hand_over(self) -> None:
+        """A clean shutdown: pnsq's lookupds move this node's leaderships away (see
+        :func:`nsqd.cluster.placement.hand_over`)."""
+        await hand_over(self.broker, self.identity.node_id, self.pnsq_http_addresses())
+
+    def _reconcile(self) -> None:
+        wanted = self.lookupds.wanted()
+        for address in list(self._scopes):
+            if address not in wanted:
+                log.info("LOOKUP(%s): removing peer", address)
+                self._scopes.pop(address).cancel()
+                self._pnsq_http.pop(address, None)
+                self.lookupds.forget(address)
+        if self._nursery is None:
+            return
+        for address in wanted:
+            if address not in self._scopes:
+                log.info("LOOKUP(%s): adding peer", address)
+                scope = self._scopes[address] = trio.CancelScope()
+                self._nursery.start_soon(self._peer, address, scope)
+
+    def _found(self, source: str, nodes: list[LookupdNode]) -> None:
+        if self.lookupds.found(source, nodes):
+            self._reconcile()
+
+    async def _peer(self, address: str, scope: trio.CancelScope) -> None:
+        with scope:
+            delay = 0.5
+            while True:
+                started = self.broker.clock.monotonic()
+                try:
+                    await self._session(address)
+                except* (
+                    OSError,
+                    trio.BrokenResourceError,
+                    trio.TooSlowError,
+                    LookupPeerError,
+                ) as g:
+                    for exc in g.exceptions:
+                        log.error("LOOKUPD(%s): %s", address, str(exc) or type(exc).__name__)
+                except* Exception:  # a lookupd problem must never take nsqd down
+                    log.exception("LOOKUPD(%s): unexpected error", address)
+                if self.broker.clock.monotonic() - started > 5.0:
+                    delay = 0.5  # it was up for a while: retry soon
+                await trio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    async def _session(self, address: str) -> None:
+        host, port = split_host_port(address)
+        log.info("LOOKUP connecting to %s", address)
+        with trio.fail_after(DIAL_TIMEOUT):
+            stream = await trio.open_tcp_stream(host, int(port))
+        async with stream:
+            conn = V1Connection(stream)
+            info = await conn.identify(self.identity)
+            partitioned = speaks_partitions(info)
+            log.info("LOOKUPD(%s): peer info %s", address, info)
+            # the host we reached, which a broadcast hostname may not be
+            http = lookupd_http_address(host, info) if partitioned else ""
+            self.lookupds.names_itself(address, info)
+            async with trio.open_nursery() as nursery:
+                if partitioned:
+                    self._pnsq_http[address] = http  # kept while it is down: it places topics
+                    node_id = self.identity.node_id
+                    nursery.start_soon(
+                        poll_assignments, self.broker, node_id, address, http, self.poll_interval
+                    )
+                    nursery.start_soon(
+                        report_progress, self.broker, self.progress, node_id, address, http
+                    )
+                    nursery.start_soon(discover, address, http, self._found)
+                elif address in self._pnsq_http:
+                    del self._pnsq_http[address]  # replaced by a stock nsqlookupd
+                await keep_registered(conn, self.broker, address, partitioned)

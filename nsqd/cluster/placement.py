@@ -1,0 +1,127 @@
+"""nsqd's placement exchange with pnsq's lookupd over its HTTP port: the assignments it
+long-polls and applies, the follower progress it reports as a leader, and the hand-over of its
+leaderships on a clean shutdown.
+
+``GET /pnsq/assignments?node=<broadcast_address>:<tcp_port>&after=<version>`` is long-polled on
+the lookupd's HTTP port (at the host of ``--lookupd-tcp-address``, the port from the IDENTIFY
+reply): lookupd answers as soon as a newer placement is on its disk, and the broker applies it
+(:mod:`nsqd.broker.assignments`).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import httpx
+import trio
+
+from protocol.lookup import ACCEPT_V1, ASSIGNMENTS_PATH, parse_assignments, parse_deleted
+
+from ..broker import Broker, StorageError
+from ..core.errors import BrokerError
+from ..replication.progress import ProgressTracker
+
+log = logging.getLogger("nsqd.lookup")
+
+#: how often a leader tells pnsq's lookupd about its followers when nothing changed
+PROGRESS_INTERVAL = 0.25
+PROGRESS_REPEAT = 5.0
+PROGRESS_PATH = "/pnsq/progress"
+LEAVING_PATH = "/pnsq/leaving"
+ASSIGNMENTS_WAIT = 30.0  # seconds lookupd may hold an assignments long-poll
+
+
+async def poll_assignments(
+    broker: Broker, node_id: str, address: str, http_address: str, poll_interval: float
+) -> None:
+    """Long-poll lookupd's assignments: each request returns as soon as lookupd has saved
+    a newer decision (or after :data:`ASSIGNMENTS_WAIT`), so a change reaches this node
+    within a round trip of being persisted."""
+    url = f"http://{http_address}{ASSIGNMENTS_PATH}"
+    headers = {"Accept": ACCEPT_V1}
+    version: int | None = None
+    timeout = httpx.Timeout(ASSIGNMENTS_WAIT + 5.0, connect=1.0)
+    async with httpx.AsyncClient(timeout=timeout) as client:
+        while True:
+            params: dict[str, str | int] = {"node": node_id}
+            if version is not None:
+                params.update(after=version, wait=int(ASSIGNMENTS_WAIT))
+            try:
+                response = await client.get(url, params=params, headers=headers)
+                response.raise_for_status()
+                document = response.json()
+                await apply_assignments(broker, node_id, document)
+                found = document.get("version") if isinstance(document, dict) else None
+                version = found if isinstance(found, int) else None
+            except (httpx.HTTPError, ValueError) as exc:
+                log.warning("LOOKUPD(%s): assignments: %s", address, exc)
+                version = None
+            if version is None:  # after an error, or an older lookupd without long-polls
+                await trio.sleep(poll_interval)
+
+
+async def apply_assignments(broker: Broker, node_id: str, document: object) -> None:
+    """Hold exactly the partitions lookupd placed on this node, in their roles; delete
+    the topics lookupd deleted (a copy left from before, or made while it was away).
+    Raises ValueError for a document that is not lookupd's."""
+    placed, deleted = parse_assignments(document), parse_deleted(document)
+    try:
+        broker.apply_assignments(node_id, placed)
+        for name in set(deleted) - {t.name for t in placed}:
+            topic = broker.find_topic(name)
+            if topic is not None and not topic.deleted:
+                log.info("TOPIC(%s): deleted on lookupd: deleting it here", name)
+                await broker.delete_topic(name)
+    except (BrokerError, StorageError, OSError) as exc:
+        log.error("cannot apply lookupd's assignments: %s", exc)
+
+
+async def report_progress(
+    broker: Broker, progress: ProgressTracker, node_id: str, address: str, http_address: str
+) -> None:
+    """Tell lookupd, as a leader, which followers are caught up and which lag (when that
+    changes, and every :data:`PROGRESS_REPEAT` seconds)."""
+    url = f"http://{http_address}{PROGRESS_PATH}"
+    clock = broker.clock
+    last: list[dict[str, object]] | None = None
+    sent_at = 0.0
+    async with httpx.AsyncClient(timeout=httpx.Timeout(2.0, connect=1.0)) as client:
+        while True:
+            now = clock.monotonic()
+            reports = progress.reports(broker, now)
+            if reports != last or now - sent_at >= PROGRESS_REPEAT:
+                body = {"node": node_id, "partitions": reports}
+                try:
+                    response = await client.post(url, json=body)
+                    response.raise_for_status()
+                    last, sent_at = reports, now
+                except httpx.HTTPError as exc:
+                    log.warning("LOOKUPD(%s): progress: %s", address, exc)
+            await trio.sleep(PROGRESS_INTERVAL)
+
+
+async def hand_over(broker: Broker, node_id: str, http_addresses: list[str]) -> None:
+    """A clean shutdown: ask pnsq's lookupds (``http_addresses``) to move every leadership
+    this node holds with in-sync followers, and return once none is left here (the caller
+    bounds the wait)."""
+
+    def shared() -> list[str]:
+        return [
+            f"{t.name}/{p.number}" for t in broker.list_topics() for p in t.led if p.state.followers
+        ]
+
+    if not shared() or not http_addresses:
+        return
+    log.info("LOOKUPD: handing over %s before exiting", ", ".join(shared()))
+    params = {"node": node_id}
+    async with httpx.AsyncClient(timeout=httpx.Timeout(2.0, connect=1.0)) as client:
+        for http in http_addresses:
+            try:
+                reply = await client.post(f"http://{http}{LEAVING_PATH}", params=params)
+                reply.raise_for_status()
+            except httpx.HTTPError as exc:
+                log.warning("LOOKUPD(%s): leaving: %s", http, exc)
+    while shared():
+        generation = broker.changes.generation
+        await broker.changes.wait_after(generation)
+    log.info("LOOKUPD: leaderships handed over")

@@ -1,0 +1,2 @@
+"""What nsqd shows of itself: ``/stats`` (JSON and text), Prometheus ``/metrics``, process
+memory."""

@@ -1,0 +1,200 @@
+"""nsqd.broker.copying: records cross from a leader's log to a follower's, unchanged; a
+follower cuts its log back to its new leader's history; publishers wait for the in-sync set."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import trio
+import trio.testing
+
+from nsqd.broker.copying import (
+    Batch,
+    ReplicaStreamError,
+    ReplicationWaiters,
+    append_from_leader,
+    end_for_epoch,
+    last_epoch,
+    read_for_follower,
+    truncate_for_leader,
+)
+from nsqd.broker.partition import Partition
+from nsqd.core.errors import NotLeaderError
+from nsqd.core.partition_state import Placement, Role
+from nsqd.storage.log import PartitionLog
+from nsqd.storage.record import NewRecord
+
+LEADER, FOLLOWER = "a:1", "b:1"
+
+
+def partition(path: Path, role: Role, epoch: int = 1) -> Partition:
+    log = PartitionLog.open(path, partition=3)
+    placement = Placement(role, epoch, LEADER, (FOLLOWER,), (LEADER, FOLLOWER))
+    return Partition(3, log, path, 0, placement)
+
+
+def publish(p: Partition, *bodies: bytes, epoch: int = 1, ts: int = 100) -> None:
+    entries = [
+        NewRecord(ts + i, b, trace_id=7, ext=b"x" * i, epoch=epoch) for i, b in enumerate(bodies)
+    ]
+    p.log.append(entries)
+    p.state.appended(p.log.end_offset)
+
+
+def test_a_follower_holds_exactly_the_leaders_records(tmp_path: Path) -> None:
+    leader = partition(tmp_path / "l", Role.LEADER)
+    follower = partition(tmp_path / "f", Role.REPLICA)
+    publish(leader, b"one", b"two", b"three")
+    batch = read_for_follower(leader, 0, 1 << 20)
+    assert (batch.base_offset, batch.count) == (0, 3)
+    assert append_from_leader(follower, 1, batch) == 3
+    assert follower.log.read(0, 10) == leader.log.read(0, 10)  # ids, times, ext, epoch too
+    assert follower.state.log_end == 3
+    assert follower.state.high_watermark == 0  # a follower learns it from the leader
+    assert read_for_follower(leader, 3, 1 << 20).count == 0
+
+
+def test_a_batch_must_start_at_the_followers_end(tmp_path: Path) -> None:
+    leader = partition(tmp_path / "l", Role.LEADER)
+    follower = partition(tmp_path / "f", Role.REPLICA)
+    publish(leader, b"one", b"two")
+    with pytest.raises(ReplicaStreamError, match="log ends at 0"):
+        append_from_leader(follower, 1, read_for_follower(leader, 1, 1 << 20))
+    assert follower.log.end_offset == 0
+
+
+def test_damaged_or_miscounted_or_newer_epoch_batches_are_refused(tmp_path: Path) -> None:
+    leader = partition(tmp_path / "l", Role.LEADER)
+    follower = partition(tmp_path / "f", Role.REPLICA)
+    publish(leader, b"one", b"two", epoch=2)
+    good = read_for_follower(leader, 0, 1 << 20)
+    flipped = bytearray(good.data)
+    flipped[-1] ^= 1
+    with pytest.raises(ReplicaStreamError, match="damaged"):
+        append_from_leader(follower, 2, Batch(0, 2, bytes(flipped)))
+    with pytest.raises(ReplicaStreamError, match="cut short"):
+        append_from_leader(follower, 2, Batch(0, 2, good.data[:-3]))
+    with pytest.raises(ReplicaStreamError, match="announced"):
+        append_from_leader(follower, 2, Batch(0, 3, good.data))
+    with pytest.raises(ReplicaStreamError, match="epoch 2 from epoch 1"):
+        append_from_leader(follower, 1, good)
+    assert follower.log.end_offset == 0  # nothing of a refused batch is stored
+
+
+def test_a_returning_leader_cuts_back_to_the_new_leaders_history(tmp_path: Path) -> None:
+    new_leader = partition(tmp_path / "n", Role.LEADER, epoch=2)
+    old_leader = partition(tmp_path / "o", Role.REPLICA, epoch=2)
+    publish(new_leader, b"a", b"b", epoch=1)
+    publish(old_leader, b"a", b"b", epoch=1)
+    publish(old_leader, b"never acknowledged", epoch=1)  # appended, then the node died
+    publish(new_leader, b"c", epoch=2)  # the new leader's first record
+    assert last_epoch(old_leader) == 1
+    cut = end_for_epoch(new_leader, last_epoch(old_leader))
+    assert cut == 2
+    truncate_for_leader(old_leader, cut)
+    assert old_leader.log.end_offset == 2
+    append_from_leader(old_leader, 2, read_for_follower(new_leader, cut, 1 << 20))
+    assert [r.body for r in old_leader.log.read(0, 10)] == [b"a", b"b", b"c"]
+
+
+async def test_publishers_wait_for_the_in_sync_follower(tmp_path: Path) -> None:
+    leader = partition(tmp_path / "l", Role.LEADER)
+    waiters = ReplicationWaiters()
+    publish(leader, b"one", b"two")
+    done: list[int] = []
+
+    async def publisher(end: int) -> None:
+        await waiters.wait(leader, end, 1)
+        done.append(end)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(publisher, 1)
+        nursery.start_soon(publisher, 2)
+        await trio.testing.wait_all_tasks_blocked()
+        assert done == []
+        leader.state.follower_acked(FOLLOWER, 1)
+        waiters.wake(leader)
+        await trio.testing.wait_all_tasks_blocked()
+        assert done == [1]
+        leader.state.follower_acked(FOLLOWER, 2)
+        waiters.wake(leader)
+    assert sorted(done) == [1, 2]
+
+
+async def test_a_publisher_is_not_acknowledged_after_leadership_moved(tmp_path: Path) -> None:
+    leader = partition(tmp_path / "l", Role.LEADER)
+    waiters = ReplicationWaiters()
+    publish(leader, b"one")
+    outcome: list[BaseException] = []
+
+    async def publisher() -> None:
+        try:
+            await waiters.wait(leader, 1, 1)
+        except NotLeaderError as exc:
+            outcome.append(exc)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(publisher)
+        await trio.testing.wait_all_tasks_blocked()
+        leader.state.apply(Placement(Role.REPLICA, 2, FOLLOWER, (LEADER,), (FOLLOWER,)))
+        waiters.wake(leader)
+    assert len(outcome) == 1
+
+
+@pytest.mark.parametrize(
+    "placement",
+    [
+        # handed over: a replica now, of a new leader alone in its in-sync set
+        Placement(Role.REPLICA, 2, FOLLOWER, (LEADER,), (FOLLOWER,)),
+        # still leading, but under a newer epoch: the records' epoch is history now
+        Placement(Role.LEADER, 2, LEADER, (FOLLOWER,), (LEADER,)),
+    ],
+)
+async def test_a_publish_appended_before_leadership_moved_is_not_acknowledged_after(
+    tmp_path: Path, placement: Placement
+) -> None:
+    """The move came between the append and the wait (the group commit hands the records
+    back a scheduling round later): the wait must not see the new placement's empty set of
+    followers as "nothing to wait for"."""
+    leader = partition(tmp_path / "l", Role.LEADER)
+    waiters = ReplicationWaiters()
+    publish(leader, b"one")
+    leader.state.apply(placement)
+    with pytest.raises(NotLeaderError):
+        await waiters.wait(leader, 1, 1)
+
+
+async def test_a_leader_alone_in_sync_acknowledges_at_once(tmp_path: Path) -> None:
+    leader = partition(tmp_path / "l", Role.LEADER)
+    leader.state.apply(Placement(Role.LEADER, 1, LEADER, (FOLLOWER,), (LEADER,)))
+    publish(leader, b"one")
+    with trio.testing.assert_no_checkpoints():
+        await ReplicationWaiters().wait(leader, 1, 1)
+
+
+def test_a_followers_copy_is_the_leaders_bytes_and_survives_a_reopen(tmp_path: Path) -> None:
+    leader = partition(tmp_path / "l", Role.LEADER)
+    follower = partition(tmp_path / "f", Role.REPLICA)
+    for i in range(50):  # many batches: the index gets entries as an append would give
+        publish(leader, *[b"m%d-%d" % (i, j) for j in range(20)], ts=1000 * i)
+        append_from_leader(follower, 1, read_for_follower(leader, follower.log.end_offset, 1 << 20))
+    assert follower.log.end_offset == 1000
+    leader_files = sorted(p.name for p in (tmp_path / "l").iterdir() if p.suffix == ".log")
+    for name in leader_files:
+        assert (tmp_path / "f" / name).read_bytes() == (tmp_path / "l" / name).read_bytes()
+    follower.log.close()
+    reopened = PartitionLog.open(tmp_path / "f", partition=3)
+    assert reopened.end_offset == 1000
+    assert reopened.read(517, 3) == leader.log.read(517, 3)
+    assert reopened.offset_for_timestamp(25_000) == leader.log.offset_for_timestamp(25_000)
+
+
+def test_a_batch_that_crosses_the_segment_size_rotates_the_followers_log(tmp_path: Path) -> None:
+    leader = partition(tmp_path / "l", Role.LEADER)
+    small = PartitionLog.open(tmp_path / "f", partition=3, max_bytes_per_file=4096)
+    follower = Partition(3, small, tmp_path / "f", 0, Placement(Role.REPLICA, 1, LEADER))
+    publish(leader, *[b"x" * 300 for _ in range(40)])
+    append_from_leader(follower, 1, read_for_follower(leader, 0, 1 << 20))
+    assert len(list((tmp_path / "f").glob("*.log"))) > 1
+    assert follower.log.read(0, 100) == leader.log.read(0, 100)
