@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ._goprint import go_printable
+
 _ESCAPES = {
     0x07: "\\a",
     0x08: "\\b",
@@ -27,7 +29,7 @@ def go_quote(raw: bytes) -> str:
             out.append(_ESCAPES[cp])
         elif cp < 0x20 or cp == 0x7F:
             out.append(f"\\x{cp:02x}")
-        elif cp < 0x80 or ch.isprintable():
+        elif cp < 0x80 or go_printable(cp):
             out.append(ch)
         elif cp < 0x10000:
             out.append(f"\\u{cp:04x}")

@@ -27,13 +27,10 @@ from typing import Any
 import pytest
 
 from protocol import Rdy, Sub
-from tests.daemons import Daemon, Peer, go_nsqd, pnsq_nsqd, prometheus, prometheus_binary
+from tests.daemons import Daemon, Peer, go_nsqd, pnsq_nsqd, prometheus
 from tests.rawclient import RawClient
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.skipif(prometheus_binary() is None, reason="prometheus missing: scripts/setup"),
-]
+pytestmark = [pytest.mark.integration]
 
 TOPIC = "prom_topic"
 CHANNEL = "prom_chan"

@@ -89,8 +89,8 @@ def test_config_file_then_flags(tmp_path: Path) -> None:
         parse_lookupd_args([f"--config={config}"])
 
 
-@pytest.mark.skipif(not NSQLOOKUPD.exists(), reason="scripts/setup builds Go nsqlookupd")
 def test_usage_matches_go_nsqlookupd() -> None:
+    assert NSQLOOKUPD.exists(), f"{NSQLOOKUPD} missing: scripts/setup builds Go nsqlookupd"
     go = subprocess.run(
         [str(NSQLOOKUPD), "-h"], capture_output=True, text=True, timeout=10, check=False
     ).stderr

@@ -4,12 +4,16 @@
 
 from __future__ import annotations
 
-import unicodedata
+import subprocess
 
 import pytest
 
+from protocol._goprint import UNICODE_VERSION, runs
 from protocol.gostr import go_bytes, go_quote, parse_base10
 from protocol.names import is_ephemeral, is_valid_name
+from tests.daemons import TOOLS
+
+GOPRINT = TOOLS / "bin" / "goprint-interop"
 
 
 @pytest.mark.parametrize(
@@ -98,13 +102,20 @@ def test_go_quote(raw: bytes, quoted: str) -> None:
     assert go_quote(raw) == quoted
 
 
-@pytest.mark.xfail(
-    unicodedata.unidata_version < "15",
-    reason="U+1F6DC is new in Unicode 15 (Go 1.21+); Python 3.11's tables are Unicode 14",
-    strict=True,
-)
 def test_go_quote_unicode_15() -> None:
+    """U+1F6DC is new in Unicode 15 (Go 1.21+), unknown to Python 3.11's Unicode 14 tables."""
     assert go_quote("\U0001f6dc".encode()) == '"\U0001f6dc"'
+    assert go_quote("\u0378".encode()) == '"\\u0378"'  # unassigned
+
+
+def test_the_printable_table_is_gos() -> None:
+    """protocol/_goprint.py equals unicode.IsPrint of the Go that builds nsqd (scripts/setup
+    builds the generator)."""
+    assert GOPRINT.exists(), f"{GOPRINT} missing: run scripts/setup"
+    out = subprocess.run([str(GOPRINT)], capture_output=True, text=True, check=True).stdout
+    version, *lines = out.split()[:1] + out.splitlines()[1:]
+    assert version == UNICODE_VERSION
+    assert runs() == [tuple(int(x, 16) for x in line.split()) for line in lines]
 
 
 def test_go_bytes_is_raw() -> None:
