@@ -8,8 +8,8 @@ until the earliest in-flight or deferred deadline (DESIGN.md §6).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from collections.abc import Iterator, Sequence
+from typing import Protocol, runtime_checkable
 
 import trio
 from trio.lowlevel import ParkingLot
@@ -25,8 +25,30 @@ from .clock import Clock
 from .dispatch import Dispatch
 from .partition import Log, Partition
 
-if TYPE_CHECKING:
-    from .topic import Topic
+
+class TopicView(Protocol):
+    """What a channel, and those who reach a topic through one of its channels, see of the
+    topic (:class:`~nsqd.broker.topic.Topic`): its name, flags and partitions here. Declared
+    here, as nsq's channel declares the consumer it needs: the topic holds its channels, a
+    channel never holds the topic's own type."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def paused(self) -> bool: ...
+    @property
+    def ordered(self) -> bool: ...
+    @property
+    def ext(self) -> bool: ...
+    @property
+    def partition_num(self) -> int: ...
+    @property
+    def partitions(self) -> Sequence[Partition]: ...
+    def holds(self, number: int) -> bool:
+        """True if partition ``number`` is held here."""
+
+    def partition(self, number: int) -> Partition:
+        """Partition ``number`` if held here, or PartitionNotFoundError."""
 
 
 class Subscriber(Protocol):
@@ -45,7 +67,7 @@ class Subscriber(Protocol):
 class Channel:
     """A named channel of a topic, spanning every partition of that topic on this node."""
 
-    def __init__(self, topic: Topic, name: str, *, ephemeral: bool) -> None:
+    def __init__(self, topic: TopicView, name: str, *, ephemeral: bool) -> None:
         self.topic = topic
         self.name = name
         self.ephemeral = ephemeral

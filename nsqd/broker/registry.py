@@ -154,7 +154,9 @@ class TopicRegistry:
         """
         channel.clients.discard(client)
         if channel.ephemeral and not channel.clients and not channel.deleted:
-            self.delete_channel(channel.topic, channel.name)
+            topic = self.topics.get(channel.topic.name)  # a live channel's topic is listed
+            if topic is not None and topic.channels.get(channel.name) is channel:
+                self.delete_channel(topic, channel.name)
 
     def delete_channel(self, topic: Topic, name: str) -> None:
         """Remove a channel and its cursors; an #ephemeral topic goes with its last channel."""
