@@ -27,10 +27,9 @@ from .partition import Log, Partition
 
 
 class TopicView(Protocol):
-    """What a channel, and those who reach a topic through one of its channels, see of the
-    topic (:class:`~nsqd.broker.topic.Topic`): its name, flags and partitions here. Declared
-    here, as nsq's channel declares the consumer it needs: the topic holds its channels, a
-    channel never holds the topic's own type."""
+    """What a channel (and whoever reaches a topic through it) sees of its topic: name, flags,
+    partitions held here. The :class:`~nsqd.broker.topic.Topic` holds its channels; a channel
+    holds only this view, as nsq's channel declares the consumer it needs."""
 
     @property
     def name(self) -> str: ...
@@ -44,11 +43,8 @@ class TopicView(Protocol):
     def partition_num(self) -> int: ...
     @property
     def partitions(self) -> Sequence[Partition]: ...
-    def holds(self, number: int) -> bool:
-        """True if partition ``number`` is held here."""
-
-    def partition(self, number: int) -> Partition:
-        """Partition ``number`` if held here, or PartitionNotFoundError."""
+    def holds(self, number: int) -> bool: ...
+    def partition(self, number: int) -> Partition: ...
 
 
 class Subscriber(Protocol):
