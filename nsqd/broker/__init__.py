@@ -12,7 +12,7 @@ from ..storage.frame_runs import FrameLayout as FrameLayout
 from ..storage.handles import HandleCache as HandleCache
 from ..storage.record import NewRecord as NewRecord, Record as Record
 from .broker import Broker as Broker, open_broker as open_broker
-from .channel import Channel as Channel, Subscriber as Subscriber
+from .channel import Channel as Channel, Subscriber as Subscriber, TopicView as TopicView
 from .config import BrokerConfig as BrokerConfig
 from .partition import Partition as Partition
 from .reading import offset_at as offset_at, read_records as read_records
@@ -31,6 +31,7 @@ __all__ = [
     "StorageError",
     "Subscriber",
     "Topic",
+    "TopicView",
     "join_batches",
     "new_records",
     "offset_at",

@@ -1,8 +1,8 @@
 """A consumer's answers to deliveries on a node: FIN (one, or a run of them), REQ and TOUCH,
 and the end-to-end latency a FIN records.
 
-:class:`Acking` is a base of :class:`~nsqd.broker.broker.Broker`: the sessions' FIN runs call
-:meth:`Acking.finish_run` on the broker directly, with no layer in between.
+:class:`Acking` is a part the :class:`~nsqd.broker.broker.Broker` owns; the sessions ask the
+broker, which hands FIN runs, REQ and TOUCH straight to it.
 """
 
 from __future__ import annotations
@@ -21,12 +21,13 @@ from .copying import ReplicationWaiters
 
 
 class Acking:
-    """FIN / REQ / TOUCH on a channel's cursors (state set up by the broker)."""
+    """FIN / REQ / TOUCH on a channel's cursors."""
 
-    # the broker's, set in Broker.__init__
-    config: BrokerConfig
-    clock: Clock
-    replication: ReplicationWaiters
+    def __init__(self, config: BrokerConfig, clock: Clock, replication: ReplicationWaiters) -> None:
+        self.config = config
+        self.clock = clock
+        #: an ordered channel's FIN goes to the followers before its next message is released
+        self.replication = replication
 
     # ------------------------------------------------------------------ FIN / REQ / TOUCH
 

@@ -78,7 +78,7 @@ def delete_channel(broker: Broker, topic_name: str, channel_name: str) -> None:
     """Delete a channel and its cursors; disconnect its consumers."""
     channel = get_channel(broker, topic_name, channel_name)
     clients = list(channel.clients)
-    broker.delete_channel(channel.topic, channel_name)
+    broker.delete_channel(broker.get_topic(topic_name), channel_name)
     _disconnect(clients)
 
 

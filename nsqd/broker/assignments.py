@@ -1,7 +1,7 @@
 """Applying pnsq lookupd's assignments: the partitions this node holds and its role in each.
 
 The decisions are :func:`nsqd.core.ownership.plan`'s; this module only carries them out on the
-broker: opens the logs of partitions placed here, sets roles and epochs, stops serving the
+topic table: opens the logs of partitions placed here, sets roles and epochs, stops serving the
 partitions taken away (their logs are closed at the next sync, under the sync lock, and stay on
 disk), and applies the topic flags lookupd keeps (``orderedmulti``, ``extend``).
 """
@@ -10,16 +10,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from protocol.lookup import TopicAssignment
 
 from ..core.errors import StaleEpochError
 from ..core.ownership import LocalTopic, Plan, TopicPlan, TopicSettings, placements_for, plan
-
-if TYPE_CHECKING:
-    from .broker import Broker
-    from .topic import Topic
+from .registry import TopicRegistry
+from .topic import Topic
 
 log = logging.getLogger("nsqd.broker")
 
@@ -76,36 +73,40 @@ def apply_settings(topic: Topic, settings: TopicSettings) -> None:
             channel.ordered = True
 
 
-def apply_assignments(broker: Broker, node: str, assignments: Sequence[TopicAssignment]) -> Plan:
-    """Make ``broker`` hold what lookupd placed on ``node``; returns what changed."""
+def apply_assignments(
+    registry: TopicRegistry, node: str, assignments: Sequence[TopicAssignment]
+) -> tuple[Plan, int]:
+    """Make the node's topic table hold what lookupd placed on ``node``; returns what changed
+    and how many partitions changed role here."""
+    role_changes = 0
     wanted = wanted_topics(node, assignments)
     local = {
         t.name: LocalTopic(
             {p.number: p.state.placement for p in topic.partitions}, topic_settings(topic)
         )
         for t in wanted
-        if (topic := broker.topics.get(t.name)) is not None and not topic.deleted
+        if (topic := registry.topics.get(t.name)) is not None and not topic.deleted
     }
     steps = plan(wanted, local)
     for wanted_topic in steps.create:
-        topic = broker.logs.build_topic(
+        topic = registry.logs.build_topic(
             wanted_topic.name, wanted_topic.partition_num, {}, dict(wanted_topic.held)
         )
         apply_settings(topic, wanted_topic.settings)
         topic.managed = True
-        broker.topics[topic.name] = topic
+        registry.topics[topic.name] = topic
         log.info(
             "TOPIC(%s): placed here by lookupd: %s",
             topic.name,
             _roles(topic),
         )
     for wanted_topic in steps.settings:
-        topic = broker.topics[wanted_topic.name]
+        topic = registry.topics[wanted_topic.name]
         apply_settings(topic, wanted_topic.settings)
         log.info("TOPIC(%s): meta from lookupd: %s", topic.name, wanted_topic.settings)
     for name, number, placement in steps.add:
-        topic = broker.topics[name]
-        partition = broker.logs.open_partition(name, number, {}, placement)
+        topic = registry.topics[name]
+        partition = registry.logs.open_partition(name, number, {}, placement)
         topic.hold(partition)
         for channel in topic.channels.values():
             channel.add_partition(
@@ -114,11 +115,11 @@ def apply_assignments(broker: Broker, node: str, assignments: Sequence[TopicAssi
             channel.notify()
         log.info("TOPIC(%s): partition %d placed here as %s", name, number, placement.role.value)
     for name, number, placement in steps.change:
-        topic = broker.topics[name]
+        topic = registry.topics[name]
         partition = topic.partition(number)
         try:
             if partition.state.apply(placement):
-                broker.role_changes += 1
+                role_changes += 1
                 log.warning(
                     "TOPIC(%s): partition %d is now %s (epoch %d)",
                     name,
@@ -130,16 +131,16 @@ def apply_assignments(broker: Broker, node: str, assignments: Sequence[TopicAssi
             log.warning(
                 "TOPIC(%s): partition %d: ignoring lookupd's placement: %s", name, number, exc
             )
-        broker.replication.wake(partition)  # parked publishes and follower streams re-check
+        registry.replication.wake(partition)  # parked publishes and follower streams re-check
         for channel in topic.channels.values():
             channel.notify()
     for name, number in steps.drop:
-        topic = broker.topics[name]
+        topic = registry.topics[name]
         partition = topic.release(number)
-        broker.replication.wake(partition)
+        registry.replication.wake(partition)
         for channel in topic.channels.values():
             channel.drop_partition(number)
-        broker.retire(partition)
+        registry.retire(partition)
         kept = partition.log.end_offset - partition.log.start_offset
         log.log(
             logging.WARNING if kept else logging.INFO,
@@ -150,13 +151,13 @@ def apply_assignments(broker: Broker, node: str, assignments: Sequence[TopicAssi
             kept,
         )
     for t in wanted:
-        topic = broker.topics.get(t.name)
+        topic = registry.topics.get(t.name)
         if topic is not None:
             topic.managed = True
     if steps:
-        broker.syncs.request(metadata=True)
-        broker.changes.notify()
-    return steps
+        registry.syncs.request(metadata=True)
+        registry.changes.notify()
+    return steps, role_changes
 
 
 def _roles(topic: Topic) -> str:

@@ -4,8 +4,8 @@ followers and fsync before an ack, and the background tasks (sync, retention) fr
 close. Publishing is synchronous (the append lands in the page cache before the ack, so
 ``kill -9`` loses nothing); fsync, checkpoints and retention run in background tasks, with
 fsync in a worker thread (DESIGN.md §4, §6). Topic and channel lifecycle is
-:mod:`nsqd.broker.registry`, FIN / REQ / TOUCH :mod:`nsqd.broker.acking` (both bases of
-:class:`Broker`, so callers ask the broker for everything).
+:mod:`nsqd.broker.registry`, FIN / REQ / TOUCH :mod:`nsqd.broker.acking`: parts the
+:class:`Broker` owns and hands its calls to, so callers ask the broker for everything.
 
 On-disk layout under ``data_path``::
 
@@ -25,7 +25,7 @@ import trio
 from protocol.lookup import TopicAssignment
 from protocol.message import partition_of
 
-from ..core.errors import ExitingError, NotEnoughReplicasError, NotWritableError
+from ..core.errors import BrokerError, ExitingError, NotEnoughReplicasError, NotWritableError
 from ..core.ownership import Plan
 from ..storage.cache import CacheBudget
 from ..storage.disk import is_out_of_space
@@ -35,7 +35,7 @@ from ..storage.record import NewRecord, Record
 from .acking import Acking
 from .assignments import apply_assignments
 from .changes import Changes
-from .channel import Channel
+from .channel import Channel, Subscriber
 from .clock import Clock
 from .committing import GroupCommit
 from .config import BrokerConfig
@@ -43,11 +43,9 @@ from .copying import ReplicationWaiters
 from .diskguard import DiskGuard
 from .logs import LogOpener
 from .observer import Discard, Observer
-from .partition import Partition
 from .persistence import SyncSchedule
 from .reading import skipped_records
 from .registry import TopicRegistry
-from .restore import restore_broker
 from .retention import apply_retention
 from .syncing import Syncer
 from .topic import Topic
@@ -55,7 +53,7 @@ from .topic import Topic
 log = logging.getLogger("nsqd.broker")
 
 
-class Broker(TopicRegistry, Acking):
+class Broker:
     """Topics, channels and their logs on this node. Create with :func:`open_broker`."""
 
     def __init__(
@@ -66,18 +64,15 @@ class Broker(TopicRegistry, Acking):
         #: topics, channels or placements changed (the lookupd client registers at once)
         self.changes = Changes()
         self.config = config
-        self.topics: dict[str, Topic] = {}
         self.start_time = int(self.clock.now())
         self.exiting = False
-        self._nursery = nursery
         self.syncs = SyncSchedule()
         #: the byte budget every partition log's tail cache shares (``--read-cache-bytes``)
         self.read_cache = CacheBudget(config.read_cache_bytes)
         #: fsync and checkpoints (and the last disk error, which /ping reports)
-        self.syncer = Syncer()
+        self.syncer = Syncer(config, self.clock, self.syncs)
         #: the disk high-water mark (--max-disk-usage-percent): past it, writes are refused
         self.disk = DiskGuard(config.data_path, config.max_disk_usage_percent)
-        self._timer_scopes: dict[Channel, trio.CancelScope] = {}
         self.publish_latency: Observer = Discard()  # seconds per append (nsqd.observe.metrics)
         self.fsync_latency: Observer = Discard()  # seconds per partition fsync
         #: the bound on open segment files over every partition (--max-segment-fds)
@@ -87,16 +82,29 @@ class Broker(TopicRegistry, Acking):
         #: publishers waiting for followers, streams to followers waiting for records
         self.replication = ReplicationWaiters()
         self.role_changes = 0  # partitions whose role here changed by lookupd's word
+        #: topics and channels: finding, creating, subscribing, deleting, channel timers
+        self.registry = TopicRegistry(
+            config,
+            nursery,
+            clock=self.clock,
+            changes=self.changes,
+            logs=self.logs,
+            syncs=self.syncs,
+            syncer=self.syncer,
+            replication=self.replication,
+            exiting=lambda: self.exiting,
+        )
+        #: FIN / REQ / TOUCH on the channels' cursors
+        self.acking = Acking(config, self.clock, self.replication)
         #: single-message PUBs of one loop turn, from any connections, share one append
         self.commits = GroupCommit(self.publish)
 
-    # ------------------------------------------------------------------ placement and reads
+    @property
+    def topics(self) -> dict[str, Topic]:
+        """The node's topic table (the registry's; only ``nsqd.broker`` reaches into it)."""
+        return self.registry.topics
 
-    def retire(self, partition: Partition) -> None:
-        """A partition no longer held here: its log is synced and closed at the next sync
-        (never under a worker thread's fsync); its files stay on disk."""
-        self.syncer.retired.append(partition)
-        self.syncs.request()
+    # ------------------------------------------------------------------ placement and reads
 
     def skipped_records(self) -> Iterator[tuple[str, int, int, int]]:
         """``(topic, partition, records, bytes)`` that reads skipped as damaged (metrics)."""
@@ -104,7 +112,86 @@ class Broker(TopicRegistry, Acking):
 
     def apply_assignments(self, node: str, assignments: Sequence[TopicAssignment]) -> Plan:
         """Hold what pnsq's lookupd placed on ``node`` (this node), in the roles it gave."""
-        return apply_assignments(self, node, assignments)
+        steps, role_changes = apply_assignments(self.registry, node, assignments)
+        self.role_changes += role_changes
+        return steps
+
+    # ------------------------------------------------------------------ topics and channels
+
+    def find_topic(self, name: str) -> Topic | None:
+        """The topic ``name`` if this node has it (nothing is created)."""
+        return self.registry.find_topic(name)
+
+    def list_topics(self) -> list[Topic]:
+        """Every topic this node has, by name."""
+        return self.registry.list_topics()
+
+    def get_topic(self, name: str) -> Topic:
+        """An existing topic, or TopicNotFoundError."""
+        return self.registry.get_topic(name)
+
+    def get_or_create_topic(
+        self, name: str, partitions: int | None = None, *, ordered: bool = False, ext: bool = False
+    ) -> Topic:
+        """The topic ``name``, created on first use (:meth:`TopicRegistry.get_or_create_topic`)."""
+        return self.registry.get_or_create_topic(name, partitions, ordered=ordered, ext=ext)
+
+    def auto_create_topic(self, name: str, partition: int | None) -> Topic:
+        """The topic a PUB or SUB names, created as nsqd does (PartitionNotFoundError for a
+        partition a new topic would not have)."""
+        return self.registry.auto_create_topic(name, partition)
+
+    def get_or_create_channel(self, topic: Topic, name: str) -> Channel:
+        """The channel ``name`` of ``topic``, created on first use."""
+        return self.registry.get_or_create_channel(topic, name)
+
+    def start_timer(self, channel: Channel) -> None:
+        """Run the channel's timer task (until the channel is deleted)."""
+        self.registry.start_timer(channel)
+
+    def subscribe(self, topic_name: str, channel_name: str, client: Subscriber) -> Channel:
+        """Add ``client`` to the channel, creating topic and channel as nsqd does."""
+        return self.registry.subscribe(topic_name, channel_name, client)
+
+    def unsubscribe(self, channel: Channel, client: Subscriber) -> None:
+        """Remove ``client``; an #ephemeral channel goes with its last client."""
+        self.registry.unsubscribe(channel, client)
+
+    def delete_channel(self, topic: Topic, name: str) -> None:
+        """Remove a channel and its cursors; an #ephemeral topic goes with its last channel."""
+        self.registry.delete_channel(topic, name)
+
+    async def delete_topic(self, name: str) -> None:
+        """Delete a topic, its channels and its data on disk."""
+        await self.registry.delete_topic(name)
+
+    # ------------------------------------------------------------------ FIN / REQ / TOUCH
+
+    def finish(self, channel: Channel, message_id: bytes, client: object) -> None:
+        """FIN one message; raises its refusal (:meth:`Acking.finish`)."""
+        self.acking.finish(channel, message_id, client)
+
+    def finish_run(
+        self, channel: Channel, internal_ids: list[int], client: object
+    ) -> tuple[int, list[tuple[int, BrokerError]]]:
+        """FIN a consumer's run of messages: how many were finished, and the refusals
+        ``(index in the run, error)`` (:meth:`Acking.finish_run`)."""
+        return self.acking.finish_run(channel, internal_ids, client)
+
+    def requeue(self, channel: Channel, message_id: bytes, client: object, delay_ms: int) -> None:
+        """REQ with the delay clamped to [0, --max-req-timeout]."""
+        self.acking.requeue(channel, message_id, client, delay_ms)
+
+    def touch(
+        self,
+        channel: Channel,
+        message_id: bytes,
+        client: object,
+        msg_timeout_ns: int,
+        max_msg_timeout_ns: int,
+    ) -> None:
+        """TOUCH: deadline = now + msg timeout, capped at delivery + --max-msg-timeout."""
+        self.acking.touch(channel, message_id, client, msg_timeout_ns, max_msg_timeout_ns)
 
     # ------------------------------------------------------------------ publish
 
@@ -190,11 +277,11 @@ class Broker(TopicRegistry, Acking):
 
     def restore(self) -> None:
         """Load topics and channels from ``pnsq.dat`` and the partition directories (startup)."""
-        restore_broker(self)
+        self.registry.restore()
 
     async def sync_once(self) -> None:
         """fsync, checkpoint and save metadata now (:class:`~nsqd.broker.syncing.Syncer`)."""
-        await self.syncer.sync(self)
+        await self.syncer.sync(self.topics, self.fsync_latency)
 
     async def run_syncer(self) -> None:
         """Sync every ``--sync-timeout``, or at once when ``--sync-every`` records are pending."""

@@ -8,8 +8,8 @@ until the earliest in-flight or deferred deadline (DESIGN.md §6).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from collections.abc import Iterator, Sequence
+from typing import Protocol, runtime_checkable
 
 import trio
 from trio.lowlevel import ParkingLot
@@ -25,8 +25,26 @@ from .clock import Clock
 from .dispatch import Dispatch
 from .partition import Log, Partition
 
-if TYPE_CHECKING:
-    from .topic import Topic
+
+class TopicView(Protocol):
+    """What a channel (and whoever reaches a topic through it) sees of its topic: name, flags,
+    partitions held here. The :class:`~nsqd.broker.topic.Topic` holds its channels; a channel
+    holds only this view, as nsq's channel declares the consumer it needs."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def paused(self) -> bool: ...
+    @property
+    def ordered(self) -> bool: ...
+    @property
+    def ext(self) -> bool: ...
+    @property
+    def partition_num(self) -> int: ...
+    @property
+    def partitions(self) -> Sequence[Partition]: ...
+    def holds(self, number: int) -> bool: ...
+    def partition(self, number: int) -> Partition: ...
 
 
 class Subscriber(Protocol):
@@ -45,7 +63,7 @@ class Subscriber(Protocol):
 class Channel:
     """A named channel of a topic, spanning every partition of that topic on this node."""
 
-    def __init__(self, topic: Topic, name: str, *, ephemeral: bool) -> None:
+    def __init__(self, topic: TopicView, name: str, *, ephemeral: bool) -> None:
         self.topic = topic
         self.name = name
         self.ephemeral = ephemeral

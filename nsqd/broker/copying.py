@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 from weakref import WeakKeyDictionary
 
 from trio.lowlevel import ParkingLot
@@ -26,14 +26,15 @@ from ..storage.epochs import end_offset_for_epoch
 from ..storage.errors import CorruptRecordError
 from ..storage.log import PartitionLog
 from ..storage.record import NewRecord, decode_record, encode_run, peek_size
+from .channel import Channel
+from .clock import Clock
 from .partition import Partition
-
-if TYPE_CHECKING:
-    from .broker import Broker
-    from .topic import Topic
+from .topic import Topic
 
 __all__ = [
+    "AckWaiters",
     "Batch",
+    "ChannelKeeper",
     "ReplicaStreamError",
     "ReplicationWaiters",
     "append_from_leader",
@@ -141,8 +142,29 @@ def truncate_for_leader(partition: Partition, offset: int) -> None:
         partition.state.truncated(log.end_offset)
 
 
+class AckWaiters(Protocol):
+    """What a follower's acknowledgement needs of the broker: its clock (the in-sync
+    bookkeeping) and the publishers parked on the high-watermark."""
+
+    @property
+    def clock(self) -> Clock: ...
+    @property
+    def replication(self) -> ReplicationWaiters: ...
+
+
+class ChannelKeeper(Protocol):
+    """What mirroring a leader's channel needs of the broker: creating and deleting channels
+    as a SUB and ``/channel/delete`` do (timers, metadata, registration)."""
+
+    def get_or_create_channel(self, topic: Topic, name: str) -> Channel:
+        """The channel ``name`` of ``topic``, created on first use."""
+
+    def delete_channel(self, topic: Topic, name: str) -> None:
+        """Remove a channel and its cursors."""
+
+
 def follower_acked(
-    broker: Broker, topic: Topic, partition: Partition, node: str, log_end: int
+    broker: AckWaiters, topic: Topic, partition: Partition, node: str, log_end: int
 ) -> None:
     """Follower ``node`` holds ``partition`` up to ``log_end``: a moved high-watermark
     releases the publishes below it and lets the channels deliver up to it."""
@@ -156,7 +178,7 @@ def follower_acked(
 
 
 def mirror_channel(
-    broker: Broker,
+    broker: ChannelKeeper,
     topic: Topic,
     partition: Partition,
     name: str,

@@ -12,16 +12,42 @@ delivers them again, as any unfinished message.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Collection, Iterable, Mapping
+from typing import Protocol
 
 from ..core.confirming import confirm_unsent
 from ..core.cursor import PartitionCursor
 from ..core.inflight import Message
 from ..core.tags import Verdict, decide, header_of
+from .partition import Partition
 
-if TYPE_CHECKING:
-    from .channel import Channel
+
+class TopicFlags(Protocol):
+    """What routing reads of the channel's topic: whether messages carry youzan's ext header,
+    and its partitions (a message confirmed unsent dirties its partition's checkpoint)."""
+
+    @property
+    def ext(self) -> bool: ...
+    def partition(self, number: int) -> Partition: ...
+
+
+class ChannelView(Protocol):
+    """What routing needs of its channel (:class:`~nsqd.broker.channel.Channel`): its flags,
+    consumers and cursors, and a way to wake its consumers. Declared here, so the channel
+    owns its dispatch without this module knowing the channel."""
+
+    @property
+    def topic(self) -> TopicFlags: ...
+    @property
+    def skipped(self) -> bool: ...
+    @property
+    def skip_zan_test(self) -> bool: ...
+    @property
+    def clients(self) -> Collection[object]: ...
+    @property
+    def cursors(self) -> Mapping[int, PartitionCursor]: ...
+    def notify(self) -> None:
+        """Wake the channel's consumers."""
 
 
 def _tag_of(client: object) -> str:
@@ -32,7 +58,7 @@ def _tag_of(client: object) -> str:
 class Dispatch:
     """The held messages of one channel, by pool ("" for the untagged consumers)."""
 
-    def __init__(self, channel: Channel) -> None:
+    def __init__(self, channel: ChannelView) -> None:
         self._channel = channel
         self._held: dict[str, deque[Message]] = {}
 
@@ -161,6 +187,8 @@ def _dispatch_tag(message: Message) -> str:
     return tag if isinstance(tag, str) else ""
 
 
-def _confirm(channel: Channel, partition: int, cursor: PartitionCursor, message: Message) -> None:
+def _confirm(
+    channel: ChannelView, partition: int, cursor: PartitionCursor, message: Message
+) -> None:
     confirm_unsent(cursor, message)
     channel.topic.partition(partition).dirty = True

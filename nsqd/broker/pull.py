@@ -166,7 +166,7 @@ class Puller:
         _topic, channel, partition, cursor = self._locate(lease)
         if not partition.state.leads:
             raise LeaderMovedError(lease.topic)
-        observe = self.broker.observe_e2e if self.broker.config.e2e_percentiles else None
+        observe = self.broker.acking.observe_e2e if self.broker.config.e2e_percentiles else None
         try:
             for offset in lease.offsets:
                 record = cursor.finish(offset, lease)

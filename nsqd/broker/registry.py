@@ -1,14 +1,15 @@
 """Topic and channel lifecycle on a node: finding, creating (as nsqd does on first use),
 subscribing and deleting topics and channels, and each channel's timer task.
 
-:class:`TopicRegistry` is a base of :class:`~nsqd.broker.broker.Broker`: its topic table is
-the broker's, and callers keep asking the broker (DESIGN.md §2: the one gate).
+:class:`TopicRegistry` is a part the :class:`~nsqd.broker.broker.Broker` owns: it holds the
+node's topic table, and callers keep asking the broker (DESIGN.md §2: the one gate).
 """
 
 from __future__ import annotations
 
 import logging
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import trio
@@ -28,7 +29,9 @@ from .clock import Clock
 from .config import BrokerConfig
 from .copying import ReplicationWaiters
 from .logs import LogOpener
+from .partition import Partition
 from .persistence import SyncSchedule, topic_directory
+from .restore import restore_topics
 from .syncing import Syncer
 from .topic import Topic
 
@@ -36,20 +39,48 @@ log = logging.getLogger("nsqd.broker")
 
 
 class TopicRegistry:
-    """The topics of a node and their channels (state set up by the broker)."""
+    """The topics of a node and their channels."""
 
-    # the broker's, set in Broker.__init__
-    config: BrokerConfig
-    clock: Clock
-    changes: Changes
-    topics: dict[str, Topic]
-    exiting: bool
-    syncs: SyncSchedule
-    syncer: Syncer
-    logs: LogOpener
-    replication: ReplicationWaiters
-    _nursery: trio.Nursery
-    _timer_scopes: dict[Channel, trio.CancelScope]
+    def __init__(
+        self,
+        config: BrokerConfig,
+        nursery: trio.Nursery,
+        *,
+        clock: Clock,
+        changes: Changes,
+        logs: LogOpener,
+        syncs: SyncSchedule,
+        syncer: Syncer,
+        replication: ReplicationWaiters,
+        exiting: Callable[[], bool],
+    ) -> None:
+        self.config = config
+        self.topics: dict[str, Topic] = {}
+        self._nursery = nursery  # the broker's: the channels' timer tasks run in it
+        self._clock = clock
+        #: the broker's parts this table shares (:mod:`.assignments` uses them too)
+        self.changes = changes  # notified when topics or channels come and go
+        self.logs = logs
+        self.syncs = syncs
+        #: a new ordered channel's first message waits until its followers hold its state
+        self.replication = replication
+        self._syncer = syncer  # a log is closed or deleted only under its lock
+        self._exiting = exiting  # the broker is closing: nothing new is created
+        self._timer_scopes: dict[Channel, trio.CancelScope] = {}
+
+    def restore(self) -> None:
+        """Load topics and channels from ``pnsq.dat`` and the partition directories (startup),
+        and start the channels' timers."""
+        for topic in restore_topics(self.config.data_path, self.logs):
+            self.topics[topic.name] = topic
+            for channel in topic.channels.values():
+                self.start_timer(channel)
+
+    def retire(self, partition: Partition) -> None:
+        """A partition no longer held here: its log is synced and closed at the next sync
+        (never under a worker thread's fsync); its files stay on disk."""
+        self._syncer.retired.append(partition)
+        self.syncs.request()
 
     # ------------------------------------------------------------------ topics
 
@@ -76,7 +107,7 @@ class TopicRegistry:
         topic = self.topics.get(name)
         if topic is not None:
             return topic
-        if self.exiting:
+        if self._exiting():
             raise ExitingError
         count = partitions or self.config.default_partitions
         topic = self.logs.build_topic(name, count, {}, ordered=ordered, ext=ext)
@@ -106,7 +137,7 @@ class TopicRegistry:
         channel = topic.channels.get(name)
         if channel is not None:
             return channel
-        if self.exiting:
+        if self._exiting():
             raise ExitingError
         channel = Channel(topic, name, ephemeral=is_ephemeral(name) or topic.ephemeral)
         channel.ordered = topic.ordered  # an ordered topic has only ordered channels
@@ -125,7 +156,7 @@ class TopicRegistry:
 
     def start_timer(self, channel: Channel) -> None:
         """Run the channel's timer task (until the channel is deleted)."""
-        channel.clock = self.clock
+        channel.clock = self._clock
         scope = trio.CancelScope()
         self._timer_scopes[channel] = scope
 
@@ -154,7 +185,9 @@ class TopicRegistry:
         """
         channel.clients.discard(client)
         if channel.ephemeral and not channel.clients and not channel.deleted:
-            self.delete_channel(channel.topic, channel.name)
+            topic = self.topics.get(channel.topic.name)  # a live channel's topic is listed
+            if topic is not None and topic.channels.get(channel.name) is channel:
+                self.delete_channel(topic, channel.name)
 
     def delete_channel(self, topic: Topic, name: str) -> None:
         """Remove a channel and its cursors; an #ephemeral topic goes with its last channel."""
@@ -191,7 +224,7 @@ class TopicRegistry:
     async def delete_topic(self, name: str) -> None:
         """Delete a topic, its channels and its data on disk."""
         topic = self.get_topic(name)
-        async with self.syncer.lock:
+        async with self._syncer.lock:
             self._drop_topic(topic)
             if not topic.ephemeral:
                 await trio.to_thread.run_sync(shutil.rmtree, self._topic_dir(name), True)

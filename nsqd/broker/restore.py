@@ -10,9 +10,10 @@ checkpoint.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from pathlib import Path
 
 from .channel import Channel
+from .logs import LogOpener
 from .persistence import (
     file_stamp,
     held_placements,
@@ -21,17 +22,16 @@ from .persistence import (
     restore_channel_flags,
     topic_directory,
 )
-
-if TYPE_CHECKING:
-    from .broker import Broker
+from .topic import Topic
 
 log = logging.getLogger("nsqd.broker")
 
 
-def restore_broker(broker: Broker) -> None:
-    """Rebuild ``broker.topics`` (and start the channels' timers)."""
+def restore_topics(data_path: Path, logs: LogOpener) -> list[Topic]:
+    """The topics saved under ``data_path``, with their channels and partition logs opened
+    by ``logs`` (the caller lists them and starts the channels' timers)."""
     stamp = file_stamp()
-    data_path = broker.config.data_path
+    restored: list[Topic] = []
     entries = load_topic_entries(data_path, stamp)
     for name, entry in entries.items():
         count = entry.get("partitions", 1)
@@ -40,7 +40,7 @@ def restore_broker(broker: Broker) -> None:
         held = held_placements(entry)
         numbers = range(count) if held is None else sorted(held)
         states = {n: load_state(directory / str(n), stamp) for n in numbers}
-        topic = broker.logs.build_topic(
+        topic = logs.build_topic(
             name,
             count,
             states,
@@ -58,7 +58,7 @@ def restore_broker(broker: Broker) -> None:
             topic.sync_every = sync_every if isinstance(sync_every, int) else None
             min_isr = meta.get("min_isr", 1)
             topic.min_isr = min_isr if isinstance(min_isr, int) and min_isr > 0 else 1
-        broker.topics[name] = topic
+        restored.append(topic)
         channel_entries = entry.get("channels", [])
         assert isinstance(channel_entries, list)
         flags: dict[str, dict[str, object]] = {str(c["name"]): c for c in channel_entries}
@@ -80,5 +80,5 @@ def restore_broker(broker: Broker) -> None:
                 acked = [a for a in cursor.get("acked", []) if start <= a < end]
                 channel.add_partition(partition, start, acked, end)
             topic.channels[channel_name] = channel
-            broker.start_timer(channel)
         log.info("TOPIC(%s): restored, %d channel(s)", name, len(topic.channels))
+    return restored

@@ -9,18 +9,24 @@ fsync.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
 
 import trio
 
 from ..storage.checkpoint import write_checkpoint
 from ..storage.errors import StorageError
+from .clock import Clock
+from .config import BrokerConfig
+from .observer import Observer
 from .partition import Partition
-from .persistence import METADATA_FILE, STATE_FILE, metadata_document, partition_state
-
-if TYPE_CHECKING:
-    from .broker import Broker
+from .persistence import (
+    METADATA_FILE,
+    STATE_FILE,
+    SyncSchedule,
+    metadata_document,
+    partition_state,
+)
+from .topic import Topic
 
 log = logging.getLogger("nsqd.broker")
 
@@ -28,36 +34,42 @@ log = logging.getLogger("nsqd.broker")
 class Syncer:
     """The sync lock, the last disk error, what was last checkpointed and what to close."""
 
-    def __init__(self) -> None:
+    def __init__(self, config: BrokerConfig, clock: Clock, syncs: SyncSchedule) -> None:
+        self.config = config
+        self.clock = clock
+        self.syncs = syncs  # the requests and fsync generations this pass serves
         self.lock = trio.Lock()  # fsync and checkpoint vs. closing or deleting logs
         #: the last disk error (None while healthy); /ping answers "NOK - <error>"
         self.health_error: str | None = None
         self.saved_metadata: dict[str, object] | None = None  # the last pnsq.dat written
         self.retired: list[Partition] = []  # no longer held: closed at the next pass
 
-    async def sync(self, broker: Broker) -> None:
+    async def sync(self, topics: Mapping[str, Topic], fsync_latency: Observer) -> None:
         """fsync what was appended, checkpoint changed cursors, save metadata if it changed.
+
+        ``topics`` is the node's live topic table (read once the lock is held, so a topic
+        deleted meanwhile is not saved); ``fsync_latency`` observes each partition fsync.
 
         Holds the sync lock, so no log is closed or deleted under a worker thread's fsync. A disk
         error does not stop the broker: it is logged and reported by ``/ping`` (``NOK - <err>``),
         as nsqd does.
         """
-        syncs = broker.syncs
+        syncs = self.syncs
         generation = syncs.begin()
         async with self.lock:
             retired, self.retired = self.retired, []
             for partition in retired:
                 await self._disk(partition.log.sync)
                 partition.log.close()
-            for topic in list(broker.topics.values()):
+            for topic in list(topics.values()):
                 for partition in topic.partitions:
                     if partition.directory is None or topic.deleted:
                         continue
                     if partition.unsynced:
                         partition.unsynced = 0
-                        started = broker.clock.perf()
+                        started = self.clock.perf()
                         await self._disk(partition.log.sync)
-                        broker.fsync_latency.observe(broker.clock.perf() - started)
+                        fsync_latency.observe(self.clock.perf() - started)
                     if partition.dirty:
                         partition.dirty = False
                         state = partition_state(topic, partition)
@@ -69,9 +81,9 @@ class Syncer:
                                 partition.dirty = True
             if syncs.metadata_dirty:
                 syncs.metadata_dirty = False
-                document = metadata_document(list(broker.topics.values()), broker.config.version)
+                document = metadata_document(list(topics.values()), self.config.version)
                 if document != self.saved_metadata:
-                    path = broker.config.data_path / METADATA_FILE
+                    path = self.config.data_path / METADATA_FILE
                     if await self._disk(write_checkpoint, path, document):
                         self.saved_metadata = document
                     else:

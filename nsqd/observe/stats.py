@@ -15,7 +15,7 @@ from typing import Any, Protocol, cast
 
 import trio
 
-from ..broker import Broker, Channel, Partition, Topic
+from ..broker import Broker, Channel, Partition, Topic, TopicView
 from ..core.latency import LatencyResult, aggregate
 from .memory import memory_stats
 
@@ -143,7 +143,7 @@ def topic_stats(topic: Topic, channels: list[Json]) -> Json:
     }
 
 
-def youzan_style(topic: Topic) -> bool:
+def youzan_style(topic: TopicView) -> bool:
     """A topic with youzan's features (ext, ordered, or several partitions): its stats carry
     youzan's extra keys; a plain topic's keep nsqd 1.3.0's exact shape for stock tools."""
     return topic.ext or topic.ordered or topic.partition_num > 1
