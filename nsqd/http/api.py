@@ -15,19 +15,14 @@ import html
 import logging
 import re
 import socket
-from collections.abc import Callable, Collection
-from dataclasses import dataclass
 
 import trio
 
 from pnsq._netio.http import lifespan, serve_http as netio_serve_http
 from protocol.mpub import MpubFormatError, split_mpub_body
 
-from ..broker import Broker, StorageError, new_records
-from ..broker.pull import Puller
-from ..cluster.forwarding import Forwarder, ForwardError
-from ..config.options import Options
-from ..config.runtime import RuntimeConfig
+from ..broker import StorageError, new_records
+from ..cluster.forwarding import ForwardError
 from ..core.errors import (
     BadPartitionError,
     BrokerError,
@@ -35,8 +30,8 @@ from ..core.errors import (
     NotWritableError,
     TopicNotFoundError,
 )
-from ..observe.metrics import Metrics
-from ..observe.stats import SessionLike, health
+from ..observe.stats import health
+from .args import topic_arg
 from .base import (
     ClientGone,
     Handler,
@@ -50,12 +45,13 @@ from .base import (
     respond_error,
 )
 from .consume import ConsumeAPI
+from .context import HTTPContext, HTTPSettings
 from .offsets import OffsetsAPI
 from .partitions import PartitionsAPI
-from .topic_admin import AdminAPI, topic_arg
+from .topic_admin import AdminAPI
 from .youzan import YouzanAPI
 
-__all__ = ["HTTPError", "HTTPSettings", "NsqdHTTP", "Request", "serve_http"]
+__all__ = ["HTTPContext", "HTTPError", "HTTPSettings", "NsqdHTTP", "Request", "serve_http"]
 
 log = logging.getLogger("nsqd.http")
 
@@ -64,75 +60,39 @@ class PlainTextError(HTTPError):
     """An error sent as plain text without the NSQ header (``/ping``'s ``NOK - <err>``)."""
 
 
-@dataclass(frozen=True, slots=True)
-class HTTPSettings:
-    """What the HTTP API needs of nsqd's options."""
-
-    max_msg_size: int = 1_048_576
-    max_body_size: int = 5_242_880
-    max_req_timeout_ms: int = 3_600_000
-    broadcast_address: str = ""
-    tcp_port: int = 4150
-    http_port: int = 4151
-    max_heartbeat_interval_ns: int = 60_000_000_000
-    max_output_buffer_size: int = 65_536
-    max_output_buffer_timeout_ns: int = 30_000_000_000
-    max_deflate_level: int = 6
-    version: str = "1.3.0"
-    msg_timeout_ms: int = 60_000
-    max_msg_timeout_ms: int = 900_000
-    max_rdy_count: int = 2500
-
-
 class NsqdHTTP:
     """The ASGI application: a route table of ``path -> {method: handler}``.
 
-    ``sessions``: the live TCP sessions (``TCPServer.sessions``), for ``/stats`` and
-    ``/metrics``; ``options``: for ``/config/:opt``. Creating the app installs the metrics'
-    latency histograms on the broker.
+    The endpoint groups get ``context`` (shared by nsqd's HTTP and HTTPS listeners), never
+    this app.
     """
 
-    def __init__(
-        self,
-        broker: Broker,
-        settings: HTTPSettings,
-        *,
-        sessions: Collection[SessionLike] = (),
-        options: Options | None = None,
-        on_lookupd_change: Callable[[list[str]], None] | None = None,
-        forwarder: Forwarder | None = None,
-        puller: Puller | None = None,
-    ) -> None:
-        self.broker = broker
-        self.forwarder = forwarder
-        #: HTTP consume's leases (one table for the HTTP and HTTPS listeners)
-        self.puller = puller or Puller(broker)
-        self.settings = settings
-        self.sessions = sessions
+    def __init__(self, context: HTTPContext) -> None:
+        self.context = context
+        self.broker = context.broker
         self._busy = 0  # requests being handled or answered (drain waits for none)
         self._idle: trio.Event | None = None  # set when _busy drops to 0 during a drain
         #: --tls-required=true: the plain-HTTP listener refuses everything (nsqd's ServeHTTP);
         #: set on that listener's app only, with the HTTPS port to point clients at
         self.tls_required_https_port: int | None = None
-        self.metrics = Metrics(broker, sessions, settings.version)
-        config = RuntimeConfig(
-            options or Options(),
-            lambda: (self.settings.tcp_port, self.settings.http_port),
-            on_lookupd_change,
-        )
-        admin = AdminAPI(self, config)
+        admin = AdminAPI(context)
         self.routes: dict[str, dict[str, Handler]] = {
             "/ping": {"GET": self.ping, "HEAD": self.ping},
             "/info": {"GET": self.info},
             "/pub": {"POST": self.pub},
             "/mpub": {"POST": self.mpub},
             **admin.routes(),
-            **PartitionsAPI(self).routes(),
-            **OffsetsAPI(self).routes(),
-            **ConsumeAPI(self).routes(),
-            **YouzanAPI(self).routes(),
+            **PartitionsAPI(context).routes(),
+            **OffsetsAPI(context).routes(),
+            **ConsumeAPI(context).routes(),
+            **YouzanAPI(context).routes(),
         }
         self.config_routes: dict[str, Handler] = {"GET": admin.config, "PUT": admin.config}
+
+    @property
+    def settings(self) -> HTTPSettings:
+        """The settings every listener shares (the bound ports once known)."""
+        return self.context.settings
 
     def route(self, path: str) -> tuple[dict[str, Handler] | None, dict[str, str]]:
         """The handlers of ``path`` by method, and its path parameters."""
@@ -193,7 +153,7 @@ class NsqdHTTP:
         """Shutdown begins: parked ``/consume`` long polls answer at once with nothing (new
         ones get ``503 EXITING``); return once every request in progress has its answer sent
         (the caller bounds the wait)."""
-        self.puller.stop()
+        self.context.puller.stop()
         while self._busy:
             self._idle = trio.Event()
             await self._idle.wait()
@@ -251,7 +211,7 @@ class NsqdHTTP:
         now = self.broker.clock.now_ns()
         deliver_at = now + defer_ms * 1_000_000 if defer_ms else 0
         entries = new_records(now, bodies, deliver_at)
-        forwarder = self.forwarder
+        forwarder = self.context.forwarder
         try:
             if forwarder is not None and await forwarder.must_forward(
                 self.broker, topic, partition

@@ -13,10 +13,9 @@ responder (``nsqd/http_api``'s ``Respond`` as Go's ``net/http`` sends it).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any
 
 from pnsq._netio.http import (
     JSON_TYPE,
@@ -107,22 +106,6 @@ class Request(QueryArgs):
 
 
 Handler = Callable[[Request], Awaitable[Reply]]
-
-_UINT: Final = re.compile(r"[0-9]{1,19}")
-
-
-def uint_arg(request: Request, name: str, default: int | None = None) -> int:
-    """Query parameter ``name`` as an unsigned decimal (pnsq's endpoints): absent ->
-    ``default``, or ``400 MISSING_ARG_<NAME>`` without one; anything but 1-19 digits ->
-    ``400 INVALID_<NAME>``."""
-    raw = request.arg(name)
-    if raw is None:
-        if default is None:
-            raise HTTPError(400, f"MISSING_ARG_{name.upper()}")
-        return default
-    if not _UINT.fullmatch(raw):
-        raise HTTPError(400, f"INVALID_{name.upper()}")
-    return int(raw)
 
 
 async def respond(

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import base64
 import logging
-from typing import TYPE_CHECKING
 
 from protocol.message import MESSAGE_ID
 
@@ -25,11 +24,9 @@ from ..broker.pull import AckNotDurableError, Batch, LeaderMovedError
 from ..cluster.forwarding import ForwardError, NoLookupdError, PlacedElsewhereError
 from ..core.errors import BrokerError, ExitingError
 from ..core.leases import LeaseEndedError, UnknownTokenError
-from .base import Handler, HTTPError, Reply, Request, uint_arg
-from .topic_admin import topic_channel_args
-
-if TYPE_CHECKING:
-    from .api import NsqdHTTP
+from .args import topic_channel_args, uint_arg
+from .base import Handler, HTTPError, Reply, Request
+from .context import HTTPContext
 
 log = logging.getLogger("nsqd.http")
 
@@ -78,8 +75,8 @@ def batch_document(batch: Batch | None) -> dict[str, object]:
 class ConsumeAPI:
     """The handlers; :meth:`routes` gives the app's route table entries."""
 
-    def __init__(self, app: NsqdHTTP) -> None:
-        self.app = app
+    def __init__(self, context: HTTPContext) -> None:
+        self.context = context
 
     def routes(self) -> dict[str, dict[str, Handler]]:
         """``path -> {method: handler}``."""
@@ -92,10 +89,10 @@ class ConsumeAPI:
     async def consume(self, request: Request) -> Reply:
         """One batch of one partition, or ``{"token": null, ...}`` after ``wait_ms`` (or at once
         when shutdown begins meanwhile); ``503 EXITING`` once it has begun."""
-        if self.app.puller.stopping:
+        if self.context.puller.stopping:
             raise HTTPError(503, "EXITING")
         topic_name, channel_name = topic_channel_args(request)
-        settings = self.app.settings
+        settings = self.context.settings
         limit = _bounded_arg(request, "max", 1, 1, settings.max_rdy_count)
         wait_ms = _bounded_arg(request, "wait_ms", 0, 0, MAX_WAIT_MS)
         lease_ms = _bounded_arg(
@@ -104,7 +101,7 @@ class ConsumeAPI:
         topic, channel = await self._channel(topic_name, channel_name)
         if topic.managed and not topic.led:
             raise await self._not_leader(topic_name)
-        puller = self.app.puller
+        puller = self.context.puller
         try:
             batch = await puller.wait(topic, channel, limit, lease_ms * 1_000_000, wait_ms / 1000)
         except ExitingError as exc:
@@ -113,8 +110,8 @@ class ConsumeAPI:
 
     async def _channel(self, topic_name: str, channel_name: str) -> tuple[Topic, Channel]:
         """The channel, created as a SUB creates it (through lookupd in a cluster)."""
-        broker = self.app.broker
-        forwarder = self.app.forwarder
+        broker = self.context.broker
+        forwarder = self.context.forwarder
         if forwarder is not None:
             try:
                 await forwarder.ensure_local(broker, topic_name)
@@ -136,7 +133,7 @@ class ConsumeAPI:
     async def _not_leader(self, topic_name: str) -> HTTPError:
         """``400 E_FAILED_ON_NOT_LEADER`` naming the leaders' HTTP addresses (if known)."""
         leaders: dict[str, str] = {}
-        forwarder = self.app.forwarder
+        forwarder = self.context.forwarder
         if forwarder is not None:
             try:
                 found = await forwarder.leaders_http(topic_name)
@@ -150,7 +147,7 @@ class ConsumeAPI:
         """FIN the batch; ``OK`` once durable."""
         token = _token_arg(request)
         try:
-            lease = await self.app.puller.ack(token)
+            lease = await self.context.puller.ack(token)
         except UnknownTokenError:
             raise HTTPError(409, "TOKEN_INVALID") from None
         except LeaseEndedError:
@@ -166,9 +163,9 @@ class ConsumeAPI:
     async def nack(self, request: Request) -> Reply:
         """Requeue the batch after ``delay_ms``."""
         token = _token_arg(request)
-        delay_ms = _bounded_arg(request, "delay_ms", 0, 0, self.app.settings.max_req_timeout_ms)
+        delay_ms = _bounded_arg(request, "delay_ms", 0, 0, self.context.settings.max_req_timeout_ms)
         try:
-            self.app.puller.nack(token, delay_ms)
+            self.context.puller.nack(token, delay_ms)
         except UnknownTokenError:
             raise HTTPError(409, "TOKEN_INVALID") from None
         except LeaseEndedError:

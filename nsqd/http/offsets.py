@@ -13,15 +13,13 @@ log is scanned. Errors are nsqd's ``{"message": "<TEXT>"}``.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from ..broker import StorageError, offset_at
 from ..core.errors import PartitionNotFoundError, TopicNotFoundError
-from .base import Handler, HTTPError, Reply, Request, uint_arg
-from .topic_admin import topic_arg
-
-if TYPE_CHECKING:
-    from .api import NsqdHTTP
+from .args import topic_arg, uint_arg
+from .base import Handler, HTTPError, Reply, Request
+from .context import HTTPContext
 
 log = logging.getLogger("nsqd.http")
 
@@ -31,8 +29,8 @@ _NS_PER_MS: Final = 1_000_000
 class OffsetsAPI:
     """The handler; :meth:`routes` gives the app's route table entry."""
 
-    def __init__(self, app: NsqdHTTP) -> None:
-        self.app = app
+    def __init__(self, context: HTTPContext) -> None:
+        self.context = context
 
     def routes(self) -> dict[str, dict[str, Handler]]:
         """``path -> {method: handler}``."""
@@ -40,7 +38,7 @@ class OffsetsAPI:
 
     async def offset(self, request: Request) -> Reply:
         """``{"topic", "partition", "timestamp", "offset", "earliest", "latest"}``."""
-        topic = self.app.broker.find_topic(topic_arg(request))
+        topic = self.context.broker.find_topic(topic_arg(request))
         if topic is None or topic.deleted:
             raise HTTPError(404, "TOPIC_NOT_FOUND")
         number = uint_arg(request, "partition")

@@ -13,7 +13,7 @@ partition).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from protocol.range_read import (
     BINARY_CONTENT_TYPE,
@@ -25,11 +25,9 @@ from protocol.range_read import (
 
 from ..broker import Partition, Record, StorageError, Topic, read_records
 from ..core.errors import OffsetNotKeptError, PartitionNotFoundError, TopicNotFoundError
-from .base import Handler, HTTPError, Raw, Reply, Request, uint_arg
-from .topic_admin import topic_arg
-
-if TYPE_CHECKING:
-    from .api import NsqdHTTP
+from .args import topic_arg, uint_arg
+from .base import Handler, HTTPError, Raw, Reply, Request
+from .context import HTTPContext
 
 log = logging.getLogger("nsqd.http")
 
@@ -47,8 +45,8 @@ _FIRST_CHUNK: Final = 64
 class PartitionsAPI:
     """The handlers; :meth:`routes` gives the app's route table entries."""
 
-    def __init__(self, app: NsqdHTTP) -> None:
-        self.app = app
+    def __init__(self, context: HTTPContext) -> None:
+        self.context = context
 
     def routes(self) -> dict[str, dict[str, Handler]]:
         """``path -> {method: handler}``."""
@@ -59,13 +57,13 @@ class PartitionsAPI:
 
     def _topic(self, request: Request) -> Topic:
         name = topic_arg(request)
-        topic = self.app.broker.find_topic(name)
+        topic = self.context.broker.find_topic(name)
         if topic is None or topic.deleted:
             raise HTTPError(404, "TOPIC_NOT_FOUND")
         return topic
 
     def _node(self) -> dict[str, object]:
-        s = self.app.settings
+        s = self.context.settings
         return {
             "broadcast_address": s.broadcast_address,
             "tcp_port": s.tcp_port,

@@ -13,16 +13,14 @@ import logging
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
 
 from protocol.consume import ConsumeStartError, parse_consume_start
 from protocol.errors import YouzanText
 from protocol.gostr import go_quote
 from protocol.message import MAX_PARTITIONS
-from protocol.names import is_valid_name
 
 from ..broker import StorageError, admin
-from ..config.runtime import InvalidOptionError, InvalidValueError, RuntimeConfig
+from ..config.runtime import InvalidOptionError, InvalidValueError
 from ..core.errors import (
     BrokerError,
     ChannelNotFoundError,
@@ -33,10 +31,9 @@ from ..core.errors import (
 )
 from ..observe.stats import StatsQuery, stats_document
 from ..observe.stats_text import render_text
+from .args import topic_arg, topic_channel_args
 from .base import Handler, HTTPError, JsonValue, Raw, Reply, Request
-
-if TYPE_CHECKING:
-    from .api import NsqdHTTP
+from .context import HTTPContext
 
 log = logging.getLogger("nsqd.http")
 
@@ -52,31 +49,6 @@ def _flag_arg(request: Request, name: str) -> bool | None:
     """A youzan topic flag: None when absent, else true only for ``true`` (youzan's test)."""
     value = request.arg(name)
     return None if value is None else value == "true"
-
-
-def topic_arg(request: Request, *, validate: bool = True) -> str:
-    """``topic`` as nsqd's topic endpoints read it."""
-    name = request.arg("topic")
-    if name is None:
-        raise HTTPError(400, "MISSING_ARG_TOPIC")
-    if validate and not is_valid_name(name):
-        raise HTTPError(400, "INVALID_TOPIC")
-    return name
-
-
-def topic_channel_args(request: Request) -> tuple[str, str]:
-    """``topic`` and ``channel`` as nsqd's ``http_api.GetTopicChannelArgs`` reads them."""
-    topic = request.arg("topic")
-    if topic is None:
-        raise HTTPError(400, "MISSING_ARG_TOPIC")
-    if not is_valid_name(topic):
-        raise HTTPError(400, "INVALID_ARG_TOPIC")
-    channel = request.arg("channel")
-    if channel is None:
-        raise HTTPError(400, "MISSING_ARG_CHANNEL")
-    if not is_valid_name(channel):
-        raise HTTPError(400, "INVALID_ARG_CHANNEL")
-    return topic, channel
 
 
 @contextmanager
@@ -100,10 +72,10 @@ def broker_errors() -> Iterator[None]:
 class AdminAPI:
     """The handlers; :meth:`routes` gives the app's route table entries."""
 
-    def __init__(self, app: NsqdHTTP, config: RuntimeConfig) -> None:
-        self.app = app
-        self.broker = app.broker
-        self.runtime = config
+    def __init__(self, context: HTTPContext) -> None:
+        self.context = context
+        self.broker = context.broker
+        self.runtime = context.runtime
 
     def routes(self) -> dict[str, dict[str, Handler]]:
         """Exact-path routes (``/config/:opt`` is matched by the app)."""
@@ -133,7 +105,9 @@ class AdminAPI:
             include_clients=_bool_param(request.arg("include_clients"), True),
             include_mem=_bool_param(request.arg("include_mem"), True),
         )
-        doc = stats_document(self.broker, self.app.sessions, query, self.app.settings.version)
+        doc = stats_document(
+            self.broker, self.context.sessions, query, self.context.settings.version
+        )
         if request.arg("format") == "json":
             return doc
         return render_text(doc, self.broker.clock.now())
@@ -141,7 +115,7 @@ class AdminAPI:
     async def metrics(self, request: Request) -> Reply:
         """Prometheus exposition (see :mod:`nsqd.observe.metrics`)."""
         accept = request.headers.get(b"accept", b"").decode("latin-1")
-        body, content_type = self.app.metrics.render(accept)
+        body, content_type = self.context.metrics.render(accept)
         return Raw(body, content_type.encode())
 
     # ------------------------------------------------------------------ topics
@@ -227,7 +201,7 @@ class AdminAPI:
             raise HTTPError(404, "E_TOPIC_NOT_EXIST")
         if channel not in found.channels:
             raise HTTPError(404, "CHANNEL_NOT_FOUND")
-        body = await request.body(self.app.settings.max_msg_size)
+        body = await request.body(self.context.settings.max_msg_size)
         if not body:
             raise HTTPError(406, "MSG_EMPTY")
         try:
@@ -248,7 +222,7 @@ class AdminAPI:
         name = request.params["opt"]
         try:
             if request.method == "PUT":
-                limit = self.app.settings.max_msg_size
+                limit = self.context.settings.max_msg_size
                 body = await request.body(limit)
                 if not body or len(body) > limit:
                     raise HTTPError(413, "INVALID_VALUE")

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from protocol.ext import TRACE_ID_KEY, parse_json_header
 from protocol.message import PARTITION_SHIFT
@@ -37,11 +37,9 @@ from ..core.errors import (
     PartitionNotConsumedError,
     TopicNotFoundError,
 )
+from .args import topic_arg
 from .base import Handler, HTTPError, Reply, Request, go_json
-from .topic_admin import topic_arg
-
-if TYPE_CHECKING:
-    from .api import NsqdHTTP
+from .context import HTTPContext
 
 log = logging.getLogger("nsqd.http")
 
@@ -55,9 +53,9 @@ _SEQ_MASK: Final = (1 << PARTITION_SHIFT) - 1
 class YouzanAPI:
     """The handlers; :meth:`routes` gives the app's route table entries."""
 
-    def __init__(self, app: NsqdHTTP) -> None:
-        self.app = app
-        self.broker = app.broker
+    def __init__(self, context: HTTPContext) -> None:
+        self.context = context
+        self.broker = context.broker
 
     def routes(self) -> dict[str, dict[str, Handler]]:
         """``path -> {method: handler}``."""
@@ -78,7 +76,7 @@ class YouzanAPI:
     # ------------------------------------------------------------------ publishing
 
     async def _body(self, request: Request) -> bytes:
-        limit = self.app.settings.max_msg_size
+        limit = self.context.settings.max_msg_size
         length = request.content_length
         if length is not None and length > limit:
             raise HTTPError(413, "MSG_TOO_BIG")
