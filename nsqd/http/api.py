@@ -21,31 +21,25 @@ import trio
 from pnsq._netio.http import lifespan, serve_http as netio_serve_http
 from protocol.mpub import MpubFormatError, split_mpub_body
 
-from ..broker import StorageError, new_records
-from ..cluster.forwarding import ForwardError
-from ..core.errors import (
-    BadPartitionError,
-    BrokerError,
-    NotLeaderError,
-    NotWritableError,
-    TopicNotFoundError,
-)
+from ..broker import new_records
 from ..observe.stats import health
 from .args import topic_arg
 from .base import (
     ClientGone,
-    Handler,
     HTTPError,
     Receive,
     Reply,
     Request,
+    Route,
     Scope,
     Send,
     respond,
     respond_error,
+    routes_with,
 )
 from .consume import ConsumeAPI
 from .context import HTTPContext, HTTPSettings
+from .errors import NO_ERRORS, PUBLISH_ERRORS
 from .offsets import OffsetsAPI
 from .partitions import PartitionsAPI
 from .topic_admin import AdminAPI
@@ -76,32 +70,35 @@ class NsqdHTTP:
         #: set on that listener's app only, with the HTTPS port to point clients at
         self.tls_required_https_port: int | None = None
         admin = AdminAPI(context)
-        self.routes: dict[str, dict[str, Handler]] = {
-            "/ping": {"GET": self.ping, "HEAD": self.ping},
-            "/info": {"GET": self.info},
-            "/pub": {"POST": self.pub},
-            "/mpub": {"POST": self.mpub},
+        self.routes: dict[str, Route] = {
+            **routes_with(
+                NO_ERRORS,
+                {"/ping": {"GET": self.ping, "HEAD": self.ping}, "/info": {"GET": self.info}},
+            ),
+            **routes_with(
+                PUBLISH_ERRORS, {"/pub": {"POST": self.pub}, "/mpub": {"POST": self.mpub}}
+            ),
             **admin.routes(),
             **PartitionsAPI(context).routes(),
             **OffsetsAPI(context).routes(),
             **ConsumeAPI(context).routes(),
             **YouzanAPI(context).routes(),
         }
-        self.config_routes: dict[str, Handler] = {"GET": admin.config, "PUT": admin.config}
+        self.config_route = admin.config_route()
 
     @property
     def settings(self) -> HTTPSettings:
         """The settings every listener shares (the bound ports once known)."""
         return self.context.settings
 
-    def route(self, path: str) -> tuple[dict[str, Handler] | None, dict[str, str]]:
-        """The handlers of ``path`` by method, and its path parameters."""
-        methods = self.routes.get(path)
-        if methods is not None:
-            return methods, {}
+    def route(self, path: str) -> tuple[Route | None, dict[str, str]]:
+        """The route of ``path``, and its path parameters."""
+        route = self.routes.get(path)
+        if route is not None:
+            return route, {}
         opt = path.removeprefix("/config/")
         if opt != path and opt and "/" not in opt:
-            return self.config_routes, {"opt": opt}
+            return self.config_route, {"opt": opt}
         return None, {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -116,11 +113,12 @@ class NsqdHTTP:
             return
         path, method = scope["path"], scope["method"]
         raw_query = scope.get("query_string", b"").decode("latin-1")
-        methods, params = self.route(path)
-        if methods is None:
+        route, params = self.route(path)
+        if route is None:
             if not await self._redirect_slash(send, path, method, raw_query):
                 await respond_error(send, HTTPError(404, "NOT_FOUND"))
             return
+        methods, errors = route.methods, route.errors
         allow = ", ".join(sorted({*methods, "OPTIONS"})).encode()
         if method == "OPTIONS":
             await respond(send, 200, None, nsq_header=False, extra=[(b"Allow", allow)])
@@ -143,6 +141,9 @@ class NsqdHTTP:
                 return
             except ClientGone:
                 return  # nobody to answer, and nothing was done
+            except errors.handled as exc:  # the one translation of domain errors
+                await respond_error(send, errors.error_for(exc, f"{method} {path}"))
+                return
             await respond(send, 200, reply, nsq_header=path != "/ping")
         finally:
             self._busy -= 1
@@ -162,8 +163,8 @@ class NsqdHTTP:
         """httprouter's RedirectTrailingSlash: ``/pub/`` -> ``/pub`` (301 for GET, else 307)."""
         if not path.endswith("/") or path == "/":
             return False
-        methods, _ = self.route(path[:-1])
-        if methods is None or method not in methods:
+        route, _ = self.route(path[:-1])
+        if route is None or method not in route.methods:
             return False
         location = path[:-1] + (f"?{raw_query}" if raw_query else "")
         status, body, headers = 307, b"", [(b"Location", location.encode())]
@@ -204,36 +205,20 @@ class NsqdHTTP:
     async def _publish(
         self, request: Request, topic: str, bodies: list[bytes], defer_ms: int = 0
     ) -> None:
-        """Append to the topic (youzan's optional ``partition`` picks one), with the youzan
-        replies for partition errors and nsqd's ``503 EXITING`` for everything else; a stock
-        publish for a topic led elsewhere goes to its leader (pnsq lookupd)."""
+        """Append to the topic (youzan's optional ``partition`` picks one); a stock publish for
+        a topic led elsewhere goes to its leader (pnsq lookupd). Refusals are answered by
+        :data:`~nsqd.http.errors.PUBLISH_ERRORS`: youzan's replies for partition errors and
+        nsqd's ``503 EXITING`` for everything else."""
         partition = _partition_arg(request)
         now = self.broker.clock.now_ns()
         deliver_at = now + defer_ms * 1_000_000 if defer_ms else 0
         entries = new_records(now, bodies, deliver_at)
         forwarder = self.context.forwarder
-        try:
-            if forwarder is not None and await forwarder.must_forward(
-                self.broker, topic, partition
-            ):
-                await forwarder.publish(topic, bodies, defer_ms)
-                return
-            records = self.broker.publish(topic, entries, partition)
-            await self.broker.wait_replicated(topic, records)
-        except ForwardError as exc:
-            log.error("PUB to %s failed: %s", topic, exc)
-            raise HTTPError(503, f"E_PUB_FAILED {exc}") from exc
-        except TopicNotFoundError as exc:  # a partition the topic does not have
-            raise HTTPError(404, "E_TOPIC_NOT_EXIST") from exc
-        except BadPartitionError as exc:  # e.g. no partition given for an ordered topic
-            raise HTTPError(400, "E_BAD_PARTITION") from exc
-        except NotWritableError as exc:
-            raise HTTPError(400, "E_FAILED_ON_NOT_WRITABLE") from exc
-        except NotLeaderError as exc:  # held here as a replica, or no partition led here
-            raise HTTPError(400, "E_FAILED_ON_NOT_LEADER") from exc
-        except (BrokerError, StorageError, OSError) as exc:
-            log.error("PUB to %s failed: %s", topic, exc)
-            raise HTTPError(503, "EXITING") from exc
+        if forwarder is not None and await forwarder.must_forward(self.broker, topic, partition):
+            await forwarder.publish(topic, bodies, defer_ms)
+            return
+        records = self.broker.publish(topic, entries, partition)
+        await self.broker.wait_replicated(topic, records)
 
     async def pub(self, request: Request) -> Reply:
         """One message; the body is checked before the topic, as nsqd does."""

@@ -6,14 +6,15 @@ responder (``nsqd/http_api``'s ``Respond`` as Go's ``net/http`` sends it).
 * a dict or a :class:`JsonValue`: JSON with ``application/json; charset=utf-8``, encoded as
   Go's ``encoding/json`` does (``<``, ``>``, ``&``, U+2028 and U+2029 escaped);
 * :class:`Raw`: a body with its own content type (``/metrics``);
-* :class:`HTTPError`: the status and ``{"message": "<TEXT>"}``;
+* :class:`HTTPError`: the status and ``{"message": "<TEXT>"}`` (domain errors become one
+  through the :class:`~nsqd.http.errors.ErrorTable` of the endpoint's :class:`Route`);
 * :class:`ClientGone`: the client went away before its request was complete: no reply, and
   nothing done (a body cut short is never published).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +31,8 @@ from pnsq._netio.http import (
     send_response,
 )
 
+from .errors import ErrorTable
+
 __all__ = [
     "ClientGone",
     "HTTPError",
@@ -39,11 +42,13 @@ __all__ = [
     "Receive",
     "Reply",
     "Request",
+    "Route",
     "Scope",
     "Send",
     "go_json",
     "respond",
     "respond_error",
+    "routes_with",
 ]
 
 
@@ -106,6 +111,21 @@ class Request(QueryArgs):
 
 
 Handler = Callable[[Request], Awaitable[Reply]]
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """A path's handlers by method, and the table its domain errors are answered by."""
+
+    methods: Mapping[str, Handler]
+    errors: ErrorTable
+
+
+def routes_with(
+    errors: ErrorTable, routes: Mapping[str, Mapping[str, Handler]]
+) -> dict[str, Route]:
+    """``path -> Route`` for ``routes`` (``path -> {method: handler}``), all with ``errors``."""
+    return {path: Route(methods, errors) for path, methods in routes.items()}
 
 
 async def respond(

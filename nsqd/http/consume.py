@@ -9,7 +9,8 @@
 
 A node that leads none of the topic's partitions answers ``400 E_FAILED_ON_NOT_LEADER`` with
 the leaders' HTTP addresses (``"leaders": {"<partition>": "host:port"}``), as youzan's nsqd
-answers a partition-aware client at the wrong node; clients go there.
+answers a partition-aware client at the wrong node; clients go there. The other refusals are
+:data:`~nsqd.http.errors.CONSUME_ERRORS`.
 """
 
 from __future__ import annotations
@@ -19,14 +20,13 @@ import logging
 
 from protocol.message import MESSAGE_ID
 
-from ..broker import Channel, StorageError, Topic
-from ..broker.pull import AckNotDurableError, Batch, LeaderMovedError
-from ..cluster.forwarding import ForwardError, NoLookupdError, PlacedElsewhereError
-from ..core.errors import BrokerError, ExitingError
-from ..core.leases import LeaseEndedError, UnknownTokenError
+from ..broker import Channel, Topic
+from ..broker.pull import Batch, LeaderMovedError
+from ..cluster.forwarding import ForwardError, PlacedElsewhereError
 from .args import topic_channel_args, uint_arg
-from .base import Handler, HTTPError, Reply, Request
+from .base import HTTPError, Reply, Request, Route, routes_with
 from .context import HTTPContext
+from .errors import CONSUME_ERRORS
 
 log = logging.getLogger("nsqd.http")
 
@@ -78,13 +78,16 @@ class ConsumeAPI:
     def __init__(self, context: HTTPContext) -> None:
         self.context = context
 
-    def routes(self) -> dict[str, dict[str, Handler]]:
-        """``path -> {method: handler}``."""
-        return {
-            "/consume": {"POST": self.consume},
-            "/consume/ack": {"POST": self.ack},
-            "/consume/nack": {"POST": self.nack},
-        }
+    def routes(self) -> dict[str, Route]:
+        """``path -> Route``."""
+        return routes_with(
+            CONSUME_ERRORS,
+            {
+                "/consume": {"POST": self.consume},
+                "/consume/ack": {"POST": self.ack},
+                "/consume/nack": {"POST": self.nack},
+            },
+        )
 
     async def consume(self, request: Request) -> Reply:
         """One batch of one partition, or ``{"token": null, ...}`` after ``wait_ms`` (or at once
@@ -102,10 +105,7 @@ class ConsumeAPI:
         if topic.managed and not topic.led:
             raise await self._not_leader(topic_name)
         puller = self.context.puller
-        try:
-            batch = await puller.wait(topic, channel, limit, lease_ms * 1_000_000, wait_ms / 1000)
-        except ExitingError as exc:
-            raise HTTPError(503, "EXITING") from exc
+        batch = await puller.wait(topic, channel, limit, lease_ms * 1_000_000, wait_ms / 1000)
         return batch_document(batch)
 
     async def _channel(self, topic_name: str, channel_name: str) -> tuple[Topic, Channel]:
@@ -115,20 +115,10 @@ class ConsumeAPI:
         if forwarder is not None:
             try:
                 await forwarder.ensure_local(broker, topic_name)
-            except PlacedElsewhereError:
+            except PlacedElsewhereError:  # the reply names the leaders: lookupd is asked
                 raise await self._not_leader(topic_name) from None
-            except NoLookupdError as exc:
-                raise HTTPError(503, "LOOKUPD_UNREACHABLE") from exc
-            except ForwardError as exc:
-                raise HTTPError(500, "TOPIC_CREATE_FAILED", {"reason": str(exc)}) from exc
-        try:
-            topic = broker.get_or_create_topic(topic_name)
-            return topic, broker.get_or_create_channel(topic, channel_name)
-        except ExitingError as exc:
-            raise HTTPError(503, "EXITING") from exc
-        except (BrokerError, StorageError) as exc:
-            log.error("consume: %s", exc)
-            raise HTTPError(500, "INTERNAL_ERROR") from exc
+        topic = broker.get_or_create_topic(topic_name)
+        return topic, broker.get_or_create_channel(topic, channel_name)
 
     async def _not_leader(self, topic_name: str) -> HTTPError:
         """``400 E_FAILED_ON_NOT_LEADER`` naming the leaders' HTTP addresses (if known)."""
@@ -148,15 +138,8 @@ class ConsumeAPI:
         token = _token_arg(request)
         try:
             lease = await self.context.puller.ack(token)
-        except UnknownTokenError:
-            raise HTTPError(409, "TOKEN_INVALID") from None
-        except LeaseEndedError:
-            raise HTTPError(409, "TOKEN_EXPIRED") from None
-        except LeaderMovedError as exc:
+        except LeaderMovedError as exc:  # the reply names the leaders: lookupd is asked
             raise await self._not_leader(exc.topic) from None
-        except AckNotDurableError as exc:
-            log.error("consume ack not durable: %s", exc)
-            raise HTTPError(500, "ACK_NOT_DURABLE", {"reason": str(exc)}) from exc
         log.debug("consume: acked %d message(s) of %s", len(lease.offsets), lease.topic)
         return b"OK"
 
@@ -164,10 +147,5 @@ class ConsumeAPI:
         """Requeue the batch after ``delay_ms``."""
         token = _token_arg(request)
         delay_ms = _bounded_arg(request, "delay_ms", 0, 0, self.context.settings.max_req_timeout_ms)
-        try:
-            self.context.puller.nack(token, delay_ms)
-        except UnknownTokenError:
-            raise HTTPError(409, "TOKEN_INVALID") from None
-        except LeaseEndedError:
-            raise HTTPError(409, "TOKEN_EXPIRED") from None
+        self.context.puller.nack(token, delay_ms)
         return b"OK"

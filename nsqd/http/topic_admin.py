@@ -4,38 +4,24 @@
 ``INVALID_TOPIC`` where the channel endpoints say ``INVALID_ARG_TOPIC``; ``/topic/delete`` and
 ``/topic/pause`` do not validate the name (an invalid one is simply ``TOPIC_NOT_FOUND``).
 youzan's additions: ``/topic/create``'s topic parameters and ``/channel/setoffset`` (youzan's
-statuses and texts).
+statuses and texts). Domain errors are answered by :data:`~nsqd.http.errors.ADMIN_ERRORS`.
 """
 
 from __future__ import annotations
 
-import logging
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
 
-from protocol.consume import ConsumeStartError, parse_consume_start
-from protocol.errors import YouzanText
+from protocol.consume import parse_consume_start
 from protocol.gostr import go_quote
 from protocol.message import MAX_PARTITIONS
 
-from ..broker import StorageError, admin
-from ..config.runtime import InvalidOptionError, InvalidValueError
-from ..core.errors import (
-    BrokerError,
-    ChannelNotFoundError,
-    ConsumeStartUnsupportedError,
-    ExitingError,
-    TopicConflictError,
-    TopicNotFoundError,
-)
+from ..broker import admin
 from ..observe.stats import StatsQuery, stats_document
 from ..observe.stats_text import render_text
 from .args import topic_arg, topic_channel_args
-from .base import Handler, HTTPError, JsonValue, Raw, Reply, Request
+from .base import HTTPError, JsonValue, Raw, Reply, Request, Route, routes_with
 from .context import HTTPContext
-
-log = logging.getLogger("nsqd.http")
+from .errors import ADMIN_ERRORS
 
 BOOL_PARAMS = {"true": True, "1": True, "false": False, "0": False}  # nsqd's boolParams
 _ATOI = re.compile(r"[+-]?[0-9]+")  # Go's strconv.Atoi syntax
@@ -51,24 +37,6 @@ def _flag_arg(request: Request, name: str) -> bool | None:
     return None if value is None else value == "true"
 
 
-@contextmanager
-def broker_errors() -> Iterator[None]:
-    """Map the broker's refusals to nsqd's replies (youzan's own refusals pass through)."""
-    try:
-        yield
-    except (TopicConflictError, ConsumeStartUnsupportedError):
-        raise
-    except TopicNotFoundError as exc:
-        raise HTTPError(404, "TOPIC_NOT_FOUND") from exc
-    except ChannelNotFoundError as exc:
-        raise HTTPError(404, "CHANNEL_NOT_FOUND") from exc
-    except ExitingError as exc:
-        raise HTTPError(503, "EXITING") from exc
-    except (BrokerError, StorageError, OSError) as exc:
-        log.error("admin operation failed: %s", exc)
-        raise HTTPError(500, "INTERNAL_ERROR") from exc
-
-
 class AdminAPI:
     """The handlers; :meth:`routes` gives the app's route table entries."""
 
@@ -77,23 +45,30 @@ class AdminAPI:
         self.broker = context.broker
         self.runtime = context.runtime
 
-    def routes(self) -> dict[str, dict[str, Handler]]:
-        """Exact-path routes (``/config/:opt`` is matched by the app)."""
-        return {
-            "/stats": {"GET": self.stats},
-            "/metrics": {"GET": self.metrics},
-            "/topic/create": {"POST": self.topic_create},
-            "/topic/delete": {"POST": self.topic_delete},
-            "/topic/empty": {"POST": self.topic_empty},
-            "/topic/pause": {"POST": self.topic_pause},
-            "/topic/unpause": {"POST": self.topic_pause},
-            "/channel/create": {"POST": self.channel_create},
-            "/channel/delete": {"POST": self.channel_delete},
-            "/channel/empty": {"POST": self.channel_empty},
-            "/channel/pause": {"POST": self.channel_pause},
-            "/channel/unpause": {"POST": self.channel_pause},
-            "/channel/setoffset": {"POST": self.channel_setoffset},
-        }
+    def routes(self) -> dict[str, Route]:
+        """Exact-path routes (``/config/:opt`` is matched by the app: :meth:`config_route`)."""
+        return routes_with(
+            ADMIN_ERRORS,
+            {
+                "/stats": {"GET": self.stats},
+                "/metrics": {"GET": self.metrics},
+                "/topic/create": {"POST": self.topic_create},
+                "/topic/delete": {"POST": self.topic_delete},
+                "/topic/empty": {"POST": self.topic_empty},
+                "/topic/pause": {"POST": self.topic_pause},
+                "/topic/unpause": {"POST": self.topic_pause},
+                "/channel/create": {"POST": self.channel_create},
+                "/channel/delete": {"POST": self.channel_delete},
+                "/channel/empty": {"POST": self.channel_empty},
+                "/channel/pause": {"POST": self.channel_pause},
+                "/channel/unpause": {"POST": self.channel_pause},
+                "/channel/setoffset": {"POST": self.channel_setoffset},
+            },
+        )
+
+    def config_route(self) -> Route:
+        """``/config/:opt``'s handlers."""
+        return Route({"GET": self.config, "PUT": self.config}, ADMIN_ERRORS)
 
     # ------------------------------------------------------------------ stats
 
@@ -131,57 +106,46 @@ class AdminAPI:
             if not 1 <= partitions < MAX_PARTITIONS:
                 raise HTTPError(400, "INVALID_ARG_TOPIC_PARTITION_NUM")
         ordered, ext = _flag_arg(request, "orderedmulti"), _flag_arg(request, "extend")
-        try:
-            with broker_errors():
-                await admin.create_topic(self.broker, name, partitions, ordered, ext)
-        except TopicConflictError as exc:
-            raise HTTPError(400, "TOPIC_ALREADY_EXIST") from exc
+        await admin.create_topic(self.broker, name, partitions, ordered, ext)
         return None
 
     async def topic_delete(self, request: Request) -> Reply:
         name = topic_arg(request, validate=False)
-        with broker_errors():
-            await admin.delete_topic(self.broker, name)
+        await admin.delete_topic(self.broker, name)
         return None
 
     async def topic_empty(self, request: Request) -> Reply:
         name = topic_arg(request)
-        with broker_errors():
-            admin.empty_topic(self.broker, name)
+        admin.empty_topic(self.broker, name)
         return None
 
     async def topic_pause(self, request: Request) -> Reply:
         name = topic_arg(request, validate=False)
         paused = not request.path.endswith("unpause")
-        with broker_errors():
-            await admin.pause_topic(self.broker, name, paused)
+        await admin.pause_topic(self.broker, name, paused)
         return None
 
     # ------------------------------------------------------------------ channels
 
     async def channel_create(self, request: Request) -> Reply:
         topic, channel = topic_channel_args(request)
-        with broker_errors():
-            admin.create_channel(self.broker, topic, channel)
+        admin.create_channel(self.broker, topic, channel)
         return None
 
     async def channel_delete(self, request: Request) -> Reply:
         topic, channel = topic_channel_args(request)
-        with broker_errors():
-            admin.delete_channel(self.broker, topic, channel)
+        admin.delete_channel(self.broker, topic, channel)
         return None
 
     async def channel_empty(self, request: Request) -> Reply:
         topic, channel = topic_channel_args(request)
-        with broker_errors():
-            admin.empty_channel(self.broker, topic, channel)
+        admin.empty_channel(self.broker, topic, channel)
         return None
 
     async def channel_pause(self, request: Request) -> Reply:
         topic, channel = topic_channel_args(request)
         paused = not request.path.endswith("unpause")
-        with broker_errors():
-            await admin.pause_channel(self.broker, topic, channel, paused)
+        await admin.pause_channel(self.broker, topic, channel, paused)
         return None
 
     async def channel_setoffset(self, request: Request) -> Reply:
@@ -204,15 +168,8 @@ class AdminAPI:
         body = await request.body(self.context.settings.max_msg_size)
         if not body:
             raise HTTPError(406, "MSG_EMPTY")
-        try:
-            start = parse_consume_start(body.strip())
-        except ConsumeStartError as exc:
-            raise HTTPError(400, str(exc)) from exc
-        try:
-            with broker_errors():
-                await admin.set_channel_offset(self.broker, topic, channel, partition, start)
-        except ConsumeStartUnsupportedError as exc:
-            raise HTTPError(500, YouzanText.UNSUPPORTED_OFFSET_TYPE) from exc
+        start = parse_consume_start(body.strip())
+        await admin.set_channel_offset(self.broker, topic, channel, partition, start)
         return None
 
     # ------------------------------------------------------------------ config
@@ -220,19 +177,14 @@ class AdminAPI:
     async def config(self, request: Request) -> Reply:
         """``GET``/``PUT /config/:opt``."""
         name = request.params["opt"]
-        try:
-            if request.method == "PUT":
-                limit = self.context.settings.max_msg_size
-                body = await request.body(limit)
-                if not body or len(body) > limit:
-                    raise HTTPError(413, "INVALID_VALUE")
-                value = self.runtime.put(name, body)
-            else:
-                value = self.runtime.get(name)
-        except InvalidOptionError as exc:
-            raise HTTPError(400, "INVALID_OPTION") from exc
-        except InvalidValueError as exc:
-            raise HTTPError(400, "INVALID_VALUE") from exc
+        if request.method == "PUT":
+            limit = self.context.settings.max_msg_size
+            body = await request.body(limit)
+            if not body or len(body) > limit:
+                raise HTTPError(413, "INVALID_VALUE")
+            value = self.runtime.put(name, body)
+        else:
+            value = self.runtime.get(name)
         if isinstance(value, str):
             return value.encode()  # nsqd's responder sends a string as is
         return JsonValue(value)
