@@ -205,20 +205,15 @@ class NsqdHTTP:
     async def _publish(
         self, request: Request, topic: str, bodies: list[bytes], defer_ms: int = 0
     ) -> None:
-        """Append to the topic (youzan's optional ``partition`` picks one); a stock publish for
-        a topic led elsewhere goes to its leader (pnsq lookupd). Refusals are answered by
+        """Publish through the one publish path (youzan's optional ``partition`` picks one; a
+        stock publish for a topic led elsewhere goes to its leader). Refusals are answered by
         :data:`~nsqd.http.errors.PUBLISH_ERRORS`: youzan's replies for partition errors and
         nsqd's ``503 EXITING`` for everything else."""
         partition = _partition_arg(request)
         now = self.broker.clock.now_ns()
         deliver_at = now + defer_ms * 1_000_000 if defer_ms else 0
-        entries = new_records(now, bodies, deliver_at)
-        forwarder = self.context.forwarder
-        if forwarder is not None and await forwarder.must_forward(self.broker, topic, partition):
-            await forwarder.publish(topic, bodies, defer_ms)
-            return
-        records = self.broker.publish(topic, entries, partition)
-        await self.broker.wait_replicated(topic, records)
+        batch = new_records(now, bodies, deliver_at)
+        await self.context.publishing.publish_stock(topic, batch, partition, defer_ms=defer_ms)
 
     async def pub(self, request: Request) -> Reply:
         """One message; the body is checked before the topic, as nsqd does."""

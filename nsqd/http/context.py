@@ -17,6 +17,7 @@ from typing import final
 from ..broker import Broker
 from ..broker.pull import Puller
 from ..cluster.forwarding import Forwarder
+from ..cluster.publishing import PublishPath
 from ..config.options import Options
 from ..config.runtime import RuntimeConfig
 from ..observe.metrics import Metrics
@@ -70,6 +71,8 @@ class HTTPContext:
         self.settings = settings
         self.sessions = sessions
         self.forwarder = forwarder
+        #: the publish path (forward or append, then wait for the in-sync replicas)
+        self.publishing = PublishPath(broker, forwarder)
         #: HTTP consume's leases (one table for the HTTP and HTTPS listeners)
         self.puller = Puller(broker)
         self.metrics = Metrics(broker, sessions, settings.version)

@@ -136,8 +136,7 @@ class YouzanAPI:
         stamped = NewRecord(
             broker.clock.now_ns(), entry.body, trace_id=entry.trace_id, ext=entry.ext
         )
-        records = broker.publish(topic.name, [stamped], partition)
-        await broker.wait_replicated(topic.name, records)
+        records = await self.context.publishing.publish(topic.name, [stamped], partition)
         return records[0]
 
     # ------------------------------------------------------------------ messages
