@@ -27,7 +27,8 @@ from .cluster.forwarding import Forwarder
 from .cluster.lookup import LookupClient
 from .cluster.registration import LookupIdentity
 from .config.options import Options, OptionsError
-from .http.api import HTTPSettings, NsqdHTTP, serve_http
+from .http.api import NsqdHTTP, serve_http
+from .http.context import HTTPContext, HTTPSettings
 from .tcp.auth import AuthClient
 from .tcp.server import TCPServer
 from .tcp.settings import SessionSettings
@@ -226,7 +227,7 @@ async def _start_servers(
         max_msg_timeout_ms=int(options.max_msg_timeout * 1000),
         max_rdy_count=options.max_rdy_count,
     )
-    app = NsqdHTTP(
+    context = HTTPContext(  # one for both listeners: consume leases, metrics, /config
         broker,
         http_settings,
         sessions=tcp.sessions,
@@ -234,18 +235,11 @@ async def _start_servers(
         on_lookupd_change=lookup.set_addresses,
         forwarder=forwarder,
     )
+    app = NsqdHTTP(context)
     secure = None
     if options.tls_cert and options.tls_key:  # nsqd serves HTTPS only with TLS configured
         https_host, https_port = options.https_host_port()
-        secure = NsqdHTTP(
-            broker,
-            http_settings,
-            sessions=tcp.sessions,
-            options=options,
-            on_lookupd_change=lookup.set_addresses,
-            forwarder=forwarder,
-            puller=app.puller,
-        )
+        secure = NsqdHTTP(context)
         https_port = await nursery.start(
             partial(serve_http, certfile=options.tls_cert, keyfile=options.tls_key),
             secure,
@@ -255,9 +249,9 @@ async def _start_servers(
         if options.tls_required == "true":  # "tcp-https" leaves plain HTTP open
             app.tls_required_https_port = https_port
     http_port = await nursery.start(serve_http, app, http_host, http_port)
-    app.settings = _with_http_port(http_settings, options.broadcast_http_port or http_port)
+    context.settings = _with_http_port(http_settings, options.broadcast_http_port or http_port)
     lookup.identity = replace(
-        identity, tcp_port=http_settings.tcp_port, http_port=app.settings.http_port
+        identity, tcp_port=http_settings.tcp_port, http_port=context.settings.http_port
     )
     nursery.start_soon(lookup.run)  # registers with --lookupd-tcp-address (none: idle)
     # partitions held as replica follow their leaders (none unless lookupd places replicas)

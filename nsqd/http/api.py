@@ -15,47 +15,37 @@ import html
 import logging
 import re
 import socket
-from collections.abc import Callable, Collection
-from dataclasses import dataclass
 
 import trio
 
 from pnsq._netio.http import lifespan, serve_http as netio_serve_http
 from protocol.mpub import MpubFormatError, split_mpub_body
 
-from ..broker import Broker, StorageError, new_records
-from ..broker.pull import Puller
-from ..cluster.forwarding import Forwarder, ForwardError
-from ..config.options import Options
-from ..config.runtime import RuntimeConfig
-from ..core.errors import (
-    BadPartitionError,
-    BrokerError,
-    NotLeaderError,
-    NotWritableError,
-    TopicNotFoundError,
-)
-from ..observe.metrics import Metrics
-from ..observe.stats import SessionLike, health
+from ..broker import new_records
+from ..observe.stats import health
+from .args import topic_arg
 from .base import (
     ClientGone,
-    Handler,
     HTTPError,
     Receive,
     Reply,
     Request,
+    Route,
     Scope,
     Send,
     respond,
     respond_error,
+    routes_with,
 )
 from .consume import ConsumeAPI
+from .context import HTTPContext, HTTPSettings
+from .errors import NO_ERRORS, PUBLISH_ERRORS
 from .offsets import OffsetsAPI
 from .partitions import PartitionsAPI
-from .topic_admin import AdminAPI, topic_arg
+from .topic_admin import AdminAPI
 from .youzan import YouzanAPI
 
-__all__ = ["HTTPError", "HTTPSettings", "NsqdHTTP", "Request", "serve_http"]
+__all__ = ["HTTPContext", "HTTPError", "HTTPSettings", "NsqdHTTP", "Request", "serve_http"]
 
 log = logging.getLogger("nsqd.http")
 
@@ -64,84 +54,51 @@ class PlainTextError(HTTPError):
     """An error sent as plain text without the NSQ header (``/ping``'s ``NOK - <err>``)."""
 
 
-@dataclass(frozen=True, slots=True)
-class HTTPSettings:
-    """What the HTTP API needs of nsqd's options."""
-
-    max_msg_size: int = 1_048_576
-    max_body_size: int = 5_242_880
-    max_req_timeout_ms: int = 3_600_000
-    broadcast_address: str = ""
-    tcp_port: int = 4150
-    http_port: int = 4151
-    max_heartbeat_interval_ns: int = 60_000_000_000
-    max_output_buffer_size: int = 65_536
-    max_output_buffer_timeout_ns: int = 30_000_000_000
-    max_deflate_level: int = 6
-    version: str = "1.3.0"
-    msg_timeout_ms: int = 60_000
-    max_msg_timeout_ms: int = 900_000
-    max_rdy_count: int = 2500
-
-
 class NsqdHTTP:
     """The ASGI application: a route table of ``path -> {method: handler}``.
 
-    ``sessions``: the live TCP sessions (``TCPServer.sessions``), for ``/stats`` and
-    ``/metrics``; ``options``: for ``/config/:opt``. Creating the app installs the metrics'
-    latency histograms on the broker.
+    The endpoint groups get ``context`` (shared by nsqd's HTTP and HTTPS listeners), never
+    this app.
     """
 
-    def __init__(
-        self,
-        broker: Broker,
-        settings: HTTPSettings,
-        *,
-        sessions: Collection[SessionLike] = (),
-        options: Options | None = None,
-        on_lookupd_change: Callable[[list[str]], None] | None = None,
-        forwarder: Forwarder | None = None,
-        puller: Puller | None = None,
-    ) -> None:
-        self.broker = broker
-        self.forwarder = forwarder
-        #: HTTP consume's leases (one table for the HTTP and HTTPS listeners)
-        self.puller = puller or Puller(broker)
-        self.settings = settings
-        self.sessions = sessions
+    def __init__(self, context: HTTPContext) -> None:
+        self.context = context
+        self.broker = context.broker
         self._busy = 0  # requests being handled or answered (drain waits for none)
         self._idle: trio.Event | None = None  # set when _busy drops to 0 during a drain
         #: --tls-required=true: the plain-HTTP listener refuses everything (nsqd's ServeHTTP);
         #: set on that listener's app only, with the HTTPS port to point clients at
         self.tls_required_https_port: int | None = None
-        self.metrics = Metrics(broker, sessions, settings.version)
-        config = RuntimeConfig(
-            options or Options(),
-            lambda: (self.settings.tcp_port, self.settings.http_port),
-            on_lookupd_change,
-        )
-        admin = AdminAPI(self, config)
-        self.routes: dict[str, dict[str, Handler]] = {
-            "/ping": {"GET": self.ping, "HEAD": self.ping},
-            "/info": {"GET": self.info},
-            "/pub": {"POST": self.pub},
-            "/mpub": {"POST": self.mpub},
+        admin = AdminAPI(context)
+        self.routes: dict[str, Route] = {
+            **routes_with(
+                NO_ERRORS,
+                {"/ping": {"GET": self.ping, "HEAD": self.ping}, "/info": {"GET": self.info}},
+            ),
+            **routes_with(
+                PUBLISH_ERRORS, {"/pub": {"POST": self.pub}, "/mpub": {"POST": self.mpub}}
+            ),
             **admin.routes(),
-            **PartitionsAPI(self).routes(),
-            **OffsetsAPI(self).routes(),
-            **ConsumeAPI(self).routes(),
-            **YouzanAPI(self).routes(),
+            **PartitionsAPI(context).routes(),
+            **OffsetsAPI(context).routes(),
+            **ConsumeAPI(context).routes(),
+            **YouzanAPI(context).routes(),
         }
-        self.config_routes: dict[str, Handler] = {"GET": admin.config, "PUT": admin.config}
+        self.config_route = admin.config_route()
 
-    def route(self, path: str) -> tuple[dict[str, Handler] | None, dict[str, str]]:
-        """The handlers of ``path`` by method, and its path parameters."""
-        methods = self.routes.get(path)
-        if methods is not None:
-            return methods, {}
+    @property
+    def settings(self) -> HTTPSettings:
+        """The settings every listener shares (the bound ports once known)."""
+        return self.context.settings
+
+    def route(self, path: str) -> tuple[Route | None, dict[str, str]]:
+        """The route of ``path``, and its path parameters."""
+        route = self.routes.get(path)
+        if route is not None:
+            return route, {}
         opt = path.removeprefix("/config/")
         if opt != path and opt and "/" not in opt:
-            return self.config_routes, {"opt": opt}
+            return self.config_route, {"opt": opt}
         return None, {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -156,11 +113,12 @@ class NsqdHTTP:
             return
         path, method = scope["path"], scope["method"]
         raw_query = scope.get("query_string", b"").decode("latin-1")
-        methods, params = self.route(path)
-        if methods is None:
+        route, params = self.route(path)
+        if route is None:
             if not await self._redirect_slash(send, path, method, raw_query):
                 await respond_error(send, HTTPError(404, "NOT_FOUND"))
             return
+        methods, errors = route.methods, route.errors
         allow = ", ".join(sorted({*methods, "OPTIONS"})).encode()
         if method == "OPTIONS":
             await respond(send, 200, None, nsq_header=False, extra=[(b"Allow", allow)])
@@ -183,6 +141,9 @@ class NsqdHTTP:
                 return
             except ClientGone:
                 return  # nobody to answer, and nothing was done
+            except errors.handled as exc:  # the one translation of domain errors
+                await respond_error(send, errors.error_for(exc, f"{method} {path}"))
+                return
             await respond(send, 200, reply, nsq_header=path != "/ping")
         finally:
             self._busy -= 1
@@ -193,7 +154,7 @@ class NsqdHTTP:
         """Shutdown begins: parked ``/consume`` long polls answer at once with nothing (new
         ones get ``503 EXITING``); return once every request in progress has its answer sent
         (the caller bounds the wait)."""
-        self.puller.stop()
+        self.context.puller.stop()
         while self._busy:
             self._idle = trio.Event()
             await self._idle.wait()
@@ -202,8 +163,8 @@ class NsqdHTTP:
         """httprouter's RedirectTrailingSlash: ``/pub/`` -> ``/pub`` (301 for GET, else 307)."""
         if not path.endswith("/") or path == "/":
             return False
-        methods, _ = self.route(path[:-1])
-        if methods is None or method not in methods:
+        route, _ = self.route(path[:-1])
+        if route is None or method not in route.methods:
             return False
         location = path[:-1] + (f"?{raw_query}" if raw_query else "")
         status, body, headers = 307, b"", [(b"Location", location.encode())]
@@ -244,36 +205,15 @@ class NsqdHTTP:
     async def _publish(
         self, request: Request, topic: str, bodies: list[bytes], defer_ms: int = 0
     ) -> None:
-        """Append to the topic (youzan's optional ``partition`` picks one), with the youzan
-        replies for partition errors and nsqd's ``503 EXITING`` for everything else; a stock
-        publish for a topic led elsewhere goes to its leader (pnsq lookupd)."""
+        """Publish through the one publish path (youzan's optional ``partition`` picks one; a
+        stock publish for a topic led elsewhere goes to its leader). Refusals are answered by
+        :data:`~nsqd.http.errors.PUBLISH_ERRORS`: youzan's replies for partition errors and
+        nsqd's ``503 EXITING`` for everything else."""
         partition = _partition_arg(request)
         now = self.broker.clock.now_ns()
         deliver_at = now + defer_ms * 1_000_000 if defer_ms else 0
-        entries = new_records(now, bodies, deliver_at)
-        forwarder = self.forwarder
-        try:
-            if forwarder is not None and await forwarder.must_forward(
-                self.broker, topic, partition
-            ):
-                await forwarder.publish(topic, bodies, defer_ms)
-                return
-            records = self.broker.publish(topic, entries, partition)
-            await self.broker.wait_replicated(topic, records)
-        except ForwardError as exc:
-            log.error("PUB to %s failed: %s", topic, exc)
-            raise HTTPError(503, f"E_PUB_FAILED {exc}") from exc
-        except TopicNotFoundError as exc:  # a partition the topic does not have
-            raise HTTPError(404, "E_TOPIC_NOT_EXIST") from exc
-        except BadPartitionError as exc:  # e.g. no partition given for an ordered topic
-            raise HTTPError(400, "E_BAD_PARTITION") from exc
-        except NotWritableError as exc:
-            raise HTTPError(400, "E_FAILED_ON_NOT_WRITABLE") from exc
-        except NotLeaderError as exc:  # held here as a replica, or no partition led here
-            raise HTTPError(400, "E_FAILED_ON_NOT_LEADER") from exc
-        except (BrokerError, StorageError, OSError) as exc:
-            log.error("PUB to %s failed: %s", topic, exc)
-            raise HTTPError(503, "EXITING") from exc
+        batch = new_records(now, bodies, deliver_at)
+        await self.context.publishing.publish_stock(topic, batch, partition, defer_ms=defer_ms)
 
     async def pub(self, request: Request) -> Reply:
         """One message; the body is checked before the topic, as nsqd does."""

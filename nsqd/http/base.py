@@ -6,17 +6,17 @@ responder (``nsqd/http_api``'s ``Respond`` as Go's ``net/http`` sends it).
 * a dict or a :class:`JsonValue`: JSON with ``application/json; charset=utf-8``, encoded as
   Go's ``encoding/json`` does (``<``, ``>``, ``&``, U+2028 and U+2029 escaped);
 * :class:`Raw`: a body with its own content type (``/metrics``);
-* :class:`HTTPError`: the status and ``{"message": "<TEXT>"}``;
+* :class:`HTTPError`: the status and ``{"message": "<TEXT>"}`` (domain errors become one
+  through the :class:`~nsqd.http.errors.ErrorTable` of the endpoint's :class:`Route`);
 * :class:`ClientGone`: the client went away before its request was complete: no reply, and
   nothing done (a body cut short is never published).
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any
 
 from pnsq._netio.http import (
     JSON_TYPE,
@@ -31,6 +31,8 @@ from pnsq._netio.http import (
     send_response,
 )
 
+from .errors import ErrorTable
+
 __all__ = [
     "ClientGone",
     "HTTPError",
@@ -40,11 +42,13 @@ __all__ = [
     "Receive",
     "Reply",
     "Request",
+    "Route",
     "Scope",
     "Send",
     "go_json",
     "respond",
     "respond_error",
+    "routes_with",
 ]
 
 
@@ -108,21 +112,20 @@ class Request(QueryArgs):
 
 Handler = Callable[[Request], Awaitable[Reply]]
 
-_UINT: Final = re.compile(r"[0-9]{1,19}")
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """A path's handlers by method, and the table its domain errors are answered by."""
+
+    methods: Mapping[str, Handler]
+    errors: ErrorTable
 
 
-def uint_arg(request: Request, name: str, default: int | None = None) -> int:
-    """Query parameter ``name`` as an unsigned decimal (pnsq's endpoints): absent ->
-    ``default``, or ``400 MISSING_ARG_<NAME>`` without one; anything but 1-19 digits ->
-    ``400 INVALID_<NAME>``."""
-    raw = request.arg(name)
-    if raw is None:
-        if default is None:
-            raise HTTPError(400, f"MISSING_ARG_{name.upper()}")
-        return default
-    if not _UINT.fullmatch(raw):
-        raise HTTPError(400, f"INVALID_{name.upper()}")
-    return int(raw)
+def routes_with(
+    errors: ErrorTable, routes: Mapping[str, Mapping[str, Handler]]
+) -> dict[str, Route]:
+    """``path -> Route`` for ``routes`` (``path -> {method: handler}``), all with ``errors``."""
+    return {path: Route(methods, errors) for path, methods in routes.items()}
 
 
 async def respond(

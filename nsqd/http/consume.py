@@ -9,27 +9,24 @@
 
 A node that leads none of the topic's partitions answers ``400 E_FAILED_ON_NOT_LEADER`` with
 the leaders' HTTP addresses (``"leaders": {"<partition>": "host:port"}``), as youzan's nsqd
-answers a partition-aware client at the wrong node; clients go there.
+answers a partition-aware client at the wrong node; clients go there. The other refusals are
+:data:`~nsqd.http.errors.CONSUME_ERRORS`.
 """
 
 from __future__ import annotations
 
 import base64
 import logging
-from typing import TYPE_CHECKING
 
 from protocol.message import MESSAGE_ID
 
-from ..broker import Channel, StorageError, Topic
-from ..broker.pull import AckNotDurableError, Batch, LeaderMovedError
-from ..cluster.forwarding import ForwardError, NoLookupdError, PlacedElsewhereError
-from ..core.errors import BrokerError, ExitingError
-from ..core.leases import LeaseEndedError, UnknownTokenError
-from .base import Handler, HTTPError, Reply, Request, uint_arg
-from .topic_admin import topic_channel_args
-
-if TYPE_CHECKING:
-    from .api import NsqdHTTP
+from ..broker import Channel, Topic
+from ..broker.pull import Batch, LeaderMovedError
+from ..cluster.forwarding import ForwardError, PlacedElsewhereError
+from .args import topic_channel_args, uint_arg
+from .base import HTTPError, Reply, Request, Route, routes_with
+from .context import HTTPContext
+from .errors import CONSUME_ERRORS
 
 log = logging.getLogger("nsqd.http")
 
@@ -78,24 +75,27 @@ def batch_document(batch: Batch | None) -> dict[str, object]:
 class ConsumeAPI:
     """The handlers; :meth:`routes` gives the app's route table entries."""
 
-    def __init__(self, app: NsqdHTTP) -> None:
-        self.app = app
+    def __init__(self, context: HTTPContext) -> None:
+        self.context = context
 
-    def routes(self) -> dict[str, dict[str, Handler]]:
-        """``path -> {method: handler}``."""
-        return {
-            "/consume": {"POST": self.consume},
-            "/consume/ack": {"POST": self.ack},
-            "/consume/nack": {"POST": self.nack},
-        }
+    def routes(self) -> dict[str, Route]:
+        """``path -> Route``."""
+        return routes_with(
+            CONSUME_ERRORS,
+            {
+                "/consume": {"POST": self.consume},
+                "/consume/ack": {"POST": self.ack},
+                "/consume/nack": {"POST": self.nack},
+            },
+        )
 
     async def consume(self, request: Request) -> Reply:
         """One batch of one partition, or ``{"token": null, ...}`` after ``wait_ms`` (or at once
         when shutdown begins meanwhile); ``503 EXITING`` once it has begun."""
-        if self.app.puller.stopping:
+        if self.context.puller.stopping:
             raise HTTPError(503, "EXITING")
         topic_name, channel_name = topic_channel_args(request)
-        settings = self.app.settings
+        settings = self.context.settings
         limit = _bounded_arg(request, "max", 1, 1, settings.max_rdy_count)
         wait_ms = _bounded_arg(request, "wait_ms", 0, 0, MAX_WAIT_MS)
         lease_ms = _bounded_arg(
@@ -104,39 +104,26 @@ class ConsumeAPI:
         topic, channel = await self._channel(topic_name, channel_name)
         if topic.managed and not topic.led:
             raise await self._not_leader(topic_name)
-        puller = self.app.puller
-        try:
-            batch = await puller.wait(topic, channel, limit, lease_ms * 1_000_000, wait_ms / 1000)
-        except ExitingError as exc:
-            raise HTTPError(503, "EXITING") from exc
+        puller = self.context.puller
+        batch = await puller.wait(topic, channel, limit, lease_ms * 1_000_000, wait_ms / 1000)
         return batch_document(batch)
 
     async def _channel(self, topic_name: str, channel_name: str) -> tuple[Topic, Channel]:
         """The channel, created as a SUB creates it (through lookupd in a cluster)."""
-        broker = self.app.broker
-        forwarder = self.app.forwarder
+        broker = self.context.broker
+        forwarder = self.context.forwarder
         if forwarder is not None:
             try:
                 await forwarder.ensure_local(broker, topic_name)
-            except PlacedElsewhereError:
+            except PlacedElsewhereError:  # the reply names the leaders: lookupd is asked
                 raise await self._not_leader(topic_name) from None
-            except NoLookupdError as exc:
-                raise HTTPError(503, "LOOKUPD_UNREACHABLE") from exc
-            except ForwardError as exc:
-                raise HTTPError(500, "TOPIC_CREATE_FAILED", {"reason": str(exc)}) from exc
-        try:
-            topic = broker.get_or_create_topic(topic_name)
-            return topic, broker.get_or_create_channel(topic, channel_name)
-        except ExitingError as exc:
-            raise HTTPError(503, "EXITING") from exc
-        except (BrokerError, StorageError) as exc:
-            log.error("consume: %s", exc)
-            raise HTTPError(500, "INTERNAL_ERROR") from exc
+        topic = broker.get_or_create_topic(topic_name)
+        return topic, broker.get_or_create_channel(topic, channel_name)
 
     async def _not_leader(self, topic_name: str) -> HTTPError:
         """``400 E_FAILED_ON_NOT_LEADER`` naming the leaders' HTTP addresses (if known)."""
         leaders: dict[str, str] = {}
-        forwarder = self.app.forwarder
+        forwarder = self.context.forwarder
         if forwarder is not None:
             try:
                 found = await forwarder.leaders_http(topic_name)
@@ -150,27 +137,15 @@ class ConsumeAPI:
         """FIN the batch; ``OK`` once durable."""
         token = _token_arg(request)
         try:
-            lease = await self.app.puller.ack(token)
-        except UnknownTokenError:
-            raise HTTPError(409, "TOKEN_INVALID") from None
-        except LeaseEndedError:
-            raise HTTPError(409, "TOKEN_EXPIRED") from None
-        except LeaderMovedError as exc:
+            lease = await self.context.puller.ack(token)
+        except LeaderMovedError as exc:  # the reply names the leaders: lookupd is asked
             raise await self._not_leader(exc.topic) from None
-        except AckNotDurableError as exc:
-            log.error("consume ack not durable: %s", exc)
-            raise HTTPError(500, "ACK_NOT_DURABLE", {"reason": str(exc)}) from exc
         log.debug("consume: acked %d message(s) of %s", len(lease.offsets), lease.topic)
         return b"OK"
 
     async def nack(self, request: Request) -> Reply:
         """Requeue the batch after ``delay_ms``."""
         token = _token_arg(request)
-        delay_ms = _bounded_arg(request, "delay_ms", 0, 0, self.app.settings.max_req_timeout_ms)
-        try:
-            self.app.puller.nack(token, delay_ms)
-        except UnknownTokenError:
-            raise HTTPError(409, "TOKEN_INVALID") from None
-        except LeaseEndedError:
-            raise HTTPError(409, "TOKEN_EXPIRED") from None
+        delay_ms = _bounded_arg(request, "delay_ms", 0, 0, self.context.settings.max_req_timeout_ms)
+        self.context.puller.nack(token, delay_ms)
         return b"OK"

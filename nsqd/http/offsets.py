@@ -7,23 +7,19 @@ nsqd 1.3.0):
 
 A disk-backed log answers from its timestamp index in a worker thread
 (:meth:`nsqd.storage.log.PartitionLog.offset_for_timestamp`); an ``#ephemeral`` topic's memory
-log is scanned. Errors are nsqd's ``{"message": "<TEXT>"}``.
+log is scanned. Errors are nsqd's ``{"message": "<TEXT>"}``
+(:data:`~nsqd.http.errors.RANGE_ERRORS`).
 """
 
 from __future__ import annotations
 
-import logging
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
-from ..broker import StorageError, offset_at
-from ..core.errors import PartitionNotFoundError, TopicNotFoundError
-from .base import Handler, HTTPError, Reply, Request, uint_arg
-from .topic_admin import topic_arg
-
-if TYPE_CHECKING:
-    from .api import NsqdHTTP
-
-log = logging.getLogger("nsqd.http")
+from ..broker import offset_at
+from .args import topic_arg, uint_arg
+from .base import HTTPError, Reply, Request, Route, routes_with
+from .context import HTTPContext
+from .errors import RANGE_ERRORS
 
 _NS_PER_MS: Final = 1_000_000
 
@@ -31,31 +27,22 @@ _NS_PER_MS: Final = 1_000_000
 class OffsetsAPI:
     """The handler; :meth:`routes` gives the app's route table entry."""
 
-    def __init__(self, app: NsqdHTTP) -> None:
-        self.app = app
+    def __init__(self, context: HTTPContext) -> None:
+        self.context = context
 
-    def routes(self) -> dict[str, dict[str, Handler]]:
-        """``path -> {method: handler}``."""
-        return {"/partition/offset": {"GET": self.offset}}
+    def routes(self) -> dict[str, Route]:
+        """``path -> Route``."""
+        return routes_with(RANGE_ERRORS, {"/partition/offset": {"GET": self.offset}})
 
     async def offset(self, request: Request) -> Reply:
         """``{"topic", "partition", "timestamp", "offset", "earliest", "latest"}``."""
-        topic = self.app.broker.find_topic(topic_arg(request))
+        topic = self.context.broker.find_topic(topic_arg(request))
         if topic is None or topic.deleted:
             raise HTTPError(404, "TOPIC_NOT_FOUND")
         number = uint_arg(request, "partition")
-        try:
-            plog = topic.partition(number).log
-        except PartitionNotFoundError:
-            raise HTTPError(404, "PARTITION_NOT_FOUND") from None
+        plog = topic.partition(number).log
         timestamp_ms = uint_arg(request, "timestamp")
-        try:
-            offset = await offset_at(topic.partition(number), timestamp_ms * _NS_PER_MS)
-        except TopicNotFoundError as exc:  # the topic was deleted in the meantime
-            raise HTTPError(404, "TOPIC_NOT_FOUND") from exc
-        except (StorageError, OSError) as exc:
-            log.error("timestamp seek in partition %d failed: %s", number, exc)
-            raise HTTPError(500, "INTERNAL_ERROR") from exc
+        offset = await offset_at(topic.partition(number), timestamp_ms * _NS_PER_MS)
         earliest, latest = plog.start_offset, plog.end_offset
         return {
             "topic": topic.name,

@@ -7,13 +7,12 @@
   is re-run reads the same rows. Encodings in :mod:`protocol.range_read`.
 
 Errors are nsqd's ``{"message": "<TEXT>"}`` with 400 (bad argument) or 404 (no such topic or
-partition).
+partition): :data:`~nsqd.http.errors.RANGE_ERRORS`.
 """
 
 from __future__ import annotations
 
-import logging
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from protocol.range_read import (
     BINARY_CONTENT_TYPE,
@@ -23,15 +22,11 @@ from protocol.range_read import (
     record_size,
 )
 
-from ..broker import Partition, Record, StorageError, Topic, read_records
-from ..core.errors import OffsetNotKeptError, PartitionNotFoundError, TopicNotFoundError
-from .base import Handler, HTTPError, Raw, Reply, Request, uint_arg
-from .topic_admin import topic_arg
-
-if TYPE_CHECKING:
-    from .api import NsqdHTTP
-
-log = logging.getLogger("nsqd.http")
+from ..broker import Partition, Record, Topic, read_records
+from .args import topic_arg, uint_arg
+from .base import HTTPError, Raw, Reply, Request, Route, routes_with
+from .context import HTTPContext
+from .errors import RANGE_ERRORS
 
 DEFAULT_MAX_RECORDS: Final = 1000
 #: ``max`` above this is clamped (the reply says where to continue).
@@ -47,25 +42,28 @@ _FIRST_CHUNK: Final = 64
 class PartitionsAPI:
     """The handlers; :meth:`routes` gives the app's route table entries."""
 
-    def __init__(self, app: NsqdHTTP) -> None:
-        self.app = app
+    def __init__(self, context: HTTPContext) -> None:
+        self.context = context
 
-    def routes(self) -> dict[str, dict[str, Handler]]:
-        """``path -> {method: handler}``."""
-        return {
-            "/partitions": {"GET": self.partitions},
-            "/partition/read": {"GET": self.read},
-        }
+    def routes(self) -> dict[str, Route]:
+        """``path -> Route``."""
+        return routes_with(
+            RANGE_ERRORS,
+            {
+                "/partitions": {"GET": self.partitions},
+                "/partition/read": {"GET": self.read},
+            },
+        )
 
     def _topic(self, request: Request) -> Topic:
         name = topic_arg(request)
-        topic = self.app.broker.find_topic(name)
+        topic = self.context.broker.find_topic(name)
         if topic is None or topic.deleted:
             raise HTTPError(404, "TOPIC_NOT_FOUND")
         return topic
 
     def _node(self) -> dict[str, object]:
-        s = self.app.settings
+        s = self.context.settings
         return {
             "broadcast_address": s.broadcast_address,
             "tcp_port": s.tcp_port,
@@ -99,10 +97,7 @@ class PartitionsAPI:
         """The records ``[offset, offset + n)``, ``n <= max``, within the byte cap."""
         topic = self._topic(request)
         number = uint_arg(request, "partition")
-        try:
-            partition = topic.partition(number)
-        except PartitionNotFoundError:
-            raise HTTPError(404, "PARTITION_NOT_FOUND") from None
+        partition = topic.partition(number)
         offset = uint_arg(request, "offset")
         limit = uint_arg(request, "max", DEFAULT_MAX_RECORDS)
         if limit < 1:
@@ -144,15 +139,7 @@ async def _read_capped(partition: Partition, offset: int, limit: int) -> list[Re
     at = offset
     while len(out) < limit:
         want = min(chunk, limit - len(out))
-        try:
-            got = await read_records(partition, at, want)
-        except OffsetNotKeptError as exc:  # retention deleted it in the meantime
-            raise HTTPError(400, "OFFSET_OUT_OF_RANGE") from exc
-        except TopicNotFoundError as exc:  # the topic was deleted in the meantime
-            raise HTTPError(404, "TOPIC_NOT_FOUND") from exc
-        except (StorageError, OSError) as exc:
-            log.error("range read of partition %d failed: %s", partition.number, exc)
-            raise HTTPError(500, "INTERNAL_ERROR") from exc
+        got = await read_records(partition, at, want)  # retention or a delete may refuse it
         for record in got:
             n = record_size(record)
             if out and size + n > MAX_BYTES:

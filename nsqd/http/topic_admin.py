@@ -4,41 +4,24 @@
 ``INVALID_TOPIC`` where the channel endpoints say ``INVALID_ARG_TOPIC``; ``/topic/delete`` and
 ``/topic/pause`` do not validate the name (an invalid one is simply ``TOPIC_NOT_FOUND``).
 youzan's additions: ``/topic/create``'s topic parameters and ``/channel/setoffset`` (youzan's
-statuses and texts).
+statuses and texts). Domain errors are answered by :data:`~nsqd.http.errors.ADMIN_ERRORS`.
 """
 
 from __future__ import annotations
 
-import logging
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import TYPE_CHECKING
 
-from protocol.consume import ConsumeStartError, parse_consume_start
-from protocol.errors import YouzanText
+from protocol.consume import parse_consume_start
 from protocol.gostr import go_quote
 from protocol.message import MAX_PARTITIONS
-from protocol.names import is_valid_name
 
-from ..broker import StorageError, admin
-from ..config.runtime import InvalidOptionError, InvalidValueError, RuntimeConfig
-from ..core.errors import (
-    BrokerError,
-    ChannelNotFoundError,
-    ConsumeStartUnsupportedError,
-    ExitingError,
-    TopicConflictError,
-    TopicNotFoundError,
-)
+from ..broker import admin
 from ..observe.stats import StatsQuery, stats_document
 from ..observe.stats_text import render_text
-from .base import Handler, HTTPError, JsonValue, Raw, Reply, Request
-
-if TYPE_CHECKING:
-    from .api import NsqdHTTP
-
-log = logging.getLogger("nsqd.http")
+from .args import topic_arg, topic_channel_args
+from .base import HTTPError, JsonValue, Raw, Reply, Request, Route, routes_with
+from .context import HTTPContext
+from .errors import ADMIN_ERRORS
 
 BOOL_PARAMS = {"true": True, "1": True, "false": False, "0": False}  # nsqd's boolParams
 _ATOI = re.compile(r"[+-]?[0-9]+")  # Go's strconv.Atoi syntax
@@ -54,74 +37,38 @@ def _flag_arg(request: Request, name: str) -> bool | None:
     return None if value is None else value == "true"
 
 
-def topic_arg(request: Request, *, validate: bool = True) -> str:
-    """``topic`` as nsqd's topic endpoints read it."""
-    name = request.arg("topic")
-    if name is None:
-        raise HTTPError(400, "MISSING_ARG_TOPIC")
-    if validate and not is_valid_name(name):
-        raise HTTPError(400, "INVALID_TOPIC")
-    return name
-
-
-def topic_channel_args(request: Request) -> tuple[str, str]:
-    """``topic`` and ``channel`` as nsqd's ``http_api.GetTopicChannelArgs`` reads them."""
-    topic = request.arg("topic")
-    if topic is None:
-        raise HTTPError(400, "MISSING_ARG_TOPIC")
-    if not is_valid_name(topic):
-        raise HTTPError(400, "INVALID_ARG_TOPIC")
-    channel = request.arg("channel")
-    if channel is None:
-        raise HTTPError(400, "MISSING_ARG_CHANNEL")
-    if not is_valid_name(channel):
-        raise HTTPError(400, "INVALID_ARG_CHANNEL")
-    return topic, channel
-
-
-@contextmanager
-def broker_errors() -> Iterator[None]:
-    """Map the broker's refusals to nsqd's replies (youzan's own refusals pass through)."""
-    try:
-        yield
-    except (TopicConflictError, ConsumeStartUnsupportedError):
-        raise
-    except TopicNotFoundError as exc:
-        raise HTTPError(404, "TOPIC_NOT_FOUND") from exc
-    except ChannelNotFoundError as exc:
-        raise HTTPError(404, "CHANNEL_NOT_FOUND") from exc
-    except ExitingError as exc:
-        raise HTTPError(503, "EXITING") from exc
-    except (BrokerError, StorageError, OSError) as exc:
-        log.error("admin operation failed: %s", exc)
-        raise HTTPError(500, "INTERNAL_ERROR") from exc
-
-
 class AdminAPI:
     """The handlers; :meth:`routes` gives the app's route table entries."""
 
-    def __init__(self, app: NsqdHTTP, config: RuntimeConfig) -> None:
-        self.app = app
-        self.broker = app.broker
-        self.runtime = config
+    def __init__(self, context: HTTPContext) -> None:
+        self.context = context
+        self.broker = context.broker
+        self.runtime = context.runtime
 
-    def routes(self) -> dict[str, dict[str, Handler]]:
-        """Exact-path routes (``/config/:opt`` is matched by the app)."""
-        return {
-            "/stats": {"GET": self.stats},
-            "/metrics": {"GET": self.metrics},
-            "/topic/create": {"POST": self.topic_create},
-            "/topic/delete": {"POST": self.topic_delete},
-            "/topic/empty": {"POST": self.topic_empty},
-            "/topic/pause": {"POST": self.topic_pause},
-            "/topic/unpause": {"POST": self.topic_pause},
-            "/channel/create": {"POST": self.channel_create},
-            "/channel/delete": {"POST": self.channel_delete},
-            "/channel/empty": {"POST": self.channel_empty},
-            "/channel/pause": {"POST": self.channel_pause},
-            "/channel/unpause": {"POST": self.channel_pause},
-            "/channel/setoffset": {"POST": self.channel_setoffset},
-        }
+    def routes(self) -> dict[str, Route]:
+        """Exact-path routes (``/config/:opt`` is matched by the app: :meth:`config_route`)."""
+        return routes_with(
+            ADMIN_ERRORS,
+            {
+                "/stats": {"GET": self.stats},
+                "/metrics": {"GET": self.metrics},
+                "/topic/create": {"POST": self.topic_create},
+                "/topic/delete": {"POST": self.topic_delete},
+                "/topic/empty": {"POST": self.topic_empty},
+                "/topic/pause": {"POST": self.topic_pause},
+                "/topic/unpause": {"POST": self.topic_pause},
+                "/channel/create": {"POST": self.channel_create},
+                "/channel/delete": {"POST": self.channel_delete},
+                "/channel/empty": {"POST": self.channel_empty},
+                "/channel/pause": {"POST": self.channel_pause},
+                "/channel/unpause": {"POST": self.channel_pause},
+                "/channel/setoffset": {"POST": self.channel_setoffset},
+            },
+        )
+
+    def config_route(self) -> Route:
+        """``/config/:opt``'s handlers."""
+        return Route({"GET": self.config, "PUT": self.config}, ADMIN_ERRORS)
 
     # ------------------------------------------------------------------ stats
 
@@ -133,7 +80,9 @@ class AdminAPI:
             include_clients=_bool_param(request.arg("include_clients"), True),
             include_mem=_bool_param(request.arg("include_mem"), True),
         )
-        doc = stats_document(self.broker, self.app.sessions, query, self.app.settings.version)
+        doc = stats_document(
+            self.broker, self.context.sessions, query, self.context.settings.version
+        )
         if request.arg("format") == "json":
             return doc
         return render_text(doc, self.broker.clock.now())
@@ -141,7 +90,7 @@ class AdminAPI:
     async def metrics(self, request: Request) -> Reply:
         """Prometheus exposition (see :mod:`nsqd.observe.metrics`)."""
         accept = request.headers.get(b"accept", b"").decode("latin-1")
-        body, content_type = self.app.metrics.render(accept)
+        body, content_type = self.context.metrics.render(accept)
         return Raw(body, content_type.encode())
 
     # ------------------------------------------------------------------ topics
@@ -157,57 +106,46 @@ class AdminAPI:
             if not 1 <= partitions < MAX_PARTITIONS:
                 raise HTTPError(400, "INVALID_ARG_TOPIC_PARTITION_NUM")
         ordered, ext = _flag_arg(request, "orderedmulti"), _flag_arg(request, "extend")
-        try:
-            with broker_errors():
-                await admin.create_topic(self.broker, name, partitions, ordered, ext)
-        except TopicConflictError as exc:
-            raise HTTPError(400, "TOPIC_ALREADY_EXIST") from exc
+        await admin.create_topic(self.broker, name, partitions, ordered, ext)
         return None
 
     async def topic_delete(self, request: Request) -> Reply:
         name = topic_arg(request, validate=False)
-        with broker_errors():
-            await admin.delete_topic(self.broker, name)
+        await admin.delete_topic(self.broker, name)
         return None
 
     async def topic_empty(self, request: Request) -> Reply:
         name = topic_arg(request)
-        with broker_errors():
-            admin.empty_topic(self.broker, name)
+        admin.empty_topic(self.broker, name)
         return None
 
     async def topic_pause(self, request: Request) -> Reply:
         name = topic_arg(request, validate=False)
         paused = not request.path.endswith("unpause")
-        with broker_errors():
-            await admin.pause_topic(self.broker, name, paused)
+        await admin.pause_topic(self.broker, name, paused)
         return None
 
     # ------------------------------------------------------------------ channels
 
     async def channel_create(self, request: Request) -> Reply:
         topic, channel = topic_channel_args(request)
-        with broker_errors():
-            admin.create_channel(self.broker, topic, channel)
+        admin.create_channel(self.broker, topic, channel)
         return None
 
     async def channel_delete(self, request: Request) -> Reply:
         topic, channel = topic_channel_args(request)
-        with broker_errors():
-            admin.delete_channel(self.broker, topic, channel)
+        admin.delete_channel(self.broker, topic, channel)
         return None
 
     async def channel_empty(self, request: Request) -> Reply:
         topic, channel = topic_channel_args(request)
-        with broker_errors():
-            admin.empty_channel(self.broker, topic, channel)
+        admin.empty_channel(self.broker, topic, channel)
         return None
 
     async def channel_pause(self, request: Request) -> Reply:
         topic, channel = topic_channel_args(request)
         paused = not request.path.endswith("unpause")
-        with broker_errors():
-            await admin.pause_channel(self.broker, topic, channel, paused)
+        await admin.pause_channel(self.broker, topic, channel, paused)
         return None
 
     async def channel_setoffset(self, request: Request) -> Reply:
@@ -227,18 +165,11 @@ class AdminAPI:
             raise HTTPError(404, "E_TOPIC_NOT_EXIST")
         if channel not in found.channels:
             raise HTTPError(404, "CHANNEL_NOT_FOUND")
-        body = await request.body(self.app.settings.max_msg_size)
+        body = await request.body(self.context.settings.max_msg_size)
         if not body:
             raise HTTPError(406, "MSG_EMPTY")
-        try:
-            start = parse_consume_start(body.strip())
-        except ConsumeStartError as exc:
-            raise HTTPError(400, str(exc)) from exc
-        try:
-            with broker_errors():
-                await admin.set_channel_offset(self.broker, topic, channel, partition, start)
-        except ConsumeStartUnsupportedError as exc:
-            raise HTTPError(500, YouzanText.UNSUPPORTED_OFFSET_TYPE) from exc
+        start = parse_consume_start(body.strip())
+        await admin.set_channel_offset(self.broker, topic, channel, partition, start)
         return None
 
     # ------------------------------------------------------------------ config
@@ -246,19 +177,14 @@ class AdminAPI:
     async def config(self, request: Request) -> Reply:
         """``GET``/``PUT /config/:opt``."""
         name = request.params["opt"]
-        try:
-            if request.method == "PUT":
-                limit = self.app.settings.max_msg_size
-                body = await request.body(limit)
-                if not body or len(body) > limit:
-                    raise HTTPError(413, "INVALID_VALUE")
-                value = self.runtime.put(name, body)
-            else:
-                value = self.runtime.get(name)
-        except InvalidOptionError as exc:
-            raise HTTPError(400, "INVALID_OPTION") from exc
-        except InvalidValueError as exc:
-            raise HTTPError(400, "INVALID_VALUE") from exc
+        if request.method == "PUT":
+            limit = self.context.settings.max_msg_size
+            body = await request.body(limit)
+            if not body or len(body) > limit:
+                raise HTTPError(413, "INVALID_VALUE")
+            value = self.runtime.put(name, body)
+        else:
+            value = self.runtime.get(name)
         if isinstance(value, str):
             return value.encode()  # nsqd's responder sends a string as is
         return JsonValue(value)

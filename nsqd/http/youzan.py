@@ -12,6 +12,8 @@
 
 pnsq's offsets are log offsets (``docs/compatibility.md``), so ``virtual_offset`` and the
 replies' ``offset``/``queue_offset`` are log offsets; ``count`` is the n-th message still kept.
+Domain errors are answered by :data:`~nsqd.http.errors.YOUZAN_PUBLISH_ERRORS` (the publishes)
+and :data:`~nsqd.http.errors.YOUZAN_ERRORS` (the rest).
 """
 
 from __future__ import annotations
@@ -19,29 +21,18 @@ from __future__ import annotations
 import json
 import logging
 import re
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from protocol.ext import TRACE_ID_KEY, parse_json_header
 from protocol.message import PARTITION_SHIFT
 
-from ..broker import Channel, NewRecord, Partition, Record, StorageError, Topic, read_records
+from ..broker import Channel, NewRecord, Partition, Record, Topic, read_records
 from ..broker.admin import get_channel
 from ..broker.finishing import finish_anywhere
-from ..core.errors import (
-    BadPartitionError,
-    BrokerError,
-    ChannelNotFoundError,
-    NotLeaderError,
-    NotWritableError,
-    OffsetNotKeptError,
-    PartitionNotConsumedError,
-    TopicNotFoundError,
-)
-from .base import Handler, HTTPError, Reply, Request, go_json
-from .topic_admin import topic_arg
-
-if TYPE_CHECKING:
-    from .api import NsqdHTTP
+from .args import topic_arg
+from .base import HTTPError, Reply, Request, Route, go_json, routes_with
+from .context import HTTPContext
+from .errors import YOUZAN_ERRORS, YOUZAN_PUBLISH_ERRORS
 
 log = logging.getLogger("nsqd.http")
 
@@ -55,30 +46,35 @@ _SEQ_MASK: Final = (1 << PARTITION_SHIFT) - 1
 class YouzanAPI:
     """The handlers; :meth:`routes` gives the app's route table entries."""
 
-    def __init__(self, app: NsqdHTTP) -> None:
-        self.app = app
-        self.broker = app.broker
+    def __init__(self, context: HTTPContext) -> None:
+        self.context = context
+        self.broker = context.broker
 
-    def routes(self) -> dict[str, dict[str, Handler]]:
-        """``path -> {method: handler}``."""
-        return {
+    def routes(self) -> dict[str, Route]:
+        """``path -> Route``."""
+        publishing = {
             "/pub_ext": {"POST": self.pub_ext},
             "/pubtrace": {"POST": self.pubtrace},
-            "/message/get": {"GET": self.message_get},
-            "/message/finish": {"POST": self.message_finish},
-            "/channel/skip": {"POST": self.channel_skip},
-            "/channel/unskip": {"POST": self.channel_skip},
-            "/channel/skipZanTest": {"POST": self.channel_skip_zan_test},
-            "/channel/unskipZanTest": {"POST": self.channel_skip_zan_test},
-            "/channel/setorder": {"POST": self.channel_setorder},
-            "/channel/emptydelayed": {"POST": self.channel_emptydelayed},
-            "/channel/requeuedelayed": {"POST": self.channel_requeuedelayed},
         }
+        return routes_with(YOUZAN_PUBLISH_ERRORS, publishing) | routes_with(
+            YOUZAN_ERRORS,
+            {
+                "/message/get": {"GET": self.message_get},
+                "/message/finish": {"POST": self.message_finish},
+                "/channel/skip": {"POST": self.channel_skip},
+                "/channel/unskip": {"POST": self.channel_skip},
+                "/channel/skipZanTest": {"POST": self.channel_skip_zan_test},
+                "/channel/unskipZanTest": {"POST": self.channel_skip_zan_test},
+                "/channel/setorder": {"POST": self.channel_setorder},
+                "/channel/emptydelayed": {"POST": self.channel_emptydelayed},
+                "/channel/requeuedelayed": {"POST": self.channel_requeuedelayed},
+            },
+        )
 
     # ------------------------------------------------------------------ publishing
 
     async def _body(self, request: Request) -> bytes:
-        limit = self.app.settings.max_msg_size
+        limit = self.context.settings.max_msg_size
         length = request.content_length
         if length is not None and length > limit:
             raise HTTPError(413, "MSG_TOO_BIG")
@@ -140,20 +136,7 @@ class YouzanAPI:
         stamped = NewRecord(
             broker.clock.now_ns(), entry.body, trace_id=entry.trace_id, ext=entry.ext
         )
-        try:
-            records = broker.publish(topic.name, [stamped], partition)
-            await broker.wait_replicated(topic.name, records)
-        except TopicNotFoundError as exc:
-            raise HTTPError(404, "E_TOPIC_NOT_EXIST") from exc
-        except BadPartitionError as exc:
-            raise HTTPError(400, "E_BAD_PARTITION") from exc
-        except NotWritableError as exc:
-            raise HTTPError(400, "E_FAILED_ON_NOT_WRITABLE") from exc
-        except NotLeaderError as exc:
-            raise HTTPError(400, "E_FAILED_ON_NOT_LEADER") from exc
-        except (BrokerError, StorageError, OSError) as exc:
-            log.error("PUB to %s failed: %s", topic.name, exc)
-            raise HTTPError(503, str(exc) or "EXITING") from exc
+        records = await self.context.publishing.publish(topic.name, [stamped], partition)
         return records[0]
 
     # ------------------------------------------------------------------ messages
@@ -208,14 +191,7 @@ class YouzanAPI:
             raise HTTPError(400, "INVALID_REQUEST")
         internal = int(raw)
         number, offset = (internal >> PARTITION_SHIFT) & 0x3FF, (internal & _SEQ_MASK) - 1
-        try:
-            finished = await finish_anywhere(channel, number, offset)
-        except PartitionNotConsumedError as exc:
-            raise HTTPError(500, str(exc)) from exc
-        except NotLeaderError as exc:
-            raise HTTPError(400, "E_FAILED_ON_NOT_LEADER") from exc
-        except OffsetNotKeptError as exc:
-            raise HTTPError(404, str(exc)) from exc
+        finished = await finish_anywhere(channel, number, offset)
         if finished:
             log.info(
                 "TOPIC(%s): message %d of channel %s finished by api", *_names(channel), internal
@@ -227,12 +203,7 @@ class YouzanAPI:
     def _channel(self, request: Request) -> Channel:
         name = topic_arg(request)
         channel_name = request.arg("channel") or ""
-        try:
-            return get_channel(self.broker, name, channel_name)
-        except ChannelNotFoundError as exc:
-            raise HTTPError(404, "CHANNEL_NOT_FOUND") from exc
-        except TopicNotFoundError as exc:
-            raise HTTPError(404, "E_TOPIC_NOT_EXIST") from exc
+        return get_channel(self.broker, name, channel_name)
 
     async def channel_skip(self, request: Request) -> Reply:
         """``/channel/skip``: confirm every message unsent from now on; ``/channel/unskip``:
@@ -300,10 +271,7 @@ def _traced(record: Record, trace_text: str) -> Reply:
 
 
 async def _read_one(partition: Partition, offset: int) -> Record:
-    try:
-        records = await read_records(partition, offset, 1)
-    except OffsetNotKeptError as exc:
-        raise HTTPError(404, str(exc)) from exc
+    records = await read_records(partition, offset, 1)
     if not records or records[0].offset != offset:
         raise HTTPError(404, f"no message at offset {offset}")
     return records[0]

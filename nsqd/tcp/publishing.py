@@ -10,12 +10,15 @@ In a pnsq cluster a stock PUB/MPUB/DPUB (no partition) for a topic this node lea
 partition of goes to a leader through :class:`~nsqd.cluster.forwarding.Forwarder` and is
 acknowledged once that leader acknowledged; so does one for a topic this node does not have but
 lookupd knows. A topic lookupd does not know is created here (lookupd adopts it, led here); with no
-lookupd reachable it is refused rather than created behind the cluster's back.
+lookupd reachable it is refused rather than created behind the cluster's back. Both steps
+(forward or append, then wait for the in-sync replicas) are
+:class:`~nsqd.cluster.publishing.PublishPath`'s.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 
 from protocol import ClientError, ErrorCode, Pub, frames
 from protocol.ext import ext_not_supported, parse_json_header
@@ -23,6 +26,7 @@ from protocol.tracing import traced_response
 
 from ..broker import BodyBatch, Broker, NewRecord, Record, new_records
 from ..cluster.forwarding import Forwarder
+from ..cluster.publishing import PublishPath
 from ..core.errors import BadPartitionError
 from .delivery import raw_size
 from .errors import HANDLED_ERRORS, client_error_for
@@ -38,6 +42,7 @@ class Publisher:
         self.broker = broker
         self.output = output
         self.forwarder = forwarder
+        self.path = PublishPath(broker, forwarder)
         #: single PUBs not appended yet: per run of one (topic, partition), their bodies and
         #: publish times (one batch: no object per message)
         self._gathered: list[tuple[tuple[str, int | None], BodyBatch]] = []
@@ -69,22 +74,19 @@ class Publisher:
         stored: list[tuple[str, Sequence[Record], int]] = []  # topic, records (none: forwarded), n
         failure: Exception | None = None
         for (topic, partition), entries in gathered:
-            records: Sequence[Record]
+            # appended with the other connections' PUBs of this turn (one append), or forwarded
+            append = partial(self.broker.commits.publish, topic, entries, partition)
             try:
-                if await self._elsewhere(topic, partition):
-                    await self._forward(topic, entries.bodies)
-                    records = []
-                else:  # with the other connections' PUBs of this turn: one append
-                    records = await self.broker.commits.publish(topic, entries, partition)
+                records = await self.path.store(topic, partition, entries.bodies, append)
             except HANDLED_ERRORS as exc:
                 failure = exc
                 break
-            stored.append((topic, records, len(entries)))
+            stored.append((topic, () if records is None else records, len(entries)))
             self.pub_counts[topic] = self.pub_counts.get(topic, 0) + len(entries)
         acked = 0
         for topic, records, count in stored:  # the stored runs are acked once replicated
             try:
-                await self.broker.wait_replicated(topic, records, durable=False)
+                await self.path.replicated(topic, records, durable=False)
             except HANDLED_ERRORS as exc:
                 failure = exc
                 break
@@ -157,28 +159,18 @@ class Publisher:
     ) -> None:
         now = self.broker.clock.now_ns()
         deliver_at = now + defer_ms * 1_000_000 if defer_ms else 0
-        entries = new_records(now, bodies, deliver_at)
+        batch = new_records(now, bodies, deliver_at)
         try:
-            if await self._elsewhere(topic, partition):
-                await self._forward(topic, bodies, defer_ms)
-            else:
-                records = self.broker.publish(topic, entries, partition)
-                self.pub_counts[topic] = self.pub_counts.get(topic, 0) + len(entries)
-                await self.broker.wait_replicated(topic, records)
+            await self.path.publish_stock(
+                topic, batch, partition, defer_ms=defer_ms, on_appended=partial(self._count, topic)
+            )
         except HANDLED_ERRORS as exc:
             raise client_error_for(exc, name, code) from exc
         self.output.append(frames.OK)
 
-    async def _elsewhere(self, topic: str, partition: int | None) -> bool:
-        """Whether a stock publish must go to a leader on another node (pnsq lookupd only).
-        Raises :class:`~nsqd.cluster.forwarding.NoLookupdError` for an unknown topic while no
-        lookupd answers."""
-        forwarder = self.forwarder
-        return forwarder is not None and await forwarder.must_forward(self.broker, topic, partition)
-
-    async def _forward(self, topic: str, bodies: list[bytes], defer_ms: int = 0) -> None:
-        assert self.forwarder is not None
-        await self.forwarder.publish(topic, bodies, defer_ms)
+    def _count(self, topic: str, records: Sequence[Record]) -> None:
+        """``records`` of ``topic`` were appended here (/stats' ``pub_counts``)."""
+        self.pub_counts[topic] = self.pub_counts.get(topic, 0) + len(records)
 
     async def publish_traced(
         self, topic: str, messages: list[tuple[int, bytes]], partition: int | None, name: str
@@ -186,9 +178,9 @@ class Publisher:
         now = self.broker.clock.now_ns()
         entries = [NewRecord(timestamp_ns=now, body=b, trace_id=t) for t, b in messages]
         try:
-            records = self.broker.publish(topic, entries, partition)
-            self.pub_counts[topic] = self.pub_counts.get(topic, 0) + len(entries)
-            await self.broker.wait_replicated(topic, records)
+            records = await self.path.publish(
+                topic, entries, partition, on_appended=partial(self._count, topic)
+            )
         except HANDLED_ERRORS as exc:
             raise client_error_for(exc, name, ErrorCode.PUB_FAILED) from exc
         first = records[0]
@@ -228,9 +220,9 @@ class Publisher:
                     raise ext_not_supported(topic)
             entries.append(NewRecord(timestamp_ns=now, body=body, trace_id=trace_id, ext=ext))
         try:
-            records = self.broker.publish(topic, entries, partition)
-            self.pub_counts[topic] = self.pub_counts.get(topic, 0) + len(entries)
-            await self.broker.wait_replicated(topic, records)
+            records = await self.path.publish(
+                topic, entries, partition, on_appended=partial(self._count, topic)
+            )
         except HANDLED_ERRORS as exc:
             raise client_error_for(exc, name, code) from exc
         if not traced:
