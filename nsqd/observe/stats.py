@@ -25,20 +25,31 @@ E2E_LATENCY = {"count": 0, "percentiles": None}  # not measured (nsqd: opt-in)
 
 
 class SessionLike(Protocol):
-    """What stats read of a TCP session (``nsqd.tcp.session.Session``); newer attributes (TLS,
-    compression, auth, publish counts) are read with defaults."""
+    """What stats read of a TCP session (``nsqd.tcp.session.Session``), read-only; newer
+    attributes (TLS, compression, auth, publish counts) are read with defaults."""
 
-    client_id: str
-    hostname: str
-    remote_address: str
-    user_agent: str
-    ready_count: int
-    in_flight: int
-    message_count: int
-    finish_count: int
-    requeue_count: int
-    connect_time: int
-    sample_rate: int
+    @property
+    def client_id(self) -> str: ...
+    @property
+    def hostname(self) -> str: ...
+    @property
+    def remote_address(self) -> str: ...
+    @property
+    def user_agent(self) -> str: ...
+    @property
+    def ready_count(self) -> int: ...
+    @property
+    def in_flight(self) -> int: ...
+    @property
+    def message_count(self) -> int: ...
+    @property
+    def finish_count(self) -> int: ...
+    @property
+    def requeue_count(self) -> int: ...
+    @property
+    def connect_time(self) -> int: ...
+    @property
+    def sample_rate(self) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)

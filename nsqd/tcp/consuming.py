@@ -1,9 +1,12 @@
 """The consuming side of a V2 connection: its subscription, RDY and in-flight accounting, the
 FIN / REQ / TOUCH commands and the message pump that delivers while RDY allows.
 
-:class:`Consuming` is a base of :class:`~nsqd.tcp.session.Session` (the connection's
-lifecycle, command loop and dispatch): one object, so the consumer hot paths (a run of FINs,
-the pump) reach the broker directly, with no layer in between.
+:class:`Consuming` is a part owned by :class:`~nsqd.tcp.session.Session` (the connection's
+lifecycle, command loop and dispatch), which calls it straight from its command loop, so the
+consumer hot paths (a run of FINs, the pump) reach the broker directly, with no layer in
+between. The broker knows the connection by its ``owner`` (the connection's
+:class:`~nsqd.broker.channel.Subscriber`: the same object for the subscription, the messages
+in flight and the stats); this part only passes it on.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from protocol import ErrorCode, FinRun, Sub, SubMode, frames
 from protocol.consume import parse_consume_start
 
 from ..broker import Broker, Channel
-from ..broker.clock import Clock
+from ..broker.channel import Subscriber
 from ..broker.subscriptions import SubscribeRequest, subscribe
 from .delivery import PLAIN_FRAME, sample, write_extended, write_plain
 from .errors import HANDLED_ERRORS, client_error_for
@@ -32,22 +35,35 @@ log = logging.getLogger("nsqd.session")
 
 
 class Consuming:
-    """A connection's consumer state and commands (set up by :meth:`_init_consuming`)."""
+    """A connection's consumer state and commands.
 
-    # the connection's own, set by Session
-    broker: Broker
-    settings: SessionSettings
-    clock: Clock
-    output: OutputBuffer
-    remote_address: str
-    msg_timeout_ns: int
-    sample_rate: int
-    extend_support: bool
-    _nursery: trio.Nursery | None
-    _ended: bool
-    _reactor: PublishReactor | None
+    Attributes:
+        channel: the channel subscribed to (None before SUB).
+        partition: the one partition it consumes (a partitioned SUB), or None for all.
+        ready_count: the client's RDY; ``in_flight`` counts the messages it holds.
+        msg_timeout_ns, sample_rate, extend_support: as IDENTIFY negotiated them.
+    """
 
-    def _init_consuming(self) -> None:
+    def __init__(
+        self,
+        broker: Broker,
+        settings: SessionSettings,
+        output: OutputBuffer,
+        remote_address: str,
+        owner: Subscriber,
+        reactor: PublishReactor | None,
+    ) -> None:
+        self.broker = broker
+        self.settings = settings
+        self.clock = broker.clock
+        self.output = output
+        self.remote_address = remote_address
+        self.owner = owner
+        self._reactor = reactor
+        limits = settings.identify
+        self.msg_timeout_ns = limits.default_msg_timeout_ms * 1_000_000
+        self.sample_rate = 0
+        self.extend_support = False  # IDENTIFY extend_support (youzan ext topics)
         self.channel: Channel | None = None
         self.partition: int | None = None
         self.ext_block = False  # youzan ext block in message frames (ext topic)
@@ -62,10 +78,29 @@ class Consuming:
         self._delivery_queued = False  # with the publish reactor's turn (deliver_now)
         #: what a delivery made for the idle pump raised: the pump raises it
         self._delivery_error: Exception | None = None
+        self._ended = False  # the connection's tasks are ending: the pump returns
+
+    def stop(self) -> None:
+        """The connection is ending: the pump returns (without being cancelled)."""
+        self._ended = True
+        self._pump_lot.unpark_all()
+
+    def unsubscribe(self) -> None:
+        """Leave the channel, if subscribed (the connection is gone)."""
+        channel = self.channel
+        if channel is not None:
+            self.broker.unsubscribe(channel, self.owner)
+            channel.notify()  # messages held for our tag go to the others
+
+    def set_ready(self, count: int) -> None:
+        """RDY: the client takes up to ``count`` messages in flight."""
+        self.ready_count = count
+        self._pump_lot.unpark_all()
 
     # ------------------------------------------------------------------ SUB
 
-    async def _subscribe(self, command: Sub) -> None:
+    async def subscribe(self, command: Sub, nursery: trio.Nursery) -> None:
+        """SUB: join the channel, reply OK, and start the pump in ``nursery``."""
         mode = command.mode
         request = SubscribeRequest(
             command.topic,
@@ -79,33 +114,32 @@ class Consuming:
         try:
             if self.settings.forwarder is not None:
                 await self.settings.forwarder.ensure_local(self.broker, command.topic)
-            sub = subscribe(self.broker, request, self)
+            sub = subscribe(self.broker, request, self.owner)
         except HANDLED_ERRORS as exc:
             raise client_error_for(exc, "SUB", ErrorCode.SUB_FAILED) from exc
         self.channel = sub.channel
-        self.partition = sub.partition
+        self.partition = self.owner.partition = sub.partition
         self.ext_block = sub.channel.topic.ext
         self.detail_block = mode is not SubMode.PLAIN
         if sub.metadata_changed:  # the channel became ordered: on disk before the OK
             await self.broker.wait_durable()
-        assert self._nursery is not None
-        self._nursery.start_soon(self._pump)
+        nursery.start_soon(self._pump)
         self.output.append(frames.OK)
 
     # ------------------------------------------------------------------ FIN / REQ / TOUCH
 
-    def _fin(self, message_id: bytes) -> None:
+    def fin(self, message_id: bytes) -> None:
         assert self.channel is not None
         try:
-            self.broker.finish(self.channel, message_id, self)
+            self.broker.finish(self.channel, message_id, self.owner)
         except HANDLED_ERRORS as exc:
             raise client_error_for(exc, "FIN", ErrorCode.FIN_FAILED, message_id) from exc
         self.finish_count += 1
         self._release_one()
 
-    def _fin_run(self, run: FinRun) -> None:
+    def fin_run(self, run: FinRun) -> None:
         assert self.channel is not None
-        done, failed = self.broker.finish_run(self.channel, run.internal_ids(), self)
+        done, failed = self.broker.finish_run(self.channel, run.internal_ids(), self.owner)
         self.finish_count += done
         self.in_flight = max(0, self.in_flight - done)
         if self.in_flight < self.ready_count:
@@ -118,20 +152,20 @@ class Consuming:
             log.info("[%s] %s", self.remote_address, error.log_text)
             self.output.write(frames.encode_error(error.text))
 
-    def _req(self, message_id: bytes, timeout_ms: int) -> None:
+    def req(self, message_id: bytes, timeout_ms: int) -> None:
         assert self.channel is not None
         try:
-            self.broker.requeue(self.channel, message_id, self, timeout_ms)
+            self.broker.requeue(self.channel, message_id, self.owner, timeout_ms)
         except HANDLED_ERRORS as exc:
             raise client_error_for(exc, "REQ", ErrorCode.REQ_FAILED, message_id) from exc
         self.requeue_count += 1
         self._release_one()
 
-    def _touch(self, message_id: bytes) -> None:
+    def touch(self, message_id: bytes) -> None:
         assert self.channel is not None
         max_ns = self.settings.identify.max_msg_timeout_ms * 1_000_000
         try:
-            self.broker.touch(self.channel, message_id, self, self.msg_timeout_ns, max_ns)
+            self.broker.touch(self.channel, message_id, self.owner, self.msg_timeout_ns, max_ns)
         except HANDLED_ERRORS as exc:
             raise client_error_for(exc, "TOUCH", ErrorCode.TOUCH_FAILED, message_id) from exc
 
@@ -167,12 +201,13 @@ class Consuming:
             self._pump_lot.unpark_all()
             return False
         space = self.settings.max_pending_output_bytes - self.output.backlog
+        owner = self.owner
         try:
-            if space <= 0 or not channel.has_ready(self.partition, self):
+            if space <= 0 or not channel.has_ready(self.partition, owner):
                 self._pump_lot.unpark_all()  # it waits for the socket, or finds nothing
                 return False
             taken = self._deliver(channel, room, space)
-            if taken < room and channel.has_ready(self.partition, self):
+            if taken < room and channel.has_ready(self.partition, owner):
                 self._pump_lot.unpark_all()  # the delivery's byte bound left some
         except Exception as exc:  # noqa: BLE001 -- the pump raises it (see above)
             self._delivery_error = exc
@@ -195,10 +230,11 @@ class Consuming:
         assert channel is not None
         output = self.output
         only = self.partition
+        owner = self.owner
         max_pending = self.settings.max_pending_output_bytes
         while not self._ended:
             room = self.ready_count - self.in_flight
-            if room <= 0 or not channel.has_ready(only, self):
+            if room <= 0 or not channel.has_ready(only, owner):
                 output.flush()
                 self._pump_idle = True
                 try:
@@ -219,14 +255,14 @@ class Consuming:
         """Take up to ``room`` messages (``space`` bytes) for us and queue their frames (a
         plain consumer's that the log reads from disk come with their frames written); how
         many."""
-        output = self.output
+        output, owner = self.output, self.owner
         now = self.clock.now_ns()
         extended = self.ext_block or self.detail_block
         layout = None if extended or self.sample_rate else PLAIN_FRAME
         deadline = now + self.msg_timeout_ns
-        taken = channel.take(room, self, deadline, now, self.partition, space, layout)
+        taken = channel.take(room, owner, deadline, now, self.partition, space, layout)
         if self.sample_rate:
-            taken = sample(channel, taken, self.sample_rate, self)
+            taken = sample(channel, taken, self.sample_rate, owner)
         if extended:
             write_extended(output, taken, ext=self.ext_block, detail=self.detail_block)
         else:

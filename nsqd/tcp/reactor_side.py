@@ -1,9 +1,12 @@
 """A V2 connection's side of the publish reactor (:mod:`nsqd.tcp.reactor`).
 
-:class:`ReactorSide` is a base of :class:`~nsqd.tcp.session.Session`: while the connection
-only publishes single PUBs, its command loop waits in the reactor, which reads and parses for
-it through these methods; whatever the reactor leaves (:attr:`ReactorSide.handed`, or PUBs
-still gathered) the command loop takes up exactly where the reactor stopped.
+:class:`ReactorSide` is a part owned by :class:`~nsqd.tcp.session.Session`, and the
+:class:`~nsqd.tcp.reactor.Client` the reactor serves: while the connection only publishes
+single PUBs, its command loop waits in the reactor, which reads and parses for it through these
+methods; whatever the reactor leaves (:attr:`ReactorSide.handed`, or PUBs still gathered) the
+command loop takes up exactly where the reactor stopped. It holds the connection's parser,
+publisher and output (the same objects the command loop uses), so a PUB served here costs
+what it cost when this was the connection itself.
 """
 
 from __future__ import annotations
@@ -28,42 +31,56 @@ if TYPE_CHECKING:
 
 
 class ReactorSide:
-    """What the reactor calls on a connection (set up by :meth:`_init_reactor_side`)."""
+    """What the reactor calls on a connection, and what it leaves for the command loop.
 
-    # the connection's own, set by Session
-    stream: trio.abc.Stream
-    parser: CommandParser
-    publisher: Publisher
-    output: OutputBuffer
-    clock: Clock
-    channel: Channel | None
-    auth: SessionAuth | None
-    _socket: trio.socket.SocketType | None
-    _last_read: float
+    Attributes:
+        publishes: the connection published a single PUB: the reactor may serve it from now on.
+        declined: its PUBs had to wait (followers, fsync, a forward): its own task serves it.
+        handed: what the reactor left for the command loop: a command, or an error to raise.
+        at_eof: the reactor read the peer's EOF.
+        last_read: when the client last sent bytes (the command loop's reads count too): the
+            connection's read deadline runs from it.
+    """
 
-    def _init_reactor_side(self, reactor: PublishReactor | None) -> None:
+    def __init__(
+        self,
+        stream: trio.abc.Stream,
+        parser: CommandParser,
+        publisher: Publisher,
+        output: OutputBuffer,
+        clock: Clock,
+        reactor: PublishReactor | None,
+    ) -> None:
+        """``stream``: the connection's stream as accepted; the reactor serves the connection
+        only while that is a plain socket stream and still its stream (the session checks)."""
+        self.stream = stream
+        self._socket = stream.socket if isinstance(stream, PlainSocketStream) else None
+        self.parser = parser
+        self.publisher = publisher
+        self.output = output
+        self.clock = clock
         self._reactor = reactor
-        #: the connection published a single PUB: the reactor may serve it from now on
         self.publishes = False
-        #: its PUBs had to wait (followers, fsync, a forward): its own task serves it
-        self.reactor_declined = False
-        #: what the reactor left for the command loop: a command, or an error to raise
+        self.declined = False
         self.handed: object = None
-        self.at_eof = False  # the reactor read the peer's EOF
+        self.at_eof = False
+        self.last_read = clock.monotonic()
 
-    def _serving_reactor(self) -> PublishReactor | None:
+    def serving_reactor(
+        self, stream: trio.abc.Stream, channel: Channel | None, auth: SessionAuth | None
+    ) -> PublishReactor | None:
         """The reactor to wait in for the next command, if it serves this connection: a plain
-        one that has published single PUBs that were acknowledged at once, with no subscription
-        and no AUTH to check."""
+        one (``stream``: its stream now) that has published single PUBs that were acknowledged
+        at once, with no subscription (``channel``) and no AUTH to check (``auth``)."""
         reactor = self._reactor
         if (
             reactor is not None
             and reactor.running
             and self.publishes
-            and not self.reactor_declined
-            and self.channel is None
-            and self.auth is None
-            and type(self.stream) is PlainSocketStream
+            and not self.declined
+            and channel is None
+            and auth is None
+            and type(stream) is PlainSocketStream
         ):
             return reactor
         return None
@@ -82,7 +99,7 @@ class ReactorSide:
         if not data:
             self.at_eof = True
             return Read.HAND_OVER
-        self._last_read = self.clock.monotonic()
+        self.last_read = self.clock.monotonic()
         parser, publisher = self.parser, self.publisher
         parser.receive_data(data)
         while True:
@@ -100,7 +117,7 @@ class ReactorSide:
         if taken is None:
             # PUBs that must wait (followers, fsync, a forward): its own task serves it from
             # now on; PUBs for several targets, or a new topic, go to the task this once
-            self.reactor_declined = publisher.keeps_waiting()
+            self.declined = publisher.keeps_waiting()
             return Read.HAND_OVER
         return taken
 

@@ -5,18 +5,23 @@ while RDY allows), the output writer and the timers (heartbeats, deadlines). Whe
 closes, the loop releases the socket at once and the other tasks return by themselves, without
 being cancelled: cancelling costs several times more, and when thousands of clients leave at
 once that cost decided how long their descriptors stayed open. Commands are handled strictly
-in order, so responses come back in command order as go-nsq and pynsq require. IDENTIFY and its
-stream upgrades are :mod:`nsqd.tcp.negotiation`; AUTH and the permission checks are
-:mod:`nsqd.tcp.auth`; SUB, FIN/REQ/TOUCH and the message pump are :mod:`nsqd.tcp.consuming`.
-This module is the connection's lifecycle: its tasks, the command loop and dispatch.
+in order, so responses come back in command order as go-nsq and pynsq require.
+
+The session owns its parts, each given only what it needs: :mod:`nsqd.tcp.negotiation` reads
+IDENTIFY (the session applies what it returns) and upgrades the stream; :mod:`nsqd.tcp.auth`
+checks AUTH; :class:`Consuming` is SUB, FIN/REQ/TOUCH and the pump; :class:`ReactorSide` is what
+the publish reactor serves; :class:`Timers` are the heartbeats and deadlines. This module is the
+connection's lifecycle: its tasks, the command loop and dispatch. The session is the broker's
+:class:`~nsqd.broker.channel.Subscriber` (stats, tag dispatch and topic deletion read its
+identity through it); its ``wake`` and ``message_timed_out`` are the consuming part's methods.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import trio
-from trio.lowlevel import ParkingLot
 
 from pnsq._netio.plain_stream import PlainSocketStream
 from protocol import (
@@ -44,27 +49,31 @@ from protocol import (
     Touch,
     frames,
 )
-from protocol.errors import YouzanText
 
-from ..broker import Broker
-from ..broker.creation import create_partition
+from ..broker import Broker, Channel
 from ..core.tags import ExtFilter
-from . import negotiation
 from .auth import SessionAuth
 from .consuming import Consuming
-from .errors import HANDLED_ERRORS
+from .negotiation import Layer, Negotiated, negotiate, upgrade
 from .output import OutputBuffer
 from .publishing import Publisher
 from .reactor import PublishReactor
 from .reactor_side import ReactorSide
 from .settings import RECEIVE_SIZE, SessionSettings
+from .streams import DeflateStream, peer_common_name
+from .timers import Timers
+from .topic_creation import create_topic
 
 log = logging.getLogger("nsqd.session")
 
 
-class Session(Consuming, ReactorSide):
+class Session:
     """State and tasks of one client connection (its consumer side: :class:`Consuming`; its
     side of the publish reactor: :class:`ReactorSide`)."""
+
+    #: the broker's Subscriber calls, bound to the consuming part's methods
+    wake: Callable[[], None]
+    message_timed_out: Callable[[], None]
 
     def __init__(
         self,
@@ -88,25 +97,71 @@ class Session(Consuming, ReactorSide):
         self.tls = self.snappy = self.deflate = False
         self.deflate_level = 0
         self.user_agent = ""
-        self.heartbeat_interval = limits.default_heartbeat_interval_ms / 1000
-        self.msg_timeout_ns = limits.default_msg_timeout_ms * 1_000_000
         self.output_buffer_timeout = limits.default_output_buffer_timeout_ms / 1000
-        self.sample_rate = 0
-        self.extend_support = False  # IDENTIFY extend_support (youzan ext topics)
         #: youzan's IDENTIFY desired_tag and ext_filter (ext topics, :mod:`nsqd.core.tags`)
         self.desired_tag = ""
         self.ext_filter: ExtFilter | None = None
         self.clock = broker.clock
         self.output = OutputBuffer(stream, broker.clock)
         self.publisher = Publisher(broker, self.output, settings.forwarder)
-        self._init_consuming()
+        self._consuming = consuming = Consuming(
+            broker, settings, self.output, remote_address, self, reactor
+        )
+        #: the broker's Subscriber field: the partition its SUB consumes (set by the SUB)
+        self.partition: int | None = None
+        self.wake = consuming.wake
+        self.message_timed_out = consuming.message_timed_out
         self.connect_time = int(self.clock.now())
-        self._last_read = self.clock.monotonic()
-        self._timer_lot = ParkingLot()  # the timers task waits here for its next deadline
-        self._timers_restarted = False  # IDENTIFY changed the heartbeat interval
-        self._ended = False  # the client closed: the tasks return
+        self._side = ReactorSide(
+            stream, self.parser, self.publisher, self.output, self.clock, reactor
+        )
+        heartbeat_interval = limits.default_heartbeat_interval_ms / 1000
+        self._timers = Timers(
+            self.output, self.clock, self._side, remote_address, heartbeat_interval
+        )
         self._nursery: trio.Nursery | None = None
-        self._init_reactor_side(reactor)
+
+    # ------------------------------------------------------------------ what stats read
+
+    @property
+    def channel(self) -> Channel | None:
+        """The channel subscribed to (None before SUB)."""
+        return self._consuming.channel
+
+    @property
+    def ready_count(self) -> int:
+        """The client's RDY."""
+        return self._consuming.ready_count
+
+    @property
+    def in_flight(self) -> int:
+        """Messages delivered and not yet finished, requeued or timed out."""
+        return self._consuming.in_flight
+
+    @property
+    def message_count(self) -> int:
+        """Messages delivered."""
+        return self._consuming.message_count
+
+    @property
+    def finish_count(self) -> int:
+        """Messages finished."""
+        return self._consuming.finish_count
+
+    @property
+    def requeue_count(self) -> int:
+        """Messages requeued."""
+        return self._consuming.requeue_count
+
+    @property
+    def msg_timeout_ns(self) -> int:
+        """The in-flight timeout IDENTIFY negotiated."""
+        return self._consuming.msg_timeout_ns
+
+    @property
+    def sample_rate(self) -> int:
+        """IDENTIFY's sample rate (0: every message)."""
+        return self._consuming.sample_rate
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -120,22 +175,20 @@ class Session(Consuming, ReactorSide):
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 nursery.start_soon(self.output.run)
-                nursery.start_soon(self._timers, nursery.cancel_scope)
+                nursery.start_soon(self._timers.run, nursery.cancel_scope)
                 if await self._read_loop():
                     self._end_tasks()
                 else:
                     nursery.cancel_scope.cancel()
         finally:
-            if self.channel is not None:
-                self.broker.unsubscribe(self.channel, self)
-                self.channel.notify()  # messages held for our tag go to the others
+            self._consuming.unsubscribe()
 
     async def _read_loop(self) -> bool:
         """Read and handle commands; True when the client closed, False when we close."""
-        parser, output = self.parser, self.output
+        parser, output, side = self.parser, self.output, self._side
         while True:
             data: bytes | bytearray | None = None
-            if parser.buffered or self.handed is not None or self.publisher.gathering:
+            if parser.buffered or side.handed is not None or self.publisher.gathering:
                 if not await self._process():
                     return False
                 stream = self.stream  # IDENTIFY may have upgraded it
@@ -143,12 +196,12 @@ class Session(Consuming, ReactorSide):
                     # the send yielded: take the client's next command without yielding again
                     data = stream.receive_nowait(RECEIVE_SIZE)
             if data is None:
-                reactor = self._serving_reactor()
+                reactor = side.serving_reactor(self.stream, self._consuming.channel, self.auth)
                 if reactor is None:
                     data = await self.stream.receive_some(RECEIVE_SIZE)
                 else:
-                    await reactor.park(self)  # until the loop must go on
-                    if not self.at_eof:
+                    await reactor.park(side)  # until the loop must go on
+                    if not side.at_eof:
                         continue
                     data = b""
             if not data:
@@ -156,7 +209,7 @@ class Session(Consuming, ReactorSide):
                     return False
                 await self._peer_left()
                 return True
-            self._last_read = self.clock.monotonic()
+            side.last_read = self.clock.monotonic()
             parser.receive_data(data)
 
     async def _body_cut_short(self) -> bool:
@@ -183,47 +236,14 @@ class Session(Consuming, ReactorSide):
 
     def _end_tasks(self) -> None:
         """Wake the other tasks of the nursery so that they return."""
-        self._ended = True
         self.output.stop()
-        self._timer_lot.unpark_all()
-        self._pump_lot.unpark_all()
+        self._timers.stop()
+        self._consuming.stop()
 
     def close(self) -> None:
         """Drop the connection (nsqd closes the clients of a deleted topic or channel)."""
         if self._nursery is not None:
             self._nursery.cancel_scope.cancel()
-
-    async def _timers(self, cancel_scope: trio.CancelScope) -> None:
-        """Heartbeats and nsqd's deadlines, one task per connection instead of a cancel scope
-        per I/O call: no command for two heartbeat intervals, or one send blocked for one
-        interval (a client that stopped reading), closes the connection. IDENTIFY restarts the
-        ticker (:meth:`restart_timers`); without heartbeats there is no deadline."""
-        next_beat: float | None = None  # when the next heartbeat is due (None: start ticking)
-        while not self._ended:
-            now = self.clock.monotonic()
-            if self._timers_restarted:
-                self._timers_restarted = False
-                next_beat = None
-            interval = self.heartbeat_interval
-            if not interval:
-                await self._timer_lot.park()  # until IDENTIFY or the end
-                continue
-            if next_beat is None:
-                next_beat = now + interval
-            elif now >= next_beat:
-                self.output.write(frames.HEARTBEAT)
-                next_beat = now + interval
-            if now >= self._last_read + 2 * interval:
-                log.info("[%s] closing: no command for %.1fs", self.remote_address, 2 * interval)
-                cancel_scope.cancel()
-                return
-            started = self.output.send_started
-            if started is not None and now >= started + interval:
-                log.info("[%s] closing: write blocked for %.1fs", self.remote_address, interval)
-                cancel_scope.cancel()
-                return
-            with trio.move_on_at(min(next_beat, self._last_read + 2 * interval)):
-                await self._timer_lot.park()
 
     async def _process(self) -> bool:
         """Handle every complete buffered command; False when the connection must close.
@@ -232,12 +252,12 @@ class Session(Consuming, ReactorSide):
         acknowledged together; any other command first flushes the gathered PUBs, so replies
         stay in command order.
         """
-        parser = self.parser
+        parser, side, consuming = self.parser, self._side, self._consuming
         while True:
             try:
-                handed = self.handed
+                handed = side.handed
                 if handed is not None:  # left by the reactor: the PUBs before it come first
-                    self.handed = None
+                    side.handed = None
                     await self.publisher.flush()
                     if isinstance(handed, BaseException):
                         raise handed
@@ -245,7 +265,7 @@ class Session(Consuming, ReactorSide):
                     continue
                 fins = parser.fin_run()  # the consumer hot path: a run of FINs in one call
                 if fins is not None:
-                    self._fin_run(fins)
+                    consuming.fin_run(fins)
                     continue
                 try:
                     command = parser.next_event()
@@ -258,10 +278,10 @@ class Session(Consuming, ReactorSide):
                         await self.publisher.flush()  # acks before a possible auth error
                         await auth.check("PUB", command.topic, "")
                     self.publisher.gather(command)
-                    self.publishes = True
+                    side.publishes = True
                     continue
                 if isinstance(command, Fin):  # the consumer hot path: no coroutine per FIN
-                    self._fin(command.message_id)
+                    consuming.fin(command.message_id)
                     continue
                 await self.publisher.flush()
                 if command is NEED_DATA:
@@ -308,27 +328,28 @@ class Session(Consuming, ReactorSide):
                 await self._authorize("MPUB_EXT", topic)
                 await self.publisher.publish_ext(topic, messages, partition, "MPUB_EXT")
             case Rdy(count=count):
-                self.ready_count = count
-                self._pump_lot.unpark_all()
+                self._consuming.set_ready(count)
             case Fin(message_id=message_id):
-                self._fin(message_id)
+                self._consuming.fin(message_id)
             case Req(message_id=message_id, timeout_ms=timeout_ms):
-                self._req(message_id, timeout_ms)
+                self._consuming.req(message_id, timeout_ms)
             case Touch(message_id=message_id):
-                self._touch(message_id)
+                self._consuming.touch(message_id)
             case Nop():
                 pass
             case Sub(topic=topic, channel=channel):
                 await self._authorize("SUB", topic, channel)
-                await self._subscribe(command)
+                assert self._nursery is not None
+                await self._consuming.subscribe(command, self._nursery)
             case Cls():
-                self.ready_count = 0
+                self._consuming.ready_count = 0
                 self.output.write(frames.CLOSE_WAIT)
             case Identify(body=body):
-                await negotiation.identify(self, body)
+                await self._identify(body)
             case InternalCreateTopic(topic=topic):
                 await self._authorize("CREATE_TOPIC", topic)
-                await self._create_topic(command)
+                await create_topic(self.broker, self.settings.forwarder, command)
+                self.output.write(frames.OK)
             case Auth(secret=secret):
                 if self.auth is None:
                     raise ClientError(ErrorCode.AUTH_DISABLED, "AUTH disabled")
@@ -341,22 +362,55 @@ class Session(Consuming, ReactorSide):
         if auth is not None and not auth.permits(topic, channel):
             await auth.check(command, topic, channel)
 
-    def restart_timers(self) -> None:
-        """Restart the heartbeat ticker and the read deadline (IDENTIFY changed the interval)."""
-        self._timers_restarted = True
-        self._timer_lot.unpark_all()
+    async def _identify(self, body: bytes) -> None:
+        """IDENTIFY: apply what was negotiated, reply, then upgrade the stream.
 
-    async def _create_topic(self, command: InternalCreateTopic) -> None:
-        """youzan's ``INTERNAL_CREATE_TOPIC``: standalone, the partition is made here; placed
-        by pnsq's lookupd, lookupd is asked to place it (led by this node) first."""
-        topic, number, ext = command.topic, command.partition, command.ext
-        forwarder = self.settings.forwarder
-        try:
-            if forwarder is not None and forwarder.active:
-                await forwarder.create_partition(self.broker, topic, number, ext)
-            else:
-                await create_partition(self.broker, topic, number, ext)
-        except HANDLED_ERRORS as exc:
-            text = YouzanText.CREATE_TOPIC_FAILED.format(topic)
-            raise ClientError(ErrorCode.CREATE_TOPIC_FAILED, f"{text}: {exc}") from exc
-        self.output.write(frames.OK)
+        Raises:
+            ClientError: nsqd's E_BAD_BODY / E_IDENTIFY_FAILED texts.
+        """
+        negotiated = negotiate(body, self.settings, self.remote_address)
+        self._apply(negotiated)
+        self.output.write(negotiated.reply)
+        if negotiated.upgrades:
+            await upgrade(
+                negotiated,
+                self.stream,
+                self.output,
+                self.parser,
+                self.settings.tls_context,
+                self.remote_address,
+                self._installed,
+            )
+
+    def _apply(self, negotiated: Negotiated) -> None:
+        self.client_id = negotiated.client_id or self.client_id
+        self.hostname = negotiated.hostname or self.hostname
+        self.user_agent = negotiated.user_agent
+        self.parser.heartbeats_disabled = negotiated.heartbeat_interval == 0
+        consuming = self._consuming
+        consuming.msg_timeout_ns = negotiated.msg_timeout_ns
+        self.output_buffer_timeout = negotiated.output_buffer_timeout
+        consuming.sample_rate = negotiated.sample_rate
+        consuming.extend_support = negotiated.extend_support
+        self.desired_tag = negotiated.desired_tag
+        if not negotiated.keep_ext_filter:
+            self.ext_filter = negotiated.ext_filter
+        self._timers.restart(negotiated.heartbeat_interval)
+
+    def _installed(self, layer: Layer, stream: trio.abc.Stream) -> None:
+        """An IDENTIFY upgrade put ``layer`` in place: read and write through ``stream``."""
+        self.stream = stream
+        match layer:
+            case Layer.TLS:
+                assert isinstance(stream, trio.SSLStream)
+                self.tls = True
+                self.parser.tls_required = False
+                if self.auth is not None:
+                    self.auth.tls = True
+                    self.auth.common_name = peer_common_name(stream)
+            case Layer.SNAPPY:
+                self.snappy = True
+            case Layer.DEFLATE:
+                assert isinstance(stream, DeflateStream)
+                self.deflate = True
+                self.deflate_level = stream.level

@@ -105,6 +105,7 @@ class DeflateStream(CompressedStream):
 
     def __init__(self, inner: trio.abc.Stream, level: int) -> None:
         super().__init__(inner, DeflateEncoder(level), DeflateDecoder())
+        self.level = level
 
 
 def tls_server_context(

@@ -34,18 +34,17 @@ from protocol.tracing import TRACED_RESPONSE
 from ._http import DEFAULT_TIMEOUT, HTTPNode
 from .blocking_connection import BlockingConnection
 from .errors import (
-    ConnectionClosedError,
-    NsqError,
     NsqHTTPError,
     PartitionsUnknownError,
     UnexpectedResponseError,
 )
+from .retry import RETRIED, attempt_delays, retryable
 from .routing import (
-    RETRYABLE_CODES,
     RoundRobin,
     TopicPartitions,
     choose_partition,
     chunk_bodies,
+    chunk_traced,
     group_by_partition,
     partition_for_key,
 )
@@ -230,7 +229,7 @@ class BlockingClient:
             groups = [(part, group) for part, group in sorted(by_part.items())]
         out: list[tuple[int, int, int]] = []
         for number, group in groups:
-            for chunk in _chunk_traced(group, max_batch_bytes):
+            for chunk in chunk_traced(group, max_batch_bytes):
                 reply = self._send(topic, key, number, partial(_mpub_trace, topic, chunk))
                 if len(reply) != TRACED_RESPONSE.size or not reply.startswith(b"OK"):
                     raise UnexpectedResponseError(f"MPUB_TRACE: unexpected reply {reply[:64]!r}")
@@ -264,11 +263,13 @@ class BlockingClient:
         partition: int | None,
         make: Callable[[int | None], Command],
     ) -> bytes:
+        if key is not None and partition is None and self.http_address is None:
+            raise PartitionsUnknownError("keyed publishing needs nsqd's HTTP address")
         error: Exception | None = None
-        for attempt in range(self.max_attempts):
+        for attempt, delay in enumerate(attempt_delays(self.max_attempts, self.retry_backoff)):
             if attempt:
                 self._routes.pop(topic, None)
-                time.sleep(min(self.retry_backoff * 2 ** (attempt - 1), 2.0))
+                time.sleep(delay)
             try:
                 route = self._route(topic, required=key is not None and partition is None)
                 number = choose_partition(route, topic, self._rr, key=key, partition=partition)
@@ -277,11 +278,9 @@ class BlockingClient:
                 if address is None:
                     raise ValueError("publishing needs nsqd's TCP address")
                 return self._connection(address).command(make(number))
-            except NsqError as exc:
-                if exc.code not in RETRYABLE_CODES:
+            except RETRIED as exc:
+                if not retryable(exc):
                     raise
-                error = exc
-            except (ConnectionClosedError, OSError) as exc:
                 error = exc
         assert error is not None
         raise error
@@ -308,26 +307,6 @@ def _mpub(topic: str, bodies: list[bytes], partition: int | None) -> Mpub:
 
 def _mpub_trace(topic: str, messages: list[tuple[int, bytes]], partition: int | None) -> MpubTrace:
     return MpubTrace(topic, messages, partition)
-
-
-def _chunk_traced(
-    messages: Sequence[tuple[int, bytes]], max_bytes: int
-) -> list[list[tuple[int, bytes]]]:
-    """``messages`` in order, cut into MPUB_TRACE batches of at most ``max_bytes`` (each counted
-    with its 4-byte size prefix and 8-byte trace id); an oversized one goes alone."""
-    chunks: list[list[tuple[int, bytes]]] = []
-    current: list[tuple[int, bytes]] = []
-    size = 4  # the message count
-    for message in messages:
-        n = len(message[1]) + 12
-        if current and size + n > max_bytes:
-            chunks.append(current)
-            current, size = [], 4
-        current.append(message)
-        size += n
-    if current:
-        chunks.append(current)
-    return chunks
 
 
 def _expect_ok(reply: bytes, what: str) -> None:

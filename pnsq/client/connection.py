@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import socket
 from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
@@ -32,13 +31,13 @@ from protocol.errors import ErrorCode, ProtocolError
 from protocol.frames import HEARTBEAT_DATA, MAGIC_V2
 from protocol.parser import NEED_DATA
 
-from .errors import ConnectionClosedError, NsqError, ReplyTimeoutError, UnexpectedResponseError
+from .errors import ConnectionClosedError, NsqError, ReplyTimeoutError
+from .identify import identify_body, parse_features
 from .message import Message
 from .routing import parse_address as parse_address
 
 _log = logging.getLogger("pnsq.client")
 
-USER_AGENT: Final = "pnsq-client/0.1.0"
 _READ_SIZE: Final = 64 * 1024
 _NOP: Final = encode_command(Nop())
 #: ``send()`` waits for the writer once this many bytes are queued (back-pressure).
@@ -229,18 +228,7 @@ class Connection:
 
     async def _identify(self, body: dict[str, Any]) -> None:
         reply = await self._request(MAGIC_V2 + encode_command(Identify(json.dumps(body).encode())))
-        if reply == b"OK":
-            return
-        try:
-            features = json.loads(reply)
-        except ValueError as exc:
-            raise UnexpectedResponseError(f"IDENTIFY reply is not JSON: {reply!r}") from exc
-        if not isinstance(features, dict):
-            raise UnexpectedResponseError(f"IDENTIFY reply is not an object: {reply!r}")
-        upgrades = [k for k in ("tls_v1", "snappy", "deflate") if features.get(k) is True]
-        if upgrades:
-            raise UnexpectedResponseError(f"nsqd negotiated {upgrades}: not supported")
-        self.features = features
+        self.features = parse_features(reply)
 
     def _shutdown(self, reason: BaseException, *, reply_timeout: bool = False) -> None:
         """Mark closed, fail every waiter (with a :class:`ReplyTimeoutError` when a reply was
@@ -342,26 +330,6 @@ class Connection:
                 return
 
 
-def _identify_body(
-    client_id: str,
-    heartbeat_interval_ms: int,
-    msg_timeout_ms: int | None,
-    feature_negotiation: bool,
-    identify_extra: dict[str, Any] | None,
-) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "client_id": client_id,
-        "hostname": socket.gethostname(),
-        "user_agent": USER_AGENT,
-        "feature_negotiation": feature_negotiation,
-        "heartbeat_interval": heartbeat_interval_ms,
-    }
-    if msg_timeout_ms is not None:
-        body["msg_timeout"] = msg_timeout_ms
-    body.update(identify_extra or {})
-    return body
-
-
 @asynccontextmanager
 async def open_connection(
     address: str,
@@ -387,7 +355,7 @@ async def open_connection(
     host, port = parse_address(address)
     stream = await trio.open_tcp_stream(host, port)
     conn = Connection(stream, address, reply_timeout)
-    body = _identify_body(
+    body = identify_body(
         client_id, heartbeat_interval_ms, msg_timeout_ms, feature_negotiation, identify_extra
     )
     try:

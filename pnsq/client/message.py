@@ -3,13 +3,27 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from protocol.commands import Fin, Req, Touch
+from protocol.commands import Command, Fin, Req, Touch
 from protocol.message import decode_message_id, partition_of
 
-if TYPE_CHECKING:
-    from .connection import Connection
+
+class Responder(Protocol):
+    """What a message needs of the connection it arrived on: a way to answer on it, and whether
+    it is still open (once closed, nsqd redelivers the message on another connection).
+
+    :class:`pnsq.client.connection.Connection` is one; the message never sees the rest of it.
+    """
+
+    @property
+    def closed(self) -> bool:
+        """Whether the connection is closed."""
+        ...
+
+    async def send(self, cmd: Command) -> None:
+        """Queue a command that has no reply (FIN, REQ, TOUCH)."""
+        ...
 
 
 @dataclass(eq=False, slots=True)
@@ -31,7 +45,7 @@ class Message:
     attempts: int
     timestamp_ns: int
     body: bytes
-    conn: Connection = field(repr=False)
+    conn: Responder = field(repr=False)
     offset: int | None = None
     raw_size: int | None = field(default=None, repr=False)
     _responded: bool = field(default=False, init=False, repr=False)

@@ -32,13 +32,12 @@ from protocol.tracing import TRACED_RESPONSE
 from .connection import Connection, ConnectOptions, _raise_single
 from .errors import (
     ConnectionClosedError,
-    NsqError,
     PartitionsUnknownError,
     UnexpectedResponseError,
 )
 from .pool import DEFAULT_ROUTE_TTL, ConnectionPool, Routes
+from .retry import RETRIED, attempt_delays, retry_delay, retryable
 from .routing import (
-    RETRYABLE_CODES,
     RoundRobin,
     TopicPartitions,
     choose_partition,
@@ -48,7 +47,6 @@ from .routing import (
 
 #: nsqd's default --max-body-size is 5 MiB; MPUB batches stay under it with room to spare.
 DEFAULT_MAX_BATCH_BYTES: Final = 4 * 1024 * 1024
-_MAX_RETRY_BACKOFF: Final = 2.0
 
 Key = str | bytes
 
@@ -190,7 +188,7 @@ class Producer:
         raise PartitionsUnknownError(f"topic {topic!r} not found on {where}")
 
     async def _sleep_before(self, attempt: int) -> None:
-        await trio.sleep(min(self.retry_backoff * 2 ** (attempt - 1), _MAX_RETRY_BACKOFF))
+        await trio.sleep(retry_delay(self.retry_backoff, attempt))
 
     async def _send(
         self,
@@ -203,21 +201,19 @@ class Producer:
         if key is not None and partition is None and not self._routes.known:
             raise PartitionsUnknownError("keyed publishing needs nsqd's or lookupd's HTTP address")
         error: BaseException | None = None
-        for attempt in range(self.max_attempts):
+        for attempt, delay in enumerate(attempt_delays(self.max_attempts, self.retry_backoff)):
             if attempt:
                 self._routes.invalidate(topic)
-                await self._sleep_before(attempt)
+                await trio.sleep(delay)
             try:
                 route = await self._routes.get(topic)
                 number = choose_partition(route, topic, self._rr, key=key, partition=partition)
                 info = route.get(number) if route is not None and number is not None else None
                 conn = await self._pool.get(info.tcp_address if info else self.address)
                 return await conn.command(make(number))
-            except NsqError as exc:
-                if exc.code not in RETRYABLE_CODES:
+            except RETRIED as exc:
+                if not retryable(exc):
                     raise
-                error = exc
-            except (ConnectionClosedError, OSError, PartitionsUnknownError) as exc:
                 error = exc
         assert error is not None
         raise error

@@ -12,9 +12,9 @@ Where a partition lives comes from nsqd's ``GET /partitions?topic=`` (:func:`par
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, TypeVar
 
 import mmh3
 
@@ -25,8 +25,12 @@ from .errors import PartitionsUnknownError
 RETRYABLE_CODES: Final = frozenset(
     {"E_FAILED_ON_NOT_LEADER", "E_FAILED_ON_NOT_WRITABLE", "E_TOPIC_NOT_EXIST"}
 )
+T = TypeVar("T")
+
 #: MPUB framing per message: the 4-byte size prefix.
 _MPUB_OVERHEAD: Final = 4
+#: MPUB_TRACE framing per message: the 4-byte size prefix and the 8-byte trace id.
+_MPUB_TRACE_OVERHEAD: Final = 12
 
 
 def partition_for_key(key: str | bytes, partition_num: int) -> int:
@@ -191,19 +195,34 @@ def group_by_partition(
     return dict(sorted(groups.items()))
 
 
-def chunk_bodies(bodies: Sequence[bytes], max_bytes: int) -> list[list[bytes]]:
-    """``bodies`` in order, cut into MPUB batches of at most ``max_bytes`` (sizes counted with
-    their 4-byte prefix); a body larger than that gets a batch of its own."""
-    chunks: list[list[bytes]] = []
-    current: list[bytes] = []
-    size = 4  # the message count
-    for body in bodies:
-        n = len(body) + _MPUB_OVERHEAD
-        if current and size + n > max_bytes:
+def chunk_sized(items: Sequence[T], max_bytes: int, size: Callable[[T], int]) -> list[list[T]]:
+    """``items`` in order, cut into batches whose ``size`` (each item's bytes in the batch
+    body) plus the 4-byte message count stay within ``max_bytes``; an item larger than that
+    gets a batch of its own."""
+    chunks: list[list[T]] = []
+    current: list[T] = []
+    total = 4  # the message count
+    for item in items:
+        n = size(item)
+        if current and total + n > max_bytes:
             chunks.append(current)
-            current, size = [], 4
-        current.append(body)
-        size += n
+            current, total = [], 4
+        current.append(item)
+        total += n
     if current:
         chunks.append(current)
     return chunks
+
+
+def chunk_bodies(bodies: Sequence[bytes], max_bytes: int) -> list[list[bytes]]:
+    """``bodies`` in order, cut into MPUB batches of at most ``max_bytes`` (sizes counted with
+    their 4-byte prefix); a body larger than that gets a batch of its own."""
+    return chunk_sized(bodies, max_bytes, lambda body: len(body) + _MPUB_OVERHEAD)
+
+
+def chunk_traced(
+    messages: Sequence[tuple[int, bytes]], max_bytes: int
+) -> list[list[tuple[int, bytes]]]:
+    """``messages`` in order, cut into MPUB_TRACE batches of at most ``max_bytes`` (each counted
+    with its 4-byte size prefix and 8-byte trace id); an oversized one goes alone."""
+    return chunk_sized(messages, max_bytes, lambda message: len(message[1]) + _MPUB_TRACE_OVERHEAD)

@@ -7,7 +7,7 @@ import hypothesis.strategies as st
 import pytest
 from hypothesis import given
 
-from pnsq.client.blocking import _chunk_traced
+from pnsq.client.routing import chunk_traced
 from pnsq.spark.nodes import _parse_lookup
 from pnsq.spark.options import (
     COLUMNS,
@@ -136,7 +136,7 @@ def test_trace_ids_round_trip_through_a_signed_long(trace_id: int) -> None:
 @given(st.lists(st.binary(max_size=300), min_size=1, max_size=40), st.integers(64, 2000))
 def test_traced_batches_keep_order_and_size(bodies: list[bytes], limit: int) -> None:
     messages = [(i, body) for i, body in enumerate(bodies)]
-    chunks = _chunk_traced(messages, limit)
+    chunks = chunk_traced(messages, limit)
     assert [m for chunk in chunks for m in chunk] == messages
     for chunk in chunks:
         assert len(chunk) == 1 or 4 + sum(len(b) + 12 for _, b in chunk) <= limit
