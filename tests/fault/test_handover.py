@@ -102,7 +102,8 @@ def test_sigterm_of_a_leader_of_several_partitions_under_pipelined_load(
         run_round(cluster, "sigterm_leader", f"t{round_}", "sigterm")
 
 
-@pytest.mark.slow  # kill -9 and SIGSTOP run in the default suite in test_faults.py; chaos runs these
+# kill -9 and SIGSTOP run in the default suite in test_faults.py; scripts/chaos runs these too
+@pytest.mark.slow
 def test_kill_9_of_a_leader_under_pipelined_load(cluster: FaultCluster) -> None:
     for round_ in range(rounds()):
         run_round(cluster, "kill_pipelined", f"k{round_}", "kill")
