@@ -12,11 +12,12 @@ from ..storage.frame_runs import FrameLayout as FrameLayout
 from ..storage.handles import HandleCache as HandleCache
 from ..storage.record import NewRecord as NewRecord, Record as Record
 from .broker import Broker as Broker, open_broker as open_broker
-from .channel import Channel as Channel, Subscriber as Subscriber, TopicView as TopicView
+from .channel import Channel as Channel
 from .config import BrokerConfig as BrokerConfig
 from .partition import Partition as Partition
 from .reading import offset_at as offset_at, read_records as read_records
 from .topic import Topic as Topic
+from .views import Subscriber as Subscriber, TopicView as TopicView
 
 __all__ = [
     "BodyBatch",

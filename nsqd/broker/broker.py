@@ -35,7 +35,7 @@ from ..storage.record import NewRecord, Record
 from .acking import Acking
 from .assignments import apply_assignments
 from .changes import Changes
-from .channel import Channel, Subscriber
+from .channel import Channel
 from .clock import Clock
 from .committing import GroupCommit
 from .config import BrokerConfig
@@ -49,6 +49,7 @@ from .registry import TopicRegistry
 from .retention import apply_retention
 from .syncing import Syncer
 from .topic import Topic
+from .views import Subscriber
 
 log = logging.getLogger("nsqd.broker")
 

@@ -8,7 +8,7 @@ until the earliest in-flight or deferred deadline (DESIGN.md §6).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import Protocol, runtime_checkable
 
 import trio
@@ -24,40 +24,7 @@ from ..storage import FrameLayout, FrameRun
 from .clock import Clock
 from .dispatch import Dispatch
 from .partition import Log, Partition
-
-
-class TopicView(Protocol):
-    """What a channel (and whoever reaches a topic through it) sees of its topic: name, flags,
-    partitions held here. The :class:`~nsqd.broker.topic.Topic` holds its channels; a channel
-    holds only this view, as nsq's channel declares the consumer it needs."""
-
-    @property
-    def name(self) -> str: ...
-    @property
-    def paused(self) -> bool: ...
-    @property
-    def ordered(self) -> bool: ...
-    @property
-    def ext(self) -> bool: ...
-    @property
-    def partition_num(self) -> int: ...
-    @property
-    def partitions(self) -> Sequence[Partition]: ...
-    def holds(self, number: int) -> bool: ...
-    def partition(self, number: int) -> Partition: ...
-
-
-class Subscriber(Protocol):
-    """What a channel needs of a subscribed session."""
-
-    #: the one partition it consumes (a partitioned SUB), or None for all of them
-    partition: int | None
-
-    def wake(self) -> None:
-        """Messages may be available: re-check readiness."""
-
-    def message_timed_out(self) -> None:
-        """One of the messages this subscriber held in flight timed out."""
+from .views import Subscriber, TopicView
 
 
 class Channel:

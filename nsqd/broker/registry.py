@@ -24,7 +24,7 @@ from ..core.errors import (
     TopicNotFoundError,
 )
 from .changes import Changes
-from .channel import Channel, Subscriber
+from .channel import Channel
 from .clock import Clock
 from .config import BrokerConfig
 from .copying import ReplicationWaiters
@@ -34,6 +34,7 @@ from .persistence import SyncSchedule, topic_directory
 from .restore import restore_topics
 from .syncing import Syncer
 from .topic import Topic
+from .views import Subscriber
 
 log = logging.getLogger("nsqd.broker")
 

@@ -26,9 +26,10 @@ from ..core.errors import (
     OrderedSampleRateError,
 )
 from .broker import Broker
-from .channel import Channel, Subscriber
+from .channel import Channel
 from .partition import Partition
 from .reading import offset_for_timestamp
+from .views import Subscriber
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,8 +21,8 @@ from protocol import ErrorCode, FinRun, Sub, SubMode, frames
 from protocol.consume import parse_consume_start
 
 from ..broker import Broker, Channel
-from ..broker.channel import Subscriber
 from ..broker.subscriptions import SubscribeRequest, subscribe
+from ..broker.views import Subscriber
 from .delivery import PLAIN_FRAME, sample, write_extended, write_plain
 from .errors import HANDLED_ERRORS, client_error_for
 from .output import OutputBuffer
