@@ -26,6 +26,8 @@ __all__ = [
     "TopicPartitionStatistics",
     "TopicStatistics",
     "channel_statistics",
+    "replication_statistics",
+    "topic_partition_statistics",
     "topic_statistics",
     "youzan_style",
 ]
@@ -35,7 +37,8 @@ __all__ = [
 class ReplicationStatistics:
     """A partition's replication as this node sees it: its role here, the leader epoch, the
     high-watermark, the in-sync set as lookupd last told it and, on the leader, how far each
-    in-sync follower is behind (records; empty and 0 on a replica)."""
+    in-sync follower is behind (records; empty and 0 on a replica) and whether the in-sync set
+    is short of the partition's copies."""
 
     role: str
     leader_epoch: int
@@ -44,6 +47,7 @@ class ReplicationStatistics:
     leads: bool
     replica_lag: tuple[tuple[str, int], ...]
     max_replica_lag: int
+    under_replicated: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,15 +149,18 @@ def replication_statistics(partition: Partition) -> ReplicationStatistics:
     """The replication record of ``partition`` on this node."""
     state = partition.state
     leads = state.leads
+    placement = state.placement
+    in_sync = len(placement.isr or (placement.leader,))  # () means the leader alone
     lag = {node: state.log_end - state.acked(node) for node in state.followers} if leads else {}
     return ReplicationStatistics(
         role=state.role.value,
         leader_epoch=state.epoch,
         high_watermark=state.high_watermark,
-        isr=tuple(state.placement.isr),
+        isr=tuple(placement.isr),
         leads=leads,
         replica_lag=tuple(lag.items()),
         max_replica_lag=max(lag.values(), default=0),
+        under_replicated=leads and in_sync < 1 + len(placement.replicas),
     )
 
 
@@ -174,11 +181,16 @@ def _topic_partition(topic: Topic, partition: Partition) -> TopicPartitionStatis
     )
 
 
+def topic_partition_statistics(topic: Topic) -> tuple[TopicPartitionStatistics, ...]:
+    """The records of the partitions ``topic`` holds here, by number (no channel counted)."""
+    return tuple(_topic_partition(topic, p) for p in topic.partitions)
+
+
 def topic_statistics(
     topic: Topic, e2e_percentiles: Sequence[float] = (), now_ns: int = 0
 ) -> TopicStatistics:
     """The record of ``topic`` and its channels; latencies over the window at ``now_ns``."""
-    parts = tuple(_topic_partition(topic, p) for p in topic.partitions)
+    parts = topic_partition_statistics(topic)
     channels = sorted(topic.channels.values(), key=lambda c: c.name)
     e2e = None
     if e2e_percentiles and topic.channels:

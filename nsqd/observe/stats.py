@@ -11,9 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Protocol, cast
-
-import trio
+from typing import Any
 
 from ..broker import (
     Broker,
@@ -22,31 +20,18 @@ from ..broker import (
     ReplicationStatistics,
     TopicPartitionStatistics,
     TopicStatistics,
-    youzan_style,
 )
 from ..core.latency import LatencyResult
 from .memory import memory_stats
+from .records import ClientStatistics, HasStatistics
 
 Json = dict[str, Any]
 
 E2E_LATENCY = {"count": 0, "percentiles": None}  # not measured (nsqd: opt-in)
 
 
-class SessionLike(Protocol):
-    """What stats read of a TCP session (``nsqd.tcp.session.Session``); newer attributes (TLS,
-    compression, auth, publish counts) are read with defaults."""
-
-    client_id: str
-    hostname: str
-    remote_address: str
-    user_agent: str
-    ready_count: int
-    in_flight: int
-    message_count: int
-    finish_count: int
-    requeue_count: int
-    connect_time: int
-    sample_rate: int
+#: what ``/stats`` and ``/metrics`` ask of a TCP session (the HTTP app's name for it)
+SessionLike = HasStatistics
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +52,7 @@ def health(broker: Broker) -> str:
 
 
 def stats_document(
-    broker: Broker, sessions: Iterable[SessionLike], query: StatsQuery, version: str
+    broker: Broker, sessions: Iterable[HasStatistics], query: StatsQuery, version: str
 ) -> Json:
     """The ``/stats?format=json`` document (nsqd 1.3.0's key order)."""
     doc: Json = {"version": version, "health": health(broker), "start_time": broker.start_time}
@@ -77,7 +62,8 @@ def stats_document(
         doc["memory"] = memory_stats()
     producers = None
     if topics is not None and query.include_clients:
-        found = [client_stats(s, query.topic) for s in sessions if pub_counts(s)]
+        records = (s.statistics() for s in sessions)
+        found = [client_stats(c, query.topic) for c in records if c.pub_counts]
         producers = found or None
     doc["producers"] = producers
     return doc
@@ -197,10 +183,10 @@ def channel_stats(channel: ChannelStatistics, query: StatsQuery) -> Json:
     clients: list[Json] | None = None
     if query.include_clients:
         members = sorted(
-            (cast(SessionLike, c) for c in channel.subscribers),
-            key=lambda s: (s.connect_time, s.remote_address),
+            (c.statistics() for c in channel.subscribers if isinstance(c, HasStatistics)),
+            key=lambda c: (c.connect_time, c.remote_address),
         )
-        clients = [client_stats(s, query.topic) for s in members]
+        clients = [client_stats(c, query.topic) for c in members]
     return {
         "channel_name": channel.name,
         "depth": channel.depth,
@@ -229,9 +215,9 @@ def _youzan_channel(channel: ChannelStatistics) -> Json:
     }
 
 
-def _youzan_client(session: object) -> Json:
+def _youzan_client(client: ClientStatistics) -> Json:
     """youzan's ClientStats keys: ``desired_tag``, ``ext_filter``, ``msg_timeout`` (ms)."""
-    ext_filter = getattr(session, "ext_filter", None)
+    ext_filter = client.ext_filter
     shape: Json = {"type": 0, "inverse": False, "filter_ext_key": "", "filter_data": ""}
     if ext_filter is not None:
         shape = {
@@ -244,81 +230,49 @@ def _youzan_client(session: object) -> Json:
             ],
         }
     return {
-        "desired_tag": getattr(session, "desired_tag", ""),
+        "desired_tag": client.desired_tag,
         "ext_filter": shape,
-        "msg_timeout": getattr(session, "msg_timeout_ns", 0) // 1_000_000,
+        "msg_timeout": client.msg_timeout_ns // 1_000_000,
     }
 
 
-def pub_counts(session: object) -> dict[str, int]:
-    """Messages this connection published, per topic (empty for a pure consumer)."""
-    publisher = getattr(session, "publisher", None)
-    counts = getattr(publisher, "pub_counts", None) or getattr(session, "pub_counts", None)
-    return dict(counts) if counts else {}
-
-
-def client_stats(session: SessionLike, topic_filter: str = "") -> Json:
+def client_stats(client: ClientStatistics, topic_filter: str = "") -> Json:
     """One ClientStats (nsqd 1.3.0's keys; the ``omitempty`` ones only when set)."""
-    parser = getattr(session, "parser", None)
-    state = getattr(getattr(parser, "state", None), "value", 0)
     doc: Json = {
-        "client_id": session.client_id,
-        "hostname": session.hostname,
+        "client_id": client.client_id,
+        "hostname": client.hostname,
         "version": "V2",
-        "remote_address": session.remote_address,
-        "state": state,
-        "ready_count": session.ready_count,
-        "in_flight_count": session.in_flight,
-        "message_count": session.message_count,
-        "finish_count": session.finish_count,
-        "requeue_count": session.requeue_count,
-        "connect_ts": session.connect_time,
-        "sample_rate": session.sample_rate,
-        "deflate": bool(getattr(session, "deflate", False)),
-        "snappy": bool(getattr(session, "snappy", False)),
-        "user_agent": session.user_agent,
+        "remote_address": client.remote_address,
+        "state": client.state,
+        "ready_count": client.ready_count,
+        "in_flight_count": client.in_flight_count,
+        "message_count": client.message_count,
+        "finish_count": client.finish_count,
+        "requeue_count": client.requeue_count,
+        "connect_ts": client.connect_time,
+        "sample_rate": client.sample_rate,
+        "deflate": client.deflate,
+        "snappy": client.snappy,
+        "user_agent": client.user_agent,
     }
-    channel = getattr(session, "channel", None)
-    if channel is not None and youzan_style(channel.topic):
-        doc.update(_youzan_client(session))
-    auth = getattr(session, "auth", None)
-    if auth is not None and getattr(auth, "authorized", False):
+    if client.youzan_style:
+        doc.update(_youzan_client(client))
+    if client.authed:
         doc["authed"] = True
-        auth_state = getattr(auth, "state", None)
-        if identity := getattr(auth_state, "identity", ""):
-            doc["auth_identity"] = identity
-        if identity_url := getattr(auth_state, "identity_url", ""):
-            doc["auth_identity_url"] = identity_url
+        if client.auth_identity:
+            doc["auth_identity"] = client.auth_identity
+        if client.auth_identity_url:
+            doc["auth_identity_url"] = client.auth_identity_url
     counts = [
         {"topic": t, "count": n}
-        for t, n in sorted(pub_counts(session).items())
+        for t, n in client.pub_counts
         if not topic_filter or t == topic_filter
     ]
     if counts:
         doc["pub_counts"] = counts
-    doc.update(_tls_details(session))
+    doc["tls"] = client.tls
+    doc["tls_cipher_suite"] = client.tls_cipher_suite
+    doc["tls_version"] = client.tls_version
+    doc["tls_negotiated_protocol"] = client.tls_negotiated_protocol
+    doc["tls_negotiated_protocol_is_mutual"] = client.tls_negotiated_protocol_is_mutual
     return doc
-
-
-def _tls_details(session: object) -> Json:
-    stream = getattr(session, "stream", None)
-    for _ in range(4):  # compression layers wrap the TLS stream as ``inner``
-        if stream is None or isinstance(stream, trio.SSLStream):
-            break
-        stream = getattr(stream, "inner", None)
-    tls = bool(getattr(session, "tls", False)) and isinstance(stream, trio.SSLStream)
-    details: Json = {
-        "tls": tls,
-        "tls_cipher_suite": "",
-        "tls_version": "",
-        "tls_negotiated_protocol": "",
-        "tls_negotiated_protocol_is_mutual": False,
-    }
-    if tls:
-        assert isinstance(stream, trio.SSLStream)
-        cipher = stream.cipher()
-        details["tls_cipher_suite"] = cipher[0] if cipher else ""
-        details["tls_version"] = (stream.version() or "").replace("TLSv", "TLS")
-        details["tls_negotiated_protocol"] = stream.selected_alpn_protocol() or ""
-        details["tls_negotiated_protocol_is_mutual"] = True  # Go: always true (deprecated)
-    return details

@@ -58,6 +58,7 @@ from .publishing import Publisher
 from .reactor import PublishReactor
 from .reactor_side import ReactorSide
 from .settings import RECEIVE_SIZE, SessionSettings
+from .statistics import ClientStatistics, client_statistics
 
 log = logging.getLogger("nsqd.session")
 
@@ -107,6 +108,10 @@ class Session(Consuming, ReactorSide):
         self._ended = False  # the client closed: the tasks return
         self._nursery: trio.Nursery | None = None
         self._init_reactor_side(reactor)
+
+    def statistics(self) -> ClientStatistics:
+        """This connection's frozen record for ``/stats`` and ``/metrics``."""
+        return client_statistics(self)
 
     # ------------------------------------------------------------------ lifecycle
 

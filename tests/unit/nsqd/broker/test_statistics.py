@@ -17,6 +17,10 @@ from nsqd.broker import (
     open_broker,
 )
 from nsqd.broker.clock import VirtualClock
+from nsqd.broker.partition import Partition
+from nsqd.broker.statistics import replication_statistics
+from nsqd.core.partition_state import Placement, Role
+from nsqd.storage.memory import MemoryLog
 
 SECOND = 1_000_000_000
 
@@ -41,6 +45,7 @@ LEADER_ALONE = ReplicationStatistics(
     leads=True,
     replica_lag=(),
     max_replica_lag=0,
+    under_replicated=False,
 )
 
 
@@ -142,3 +147,23 @@ async def test_records_are_frozen_snapshots(tmp_path: Path) -> None:
         broker.publish("t", [NewRecord(timestamp_ns=clock.now_ns(), body=b"y")])
         assert (record.depth, topic.statistics().depth) == (1, 2)
         assert not hasattr(record, "__dict__")  # slotted
+
+
+@pytest.mark.parametrize(
+    ("placement", "under"),
+    [
+        pytest.param(Placement(Role.LEADER, 2, "a", ("b",), ("a", "b")), False, id="in-sync"),
+        pytest.param(Placement(Role.LEADER, 2, "a", ("b",), ("a",)), True, id="short"),
+        pytest.param(Placement(Role.LEADER, 2, "a", ("b",), ()), True, id="not-told"),
+        pytest.param(Placement(Role.REPLICA, 2, "a", ("b",), ("a",)), False, id="replica"),
+    ],
+)
+def test_replication_of_a_placed_partition(placement: Placement, under: bool) -> None:
+    record = replication_statistics(Partition(0, MemoryLog(0, 10), None, 0, placement))
+    assert record.role == placement.role.value
+    assert (record.leader_epoch, record.isr) == (2, placement.isr)
+    assert record.leads is (placement.role is Role.LEADER)
+    assert record.under_replicated is under
+    # the leader's lag per in-sync follower (which has acknowledged nothing of an empty log)
+    lag = (("b", 0),) if record.leads and "b" in placement.isr else ()
+    assert (record.replica_lag, record.max_replica_lag) == (lag, 0)
