@@ -16,6 +16,14 @@ from .channel import Channel as Channel
 from .config import BrokerConfig as BrokerConfig
 from .partition import Partition as Partition
 from .reading import offset_at as offset_at, read_records as read_records
+from .statistics import (
+    ChannelPartitionStatistics as ChannelPartitionStatistics,
+    ChannelStatistics as ChannelStatistics,
+    ReplicationStatistics as ReplicationStatistics,
+    TopicPartitionStatistics as TopicPartitionStatistics,
+    TopicStatistics as TopicStatistics,
+    youzan_style as youzan_style,
+)
 from .topic import Topic as Topic
 from .views import Subscriber as Subscriber, TopicView as TopicView
 
@@ -24,18 +32,24 @@ __all__ = [
     "Broker",
     "BrokerConfig",
     "Channel",
+    "ChannelPartitionStatistics",
+    "ChannelStatistics",
     "FrameLayout",
     "HandleCache",
     "NewRecord",
     "Partition",
     "Record",
+    "ReplicationStatistics",
     "StorageError",
     "Subscriber",
     "Topic",
+    "TopicPartitionStatistics",
+    "TopicStatistics",
     "TopicView",
     "join_batches",
     "new_records",
     "offset_at",
     "open_broker",
     "read_records",
+    "youzan_style",
 ]

@@ -8,7 +8,7 @@ until the earliest in-flight or deferred deadline (DESIGN.md §6).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Protocol, runtime_checkable
 
 import trio
@@ -24,6 +24,7 @@ from ..storage import FrameLayout, FrameRun
 from .clock import Clock
 from .dispatch import Dispatch
 from .partition import Log, Partition
+from .statistics import ChannelStatistics, channel_statistics
 from .views import Subscriber, TopicView
 
 
@@ -350,6 +351,12 @@ class Channel:
     def message_count(self) -> int:
         """nsqd's channel ``message_count`` over all partitions."""
         return sum(self.partition_message_count(p) for p, _ in self.iter_cursors())
+
+    def statistics(
+        self, e2e_percentiles: Sequence[float] = (), now_ns: int = 0
+    ) -> ChannelStatistics:
+        """A frozen snapshot for ``/stats`` and ``/metrics`` (see :meth:`Topic.statistics`)."""
+        return channel_statistics(self, e2e_percentiles, now_ns)
 
 
 @runtime_checkable

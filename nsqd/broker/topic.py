@@ -18,6 +18,12 @@ from ..storage.batch import BodyBatch
 from ..storage.record import NewRecord, Record
 from .channel import Channel
 from .partition import Partition
+from .statistics import (
+    TopicPartitionStatistics,
+    TopicStatistics,
+    topic_partition_statistics,
+    topic_statistics,
+)
 
 
 class Topic:
@@ -145,3 +151,13 @@ class Topic:
         return sum(
             p.log.end_offset - max(p.topic_start, p.log.start_offset) for p in self.partitions
         )
+
+    def statistics(self, e2e_percentiles: Sequence[float] = (), now_ns: int = 0) -> TopicStatistics:
+        """A frozen snapshot of the topic and its channels for ``/stats`` and ``/metrics``
+        (FIN latencies at ``e2e_percentiles`` over the window at ``now_ns``)."""
+        return topic_statistics(self, e2e_percentiles, now_ns)
+
+    def partition_statistics(self) -> tuple[TopicPartitionStatistics, ...]:
+        """The partitions' part of :meth:`statistics` alone (their replication, for a scrape
+        that needs no channel)."""
+        return topic_partition_statistics(self)

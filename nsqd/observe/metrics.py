@@ -50,7 +50,8 @@ from prometheus_client.registry import Collector
 from ..broker import Broker, HandleCache
 from ..broker.diskguard import DiskGuard
 from .memory import GC_PAUSES
-from .stats import Json, SessionLike, StatsQuery, pub_counts, stats_document
+from .records import HasStatistics
+from .stats import Json, StatsQuery, stats_document
 
 PUBLISH_BUCKETS = (
     0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
@@ -125,7 +126,7 @@ def _add_e2e(family: Metric, labels: dict[str, str], latency: Json) -> None:
 class NsqCollector(Collector):
     """Renders a /stats snapshot, taken at scrape time, as gauges."""
 
-    def __init__(self, snapshot: Callable[[], Json], sessions: Collection[SessionLike]) -> None:
+    def __init__(self, snapshot: Callable[[], Json], sessions: Collection[HasStatistics]) -> None:
         self.snapshot = snapshot
         self.sessions = sessions
 
@@ -205,9 +206,10 @@ class NsqCollector(Collector):
     def _connections(self) -> Metric:
         counts = {"producer": 0, "consumer": 0, "idle": 0}
         for session in list(self.sessions):
-            if pub_counts(session):
+            client = session.statistics()
+            if client.pub_counts:
                 counts["producer"] += 1
-            elif getattr(session, "channel", None) is not None:
+            elif client.subscribed:
                 counts["consumer"] += 1
             else:
                 counts["idle"] += 1
@@ -304,11 +306,9 @@ class ReplicationCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         led = under = 0
         for topic in self.broker.list_topics():
-            for partition in topic.led:
-                led += 1
-                placement = partition.state.placement
-                if len(placement.isr or (placement.leader,)) < 1 + len(placement.replicas):
-                    under += 1
+            for partition in topic.partition_statistics():
+                led += partition.replication.leads
+                under += partition.replication.under_replicated
         yield GaugeMetricFamily("pnsq_leader_partitions", "Partitions led by this node", value=led)
         yield GaugeMetricFamily(
             "pnsq_under_replicated_partitions",
@@ -327,7 +327,7 @@ class Metrics:
     broker as its observers) and the collector over /stats."""
 
     def __init__(
-        self, broker: Broker, sessions: Collection[SessionLike], version: str = "1.3.0"
+        self, broker: Broker, sessions: Collection[HasStatistics], version: str = "1.3.0"
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.publish_latency = Histogram(

@@ -11,45 +11,27 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Protocol, cast
+from typing import Any
 
-import trio
-
-from ..broker import Broker, Channel, Partition, Topic, TopicView
-from ..core.latency import LatencyResult, aggregate
+from ..broker import (
+    Broker,
+    ChannelPartitionStatistics,
+    ChannelStatistics,
+    ReplicationStatistics,
+    TopicPartitionStatistics,
+    TopicStatistics,
+)
+from ..core.latency import LatencyResult
 from .memory import memory_stats
+from .records import ClientStatistics, HasStatistics
 
 Json = dict[str, Any]
 
 E2E_LATENCY = {"count": 0, "percentiles": None}  # not measured (nsqd: opt-in)
 
 
-class SessionLike(Protocol):
-    """What stats read of a TCP session (``nsqd.tcp.session.Session``), read-only; newer
-    attributes (TLS, compression, auth, publish counts) are read with defaults."""
-
-    @property
-    def client_id(self) -> str: ...
-    @property
-    def hostname(self) -> str: ...
-    @property
-    def remote_address(self) -> str: ...
-    @property
-    def user_agent(self) -> str: ...
-    @property
-    def ready_count(self) -> int: ...
-    @property
-    def in_flight(self) -> int: ...
-    @property
-    def message_count(self) -> int: ...
-    @property
-    def finish_count(self) -> int: ...
-    @property
-    def requeue_count(self) -> int: ...
-    @property
-    def connect_time(self) -> int: ...
-    @property
-    def sample_rate(self) -> int: ...
+#: what ``/stats`` and ``/metrics`` ask of a TCP session (the HTTP app's name for it)
+SessionLike = HasStatistics
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +52,7 @@ def health(broker: Broker) -> str:
 
 
 def stats_document(
-    broker: Broker, sessions: Iterable[SessionLike], query: StatsQuery, version: str
+    broker: Broker, sessions: Iterable[HasStatistics], query: StatsQuery, version: str
 ) -> Json:
     """The ``/stats?format=json`` document (nsqd 1.3.0's key order)."""
     doc: Json = {"version": version, "health": health(broker), "start_time": broker.start_time}
@@ -80,7 +62,8 @@ def stats_document(
         doc["memory"] = memory_stats()
     producers = None
     if topics is not None and query.include_clients:
-        found = [client_stats(s, query.topic) for s in sessions if pub_counts(s)]
+        records = (s.statistics() for s in sessions)
+        found = [client_stats(c, query.topic) for c in records if c.pub_counts]
         producers = found or None
     doc["producers"] = producers
     return doc
@@ -94,78 +77,53 @@ def _topic_stats(broker: Broker, query: StatsQuery) -> list[Json] | None:
         chosen = [only]
     else:
         chosen = broker.list_topics()
+    percentiles = broker.config.e2e_percentiles
+    now_ns = broker.clock.now_ns() if percentiles else 0
     out = []
     for topic in chosen:
+        record = topic.statistics(percentiles, now_ns)
+        channels = record.channels
         if query.channel:
-            found = topic.channels.get(query.channel)
-            if found is None:
+            channels = tuple(c for c in channels if c.name == query.channel)
+            if not channels:
                 continue  # nsqd leaves out the topics without that channel
-            channels = [found]
-        else:
-            channels = sorted(topic.channels.values(), key=lambda c: c.name)
         channel_docs = [channel_stats(c, query) for c in channels]
-        for doc, channel in zip(channel_docs, channels, strict=True):
-            doc["e2e_processing_latency"] = channel_e2e(broker, channel)
-        topic_doc = topic_stats(topic, channel_docs)
-        topic_doc["e2e_processing_latency"] = topic_e2e(broker, topic)
-        out.append(topic_doc)
+        out.append(topic_stats(record, channel_docs))
     return out
 
 
-def _e2e_json(result: LatencyResult) -> Json:
+def e2e_json(result: LatencyResult | None) -> Json:
+    """nsqd's ``e2e_processing_latency``: ``{"count", "percentiles": [{"quantile", "value"
+    (ns)}]}`` with ``--e2e-processing-latency-percentile``, else no percentiles."""
+    if result is None:
+        return dict(E2E_LATENCY)
     percentiles = [{"quantile": q, "value": value} for q, value in result.percentiles]
     return {"count": result.count, "percentiles": percentiles}
 
 
-def channel_e2e(broker: Broker, channel: Channel) -> Json:
-    """nsqd's ``e2e_processing_latency`` of a channel: ``{"count", "percentiles": [{"quantile",
-    "value" (ns)}]}`` with ``--e2e-processing-latency-percentile``, else no percentiles."""
-    percentiles = broker.config.e2e_percentiles
-    if not percentiles:
-        return dict(E2E_LATENCY)
-    now_ns = broker.clock.now_ns()
-    windows = [channel.e2e_latency] if channel.e2e_latency is not None else []
-    return _e2e_json(aggregate(percentiles, windows, now_ns))
-
-
-def topic_e2e(broker: Broker, topic: Topic) -> Json:
-    """A topic's: its channels' latencies together (none without a channel, as nsqd)."""
-    percentiles = broker.config.e2e_percentiles
-    if not percentiles or not topic.channels:
-        return dict(E2E_LATENCY)
-    windows = [c.e2e_latency for c in topic.channels.values() if c.e2e_latency is not None]
-    return _e2e_json(aggregate(percentiles, windows, broker.clock.now_ns()))
-
-
-def topic_stats(topic: Topic, channels: list[Json]) -> Json:
+def topic_stats(topic: TopicStatistics, channels: list[Json]) -> Json:
     """One TopicStats, with pnsq's per-partition list."""
-    parts = [_topic_partition(topic, p) for p in topic.partitions]
+    parts = [_topic_partition(p) for p in topic.partitions]
     return {
         "topic_name": topic.name,
         "channels": channels,
-        "depth": sum(p["depth"] for p in parts),
-        "backend_depth": sum(p["backend_depth"] for p in parts),
+        "depth": topic.depth,
+        "backend_depth": topic.backend_depth,
         "message_count": topic.message_count,
         "message_bytes": topic.message_bytes,
         "paused": topic.paused,
-        "e2e_processing_latency": dict(E2E_LATENCY),
+        "e2e_processing_latency": e2e_json(topic.e2e_latency),
         "partitions": parts,
-        **(_youzan_topic(topic, channels) if youzan_style(topic) else {}),
+        **(_youzan_topic(topic, channels) if topic.youzan_style else {}),
     }
 
 
-def youzan_style(topic: TopicView) -> bool:
-    """A topic with youzan's features (ext, ordered, or several partitions): its stats carry
-    youzan's extra keys; a plain topic's keep nsqd 1.3.0's exact shape for stock tools."""
-    return topic.ext or topic.ordered or topic.partition_num > 1
-
-
-def _youzan_topic(topic: Topic, channels: list[Json]) -> Json:
+def _youzan_topic(topic: TopicStatistics, channels: list[Json]) -> Json:
     """youzan's TopicStats keys that a pnsq concept backs (one pnsq entry spans the topic's
     partitions here: ``topic_partition`` lists them, comma-separated)."""
     return {
         "topic_partition": ",".join(str(p.number) for p in topic.partitions),
-        "is_leader": any(p.state.leads for p in topic.partitions),
+        "is_leader": any(p.replication.leads for p in topic.partitions),
         "is_multi_ordered": topic.ordered,
         "is_multi_part": topic.partition_num > 1,
         "is_ext": topic.ext,
@@ -174,101 +132,92 @@ def _youzan_topic(topic: Topic, channels: list[Json]) -> Json:
     }
 
 
-def _topic_partition(topic: Topic, partition: Partition) -> Json:
-    log = partition.log
-    depth = 0
-    if not topic.channels:  # the backlog kept for a first channel (nsqd's topic depth)
-        depth = log.end_offset - max(partition.topic_start, log.start_offset)
+def _topic_partition(partition: TopicPartitionStatistics) -> Json:
     return {
         "partition": partition.number,
-        "depth": depth,
-        "backend_depth": 0 if topic.ephemeral else depth,
+        "depth": partition.depth,
+        "backend_depth": partition.backend_depth,
         "message_count": partition.message_count,
         "message_bytes": partition.message_bytes,
-        "start_offset": log.start_offset,
-        "end_offset": log.end_offset,
-        **replication_stats(partition),
+        "start_offset": partition.start_offset,
+        "end_offset": partition.end_offset,
+        **replication_stats(partition.replication),
     }
 
 
-def replication_stats(partition: Partition) -> Json:
+def replication_stats(replication: ReplicationStatistics) -> Json:
     """pnsq's replication view of a partition: its role here, the leader epoch, the
     high-watermark, the in-sync set as lookupd last told it and, on the leader, how far each
     in-sync follower is behind (records)."""
-    state = partition.state
-    lag = {node: state.log_end - state.acked(node) for node in state.followers}
     return {
-        "role": state.role.value,
-        "leader_epoch": state.epoch,
-        "high_watermark": state.high_watermark,
-        "isr": list(state.placement.isr),
-        "replica_lag": lag if state.leads else {},
-        "leader": 1 if state.leads else 0,
-        "max_replica_lag": max(lag.values(), default=0) if state.leads else 0,
+        "role": replication.role,
+        "leader_epoch": replication.leader_epoch,
+        "high_watermark": replication.high_watermark,
+        "isr": list(replication.isr),
+        "replica_lag": dict(replication.replica_lag),
+        "leader": 1 if replication.leads else 0,
+        "max_replica_lag": replication.max_replica_lag,
     }
 
 
-def channel_stats(channel: Channel, query: StatsQuery) -> Json:
+def _channel_partition(part: ChannelPartitionStatistics) -> Json:
+    return {
+        "partition": part.number,
+        "depth": part.depth,
+        "backend_depth": part.backend_depth,
+        "in_flight_count": part.in_flight_count,
+        "deferred_count": part.deferred_count,
+        "message_count": part.message_count,
+        "requeue_count": part.requeue_count,
+        "timeout_count": part.timeout_count,
+        "confirmed_offset": part.confirmed_offset,
+        "next_offset": part.next_offset,
+        "start_offset": part.start_offset,
+        "end_offset": part.end_offset,
+        "lag": part.lag,
+    }
+
+
+def channel_stats(channel: ChannelStatistics, query: StatsQuery) -> Json:
     """One ChannelStats, with pnsq's per-partition list."""
-    parts = []
-    for partition, cursor in channel.iter_cursors():
-        end = partition.log.end_offset
-        depth, deferred = channel.partition_counts(partition, cursor)
-        parts.append(
-            {
-                "partition": partition.number,
-                "depth": depth,
-                "backend_depth": 0 if channel.ephemeral else depth,
-                "in_flight_count": len(cursor.in_flight),
-                "deferred_count": deferred,
-                "message_count": channel.partition_message_count(partition),
-                "requeue_count": cursor.requeue_count,
-                "timeout_count": cursor.timeout_count,
-                "confirmed_offset": cursor.confirmed,
-                "next_offset": cursor.next_read,
-                "start_offset": partition.log.start_offset,
-                "end_offset": end,
-                "lag": end - cursor.confirmed,
-            }
-        )
     clients: list[Json] | None = None
     if query.include_clients:
         members = sorted(
-            (cast(SessionLike, c) for c in channel.clients),
-            key=lambda s: (s.connect_time, s.remote_address),
+            (c.statistics() for c in channel.subscribers if isinstance(c, HasStatistics)),
+            key=lambda c: (c.connect_time, c.remote_address),
         )
-        clients = [client_stats(s, query.topic) for s in members]
+        clients = [client_stats(c, query.topic) for c in members]
     return {
         "channel_name": channel.name,
-        "depth": sum(p["depth"] for p in parts),
-        "backend_depth": sum(p["backend_depth"] for p in parts),
-        "in_flight_count": sum(p["in_flight_count"] for p in parts),
-        "deferred_count": sum(p["deferred_count"] for p in parts),
-        "message_count": sum(p["message_count"] for p in parts),
-        "requeue_count": sum(p["requeue_count"] for p in parts),
-        "timeout_count": sum(p["timeout_count"] for p in parts),
-        "client_count": len(channel.clients),
+        "depth": channel.depth,
+        "backend_depth": channel.backend_depth,
+        "in_flight_count": channel.in_flight_count,
+        "deferred_count": channel.deferred_count,
+        "message_count": channel.message_count,
+        "requeue_count": channel.requeue_count,
+        "timeout_count": channel.timeout_count,
+        "client_count": channel.client_count,
         "clients": clients,
         "paused": channel.paused,
-        "e2e_processing_latency": dict(E2E_LATENCY),
-        "partitions": parts,
-        **(_youzan_channel(channel) if youzan_style(channel.topic) else {}),
+        "e2e_processing_latency": e2e_json(channel.e2e_latency),
+        "partitions": [_channel_partition(p) for p in channel.partitions],
+        **(_youzan_channel(channel) if channel.youzan_style else {}),
     }
 
 
-def _youzan_channel(channel: Channel) -> Json:
+def _youzan_channel(channel: ChannelStatistics) -> Json:
     """youzan's ChannelStats keys that pnsq backs."""
     return {
-        "client_num": len(channel.clients),
+        "client_num": channel.client_count,
         "skipped": channel.skipped,
         "zan_test_skipped": channel.skip_zan_test,
         "is_multi_ordered": channel.ordered,
     }
 
 
-def _youzan_client(session: object) -> Json:
+def _youzan_client(client: ClientStatistics) -> Json:
     """youzan's ClientStats keys: ``desired_tag``, ``ext_filter``, ``msg_timeout`` (ms)."""
-    ext_filter = getattr(session, "ext_filter", None)
+    ext_filter = client.ext_filter
     shape: Json = {"type": 0, "inverse": False, "filter_ext_key": "", "filter_data": ""}
     if ext_filter is not None:
         shape = {
@@ -281,81 +230,49 @@ def _youzan_client(session: object) -> Json:
             ],
         }
     return {
-        "desired_tag": getattr(session, "desired_tag", ""),
+        "desired_tag": client.desired_tag,
         "ext_filter": shape,
-        "msg_timeout": getattr(session, "msg_timeout_ns", 0) // 1_000_000,
+        "msg_timeout": client.msg_timeout_ns // 1_000_000,
     }
 
 
-def pub_counts(session: object) -> dict[str, int]:
-    """Messages this connection published, per topic (empty for a pure consumer)."""
-    publisher = getattr(session, "publisher", None)
-    counts = getattr(publisher, "pub_counts", None) or getattr(session, "pub_counts", None)
-    return dict(counts) if counts else {}
-
-
-def client_stats(session: SessionLike, topic_filter: str = "") -> Json:
+def client_stats(client: ClientStatistics, topic_filter: str = "") -> Json:
     """One ClientStats (nsqd 1.3.0's keys; the ``omitempty`` ones only when set)."""
-    parser = getattr(session, "parser", None)
-    state = getattr(getattr(parser, "state", None), "value", 0)
     doc: Json = {
-        "client_id": session.client_id,
-        "hostname": session.hostname,
+        "client_id": client.client_id,
+        "hostname": client.hostname,
         "version": "V2",
-        "remote_address": session.remote_address,
-        "state": state,
-        "ready_count": session.ready_count,
-        "in_flight_count": session.in_flight,
-        "message_count": session.message_count,
-        "finish_count": session.finish_count,
-        "requeue_count": session.requeue_count,
-        "connect_ts": session.connect_time,
-        "sample_rate": session.sample_rate,
-        "deflate": bool(getattr(session, "deflate", False)),
-        "snappy": bool(getattr(session, "snappy", False)),
-        "user_agent": session.user_agent,
+        "remote_address": client.remote_address,
+        "state": client.state,
+        "ready_count": client.ready_count,
+        "in_flight_count": client.in_flight_count,
+        "message_count": client.message_count,
+        "finish_count": client.finish_count,
+        "requeue_count": client.requeue_count,
+        "connect_ts": client.connect_time,
+        "sample_rate": client.sample_rate,
+        "deflate": client.deflate,
+        "snappy": client.snappy,
+        "user_agent": client.user_agent,
     }
-    channel = getattr(session, "channel", None)
-    if channel is not None and youzan_style(channel.topic):
-        doc.update(_youzan_client(session))
-    auth = getattr(session, "auth", None)
-    if auth is not None and getattr(auth, "authorized", False):
+    if client.youzan_style:
+        doc.update(_youzan_client(client))
+    if client.authed:
         doc["authed"] = True
-        auth_state = getattr(auth, "state", None)
-        if identity := getattr(auth_state, "identity", ""):
-            doc["auth_identity"] = identity
-        if identity_url := getattr(auth_state, "identity_url", ""):
-            doc["auth_identity_url"] = identity_url
+        if client.auth_identity:
+            doc["auth_identity"] = client.auth_identity
+        if client.auth_identity_url:
+            doc["auth_identity_url"] = client.auth_identity_url
     counts = [
         {"topic": t, "count": n}
-        for t, n in sorted(pub_counts(session).items())
+        for t, n in client.pub_counts
         if not topic_filter or t == topic_filter
     ]
     if counts:
         doc["pub_counts"] = counts
-    doc.update(_tls_details(session))
+    doc["tls"] = client.tls
+    doc["tls_cipher_suite"] = client.tls_cipher_suite
+    doc["tls_version"] = client.tls_version
+    doc["tls_negotiated_protocol"] = client.tls_negotiated_protocol
+    doc["tls_negotiated_protocol_is_mutual"] = client.tls_negotiated_protocol_is_mutual
     return doc
-
-
-def _tls_details(session: object) -> Json:
-    stream = getattr(session, "stream", None)
-    for _ in range(4):  # compression layers wrap the TLS stream as ``inner``
-        if stream is None or isinstance(stream, trio.SSLStream):
-            break
-        stream = getattr(stream, "inner", None)
-    tls = bool(getattr(session, "tls", False)) and isinstance(stream, trio.SSLStream)
-    details: Json = {
-        "tls": tls,
-        "tls_cipher_suite": "",
-        "tls_version": "",
-        "tls_negotiated_protocol": "",
-        "tls_negotiated_protocol_is_mutual": False,
-    }
-    if tls:
-        assert isinstance(stream, trio.SSLStream)
-        cipher = stream.cipher()
-        details["tls_cipher_suite"] = cipher[0] if cipher else ""
-        details["tls_version"] = (stream.version() or "").replace("TLSv", "TLS")
-        details["tls_negotiated_protocol"] = stream.selected_alpn_protocol() or ""
-        details["tls_negotiated_protocol_is_mutual"] = True  # Go: always true (deprecated)
-    return details

@@ -60,6 +60,7 @@ from .publishing import Publisher
 from .reactor import PublishReactor
 from .reactor_side import ReactorSide
 from .settings import RECEIVE_SIZE, SessionSettings
+from .statistics import ClientStatistics, client_statistics
 from .streams import DeflateStream, peer_common_name
 from .timers import Timers
 from .topic_creation import create_topic
@@ -162,6 +163,10 @@ class Session:
     def sample_rate(self) -> int:
         """IDENTIFY's sample rate (0: every message)."""
         return self._consuming.sample_rate
+
+    def statistics(self) -> ClientStatistics:
+        """This connection's frozen record for ``/stats`` and ``/metrics``."""
+        return client_statistics(self)
 
     # ------------------------------------------------------------------ lifecycle
 
