@@ -6,10 +6,10 @@ the machine loses what was appended after the last completed :meth:`PartitionLog
 broker decides when to sync (``--sync-every`` / ``--sync-timeout``) and runs it in a worker
 thread; every other method runs on the caller's thread.
 
-This module is the log's front: locking, argument checks, the tail cache, appends and rotation,
-error translation. Below it: :mod:`.opening` (finding and recovering the segments),
-:mod:`.log_read` (reads across segments), :mod:`.durability` (what a sync covers, the fsyncs),
-:mod:`.trimming` (truncation and retention).
+This module is the log's front: locking, argument checks, the tail cache, error translation.
+Below it: :mod:`.opening` (finding and recovering the segments), :mod:`.appending` (encoding,
+writing and rotation), :mod:`.log_read` (reads across segments), :mod:`.durability` (what a
+sync covers, the fsyncs), :mod:`.trimming` (truncation and retention).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Final, final
 
-from .batch import AppendedBatch, BodyBatch
-from .cache import RECORD_OVERHEAD, CacheBudget
+from .appending import Appender
+from .cache import CacheBudget
 from .checkpoint import fsync_directory
 from .corruption import SkippedRegions
 from .durability import PendingSync
@@ -32,7 +32,7 @@ from .frame_runs import FrameLayout, FrameRun
 from .handles import HandleCache
 from .log_read import offset_for_timestamp, read_frames, read_segments
 from .opening import open_segments
-from .record import HEADER_SIZE, NewRecord, Record, encode_bodies, encode_run, internal_id_for
+from .record import NewRecord, Record
 from .segment import Segment
 from .segment_files import SegmentEnv
 from .trimming import delete_expired, truncate_segments
@@ -68,12 +68,14 @@ class PartitionLog:
         self.directory = directory
         self._segments = segments
         self._env = env
-        self._max_bytes = max_bytes_per_file
         self._logger = env.logger
         self._lock = env.owner
         self._end = segments[-1].next_offset
         self._cache = cache.cache(self._end)  # the newest records, within the shared budget
         self._pending = PendingSync(directory, self._lock)  # what the next sync must cover
+        self._appender = Appender(
+            directory, partition, segments, env, self._cache, self._pending, max_bytes_per_file
+        )
         self._closed = False
 
     @classmethod
@@ -163,81 +165,12 @@ class PartitionLog:
             self._check_open()
             if not entries:
                 return []
-            first = self._end
-            pid = internal_id_for(self.partition, -1)  # the partition's bits; | (offset + 1)
-            records: Sequence[Record]
-            if isinstance(entries, BodyBatch):  # no trace id, no ext: made when read
-                times, at, ep, bodies = (
-                    entries.publish_times(),
-                    entries.deliver_at_ns,
-                    epoch or 0,
-                    entries.bodies,
-                )
-                data, stamps = encode_bodies(first, pid, times, at, ep, bodies)
-                records = AppendedBatch(first, pid, times, at, ep, bodies)
-            else:
-                records = [
-                    Record(
-                        offset,
-                        e.timestamp_ns,
-                        pid | (offset + 1),
-                        e.trace_id,
-                        e.deliver_at_ns,
-                        e.body,
-                        e.ext,
-                        e.epoch if epoch is None else epoch,
-                    )
-                    for offset, e in enumerate(entries, first)
-                ]
-                data, stamps = encode_run(records)  # checks every field before anything is written
             try:
-                if self._segments[-1].size + len(data) <= self._max_bytes:
-                    self._write(data, first, records, stamps)
-                else:  # rare: the batch goes past max_bytes_per_file, the log rotates
-                    self._append_rotating(data, first, records, stamps)
+                return self._appender.append(self._end, entries, epoch)
             except OSError as exc:
                 raise StorageError(f"append to {self.directory} failed: {exc}") from exc
-            return records
-
-    def _append_rotating(
-        self,
-        data: bytes,
-        first: int,
-        records: Sequence[Record],
-        stamps: list[tuple[int, int]],
-    ) -> None:
-        """Write ``records`` (encoded as ``data``, ``stamps`` their sizes, the first at offset
-        ``first``) in chunks, starting a new segment wherever the next record would take the
-        active one past ``max_bytes_per_file`` (a record larger than that goes alone in a
-        segment)."""
-        splits: list[int] = []  # indexes where a new segment starts
-        size = self._segments[-1].size
-        for i, (_, n) in enumerate(stamps):
-            if size and size + n > self._max_bytes:
-                splits.append(i)
-                size = 0
-            size += n
-        bounds = [0, *splits, len(records)]
-        pos = 0  # where the chunk's bytes start in data
-        for k in range(len(bounds) - 1):
-            if k:
-                self._rotate()
-            lo, hi = bounds[k], bounds[k + 1]
-            if lo < hi:  # empty when the very first entry already needs a new segment
-                end = pos + sum(n for _, n in stamps[lo:hi])
-                self._write(data[pos:end], first + lo, records[lo:hi], stamps[lo:hi])
-                pos = end
-
-    def _write(
-        self, data: bytes, first: int, records: Sequence[Record], stamps: list[tuple[int, int]]
-    ) -> None:
-        """Write encoded ``records`` (the first at offset ``first``) to the active segment and
-        keep them in the tail cache."""
-        self._segments[-1].append(data, first, stamps)
-        self._end = first + len(records)
-        self._cache.extend(
-            first, records, len(data) + (RECORD_OVERHEAD - HEADER_SIZE) * len(records)
-        )
+            finally:  # what was written: all of the batch, none, or (an I/O error) a prefix
+                self._end = self._segments[-1].next_offset
 
     def append_encoded(self, data: bytes, run: EncodedRun) -> bool:
         """Write a leader's checked batch verbatim at this log's end (``run.first_offset`` must
@@ -251,26 +184,12 @@ class PartitionLog:
                 raise ValueError(f"batch at {run.first_offset}, log ends at {self._end}")
             if not run.count:
                 return True
-            segment = self._segments[-1]
-            if segment.size + len(data) > self._max_bytes:
-                return False
             try:
-                segment.append(data, run.first_offset, run.entries)
+                written = self._appender.append_encoded(data, run)
             except OSError as exc:
                 raise StorageError(f"append to {self.directory} failed: {exc}") from exc
-            self._end = run.first_offset + run.count
-            self._cache.skip_to(self._end)
-            return True
-
-    def _rotate(self) -> None:
-        new = Segment.create(self.directory, self._end, self._env)
-        try:
-            self._pending.rotated.extend(self._segments[-1].seal())
-        except OSError:
-            new.delete()
-            raise
-        self._segments.append(new)
-        self._pending.dir_dirty = True
+            self._end = self._segments[-1].next_offset
+            return written
 
     # -- reading -------------------------------------------------------------------------------
 
