@@ -130,39 +130,9 @@ class Session:
         return self._consuming.channel
 
     @property
-    def ready_count(self) -> int:
-        """The client's RDY."""
-        return self._consuming.ready_count
-
-    @property
-    def in_flight(self) -> int:
-        """Messages delivered and not yet finished, requeued or timed out."""
-        return self._consuming.in_flight
-
-    @property
-    def message_count(self) -> int:
-        """Messages delivered."""
-        return self._consuming.message_count
-
-    @property
-    def finish_count(self) -> int:
-        """Messages finished."""
-        return self._consuming.finish_count
-
-    @property
-    def requeue_count(self) -> int:
-        """Messages requeued."""
-        return self._consuming.requeue_count
-
-    @property
-    def msg_timeout_ns(self) -> int:
-        """The in-flight timeout IDENTIFY negotiated."""
-        return self._consuming.msg_timeout_ns
-
-    @property
-    def sample_rate(self) -> int:
-        """IDENTIFY's sample rate (0: every message)."""
-        return self._consuming.sample_rate
+    def consuming(self) -> Consuming:
+        """The connection's consuming side (its RDY, in-flight and counters: stats read them)."""
+        return self._consuming
 
     def statistics(self) -> ClientStatistics:
         """This connection's frozen record for ``/stats`` and ``/metrics``."""

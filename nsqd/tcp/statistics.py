@@ -13,6 +13,7 @@ from ..broker import Channel, youzan_style
 from ..core.tags import ExtFilter
 from ..observe.records import ClientStatistics
 from .auth import SessionAuth
+from .consuming import Consuming
 from .publishing import Publisher
 from .streams import CompressedStream
 
@@ -33,19 +34,7 @@ class SessionFacts(Protocol):
     @property
     def parser(self) -> CommandParser: ...
     @property
-    def ready_count(self) -> int: ...
-    @property
-    def in_flight(self) -> int: ...
-    @property
-    def message_count(self) -> int: ...
-    @property
-    def finish_count(self) -> int: ...
-    @property
-    def requeue_count(self) -> int: ...
-    @property
     def connect_time(self) -> int: ...
-    @property
-    def sample_rate(self) -> int: ...
     @property
     def deflate(self) -> bool: ...
     @property
@@ -63,9 +52,9 @@ class SessionFacts(Protocol):
     @property
     def ext_filter(self) -> ExtFilter | None: ...
     @property
-    def msg_timeout_ns(self) -> int: ...
-    @property
     def publisher(self) -> Publisher: ...
+    @property
+    def consuming(self) -> Consuming: ...
 
 
 def client_statistics(session: SessionFacts) -> ClientStatistics:
@@ -74,6 +63,7 @@ def client_statistics(session: SessionFacts) -> ClientStatistics:
     authed = auth is not None and auth.authorized
     auth_state = auth.state if auth is not None and authed else None
     channel = session.channel
+    consuming = session.consuming
     tls = _tls_stream(session)
     cipher = tls.cipher() if tls is not None else None
     return ClientStatistics(
@@ -82,13 +72,13 @@ def client_statistics(session: SessionFacts) -> ClientStatistics:
         remote_address=session.remote_address,
         user_agent=session.user_agent,
         state=session.parser.state.value,
-        ready_count=session.ready_count,
-        in_flight_count=session.in_flight,
-        message_count=session.message_count,
-        finish_count=session.finish_count,
-        requeue_count=session.requeue_count,
+        ready_count=consuming.ready_count,
+        in_flight_count=consuming.in_flight,
+        message_count=consuming.message_count,
+        finish_count=consuming.finish_count,
+        requeue_count=consuming.requeue_count,
         connect_time=session.connect_time,
-        sample_rate=session.sample_rate,
+        sample_rate=consuming.sample_rate,
         deflate=session.deflate,
         snappy=session.snappy,
         tls=tls is not None,
@@ -103,7 +93,7 @@ def client_statistics(session: SessionFacts) -> ClientStatistics:
         youzan_style=channel is not None and youzan_style(channel.topic),
         desired_tag=session.desired_tag,
         ext_filter=session.ext_filter,
-        msg_timeout_ns=session.msg_timeout_ns,
+        msg_timeout_ns=consuming.msg_timeout_ns,
         pub_counts=tuple(sorted(session.publisher.pub_counts.items())),
     )
 
