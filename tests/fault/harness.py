@@ -30,7 +30,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import trio
 
@@ -214,13 +214,12 @@ class FaultCluster:
 # ---------------------------------------------------------------------------------- publishers
 
 
-@dataclass
-class PnsqPublisher:
-    """pnsq's client publishing ``<name>-<i>`` to one partition, each retried until acked."""
+@dataclass(kw_only=True)
+class _PublisherThread:
+    """A publisher that runs its own Trio loop in a thread: :meth:`start`, then :meth:`stop`
+    joins it and re-raises what ended it. It records every acknowledged body with the times of
+    its publish and of its acknowledgement, and every refusal."""
 
-    cluster: FaultCluster
-    partition: int
-    name: str
     #: (body, when its publish was sent, when it was acknowledged)
     acked: list[tuple[bytes, float, float]] = field(default_factory=list)
     refused: list[tuple[float, str]] = field(default_factory=list)
@@ -228,16 +227,16 @@ class PnsqPublisher:
     _thread: threading.Thread | None = None
     error: BaseException | None = None
 
-    def start(self) -> PnsqPublisher:
-        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+    def start(self) -> Self:
+        self._thread = threading.Thread(target=self._run, name=type(self).__name__, daemon=True)
         self._thread.start()
         return self
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 30) -> None:
         self._stop.set()
         assert self._thread is not None
-        self._thread.join(30)
-        assert not self._thread.is_alive(), f"{self.name} did not stop"
+        self._thread.join(timeout)
+        assert not self._thread.is_alive(), f"{type(self).__name__} did not stop"
         if self.error is not None:
             raise self.error
 
@@ -246,6 +245,18 @@ class PnsqPublisher:
             trio.run(self._main)
         except BaseException as exc:  # noqa: BLE001 - re-raised in the test thread by stop()
             self.error = exc
+
+    async def _main(self) -> None:
+        raise NotImplementedError
+
+
+@dataclass
+class PnsqPublisher(_PublisherThread):
+    """pnsq's client publishing ``<name>-<i>`` to one partition, each retried until acked."""
+
+    cluster: FaultCluster
+    partition: int
+    name: str
 
     async def _main(self) -> None:
         attempt = 0
@@ -308,7 +319,7 @@ class PnsqPublisher:
 
 
 @dataclass
-class PipelinedPublisher:
+class PipelinedPublisher(_PublisherThread):
     """pnsq's client keeping ``depth`` publishes in flight on each of ``connections`` producers
     per partition of ``topic`` (every partition, routed to its leader through lookupd). A
     publish that fails is recorded and a new one sent; every call must end (OK, an error, or
@@ -319,34 +330,12 @@ class PipelinedPublisher:
     name: str
     connections: int = 2
     depth: int = 8
-    #: (body, when its publish was sent, when it was acknowledged)
-    acked: list[tuple[bytes, float, float]] = field(default_factory=list)
-    refused: list[tuple[float, str]] = field(default_factory=list)
     hung: int = 0  # publish calls that did not end within CALL_BOUND
     #: replies overdue past :data:`PUBLISH_REPLY_TIMEOUT` (the client closed the connection)
     timeouts: list[tuple[float, str]] = field(default_factory=list)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
-    error: BaseException | None = None
 
-    def start(self) -> PipelinedPublisher:
-        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        assert self._thread is not None
-        self._thread.join(60)
-        assert not self._thread.is_alive(), f"{self.name} did not stop"
-        if self.error is not None:
-            raise self.error
-
-    def _run(self) -> None:
-        try:
-            trio.run(self._main)
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the test thread by stop()
-            self.error = exc
+    def stop(self, timeout: float = 60) -> None:
+        super().stop(timeout)
 
     async def _main(self) -> None:
         count = self.cluster.partition_count(self.topic)
