@@ -19,6 +19,7 @@ from ..core.cursor import PartitionCursor
 from ..core.errors import NotInFlightError, NotLeaderError, PartitionNotConsumedError
 from ..core.inflight import Deliveries
 from ..core.latency import LatencyWindow
+from ..core.leases import Lease
 from ..core.taking import FetchFramed
 from ..storage import FrameLayout, FrameRun
 from .clock import Clock
@@ -302,15 +303,20 @@ class Channel:
                 await trio.sleep_forever()
             self._timer_scope = None
             now_ns = self.clock.now_ns()
-            moved = 0
-            for partition, cursor in self.iter_cursors():
-                # a timed-out message goes behind what consumers can read now (nsqd's back of
-                # the queue)
-                owners, released = cursor.expire(now_ns, partition.state.high_watermark)
-                self.release(owners)
-                moved += len(owners) + released
+            moved = sum(
+                self.expire(partition, cursor, now_ns) for partition, cursor in self.iter_cursors()
+            )
             if moved:
                 self.notify()
+
+    def expire(self, partition: Partition, cursor: PartitionCursor, now_ns: int) -> int:
+        """Requeue ``cursor``'s in-flight messages past their deadline at ``now_ns`` and
+        release its due deferred ones; returns how many moved. A TCP delivery goes behind what
+        consumers can read now (nsqd's back of the queue); an HTTP batch back to the head (its
+        partition's next batch starts at the committed offset)."""
+        owners, released = cursor.expire(now_ns, partition.state.high_watermark, _is_lease)
+        self.release(owners)
+        return len(owners) + released
 
     # ------------------------------------------------------------------ stats
 
@@ -374,3 +380,7 @@ def _framed_reader(log: Log, layout: FrameLayout) -> FetchFramed:
         return None if run is None else (run, run.body_bytes)
 
     return fetch
+
+
+def _is_lease(owner: object) -> bool:
+    return isinstance(owner, Lease)

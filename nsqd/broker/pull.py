@@ -108,6 +108,8 @@ class Puller:
         now_ns: int,
         lease_ns: int,
     ) -> Batch | None:
+        if channel.expire(partition, cursor, now_ns):  # a lease past its deadline, before its timer
+            channel.notify()
         readable = partition.state.high_watermark
         if not cursor.has_ready(readable):
             return None

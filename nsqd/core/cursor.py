@@ -21,7 +21,7 @@ Taking messages from the log is :mod:`.taking`'s; confirmations on the server's 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from sortedcontainers import SortedKeyList
 
@@ -285,16 +285,18 @@ class PartitionCursor(Taking):
 
     # ------------------------------------------------------------------ time
 
-    def expire(self, now_ns: int, end_offset: int | None = None) -> tuple[list[object], int]:
-        """Requeue timed-out in-flight messages and release due deferred ones.
-
-        A timed-out message goes behind the messages waiting in the log up to ``end_offset``
-        (nsqd puts it at the back of the channel's queue); without ``end_offset``, or on an
-        ordered channel (the same message again at the head, youzan's rule), it is next.
-
-        Returns the owners of the timed-out messages (one entry per message) and how many
-        deferred messages were released.
-        """
+    def expire(
+        self,
+        now_ns: int,
+        end_offset: int | None = None,
+        to_head: Callable[[object], bool] | None = None,
+    ) -> tuple[list[object], int]:
+        """Requeue timed-out in-flight messages and release due deferred ones; returns the
+        owners of the timed-out messages (one entry per message) and how many deferred ones
+        were released. A timed-out message goes behind the log up to ``end_offset`` (nsqd's back
+        of the queue), else next; on an ordered channel (youzan's rule), or when ``to_head``
+        says so of its owner (an HTTP batch: its partition goes on from the committed offset),
+        back to the head, in offset order."""
         owners: list[object] = []
         released = 0
         in_flight = self.in_flight
@@ -306,10 +308,11 @@ class PartitionCursor(Taking):
             message = self._message_at(offset)
             assert message is not None
             del in_flight[offset]
-            owners.append(message.owner)
+            owner = message.owner
+            owners.append(owner)
             message.owner = None
             self.timeout_count += 1
-            if self.ordered:
+            if self.ordered or (to_head is not None and to_head(owner)):
                 heads.append(message)
             elif end_offset is None or end_offset <= self.next_read:
                 self.ready.append(message)

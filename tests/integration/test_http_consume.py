@@ -144,6 +144,23 @@ def test_an_unacked_batch_comes_back_after_its_lease_with_attempts_2(nsqd: Daemo
     )
 
 
+@pytest.mark.parametrize("ending", ["lease expires", "nack 0"])
+def test_a_batch_that_comes_back_is_the_partitions_next_batch(nsqd: Daemon, ending: str) -> None:
+    """The offsets model: an expired (or nacked, no delay) batch is handed out again before
+    the messages behind it, attempts + 1, and per-partition order holds."""
+    topic = "back" + ending.split()[0]
+    _publish(nsqd, topic, 0, [b"m%d" % i for i in range(6)])
+    first = _consume(nsqd, topic, "ch", max=3, lease_ms=300)
+    assert _bodies(first) == [b"m0", b"m1", b"m2"]
+    if ending == "nack 0":
+        assert _post(nsqd, "/consume/nack", token=first["token"], delay_ms=0) == (200, b"OK")
+    again = _consume(nsqd, topic, "ch", max=3, wait_ms=5000)
+    assert _bodies(again) == [b"m0", b"m1", b"m2"]
+    assert [m["attempts"] for m in again["messages"]] == [2, 2, 2]
+    assert _post(nsqd, "/consume/ack", token=again["token"]) == (200, b"OK")
+    assert _bodies(_consume(nsqd, topic, "ch", max=3)) == [b"m3", b"m4", b"m5"]
+
+
 def test_nack_requeues_the_batch_after_its_delay_as_deferred(nsqd: Daemon) -> None:
     _publish(nsqd, "nack", 0, [b"x", b"y"])
     batch = _consume(nsqd, "nack", "ch", max=5)
