@@ -14,8 +14,8 @@ A channel is not a copy of the data. For each partition it keeps:
   at the back of the channel's queue, the messages already waiting go first.
 
 Pure: no I/O and no clock; every method that needs the time takes ``now_ns`` (wall clock, ns).
-Taking messages from the log is :mod:`.taking`'s; confirmations on the server's behalf
-(youzan) are :mod:`.confirming`'s.
+The state itself is :mod:`.cursor_state`'s; taking messages from the log is :mod:`.taking`'s;
+confirmations on the server's behalf (youzan) are :mod:`.confirming`'s.
 """
 
 from __future__ import annotations
@@ -23,19 +23,13 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Sequence
 
-from sortedcontainers import SortedKeyList
-
 from protocol.message import RecordLike
 
 from .errors import BrokerError, NotInFlightError, NotOwnerError
-from .inflight import Flight, FlightTimeouts, Held, Message
+from .inflight import Flight, Held, Message
 from .taking import Fetch, Taking
 
 __all__ = ["Fetch", "PartitionCursor"]
-
-
-def _due(message: Message) -> tuple[int, int]:
-    return (message.due_ns, message.record.offset)
 
 
 def _record_of(held: Held, offset: int) -> RecordLike:
@@ -47,40 +41,8 @@ def _record_of(held: Held, offset: int) -> RecordLike:
 
 
 class PartitionCursor(Taking):
-    """A channel's state in one partition. See the module docstring."""
-
-    def __init__(self, partition: int, start: int, acked: Sequence[int] = ()) -> None:
-        self.partition = partition
-        self.confirmed = start
-        self.next_read = start
-        self.acked: set[int] = {o for o in acked if o >= start}
-        #: offsets ``[start, end)`` the log no longer has (skipped as corrupt), by start:
-        #: ``confirmed`` steps over them as over FINed offsets
-        self._holes: dict[int, int] = {}
-        self._advance_confirmed()
-        #: offset -> its delivery state: a message, or the flight it was delivered in
-        self.in_flight: dict[int, Held] = {}
-        self.deferred: SortedKeyList[Message, tuple[int, int]] = SortedKeyList(key=_due)
-        self.ready: deque[Message] = deque()
-        #: (log end at the timeout, message): timed-out messages delivered once every message
-        #: before that end was read; ends ascending
-        self.behind: deque[tuple[int, Message]] = deque()
-        self._timeouts = FlightTimeouts()  # deadlines of the messages in flight
-        self.requeue_count = 0
-        self.timeout_count = 0
-        self.message_count = 0
-        #: body bytes of the messages the last :meth:`take` returned
-        self.taken_bytes = 0
-        #: offset -> not before (ns): delays taken over from a leader (see :meth:`mirror`),
-        #: applied when the offset is read
-        self._delays: dict[int, int] = {}
-        #: (messages finished, flight): flights FIN runs left with few members, compacted once
-        #: the cursor has finished that many messages; oldest first
-        self._few: deque[tuple[int, Flight]] = deque()
-        self._finished = 0  # messages FINed so far
-        #: ordered consumption (SUB_ORDERED): exactly one message in flight; a timeout or REQ
-        #: gives the same message back at the head (REQ delays are ignored), so order holds.
-        self.ordered = False
+    """A channel's state in one partition (:class:`~.cursor_state.CursorState`) and what
+    moves it: deliveries, FIN, REQ, TOUCH, timeouts, seeks. See the module docstring."""
 
     # ------------------------------------------------------------------ in flight
 
@@ -338,17 +300,6 @@ class PartitionCursor(Taking):
         return min(candidates) if candidates else None
 
     # ------------------------------------------------------------------ bookkeeping
-
-    def _advance_confirmed(self) -> None:
-        acked, holes = self.acked, self._holes
-        while True:
-            if self.confirmed in acked:
-                acked.discard(self.confirmed)
-                self.confirmed += 1
-            elif self.confirmed in holes:
-                self.confirmed = holes.pop(self.confirmed)
-            else:
-                return
 
     def seek(self, offset: int) -> list[object]:
         """Move the cursor to ``offset`` (replay, or skip ahead): everything in flight, deferred

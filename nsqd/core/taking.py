@@ -2,23 +2,21 @@
 new records from the partition log (DESIGN.md §6: one pass over each read, no object per
 message when a take's records go out together as one flight).
 
-:class:`Taking` is a base of :class:`~.cursor.PartitionCursor`, whose state it reads and
-moves. Pure: no I/O and no clock.
+:class:`Taking` reads and moves the cursor's state (:class:`~.cursor_state.CursorState`, its
+base); :class:`~.cursor.PartitionCursor` builds on it. Pure: no I/O and no clock.
 """
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable, Sequence
 from operator import attrgetter
 from typing import Final
 
-from sortedcontainers import SortedKeyList
-
 from protocol.message import RecordLike
 
+from .cursor_state import CursorState
 from .delayed import DelayedIndex
-from .inflight import Flight, FlightTimeouts, Held, Message
+from .inflight import Flight, Message
 
 __all__ = ["Fetch", "FetchFramed", "Taking"]
 
@@ -57,24 +55,8 @@ def _due_run(
     return run
 
 
-class Taking:
-    """Reads of a cursor (:class:`~.cursor.PartitionCursor` sets the state up)."""
-
-    # the cursor's, set in PartitionCursor.__init__
-    partition: int
-    next_read: int
-    acked: set[int]
-    in_flight: dict[int, Held]
-    deferred: SortedKeyList[Message, tuple[int, int]]
-    ready: deque[Message]
-    behind: deque[tuple[int, Message]]
-    ordered: bool
-    message_count: int
-    taken_bytes: int
-    _holes: dict[int, int]
-    _delays: dict[int, int]
-    _timeouts: FlightTimeouts
-    _advance_confirmed: Callable[[], None]
+class Taking(CursorState):
+    """Reads of a cursor: new records from the log and what was requeued or timed out."""
 
     def take(
         self,

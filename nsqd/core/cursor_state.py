@@ -1,0 +1,68 @@
+"""The state of a channel's cursor over one partition log (see :mod:`.cursor` for what each
+part means): what :class:`~.taking.Taking` reads and moves when it takes messages, and
+:class:`~.cursor.PartitionCursor` when it finishes, requeues and times them out. Declared
+here, once, by the class that owns it. Pure: no I/O and no clock.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+
+from sortedcontainers import SortedKeyList
+
+from .inflight import Flight, FlightTimeouts, Held, Message
+
+__all__ = ["CursorState"]
+
+
+def _due(message: Message) -> tuple[int, int]:
+    return (message.due_ns, message.record.offset)
+
+
+class CursorState:
+    """A channel's state in one partition."""
+
+    def __init__(self, partition: int, start: int, acked: Sequence[int] = ()) -> None:
+        self.partition = partition
+        self.confirmed = start
+        self.next_read = start
+        self.acked: set[int] = {o for o in acked if o >= start}
+        #: offsets ``[start, end)`` the log no longer has (skipped as corrupt), by start:
+        #: ``confirmed`` steps over them as over FINed offsets
+        self._holes: dict[int, int] = {}
+        self._advance_confirmed()
+        #: offset -> its delivery state: a message, or the flight it was delivered in
+        self.in_flight: dict[int, Held] = {}
+        self.deferred: SortedKeyList[Message, tuple[int, int]] = SortedKeyList(key=_due)
+        self.ready: deque[Message] = deque()
+        #: (log end at the timeout, message): timed-out messages delivered once every message
+        #: before that end was read; ends ascending
+        self.behind: deque[tuple[int, Message]] = deque()
+        self._timeouts = FlightTimeouts()  # deadlines of the messages in flight
+        self.requeue_count = 0
+        self.timeout_count = 0
+        self.message_count = 0
+        #: body bytes of the messages the last :meth:`take` returned
+        self.taken_bytes = 0
+        #: offset -> not before (ns): delays taken over from a leader (see :meth:`mirror`),
+        #: applied when the offset is read
+        self._delays: dict[int, int] = {}
+        #: (messages finished, flight): flights FIN runs left with few members, compacted once
+        #: the cursor has finished that many messages; oldest first
+        self._few: deque[tuple[int, Flight]] = deque()
+        self._finished = 0  # messages FINed so far
+        #: ordered consumption (SUB_ORDERED): exactly one message in flight; a timeout or REQ
+        #: gives the same message back at the head (REQ delays are ignored), so order holds.
+        self.ordered = False
+
+    def _advance_confirmed(self) -> None:
+        acked, holes = self.acked, self._holes
+        while True:
+            if self.confirmed in acked:
+                acked.discard(self.confirmed)
+                self.confirmed += 1
+            elif self.confirmed in holes:
+                self.confirmed = holes.pop(self.confirmed)
+            else:
+                return
