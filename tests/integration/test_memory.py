@@ -56,7 +56,7 @@ def stream_big_messages(daemon: Daemon, count: int, size: int) -> int:
     for start in range(0, count, batch):
         bodies = [b"%08d" % i + b"m" * (size - 8) for i in range(start, start + batch)]
         p.send(Mpub("big", bodies))
-        assert p.read().data == b"OK"
+        assert p.read(skip_heartbeats=True).data == b"OK"  # a loaded machine: >30 s in total
         for expected in bodies:
             frame = c.read(skip_heartbeats=True)
             assert frame.body[:8] == expected[:8]
@@ -82,7 +82,7 @@ def stalled_consumers(daemon: Daemon, consumers: int, count: int, size: int) -> 
     batch = 40
     for start in range(0, count, batch):
         p.send(Mpub("slow", [b"%08d" % i + b"s" * (size - 8) for i in range(start, start + batch)]))
-        assert p.read().data == b"OK"
+        assert p.read(skip_heartbeats=True).data == b"OK"  # a loaded machine: >30 s in total
     time.sleep(2)  # every consumer's pump takes what its RDY allows and blocks on its socket
     rss = memory_kb(daemon, "VmHWM")
     p.close()
