@@ -27,8 +27,10 @@ from .cluster.forwarding import Forwarder
 from .cluster.lookup import LookupClient
 from .cluster.registration import LookupIdentity
 from .config.options import Options, OptionsError
+from .config.runtime import expand_statsd_prefix
 from .http.api import NsqdHTTP, serve_http
 from .http.context import HTTPContext, HTTPSettings
+from .observe.statsd_push import StatsdPusher, StatsdSettings
 from .tcp.auth import AuthClient
 from .tcp.server import TCPServer
 from .tcp.settings import SessionSettings
@@ -253,11 +255,28 @@ async def _start_servers(
     lookup.identity = replace(
         identity, tcp_port=http_settings.tcp_port, http_port=context.settings.http_port
     )
+    if options.statsd_address:
+        nursery.start_soon(StatsdPusher(broker, statsd_settings(options, context.settings)).run)
     nursery.start_soon(lookup.run)  # registers with --lookupd-tcp-address (none: idle)
     # partitions held as replica follow their leaders (none unless lookupd places replicas)
     nursery.start_soon(replication.Followers(broker, lookup.identity.node_id).run)
     task_status.started((tcp_port, http_port))
     return lookup, [app] if secure is None else [app, secure]
+
+
+def statsd_settings(options: Options, http: HTTPSettings) -> StatsdSettings:
+    """The ``--statsd-*`` options, the prefix expanded with the broadcast address and the HTTP
+    port announced (known once the HTTP listener is bound), as nsqd does at start-up."""
+    return StatsdSettings(
+        address=options.statsd_address,
+        prefix=expand_statsd_prefix(
+            options.statsd_prefix, options.broadcast_address, http.http_port
+        ),
+        interval=options.statsd_interval,
+        mem_stats=options.statsd_mem_stats,
+        packet_size=options.statsd_udp_packet_size,
+        exclude_ephemeral=options.statsd_exclude_ephemeral,
+    )
 
 
 def _with_http_port(settings: HTTPSettings, port: int) -> HTTPSettings:

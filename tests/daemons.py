@@ -13,6 +13,7 @@ import re
 import resource
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -271,6 +272,36 @@ def prometheus(
         "--web.listen-address=127.0.0.1:0",  # the bound port is read from its log
     ]
     return Peer(argv, work / "prometheus.log", _PROMETHEUS_LISTEN, "/-/ready", cwd=work)
+
+
+STATSD_EXPORTER = TOOLS / "bin" / "statsd_exporter"
+_STATSD_EXPORTER_LISTEN = re.compile(r'msg="Accepting Prometheus Requests" addr=([^\s:]+):(\d+)')
+
+
+def _free_port(kind: socket.SocketKind) -> int:
+    """A loopback port free now (statsd_exporter logs the address it was given, not the one
+    bound, so its ports are chosen here)."""
+    with socket.socket(socket.AF_INET, kind) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def statsd_exporter(work: Path) -> tuple[Peer, int]:
+    """Prometheus's statsd_exporter (built by scripts/setup; else one on PATH) listening for
+    statsd on a loopback UDP port, and that port (not started)."""
+    binary = str(STATSD_EXPORTER) if STATSD_EXPORTER.exists() else shutil.which("statsd_exporter")
+    if binary is None:
+        raise RuntimeError(f"{STATSD_EXPORTER} missing: run scripts/setup")
+    work.mkdir(parents=True, exist_ok=True)
+    udp_port = _free_port(socket.SOCK_DGRAM)
+    argv = [
+        binary,
+        f"--web.listen-address=127.0.0.1:{_free_port(socket.SOCK_STREAM)}",
+        f"--statsd.listen-udp=127.0.0.1:{udp_port}",
+        "--statsd.listen-tcp=",
+    ]
+    peer = Peer(argv, work / "statsd_exporter.log", _STATSD_EXPORTER_LISTEN, "/metrics", cwd=work)
+    return peer, udp_port
 
 
 def _launch(

@@ -160,6 +160,8 @@ def validate_options(options: Options) -> Options:
             raise OptionsError(f"invalid E2E processing latency percentile: {text}")
     if options.auth_http_request_method not in ("get", "post"):
         raise OptionsError("--auth-http-request-method must be post or get")
+    if options.statsd_address and options.statsd_interval <= 0:  # nsqd's ticker panics
+        raise OptionsError("--statsd-interval must be positive")
     if options.default_partitions < 1:
         raise OptionsError("--default-partitions must be >= 1")
     if not 1 <= options.default_replicator <= 5:

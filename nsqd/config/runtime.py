@@ -122,6 +122,15 @@ def statsd_host_key(host: str, port: int) -> str:
     return joined.replace(".", "_").replace(":", "_")
 
 
+def expand_statsd_prefix(template: str, host: str, port: int) -> str:
+    """``--statsd-prefix`` as nsqd uses it: every ``%s`` replaced by the host key of the
+    broadcast address and HTTP port, and a ``.`` appended if missing ("" stays "")."""
+    if not template:
+        return ""
+    prefix = template.replace("%s", statsd_host_key(host, port))
+    return prefix if prefix.endswith(".") else prefix + "."
+
+
 class RuntimeConfig:
     """The options of a running nsqd, with what ``PUT /config`` changed."""
 
@@ -165,11 +174,7 @@ class RuntimeConfig:
             case "http_port":
                 return value or http_port
             case "statsd_prefix":
-                if not value:
-                    return ""
-                host_key = statsd_host_key(self.options.broadcast_address, http_port)
-                prefix = str(value).replace("%s", host_key)
-                return prefix if prefix.endswith(".") else prefix + "."
+                return expand_statsd_prefix(str(value), self.options.broadcast_address, http_port)
             case _:
                 return value
 

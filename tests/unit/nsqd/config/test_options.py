@@ -469,6 +469,10 @@ def test_log_levels() -> None:
         (["-auth-http-request-method=put"], "--auth-http-request-method must be post or get"),
         (["-auth-http-request-method=GET"], "--auth-http-request-method must be post or get"),
         (["-default-partitions=0"], "--default-partitions must be >= 1"),
+        (
+            ["-statsd-address=127.0.0.1:8125", "-statsd-interval=0s"],
+            "--statsd-interval must be positive",
+        ),
         (["-retention=-1s"], "--retention must not be negative"),
         (["-max-disk-usage-percent=0"], "--max-disk-usage-percent must be [1,100]"),
         (["-max-disk-usage-percent=101"], "--max-disk-usage-percent must be [1,100]"),
@@ -504,6 +508,7 @@ def test_validation_errors(argv: list[str], message: str) -> None:
         ["-node-id=0"],
         ["-node-id=1023"],
         ["-retention=0"],
+        ["-statsd-interval=0s"],  # no --statsd-address: no statsd task to tick
         ["-max-disk-usage-percent=100"],
         ["-tls-cert=c", "-tls-key=k", "-tls-required"],
         ["-tls-cert=c", "-tls-required"],  # nsqd would fail on the key file later
