@@ -119,6 +119,56 @@ def test_a_flipped_byte_in_a_sealed_segment_loses_that_record_only(tmp_path: Pat
         daemon.stop()
 
 
+ACTIVE_COUNT = 1000
+SMALL = 200
+
+
+def _small(i: int) -> bytes:
+    return b"msg-%05d-" % i + b"y" * (SMALL - 10)
+
+
+@pytest.mark.parametrize("victim", [500, ACTIVE_COUNT - 3], ids=["middle", "near-the-end"])
+def test_a_flipped_byte_in_the_current_segment_loses_that_record_only(
+    tmp_path: Path, victim: int
+) -> None:
+    """One segment (the current one, not sealed) of small records, a clean restart, one bit
+    flipped in a record's body: before the last index entry (found by the read) or after it
+    (found by the recovery scan at start, which must not cut the acknowledged records after
+    it as if they were a torn tail)."""
+    daemon = pnsq_nsqd(tmp_path).start()
+    try:
+        client = RawClient(daemon.tcp_address)
+        for i in range(ACTIVE_COUNT):
+            client.send(Pub("t", _small(i)))
+        for _ in range(ACTIVE_COUNT):
+            assert client.read().data == b"OK"
+        client.close()
+        daemon.stop()
+        segments = sorted((tmp_path / "topics" / "t-t" / "0").glob("*.log"))
+        assert len(segments) == 1  # all of it in the current segment
+        data = bytearray(segments[0].read_bytes())
+        at = data.find(b"msg-%05d-" % victim)
+        data[at + SMALL // 2] ^= 0x10
+        segments[0].write_bytes(bytes(data))
+
+        daemon.start()
+        client = _subscribe(daemon, rdy=ACTIVE_COUNT)
+        got = _consume(client, ACTIVE_COUNT - 1)
+        assert got == [i for i in range(ACTIVE_COUNT) if i != victim]  # in order, one lost
+        client.send(Rdy(1))  # the session is still open and serving
+        _publish(daemon, 1)
+        assert _consume(client, 1) == [0]
+        client.close()
+        log = daemon.log_text()
+        assert f"skipped corrupt records at offsets {victim}-{victim}" in log
+        assert log.count("skipped corrupt records") == 1  # logged once
+        assert "unexpected error" not in log
+        metrics = _metrics(daemon)
+        assert 'pnsq_corrupt_skipped_records_total{partition="0",topic="t"} 1.0' in metrics
+    finally:
+        daemon.stop()
+
+
 def test_garbage_in_a_channel_checkpoint_resumes_from_the_previous_one(tmp_path: Path) -> None:
     daemon = pnsq_nsqd(tmp_path, "--sync-timeout=20ms").start()
     directory = tmp_path / "topics" / "t-t" / "0"
