@@ -169,6 +169,40 @@ def test_a_flipped_byte_in_the_current_segment_loses_that_record_only(
         daemon.stop()
 
 
+def test_a_read_that_fails_keeps_the_consumer_connected_and_others_served(
+    tmp_path: Path,
+) -> None:
+    """A segment file gone under a running nsqd (its reads fail with an I/O error, not
+    damage to step over): that partition's consumer stays connected, the error is logged a
+    bounded number of times, another topic's consumer is served meanwhile."""
+    daemon = pnsq_nsqd(tmp_path, "--max-bytes-per-file=20000").start()
+    try:
+        _publish(daemon, COUNT)
+        daemon.stop()
+        daemon.start()  # no fd of a sealed segment is open until a read needs one
+        first = sorted((tmp_path / "topics" / "t-t" / "0").glob("*.log"))[0]
+        first.unlink()
+        stuck = _subscribe(daemon)
+        time.sleep(3)
+        assert not stuck.closed_by_server(wait=0.5)
+        other = RawClient(daemon.tcp_address, timeout=10)
+        other.send(Pub("u", b"elsewhere"))
+        assert other.read().data == b"OK"
+        other.send(Sub("u", "ch"), Rdy(1))
+        assert other.read().data == b"OK"
+        frame = other.read(skip_heartbeats=True)
+        assert frame.is_message
+        assert frame.body == b"elsewhere"
+        other.close()
+        stuck.close()
+        log = daemon.log_text()
+        assert "unexpected error" not in log
+        failures = log.count("reading for delivery failed")
+        assert 1 <= failures <= 2, log  # rate-limited: one line per 10 s
+    finally:
+        daemon.stop()
+
+
 def test_garbage_in_a_channel_checkpoint_resumes_from_the_previous_one(tmp_path: Path) -> None:
     daemon = pnsq_nsqd(tmp_path, "--sync-timeout=20ms").start()
     directory = tmp_path / "topics" / "t-t" / "0"
