@@ -51,6 +51,7 @@ def read_range(
     i = index.floor_for_offset(start - base)
     rel, position, _ts = index.entry(i) if i >= 0 else (0, 0, NO_TIMESTAMP)
     offset = base + rel
+    seeking = i >= 0  # reading from an index entry whose record is not checked yet
     while True:
         taken = len(out)
         try:
@@ -66,8 +67,17 @@ def read_range(
                 out=out,
             )
         except CorruptRecordError as exc:
+            if seeking and exc.position == position:
+                # the entry's own record is bad: the index may be what is damaged (an entry
+                # whose position or offset rotted yet stays in order), so seek from the one
+                # before; damage in the record itself is met there again and stepped over
+                i -= 1
+                rel, position, _ts = index.entry(i) if i >= 0 else (0, 0, NO_TIMESTAMP)
+                offset, seeking = base + rel, i >= 0
+                continue
             if skipped is None or exc.position is None or exc.offset is None:
                 raise
+            seeking = False
             resumed = _skip_damage(
                 read_at, index, name, skipped, base, size, exc.position, exc.offset, stop
             )
