@@ -25,6 +25,7 @@ from ..storage import FrameLayout, FrameRun
 from .clock import Clock
 from .dispatch import Dispatch
 from .partition import Log, Partition
+from .read_guard import ReadGuard
 from .statistics import ChannelStatistics, channel_statistics
 from .views import Subscriber, TopicView
 
@@ -56,6 +57,7 @@ class Channel:
         #: the broker's clock (set when the broker starts the channel's timer)
         self.clock = Clock()
         self._timer_deadline_ns: int | None = None
+        self._retry_ns = 0  # the earliest retry of a partition whose read failed (0: none)
         #: HTTP consume requests long-polling this channel (woken by :meth:`notify`)
         self.pollers = ParkingLot()
 
@@ -114,6 +116,9 @@ class Channel:
         """Led here, and (ordered) the FIN of the previous message is on every in-sync
         follower: after a failover the new leader goes on exactly after it."""
         state = partition.state
+        guard = partition.read_guard
+        if guard.retry_ns and not guard.ready(self.clock.now_ns()):
+            return False  # its reads fail: not before the retry time (:mod:`.read_guard`)
         return state.leads and (
             not cursor.ordered
             or not state.followers
@@ -156,11 +161,12 @@ class Channel:
         count = len(served)
         for i in range(count):
             partition, cursor = served[(self._rr + i) % count]
-            read = partition.log.read
+            guard = partition.read_guard
+            read = guard.fetch(partition.log.read, now_ns)
             readable = partition.state.high_watermark  # what every in-sync replica has
             room = max_messages - len(out)
             if not routed and cursor.only_new():
-                framed = _framed_reader(partition.log, layout) if layout is not None else None
+                framed = _framed_reader(partition.log, layout, guard, now_ns)
                 records = cursor.take_flight(
                     read, room, now_ns, readable, owner, deadline_ns, max_bytes, framed
                 )
@@ -174,6 +180,9 @@ class Channel:
                     got = self.dispatch.route(partition.number, got, owner)
                 cursor.start_flights(got, owner, deadline_ns, now_ns)
                 out.add_messages(got)
+            if guard.retry_ns > now_ns:  # a read failed: wake its consumers at the retry
+                self._retry_ns = min(self._retry_ns or guard.retry_ns, guard.retry_ns)
+                self.arm_timer(self._retry_ns)
             if len(out) >= max_messages:
                 break
             if max_bytes is not None:
@@ -280,6 +289,8 @@ class Channel:
     def next_deadline(self) -> int | None:
         """Earliest in-flight or deferred deadline over all partitions (ns)."""
         deadlines = [d for c in self.cursors.values() if (d := c.next_deadline()) is not None]
+        if self._retry_ns:
+            deadlines.append(self._retry_ns)
         return min(deadlines) if deadlines else None
 
     def arm_timer(self, deadline_ns: int | None) -> None:
@@ -306,7 +317,10 @@ class Channel:
             moved = sum(
                 self.expire(partition, cursor, now_ns) for partition, cursor in self.iter_cursors()
             )
-            if moved:
+            retry = 0 < self._retry_ns <= now_ns  # a failed read may be tried again
+            if retry:
+                self._retry_ns = 0
+            if moved or retry:
                 self.notify()
 
     def expire(self, partition: Partition, cursor: PartitionCursor, now_ns: int) -> int:
@@ -370,8 +384,13 @@ class _TimeoutAware(Protocol):
     def message_timed_out(self) -> None: ...
 
 
-def _framed_reader(log: Log, layout: FrameLayout) -> FetchFramed:
-    """The log's frame reads for :meth:`PartitionCursor.take_flight`."""
+def _framed_reader(
+    log: Log, layout: FrameLayout | None, guard: ReadGuard, now_ns: int
+) -> FetchFramed | None:
+    """The log's frame reads for :meth:`PartitionCursor.take_flight` (with ``layout``), their
+    storage errors taken by ``guard``."""
+    if layout is None:
+        return None
 
     def fetch(
         offset: int, max_records: int, max_bytes: int, now_ns: int
@@ -379,7 +398,7 @@ def _framed_reader(log: Log, layout: FrameLayout) -> FetchFramed:
         run = log.read_frames(offset, max_records, max_bytes, now_ns, layout)
         return None if run is None else (run, run.body_bytes)
 
-    return fetch
+    return guard.framed(fetch, now_ns)
 
 
 def _is_lease(owner: object) -> bool:

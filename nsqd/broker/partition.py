@@ -10,6 +10,7 @@ from ..core.delayed import DelayedIndex
 from ..core.ownership import STANDALONE, PartitionState, Placement
 from ..storage.frame_runs import FrameLayout, FrameRun
 from ..storage.record import NewRecord, Record
+from .read_guard import ReadGuard
 
 
 class Log(Protocol):
@@ -58,6 +59,8 @@ class Partition:
         self.dirty = True  # cursors changed since the last checkpoint
         self.saved_state: dict[str, object] | None = None  # the last checkpoint written
         self.message_count = 0  # records appended by this process (stats)
+        #: its storage errors on the consume path, contained (:mod:`.read_guard`)
+        self.read_guard = ReadGuard(str(directory) if directory is not None else str(number))
         self.message_bytes = 0
         #: channels whose state goes to the followers at once, not at the next interval
         #: (an HTTP consume ack waits for it)

@@ -1,12 +1,15 @@
-"""Reading past damage in a sealed segment: find the next intact record, report what was skipped.
+"""Reading past a damaged record: find the next intact one, report what was skipped.
 
-A record that fails its checks (length, CRC-32C, offset sequence) in the middle of a sealed
-segment must not make the rest of the partition unreadable. :func:`resync` finds the first
-intact record after the damage: the index entries after it bound the search (an entry whose
-record decodes is a resync point), and the bytes before that bound are searched for the offset
-field of each offset that can follow (``bytes.find``, no per-byte Python loop). Records between
-the damage and that point are lost; :class:`SkippedRegions` logs each region once at ERROR and
-counts records and bytes for ``/stats`` and ``/metrics``.
+A record that fails its checks (length, CRC-32C, offset sequence) in the middle of a segment,
+sealed or current, must not make the rest of the partition unreadable. :func:`resync` finds
+the first intact record after the damage: first where the damaged record's own length field
+says the next one starts (a flipped bit in a body leaves it sane: one decode), else the index
+entries after it bound the search (an entry whose record decodes is a resync point), and the
+bytes before that bound are searched for the offset field of each offset that can follow
+(``bytes.find``, no per-byte Python loop). Records between the damage and that point are lost;
+:class:`SkippedRegions` logs each region once at ERROR and counts records and bytes for
+``/stats`` and ``/metrics``. Recovery of the current segment at start uses the same search to
+tell damage (something intact follows: skipped) from a torn tail (nothing does: cut).
 """
 
 from __future__ import annotations
@@ -62,6 +65,9 @@ def resync(
 ) -> tuple[int, int] | None:
     """``(position, offset)`` of the first intact record after damage at byte ``position``
     where ``offset`` was expected; None when nothing intact follows before ``limit``."""
+    after = _after_length(read_at, position, offset, limit)
+    if after is not None:
+        return after
     bound: tuple[int, int] | None = None
     for i in range(len(index)):
         rel, pos, _ts = index.entry(i)
@@ -77,17 +83,35 @@ def resync(
     best: tuple[int, int] | None = None
     for wanted in range(offset, offset + candidates):
         needle = _OFFSET.pack(wanted)
-        at = window.find(needle, _OFFSET_AT)
+        # only a start before the best one so far can beat it: look no further than that
+        stop = len(window) if best is None else best[0] - position - 1 + _OFFSET_AT + _OFFSET.size
+        at = window.find(needle, _OFFSET_AT, stop)
         while at >= 0:
             start = position + 1 + at - _OFFSET_AT
-            if best is not None and start >= best[0]:
-                break
             record = _decode_at(read_at, start, limit)
             if record is not None and record.offset == wanted:
                 best = (start, wanted)
                 break
-            at = window.find(needle, at + 1)
+            at = window.find(needle, at + 1, stop)
     return best or bound
+
+
+def _after_length(
+    read_at: ReadAt, position: int, offset: int, limit: int
+) -> tuple[int, int] | None:
+    """Where the damaged record at ``position`` says the next one starts, if its length field
+    is sane and the record there is intact with offset ``offset + 1``; else None."""
+    head = read_at(MIN_HEADER_SIZE, position)
+    if len(head) < MIN_HEADER_SIZE:
+        return None
+    try:
+        size = peek_size(head, 0)
+    except CorruptRecordError:
+        return None
+    record = _decode_at(read_at, position + size, limit)
+    if record is None or record.offset != offset + 1:
+        return None
+    return position + size, offset + 1
 
 
 class SkippedRegions:

@@ -15,7 +15,8 @@ class StorageError(Exception):
 class CorruptRecordError(StorageError):
     """A stored record failed validation (length, CRC, or offset sequence).
 
-    Raised when reading a sealed segment; recovery of the active segment truncates instead.
+    Reads and recovery step over a damaged record that intact ones follow (reported through
+    :class:`~.corruption.SkippedRegions`); recovery cuts a torn tail instead.
     ``position`` is the byte position of the bad record in its segment file and ``offset`` the
     log offset that was expected there, when known.
     """

@@ -134,7 +134,7 @@ class PartitionLog:
 
     @property
     def skipped(self) -> SkippedRegions:
-        """Damaged regions of sealed segments that reads stepped over (counts for metrics)."""
+        """Damaged regions that reads and recovery stepped over (counts for metrics)."""
         return self._env.skipped
 
     @property

@@ -84,8 +84,9 @@ class Segment(SegmentFiles):
         """Open the last segment as the active one, validating its tail.
 
         The scan starts at the last index entry whose record is intact (or at byte 0) and checks
-        every record up to end of file. At the first torn or corrupt record the file is truncated
-        there (and fsynced) with a WARNING naming file, byte position, offset and bytes dropped.
+        every record up to end of file. A damaged record that intact ones follow is skipped and
+        reported; a torn or corrupt tail is truncated (and fsynced) with a WARNING naming file,
+        byte position, offset and bytes dropped (:func:`~.segment_recovery.recover_tail`).
         """
         seg = cls(directory, base_offset, 0, env)
         seg.active = True
@@ -109,6 +110,7 @@ class Segment(SegmentFiles):
                 base=self.base_offset,
                 interval=self._interval,
                 logger=self._logger,
+                skipped=self._env.skipped,
             )
         )
 
@@ -225,9 +227,9 @@ class Segment(SegmentFiles):
         """Records ``[start, stop)``, all of which this segment must hold; with ``max_bytes``,
         only a prefix of them whose bodies add up to at least that (one record at least).
 
-        Seeks with the index and ``pread``s from there (:func:`~.segment_read.read_range`; a
-        sealed segment steps over damage). Raises :class:`CorruptRecordError` when a record
-        fails validation or the segment ends before ``stop``.
+        Seeks with the index and ``pread``s from there (:func:`~.segment_read.read_range`,
+        which steps over a damaged record, sealed segment or current, and reports it). Raises
+        :class:`CorruptRecordError` when the segment ends before ``stop``.
         """
         if stop <= start:
             return []
@@ -241,7 +243,7 @@ class Segment(SegmentFiles):
                 start=start,
                 stop=stop,
                 max_bytes=max_bytes,
-                skipped=None if self.active else self._env.skipped,
+                skipped=self._env.skipped,
             )
 
     def read_frames(

@@ -37,7 +37,7 @@ class SegmentEnv:
     logger: logging.Logger
     handles: HandleCache
     owner: threading.Lock
-    skipped: SkippedRegions  # damaged regions of sealed segments that reads stepped over
+    skipped: SkippedRegions  # damaged regions that reads and recovery stepped over
 
 
 class SegmentFiles:

@@ -4,7 +4,7 @@ up to an offset that truncation and the newest-timestamp lookup use.
 No fds and no segment state here: each function reads through ``read_at(size, position)``
 (:class:`~.segment.Segment` passes ``os.pread`` bound to its log fd) and seeks with the
 segment's :class:`~.index.SparseIndex`, like :mod:`.corruption`, which the range read calls to
-step over damage in a sealed segment. ``base`` is the segment's base offset, ``size`` its
+step over damage in a segment. ``base`` is the segment's base offset, ``size`` its
 bytes of valid records, ``name`` its file name (for errors).
 """
 
@@ -40,10 +40,10 @@ def read_range(
     ``max_bytes``, only a prefix of them whose bodies add up to at least that (one record at
     least).
 
-    Seeks with the index and reads runs of records from there. With ``skipped`` (a sealed
-    segment) a damaged record is stepped over (:func:`~.corruption.resync`) and reported
-    there; else, and when the segment ends before ``stop``, raises
-    :class:`CorruptRecordError`.
+    Seeks with the index and reads runs of records from there. With ``skipped`` (what a
+    log's reads pass, sealed segment or current) a damaged record is stepped over
+    (:func:`~.corruption.resync`) and reported there; else, and when the segment ends before
+    ``stop``, raises :class:`CorruptRecordError`.
     """
     out: list[Record] = []
     # (a budget of 0 would read nothing: "one record at least" holds with 1)
@@ -51,6 +51,7 @@ def read_range(
     i = index.floor_for_offset(start - base)
     rel, position, _ts = index.entry(i) if i >= 0 else (0, 0, NO_TIMESTAMP)
     offset = base + rel
+    seeking = i >= 0  # reading from an index entry whose record is not checked yet
     while True:
         taken = len(out)
         try:
@@ -66,8 +67,17 @@ def read_range(
                 out=out,
             )
         except CorruptRecordError as exc:
+            if seeking and exc.position == position:
+                # the entry's own record is bad: the index may be what is damaged (an entry
+                # whose position or offset rotted yet stays in order), so seek from the one
+                # before; damage in the record itself is met there again and stepped over
+                i -= 1
+                rel, position, _ts = index.entry(i) if i >= 0 else (0, 0, NO_TIMESTAMP)
+                offset, seeking = base + rel, i >= 0
+                continue
             if skipped is None or exc.position is None or exc.offset is None:
                 raise
+            seeking = False
             resumed = _skip_damage(
                 read_at, index, name, skipped, base, size, exc.position, exc.offset, stop
             )
@@ -99,7 +109,7 @@ def _skip_damage(
     offset: int,
     stop: int,
 ) -> tuple[int, int] | None:
-    """Past a damaged record of a sealed segment: ``(position, offset)`` of the next intact
+    """Past a damaged record: ``(position, offset)`` of the next intact
     one (None: nothing intact follows), the skipped region reported once."""
     found = resync(read_at, index, base, position=position, offset=offset, limit=size)
     end_position, resumed = found if found is not None else (size, stop)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import final
 
 from .checkpoint import read_all, write_all
-from .corruption import ReadAt
+from .corruption import ReadAt, SkippedRegions, resync
 from .errors import CorruptRecordError
 from .index import SparseIndex
 from .record import Record, scan_records
@@ -60,15 +60,26 @@ def _intact(read_at: ReadAt, base: int, entry: tuple[int, int, int], limit: int)
 
 
 def recover_tail(
-    fd: int, index_fd: int, path: Path, *, base: int, interval: int, logger: logging.Logger
+    fd: int,
+    index_fd: int,
+    path: Path,
+    *,
+    base: int,
+    interval: int,
+    logger: logging.Logger,
+    skipped: SkippedRegions,
 ) -> Scanned:
     """Validate the active segment's log file (``fd``, at ``path``) and its index (``index_fd``),
     both opened read-write.
 
     The scan starts at the last index entry whose record is intact (or at byte 0) and checks
-    every record up to end of file. At the first torn or corrupt record the file is truncated
-    there (and fsynced) with a WARNING naming file, byte position, offset and bytes dropped.
-    The index file is rewritten if its trusted entries and those the scan added differ from it.
+    every record up to end of file. A bad record that an intact one follows
+    (:func:`~.corruption.resync`) is damage, not a tail: the records after it were written
+    and acknowledged, so the scan skips to that one and reports the region to ``skipped``
+    (ERROR, counted, as reads do). A bad record nothing intact follows is a torn or corrupt
+    tail: the file is truncated there (and fsynced) with a WARNING naming file, byte position,
+    offset and bytes dropped. The index file is rewritten if its trusted entries and those the
+    scan added differ from it.
     """
     read_at = functools.partial(os.pread, fd)
     file_size = os.fstat(fd).st_size
@@ -77,28 +88,46 @@ def recover_tail(
     while len(index) and not _intact(read_at, base, index.entry(len(index) - 1), file_size):
         index.truncate(len(index) - 1)  # an entry is trusted only if its record is intact
     rel, pos, max_ts = index.entry(len(index) - 1) if len(index) else (0, 0, NO_TIMESTAMP)
-    state = Scanned(index, base, interval, base, pos, max_ts, last_index_pos=pos)
-    try:
-        records = scan_records(read_at, path.name, position=pos, limit=file_size, offset=base + rel)
-        for position, size, record in records:
-            state.note(position, size, record)
-    except CorruptRecordError as exc:
-        logger.warning(
-            "segment %s: torn or corrupt record at byte %d (offset %s): %s; "
-            "truncating the file there, dropping %d bytes",
-            path,
-            state.size,
-            exc.offset,
-            exc.__cause__,
-            file_size - state.size,
-        )
-        os.ftruncate(fd, state.size)
-        os.fsync(fd)
+    state = Scanned(index, base, interval, base + rel, pos, max_ts, last_index_pos=pos)
+    position, offset = pos, base + rel
+    while True:
+        try:
+            records = scan_records(
+                read_at, path.name, position=position, limit=file_size, offset=offset
+            )
+            for at, size, record in records:
+                state.note(at, size, record)
+            break
+        except CorruptRecordError as exc:
+            at, expected = state.size, state.next_offset
+            found = resync(read_at, index, base, position=at, offset=expected, limit=file_size)
+            if found is None:
+                _cut_tail(fd, path, state.size, file_size, exc, logger)
+                break
+            position, offset = found
+            skipped.note(path.name, at, expected, offset, position - at)
     new = index.encode()
     if new != old:
         os.ftruncate(index_fd, 0)
         write_all(index_fd, new, 0)
     return state
+
+
+def _cut_tail(
+    fd: int, path: Path, size: int, file_size: int, exc: CorruptRecordError, logger: logging.Logger
+) -> None:
+    """Truncate the torn or corrupt tail from byte ``size`` on, durably, with a WARNING."""
+    logger.warning(
+        "segment %s: torn or corrupt record at byte %d (offset %s): %s; "
+        "truncating the file there, dropping %d bytes",
+        path,
+        size,
+        exc.offset,
+        exc.__cause__,
+        file_size - size,
+    )
+    os.ftruncate(fd, size)
+    os.fsync(fd)
 
 
 def load_index(

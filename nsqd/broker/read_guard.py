@@ -1,0 +1,101 @@
+"""Containing a partition's storage errors on the consume path.
+
+A read for delivery runs inside a consumer's session: a :class:`StorageError` escaping it
+(a segment file gone, an I/O error, damage that cannot be stepped over) used to end that
+session, and the client's reconnect met the same error at once: a loop of closed
+connections, one ERROR traceback each. Instead the :class:`ReadGuard` of the partition takes
+the error: the read gives nothing (what earlier reads of the same take gave is delivered as
+usual, so no cursor state is lost), the partition is not read for delivery again until a
+retry time that doubles with each failure in a row (:data:`FIRST_RETRY_NS` to
+:data:`MAX_RETRY_NS`), and the error is logged at most once per :data:`LOG_EVERY_NS` with the
+count of those not logged. The channel's other partitions, and other channels' consumers, go
+on; the consumer's connection stays open and gets the partition's messages once a retry reads.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Final
+
+from protocol.message import RecordLike
+
+from ..core.taking import Fetch, FetchFramed
+from ..storage.errors import StorageError
+
+__all__ = ["FIRST_RETRY_NS", "LOG_EVERY_NS", "MAX_RETRY_NS", "ReadGuard"]
+
+FIRST_RETRY_NS: Final = 100_000_000  # 100 ms: a transient error costs little latency
+MAX_RETRY_NS: Final = 30_000_000_000  # 30 s: a lasting one costs little work
+LOG_EVERY_NS: Final = 10_000_000_000  # one ERROR line per partition per 10 s at most
+
+_logger: Final = logging.getLogger("nsqd.broker")
+
+
+class ReadGuard:
+    """One partition's reads for delivery: whether they may run now, and their failures."""
+
+    __slots__ = ("_delay_ns", "_logged_ns", "_unlogged", "failures", "name", "retry_ns")
+
+    def __init__(self, name: str) -> None:
+        self.name = name  # for the log: the partition's directory, or its number
+        self.retry_ns = 0  # no read for delivery before this time (0: none failed)
+        self.failures = 0  # reads that failed, over the life of the process
+        self._delay_ns = 0  # the current wait after a failure (0: the last read succeeded)
+        self._logged_ns: int | None = None
+        self._unlogged = 0
+
+    def ready(self, now_ns: int) -> bool:
+        """Whether the partition may be read for delivery at ``now_ns``."""
+        return now_ns >= self.retry_ns
+
+    def failed(self, exc: StorageError, now_ns: int) -> None:
+        """A read failed with ``exc`` at ``now_ns``: wait before the next, log (rate-limited)."""
+        self.failures += 1
+        self._delay_ns = min(2 * self._delay_ns or FIRST_RETRY_NS, MAX_RETRY_NS)
+        self.retry_ns = now_ns + self._delay_ns
+        if self._logged_ns is not None and now_ns - self._logged_ns < LOG_EVERY_NS:
+            self._unlogged += 1
+            return
+        _logger.error(
+            "partition %s: reading for delivery failed (%s: %s); its consumers stay connected "
+            "and the read is tried again in %.1f s (%d failure(s) since the last such line)",
+            self.name,
+            type(exc).__name__,
+            exc,
+            self._delay_ns / 1e9,
+            self._unlogged,
+        )
+        self._logged_ns = now_ns
+        self._unlogged = 0
+
+    def fetch(self, read: Fetch, now_ns: int) -> Fetch:
+        """``read`` with its :class:`StorageError` taken here: the read gives nothing."""
+
+        def guarded(offset: int, max_records: int, max_bytes: int | None) -> Sequence[RecordLike]:
+            if now_ns < self.retry_ns:  # failed earlier in this take
+                return []
+            try:
+                got = read(offset, max_records, max_bytes)
+            except StorageError as exc:
+                self.failed(exc, now_ns)
+                return []
+            self._delay_ns = 0
+            return got
+
+        return guarded
+
+    def framed(self, fetch: FetchFramed, now_ns: int) -> FetchFramed:
+        """``fetch`` with its :class:`StorageError` taken here: None (the plain read is
+        tried next, and gives nothing)."""
+
+        def guarded(
+            offset: int, max_records: int, max_bytes: int, now: int
+        ) -> tuple[Sequence[RecordLike], int] | None:
+            try:
+                return fetch(offset, max_records, max_bytes, now)
+            except StorageError as exc:
+                self.failed(exc, now_ns)
+                return None
+
+        return guarded
