@@ -17,6 +17,7 @@ from pathlib import Path
 
 import trio
 
+from pnsq._netio.cluster_secret import ClusterSecretError, load_cluster_secret
 from pnsq._netio.limits import open_files_limit
 from protocol.identify import IdentifyLimits
 from protocol.parser import ParserLimits
@@ -165,12 +166,14 @@ async def run_nsqd(
     settings: SessionSettings | None = None,
     *,
     stopping: trio.Event | None = None,
+    secret: bytes = b"",
     task_status: trio.TaskStatus[tuple[int, int]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run nsqd until cancelled, or until ``stopping`` is set: then hand the partitions it
     leads over to in-sync replicas (at most :data:`HANDOVER_DEADLINE` seconds) and return.
     Reports ``(tcp_port, http_port)`` once both listen. ``settings``:
-    :func:`session_settings` of ``options``, if already built."""
+    :func:`session_settings` of ``options``, if already built. ``secret``: the cluster
+    credential (:func:`cluster_secret`; ``b""``: cluster links unauthenticated)."""
     config = broker_config(options)
     settings = settings or session_settings(options)
     log.info("NSQ: persisting topic/channel metadata and messages in %s", config.data_path)
@@ -269,11 +272,27 @@ def tune_gc() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
 
 
+def cluster_secret(options: Options) -> bytes:
+    """The cluster credential (``b""``: none), read once at start; the flags that refuse to run
+    without one are those a replication peer could otherwise bypass.
+
+    Raises:
+        ClusterSecretError: see :func:`~pnsq._netio.cluster_secret.load_cluster_secret`.
+    """
+    required_by = []
+    if options.auth_http_addresses:
+        required_by.append("--auth-http-address")
+    if options.tls_required != "false":
+        required_by.append("--tls-required")
+    return load_cluster_secret(options.cluster_secret_file, required_by, log)
+
+
 async def main(options: Options) -> None:
     """Run until SIGINT/SIGTERM, then checkpoint and exit."""
     try:
+        secret = cluster_secret(options)  # first: what matters even before TLS files load
         settings = session_settings(options)
-    except OptionsError as exc:
+    except (OptionsError, ClusterSecretError) as exc:
         log.critical("FATAL: failed to instantiate nsqd - %s", exc)
         raise SystemExit(1) from exc
     tune_gc()
@@ -282,7 +301,7 @@ async def main(options: Options) -> None:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
 
             async def run() -> None:
-                await run_nsqd(options, settings, stopping=stopping)
+                await run_nsqd(options, settings, stopping=stopping, secret=secret)
                 nursery.cancel_scope.cancel()  # done: stop listening for signals
 
             nursery.start_soon(run)
