@@ -179,7 +179,9 @@ async def run_nsqd(
     log.info("NSQ: persisting topic/channel metadata and messages in %s", config.data_path)
     with locked_data_path(config.data_path):
         async with open_broker(config) as broker, trio.open_nursery() as nursery:
-            lookup, apps = await _start_servers(options, settings, broker, nursery, task_status)
+            lookup, apps = await _start_servers(
+                options, settings, broker, nursery, secret, task_status
+            )
             if stopping is None:
                 await trio.sleep_forever()
             else:
@@ -197,6 +199,7 @@ async def _start_servers(
     settings: SessionSettings,
     broker: Broker,
     nursery: trio.Nursery,
+    secret: bytes,
     task_status: trio.TaskStatus[tuple[int, int]],
 ) -> tuple[LookupClient, list[NsqdHTTP]]:
     tcp_host, tcp_port = options.tcp_host_port()
@@ -213,7 +216,10 @@ async def _start_servers(
     )
     settings = replace(settings, forwarder=forwarder)
     tcp = TCPServer(broker, settings)
-    tcp.add(replication.MAGIC, partial(replication.serve_follower, broker))
+    auth = None  # without a cluster secret, replication links are not authenticated
+    if secret:
+        auth = replication.LinkAuth(secret, lambda: lookup.identity.node_id, broker.clock.monotonic)
+    tcp.add(replication.MAGIC, partial(replication.serve_follower, broker, auth=auth))
     tcp_port = await nursery.start(tcp.serve, tcp_host, tcp_port)
     http_settings = HTTPSettings(
         max_msg_size=options.max_msg_size,
@@ -258,7 +264,7 @@ async def _start_servers(
     )
     nursery.start_soon(lookup.run)  # registers with --lookupd-tcp-address (none: idle)
     # partitions held as replica follow their leaders (none unless lookupd places replicas)
-    nursery.start_soon(replication.Followers(broker, lookup.identity.node_id).run)
+    nursery.start_soon(replication.Followers(broker, lookup.identity.node_id, auth).run)
     task_status.started((tcp_port, http_port))
     return lookup, [app] if secure is None else [app, secure]
 
