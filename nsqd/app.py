@@ -216,10 +216,14 @@ async def _start_servers(
     )
     settings = replace(settings, forwarder=forwarder)
     tcp = TCPServer(broker, settings)
+    # replication is served by a cluster node, or by any node holding the cluster credential;
+    # a standalone nsqd without one has no followers and no "  R1" (a stranger's HELLO would
+    # otherwise read around AUTH): the magic is refused as any unknown one
     auth = None  # without a cluster secret, replication links are not authenticated
     if secret:
         auth = replication.LinkAuth(secret, lambda: lookup.identity.node_id, broker.clock.monotonic)
-    tcp.add(replication.MAGIC, partial(replication.serve_follower, broker, auth=auth))
+    if secret or options.lookupd_tcp_addresses:
+        tcp.add(replication.MAGIC, partial(replication.serve_follower, broker, auth=auth))
     tcp_port = await nursery.start(tcp.serve, tcp_host, tcp_port)
     http_settings = HTTPSettings(
         max_msg_size=options.max_msg_size,
@@ -279,18 +283,21 @@ def tune_gc() -> None:
 
 
 def cluster_secret(options: Options) -> bytes:
-    """The cluster credential (``b""``: none), read once at start; the flags that refuse to run
-    without one are those a replication peer could otherwise bypass.
+    """The cluster credential (``b""``: none), read once at start. A cluster node (one given
+    ``--lookupd-tcp-address``) refuses to run without one when a client-facing protection is
+    on, which a replication peer could otherwise bypass; a standalone nsqd serves no
+    replication (see :func:`run_nsqd`), so it runs as Go nsqd does, with no credential.
 
     Raises:
         ClusterSecretError: see :func:`~pnsq._netio.cluster_secret.load_cluster_secret`.
     """
+    cluster = bool(options.lookupd_tcp_addresses)
     required_by = []
-    if options.auth_http_addresses:
+    if cluster and options.auth_http_addresses:
         required_by.append("--auth-http-address")
-    if options.tls_required != "false":
+    if cluster and options.tls_required != "false":
         required_by.append("--tls-required")
-    return load_cluster_secret(options.cluster_secret_file, required_by, log)
+    return load_cluster_secret(options.cluster_secret_file, required_by, log, links=cluster)
 
 
 async def main(options: Options) -> None:

@@ -102,10 +102,13 @@ def cluster_secret_flag(path: Path, secret: str = "test cluster secret") -> str:
 
 
 def _needs_cluster_secret(flags: tuple[str, ...]) -> bool:
-    """pnsq's nsqd refuses --auth-http-address and --tls-required (also implied by
-    --tls-client-auth-policy) without a cluster credential (docs/security.md); tests of those
-    features get one unless they bring theirs."""
+    """A cluster node of pnsq (one given --lookupd-tcp-address) refuses --auth-http-address and
+    --tls-required (also implied by --tls-client-auth-policy) without a cluster credential
+    (docs/security.md); tests of those features on a cluster get one unless they bring theirs.
+    A standalone nsqd needs none (it serves no replication)."""
     if any(flag.startswith("--cluster-secret-file") for flag in flags):
+        return False
+    if not any(flag.startswith("--lookupd-tcp-address") for flag in flags):
         return False
     return any(
         flag.startswith("--auth-http-address")

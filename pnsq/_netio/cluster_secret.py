@@ -24,11 +24,15 @@ class ClusterSecretError(Exception):
     """The cluster credential cannot be had; the text names the flag and the path."""
 
 
-def load_cluster_secret(path: str, required_by: Sequence[str], log: logging.Logger) -> bytes:
+def load_cluster_secret(
+    path: str, required_by: Sequence[str], log: logging.Logger, *, links: bool = True
+) -> bytes:
     """The secret in ``path`` (trailing whitespace and newlines stripped), or ``b""`` without
     a path, after one WARNING that cluster links are unauthenticated.
 
-    ``required_by``: the flags given that need a credential (``--auth-http-address``, ...).
+    ``required_by``: the flags given that need a credential (``--auth-http-address``, ...);
+    ``links``: whether the daemon has cluster links at all (a standalone nsqd has none: no
+    WARNING then).
 
     Raises:
         ClusterSecretError: ``required_by`` is not empty and no path was given; the file is
@@ -41,11 +45,12 @@ def load_cluster_secret(path: str, required_by: Sequence[str], log: logging.Logg
                 f"{given} needs {FLAG}: without a cluster credential any peer could replicate "
                 "around it (docs/security.md)"
             )
-        log.warning(
-            "cluster links are unauthenticated: no %s (docs/security.md); anyone who reaches "
-            "this node's ports can act as a pnsq peer",
-            FLAG,
-        )
+        if links:
+            log.warning(
+                "cluster links are unauthenticated: no %s (docs/security.md); anyone who "
+                "reaches this node's ports can act as a pnsq peer",
+                FLAG,
+            )
         return b""
     try:
         secret = Path(path).read_bytes().rstrip()

@@ -6,16 +6,20 @@ unauthenticated."""
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
 
+from protocol.replication import MAGIC
 from tests.daemons import cluster_secret_flag, pnsq_lookupd, pnsq_nsqd
 from tests.integration.test_cli_errors import fatal_line, loopback, run
 
 pytestmark = pytest.mark.integration
 
 DAEMONS = ("nsqd", "lookupd")
+#: a lookupd nobody listens on: enough to make an nsqd a cluster node
+LOOKUPD = "--lookupd-tcp-address=127.0.0.1:1"
 UNAUTHENTICATED = "cluster links are unauthenticated"
 
 
@@ -67,7 +71,9 @@ def test_empty_secret_file_one_fatal_line_naming_it(
 def test_nsqd_protection_without_credential_refuses_to_start(
     flags: list[str], named: str, tmp_path: Path
 ) -> None:
-    status, stderr = run("nsqd", *loopback(tmp_path), *flags)
+    """A cluster node (one given a lookupd) serves replication: without the credential its
+    replication link would be a way around AUTH and TLS."""
+    status, stderr = run("nsqd", *loopback(tmp_path), LOOKUPD, *flags)
     assert status == 1
     line = fatal_line(stderr)
     assert "failed to instantiate nsqd" in line
@@ -76,7 +82,7 @@ def test_nsqd_protection_without_credential_refuses_to_start(
 
 
 def test_nsqd_without_credential_warns_once(tmp_path: Path) -> None:
-    node = pnsq_nsqd(tmp_path / "data").start()
+    node = pnsq_nsqd(tmp_path / "data", LOOKUPD).start()
     try:
         warnings = [line for line in node.log_text().splitlines() if UNAUTHENTICATED in line]
     finally:
@@ -84,6 +90,21 @@ def test_nsqd_without_credential_warns_once(tmp_path: Path) -> None:
     assert len(warnings) == 1
     assert "WARNING" in warnings[0]
     assert "--cluster-secret-file" in warnings[0]
+
+
+def test_a_standalone_nsqd_runs_as_go_nsqd_and_serves_no_replication(tmp_path: Path) -> None:
+    """Standalone (no lookupd) there are no cluster links: AUTH needs no credential, nothing is
+    warned, and the replication magic is refused like any unknown one (E_BAD_PROTOCOL), so
+    a stranger's HELLO cannot read around AUTH."""
+    node = pnsq_nsqd(tmp_path / "data", "--auth-http-address=127.0.0.1:1").start()
+    try:
+        assert UNAUTHENTICATED not in node.log_text()
+        with socket.create_connection(("127.0.0.1", node.tcp_port), timeout=5) as peer:
+            peer.sendall(MAGIC)
+            reply = peer.recv(1024)
+        assert b"E_BAD_PROTOCOL" in reply
+    finally:
+        node.stop()
 
 
 def test_lookupd_without_credential_warns_once(tmp_path: Path) -> None:
