@@ -9,6 +9,8 @@ import socket
 
 import trio
 
+from pnsq._netio.cluster_secret import ClusterSecretError, load_cluster_secret
+
 from .config.options import Options
 from .core.decide import Settings
 from .core.views import Timeouts
@@ -30,9 +32,11 @@ LOOKUPD_VERSION = "1.3.0"  # the nsqlookupd version whose protocol and API pnsq 
 async def run_lookupd(
     options: Options,
     *,
+    secret: bytes = b"",
     task_status: trio.TaskStatus[tuple[int, int]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run nsqlookupd until cancelled; reports ``(tcp_port, http_port)`` once both listen.
+    ``secret``: the cluster credential its cluster-control endpoints require (``b""``: none).
 
     With ``--cluster-id`` and ``--cluster-leadership-addresses`` the metadata is in etcd and
     the lookupds elect a leader (:mod:`lookupd.ha.leadership`); ``--data-path`` is then not used.
@@ -127,18 +131,23 @@ async def _serve(
 
 async def main(options: Options) -> None:
     """Run until SIGINT/SIGTERM."""
+    try:  # read once at start; lookupd has no client-facing protection that requires it
+        secret = load_cluster_secret(options.cluster_secret_file, (), log)
+    except ClusterSecretError as exc:
+        log.critical("FATAL: %s", exc)
+        raise SystemExit(1) from exc
     async with trio.open_nursery() as nursery:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            nursery.start_soon(_run_or_exit, options)
+            nursery.start_soon(_run_or_exit, options, secret)
             async for signum in signals:
                 log.info("received signal %s: exiting", signal.Signals(signum).name)
                 nursery.cancel_scope.cancel()
                 break
 
 
-async def _run_or_exit(options: Options) -> None:
+async def _run_or_exit(options: Options, secret: bytes) -> None:
     try:
-        await run_lookupd(options)
+        await run_lookupd(options, secret=secret)
     except StoreError as exc:
         log.critical("FATAL: %s", exc)
         raise SystemExit(1) from exc

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import trio
 
+from pnsq._netio.cluster_secret import ClusterSecretError, load_cluster_secret
 from pnsq._netio.limits import open_files_limit
 from protocol.identify import IdentifyLimits
 from protocol.parser import ParserLimits
@@ -167,18 +168,22 @@ async def run_nsqd(
     settings: SessionSettings | None = None,
     *,
     stopping: trio.Event | None = None,
+    secret: bytes = b"",
     task_status: trio.TaskStatus[tuple[int, int]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run nsqd until cancelled, or until ``stopping`` is set: then hand the partitions it
     leads over to in-sync replicas (at most :data:`HANDOVER_DEADLINE` seconds) and return.
     Reports ``(tcp_port, http_port)`` once both listen. ``settings``:
-    :func:`session_settings` of ``options``, if already built."""
+    :func:`session_settings` of ``options``, if already built. ``secret``: the cluster
+    credential (:func:`cluster_secret`; ``b""``: cluster links unauthenticated)."""
     config = broker_config(options)
     settings = settings or session_settings(options)
     log.info("NSQ: persisting topic/channel metadata and messages in %s", config.data_path)
     with locked_data_path(config.data_path):
         async with open_broker(config) as broker, trio.open_nursery() as nursery:
-            lookup, apps = await _start_servers(options, settings, broker, nursery, task_status)
+            lookup, apps = await _start_servers(
+                options, settings, broker, nursery, secret, task_status
+            )
             if stopping is None:
                 await trio.sleep_forever()
             else:
@@ -196,6 +201,7 @@ async def _start_servers(
     settings: SessionSettings,
     broker: Broker,
     nursery: trio.Nursery,
+    secret: bytes,
     task_status: trio.TaskStatus[tuple[int, int]],
 ) -> tuple[LookupClient, list[NsqdHTTP]]:
     tcp_host, tcp_port = options.tcp_host_port()
@@ -212,7 +218,14 @@ async def _start_servers(
     )
     settings = replace(settings, forwarder=forwarder)
     tcp = TCPServer(broker, settings)
-    tcp.add(replication.MAGIC, partial(replication.serve_follower, broker))
+    # replication is served by a cluster node, or by any node holding the cluster credential;
+    # a standalone nsqd without one has no followers and no "  R1" (a stranger's HELLO would
+    # otherwise read around AUTH): the magic is refused as any unknown one
+    auth = None  # without a cluster secret, replication links are not authenticated
+    if secret:
+        auth = replication.LinkAuth(secret, lambda: lookup.identity.node_id, broker.clock.monotonic)
+    if secret or options.lookupd_tcp_addresses:
+        tcp.add(replication.MAGIC, partial(replication.serve_follower, broker, auth=auth))
     tcp_port = await nursery.start(tcp.serve, tcp_host, tcp_port)
     http_settings = HTTPSettings(
         max_msg_size=options.max_msg_size,
@@ -259,7 +272,7 @@ async def _start_servers(
         nursery.start_soon(StatsdPusher(broker, statsd_settings(options, context.settings)).run)
     nursery.start_soon(lookup.run)  # registers with --lookupd-tcp-address (none: idle)
     # partitions held as replica follow their leaders (none unless lookupd places replicas)
-    nursery.start_soon(replication.Followers(broker, lookup.identity.node_id).run)
+    nursery.start_soon(replication.Followers(broker, lookup.identity.node_id, auth).run)
     task_status.started((tcp_port, http_port))
     return lookup, [app] if secure is None else [app, secure]
 
@@ -288,11 +301,30 @@ def tune_gc() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
 
 
+def cluster_secret(options: Options) -> bytes:
+    """The cluster credential (``b""``: none), read once at start. A cluster node (one given
+    ``--lookupd-tcp-address``) refuses to run without one when a client-facing protection is
+    on, which a replication peer could otherwise bypass; a standalone nsqd serves no
+    replication (see :func:`run_nsqd`), so it runs as Go nsqd does, with no credential.
+
+    Raises:
+        ClusterSecretError: see :func:`~pnsq._netio.cluster_secret.load_cluster_secret`.
+    """
+    cluster = bool(options.lookupd_tcp_addresses)
+    required_by = []
+    if cluster and options.auth_http_addresses:
+        required_by.append("--auth-http-address")
+    if cluster and options.tls_required != "false":
+        required_by.append("--tls-required")
+    return load_cluster_secret(options.cluster_secret_file, required_by, log, links=cluster)
+
+
 async def main(options: Options) -> None:
     """Run until SIGINT/SIGTERM, then checkpoint and exit."""
     try:
+        secret = cluster_secret(options)  # first: what matters even before TLS files load
         settings = session_settings(options)
-    except OptionsError as exc:
+    except (OptionsError, ClusterSecretError) as exc:
         log.critical("FATAL: failed to instantiate nsqd - %s", exc)
         raise SystemExit(1) from exc
     tune_gc()
@@ -301,7 +333,7 @@ async def main(options: Options) -> None:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
 
             async def run() -> None:
-                await run_nsqd(options, settings, stopping=stopping)
+                await run_nsqd(options, settings, stopping=stopping, secret=secret)
                 nursery.cancel_scope.cancel()  # done: stop listening for signals
 
             nursery.start_soon(run)

@@ -114,6 +114,7 @@ class ReplicationErrorCode(StrEnum):
     STALE_EPOCH = "E_STALE_EPOCH"  # the Hello names an epoch older than the leader's
     UNKNOWN_PARTITION = "E_UNKNOWN_PARTITION"  # no such topic partition here
     BAD_FRAME = "E_BAD_FRAME"  # the follower's frames broke this protocol
+    NOT_REPLICA = "E_NOT_REPLICA"  # the authenticated follower is not placed on the partition
 
 
 class ReplicationProtocolError(ProtocolError):

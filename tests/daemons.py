@@ -96,9 +96,34 @@ class Daemon:
         return _terminate(self.proc, timeout)
 
 
+def cluster_secret_flag(path: Path, secret: str = "test cluster secret") -> str:
+    """``--cluster-secret-file=<path>`` with ``secret`` written to ``path``."""
+    path.write_text(secret + "\n")
+    return f"--cluster-secret-file={path}"
+
+
+def _needs_cluster_secret(flags: tuple[str, ...]) -> bool:
+    """A cluster node of pnsq (one given --lookupd-tcp-address) refuses --auth-http-address and
+    --tls-required (also implied by --tls-client-auth-policy) without a cluster credential
+    (docs/security.md); tests of those features on a cluster get one unless they bring theirs.
+    A standalone nsqd needs none (it serves no replication)."""
+    if any(flag.startswith("--cluster-secret-file") for flag in flags):
+        return False
+    if not any(flag.startswith("--lookupd-tcp-address") for flag in flags):
+        return False
+    return any(
+        flag.startswith("--auth-http-address")
+        or (flag.startswith("--tls-required") and not flag.endswith("=false"))
+        or (flag.startswith("--tls-client-auth-policy=") and not flag.endswith("="))
+        for flag in flags
+    )
+
+
 def pnsq_nsqd(data_path: Path, *flags: str) -> Daemon:
     """pnsq's nsqd on ephemeral loopback ports (not started)."""
     data_path.mkdir(parents=True, exist_ok=True)
+    if _needs_cluster_secret(flags):
+        flags = (*flags, cluster_secret_flag(data_path.parent / f"{data_path.name}.secret"))
     argv = [
         sys.executable,
         "-m",

@@ -49,6 +49,7 @@ class Options:
     replica_replace_after: float = 300.0  # pnsq: a replica dead this long is placed elsewhere
     cluster_id: str = ""  # youzan: HA mode (with the next): the cluster's key prefix in etcd
     cluster_leadership_addresses: str = ""  # youzan: etcd v3 endpoints, comma-separated
+    cluster_secret_file: str = ""  # pnsq: the cluster credential (pnsq._netio.cluster_secret)
 
     @property
     def etcd_endpoints(self) -> list[str]:
@@ -116,6 +117,12 @@ _FLAGS = (
         "string",
         "cluster leadership server list (etcd v3 endpoints, comma-separated: "
         "http://127.0.0.1:2379): lookupds elect a leader and keep the metadata there",
+    ),
+    (
+        "cluster-secret-file",
+        "string",
+        "[pnsq] path to a file holding the cluster's shared secret: nsqd nodes prove they hold"
+        " it on lookupd's cluster-control endpoints",
     ),
 )
 

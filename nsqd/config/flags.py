@@ -171,6 +171,9 @@ busy-poll duration
 max-segment-fds int
     [pnsq] descriptors of open segment files kept at most, idle ones are closed (0: a quarter of
     the open-files limit)
+cluster-secret-file string
+    [pnsq] path to a file holding the cluster's shared secret: links between pnsq processes
+    prove they hold it (required with --auth-http-address or --tls-required)
 """
 
 

@@ -121,6 +121,7 @@ class Options:
     max_pending_output_bytes: int = 1024 * 1024  # message frames queued for one consumer
     busy_poll: float = 200e-6  # seconds the publish reactor polls on after close turns
     max_segment_fds: int = 0  # 0: a quarter of the open-files limit (see segment_fd_budget)
+    cluster_secret_file: str = ""  # the cluster credential (pnsq._netio.cluster_secret)
 
     def tcp_host_port(self) -> tuple[str, int]:
         """``--tcp-address`` as ``(host, port)`` (Go host:port syntax)."""

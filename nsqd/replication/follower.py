@@ -45,6 +45,7 @@ from ..broker.copying import (
 )
 from ..broker.partition import Partition
 from ..core.partition_state import Role
+from .auth import LinkAuth, LinkAuthFailed
 from .frames import FrameReader, PeerClosed
 
 log = logging.getLogger("nsqd.replication")
@@ -64,9 +65,10 @@ class LeaderRefused(Exception):
 class Followers:
     """One follow task per partition held here as replica (see the module doc)."""
 
-    def __init__(self, broker: Broker, node_id: str) -> None:
+    def __init__(self, broker: Broker, node_id: str, auth: LinkAuth | None = None) -> None:
         self.broker = broker
         self.node_id = node_id
+        self.auth = auth  # the cluster credential: proved before Hello (see .auth)
         self._tasks: dict[Key, tuple[str, int, trio.CancelScope]] = {}
 
     async def run(self) -> None:
@@ -111,6 +113,8 @@ class Followers:
             while True:
                 try:
                     await self._session(topic, leader, partition)
+                except* LinkAuthFailed:
+                    pass  # logged by the credential, at most once a minute per leader
                 except* (
                     OSError,
                     trio.BrokenResourceError,
@@ -136,6 +140,8 @@ class Followers:
         with trio.fail_after(DIAL_TIMEOUT):
             stream = PlainSocketStream((await trio.open_tcp_stream(host, int(port))).socket)
         async with stream:
+            await stream.send_all(MAGIC)
+            rest = b"" if self.auth is None else await self.auth.dial(stream, leader)
             state = partition.state
             hello = Hello(
                 self.node_id,
@@ -145,8 +151,8 @@ class Followers:
                 partition.log.end_offset,
                 last_epoch(partition),
             )
-            await stream.send_all(MAGIC + encode(hello))
-            reader = FrameReader(stream, LeaderFrameDecoder())
+            await stream.send_all(encode(hello))
+            reader = FrameReader(stream, LeaderFrameDecoder(), rest)
             with trio.fail_after(WELCOME_TIMEOUT):
                 welcome = await reader.next()
             if isinstance(welcome, Error):

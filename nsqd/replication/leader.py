@@ -9,6 +9,10 @@ progress in the partition state (moving the high-watermark when the follower is 
 Idle, the leader sends the high-watermark every :data:`HEARTBEAT` seconds. The stream ends
 when this node stops leading the partition, or its epoch moves on: a deposed leader has
 nothing to send.
+
+With a cluster secret (:class:`~.auth.LinkAuth`) the follower proves it holds the secret, and
+which node it is, before anything else; the leader then takes its ``Hello`` only for a
+partition lookupd placed that node on (:mod:`.auth`).
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from ..broker import Broker, Topic
 from ..broker.copying import end_for_epoch, follower_acked, read_for_follower
 from ..broker.partition import Partition
 from ..core.errors import BrokerError
+from .auth import LinkAuth, LinkAuthFailed, replica_refusal
 from .frames import FrameReader, PeerClosed
 
 log = logging.getLogger("nsqd.replication")
@@ -56,12 +61,24 @@ class FollowerGone(Exception):
 
 
 async def serve_follower(
-    broker: Broker, stream: trio.abc.Stream, remote: str, initial: bytes
+    broker: Broker,
+    stream: trio.abc.Stream,
+    remote: str,
+    initial: bytes,
+    *,
+    auth: LinkAuth | None = None,
 ) -> None:
-    """Run one follower's stream until it or this node's leadership ends."""
+    """Run one follower's stream until it or this node's leadership ends; with ``auth``, only
+    after the follower proved it holds the cluster secret (see the module doc)."""
+    proved = None
+    if auth is not None:
+        try:
+            proved, initial = await auth.accept(stream, remote, initial)
+        except LinkAuthFailed:
+            return  # refused and logged (at most once a minute per peer): nothing more to say
     reader = FrameReader(stream, FollowerFrameDecoder(), initial)
     try:
-        await _serve(broker, stream, reader)
+        await _serve(broker, stream, reader, proved)
     except* (ReplicationProtocolError, BrokerError) as broken:
         for exc in broken.exceptions:
             log.warning("REPLICATION[%s]: %s", remote, exc)
@@ -72,7 +89,10 @@ async def serve_follower(
 
 
 async def _serve(
-    broker: Broker, stream: trio.abc.Stream, reader: FrameReader[FollowerFrame]
+    broker: Broker,
+    stream: trio.abc.Stream,
+    reader: FrameReader[FollowerFrame],
+    proved: str | None,
 ) -> None:
     with trio.fail_after(HELLO_TIMEOUT):
         hello = await reader.next()
@@ -83,6 +103,11 @@ async def _serve(
         await stream.send_all(encode(Error(ReplicationErrorCode.NOT_LEADER, "not the leader")))
         return
     state = partition.state
+    refusal = None if proved is None else replica_refusal(hello, proved, state.placement)
+    if refusal is not None:
+        log.warning("REPLICATION(%s/%d): refused: %s", hello.topic, hello.partition, refusal)
+        await stream.send_all(encode(Error(ReplicationErrorCode.NOT_REPLICA, refusal)))
+        return
     if hello.epoch > state.epoch:  # the follower already follows a newer leader
         text = f"this node leads epoch {state.epoch}, the follower follows {hello.epoch}"
         await stream.send_all(encode(Error(ReplicationErrorCode.STALE_EPOCH, text)))

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemons import GO_NSQD, Daemon, go_nsqd, pnsq_nsqd
+from tests.daemons import GO_NSQD, Daemon, cluster_secret_flag, go_nsqd, pnsq_nsqd
 
 # Every kind of option and every kind of value nsqd coerces: strings read as their flag reads
 # them, integers counting milliseconds for durations, an integer for a boolean (true when 0),
@@ -78,7 +78,10 @@ def daemons(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Daem
     started: dict[str, Daemon] = {}
     try:
         for name, make in (("pnsq", pnsq_nsqd), ("go", go_nsqd)):
-            daemon = make(work / name, f"--config={path}", "--deflate=true")
+            flags = [f"--config={path}", "--deflate=true"]
+            if name == "pnsq":  # auth_http_addresses in the file needs a cluster credential
+                flags.append(cluster_secret_flag(work / "cluster.secret"))
+            daemon = make(work / name, *flags)
             started[name] = daemon.start()
         yield started
     finally:

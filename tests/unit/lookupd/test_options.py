@@ -110,6 +110,8 @@ def test_usage_matches_go_nsqlookupd() -> None:
         "  -cluster-leadership-addresses string\n    \tcluster leadership server list (etcd v3"
         " endpoints, comma-separated: http://127.0.0.1:2379): lookupds elect a leader and keep"
         " the metadata there\n",
+        "  -cluster-secret-file string\n    \t[pnsq] path to a file holding the cluster's shared"
+        " secret: nsqd nodes prove they hold it on lookupd's cluster-control endpoints\n",
     ]
     for line in pnsq_only:
         assert line in ours

@@ -148,6 +148,7 @@ PNSQ_EXTRA_FLAGS = {
     "max-segment-fds",
     "retention",
     "busy-poll",
+    "cluster-secret-file",
 }
 
 
@@ -246,6 +247,7 @@ NSQD_DEFAULTS: dict[str, object] = {
     "max_pending_output_bytes": 1024 * 1024,
     "max_segment_fds": 0,
     "busy_poll": 200e-6,
+    "cluster_secret_file": "",
 }
 
 
