@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Sequence
-from typing import Protocol, runtime_checkable
 
 import trio
 from trio.lowlevel import ParkingLot
@@ -27,7 +26,7 @@ from .dispatch import Dispatch
 from .partition import Log, Partition
 from .read_guard import ReadGuard
 from .statistics import ChannelStatistics, channel_statistics
-from .views import Subscriber, TopicView
+from .views import Subscriber, TimeoutAware, TopicView
 
 
 class Channel:
@@ -240,7 +239,7 @@ class Channel:
         """The holders of messages taken back from them (finished for them, dropped, timed
         out) get their RDY room back: one call per message."""
         for owner in owners:
-            if isinstance(owner, _TimeoutAware):
+            if isinstance(owner, TimeoutAware):
                 owner.message_timed_out()
 
     def confirm_deferred(self) -> None:
@@ -377,11 +376,6 @@ class Channel:
     ) -> ChannelStatistics:
         """A frozen snapshot for ``/stats`` and ``/metrics`` (see :meth:`Topic.statistics`)."""
         return channel_statistics(self, e2e_percentiles, now_ns)
-
-
-@runtime_checkable
-class _TimeoutAware(Protocol):
-    def message_timed_out(self) -> None: ...
 
 
 def _framed_reader(

@@ -6,11 +6,11 @@ is imported by the channel."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from .partition import Partition
 
-__all__ = ["Subscriber", "TopicView"]
+__all__ = ["Subscriber", "TimeoutAware", "TopicView"]
 
 
 class TopicView(Protocol):
@@ -45,3 +45,11 @@ class Subscriber(Protocol):
 
     def message_timed_out(self) -> None:
         """One of the messages this subscriber held in flight timed out."""
+
+
+@runtime_checkable
+class TimeoutAware(Protocol):
+    """An owner of in-flight messages told when one of them timed out (a subscriber, an HTTP
+    consume lease)."""
+
+    def message_timed_out(self) -> None: ...
