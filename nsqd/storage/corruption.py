@@ -34,16 +34,21 @@ _MAX_CANDIDATES: Final = 4096  # offsets tried after the damage without an index
 ReadAt = Callable[[int, int], bytes]  # read_at(size, position) -> up to size bytes
 
 
-def _decode_at(read_at: ReadAt, position: int, limit: int) -> Record | None:
-    """The intact record at ``position`` (wholly before ``limit``), else None."""
+def _size_at(read_at: ReadAt, position: int) -> int | None:
+    """The length the record at ``position`` claims, if its header reads and is sane."""
     head = read_at(MIN_HEADER_SIZE, position)
     if len(head) < MIN_HEADER_SIZE:
         return None
     try:
-        size = peek_size(head, 0)
+        return peek_size(head, 0)
     except CorruptRecordError:
         return None
-    if position + size > limit:
+
+
+def _decode_at(read_at: ReadAt, position: int, limit: int) -> Record | None:
+    """The intact record at ``position`` (wholly before ``limit``), else None."""
+    size = _size_at(read_at, position)
+    if size is None or position + size > limit:
         return None
     data = read_at(size, position)
     if len(data) < size:
@@ -101,12 +106,8 @@ def _after_length(
 ) -> tuple[int, int] | None:
     """Where the damaged record at ``position`` says the next one starts, if its length field
     is sane and the record there is intact with offset ``offset + 1``; else None."""
-    head = read_at(MIN_HEADER_SIZE, position)
-    if len(head) < MIN_HEADER_SIZE:
-        return None
-    try:
-        size = peek_size(head, 0)
-    except CorruptRecordError:
+    size = _size_at(read_at, position)
+    if size is None:
         return None
     record = _decode_at(read_at, position + size, limit)
     if record is None or record.offset != offset + 1:
