@@ -68,7 +68,7 @@ async def run_lookupd(
     else:
         cluster.load()
     try:
-        await _serve(options, cluster, supervisor, ha, task_status)
+        await _serve(options, cluster, supervisor, ha, secret, task_status)
     finally:
         if etcd is not None:
             with trio.CancelScope(shield=True):
@@ -80,6 +80,7 @@ async def _serve(
     cluster: Cluster,
     supervisor: Supervisor,
     ha: HighAvailability | None,
+    secret: bytes,
     task_status: trio.TaskStatus[tuple[int, int]],
 ) -> None:
     ports = {"tcp": 0, "http": 0}
@@ -98,6 +99,7 @@ async def _serve(
             self_address,
             LookupdMetrics(cluster, supervisor).render,
             ha=ha,
+            secret=secret,
         )
         http_host, http_port = options.http_host_port()
         ports["http"] = await nursery.start(serve_http, app, http_host, http_port)

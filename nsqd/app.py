@@ -212,9 +212,13 @@ async def _start_servers(
         identity,
         options.lookupd_tcp_addresses,
         replica_lag_max=options.replica_lag_max,
+        secret=secret,
     )
     forwarder = Forwarder(
-        lookup.pnsq_http_addresses, lambda: lookup.identity.node_id, broker.clock.monotonic
+        lookup.pnsq_http_addresses,
+        lambda: lookup.identity.node_id,
+        broker.clock.monotonic,
+        secret=secret,
     )
     settings = replace(settings, forwarder=forwarder)
     tcp = TCPServer(broker, settings)

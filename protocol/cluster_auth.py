@@ -271,3 +271,9 @@ def http_credential(secret: bytes) -> str:
 
 
 HTTP_HEADER: Final = "X-Pnsq-Cluster-Auth"
+
+
+def http_headers(secret: bytes) -> dict[str, str]:
+    """The headers an nsqd sends with every call to lookupd's HTTP port: the credential with a
+    secret, none without one (a lookupd without a secret asks for nothing, as before)."""
+    return {HTTP_HEADER: http_credential(secret)} if secret else {}

@@ -14,6 +14,7 @@ pnsq's nodes use :mod:`lookupd.http.pnsq`'s.
 
 from __future__ import annotations
 
+import hmac
 import logging
 import re
 from collections.abc import Callable
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 import trio
 
 from pnsq._netio.http import TEXT_TYPE, lifespan, send_response, serve_http as netio_serve_http
+from protocol.cluster_auth import HTTP_HEADER, http_credential
 from protocol.lookup import ASSIGNMENTS_PATH
 
 from ..core import views
@@ -46,6 +48,9 @@ from .pnsq import LEAVING_PATH, MAX_BODY, PROGRESS_PATH, PnsqEndpoints, read_bod
 log = logging.getLogger("nsqlookupd.http")
 
 _ATOI = re.compile(r"[+-]?[0-9]+")
+#: the answer to a cluster-control request without the credential (docs/security.md)
+AUTH_REQUIRED = "CLUSTER_AUTH_REQUIRED"
+_AUTH_HEADER = HTTP_HEADER.lower().encode()
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,12 +59,18 @@ class Route:
 
     handler: Handler
     body: bool = False  # the handler reads a JSON body (pnsq's node-to-lookupd endpoints)
+    #: it moves leadership, membership, ISR or placement (or reveals placement): with a cluster
+    #: secret, only a request carrying the credential reaches it; NSQ's own endpoints stay
+    #: open so that nsqadmin and the NSQ tools keep working
+    control: bool = False
 
 
 class LookupHTTP:
     """The ASGI application. ``self_address()`` gives ``(broadcast_address, tcp_port,
     http_port)`` for ``/listlookup``. With ``ha`` (etcd), a write reaching a follower is
-    forwarded to the leader (:mod:`lookupd.http.forward`)."""
+    forwarded to the leader (:mod:`lookupd.http.forward`). With ``secret`` (the cluster
+    credential) the cluster-control routes answer ``401 CLUSTER_AUTH_REQUIRED`` to a request
+    without ``X-Pnsq-Cluster-Auth: http_credential(secret)``."""
 
     def __init__(
         self,
@@ -69,8 +80,10 @@ class LookupHTTP:
         metrics: Callable[[], bytes] | None = None,
         *,
         ha: HighAvailability | None = None,
+        secret: bytes = b"",
     ) -> None:
         self.cluster = cluster
+        self._credential = http_credential(secret).encode() if secret else None
         self.ha = ha
         self.forwarder = Forwarder() if ha is not None else None
         self.version = version
@@ -95,11 +108,14 @@ class LookupHTTP:
             "/channel/create": ({"POST"}, Route(self.admin.channel_create)),
             "/channel/delete": ({"POST"}, Route(self.admin.channel_delete)),
             "/topic/tombstone": ({"POST"}, Route(self.admin.topic_tombstone)),
-            "/topic/meta/update": ({"POST"}, Route(self.admin.topic_meta_update)),
-            "/topic/partition/expand": ({"POST"}, Route(self.admin.topic_partition_expand)),
-            ASSIGNMENTS_PATH: (get, Route(self.pnsq.assignments)),
-            PROGRESS_PATH: ({"POST"}, Route(self.pnsq.progress, body=True)),
-            LEAVING_PATH: ({"POST"}, Route(self.pnsq.leaving)),
+            "/topic/meta/update": ({"POST"}, Route(self.admin.topic_meta_update, control=True)),
+            "/topic/partition/expand": (
+                {"POST"},
+                Route(self.admin.topic_partition_expand, control=True),
+            ),
+            ASSIGNMENTS_PATH: (get, Route(self.pnsq.assignments, control=True)),
+            PROGRESS_PATH: ({"POST"}, Route(self.pnsq.progress, body=True, control=True)),
+            LEAVING_PATH: ({"POST"}, Route(self.pnsq.leaving, control=True)),
         }
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -124,6 +140,9 @@ class LookupHTTP:
             await respond_v1_error(send, error, extra=[(b"Allow", allow)])
             return
         request = Request(method, path, raw_query, list(scope.get("headers", [])))
+        if route.control and not self._authorized(request):
+            await respond_v1_error(send, HTTPError(401, AUTH_REQUIRED))
+            return
         if route.body or (self.ha is not None and path in WRITE_PATHS):
             request.body = await read_body(receive, MAX_BODY)
         try:
@@ -138,6 +157,15 @@ class LookupHTTP:
             await respond(send, 200, reply, nsq_header=False)
         else:
             await respond_v1(send, reply)
+
+    def _authorized(self, request: Request) -> bool:
+        """Whether ``request`` may reach a cluster-control route: always without a secret;
+        with one, when it carries the credential (compared in constant time, so timing tells
+        a stranger nothing of it)."""
+        if self._credential is None:
+            return True
+        given = [v for k, v in request.headers if k.lower() == _AUTH_HEADER]
+        return len(given) == 1 and hmac.compare_digest(given[0], self._credential)
 
     async def _forward(self, send: Send, request: Request) -> None:
         """HA: a write on a follower goes to the leader (see :mod:`lookupd.http.forward`)."""
@@ -231,4 +259,4 @@ async def serve_http(
     )
 
 
-__all__ = ["HTTPError", "LookupHTTP", "serve_http"]
+__all__ = ["AUTH_REQUIRED", "HTTPError", "LookupHTTP", "serve_http"]

@@ -10,7 +10,9 @@ with), which a follower needs to take over with a current picture. Registry-only
 
 A forwarded request carries :data:`FORWARDED_HEADER`; a lookupd that gets one while not leading
 does not forward again: it answers youzan's ``400 E_FAILED_ON_NOT_LEADER`` (or ``503
-E_ETCD_UNAVAILABLE`` when it cannot reach etcd either).
+E_ETCD_UNAVAILABLE`` when it cannot reach etcd either). The cluster credential's header
+(``X-Pnsq-Cluster-Auth``) travels with the request: the leader checks it again, so a forwarded
+cluster-control write is refused there too without it.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 import httpx
 
 from pnsq._netio.http import HTTPError
+from protocol.cluster_auth import HTTP_HEADER
 
 from .base import Request
 
@@ -65,7 +68,7 @@ class Forwarder:
         if request.raw_query:
             url += f"?{request.raw_query}"
         headers = {FORWARDED_HEADER.decode(): "1"}
-        for name in (b"accept", b"content-type"):
+        for name in (b"accept", b"content-type", HTTP_HEADER.lower().encode()):
             values = request.header_values(name)
             if values:
                 headers[name.decode()] = values[0]

@@ -27,6 +27,7 @@ import trio
 
 from protocol import Dpub, Mpub, Pub
 from protocol.client_frames import ErrorFrame, FrameDecoder, MessageFrame, Response
+from protocol.cluster_auth import http_headers
 from protocol.encode import encode_command
 from protocol.lookup import ACCEPT_V1, unwrap
 from protocol.parser import NEED_DATA
@@ -73,7 +74,9 @@ class Forwarder:
 
     ``lookupd_http`` returns the HTTP addresses of the pnsq lookupds this node is registered
     with (empty while none is connected); ``self_id`` returns this node's ``host:tcp_port``;
-    ``monotonic`` is the clock the cache of leaders ages by (the broker's).
+    ``monotonic`` is the clock the cache of leaders ages by (the broker's); ``secret``, the
+    cluster credential, goes (as its HTTP header) with the admin calls to lookupd, some of which
+    (``/topic/partition/expand``) a lookupd with a secret refuses without it.
     """
 
     def __init__(
@@ -81,8 +84,10 @@ class Forwarder:
         lookupd_http: Callable[[], Sequence[str]],
         self_id: Callable[[], str],
         monotonic: Callable[[], float] = trio.current_time,
+        secret: bytes = b"",
     ) -> None:
         self._lookupd_http = lookupd_http
+        self._auth = http_headers(secret)
         self._monotonic = monotonic
         self._self_id = self_id
         self._leaders: dict[str, _Leaders] = {}
@@ -151,7 +156,8 @@ class Forwarder:
         problems = []
         for http in addresses:
             try:
-                reply = await self._client().post(f"http://{http}/topic/create", params=params)
+                url = f"http://{http}/topic/create"
+                reply = await self._client().post(url, params=params, headers=self._auth)
             except httpx.HTTPError as exc:
                 problems.append(f"{http}: {exc}")
                 continue
@@ -206,7 +212,8 @@ class Forwarder:
         problems = []
         for http in list(self._lookupd_http()):
             try:
-                reply = await self._client().post(f"http://{http}{path}", params=params)
+                url = f"http://{http}{path}"
+                reply = await self._client().post(url, params=params, headers=self._auth)
             except httpx.HTTPError as exc:
                 problems.append(f"{http}: {exc}")
                 continue

@@ -21,6 +21,7 @@ from collections.abc import Iterable
 import trio
 
 from pnsq._goflag.addresses import split_host_port
+from protocol.cluster_auth import http_headers
 from protocol.lookup import LookupdNode
 
 from ..broker import Broker
@@ -43,7 +44,9 @@ DIAL_TIMEOUT = 1.0  # nsqd's lookupPeer: net.DialTimeout(..., time.Second)
 
 class LookupClient:
     """Keeps this nsqd registered with every lookupd in ``addresses`` (see the module
-    docstring). Run :meth:`run` in a nursery; :meth:`set_addresses` changes the list."""
+    docstring). Run :meth:`run` in a nursery; :meth:`set_addresses` changes the list.
+    ``secret``: the cluster credential, sent (as its HTTP header) with the assignments,
+    progress and leaving calls a lookupd with a secret refuses without it."""
 
     def __init__(
         self,
@@ -53,12 +56,15 @@ class LookupClient:
         *,
         poll_interval: float = 1.0,
         replica_lag_max: float = 10.0,
+        secret: bytes = b"",
     ) -> None:
         self.broker = broker
         self.progress = ProgressTracker(replica_lag_max)
         self.identity = identity
         self.lookupds = LookupdDirectory(addresses)
         self.poll_interval = poll_interval
+        #: the cluster credential's header for pnsq lookupd's cluster-control endpoints
+        self.auth = http_headers(secret)
         self._scopes: dict[str, trio.CancelScope] = {}
         self._pnsq_http: dict[str, str] = {}  # lookupd address -> its HTTP address (pnsq's)
         self._nursery: trio.Nursery | None = None
@@ -86,7 +92,7 @@ class LookupClient:
     async def hand_over(self) -> None:
         """A clean shutdown: pnsq's lookupds move this node's leaderships away (see
         :func:`nsqd.cluster.placement.hand_over`)."""
-        await hand_over(self.broker, self.identity.node_id, self.pnsq_http_addresses())
+        await hand_over(self.broker, self.identity.node_id, self.pnsq_http_addresses(), self.auth)
 
     def _reconcile(self) -> None:
         wanted = self.lookupds.wanted()
@@ -147,12 +153,10 @@ class LookupClient:
                 if partitioned:
                     self._pnsq_http[address] = http  # kept while it is down: it places topics
                     node_id = self.identity.node_id
-                    nursery.start_soon(
-                        poll_assignments, self.broker, node_id, address, http, self.poll_interval
-                    )
-                    nursery.start_soon(
-                        report_progress, self.broker, self.progress, node_id, address, http
-                    )
+                    poll = (self.broker, node_id, address, http, self.poll_interval, self.auth)
+                    nursery.start_soon(poll_assignments, *poll)
+                    report = (self.broker, self.progress, node_id, address, http, self.auth)
+                    nursery.start_soon(report_progress, *report)
                     nursery.start_soon(discover, address, http, self._found)
                 elif address in self._pnsq_http:
                     del self._pnsq_http[address]  # replaced by a stock nsqlookupd

@@ -6,6 +6,10 @@ leaderships on a clean shutdown.
 the lookupd's HTTP port (at the host of ``--lookupd-tcp-address``, the port from the IDENTIFY
 reply): lookupd answers as soon as a newer placement is on its disk, and the broker applies it
 (:mod:`nsqd.broker.assignments`).
+
+With a cluster secret every call carries ``auth``, the credential's header
+(:func:`protocol.cluster_auth.http_headers`): lookupd refuses these endpoints without it
+(docs/security.md), so a node with a wrong secret gets no placement and reports no progress.
 """
 
 from __future__ import annotations
@@ -32,13 +36,18 @@ ASSIGNMENTS_WAIT = 30.0  # seconds lookupd may hold an assignments long-poll
 
 
 async def poll_assignments(
-    broker: Broker, node_id: str, address: str, http_address: str, poll_interval: float
+    broker: Broker,
+    node_id: str,
+    address: str,
+    http_address: str,
+    poll_interval: float,
+    auth: dict[str, str],
 ) -> None:
     """Long-poll lookupd's assignments: each request returns as soon as lookupd has saved
     a newer decision (or after :data:`ASSIGNMENTS_WAIT`), so a change reaches this node
     within a round trip of being persisted."""
     url = f"http://{http_address}{ASSIGNMENTS_PATH}"
-    headers = {"Accept": ACCEPT_V1}
+    headers = {"Accept": ACCEPT_V1, **auth}
     version: int | None = None
     timeout = httpx.Timeout(ASSIGNMENTS_WAIT + 5.0, connect=1.0)
     async with httpx.AsyncClient(timeout=timeout) as client:
@@ -77,7 +86,12 @@ async def apply_assignments(broker: Broker, node_id: str, document: object) -> N
 
 
 async def report_progress(
-    broker: Broker, progress: ProgressTracker, node_id: str, address: str, http_address: str
+    broker: Broker,
+    progress: ProgressTracker,
+    node_id: str,
+    address: str,
+    http_address: str,
+    auth: dict[str, str],
 ) -> None:
     """Tell lookupd, as a leader, which followers are caught up and which lag (when that
     changes, and every :data:`PROGRESS_REPEAT` seconds)."""
@@ -92,7 +106,7 @@ async def report_progress(
             if reports != last or now - sent_at >= PROGRESS_REPEAT:
                 body = {"node": node_id, "partitions": reports}
                 try:
-                    response = await client.post(url, json=body)
+                    response = await client.post(url, json=body, headers=auth)
                     response.raise_for_status()
                     last, sent_at = reports, now
                 except httpx.HTTPError as exc:
@@ -100,7 +114,9 @@ async def report_progress(
             await trio.sleep(PROGRESS_INTERVAL)
 
 
-async def hand_over(broker: Broker, node_id: str, http_addresses: list[str]) -> None:
+async def hand_over(
+    broker: Broker, node_id: str, http_addresses: list[str], auth: dict[str, str]
+) -> None:
     """A clean shutdown: ask pnsq's lookupds (``http_addresses``) to move every leadership
     this node holds with in-sync followers, and return once none is left here (the caller
     bounds the wait)."""
@@ -117,7 +133,9 @@ async def hand_over(broker: Broker, node_id: str, http_addresses: list[str]) -> 
     async with httpx.AsyncClient(timeout=httpx.Timeout(2.0, connect=1.0)) as client:
         for http in http_addresses:
             try:
-                reply = await client.post(f"http://{http}{LEAVING_PATH}", params=params)
+                reply = await client.post(
+                    f"http://{http}{LEAVING_PATH}", params=params, headers=auth
+                )
                 reply.raise_for_status()
             except httpx.HTTPError as exc:
                 log.warning("LOOKUPD(%s): leaving: %s", http, exc)
