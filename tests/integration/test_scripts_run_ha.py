@@ -5,6 +5,7 @@ this checkout (``PNSQ_PYTHON``)."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -20,6 +21,7 @@ import pytest
 import trio
 
 from pnsq.client import open_consumer, open_producer
+from protocol.cluster_auth import http_headers
 from tests.daemons import ROOT
 from tests.integration.lookupd_helpers import get_json, request, wait_for
 
@@ -52,6 +54,7 @@ class Run:
     """``scripts/run --ha`` in its own session (so every process it started can be seen)."""
 
     def __init__(self, data: Path) -> None:
+        self.data = data
         self.offset = _free_offset()
         self.log_path = data.parent / "run.log"
         env = {
@@ -130,9 +133,18 @@ def test_scripts_run_ha_starts_etcd_two_lookupds_and_three_nodes(run: Run) -> No
     )
     assert status == 200, body
 
+    # the cluster runs with the credential scripts/run made: lookupd's control endpoints want it
+    secret = (run.data / "cluster.secret").read_bytes().strip()
+    assert len(secret) == 64
+    assignments = f"{follower}/pnsq/assignments?node={run.address(4150)}"
+    status, body, _ = request(assignments, "GET", {})
+    assert (status, json.loads(body)) == (401, {"message": "CLUSTER_AUTH_REQUIRED"})
+
     def in_sync() -> bool:
         for port in (4150, 4250, 4350):
-            doc = _json(follower, f"/pnsq/assignments?node={run.address(port)}") or {}
+            url = f"{follower}/pnsq/assignments?node={run.address(port)}"
+            status, raw, _ = request(url, "GET", http_headers(secret))
+            doc = json.loads(raw) if status == 200 else {}
             part = doc.get("topics", {}).get("runha", {}).get("partitions", {}).get("0")
             if part:
                 return len(part["replicas"]) == 1 and len(part["isr"]) == 2
