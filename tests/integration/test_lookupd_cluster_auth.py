@@ -15,13 +15,10 @@ from typing import Any
 
 import pytest
 
-from protocol import Pub
 from protocol.cluster_auth import HTTP_HEADER, http_credential
 from tests.daemons import Daemon
 from tests.integration.lookupd_helpers import ACCEPT, get_json, post, request, roles, wait_for
-from tests.integration.test_replication import partition_view
-from tests.integration.test_replication_auth import start_cluster
-from tests.rawclient import RawClient
+from tests.integration.test_replication_auth import create, fail_over, start_cluster
 
 pytestmark = pytest.mark.integration
 
@@ -73,17 +70,6 @@ def call(
     return status, (json.loads(raw) if raw.startswith(b"{") else raw)
 
 
-def create(lookupd: Daemon, nodes: list[Daemon], topic: str) -> tuple[Daemon, Daemon]:
-    """A 1-partition topic replicated on both nodes, both in sync; (leader, replica)."""
-    assert post(lookupd, f"/topic/create?topic={topic}&partition_num=1&replicator=2") == (200, b"")
-    wait_for(lambda: all(roles(n, topic) for n in nodes), what="placed on both")
-    leader = next(n for n in nodes if (roles(n, topic) or {}).get(0) == "leader")
-    replica = next(n for n in nodes if n is not leader)
-    both = [f"127.0.0.1:{leader.tcp_port}", f"127.0.0.1:{replica.tcp_port}"]
-    wait_for(lambda: partition_view(leader, topic, 0)["isr"] == both, what="both in sync")
-    return leader, replica
-
-
 def placement(lookupd: Daemon, node: Daemon, topic: str) -> dict[str, Any]:
     status, doc = call(lookupd, "GET", f"/pnsq/assignments?node=127.0.0.1:{node.tcp_port}", AUTH)
     assert status == 200, doc
@@ -119,27 +105,11 @@ def test_a_stock_endpoint_answers_without_the_credential(
 def test_placement_and_failover_with_the_shared_secret(tmp_path: Path) -> None:
     lookupd, nodes = start_cluster(tmp_path, [SECRET, SECRET])
     try:
-        failover(lookupd, nodes)
+        fail_over(lookupd, nodes, "guarded_failover", 3)
     finally:
         for node in nodes:
             node.stop()
         lookupd.stop()
-
-
-def failover(lookupd: Daemon, nodes: list[Daemon]) -> None:
-    """kill -9 of a leader: its replica leads and takes publishes."""
-    leader, replica = create(lookupd, nodes, "guarded_failover")
-    producer = RawClient(leader.tcp_address)
-    for i in range(3):
-        producer.send(Pub("guarded_failover", b"m%d" % i, 0))
-        assert producer.read().data == b"OK"
-    producer.close()
-    leader.kill()
-    wait_for(lambda: (roles(replica, "guarded_failover") or {}).get(0) == "leader", 30, "promoted")
-    producer = RawClient(replica.tcp_address)
-    producer.send(Pub("guarded_failover", b"after", 0))
-    assert producer.read().data == b"OK"
-    producer.close()
 
 
 def test_sigterm_hands_over_with_the_shared_secret(tmp_path: Path) -> None:

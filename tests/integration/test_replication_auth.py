@@ -161,20 +161,27 @@ def test_a_stranger_naming_the_follower_cannot_get_a_publish_acknowledged(
     producer.close()
 
 
-def test_failover_with_the_secret(cluster: tuple[Daemon, list[Daemon]]) -> None:
-    lookupd, nodes = cluster
-    leader, replica = create(lookupd, nodes, "moved")
+def fail_over(lookupd: Daemon, nodes: list[Daemon], topic: str, before: int) -> Daemon:
+    """``before`` publishes to a new replicated topic's leader, kill -9 of that leader, then a
+    publish to the promoted replica; returns the replica."""
+    leader, replica = create(lookupd, nodes, topic)
     producer = RawClient(leader.tcp_address)
-    for i in range(5):
-        producer.send(Pub("moved", b"before %d" % i, 0))
+    for i in range(before):
+        producer.send(Pub(topic, b"before %d" % i, 0))
         assert producer.read().data == b"OK"
     producer.close()
     leader.kill()
-    wait_for(lambda: (roles(replica, "moved") or {}).get(0) == "leader", 30, "promoted")
+    wait_for(lambda: (roles(replica, topic) or {}).get(0) == "leader", 30, "promoted")
     producer = RawClient(replica.tcp_address)
-    producer.send(Pub("moved", b"after", 0))
+    producer.send(Pub(topic, b"after", 0))
     assert producer.read().data == b"OK"
     producer.close()
+    return replica
+
+
+def test_failover_with_the_secret(cluster: tuple[Daemon, list[Daemon]]) -> None:
+    lookupd, nodes = cluster
+    replica = fail_over(lookupd, nodes, "moved", 5)
     assert partition_view(replica, "moved", 0)["end_offset"] == 6
 
 
