@@ -36,7 +36,8 @@ async def run_lookupd(
     task_status: trio.TaskStatus[tuple[int, int]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run nsqlookupd until cancelled; reports ``(tcp_port, http_port)`` once both listen.
-    ``secret``: the cluster credential its cluster-control endpoints require (``b""``: none).
+    ``secret``: the cluster credential its V1 port and cluster-control endpoints require
+    (``b""``: none).
 
     With ``--cluster-id`` and ``--cluster-leadership-addresses`` the metadata is in etcd and
     the lookupds elect a leader (:mod:`lookupd.ha.leadership`); ``--data-path`` is then not used.
@@ -86,7 +87,7 @@ async def _serve(
     ports = {"tcp": 0, "http": 0}
     async with trio.open_nursery() as nursery:
         cluster.attach(nursery)
-        tcp = LookupTCPServer(cluster)
+        tcp = LookupTCPServer(cluster, secret)
         tcp_host, tcp_port = options.tcp_host_port()
         ports["tcp"] = await nursery.start(tcp.serve, tcp_host, tcp_port)
 

@@ -11,7 +11,8 @@ stranger learns nothing from a listener but its nonce and one :data:`REFUSAL`. W
 
 * both nonces: a proof holds for one connection only (no replay from another connection);
 * the role: a listener's proof cannot be reflected back to it as a dialer's;
-* the link (the protocol magic, ``"  R1"``): a proof for one kind of link opens no other;
+* the link (the protocol magic, ``"  R1"`` or ``"  V1"``): a proof for one kind of link opens
+  no other;
 * both identities: a node claims its node id inside the proof, so a peer without the secret
   can claim none, and the identity the listener sees is the one the dialer proved with. (With
   one secret shared by the cluster, any holder of it can prove any identity: the credential
@@ -114,6 +115,14 @@ def encode_refusal(text: str) -> bytes:
         data = part.encode("utf-8", "replace")[:MAX_TEXT_SIZE]
         body += TEXT_LENGTH.pack(len(data)) + data
     return FRAME_HEADER.pack(1 + len(body), FrameType.REFUSAL) + body
+
+
+def starts_handshake(first: int) -> bool:
+    """Whether ``first``, the first byte a dialer sends after a link's magic, opens the
+    handshake: a frame's size is below 2**24 (:data:`MAX_FRAME_SIZE`), so its first byte is
+    always 0, while every ``"  V1"`` command starts with a letter. A listener that serves both
+    secured and plain peers tells them apart by it without reading further."""
+    return first == 0
 
 
 def _frame(frame_type: FrameType, body: bytes) -> bytes:

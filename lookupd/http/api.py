@@ -85,7 +85,7 @@ class LookupHTTP:
         self.cluster = cluster
         self._credential = http_credential(secret).encode() if secret else None
         self.ha = ha
-        self.forwarder = Forwarder() if ha is not None else None
+        self.forwarder = Forwarder(secret) if ha is not None else None
         self.version = version
         self.self_address = self_address
         #: the endpoints pnsq's nodes use (assignments, progress, leaving) and /metrics
@@ -176,7 +176,9 @@ class LookupHTTP:
             raise HTTPError(503, ETCD_UNAVAILABLE, {"detail": "etcd unreachable: no leader"})
         if leader is None:  # none elected yet (or this lookupd's leadership just lapsed)
             raise HTTPError(503, ETCD_UNAVAILABLE, {"detail": "no leader lookupd in etcd now"})
-        if request.header_values(FORWARDED_HEADER):  # leadership moved while forwarded
+        # leadership moved while forwarded; with a secret only a lookupd's own forward (one
+        # carrying the credential) says so: a stranger's header changes nothing
+        if request.header_values(FORWARDED_HEADER) and self._authorized(request):
             listed = self.ha.leader.listed() if self.ha.leader is not None else {}
             raise HTTPError(400, NOT_LEADER, {"leader": listed})
         reply = await self.forwarder.forward(leader, request)

@@ -10,9 +10,13 @@ with), which a follower needs to take over with a current picture. Registry-only
 
 A forwarded request carries :data:`FORWARDED_HEADER`; a lookupd that gets one while not leading
 does not forward again: it answers youzan's ``400 E_FAILED_ON_NOT_LEADER`` (or ``503
-E_ETCD_UNAVAILABLE`` when it cannot reach etcd either). The cluster credential's header
-(``X-Pnsq-Cluster-Auth``) travels with the request: the leader checks it again, so a forwarded
-cluster-control write is refused there too without it.
+E_ETCD_UNAVAILABLE`` when it cannot reach etcd either).
+
+With the cluster credential, the lookupd-to-lookupd hop is authenticated: the forwarding lookupd
+sends its own credential header (``X-Pnsq-Cluster-Auth``), never the client's, with every
+forwarded request (it let through only what its own checks allowed), and a lookupd honours
+:data:`FORWARDED_HEADER` only on a request that carries the credential: from anyone else the
+header changes nothing (:meth:`lookupd.http.api.LookupHTTP._forward`).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from dataclasses import dataclass
 import httpx
 
 from pnsq._netio.http import HTTPError
-from protocol.cluster_auth import HTTP_HEADER
+from protocol.cluster_auth import http_headers
 
 from .base import Request
 
@@ -52,10 +56,12 @@ class Forwarded:
 
 
 class Forwarder:
-    """Sends requests on to the leader; :meth:`aclose` when done."""
+    """Sends requests on to the leader; :meth:`aclose` when done. ``secret``: the cluster
+    credential, whose header goes with every forwarded request (none without one)."""
 
-    def __init__(self) -> None:
+    def __init__(self, secret: bytes = b"") -> None:
         self._http = httpx.AsyncClient(timeout=httpx.Timeout(FORWARD_TIMEOUT, connect=1.0))
+        self._auth = http_headers(secret)
 
     async def aclose(self) -> None:
         """Close the connections."""
@@ -67,8 +73,8 @@ class Forwarder:
         url = f"http://{leader}{request.path}"
         if request.raw_query:
             url += f"?{request.raw_query}"
-        headers = {FORWARDED_HEADER.decode(): "1"}
-        for name in (b"accept", b"content-type", HTTP_HEADER.lower().encode()):
+        headers = {FORWARDED_HEADER.decode(): "1", **self._auth}
+        for name in (b"accept", b"content-type"):
             values = request.header_values(name)
             if values:
                 headers[name.decode()] = values[0]

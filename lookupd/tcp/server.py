@@ -1,6 +1,10 @@
 """The TCP listener: protocol V1 connections from nsqds (the Trio shell around
 :class:`protocol.lookup_v1.LookupV1Parser`).
 
+Who may use it: any nsqd, as on nsqlookupd; with ``--cluster-secret-file`` only a pnsq nsqd
+that proves the cluster credential first, and registers as the node it proved
+(:mod:`lookupd.tcp.auth`).
+
 Resource handling: one task per connection; when it ends, however it ends, the peer leaves every
 registration (the keys stay, as in nsqlookupd). Error handling: a protocol error is sent as a
 size-prefixed reply and the connection closed (every V1 error is fatal); an I/O error just closes
@@ -30,6 +34,7 @@ from protocol.lookup_v1 import (
 )
 
 from ..state.cluster import Cluster
+from .auth import LinkAuth, identify_refusal
 
 log = logging.getLogger("nsqlookupd.tcp")
 
@@ -40,12 +45,19 @@ class LookupTCPServer:
     """Serves protocol V1. The lookupd's own IDENTIFY reply fields come with
     :meth:`set_reply_info` once both listeners are bound; an IDENTIFY that arrives before waits
     for them (answered earlier, a node would keep an HTTP port of 0 for the connection's life,
-    and with it the address it polls for assignments and creates topics through)."""
+    and with it the address it polls for assignments and creates topics through).
+    ``secret``: the cluster credential every peer must prove first (``b""``: none)."""
 
-    def __init__(self, cluster: Cluster) -> None:
+    def __init__(self, cluster: Cluster, secret: bytes = b"") -> None:
         self.cluster = cluster
         self.reply_info: dict[str, str | int] = {}
         self._ready = trio.Event()
+        self.auth = LinkAuth(secret, self._identity, cluster.clock)
+
+    async def _identity(self) -> str:
+        """This lookupd's identity in handshakes, once the listeners are bound."""
+        await self._ready.wait()
+        return f"{self.reply_info.get('broadcast_address', '')}:{self.reply_info.get('tcp_port')}"
 
     def set_reply_info(self, info: dict[str, str | int]) -> None:
         """``broadcast_address``, ``hostname``, ``http_port``, ``tcp_port`` and ``version``
@@ -63,13 +75,21 @@ class LookupTCPServer:
         log.info("TCP: new client(%s)", remote)
         parser = LookupV1Parser()
         try:  # errors are logged and the stream closed by pnsq._netio.tcp.serve_tcp
-            await self._serve(stream, parser, remote)
+            opened = await self.auth.open(stream, remote)
+            if opened is None:  # refused: it got its one error
+                return
+            parser.receive_data(opened.data)
+            if opened.eof:
+                parser.receive_data(b"")
+            await self._serve(stream, parser, remote, opened.proved)
         finally:
             if parser.identified:
                 self.cluster.disconnect(remote)
                 log.info("CLIENT(%s): closed, registrations removed", remote)
 
-    async def _serve(self, stream: trio.SocketStream, parser: LookupV1Parser, remote: str) -> None:
+    async def _serve(
+        self, stream: trio.SocketStream, parser: LookupV1Parser, remote: str, proved: str | None
+    ) -> None:
         while True:
             try:
                 event = parser.next_event()
@@ -85,20 +105,26 @@ class LookupTCPServer:
             if isinstance(event, Identify):
                 await self._ready.wait()
             try:
-                reply = self._execute(event, parser, remote)
+                reply = self._execute(event, parser, remote, proved)
             except LookupV1Error as exc:
                 log.error("CLIENT(%s): %s", remote, exc)
                 await stream.send_all(exc.reply)
                 return
             await stream.send_all(encode_response(reply))
 
-    def _execute(self, command: LookupCommand, parser: LookupV1Parser, remote: str) -> bytes:
+    def _execute(
+        self, command: LookupCommand, parser: LookupV1Parser, remote: str, proved: str | None
+    ) -> bytes:
         cluster = self.cluster
         if isinstance(command, Ping):
             cluster.ping(remote)
             return b"OK"
         if isinstance(command, Identify):
             ident = command.peer
+            refusal = identify_refusal(ident, proved)
+            if refusal is not None:
+                parser.identified = False  # refused: nothing to remove when it closes
+                raise refusal
             peer = cluster.identify(remote, ident)
             parser.partitioned = peer.partitioned
             granted = (EXT_PARTITIONS,) if EXT_PARTITIONS in ident.extensions else ()

@@ -21,7 +21,8 @@ from collections.abc import Iterable
 import trio
 
 from pnsq._goflag.addresses import split_host_port
-from protocol.cluster_auth import http_headers
+from pnsq._netio.handshake import FailureLog
+from protocol.cluster_auth import HandshakeError, http_headers
 from protocol.lookup import LookupdNode
 
 from ..broker import Broker
@@ -45,8 +46,9 @@ DIAL_TIMEOUT = 1.0  # nsqd's lookupPeer: net.DialTimeout(..., time.Second)
 class LookupClient:
     """Keeps this nsqd registered with every lookupd in ``addresses`` (see the module
     docstring). Run :meth:`run` in a nursery; :meth:`set_addresses` changes the list.
-    ``secret``: the cluster credential, sent (as its HTTP header) with the assignments,
-    progress and leaving calls a lookupd with a secret refuses without it."""
+    ``secret``: the cluster credential, proved on every V1 link before IDENTIFY and sent (as
+    its HTTP header) with the assignments, progress and leaving calls a lookupd with a secret
+    refuses without it."""
 
     def __init__(
         self,
@@ -63,8 +65,12 @@ class LookupClient:
         self.identity = identity
         self.lookupds = LookupdDirectory(addresses)
         self.poll_interval = poll_interval
+        #: the cluster credential: proved on every V1 link before IDENTIFY
+        self.secret = secret
         #: the cluster credential's header for pnsq lookupd's cluster-control endpoints
         self.auth = http_headers(secret)
+        #: failed handshakes, logged at most once a minute per lookupd (it may retry forever)
+        self.failures = FailureLog(log, broker.clock.monotonic)
         self._scopes: dict[str, trio.CancelScope] = {}
         self._pnsq_http: dict[str, str] = {}  # lookupd address -> its HTTP address (pnsq's)
         self._nursery: trio.Nursery | None = None
@@ -121,6 +127,9 @@ class LookupClient:
                 started = self.broker.clock.monotonic()
                 try:
                     await self._session(address)
+                except* HandshakeError as refused:
+                    for failure in refused.exceptions:
+                        self.failures.failed(address, str(failure))
                 except* (
                     OSError,
                     trio.BrokenResourceError,
@@ -143,7 +152,10 @@ class LookupClient:
             stream = await trio.open_tcp_stream(host, int(port))
         async with stream:
             conn = V1Connection(stream)
-            info = await conn.identify(self.identity)
+            if self.secret:
+                proved = await conn.prove(self.secret, self.identity.node_id)
+                log.info("LOOKUPD(%s): proved the cluster credential as %s", address, proved)
+            info = await conn.identify(self.identity, magic=not self.secret)
             partitioned = speaks_partitions(info)
             log.info("LOOKUPD(%s): peer info %s", address, info)
             # the host we reached, which a broadcast hostname may not be

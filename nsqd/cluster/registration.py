@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 import trio
 
+from pnsq._netio.handshake import run_handshake
+from protocol.cluster_auth import DIALER, Handshake
 from protocol.lookup_v1 import (
     EXT_PARTITIONS,
     EXTENSIONS_KEY,
@@ -133,6 +135,22 @@ class V1Connection:
         self.stream = stream
         self.reader = ResponseReader()
 
+    async def prove(self, secret: bytes, node_id: str) -> str:
+        """With the cluster credential: the magic, then the dialer's side of the cluster
+        handshake (link kind ``"  V1"``, this node proving as ``node_id``), before IDENTIFY;
+        returns the identity the lookupd proved with. A lookupd without the secret (or a
+        stock nsqlookupd) cannot prove it: no registration with it, and it learns nothing.
+
+        Raises:
+            HandshakeError: the lookupd refused, failed or broke the handshake.
+            trio.TooSlowError: no handshake within its deadline.
+        """
+        await self.stream.send_all(MAGIC_V1)
+        shake = Handshake(secret, DIALER, MAGIC_V1, node_id)
+        self.reader.receive_data(await run_handshake(self.stream, shake))
+        assert shake.peer_identity is not None
+        return shake.peer_identity
+
     async def command(self, data: bytes) -> bytes:
         with trio.fail_after(COMMAND_TIMEOUT):
             await self.stream.send_all(data)
@@ -153,9 +171,11 @@ class V1Connection:
         if reply != b"OK":
             raise LookupPeerError(f"{data.decode(errors='replace').strip()}: {reply!r}")
 
-    async def identify(self, identity: LookupIdentity) -> dict[str, object]:
-        """The magic and IDENTIFY; the lookupd's JSON reply (its own identity)."""
-        reply = await self.command(MAGIC_V1 + encode_identify(identity.identify_body()))
+    async def identify(self, identity: LookupIdentity, magic: bool = True) -> dict[str, object]:
+        """The magic (unless sent already, before the cluster handshake) and IDENTIFY; the
+        lookupd's JSON reply (its own identity)."""
+        command = encode_identify(identity.identify_body())
+        reply = await self.command(MAGIC_V1 + command if magic else command)
         try:
             info = json.loads(reply)
         except ValueError:
