@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import trio
 
-from pnsq._netio.handshake import HANDSHAKE_TIMEOUT, FailureLog, peer_host, run_handshake
+from pnsq._netio.handshake import HANDSHAKE_TIMEOUT, FailureLog, peer_host, refuse, run_handshake
 from protocol.cluster_auth import (
     LISTENER,
     REFUSED_CODE,
@@ -100,7 +100,7 @@ class LinkAuth:
             opened = len(data) > len(MAGIC_V1) and data.startswith(MAGIC_V1)
             if opened and starts_handshake(data[len(MAGIC_V1)]):
                 log.error("CLIENT(%s): cluster handshake, but %s", remote, NO_SECRET)
-                await _try_send(stream, encode_refusal(NO_SECRET))
+                await refuse(stream, encode_refusal(NO_SECRET))
                 return None
             return Opened(data, eof)
         try:
@@ -130,7 +130,7 @@ class LinkAuth:
         self, stream: trio.abc.Stream, remote: str, reason: str, reply: bytes | None
     ) -> None:
         self.failures.failed(peer_host(remote), reason)
-        await _try_send(stream, encode_refusal(reason) if reply is None else reply)
+        await refuse(stream, encode_refusal(reason) if reply is None else reply)
 
 
 def identify_refusal(peer: PeerIdentity, proved: str | None) -> LookupV1Error | None:
@@ -142,11 +142,3 @@ def identify_refusal(peer: PeerIdentity, proved: str | None) -> LookupV1Error | 
     return LookupV1Error(
         REFUSED_CODE, f"IDENTIFY names {peer.node_id}, the link proved {proved or '(none)'}"
     )
-
-
-async def _try_send(stream: trio.abc.Stream, data: bytes) -> None:
-    """The one error to a peer that may be gone already (then there is no one to tell)."""
-    try:
-        await stream.send_all(data)
-    except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-        log.debug("could not send the refusal: %s", exc)

@@ -11,13 +11,15 @@ import trio
 
 from protocol.cluster_auth import Handshake, HandshakeError
 
-__all__ = ["HANDSHAKE_TIMEOUT", "FailureLog", "peer_host", "run_handshake"]
+__all__ = ["HANDSHAKE_TIMEOUT", "FailureLog", "peer_host", "refuse", "run_handshake"]
 
 #: seconds a handshake may take, both sides together (two round trips on a healthy link)
 HANDSHAKE_TIMEOUT = 3.0
 READ_SIZE = 4096
 #: seconds between two log lines about failed handshakes with one peer address
 FAILURE_LOG_INTERVAL = 60.0
+#: seconds a refused peer's unread bytes are read and dropped after its one error
+LINGER = 1.0
 
 
 async def run_handshake(stream: trio.abc.Stream, shake: Handshake, initial: bytes = b"") -> bytes:
@@ -42,6 +44,22 @@ async def run_handshake(stream: trio.abc.Stream, shake: Handshake, initial: byte
             if not data:
                 raise HandshakeError("the peer closed the connection during the handshake")
             shake.receive_data(data)
+
+
+async def refuse(stream: trio.abc.Stream, data: bytes) -> None:
+    """Send a refused peer its one error, then half-close and drop what it still sends for at
+    most :data:`LINGER` seconds: closing a socket with unread bytes makes the kernel reset the
+    connection, and a reset may reach the peer before the error does. A peer already gone gets
+    nothing (there is no one to tell)."""
+    try:
+        await stream.send_all(data)
+        if isinstance(stream, trio.abc.HalfCloseableStream):
+            await stream.send_eof()
+        with trio.move_on_after(LINGER):
+            while await stream.receive_some(READ_SIZE):
+                pass
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        return
 
 
 def peer_host(remote: str) -> str:

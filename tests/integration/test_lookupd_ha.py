@@ -15,9 +15,10 @@ from typing import Any
 
 import pytest
 
-from tests.daemons import Daemon, pnsq_lookupd, pnsq_nsqd
+from protocol.cluster_auth import HTTP_HEADER, http_credential
+from tests.daemons import Daemon, cluster_secret_flag, pnsq_lookupd, pnsq_nsqd
 from tests.etcd import Etcd
-from tests.integration.lookupd_helpers import get_json, lookup, post, wait_for
+from tests.integration.lookupd_helpers import ACCEPT, get_json, lookup, post, request, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -25,12 +26,14 @@ pytestmark = pytest.mark.integration
 class HACluster:
     """etcd, two lookupds on it and (optionally) two nsqd registered with both."""
 
-    def __init__(self, work: Path, nodes: int = 0) -> None:
+    def __init__(self, work: Path, nodes: int = 0, *flags: str) -> None:
+        """``flags``: more flags for both lookupds."""
         self.etcd = Etcd(work / "etcd").start()
         flags = (
             "--cluster-id=test",
             f"--cluster-leadership-addresses={self.etcd.url}",
             "--heartbeat-timeout=2s",
+            *flags,
         )
         self.lookupds = [pnsq_lookupd(work / f"lookupd{i}", *flags) for i in (1, 2)]
         self.nodes: list[Daemon] = []
@@ -147,6 +150,32 @@ def test_write_on_a_follower_is_forwarded_and_seen_by_both(ha_nodes: HACluster) 
     assert status == 200, body
     for lookupd in ha_nodes.lookupds:
         wait_for(lambda d=lookupd: "fwd" not in get_json(d, "/topics")["topics"], what="gone")
+
+
+def test_with_a_secret_the_lookupd_to_lookupd_hop_is_authenticated(tmp_path: Path) -> None:
+    """A follower forwards with its own credential (a control write from a holder of the
+    secret reaches the leader; one without it stops at the follower), and honours
+    X-Pnsq-Forwarded only from a request that carries the credential: a stranger's header
+    changes nothing, the write is forwarded as any other."""
+    secret = cluster_secret_flag(tmp_path / "secret", "ha secret")
+    cluster = HACluster(tmp_path, 0, secret)
+    try:
+        follower = cluster.follower()
+        base = f"http://{follower.http_address}"
+        auth = {**ACCEPT, HTTP_HEADER: http_credential(b"ha secret")}
+        stranger = {**ACCEPT, "X-Pnsq-Forwarded": "1"}
+        create = "/topic/create?topic=ha_sealed&partition_num=1&replicator=1"
+        assert request(base + create, "POST", stranger)[0] == 200  # forwarded: not refused
+        wait_for(lambda: lookup(follower, "ha_sealed"), what="the created topic on the follower")
+        update = "/topic/meta/update?topic=ha_sealed&retention=3"
+        assert request(base + update, "POST", stranger)[0] == 401
+        assert request(base + update, "POST", auth)[:2] == (200, b"")
+        # a lookupd's own forward (the credential and the header): not forwarded again
+        status, body, _ = request(base + update, "POST", {**auth, "X-Pnsq-Forwarded": "1"})
+        assert status == 400
+        assert b"E_FAILED_ON_NOT_LEADER" in body
+    finally:
+        cluster.stop()
 
 
 def test_kill_9_of_the_leader_is_taken_over_and_failover_goes_on(ha_nodes: HACluster) -> None:

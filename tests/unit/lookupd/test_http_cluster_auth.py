@@ -1,6 +1,7 @@
 """lookupd's router under the cluster credential, in process: which routes are cluster-control
 (every one that moves or reveals placement, none of NSQ's own), what a request without the
-credential gets, and that an HA follower forwards the credential to the leader."""
+credential gets, and that an HA follower sends its own credential with what it forwards to the
+leader."""
 
 from __future__ import annotations
 
@@ -82,7 +83,35 @@ def test_a_stock_route_needs_no_credential() -> None:
     assert trio.run(call, app(), "GET", "/nodes", [])[0] == 200
 
 
-def test_a_forwarded_write_carries_the_credential() -> None:
+@pytest.mark.parametrize(
+    "given",
+    [[], [(b"x-pnsq-cluster-auth", b"a stranger's value")]],
+    ids=["none", "a-strangers"],
+)
+def test_a_forwarded_write_carries_the_forwarding_lookupds_own_credential(
+    given: list[tuple[bytes, bytes]],
+) -> None:
+    """The lookupd-to-lookupd hop is authenticated by the forwarder, whatever the client sent
+    (the follower let the request through its own checks first)."""
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200)
+
+    async def forward() -> None:
+        forwarder = Forwarder(SECRET)
+        forwarder._http = httpx.AsyncClient(transport=httpx.MockTransport(handler))
+        request = Request("POST", "/topic/create", "topic=t", given)
+        assert (await forwarder.forward("leader:4161", request)).status == 200
+        await forwarder.aclose()
+
+    trio.run(forward)
+    assert seen[0].headers.get_list(HTTP_HEADER) == [http_credential(SECRET)]
+    assert seen[0].headers["x-pnsq-forwarded"] == "1"
+
+
+def test_without_a_secret_a_forward_carries_no_credential() -> None:
     seen: list[httpx.Request] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
@@ -92,12 +121,9 @@ def test_a_forwarded_write_carries_the_credential() -> None:
     async def forward() -> None:
         forwarder = Forwarder()
         forwarder._http = httpx.AsyncClient(transport=httpx.MockTransport(handler))
-        credential = http_credential(SECRET)
-        headers = [(b"x-pnsq-cluster-auth", credential.encode())]
-        request = Request("POST", "/pnsq/leaving", "node=n:1", headers)
-        assert (await forwarder.forward("leader:4161", request)).status == 200
+        given = [(b"x-pnsq-cluster-auth", b"anything")]
+        await forwarder.forward("leader:4161", Request("POST", "/topic/create", "topic=t", given))
         await forwarder.aclose()
 
     trio.run(forward)
-    assert seen[0].headers[HTTP_HEADER] == http_credential(SECRET)
-    assert seen[0].headers["x-pnsq-forwarded"] == "1"
+    assert HTTP_HEADER not in seen[0].headers
