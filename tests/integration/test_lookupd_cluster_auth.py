@@ -1,13 +1,24 @@
-"""lookupd's cluster-control endpoints under the cluster credential: with
-``--cluster-secret-file`` every endpoint that moves leadership, ISR or placement (or reveals
-placement) answers ``401 CLUSTER_AUTH_REQUIRED`` to a request without ``X-Pnsq-Cluster-Auth``;
-nodes holding the same secret send it, so placement, failover and hand-over work as before;
-NSQ's own endpoints stay open for nsqadmin and the NSQ tools; a node with the wrong secret
-gets no placement at all."""
+"""A secured cluster, end to end: a lookupd and two nsqd with ``--cluster-secret-file``, the nodes
+with ``--auth-http-address`` pointing at a real auth server on loopback.
+
+* The V1 registration link: a stranger's raw ``"  V1"`` IDENTIFY/REGISTER gets one error and a
+  closed connection, a silent one is dropped after the handshake timeout, and a node with the
+  wrong secret neither registers nor follows.
+* Stock clients (pynsq, go-nsq) publish and consume with AUTH through this cluster unchanged,
+  and nsqadmin 1.3.0 lists its topics and nodes.
+* lookupd's cluster-control endpoints answer ``401 CLUSTER_AUTH_REQUIRED`` to a request without
+  ``X-Pnsq-Cluster-Auth``; nodes holding the secret send it, so placement, failover and
+  hand-over work as before; NSQ's own endpoints stay open.
+
+The tests share one cluster and run in file order: the control-endpoint ones come last (the
+last of them leaves the first node "leaving", which takes no new partitions).
+"""
 
 from __future__ import annotations
 
 import json
+import socket
+import struct
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,10 +26,29 @@ from typing import Any
 
 import pytest
 
-from protocol.cluster_auth import HTTP_HEADER, http_credential
-from tests.daemons import Daemon
-from tests.integration.lookupd_helpers import ACCEPT, get_json, post, request, roles, wait_for
+from protocol.cluster_auth import (
+    DIALER,
+    HTTP_HEADER,
+    FrameType,
+    Handshake,
+    HandshakeRefused,
+    http_credential,
+)
+from protocol.lookup_v1 import MAGIC_V1, encode_command, encode_identify
+from protocol.replication import MAGIC as MAGIC_R1
+from tests.authserver import AuthServer
+from tests.daemons import Daemon, cluster_secret_flag, nsqadmin, pnsq_nsqd
+from tests.integration.lookupd_helpers import (
+    ACCEPT,
+    get_json,
+    lookup,
+    post,
+    request,
+    roles,
+    wait_for,
+)
 from tests.integration.test_replication_auth import create, fail_over, start_cluster
+from tests.interop.drivers import Driver
 
 pytestmark = pytest.mark.integration
 
@@ -26,6 +56,11 @@ SECRET = "s3cret"
 AUTH = {**ACCEPT, HTTP_HEADER: http_credential(SECRET.encode())}
 WRONG = {**ACCEPT, HTTP_HEADER: http_credential(b"wrong")}
 REFUSED = {"message": "CLUSTER_AUTH_REQUIRED"}
+#: the auth server's one client secret: publish and subscribe anywhere
+CLIENT_SECRET = "client-token"
+GRANT = {"topic": ".*", "channels": [".*"], "permissions": ["subscribe", "publish"]}
+#: a node's IDENTIFY body (the fields nsqlookupd requires)
+NODE = {"broadcast_address": "127.0.0.1", "tcp_port": 1, "http_port": 2, "version": "1.3.0"}
 
 # (method, path and query, body): each one a request lookupd answers 200 once authorized
 # ({node} is the first node's id, {topic} a topic the cluster placed)
@@ -53,8 +88,24 @@ STOCK = [
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Daemon, list[Daemon]]]:
-    lookupd, nodes = start_cluster(tmp_path_factory.mktemp("lookupd_auth"), [SECRET, SECRET])
+def auth_server() -> Iterator[AuthServer]:
+    server = AuthServer({CLIENT_SECRET: (200, {"ttl": 3600, "authorizations": [GRANT]})})
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster(
+    tmp_path_factory: pytest.TempPathFactory, auth_server: AuthServer
+) -> Iterator[tuple[Daemon, list[Daemon]]]:
+    lookupd, nodes = start_cluster(
+        tmp_path_factory.mktemp("lookupd_auth"),
+        [SECRET, SECRET],
+        node_flags=(f"--auth-http-address={auth_server.address}",),
+    )
     try:
         yield lookupd, nodes
     finally:
@@ -74,6 +125,164 @@ def placement(lookupd: Daemon, node: Daemon, topic: str) -> dict[str, Any]:
     status, doc = call(lookupd, "GET", f"/pnsq/assignments?node=127.0.0.1:{node.tcp_port}", AUTH)
     assert status == 200, doc
     return dict(doc["topics"][topic]["partitions"]["0"])
+
+
+# ------------------------------------------------------------------ the V1 registration link
+
+
+def until_closed(sock: socket.socket, wait: float = 10.0) -> bytes:
+    """Everything the peer sends until it closes the connection."""
+    sock.settimeout(wait)
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    return data
+
+
+def v1_replies(data: bytes) -> list[bytes]:
+    """The size-prefixed V1 replies in ``data``."""
+    replies, pos = [], 0
+    while pos + 4 <= len(data):
+        (size,) = struct.unpack_from(">i", data, pos)
+        replies.append(data[pos + 4 : pos + 4 + size])
+        pos += 4 + size
+    return replies
+
+
+def test_a_strangers_registration_gets_one_error_and_a_close(
+    cluster: tuple[Daemon, list[Daemon]],
+) -> None:
+    lookupd, nodes = cluster
+    with socket.create_connection(("127.0.0.1", lookupd.tcp_port), timeout=10) as sock:
+        sock.sendall(
+            MAGIC_V1
+            + encode_identify(NODE)
+            + encode_command("REGISTER", "stranger_topic")
+            + encode_command("PING")
+        )
+        replies = v1_replies(until_closed(sock))
+    # one error, then closed: no IDENTIFY reply (lookupd's ports), no OK
+    assert replies == [b"E_CLUSTER_AUTH cluster handshake required (docs/security.md)"]
+    producers = get_json(lookupd, "/nodes")["producers"]
+    assert {p["tcp_port"] for p in producers} == {n.tcp_port for n in nodes}
+    assert "stranger_topic" not in get_json(lookupd, "/topics")["topics"]
+
+
+def test_a_silent_registration_peer_is_dropped_within_seconds(
+    cluster: tuple[Daemon, list[Daemon]],
+) -> None:
+    lookupd, _ = cluster
+    with socket.create_connection(("127.0.0.1", lookupd.tcp_port), timeout=10) as sock:
+        sock.sendall(MAGIC_V1)
+        started = time.monotonic()
+        data = until_closed(sock)
+    assert data[4] == FrameType.REFUSAL
+    assert b"no handshake in time" in data
+    assert time.monotonic() - started < 6
+
+
+def test_a_node_with_the_wrong_secret_cannot_register_nor_follow(
+    cluster: tuple[Daemon, list[Daemon]], auth_server: AuthServer, tmp_path: Path
+) -> None:
+    lookupd, nodes = cluster
+    flags = (
+        f"--lookupd-tcp-address={lookupd.tcp_address}",
+        cluster_secret_flag(tmp_path / "wrong.secret", "wrong"),
+        f"--auth-http-address={auth_server.address}",
+    )
+    wrong = pnsq_nsqd(tmp_path / "wrong", *flags).start()
+    try:
+        wait_for(lambda: "cluster handshake with" in wrong.log_text(), what="refused")
+        time.sleep(2)  # several reconnections
+        producers = get_json(lookupd, "/nodes")["producers"]
+        assert {p["tcp_port"] for p in producers} == {n.tcp_port for n in nodes}
+        # a topic with as many copies as registered nodes: none placed on it
+        leader, _ = create(lookupd, nodes, "withheld")
+        assert roles(wrong, "withheld") is None
+        # the node says why, at most once a minute however often it retries
+        failures = [line for line in wrong.log_text().splitlines() if "cluster handshake" in line]
+        assert len(failures) == 1
+        assert "E_CLUSTER_AUTH" in failures[0]
+        assert "assignments" not in wrong.log_text()  # it never learnt lookupd's HTTP port
+        # and it cannot follow: the leader's replication port refuses its credential
+        with socket.create_connection(("127.0.0.1", leader.tcp_port), timeout=10) as sock:
+            sock.sendall(MAGIC_R1)
+            shake = Handshake(b"wrong", DIALER, MAGIC_R1, f"127.0.0.1:{wrong.tcp_port}")
+            with pytest.raises(HandshakeRefused, match="E_CLUSTER_AUTH"):
+                dial(sock, shake)
+    finally:
+        wrong.stop()
+
+
+def dial(sock: socket.socket, shake: Handshake) -> None:
+    """Run the dialer's side of ``shake`` over ``sock`` until done (or it raises)."""
+    sock.settimeout(10)
+    sock.sendall(shake.data_to_send())
+    while not shake.done:
+        shake.receive_data(sock.recv(65536))
+        sock.sendall(shake.data_to_send())
+
+
+# ------------------------------------------------------------------ stock clients and tools
+
+
+@pytest.mark.interop
+@pytest.mark.parametrize("client", ["pynsq", "go-nsq"])
+def test_stock_clients_publish_and_consume_with_auth(
+    cluster: tuple[Daemon, list[Daemon]], client: str
+) -> None:
+    """A new topic published on a node (which has lookupd create it, leading it itself), then
+    consumed through lookupd's /lookup: both with AUTH, as against any nsqd."""
+    lookupd, nodes = cluster
+    driver = Driver(client)
+    flags = driver.conn_flags(auth_secret=CLIENT_SECRET)
+    topic = f"sealed_{client.replace('-', '_')}"
+    published = driver.run(driver.pub_argv(nodes[0].tcp_address, topic, 30, extra=flags))
+    assert published.returncode == 0, published.stderr
+    wait_for(lambda: (lookup(lookupd, topic) or {}).get("producers"), what="at lookupd")
+    argv = driver.sub_argv(
+        "", topic, "ch", 30, timeout=30, extra=flags, lookupd=lookupd.http_address
+    )
+    consumed = driver.run(argv)
+    assert consumed.returncode == 0, consumed.stderr
+    assert {d["body"] for d in consumed.deliveries} == {f"msg-{i}" for i in range(30)}
+
+
+@pytest.mark.interop
+def test_nsqadmin_lists_the_topics_and_nodes_of_the_secured_cluster(
+    cluster: tuple[Daemon, list[Daemon]], tmp_path: Path
+) -> None:
+    lookupd, nodes = cluster
+    query = "/topic/create?topic=admin_sealed&partition_num=2&replicator=1"
+    assert post(lookupd, query) == (200, b"")
+
+    def placed() -> list[Daemon]:
+        found = lookup(lookupd, "admin_sealed") or {}
+        held = [n for n in nodes if roles(n, "admin_sealed")]
+        return held if len(found.get("partitions") or {}) == 2 and found["producers"] else []
+
+    held = wait_for(placed, what="placed, at lookupd")
+    admin = nsqadmin(tmp_path / "admin", flags=(f"--lookupd-http-address={lookupd.http_address}",))
+    admin.start()
+    try:
+
+        def admin_get(path: str) -> Any:
+            status, body, _ = request(f"{admin.url}{path}")
+            assert status == 200, (path, status, body, admin.log_text()[-2000:])
+            document = json.loads(body)
+            assert document["message"] == "", document  # nsqadmin read every upstream
+            return document
+
+        assert "admin_sealed" in admin_get("/api/topics")["topics"]
+        listed = admin_get("/api/nodes")["nodes"]
+        assert {n["tcp_port"] for n in listed} == {n.tcp_port for n in nodes}
+        view = admin_get("/api/topics/admin_sealed")
+        assert {n["node"] for n in view["nodes"]} == {n.http_address for n in held}
+    finally:
+        admin.stop()
+
+
+# ------------------------------------------------------------------ lookupd's HTTP endpoints
 
 
 @pytest.mark.parametrize(("method", "path", "body"), PROTECTED, ids=[p[1] for p in PROTECTED])
@@ -124,33 +333,6 @@ def test_sigterm_hands_over_with_the_shared_secret(tmp_path: Path) -> None:
         assert after["leader"] == f"127.0.0.1:{replica.tcp_port}"
         assert after["epoch"] == epoch + 1
         assert "leaderships handed over" in leader.log_text()
-    finally:
-        for node in nodes:
-            node.stop()
-        lookupd.stop()
-
-
-def test_a_node_with_the_wrong_secret_gets_no_assignments(tmp_path: Path) -> None:
-    lookupd, nodes = start_cluster(tmp_path, [SECRET, "wrong"])
-    right, wrong = nodes
-    try:
-        # it registers (the V1 link is not guarded yet), so lookupd places partitions on it
-        assert len(get_json(lookupd, "/nodes")["producers"]) == 2
-        query = "/topic/create?topic=withheld&partition_num=2&replicator=2"
-        assert post(lookupd, query) == (200, b"")
-        wait_for(lambda: roles(right, "withheld"), what="placed on the right node")
-        time.sleep(3)  # several assignments polls
-        # but lookupd never tells it: it holds nothing, and says why
-        assert roles(wrong, "withheld") is None
-        refused = [
-            line
-            for line in wrong.log_text().splitlines()
-            if "assignments" in line and "401" in line
-        ]
-        assert refused
-        assert not any(
-            "assignments" in line and "401" in line for line in right.log_text().splitlines()
-        )
     finally:
         for node in nodes:
             node.stop()
