@@ -1,6 +1,12 @@
-"""``python -m tests.fuzz``: see :mod:`tests.fuzz.run`."""
+"""``python -m tests.fuzz``: see :mod:`tests.fuzz.run`; with ``--cluster``, the cluster links
+(:mod:`tests.fuzz.cluster`)."""
 
 import sys
+
+if "--cluster" in sys.argv[1:]:
+    from tests.fuzz.cluster import main as cluster_main
+
+    sys.exit(cluster_main(sys.argv[1:]))
 
 from tests.fuzz.run import main
 
