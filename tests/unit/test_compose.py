@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -125,3 +126,41 @@ def test_prometheus_scrapes_every_nsqd(compose: dict[str, Any]) -> None:
     for name, argv in services(compose, "nsqd").items():
         port = parse_nsqd_args(argv[1:]).http_host_port()[1]
         assert f"{name}:{port}" in targets
+
+
+SECRET_FLAG = "--cluster-secret-file=/secret/cluster.secret"
+
+
+def test_every_daemon_runs_with_the_one_cluster_credential(compose: dict[str, Any]) -> None:
+    init = compose["services"]["cluster-secret"]
+    [mount] = init["volumes"]
+    assert mount == "cluster-secret:/secret"
+    assert init["command"][-1] == "/secret/cluster.secret"
+    daemons = {**services(compose, "nsqlookupd"), **services(compose, "nsqd")}
+    assert len(daemons) == 4
+    for name, argv in daemons.items():
+        assert SECRET_FLAG in argv, name
+        service = compose["services"][name]
+        assert "cluster-secret:/secret:ro" in service["volumes"], name
+        assert service["depends_on"]["cluster-secret"] == {
+            "condition": "service_completed_successfully"
+        }
+    _, lookupd = lookupd_options(compose)
+    assert lookupd.cluster_secret_file == "/secret/cluster.secret"
+    for argv in services(compose, "nsqd").values():
+        assert parse_nsqd_args(argv[1:]).cluster_secret_file == "/secret/cluster.secret"
+
+
+def test_the_credential_is_made_once_private_and_kept(
+    compose: dict[str, Any], tmp_path: Path
+) -> None:
+    """The cluster-secret service's own script, run here on a file of tmp_path."""
+    python, flag, script, _ = compose["services"]["cluster-secret"]["command"]
+    assert (python, flag) == ("python", "-c")
+    path = tmp_path / "cluster.secret"
+    subprocess.run([sys.executable, "-c", script, str(path)], check=True, timeout=30)
+    made = path.read_text()
+    subprocess.run([sys.executable, "-c", script, str(path)], check=True, timeout=30)
+    assert path.read_text() == made  # kept on the second start
+    assert re.fullmatch(r"[0-9a-f]{64}\n", made)
+    assert path.stat().st_mode & 0o777 == 0o600
