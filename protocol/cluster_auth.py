@@ -25,7 +25,8 @@ Frames, big-endian, the shape of ``"  R1"``'s (:mod:`protocol.replication`)::
 A :data:`REFUSAL` has the type and layout of ``"  R1"``'s Error frame (String code, String
 text), so a peer that speaks ``"  R1"`` without the handshake reads why it was turned away.
 Errors: :class:`HandshakeError` (the peer broke the exchange or proved wrong),
-:class:`HandshakeRefused` (the peer turned us away).
+:class:`HandshakeRefused` (the peer turned us away), :class:`NotAHandshake` (the peer answered
+with something else entirely).
 """
 
 from __future__ import annotations
@@ -90,6 +91,12 @@ class HandshakeError(ProtocolError):
 
 class HandshakeRefused(HandshakeError):
     """The peer turned this side away (its :data:`REFUSAL`); the text is the peer's."""
+
+
+class NotAHandshake(HandshakeError):
+    """The peer answered with something that is no handshake frame at all (its first frame
+    type is none of :class:`FrameType`): a peer that does not speak the handshake, such as a
+    stock nsqlookupd answering ``E_INVALID``, or garbage."""
 
 
 def proof(
@@ -205,7 +212,7 @@ class Handshake:
             return None
         size, frame_type = FRAME_HEADER.unpack_from(self._buf)
         if frame_type not in tuple(FrameType):
-            raise HandshakeError(f"not a cluster handshake (frame type {frame_type:#04x})")
+            raise NotAHandshake(f"not a cluster handshake (frame type {frame_type:#04x})")
         if not 1 <= size <= MAX_FRAME_SIZE:
             raise HandshakeError(f"handshake frame size {size} outside 1..{MAX_FRAME_SIZE}")
         end = 4 + size

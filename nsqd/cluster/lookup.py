@@ -11,6 +11,11 @@ pnsq's extension (invisible to a stock nsqlookupd, which ignores unknown IDENTIF
 no other command): a lookupd whose IDENTIFY reply speaks pnsq's partitions also gets, on its
 HTTP port, this node's placement exchange (:mod:`nsqd.cluster.placement`) and is asked for its
 peers (:func:`~nsqd.cluster.discovery.discover`).
+
+With the cluster credential each V1 connection opens with the cluster handshake, and only a
+lookupd that proves the secret gets pnsq's extensions (and with them the credential's HTTP
+header); one that does not answer the handshake at all is registered with as a stock
+nsqlookupd (:meth:`LookupClient._identify`, docs/security.md).
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import trio
 
 from pnsq._goflag.addresses import split_host_port
 from pnsq._netio.handshake import FailureLog
-from protocol.cluster_auth import HandshakeError, http_headers
+from protocol.cluster_auth import REFUSED_CODE, HandshakeError, NotAHandshake, http_headers
 from protocol.lookup import LookupdNode
 
 from ..broker import Broker
@@ -73,6 +78,8 @@ class LookupClient:
         self.failures = FailureLog(log, broker.clock.monotonic)
         self._scopes: dict[str, trio.CancelScope] = {}
         self._pnsq_http: dict[str, str] = {}  # lookupd address -> its HTTP address (pnsq's)
+        #: lookupds that did not answer the cluster handshake: registered with as stock ones
+        self._stock: set[str] = set()
         self._nursery: trio.Nursery | None = None
         httpx_log = logging.getLogger("httpx")
         if httpx_log.level == logging.NOTSET:  # not one INFO line per assignments poll
@@ -107,6 +114,7 @@ class LookupClient:
                 log.info("LOOKUP(%s): removing peer", address)
                 self._scopes.pop(address).cancel()
                 self._pnsq_http.pop(address, None)
+                self._stock.discard(address)
                 self.lookupds.forget(address)
         if self._nursery is None:
             return
@@ -152,11 +160,8 @@ class LookupClient:
             stream = await trio.open_tcp_stream(host, int(port))
         async with stream:
             conn = V1Connection(stream)
-            if self.secret:
-                proved = await conn.prove(self.secret, self.identity.node_id)
-                log.info("LOOKUPD(%s): proved the cluster credential as %s", address, proved)
-            info = await conn.identify(self.identity, magic=not self.secret)
-            partitioned = speaks_partitions(info)
+            info, extensions = await self._identify(conn, address)
+            partitioned = extensions and speaks_partitions(info)
             log.info("LOOKUPD(%s): peer info %s", address, info)
             # the host we reached, which a broadcast hostname may not be
             http = lookupd_http_address(host, info) if partitioned else ""
@@ -173,3 +178,37 @@ class LookupClient:
                 elif address in self._pnsq_http:
                     del self._pnsq_http[address]  # replaced by a stock nsqlookupd
                 await keep_registered(conn, self.broker, address, partitioned)
+
+    async def _identify(self, conn: V1Connection, address: str) -> tuple[dict[str, object], bool]:
+        """IDENTIFY, after the cluster handshake when this node holds the secret: the lookupd's
+        reply, and whether pnsq's extensions (placement, the HTTP calls with the credential)
+        may be used with it.
+
+        A lookupd that answers the handshake with something that is no handshake at all, or
+        not at all, is taken for a stock nsqlookupd: the next connection registers with it as
+        Go nsqd would, without pnsq's extensions, so it learns what any nsqlookupd learns and
+        is never sent the credential nor obeyed. If it then refuses a plain IDENTIFY with
+        ``E_CLUSTER_AUTH``, it holds a secret after all: the handshake again.
+        """
+        if not self.secret:
+            return await conn.identify(self.identity), True
+        if address not in self._stock:
+            try:
+                proved = await conn.prove(self.secret, self.identity.node_id)
+            except (NotAHandshake, trio.TooSlowError) as exc:
+                self._stock.add(address)
+                log.warning(
+                    "LOOKUPD(%s): no cluster handshake (%s): registering with it as with a stock "
+                    "nsqlookupd, without pnsq's extensions (no placement, no credential sent)",
+                    address,
+                    str(exc) or "no answer in time",
+                )
+                raise LookupPeerError("reconnecting as to a stock nsqlookupd") from exc
+            log.info("LOOKUPD(%s): proved the cluster credential as %s", address, proved)
+            return await conn.identify(self.identity, magic=False), True
+        try:
+            return await conn.identify(self.identity, extensions=False), False
+        except LookupPeerError as exc:
+            if REFUSED_CODE in str(exc):  # it holds a secret: the handshake next time
+                self._stock.discard(address)
+            raise

@@ -60,16 +60,19 @@ class LookupIdentity:
     hostname: str
     broadcast_address: str
 
-    def identify_body(self) -> dict[str, object]:
-        """IDENTIFY's JSON: nsqd's five keys plus the extensions pnsq speaks."""
-        return {
+    def identify_body(self, extensions: bool = True) -> dict[str, object]:
+        """IDENTIFY's JSON: nsqd's five keys plus the extensions pnsq speaks (none without
+        ``extensions``: to a lookupd taken for a stock nsqlookupd)."""
+        body: dict[str, object] = {
             "version": self.version,
             "tcp_port": self.tcp_port,
             "http_port": self.http_port,
             "hostname": self.hostname,
             "broadcast_address": self.broadcast_address,
-            EXTENSIONS_KEY: [EXT_PARTITIONS],
         }
+        if extensions:
+            body[EXTENSIONS_KEY] = [EXT_PARTITIONS]
+        return body
 
     @property
     def node_id(self) -> str:
@@ -171,10 +174,13 @@ class V1Connection:
         if reply != b"OK":
             raise LookupPeerError(f"{data.decode(errors='replace').strip()}: {reply!r}")
 
-    async def identify(self, identity: LookupIdentity, magic: bool = True) -> dict[str, object]:
-        """The magic (unless sent already, before the cluster handshake) and IDENTIFY; the
-        lookupd's JSON reply (its own identity)."""
-        command = encode_identify(identity.identify_body())
+    async def identify(
+        self, identity: LookupIdentity, *, magic: bool = True, extensions: bool = True
+    ) -> dict[str, object]:
+        """The magic (unless sent already, before the cluster handshake) and IDENTIFY (with
+        pnsq's extensions unless told otherwise); the lookupd's JSON reply (its own identity).
+        Raises :class:`LookupPeerError` for an error reply or one that is not JSON."""
+        command = encode_identify(identity.identify_body(extensions))
         reply = await self.command(MAGIC_V1 + command if magic else command)
         try:
             info = json.loads(reply)

@@ -17,6 +17,8 @@ last of them leaves the first node "leaving", which takes no new partitions).
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
 import struct
 import time
@@ -37,7 +39,7 @@ from protocol.cluster_auth import (
 from protocol.lookup_v1 import MAGIC_V1, encode_command, encode_identify
 from protocol.replication import MAGIC as MAGIC_R1
 from tests.authserver import AuthServer
-from tests.daemons import Daemon, cluster_secret_flag, nsqadmin, pnsq_nsqd
+from tests.daemons import Daemon, cluster_secret_flag, go_lookupd, nsqadmin, pnsq_nsqd
 from tests.integration.lookupd_helpers import (
     ACCEPT,
     get_json,
@@ -336,4 +338,53 @@ def test_sigterm_hands_over_with_the_shared_secret(tmp_path: Path) -> None:
     finally:
         for node in nodes:
             node.stop()
+        lookupd.stop()
+
+
+# ------------------------------------------------------------------ a stock nsqlookupd
+
+
+def test_a_node_with_the_secret_registers_with_a_stock_nsqlookupd_as_go_nsqd_does(
+    tmp_path: Path, auth_server: AuthServer
+) -> None:
+    """Go nsqlookupd 1.3.0 cannot answer the handshake: the node takes it for a stock lookupd
+    and registers with it without pnsq's extensions (so it is never sent the credential nor
+    obeyed), and a stock consumer finds the node's topic through it."""
+    stock = go_lookupd(tmp_path / "go-lookupd").start()
+    flags = (
+        f"--lookupd-tcp-address={stock.tcp_address}",
+        cluster_secret_flag(tmp_path / "node.secret", SECRET),
+        f"--auth-http-address={auth_server.address}",
+    )
+    node = pnsq_nsqd(tmp_path / "node", *flags).start()
+    try:
+        assert post(node, "/pub?topic=via_stock", b"m") == (200, b"OK")
+        found = wait_for(lambda: (lookup(stock, "via_stock") or {}).get("producers"), 20, "found")
+        assert [p["tcp_port"] for p in found] == [node.tcp_port]
+        assert "registering with it as with a stock nsqlookupd" in node.log_text()
+        assert "assignments" not in node.log_text()  # no pnsq HTTP call went to it
+    finally:
+        node.stop()
+        stock.stop()
+
+
+def test_a_lookupd_taken_for_a_stock_one_gets_the_handshake_again(tmp_path: Path) -> None:
+    """A secured lookupd that does not answer in time (here: paused) is taken for a stock
+    one; its refusal of the plain IDENTIFY that follows (E_CLUSTER_AUTH) brings the handshake
+    back, and the node is registered and placed as before."""
+    lookupd, [node] = start_cluster(tmp_path, [SECRET])
+    assert lookupd.proc is not None
+    os.kill(lookupd.proc.pid, signal.SIGSTOP)
+    try:
+        wait_for(lambda: "as with a stock nsqlookupd" in node.log_text(), 20, "taken for stock")
+    finally:
+        os.kill(lookupd.proc.pid, signal.SIGCONT)
+    try:
+        taken_at = node.log_text().index("as with a stock nsqlookupd")
+        wait_for(lambda: "proved the cluster credential" in node.log_text()[taken_at:], 30, "again")
+        wait_for(lambda: get_json(lookupd, "/nodes")["producers"], 10, "registered again")
+        assert post(lookupd, "/topic/create?topic=after_pause&partition_num=1") == (200, b"")
+        wait_for(lambda: roles(node, "after_pause"), what="placed")
+    finally:
+        node.stop()
         lookupd.stop()
