@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import trio
 
-from pnsq._netio.handshake import FailureLog, peer_host, run_handshake
+from pnsq._netio.handshake import FailureLog, peer_host, refuse, run_handshake
 from protocol.cluster_auth import DIALER, LISTENER, Handshake, HandshakeError, encode_refusal
 from protocol.replication import MAGIC, Hello
 
@@ -63,7 +63,7 @@ class LinkAuth:
         except (HandshakeError, trio.TooSlowError, trio.BrokenResourceError) as exc:
             reason = str(exc) or "no handshake in time"
             self.failures.failed(peer_host(remote), reason)
-            await _try_send(stream, encode_refusal(reason))
+            await refuse(stream, encode_refusal(reason))
             raise LinkAuthFailed(reason) from exc
         assert shake.peer_identity is not None
         return shake.peer_identity, rest
@@ -98,11 +98,3 @@ def replica_refusal(hello: Hello, proved: str, placement: Placement) -> str | No
     if hello.node not in placement.replicas:
         return f"{hello.node} is not a replica of {hello.topic}/{hello.partition}"
     return None
-
-
-async def _try_send(stream: trio.abc.Stream, data: bytes) -> None:
-    """The refusal to a peer that may be gone already (then there is no one to tell)."""
-    try:
-        await stream.send_all(data)
-    except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-        log.debug("REPLICATION: could not send the refusal: %s", exc)

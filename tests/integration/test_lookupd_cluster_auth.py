@@ -39,7 +39,14 @@ from protocol.cluster_auth import (
 from protocol.lookup_v1 import MAGIC_V1, encode_command, encode_identify
 from protocol.replication import MAGIC as MAGIC_R1
 from tests.authserver import AuthServer
-from tests.daemons import Daemon, cluster_secret_flag, go_lookupd, nsqadmin, pnsq_nsqd
+from tests.daemons import (
+    Daemon,
+    cluster_secret_flag,
+    go_lookupd,
+    go_nsqd,
+    nsqadmin,
+    pnsq_nsqd,
+)
 from tests.integration.lookupd_helpers import (
     ACCEPT,
     get_json,
@@ -223,6 +230,20 @@ def dial(sock: socket.socket, shake: Handshake) -> None:
     while not shake.done:
         shake.receive_data(sock.recv(65536))
         sock.sendall(shake.data_to_send())
+
+
+def test_stock_go_nsqd_cannot_register_with_a_lookupd_holding_a_secret(
+    cluster: tuple[Daemon, list[Daemon]], tmp_path: Path
+) -> None:
+    lookupd, nodes = cluster
+    stock = go_nsqd(tmp_path / "go-nsqd", f"--lookupd-tcp-address={lookupd.tcp_address}")
+    stock.start()
+    try:
+        wait_for(lambda: "E_CLUSTER_AUTH" in stock.log_text(), what="refused")
+        producers = get_json(lookupd, "/nodes")["producers"]
+        assert {p["tcp_port"] for p in producers} == {n.tcp_port for n in nodes}
+    finally:
+        stock.stop()
 
 
 # ------------------------------------------------------------------ stock clients and tools
