@@ -16,7 +16,8 @@ knows from one byte which kind of peer it has, without reading a command:
   nsqlookupd serves it), and one that opens with the handshake is told in one refusal frame
   that this lookupd holds no secret.
 
-Failed handshakes are logged at most once a minute per peer host.
+Refused peers are logged at most once a minute per peer host (a stranger retrying in a loop
+must not flood the log).
 """
 
 from __future__ import annotations
@@ -99,8 +100,7 @@ class LinkAuth:
             data, eof = await read_opening(stream)
             opened = len(data) > len(MAGIC_V1) and data.startswith(MAGIC_V1)
             if opened and starts_handshake(data[len(MAGIC_V1)]):
-                log.error("CLIENT(%s): cluster handshake, but %s", remote, NO_SECRET)
-                await refuse(stream, encode_refusal(NO_SECRET))
+                await self._refuse(stream, remote, NO_SECRET, None)
                 return None
             return Opened(data, eof)
         try:
@@ -139,6 +139,4 @@ def identify_refusal(peer: PeerIdentity, proved: str | None) -> LookupV1Error | 
     secret registers as itself, so a registration cannot claim another node's placements."""
     if proved is None or peer.node_id == proved:
         return None
-    return LookupV1Error(
-        REFUSED_CODE, f"IDENTIFY names {peer.node_id}, the link proved {proved or '(none)'}"
-    )
+    return LookupV1Error(REFUSED_CODE, f"IDENTIFY names {peer.node_id}, the link proved {proved}")
