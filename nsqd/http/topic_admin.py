@@ -5,6 +5,9 @@
 ``/topic/pause`` do not validate the name (an invalid one is simply ``TOPIC_NOT_FOUND``).
 youzan's additions: ``/topic/create``'s topic parameters and ``/channel/setoffset`` (youzan's
 statuses and texts). Domain errors are answered by :data:`~nsqd.http.errors.ADMIN_ERRORS`.
+
+In a pnsq cluster the pause, unpause and channel calls, applied here, are then carried to the
+topic's other partition leaders (:mod:`~nsqd.cluster.admin_spread`) before the reply.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from protocol.gostr import go_quote
 from protocol.message import MAX_PARTITIONS
 
 from ..broker import admin
+from ..cluster.admin_spread import HOP_HEADER
 from ..observe.stats import StatsQuery, stats_document
 from ..observe.stats_text import render_text
 from .args import topic_arg, topic_channel_args
@@ -29,6 +33,20 @@ _ATOI = re.compile(r"[+-]?[0-9]+")  # Go's strconv.Atoi syntax
 
 def _bool_param(value: str | None, default: bool) -> bool:
     return BOOL_PARAMS.get(value or "", default)
+
+
+async def spread(
+    context: HTTPContext,
+    request: Request,
+    topic: str,
+    body: bytes = b"",
+    partition: int | None = None,
+) -> None:
+    """Carry an applied admin call to the topic's other partition leaders, unless it was
+    carried here (:data:`~nsqd.cluster.admin_spread.HOP_HEADER`)."""
+    if HOP_HEADER.lower().encode() in request.headers:
+        return
+    await context.spread.spread(topic, request.path, request.raw_query, body, partition)
 
 
 def _flag_arg(request: Request, name: str) -> bool | None:
@@ -123,29 +141,34 @@ class AdminAPI:
         name = topic_arg(request, validate=False)
         paused = not request.path.endswith("unpause")
         await admin.pause_topic(self.broker, name, paused)
+        await spread(self.context, request, name)
         return None
 
     # ------------------------------------------------------------------ channels
 
     async def channel_create(self, request: Request) -> Reply:
         topic, channel = topic_channel_args(request)
-        admin.create_channel(self.broker, topic, channel)
+        await admin.create_channel(self.broker, topic, channel)
+        await spread(self.context, request, topic)
         return None
 
     async def channel_delete(self, request: Request) -> Reply:
         topic, channel = topic_channel_args(request)
-        admin.delete_channel(self.broker, topic, channel)
+        await admin.delete_channel(self.broker, topic, channel)
+        await spread(self.context, request, topic)
         return None
 
     async def channel_empty(self, request: Request) -> Reply:
         topic, channel = topic_channel_args(request)
-        admin.empty_channel(self.broker, topic, channel)
+        await admin.empty_channel(self.broker, topic, channel)
+        await spread(self.context, request, topic)
         return None
 
     async def channel_pause(self, request: Request) -> Reply:
         topic, channel = topic_channel_args(request)
         paused = not request.path.endswith("unpause")
         await admin.pause_channel(self.broker, topic, channel, paused)
+        await spread(self.context, request, topic)
         return None
 
     async def channel_setoffset(self, request: Request) -> Reply:
@@ -170,6 +193,7 @@ class AdminAPI:
             raise HTTPError(406, "MSG_EMPTY")
         start = parse_consume_start(body.strip())
         await admin.set_channel_offset(self.broker, topic, channel, partition, start)
+        await spread(self.context, request, topic, body, partition)
         return None
 
     # ------------------------------------------------------------------ config
