@@ -185,6 +185,8 @@ class AdminAPI:
             partition = None if int(raw) == -1 else int(raw)
         found = self.broker.find_topic(topic)
         if found is None or (partition is not None and not found.holds(partition)):
+            if found is not None and await self._carry_setoffset(request, topic, partition):
+                return None  # the partition's leader did it
             raise HTTPError(404, "E_TOPIC_NOT_EXIST")
         if channel not in found.channels:
             raise HTTPError(404, "CHANNEL_NOT_FOUND")
@@ -195,6 +197,17 @@ class AdminAPI:
         await admin.set_channel_offset(self.broker, topic, channel, partition, start)
         await spread(self.context, request, topic, body, partition)
         return None
+
+    async def _carry_setoffset(self, request: Request, topic: str, partition: int | None) -> bool:
+        """A setoffset of a partition of a held topic that this node does not hold: carried to
+        that partition's leader (a pnsq cluster); whether it was done there."""
+        if partition is None or HOP_HEADER.lower().encode() in request.headers:
+            return False
+        body = await request.body(self.context.settings.max_msg_size)
+        reached = await self.context.spread.spread(
+            topic, request.path, request.raw_query, body, partition
+        )
+        return bool(reached)
 
     # ------------------------------------------------------------------ config
 

@@ -6,7 +6,6 @@ kill -9 of the leader: the promoted replica shows the same state and a consumer 
 from __future__ import annotations
 
 import json
-import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -113,7 +112,7 @@ def received(consumer: RawClient, within: float) -> list[bytes]:
             if frame.is_message:
                 bodies.append(frame.body)
                 consumer.send(Fin(frame.message_id))
-    except (TimeoutError, socket.timeout):
+    except TimeoutError:
         return bodies
 
 
@@ -152,9 +151,11 @@ def test_a_pause_through_nsqadmin_survives_kill_9_of_the_leader(cluster: Cluster
     assert (channel_stats(replica, topic, channel) or {}).get("paused") is True  # already
 
     old, new = kill_leader(cluster, topic, 0)
-    assert new is replica and old is leader
+    assert new is replica
+    assert old is leader
     stats = channel_stats(new, topic, channel)
-    assert stats is not None and stats["paused"] is True
+    assert stats is not None
+    assert stats["paused"] is True
     consumer = RawClient(new.tcp_address)
     consumer.send(Sub(topic, channel), Rdy(10))
     assert consumer.read().data == b"OK"
@@ -198,7 +199,6 @@ def test_a_call_on_one_node_reaches_every_partition_and_its_replicas(cluster: Cl
     assert (status, json.loads(body)) == (404, {"message": "TOPIC_NOT_FOUND"})
 
 
-@pytest.mark.slow
 @pytest.mark.fault
 def test_every_admin_change_survives_kill_9_of_each_leader(cluster: Cluster) -> None:
     """Three partitions: every change through nsqadmin (and youzan's endpoints on a node),
@@ -216,10 +216,11 @@ def test_every_admin_change_survives_kill_9_of_each_leader(cluster: Cluster) -> 
     assert admin_send(cluster, "POST", f"{base}/m", {"action": "empty"}) == ""
     assert admin_send(cluster, "DELETE", f"{base}/gone", {}) == ""
     assert admin_send(cluster, "POST", base, {"action": "pause"}) == ""
-    node = cluster.nodes[1]
+    (node,) = [n for n in cluster.nodes if 2 not in (roles(n, topic) or {})]
     assert post(node, f"/channel/skip?topic={topic}&channel=s")[0] == 200
     assert post(node, f"/channel/setorder?topic={topic}&channel=o&order=true")[0] == 200
-    # youzan's setoffset: channel m back to the start of partition 2 (4 messages again)
+    # youzan's setoffset: channel m back to the start of partition 2, on a node that does not
+    # hold partition 2 (carried to its leader)
     status, _ = post(node, f"/channel/setoffset?topic={topic}&channel=m&partition=2", b"msgcount:0")
     assert status == 200
 

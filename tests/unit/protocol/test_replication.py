@@ -95,7 +95,12 @@ def _leader_frames(
             st.booleans(),
             st.lists(
                 st.builds(
-                    ChannelAdmin, strings, st.booleans(), st.booleans(), st.booleans(), st.booleans()
+                    ChannelAdmin,
+                    strings,
+                    st.booleans(),
+                    st.booleans(),
+                    st.booleans(),
+                    st.booleans(),
                 ),
                 max_size=20,
             ).map(tuple),
