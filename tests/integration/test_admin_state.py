@@ -6,6 +6,7 @@ kill -9 of the leader: the promoted replica shows the same state and a consumer 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,7 @@ from tests.integration.lookupd_helpers import (
     roles,
     wait_for,
 )
+from tests.interop.drivers import Driver
 from tests.rawclient import RawClient
 
 pytestmark = [pytest.mark.integration, pytest.mark.interop]
@@ -158,16 +160,26 @@ def test_a_pause_through_nsqadmin_survives_kill_9_of_the_leader(cluster: Cluster
     stats = channel_stats(new, topic, channel)
     assert stats is not None
     assert stats["paused"] is True
-    consumer = RawClient(new.tcp_address)
-    consumer.send(Sub(topic, channel), Rdy(10))
-    assert consumer.read().data == b"OK"
-    assert received(consumer, QUIET) == []  # paused on the new leader: nothing comes
-
-    warning = admin_send(cluster, "POST", f"/api/topics/{topic}/{channel}", {"action": "unpause"})
-    assert warning == ""
-    bodies = received(consumer, 5.0, enough=5)
-    assert sorted(bodies) == [b"m%d" % i for i in range(5)]
-    consumer.close()
+    # a stock go-nsq consumer through lookupd: connected to the new leader, it gets nothing
+    # while the channel is paused (its idle phase), then everything once nsqadmin unpauses
+    go = Driver("go-nsq")
+    try:
+        argv = go.sub_argv(
+            "", topic, channel, 5, idle=QUIET, timeout=20, lookupd=cluster.lookupd.http_address
+        )
+        proc = go.start(argv)
+        time.sleep(QUIET + 1.0)
+        assert proc.poll() is None
+        unpause = {"action": "unpause"}
+        assert admin_send(cluster, "POST", f"/api/topics/{topic}/{channel}", unpause) == ""
+        run = go.finish(proc, timeout=30)
+    finally:
+        go.cleanup()
+    assert run.returncode == 0, run.stderr[-3000:]
+    kinds = ["idle" if "idle_ok" in line else "message" for line in run.lines if "done" not in line]
+    assert kinds == ["idle"] + ["message"] * 5  # nothing before the unpause
+    assert run.first("idle_ok")["idle_ok"] is True
+    assert sorted(str(d["body"]) for d in run.deliveries) == [f"m{i}" for i in range(5)]
 
 
 def test_a_call_on_one_node_reaches_every_partition_and_its_replicas(cluster: Cluster) -> None:
