@@ -6,7 +6,10 @@ follower's log must be cut back to (its end for the follower's last epoch) and t
 high-watermark (``Welcome``), then streams ``Append`` batches from there, pipelined: it does
 not wait for an ``Ack`` before sending the next batch. Each ``Ack`` records the follower's
 progress in the partition state (moving the high-watermark when the follower is in sync).
-Idle, the leader sends the high-watermark every :data:`HEARTBEAT` seconds. The stream ends
+Idle, the leader sends the high-watermark every :data:`HEARTBEAT` seconds. A follower whose
+Hello carries ``FEATURE_ADMIN`` also gets the topic's administrative state (``Admin``) at the
+start and on every change, and its ``AdminAck`` is recorded in ``Partition.admin_acks`` (an
+administrative change waits for it: :mod:`nsqd.broker.admin_state`). The stream ends
 when this node stops leading the partition, or its epoch moves on: a deposed leader has
 nothing to send.
 
