@@ -11,6 +11,12 @@ Cursors with :class:`CursorsAck`, or with :class:`Refuse` when it already follow
 epoch (the fence). :class:`Error` from the
 leader ends the connection.
 
+A follower that understands the topic's administrative state (paused flags, channels and
+their flags) says so with a Hello carrying :data:`FEATURE_ADMIN` (type ``HELLO_EX``); only
+then does the leader send :class:`Admin` frames, each answered with :class:`AdminAck`. A
+leader from before ``HELLO_EX`` answers it with ``Error E_BAD_FRAME``: the follower then
+dials again with a plain Hello, so either side may be upgraded first.
+
 Every frame, both directions, big-endian::
 
     Frame  => Size u32 | Type u8 | Body        Size = 1 + len(Body), 1 <= Size <= MAX_FRAME_SIZE
@@ -53,6 +59,13 @@ HELLO: Final = struct.Struct(
     "Q"  # log_end: the follower's log end offset (next offset it would write)
     "I"  # last_epoch: epoch of the follower's last record (0: empty log)
 )  # then String node, String topic
+HELLO_EX: Final = struct.Struct(
+    ">H"  # partition: the partition the follower replicates
+    "I"  # epoch: the leader epoch the follower follows
+    "Q"  # log_end: the follower's log end offset (next offset it would write)
+    "I"  # last_epoch: epoch of the follower's last record (0: empty log)
+    "I"  # features: FEATURE_* bits the follower understands (no other bit)
+)  # then String node, String topic
 ACK: Final = struct.Struct(
     ">I"  # epoch: the leader epoch the follower follows
     "Q"  # log_end: the follower holds every record before this offset
@@ -64,6 +77,10 @@ CURSORS_ACK: Final = struct.Struct(
     ">I"  # epoch: the leader epoch the follower follows
     "Q"  # confirmed: the channel's confirmed offset the follower now holds
 )  # then String channel
+ADMIN_ACK: Final = struct.Struct(
+    ">I"  # epoch: the leader epoch the follower follows
+    "Q"  # version: the Admin version the follower now holds
+)
 WELCOME: Final = struct.Struct(
     ">I"  # epoch: the leader's epoch
     "Q"  # truncate_to: the follower cuts its log to end here, then expects Appends from it
@@ -88,7 +105,24 @@ CURSORS: Final = struct.Struct(
 DEFERRED: Final = struct.Struct(
     ">Q"  # offset: a deferred message's offset
     "q"  # deliver_at_ns: when it becomes deliverable, ns since the Unix epoch
+)
+ADMIN: Final = struct.Struct(
+    ">I"  # epoch: the leader's epoch
+    "Q"  # version: the leader's count of administrative changes to the topic
+    "B"  # topic flags: ADMIN_PAUSED or 0
+    "H"  # channel count: number of ADMIN_CHANNEL entries that follow
+)  # then, per channel, ADMIN_CHANNEL then String channel
+ADMIN_CHANNEL: Final = struct.Struct(
+    ">B"  # flags: ADMIN_* bits of the channel (no other bit)
 )  # Error: String code, String text (no fixed fields)
+
+FEATURE_ADMIN: Final = 0x1  # the follower takes Admin frames (and answers AdminAck)
+FEATURES: Final = FEATURE_ADMIN  # every feature bit this codec knows
+ADMIN_PAUSED: Final = 0x1  # topic or channel paused
+ADMIN_ORDERED: Final = 0x2  # channel ordered (SUB_ORDERED, /channel/setorder)
+ADMIN_SKIPPED: Final = 0x4  # channel skipped (youzan /channel/skip)
+ADMIN_SKIP_ZAN_TEST: Final = 0x8  # channel skips zan_test messages (/channel/skipZanTest)
+ADMIN_CHANNEL_FLAGS: Final = ADMIN_PAUSED | ADMIN_ORDERED | ADMIN_SKIPPED | ADMIN_SKIP_ZAN_TEST
 
 MAX_APPEND_RECORDS_SIZE: Final = MAX_FRAME_SIZE - 1 - APPEND.size
 
@@ -100,11 +134,14 @@ class FrameType(IntEnum):
     ACK = 0x02
     REFUSE = 0x03
     CURSORS_ACK = 0x04
+    ADMIN_ACK = 0x05
+    HELLO_EX = 0x06
     WELCOME = 0x81
     APPEND = 0x82
     HIGH_WATERMARK = 0x83
     CURSORS = 0x84
     ERROR = 0x85
+    ADMIN = 0x86
 
 
 class ReplicationErrorCode(StrEnum):
@@ -131,6 +168,7 @@ class Hello:
     epoch: int
     log_end: int
     last_epoch: int
+    features: int = 0  # FEATURE_* bits; non-zero is sent as HELLO_EX
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,6 +243,38 @@ class Cursors:
 
 
 @dataclass(frozen=True, slots=True)
+class ChannelAdmin:
+    """One channel's administrative flags in an :class:`Admin` frame."""
+
+    name: str
+    paused: bool = False
+    ordered: bool = False
+    skipped: bool = False
+    skip_zan_test: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Admin:
+    """Leader → follower: the topic's administrative state, whole: its paused flag and every
+    durable channel with its flags. The follower creates the channels it lacks and takes the
+    flags (channels are deleted by :class:`Cursors`). ``version`` counts the leader's
+    administrative changes; the follower acknowledges it with :class:`AdminAck`."""
+
+    epoch: int
+    version: int
+    paused: bool
+    channels: tuple[ChannelAdmin, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class AdminAck:
+    """Follower → leader, after each applied (and saved) Admin: I hold ``version``."""
+
+    epoch: int
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
 class Error:
     """Leader → follower: ``code`` (see :class:`ReplicationErrorCode`) and text; then close."""
 
@@ -212,8 +282,8 @@ class Error:
     text: str
 
 
-FollowerFrame = Hello | Ack | Refuse | CursorsAck
-LeaderFrame = Welcome | Append | HighWatermark | Cursors | Error
+FollowerFrame = Hello | Ack | Refuse | CursorsAck | AdminAck
+LeaderFrame = Welcome | Append | HighWatermark | Cursors | Error | Admin
 Frame = FollowerFrame | LeaderFrame
 
 # ---------------------------------------------------------------------------------- encoding
@@ -230,8 +300,14 @@ def encode(frame: Frame) -> bytes:
     try:
         match frame:
             case Hello():
-                fixed = HELLO.pack(frame.partition, frame.epoch, frame.log_end, frame.last_epoch)
-                return _frame(FrameType.HELLO, fixed, _str(frame.node), _str(frame.topic))
+                names = _str(frame.node), _str(frame.topic)
+                fields = (frame.partition, frame.epoch, frame.log_end, frame.last_epoch)
+                if not frame.features:
+                    return _frame(FrameType.HELLO, HELLO.pack(*fields), *names)
+                if frame.features & ~FEATURES:
+                    raise ValueError(f"unknown feature bits {frame.features:#x}")
+                fixed = HELLO_EX.pack(*fields, frame.features)
+                return _frame(FrameType.HELLO_EX, fixed, *names)
             case Ack():
                 return _frame(FrameType.ACK, ACK.pack(frame.epoch, frame.log_end))
             case Refuse():
@@ -256,9 +332,28 @@ def encode(frame: Frame) -> bytes:
                 return _frame(FrameType.CURSORS, fixed, _str(frame.channel), pairs)
             case Error():
                 return _frame(FrameType.ERROR, _str(frame.code), _str(frame.text))
+            case Admin():
+                flags = ADMIN_PAUSED if frame.paused else 0
+                fixed = ADMIN.pack(frame.epoch, frame.version, flags, len(frame.channels))
+                entries = b"".join(
+                    ADMIN_CHANNEL.pack(channel_flags(c)) + _str(c.name) for c in frame.channels
+                )
+                return _frame(FrameType.ADMIN, fixed, entries)
+            case AdminAck():
+                return _frame(FrameType.ADMIN_ACK, ADMIN_ACK.pack(frame.epoch, frame.version))
     except struct.error as exc:
         raise ValueError(f"{type(frame).__name__} frame: {exc}") from exc
     raise TypeError(f"not a replication frame: {frame!r}")
+
+
+def channel_flags(channel: ChannelAdmin) -> int:
+    """The ADMIN_* bits of a channel entry."""
+    return (
+        (ADMIN_PAUSED if channel.paused else 0)
+        | (ADMIN_ORDERED if channel.ordered else 0)
+        | (ADMIN_SKIPPED if channel.skipped else 0)
+        | (ADMIN_SKIP_ZAN_TEST if channel.skip_zan_test else 0)
+    )
 
 
 def encode_append_header(

@@ -19,19 +19,32 @@ from ._framing import FrameBuffer
 from .parser import NEED_DATA, NeedData
 from .replication import (
     ACK,
+    ADMIN,
+    ADMIN_ACK,
+    ADMIN_CHANNEL,
+    ADMIN_CHANNEL_FLAGS,
+    ADMIN_ORDERED,
+    ADMIN_PAUSED,
+    ADMIN_SKIP_ZAN_TEST,
+    ADMIN_SKIPPED,
     APPEND,
     CURSORS,
     CURSORS_ACK,
     DEFERRED,
+    FEATURES,
     FRAME_HEADER,
     HELLO,
+    HELLO_EX,
     HIGH_WATERMARK,
     MAX_FRAME_SIZE,
     REFUSE,
     STRING_LENGTH,
     WELCOME,
     Ack,
+    Admin,
+    AdminAck,
     Append,
+    ChannelAdmin,
     Cursors,
     CursorsAck,
     Error,
@@ -103,6 +116,36 @@ def _hello(body: _Body) -> Hello:
     return Hello(node, topic, partition, epoch, log_end, last_epoch)
 
 
+def _hello_ex(body: _Body) -> Hello:
+    partition, epoch, log_end, last_epoch, features = body.fixed(HELLO_EX)
+    if not features or features & ~FEATURES:
+        raise body.error(f"features {features:#x}: unknown bits, or none")
+    node = body.string("node")
+    topic = body.string("topic")
+    return Hello(node, topic, partition, epoch, log_end, last_epoch, features)
+
+
+def _admin(body: _Body) -> Admin:
+    epoch, version, topic_flags, count = body.fixed(ADMIN)
+    if topic_flags & ~ADMIN_PAUSED:
+        raise body.error(f"topic flags {topic_flags:#x} has unknown bits")
+    channels = []
+    for _ in range(count):
+        (flags,) = body.fixed(ADMIN_CHANNEL)
+        if flags & ~ADMIN_CHANNEL_FLAGS:
+            raise body.error(f"channel flags {flags:#x} has unknown bits")
+        channels.append(
+            ChannelAdmin(
+                body.string("channel"),
+                paused=bool(flags & ADMIN_PAUSED),
+                ordered=bool(flags & ADMIN_ORDERED),
+                skipped=bool(flags & ADMIN_SKIPPED),
+                skip_zan_test=bool(flags & ADMIN_SKIP_ZAN_TEST),
+            )
+        )
+    return Admin(epoch, version, bool(topic_flags & ADMIN_PAUSED), tuple(channels))
+
+
 def _refuse(body: _Body) -> Refuse:
     (epoch,) = body.fixed(REFUSE)
     return Refuse(epoch, body.string("reason"))
@@ -149,6 +192,8 @@ _FOLLOWER_PARSERS: Final[_Parsers[FollowerFrame]] = {
     FrameType.ACK: lambda body: Ack(*body.fixed(ACK)),
     FrameType.REFUSE: _refuse,
     FrameType.CURSORS_ACK: _cursors_ack,
+    FrameType.ADMIN_ACK: lambda body: AdminAck(*body.fixed(ADMIN_ACK)),
+    FrameType.HELLO_EX: _hello_ex,
 }
 _LEADER_PARSERS: Final[_Parsers[LeaderFrame]] = {
     FrameType.WELCOME: lambda body: Welcome(*body.fixed(WELCOME)),
@@ -156,6 +201,7 @@ _LEADER_PARSERS: Final[_Parsers[LeaderFrame]] = {
     FrameType.HIGH_WATERMARK: lambda body: HighWatermark(*body.fixed(HIGH_WATERMARK)),
     FrameType.CURSORS: _cursors,
     FrameType.ERROR: _error,
+    FrameType.ADMIN: _admin,
 }
 
 
@@ -225,14 +271,15 @@ class FrameDecoder(FrameBuffer[ReplicationProtocolError], Generic[F]):
 
 
 class FollowerFrameDecoder(FrameDecoder[FollowerFrame]):
-    """The leader's decoder: accepts Hello, Ack, CursorsAck and Refuse only."""
+    """The leader's decoder: accepts Hello, Ack, CursorsAck, AdminAck and Refuse only."""
 
     def __init__(self, max_frame_size: int = MAX_FRAME_SIZE) -> None:
         super().__init__(_FOLLOWER_PARSERS, max_frame_size)
 
 
 class LeaderFrameDecoder(FrameDecoder[LeaderFrame]):
-    """The follower's decoder: accepts Welcome, Append, HighWatermark, Cursors and Error only."""
+    """The follower's decoder: accepts Welcome, Append, HighWatermark, Cursors, Admin and
+    Error only."""
 
     def __init__(self, max_frame_size: int = MAX_FRAME_SIZE) -> None:
         super().__init__(_LEADER_PARSERS, max_frame_size)

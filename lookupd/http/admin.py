@@ -33,6 +33,9 @@ _ATOI = re.compile(r"[+-]?[0-9]+")
 #: client's first ``/lookup`` after it already names them (go-nsq looks up again only 60 s later)
 CREATE_REGISTER_WAIT = 2.0
 _INT64 = 1 << 63
+#: youzan's ``/topic/create`` parameters that describe the topic (an existing topic named with
+#: one of them must match it, else ``TOPIC_ALREADY_EXISTS``)
+_TOPIC_PARAMS = ("partition_num", "replicator", "orderedmulti", "extend", "multipart")
 
 
 class AdminEndpoints:
@@ -45,8 +48,11 @@ class AdminEndpoints:
         return self.cluster.clock()
 
     async def topic_create(self, request: Request) -> Reply:
-        """Create (and place) a topic: nsqlookupd's params plus youzan's."""
+        """Create (and place) a topic: nsqlookupd's params plus youzan's. An existing topic
+        named without any of youzan's topic parameters is ``200`` and stays as it is, as on
+        nsqlookupd (nsqadmin sends ``/topic/create?topic=`` before creating a channel)."""
         topic = _topic_arg(request)  # then youzan's order of checks
+        bare = all(request.arg(name) is None for name in _TOPIC_PARAMS)
         partition_num = _bounded(request, "partition_num", 1, 1, MAX_PARTITION_NUM)
         replica = _bounded(request, "replicator", 1, 1, MAX_REPLICATOR, "REPLICATOR")
         _bounded(request, "suggestload", 0, 0, 10000, "LOAD_FACTOR")
@@ -65,7 +71,9 @@ class AdminEndpoints:
             unclean=request.arg("unclean") == "true",
         )
         try:
-            await self.cluster.create_topic(topic, meta, request.arg("prefer") or None)
+            await self.cluster.create_topic(
+                topic, meta, request.arg("prefer") or None, keep_existing=bare
+            )
         except PlacementError as exc:
             raise HTTPError(400, str(exc)) from None
         except StoreError as exc:

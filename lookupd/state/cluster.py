@@ -200,14 +200,22 @@ class Cluster(Metadata):
             self._changed()
         self._flush_soon()
 
-    async def create_topic(self, name: str, meta: TopicMeta, prefer: str | None = None) -> None:
+    async def create_topic(
+        self,
+        name: str,
+        meta: TopicMeta,
+        prefer: str | None = None,
+        *,
+        keep_existing: bool = False,
+    ) -> None:
         """``/topic/create``: place the topic and persist it before returning; ``prefer``
         (a node creating a topic for a publish) leads its first partition, and an existing
-        topic is then left as it is. Raises :class:`PlacementError` or :class:`StoreError`."""
+        topic is then left as it is, as it is with ``keep_existing`` (a create naming none of
+        the topic's parameters). Raises :class:`PlacementError` or :class:`StoreError`."""
         self._check_leading()
         existing = self.placements.get(name)
         self.registry.add_topic(name)
-        if existing is not None and prefer is not None:
+        if existing is not None and (prefer is not None or keep_existing):
             return  # a node's publish raced another's: the topic stays where it is
         if existing is not None:
             check_recreate(existing, meta)

@@ -10,6 +10,12 @@ of the HTTP API do. Policy stays in the broker; the HTTP layer only maps names a
   deleted topic's data is removed from disk.
 * create: with youzan's topic parameters (partitions, ordered, ext) when given.
 * setoffset (youzan): a channel's cursor moves to a time, a message count, an offset or the end.
+
+In a cluster each change also reaches the replicas of the partitions led here: it is counted
+(:func:`~.admin_state.admin_changed`), the replication streams carry it, and the call returns
+once the in-sync replicas hold it (:func:`~.admin_state.wait_replicated`, bounded). A channel
+deleted here a moment ago may be deleted again without error: the same change arrives at a
+node from nsqadmin, from the node it was sent to and from a leader's stream.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from protocol.consume import ConsumeStart
 
 from ..core.errors import ChannelNotFoundError, TopicConflictError
 from . import subscriptions
+from .admin_state import admin_changed, wait_replicated
 from .broker import Broker
 from .channel import Channel
 from .topic import Topic
@@ -61,9 +68,24 @@ def get_channel(broker: Broker, topic_name: str, channel_name: str) -> Channel:
     return channel
 
 
-def create_channel(broker: Broker, topic_name: str, channel_name: str) -> Channel:
-    """The channel, created if needed; the topic must exist (``/channel/create``)."""
-    return broker.get_or_create_channel(broker.get_topic(topic_name), channel_name)
+#: seconds a deleted channel's name is remembered (a repeated delete is then not an error)
+RECENTLY_DELETED = 30.0
+
+
+async def create_channel(broker: Broker, topic_name: str, channel_name: str) -> Channel:
+    """The channel, created if needed; the topic must exist (``/channel/create``). Saved and
+    replicated before returning."""
+    topic = broker.get_topic(topic_name)
+    channel = broker.get_or_create_channel(topic, channel_name)
+    await _save_metadata(broker)
+    await replicated(broker, topic)
+    return channel
+
+
+async def replicated(broker: Broker, topic: Topic) -> None:
+    """Count an administrative change of ``topic`` and wait (bounded) for the in-sync replicas
+    of the partitions led here to hold it."""
+    await wait_replicated(broker.replication, topic, admin_changed(broker.replication, topic))
 
 
 async def delete_topic(broker: Broker, name: str) -> None:
@@ -74,12 +96,28 @@ async def delete_topic(broker: Broker, name: str) -> None:
     _disconnect(clients)
 
 
-def delete_channel(broker: Broker, topic_name: str, channel_name: str) -> None:
-    """Delete a channel and its cursors; disconnect its consumers."""
+async def delete_channel(broker: Broker, topic_name: str, channel_name: str) -> None:
+    """Delete a channel and its cursors; disconnect its consumers. A channel deleted here
+    within :data:`RECENTLY_DELETED` seconds is already done (no error)."""
+    topic = broker.get_topic(topic_name)
+    if channel_name not in topic.channels and recently_deleted(broker, topic, channel_name):
+        return
     channel = get_channel(broker, topic_name, channel_name)
     clients = list(channel.clients)
-    broker.delete_channel(broker.get_topic(topic_name), channel_name)
+    broker.delete_channel(topic, channel_name)
+    topic.recently_deleted[channel_name] = broker.clock.monotonic()
     _disconnect(clients)
+    await replicated(broker, topic)
+
+
+def recently_deleted(broker: Broker, topic: Topic, channel_name: str) -> bool:
+    """Whether ``channel_name`` was deleted here within :data:`RECENTLY_DELETED` seconds
+    (older names are forgotten)."""
+    now = broker.clock.monotonic()
+    for name, at in list(topic.recently_deleted.items()):
+        if now - at > RECENTLY_DELETED:
+            del topic.recently_deleted[name]
+    return channel_name in topic.recently_deleted
 
 
 def empty_topic(broker: Broker, name: str) -> None:
@@ -102,12 +140,16 @@ async def set_channel_offset(
     channel = get_channel(broker, topic_name, channel_name)
     subscriptions.set_channel_offset(broker, channel, partition, start)
     await broker.wait_durable()
+    await replicated(broker, broker.get_topic(topic_name))
 
 
-def empty_channel(broker: Broker, topic_name: str, channel_name: str) -> None:
-    """Drop the channel's depth, in-flight and deferred messages."""
-    get_channel(broker, topic_name, channel_name).empty()
+async def empty_channel(broker: Broker, topic_name: str, channel_name: str) -> None:
+    """Drop the channel's depth, in-flight and deferred messages; replicated before
+    returning."""
+    channel = get_channel(broker, topic_name, channel_name)
+    channel.empty()
     broker.syncs.request()
+    await replicated(broker, broker.get_topic(topic_name))
 
 
 async def pause_topic(broker: Broker, name: str, paused: bool) -> None:
@@ -118,6 +160,7 @@ async def pause_topic(broker: Broker, name: str, paused: bool) -> None:
         for channel in topic.channels.values():
             channel.notify()
     await _save_metadata(broker)
+    await replicated(broker, topic)
 
 
 async def pause_channel(broker: Broker, topic_name: str, channel_name: str, paused: bool) -> None:
@@ -127,6 +170,7 @@ async def pause_channel(broker: Broker, topic_name: str, channel_name: str, paus
     if not paused:
         channel.notify()
     await _save_metadata(broker)
+    await replicated(broker, broker.get_topic(topic_name))
 
 
 async def _save_metadata(broker: Broker) -> None:

@@ -154,7 +154,11 @@ class AckWaiters(Protocol):
 
 class ChannelKeeper(Protocol):
     """What mirroring a leader's channel needs of the broker: creating and deleting channels
-    as a SUB and ``/channel/delete`` do (timers, metadata, registration)."""
+    as a SUB and ``/channel/delete`` do (timers, metadata, registration), and its clock (when
+    a channel was deleted)."""
+
+    @property
+    def clock(self) -> Clock: ...
 
     def get_or_create_channel(self, topic: Topic, name: str) -> Channel:
         """The channel ``name`` of ``topic``, created on first use."""
@@ -191,6 +195,7 @@ def mirror_channel(
     if deleted:
         if name in topic.channels:
             broker.delete_channel(topic, name)
+            topic.recently_deleted[name] = broker.clock.monotonic()
         return
     channel = broker.get_or_create_channel(topic, name)
     cursor = channel.cursors.get(partition.number)
@@ -255,6 +260,11 @@ class ReplicationWaiters:
             partition.cursor_push.add(channel)
             self.appended(partition)
             await self._lot(partition).park()
+
+    async def wait_change(self, partition: Partition) -> None:
+        """Return at the next :meth:`wake` of ``partition`` (a follower's acknowledgement, a
+        role change); callers bound the wait and re-check."""
+        await self._lot(partition).park()
 
     def wake(self, partition: Partition, *, streams: bool = True) -> None:
         """The high-watermark or the role of ``partition`` changed: parked publishes look

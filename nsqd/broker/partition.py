@@ -65,5 +65,8 @@ class Partition:
         #: channels whose state goes to the followers at once, not at the next interval
         #: (an HTTP consume ack waits for it)
         self.cursor_push: set[str] = set()
+        #: follower node -> the topic's admin version it acknowledged (-1: none yet), for the
+        #: followers whose stream takes Admin frames (:mod:`.admin_state`)
+        self.admin_acks: dict[str, int] = {}
         #: DPUB'd records not due yet (channels count them as deferred, not depth)
         self.delayed = DelayedIndex()

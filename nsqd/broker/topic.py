@@ -50,6 +50,12 @@ class Topic:
         self.ext = ext
         self.paused = False
         self.deleted = False
+        #: administrative changes made here (pause, channel flags...): replication sends the
+        #: state with it and a change waits for the in-sync replicas to acknowledge it
+        self.admin_version = 0
+        #: channel name -> when (broker monotonic clock) it was last deleted here: a second
+        #: delete soon after (the same change reaching this node again) is not an error
+        self.recently_deleted: dict[str, float] = {}
         #: placed by pnsq's lookupd: only ``partitions`` are held here, in their roles
         self.managed = False
         #: lookupd's topic meta (youzan): SUB may create channels; retention (seconds) and

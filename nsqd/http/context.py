@@ -16,6 +16,7 @@ from typing import final
 
 from ..broker import Broker
 from ..broker.pull import Puller
+from ..cluster.admin_spread import AdminSpread
 from ..cluster.forwarding import Forwarder
 from ..cluster.publishing import PublishPath
 from ..config.options import Options
@@ -73,6 +74,8 @@ class HTTPContext:
         self.forwarder = forwarder
         #: the publish path (forward or append, then wait for the in-sync replicas)
         self.publishing = PublishPath(broker, forwarder)
+        #: admin calls carried to the topic's other partition leaders (pnsq lookupd)
+        self.spread = AdminSpread(broker, forwarder)
         #: HTTP consume's leases (one table for the HTTP and HTTPS listeners)
         self.puller = Puller(broker)
         self.metrics = Metrics(broker, sessions, settings.version)

@@ -5,6 +5,9 @@
 ``/topic/pause`` do not validate the name (an invalid one is simply ``TOPIC_NOT_FOUND``).
 youzan's additions: ``/topic/create``'s topic parameters and ``/channel/setoffset`` (youzan's
 statuses and texts). Domain errors are answered by :data:`~nsqd.http.errors.ADMIN_ERRORS`.
+
+In a pnsq cluster the pause, unpause and channel calls, applied here, are then carried to the
+topic's other partition leaders (:mod:`~nsqd.cluster.admin_spread`) before the reply.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from protocol.gostr import go_quote
 from protocol.message import MAX_PARTITIONS
 
 from ..broker import admin
+from ..cluster.admin_spread import HOP_HEADER
 from ..observe.stats import StatsQuery, stats_document
 from ..observe.stats_text import render_text
 from .args import topic_arg, topic_channel_args
@@ -29,6 +33,20 @@ _ATOI = re.compile(r"[+-]?[0-9]+")  # Go's strconv.Atoi syntax
 
 def _bool_param(value: str | None, default: bool) -> bool:
     return BOOL_PARAMS.get(value or "", default)
+
+
+async def spread(
+    context: HTTPContext,
+    request: Request,
+    topic: str,
+    body: bytes = b"",
+    partition: int | None = None,
+) -> None:
+    """Carry an applied admin call to the topic's other partition leaders, unless it was
+    carried here (:data:`~nsqd.cluster.admin_spread.HOP_HEADER`)."""
+    if HOP_HEADER.lower().encode() in request.headers:
+        return
+    await context.spread.spread(topic, request.path, request.raw_query, body, partition)
 
 
 def _flag_arg(request: Request, name: str) -> bool | None:
@@ -123,29 +141,34 @@ class AdminAPI:
         name = topic_arg(request, validate=False)
         paused = not request.path.endswith("unpause")
         await admin.pause_topic(self.broker, name, paused)
+        await spread(self.context, request, name)
         return None
 
     # ------------------------------------------------------------------ channels
 
     async def channel_create(self, request: Request) -> Reply:
         topic, channel = topic_channel_args(request)
-        admin.create_channel(self.broker, topic, channel)
+        await admin.create_channel(self.broker, topic, channel)
+        await spread(self.context, request, topic)
         return None
 
     async def channel_delete(self, request: Request) -> Reply:
         topic, channel = topic_channel_args(request)
-        admin.delete_channel(self.broker, topic, channel)
+        await admin.delete_channel(self.broker, topic, channel)
+        await spread(self.context, request, topic)
         return None
 
     async def channel_empty(self, request: Request) -> Reply:
         topic, channel = topic_channel_args(request)
-        admin.empty_channel(self.broker, topic, channel)
+        await admin.empty_channel(self.broker, topic, channel)
+        await spread(self.context, request, topic)
         return None
 
     async def channel_pause(self, request: Request) -> Reply:
         topic, channel = topic_channel_args(request)
         paused = not request.path.endswith("unpause")
         await admin.pause_channel(self.broker, topic, channel, paused)
+        await spread(self.context, request, topic)
         return None
 
     async def channel_setoffset(self, request: Request) -> Reply:
@@ -162,6 +185,8 @@ class AdminAPI:
             partition = None if int(raw) == -1 else int(raw)
         found = self.broker.find_topic(topic)
         if found is None or (partition is not None and not found.holds(partition)):
+            if found is not None and await self._carry_setoffset(request, topic, partition):
+                return None  # the partition's leader did it
             raise HTTPError(404, "E_TOPIC_NOT_EXIST")
         if channel not in found.channels:
             raise HTTPError(404, "CHANNEL_NOT_FOUND")
@@ -170,7 +195,19 @@ class AdminAPI:
             raise HTTPError(406, "MSG_EMPTY")
         start = parse_consume_start(body.strip())
         await admin.set_channel_offset(self.broker, topic, channel, partition, start)
+        await spread(self.context, request, topic, body, partition)
         return None
+
+    async def _carry_setoffset(self, request: Request, topic: str, partition: int | None) -> bool:
+        """A setoffset of a partition of a held topic that this node does not hold: carried to
+        that partition's leader (a pnsq cluster); whether it was done there."""
+        if partition is None or HOP_HEADER.lower().encode() in request.headers:
+            return False
+        body = await request.body(self.context.settings.max_msg_size)
+        reached = await self.context.spread.spread(
+            topic, request.path, request.raw_query, body, partition
+        )
+        return bool(reached)
 
     # ------------------------------------------------------------------ config
 

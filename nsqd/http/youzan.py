@@ -8,7 +8,8 @@
   [&needext=true]``: one stored message; ``POST /message/finish?topic=&partition=&channel=
   &msgid=``: finish a message of a channel by its internal id, wherever it is;
 * ``POST /channel/{skip,unskip,skipZanTest,unskipZanTest,setorder,emptydelayed,
-  requeuedelayed}?topic=&channel=[&order=]``.
+  requeuedelayed}?topic=&channel=[&order=]``; in a pnsq cluster the skip and setorder calls
+  are carried to the topic's other partition leaders, as the admin calls are.
 
 pnsq's offsets are log offsets (``docs/compatibility.md``), so ``virtual_offset`` and the
 replies' ``offset``/``queue_offset`` are log offsets; ``count`` is the n-th message still kept.
@@ -27,12 +28,13 @@ from protocol.ext import TRACE_ID_KEY, parse_json_header
 from protocol.message import PARTITION_SHIFT
 
 from ..broker import Channel, NewRecord, Partition, Record, Topic, read_records
-from ..broker.admin import get_channel
+from ..broker.admin import get_channel, replicated
 from ..broker.finishing import finish_anywhere
 from .args import topic_arg
 from .base import HTTPError, Reply, Request, Route, go_json, routes_with
 from .context import HTTPContext
 from .errors import YOUZAN_ERRORS, YOUZAN_PUBLISH_ERRORS
+from .topic_admin import spread
 
 log = logging.getLogger("nsqd.http")
 
@@ -211,7 +213,8 @@ class YouzanAPI:
         saved before the reply."""
         channel = self._channel(request)
         channel.set_skipped(not request.path.endswith("/unskip"))
-        await self._save()
+        await self._save(channel)
+        await spread(self.context, request, channel.topic.name)
         return None
 
     async def channel_skip_zan_test(self, request: Request) -> Reply:
@@ -221,7 +224,8 @@ class YouzanAPI:
         if not channel.topic.ext:
             raise HTTPError(400, "INVALID_REQUEST")
         channel.set_skip_zan_test(not request.path.endswith("/unskipZanTest"))
-        await self._save()
+        await self._save(channel)
+        await spread(self.context, request, channel.topic.name)
         return None
 
     async def channel_setorder(self, request: Request) -> Reply:
@@ -232,7 +236,8 @@ class YouzanAPI:
             raise HTTPError(400, "INVALID_OPTION")
         channel.ordered = order == "true"
         channel.notify()
-        await self._save()
+        await self._save(channel)
+        await spread(self.context, request, channel.topic.name)
         return None
 
     async def channel_emptydelayed(self, request: Request) -> Reply:
@@ -245,9 +250,11 @@ class YouzanAPI:
         self._channel(request).release_deferred()
         return None
 
-    async def _save(self) -> None:
+    async def _save(self, channel: Channel) -> None:
+        """Save ``pnsq.dat``, then wait (bounded) for the in-sync replicas to hold the change."""
         self.broker.syncs.request(metadata=True)
         await self.broker.wait_durable()
+        await replicated(self.broker, self.broker.get_topic(channel.topic.name))
 
 
 def _names(channel: Channel) -> tuple[str, str]:

@@ -7,6 +7,11 @@ log back to where the leader says their histories part (``Welcome``), then appen
 ``Append`` at the same offsets and acknowledges it (``Ack``). It refuses a leader whose epoch is
 older than the one lookupd gave this node (``Refuse``): that is the fence that keeps a deposed
 leader from gathering acknowledgements. On any error it reconnects after a short backoff.
+
+Its Hello says it takes the topic's administrative state (``FEATURE_ADMIN``): it then mirrors
+each ``Admin`` frame (paused flags, channels and their flags), saves ``pnsq.dat`` and answers
+``AdminAck``. A leader too old to know that Hello answers ``E_BAD_FRAME``; the task then dials
+it with a plain Hello for as long as it follows that leader under that epoch.
 """
 
 from __future__ import annotations
@@ -18,8 +23,11 @@ import trio
 from pnsq._goflag.addresses import split_host_port
 from pnsq._netio.plain_stream import PlainSocketStream
 from protocol.replication import (
+    FEATURE_ADMIN,
     MAGIC,
     Ack,
+    Admin,
+    AdminAck,
     Append,
     Cursors,
     CursorsAck,
@@ -28,6 +36,7 @@ from protocol.replication import (
     HighWatermark,
     LeaderFrame,
     Refuse,
+    ReplicationErrorCode,
     ReplicationProtocolError,
     Welcome,
     encode,
@@ -35,6 +44,7 @@ from protocol.replication import (
 from protocol.replication_decoder import LeaderFrameDecoder
 
 from ..broker import Broker, StorageError
+from ..broker.admin_state import mirror_admin
 from ..broker.copying import (
     Batch,
     ReplicaStreamError,
@@ -60,6 +70,10 @@ Key = tuple[str, int]  # topic, partition
 
 class LeaderRefused(Exception):
     """The leader answered with an error, or this follower refused the leader's epoch."""
+
+
+class LeaderTooOld(LeaderRefused):
+    """The leader refused a Hello with feature bits: it predates them (dial it plainly)."""
 
 
 class Followers:
@@ -109,10 +123,19 @@ class Followers:
     ) -> None:
         topic, number = key
         delay = RETRY[0]
+        features = FEATURE_ADMIN
         with scope:
             while True:
                 try:
-                    await self._session(topic, leader, partition)
+                    await self._session(topic, leader, partition, features)
+                except* LeaderTooOld:
+                    features = 0
+                    log.info(
+                        "REPLICATION(%s/%d): leader %s predates admin state replication",
+                        topic,
+                        number,
+                        leader,
+                    )
                 except* LinkAuthFailed:
                     pass  # logged by the credential, at most once a minute per leader
                 except* (
@@ -135,7 +158,7 @@ class Followers:
                 await trio.sleep(delay)
                 delay = min(delay * 2, RETRY[1])
 
-    async def _session(self, topic: str, leader: str, partition: Partition) -> None:
+    async def _session(self, topic: str, leader: str, partition: Partition, features: int) -> None:
         host, port = split_host_port(leader)
         with trio.fail_after(DIAL_TIMEOUT):
             stream = PlainSocketStream((await trio.open_tcp_stream(host, int(port))).socket)
@@ -150,12 +173,15 @@ class Followers:
                 state.epoch,
                 partition.log.end_offset,
                 last_epoch(partition),
+                features,
             )
             await stream.send_all(encode(hello))
             reader = FrameReader(stream, LeaderFrameDecoder(), rest)
             with trio.fail_after(WELCOME_TIMEOUT):
                 welcome = await reader.next()
             if isinstance(welcome, Error):
+                if features and welcome.code == ReplicationErrorCode.BAD_FRAME:
+                    raise LeaderTooOld(f"{welcome.code} {welcome.text}")
                 raise LeaderRefused(f"{welcome.code} {welcome.text}")
             if not isinstance(welcome, Welcome):
                 raise ReplicationProtocolError(f"expected WELCOME, got {type(welcome).__name__}")
@@ -210,6 +236,14 @@ class Followers:
                     )
                     if not frame.deleted:
                         await stream.send_all(encode(CursorsAck(epoch, name, confirmed)))
+            case Admin(epoch=epoch, version=version):
+                await self._check_epoch(stream, partition, epoch)
+                topic = self.broker.find_topic(topic_name)
+                if topic is not None and not topic.deleted:
+                    changed = mirror_admin(self.broker, topic, frame)
+                    self.broker.syncs.request(metadata=changed)
+                    await self.broker.wait_durable()  # the cursors before it too
+                    await stream.send_all(encode(AdminAck(epoch, version)))
             case Error(code=code, text=text):
                 raise LeaderRefused(f"{code} {text}")
             case Welcome():

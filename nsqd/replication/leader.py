@@ -6,7 +6,10 @@ follower's log must be cut back to (its end for the follower's last epoch) and t
 high-watermark (``Welcome``), then streams ``Append`` batches from there, pipelined: it does
 not wait for an ``Ack`` before sending the next batch. Each ``Ack`` records the follower's
 progress in the partition state (moving the high-watermark when the follower is in sync).
-Idle, the leader sends the high-watermark every :data:`HEARTBEAT` seconds. The stream ends
+Idle, the leader sends the high-watermark every :data:`HEARTBEAT` seconds. A follower whose
+Hello carries ``FEATURE_ADMIN`` also gets the topic's administrative state (``Admin``) at the
+start and on every change, and its ``AdminAck`` is recorded in ``Partition.admin_acks`` (an
+administrative change waits for it: :mod:`nsqd.broker.admin_state`). The stream ends
 when this node stops leading the partition, or its epoch moves on: a deposed leader has
 nothing to send.
 
@@ -22,7 +25,10 @@ import logging
 import trio
 
 from protocol.replication import (
+    FEATURE_ADMIN,
     Ack,
+    Admin,
+    AdminAck,
     Cursors,
     CursorsAck,
     Error,
@@ -39,6 +45,7 @@ from protocol.replication import (
 from protocol.replication_decoder import FollowerFrameDecoder
 
 from ..broker import Broker, Topic
+from ..broker.admin_state import admin_frame
 from ..broker.copying import end_for_epoch, follower_acked, read_for_follower
 from ..broker.partition import Partition
 from ..core.errors import BrokerError
@@ -123,10 +130,17 @@ async def _serve(
         start,
         state.epoch,
     )
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(_read_acks, broker, reader, topic, partition, hello.node)
-        await _stream(broker, stream, topic, partition, start, hello.node)
-        nursery.cancel_scope.cancel()
+    admin = bool(hello.features & FEATURE_ADMIN)
+    if admin:
+        partition.admin_acks[hello.node] = -1
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_read_acks, broker, reader, topic, partition, hello.node)
+            await _stream(broker, stream, topic, partition, start, hello.node, admin=admin)
+            nursery.cancel_scope.cancel()
+    finally:
+        if admin:
+            partition.admin_acks.pop(hello.node, None)
 
 
 def _led_partition(broker: Broker, hello: Hello) -> tuple[Topic | None, Partition | None]:
@@ -147,16 +161,21 @@ async def _stream(
     partition: Partition,
     at: int,
     node: str,
+    *,
+    admin: bool = False,
 ) -> None:
     """Send what the follower lacks, as it comes, and the channels' state in the partition
     (every :data:`CURSOR_INTERVAL` seconds when it changed), while this node leads under
-    one epoch."""
+    one epoch. With ``admin`` (the follower takes Admin frames) the topic's administrative
+    state follows the channels' whenever it changed; an administrative change sends both at
+    once, the cursors first, so the follower's AdminAck covers them."""
     state = partition.state
     epoch = state.epoch
     clock = broker.clock
     sent_hw, sent_at = -1, clock.monotonic()
     cursors: dict[str, tuple[int, tuple[tuple[int, int], ...]]] = {}
     next_cursors = 0.0
+    sent_admin: Admin | None = None
     budget = CatchUpBudget(CATCHUP_RATE, clock.monotonic())
     while state.leads and state.epoch == epoch:
         batch = read_for_follower(partition, at, BATCH_BYTES)
@@ -176,11 +195,17 @@ async def _stream(
         if state.high_watermark != sent_hw or now - sent_at >= HEARTBEAT:
             sent_hw, sent_at = state.high_watermark, now
             await stream.send_all(encode(HighWatermark(epoch, sent_hw)))
-        every = now >= next_cursors  # ordered channels: at once, others every interval
+        changed = admin and (sent_admin is None or sent_admin.version != topic.admin_version)
+        every = now >= next_cursors or changed  # ordered channels: at once, others every interval
         if every:
             next_cursors = now + CURSOR_INTERVAL
         for frame in _cursor_changes(topic, partition, epoch, cursors, every):
             await stream.send_all(encode(frame))
+        if admin and every:
+            state_now = admin_frame(topic, epoch)
+            if state_now != sent_admin:
+                sent_admin = state_now
+                await stream.send_all(encode(state_now))
         with trio.move_on_after(CURSOR_INTERVAL):
             await broker.replication.wait_data(partition, at)
     log.info(
@@ -244,6 +269,11 @@ async def _read_acks(
         frame = await reader.next()
         if isinstance(frame, Refuse):
             raise FollowerGone(f"{node} refused epoch {partition.state.epoch}: {frame.reason}")
+        if isinstance(frame, AdminAck):
+            if frame.epoch == partition.state.epoch and node in partition.admin_acks:
+                partition.admin_acks[node] = max(partition.admin_acks[node], frame.version)
+                broker.replication.wake(partition, streams=False)  # admin changes look
+            continue
         if isinstance(frame, CursorsAck):
             if frame.epoch == partition.state.epoch:
                 partition.state.cursor_acked(node, frame.channel, frame.confirmed)

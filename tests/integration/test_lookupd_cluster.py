@@ -214,6 +214,9 @@ def test_topic_create_with_youzans_parameters(cluster: Cluster) -> None:
     assert post(cluster.lookupd, f"/topic/create?{query}") == (200, b"")  # idempotent
     got, raw = post(cluster.lookupd, "/topic/create?topic=rich&partition_num=3&replicator=2")
     assert (got, json.loads(raw)) == (400, {"message": "TOPIC_ALREADY_EXISTS"})
+    # named without any topic parameter (nsqadmin's create before a channel): 200, unchanged,
+    # as nsqlookupd answers for a topic it knows
+    assert post(cluster.lookupd, "/topic/create?topic=rich") == (200, b"")
     node = f"127.0.0.1:{cluster.nodes[0].tcp_port}"
     assignment = get_json(cluster.lookupd, f"/pnsq/assignments?node={node}")["topics"]["rich"]
     parts = assignment["partitions"]

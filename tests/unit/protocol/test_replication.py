@@ -11,13 +11,20 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from protocol import NEED_DATA, ProtocolError
 from protocol.replication import (
+    ADMIN,
+    ADMIN_CHANNEL,
     APPEND,
+    FEATURE_ADMIN,
+    HELLO_EX,
     MAGIC,
     MAX_APPEND_RECORDS_SIZE,
     MAX_FRAME_SIZE,
     MAX_STRING_SIZE,
     Ack,
+    Admin,
+    AdminAck,
     Append,
+    ChannelAdmin,
     Cursors,
     CursorsAck,
     Error,
@@ -56,9 +63,11 @@ _records = st.one_of(
 def _follower_frames(strings: st.SearchStrategy[str]) -> st.SearchStrategy[FollowerFrame]:
     return st.one_of(
         st.builds(Hello, strings, strings, _u16, _u32, _u64, _u32),
+        st.builds(Hello, strings, strings, _u16, _u32, _u64, _u32, st.just(FEATURE_ADMIN)),
         st.builds(Ack, _u32, _u64),
         st.builds(Refuse, _u32, strings),
         st.builds(CursorsAck, _u32, strings, _u64),
+        st.builds(AdminAck, _u32, _u64),
     )
 
 
@@ -79,6 +88,23 @@ def _leader_frames(
             st.booleans(),
         ),
         st.builds(Error, st.sampled_from(ReplicationErrorCode) | strings, strings),
+        st.builds(
+            Admin,
+            _u32,
+            _u64,
+            st.booleans(),
+            st.lists(
+                st.builds(
+                    ChannelAdmin,
+                    strings,
+                    st.booleans(),
+                    st.booleans(),
+                    st.booleans(),
+                    st.booleans(),
+                ),
+                max_size=20,
+            ).map(tuple),
+        ),
     )
 
 
@@ -309,7 +335,15 @@ def test_leader_frames_are_refused_by_the_leader(frame_type: FrameType) -> None:
 
 
 @pytest.mark.parametrize(
-    "frame_type", [FrameType.HELLO, FrameType.ACK, FrameType.REFUSE, FrameType.CURSORS_ACK]
+    "frame_type",
+    [
+        FrameType.HELLO,
+        FrameType.ACK,
+        FrameType.REFUSE,
+        FrameType.CURSORS_ACK,
+        FrameType.ADMIN_ACK,
+        FrameType.HELLO_EX,
+    ],
 )
 def test_follower_frames_are_refused_by_the_follower(frame_type: FrameType) -> None:
     _fails(
@@ -318,7 +352,7 @@ def test_follower_frames_are_refused_by_the_follower(frame_type: FrameType) -> N
 
 
 @pytest.mark.parametrize("leader_side", [True, False])
-@pytest.mark.parametrize("type_byte", [0x00, 0x05, 0x80, 0x86, 0xFF])
+@pytest.mark.parametrize("type_byte", [0x00, 0x07, 0x80, 0x87, 0xFF])
 def test_unknown_type_fails_before_the_body_arrives(leader_side: bool, type_byte: int) -> None:
     header = struct.pack(">IB", 1000, type_byte)  # the 999-byte body never comes
     _fails(header, leader_side=leader_side, match=f"unknown frame type 0x{type_byte:02x}")
@@ -406,3 +440,61 @@ def test_many_small_frames_fed_at_once_all_decode() -> None:
     frames = _drain(decoder)
     assert frames == [Ack(1, i) for i in range(10_000)]
     assert decoder.buffered == 0
+
+
+# ---------------------------------------------------------------------------------- admin state
+
+
+def test_admin_frame_layout() -> None:
+    """The Admin body: fixed fields, then per channel its flag byte and its name."""
+    frame = Admin(
+        7,
+        3,
+        True,
+        (ChannelAdmin("a", paused=True), ChannelAdmin("bé", ordered=True, skip_zan_test=True)),
+    )
+    body = (
+        ADMIN.pack(7, 3, 0x1, 2)
+        + ADMIN_CHANNEL.pack(0x1)
+        + _s(b"a")
+        + ADMIN_CHANNEL.pack(0x2 | 0x8)
+        + _s("bé".encode())
+    )
+    assert encode(frame) == _frame(FrameType.ADMIN, body)
+    assert _decode_one(encode(frame), LeaderFrameDecoder()) == frame
+    skipped = Admin(1, 1, False, (ChannelAdmin("s", skipped=True),))
+    assert encode(skipped).endswith(ADMIN_CHANNEL.pack(0x4) + _s(b"s"))
+
+
+def test_hello_with_features_is_hello_ex_and_a_plain_hello_stays_plain() -> None:
+    plain = Hello("n", "t", 2, 5, 10, 4)
+    assert encode(plain)[4] == FrameType.HELLO  # what a leader from before HELLO_EX reads
+    featured = Hello("n", "t", 2, 5, 10, 4, FEATURE_ADMIN)
+    data = encode(featured)
+    assert data[4] == FrameType.HELLO_EX
+    assert data[5 : 5 + HELLO_EX.size] == HELLO_EX.pack(2, 5, 10, 4, FEATURE_ADMIN)
+    assert _decode_one(data, FollowerFrameDecoder()) == featured
+    with pytest.raises(ValueError, match="unknown feature bits"):
+        encode(Hello("n", "t", 0, 0, 0, 0, 0x2))
+
+
+@pytest.mark.parametrize(
+    ("frame_type", "body", "match", "leader_side"),
+    [
+        (FrameType.HELLO_EX, HELLO_EX.pack(0, 0, 0, 0, 0) + _s(b"n") + _s(b"t"), "none", True),
+        (FrameType.HELLO_EX, HELLO_EX.pack(0, 0, 0, 0, 3) + _s(b"n") + _s(b"t"), "unknown", True),
+        (FrameType.ADMIN_ACK, b"\x00" * 11, "ADMIN_ACK frame: body truncated", True),
+        (FrameType.ADMIN, ADMIN.pack(1, 1, 0x2, 0), "topic flags 0x2", False),
+        (FrameType.ADMIN, ADMIN.pack(1, 1, 0, 1) + b"\x10" + _s(b"c"), "flags 0x10", False),
+        (FrameType.ADMIN, ADMIN.pack(1, 1, 0, 2) + b"\x01" + _s(b"c"), "body truncated", False),
+        (FrameType.ADMIN, ADMIN.pack(1, 1, 0, 0) + b"!", "1 bytes after the body", False),
+    ],
+)
+def test_malformed_admin_frames(
+    frame_type: FrameType, body: bytes, match: str, leader_side: bool
+) -> None:
+    _fails(_frame(frame_type, body), leader_side=leader_side, match=match)
+
+
+def test_admin_frames_are_refused_the_wrong_way() -> None:
+    _fails(_frame(FrameType.ADMIN, b""), leader_side=True, match=r"only a leader sends it")
