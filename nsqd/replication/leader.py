@@ -10,9 +10,9 @@ Idle, the leader sends the high-watermark every :data:`HEARTBEAT` seconds. The s
 when this node stops leading the partition, or its epoch moves on: a deposed leader has
 nothing to send.
 
-With a cluster secret (:class:`~.auth.LinkAuth`) the follower proves it holds the secret, and
-which node it is, before anything else; the leader then takes its ``Hello`` only for a
-partition lookupd placed that node on (:mod:`.auth`).
+With a cluster secret (:class:`~pnsq._netio.cluster_link.ClusterLinks`) the follower proves it
+holds the secret, and which node it is, before anything else; the leader then takes its
+``Hello`` only for a partition lookupd placed that node on (:mod:`.auth`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,9 @@ import logging
 
 import trio
 
+from pnsq._netio.cluster_link import ClusterLinks, LinkFailed
 from protocol.replication import (
+    MAGIC,
     Ack,
     Cursors,
     CursorsAck,
@@ -42,7 +44,7 @@ from ..broker import Broker, Topic
 from ..broker.copying import end_for_epoch, follower_acked, read_for_follower
 from ..broker.partition import Partition
 from ..core.errors import BrokerError
-from .auth import LinkAuth, LinkAuthFailed, replica_refusal
+from .auth import replica_refusal
 from .frames import FrameReader, PeerClosed
 
 log = logging.getLogger("nsqd.replication")
@@ -66,16 +68,14 @@ async def serve_follower(
     remote: str,
     initial: bytes,
     *,
-    auth: LinkAuth | None = None,
+    links: ClusterLinks,
 ) -> None:
-    """Run one follower's stream until it or this node's leadership ends; with ``auth``, only
-    after the follower proved it holds the cluster secret (see the module doc)."""
-    proved = None
-    if auth is not None:
-        try:
-            proved, initial = await auth.accept(stream, remote, initial)
-        except LinkAuthFailed:
-            return  # refused and logged (at most once a minute per peer): nothing more to say
+    """Run one follower's stream until it or this node's leadership ends; with a cluster
+    secret, only after the follower proved it holds it (see the module doc)."""
+    try:
+        proved, initial = await links.accept(stream, remote, MAGIC, initial)
+    except LinkFailed:
+        return  # refused and logged (at most once a minute per peer): nothing more to say
     reader = FrameReader(stream, FollowerFrameDecoder(), initial)
     try:
         await _serve(broker, stream, reader, proved)
