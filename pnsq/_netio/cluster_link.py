@@ -175,6 +175,8 @@ class ClusterLinks:
             rest = await run_handshake(stream, shake)
         except (HandshakeError, trio.TooSlowError) as exc:
             raise self._failed(peer, str(exc) or "no handshake in time") from exc
+        except trio.BrokenResourceError as exc:  # TLS 1.3: a refused certificate shows here
+            raise self._failed(peer, f"{peer}: {_reason(exc)}") from exc
         if shake.peer_identity != peer:
             raise self._failed(peer, f"{peer} proved as {shake.peer_identity!r}")
         return rest
