@@ -113,6 +113,8 @@ class TCPServer:
     async def _serve_plain_link(
         self, handler: ProtocolHandler, stream: trio.abc.Stream, remote: str, initial: bytes
     ) -> None:
+        """A link in plaintext: nobody, when this node has a certificate (one refusal);
+        otherwise whoever passes the link's own checks."""
         links = self.links
         assert links is not None
         if links.tls_only:
@@ -121,7 +123,9 @@ class TCPServer:
         await handler(stream, remote, initial)
 
     async def _serve_tls_link(self, stream: trio.abc.Stream, remote: str, initial: bytes) -> None:
-        """``"  S1"``: TLS, then the link named inside it."""
+        """``"  S1"``: TLS, then the link named inside it. Who may use it: a peer that
+        completes TLS (with a certificate the root CAs trust, when the client-auth policy asks
+        for one) and then passes the link's own checks."""
         links = self.links
         assert links is not None
         try:
@@ -138,9 +142,15 @@ class TCPServer:
             await _close_tls(tls)
 
     async def serve_forwarded(self, stream: trio.abc.Stream, remote: str, initial: bytes) -> None:
-        """``"  F2"``: protocol V2 from a cluster node forwarding stock publishes, after the
-        handshake (with a secret). The session asks for no AUTH and no TLS upgrade: the
-        publish was authorized where the client connected (docs/security.md)."""
+        """``"  F2"``: protocol V2 from a cluster node forwarding stock publishes. The session
+        asks for no AUTH and no TLS upgrade: the publish was authorized where the client
+        connected (docs/security.md).
+
+        Who may use it: with a cluster secret, a peer that proved it (the handshake first; a
+        stranger gets one refusal); with a certificate, only over TLS. Without a secret, any
+        peer: but then this node runs without AUTH and without ``--tls-required`` (a cluster
+        node refuses to start with them and no secret; a standalone one without a secret
+        serves no link), so the link skips nothing a V2 client would be asked for."""
         links = self.links
         assert links is not None
         try:
