@@ -9,6 +9,7 @@ import os
 import resource
 import signal
 import socket
+import ssl
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import trio
 
+from pnsq._netio.cluster_link import ClusterLinks, client_tls_context
 from pnsq._netio.cluster_secret import ClusterSecretError, load_cluster_secret
 from pnsq._netio.limits import open_files_limit
 from protocol.identify import IdentifyLimits
@@ -103,6 +105,14 @@ def session_settings(options: Options) -> SessionSettings:
         options.tls_client_auth_policy,
         options.tls_min_version,
     )
+    link_tls_context = None
+    if tls_context is not None:
+        try:
+            link_tls_context = client_tls_context(
+                options.tls_cert, options.tls_key, options.tls_root_ca_file, options.tls_min_version
+            )
+        except (OSError, ssl.SSLError) as exc:
+            raise OptionsError(f"failed to build TLS config for cluster links - {exc}") from exc
     auth = None
     if options.auth_http_addresses:
         auth = AuthClient(
@@ -137,6 +147,7 @@ def session_settings(options: Options) -> SessionSettings:
         busy_poll=options.busy_poll,
         version=NSQD_VERSION,
         tls_context=tls_context,
+        link_tls_context=link_tls_context,
         # nsqd: "true" and "tcp-https" both require TLS on TCP ("tcp-https" spares only HTTP)
         tls_required=options.tls_required != "false",
         auth=auth,
@@ -214,22 +225,31 @@ async def _start_servers(
         replica_lag_max=options.replica_lag_max,
         secret=secret,
     )
+    # links with other nodes: TLS when this node has a certificate, the credential with a
+    # secret (without one, links are not authenticated)
+    links = ClusterLinks(
+        lambda: lookup.identity.node_id,
+        broker.clock.monotonic,
+        logging.getLogger("nsqd.links"),
+        secret=secret,
+        client_tls=settings.link_tls_context,
+        server_tls=settings.tls_context,
+    )
     forwarder = Forwarder(
         lookup.pnsq_http_addresses,
         lambda: lookup.identity.node_id,
         broker.clock.monotonic,
         secret=secret,
+        links=links,
     )
     settings = replace(settings, forwarder=forwarder)
-    tcp = TCPServer(broker, settings)
-    # replication is served by a cluster node, or by any node holding the cluster credential;
-    # a standalone nsqd without one has no followers and no "  R1" (a stranger's HELLO would
-    # otherwise read around AUTH): the magic is refused as any unknown one
-    auth = None  # without a cluster secret, replication links are not authenticated
-    if secret:
-        auth = replication.LinkAuth(secret, lambda: lookup.identity.node_id, broker.clock.monotonic)
-    if secret or options.lookupd_tcp_addresses:
-        tcp.add(replication.MAGIC, partial(replication.serve_follower, broker, auth=auth))
+    # links are served by a cluster node, or by any node holding the cluster credential; a
+    # standalone nsqd without one has no followers and serves no link (a stranger's HELLO or
+    # forwarded PUB would otherwise go around AUTH): their magics are refused as unknown ones
+    serves_links = bool(secret or options.lookupd_tcp_addresses)
+    tcp = TCPServer(broker, settings, links if serves_links else None)
+    if serves_links:
+        tcp.add_link(replication.MAGIC, partial(replication.serve_follower, broker, links=links))
     tcp_port = await nursery.start(tcp.serve, tcp_host, tcp_port)
     http_settings = HTTPSettings(
         max_msg_size=options.max_msg_size,
@@ -276,7 +296,7 @@ async def _start_servers(
         nursery.start_soon(StatsdPusher(broker, statsd_settings(options, context.settings)).run)
     nursery.start_soon(lookup.run)  # registers with --lookupd-tcp-address (none: idle)
     # partitions held as replica follow their leaders (none unless lookupd places replicas)
-    nursery.start_soon(replication.Followers(broker, lookup.identity.node_id, auth).run)
+    nursery.start_soon(replication.Followers(broker, lookup.identity.node_id, links).run)
     task_status.started((tcp_port, http_port))
     return lookup, [app] if secure is None else [app, secure]
 

@@ -32,7 +32,10 @@ successful run; wait-nodes and replicated-topic exit 1 when the cluster is not r
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
+import os
 import re
 import socket
 import sys
@@ -140,6 +143,17 @@ def http_json(url: str, method: str = "GET", headers: dict[str, str] | None = No
     return json.loads(body) if body else None
 
 
+def _cluster_auth() -> dict[str, str]:
+    """The cluster credential's header for lookupd's /pnsq/ endpoints when the cluster holds a
+    secret (``BENCH_CLUSTER_SECRET_FILE``; docs/security.md), else none."""
+    path = os.environ.get("BENCH_CLUSTER_SECRET_FILE", "")
+    if not path:
+        return {}
+    secret = Path(path).read_bytes().rstrip()
+    mac = hmac.new(secret, b"pnsq-lookupd-http", hashlib.sha256).hexdigest()
+    return {"X-Pnsq-Cluster-Auth": mac}
+
+
 def create_channel(daemon_http: str, topic: str, channel: str) -> None:
     """Create ``topic`` and its ``channel`` on an nsqd (Go or pnsq) before the load, as a
     deployment with a consumer runs: a publish then also feeds the channel."""
@@ -184,7 +198,9 @@ def partition_zero(lookupd_http: str, topic: str) -> tuple[str, str, list[str]]:
     leader = lookup["partitions"]["0"]
     tcp = f"{leader['broadcast_address']}:{leader['tcp_port']}"
     http = f"{leader['broadcast_address']}:{leader['http_port']}"
-    assigned = http_json(f"http://{lookupd_http}/pnsq/assignments?node={tcp}")
+    assigned = http_json(
+        f"http://{lookupd_http}/pnsq/assignments?node={tcp}", headers=_cluster_auth()
+    )
     partition = assigned["topics"][topic]["partitions"]["0"]
     if partition["leader"] != tcp:
         raise ValueError(
@@ -303,6 +319,11 @@ def report(results_path: str, out_path: str, meta_args: list[str]) -> None:
         "  the same run, so the ratio is pnsq replicated / Go unreplicated (issue 13's goal for",
         "  these rows: at least 0.5). All three pnsq processes share the machine's cores with",
         "  the load generator.",
+        "- Replicated MPUB with the credential and TLS (its own table): the replicated MPUB row",
+        "  on a cluster whose lookupd and nodes hold a cluster secret and whose nodes hold a",
+        "  certificate of one throwaway CA (openssl; --tls-cert, --tls-key, --tls-root-ca-file),",
+        "  so the leader streams to its replica over TLS after the cluster handshake; the",
+        "  producer stays in plaintext. Compared with the replicated MPUB row of the same round.",
         "- HTTP consume (pnsq only; Go nsqd has no HTTP consume): scripts/http_consume_load.py,",
         "  4 threads on keep-alive connections, each POST /consume?max=100&wait_ms=200 then",
         "  POST /consume/ack (which returns once the FINs are on disk), on channel ch of the",

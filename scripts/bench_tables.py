@@ -38,6 +38,15 @@ GO_BASELINE = {
     "http_consume": "consume",
 }
 
+# pnsq-only rows compared with another pnsq row of the same round (what a protection costs):
+# key -> (the row without it, label).
+PNSQ_BASELINE = {
+    "mpub_replicated_secure": (
+        "mpub_replicated",
+        "MPUB replicated as above, with the cluster credential and TLS between nodes",
+    ),
+}
+
 # Latency workloads (pnsq-loadgen latency, 200 B bodies): key -> label.
 LATENCY = {
     "latency_10k_unbuffered": "10k msgs/s, consumer unbuffered (output_buffer_size -1)",
@@ -190,6 +199,26 @@ def throughput_table(results: Results, pnsq_label: str, notes: Notes) -> list[st
     return rows
 
 
+def cost_table(results: Results, pnsq_label: str, notes: Notes) -> list[str]:
+    """pnsq-only rows against the pnsq row without their protection, round by round."""
+    rows = [
+        f"| workload | {pnsq_label} without msgs/s (median) | {pnsq_label} with msgs/s (median)"
+        " | ratio with/without (median of the rounds') | each round's ratio |",
+        "|---|---:|---:|---:|---|",
+    ]
+    for key, (baseline, label) in PNSQ_BASELINE.items():
+        pair = {
+            key: {
+                "go": results.get(baseline, {}).get("pnsq", []),
+                "pnsq": results.get(key, {}).get("pnsq", []),
+            }
+        }
+        without, with_ = side_cells(pair, key, label, notes, lambda c: number(c.value, ",.0f"))
+        ratio_, rounds = round_ratios(pair, key)
+        rows.append(f"| {label} | {without.value} | {with_.value} | {ratio_} | {rounds} |")
+    return rows
+
+
 def latency_table(results: Results, pnsq_label: str, notes: Notes) -> list[str]:
     rows = [
         f"| publish→deliver latency | Go nsqd 1.3.0 p99 ms (median) | {pnsq_label} p99 ms"
@@ -234,10 +263,12 @@ def memory_table(
 
 
 def build_tables(results: Results, pnsq_label: str, idle_conns: str) -> list[str]:
-    """The three tables, then the footnotes of all of them."""
+    """The four tables, then the footnotes of all of them."""
     notes = Notes()
     lines = [
         *throughput_table(results, pnsq_label, notes),
+        "",
+        *cost_table(results, pnsq_label, notes),
         "",
         *latency_table(results, pnsq_label, notes),
         "",

@@ -5,7 +5,13 @@ no partition. In a pnsq cluster a node may lead none of a topic's partitions; su
 forwards the publish to a leader lookupd names and acknowledges only once that leader did, so
 the producer's ``OK`` still means "stored by the partition's leader". Leaders come from pnsq
 lookupd's ``GET /lookup?topic=&access=w`` (youzan's ``partitions`` map), cached for a second;
-one V2 connection per leader is kept and reused, one publish at a time on it.
+one connection per leader is kept and reused, one publish at a time on it.
+
+That connection is the forwarding link (``"  F2"``, :mod:`protocol.cluster_links`), opened
+through :class:`~pnsq._netio.cluster_link.ClusterLinks`: over TLS when this node has a
+certificate, then, with a cluster secret, the handshake that proves it to the leader, which
+then takes the link as a trusted cluster node's (no AUTH asked: the publish was authorized
+here, where the client connected; docs/security.md). After that it speaks protocol V2.
 
 A stock publish of a topic nobody has asks lookupd to create it (``--default-partitions``, the
 asking node leading its first partition), so two nodes publishing a new topic at once cannot
@@ -25,9 +31,11 @@ from dataclasses import dataclass, field
 import httpx
 import trio
 
-from protocol import Dpub, Mpub, Pub
+from pnsq._netio.cluster_link import ClusterLinks
+from protocol import Dpub, Mpub, ProtocolError, Pub
 from protocol.client_frames import ErrorFrame, FrameDecoder, MessageFrame, Response
 from protocol.cluster_auth import http_headers
+from protocol.cluster_links import FORWARDING
 from protocol.encode import encode_command
 from protocol.lookup import ACCEPT_V1, unwrap
 from protocol.parser import NEED_DATA
@@ -39,7 +47,6 @@ log = logging.getLogger("nsqd.forward")
 LOOKUP_TTL = 1.0  # seconds a topic's leaders are reused before asking lookupd again
 TIMEOUT = 5.0  # one forwarded publish, connecting included
 CREATE_WAIT = 2.0  # seconds a publish waits for a topic it had lookupd create to be placed
-MAGIC_V2 = b"  V2"
 
 
 class ForwardError(Exception):
@@ -64,7 +71,7 @@ class _Leaders:
 
 @dataclass(slots=True)
 class _Peer:
-    stream: trio.SocketStream
+    stream: trio.abc.Stream
     decoder: FrameDecoder = field(default_factory=FrameDecoder)
     lock: trio.Lock = field(default_factory=trio.Lock)
 
@@ -76,7 +83,8 @@ class Forwarder:
     with (empty while none is connected); ``self_id`` returns this node's ``host:tcp_port``;
     ``monotonic`` is the clock the cache of leaders ages by (the broker's); ``secret``, the
     cluster credential, goes (as its HTTP header) with the admin calls to lookupd, some of which
-    (``/topic/partition/expand``) a lookupd with a secret refuses without it.
+    (``/topic/partition/expand``) a lookupd with a secret refuses without it; ``links`` opens
+    the forwarding links to leaders (None: plaintext, no credential).
     """
 
     def __init__(
@@ -85,8 +93,10 @@ class Forwarder:
         self_id: Callable[[], str],
         monotonic: Callable[[], float] = trio.current_time,
         secret: bytes = b"",
+        links: ClusterLinks | None = None,
     ) -> None:
         self._lookupd_http = lookupd_http
+        self._links = links or ClusterLinks(self_id, monotonic, log)
         self._auth = http_headers(secret)
         self._monotonic = monotonic
         self._self_id = self_id
@@ -270,6 +280,7 @@ class Forwarder:
             trio.BrokenResourceError,
             trio.ClosedResourceError,
             trio.TooSlowError,
+            ProtocolError,  # the link was refused (TLS, the credential), or not V2 framing
         ) as exc:
             await self._drop(address)
             self._leaders.pop(topic, None)
@@ -303,9 +314,11 @@ class Forwarder:
     async def _peer(self, address: tuple[str, int]) -> _Peer:
         peer = self._peers.get(address)
         if peer is None:
-            stream = await trio.open_tcp_stream(*address)
-            await stream.send_all(MAGIC_V2)
+            host, port = address
+            node = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+            stream, rest = await self._links.dial(node, FORWARDING, TIMEOUT)
             peer = self._peers[address] = _Peer(stream)
+            peer.decoder.receive_data(rest)
             log.info("FORWARD: connected to leader %s:%d", *address)
         return peer
 

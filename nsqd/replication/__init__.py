@@ -3,8 +3,7 @@
 
 from protocol.replication import MAGIC
 
-from .auth import LinkAuth
 from .follower import Followers
 from .leader import serve_follower
 
-__all__ = ["MAGIC", "Followers", "LinkAuth", "serve_follower"]
+__all__ = ["MAGIC", "Followers", "serve_follower"]

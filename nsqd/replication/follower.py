@@ -2,11 +2,13 @@
 
 :class:`Followers` keeps one task per replica partition, started and stopped as lookupd's
 placements change (it watches the broker's change counter). A task dials the leader's TCP port
-with ``"  R1"``, says where its log ends and the epoch of its last record (``Hello``), cuts its
-log back to where the leader says their histories part (``Welcome``), then appends each
-``Append`` at the same offsets and acknowledges it (``Ack``). It refuses a leader whose epoch is
-older than the one lookupd gave this node (``Refuse``): that is the fence that keeps a deposed
-leader from gathering acknowledgements. On any error it reconnects after a short backoff.
+with ``"  R1"`` (over TLS when this node has a certificate, then the cluster handshake with a
+secret: :class:`~pnsq._netio.cluster_link.ClusterLinks`), says where its log ends and the epoch
+of its last record (``Hello``), cuts its log back to where the leader says their histories part
+(``Welcome``), then appends each ``Append`` at the same offsets and acknowledges it (``Ack``).
+It refuses a leader whose epoch is older than the one lookupd gave this node (``Refuse``): that
+is the fence that keeps a deposed leader from gathering acknowledgements. On any error it
+reconnects after a short backoff.
 
 Its Hello says it takes the topic's administrative state (``FEATURE_ADMIN``): it then mirrors
 each ``Admin`` frame (paused flags, channels and their flags), saves ``pnsq.dat`` and answers
@@ -20,8 +22,7 @@ import logging
 
 import trio
 
-from pnsq._goflag.addresses import split_host_port
-from pnsq._netio.plain_stream import PlainSocketStream
+from pnsq._netio.cluster_link import ClusterLinks, LinkFailed
 from protocol.replication import (
     FEATURE_ADMIN,
     MAGIC,
@@ -55,7 +56,6 @@ from ..broker.copying import (
 )
 from ..broker.partition import Partition
 from ..core.partition_state import Role
-from .auth import LinkAuth, LinkAuthFailed
 from .frames import FrameReader, PeerClosed
 
 log = logging.getLogger("nsqd.replication")
@@ -79,10 +79,10 @@ class LeaderTooOld(LeaderRefused):
 class Followers:
     """One follow task per partition held here as replica (see the module doc)."""
 
-    def __init__(self, broker: Broker, node_id: str, auth: LinkAuth | None = None) -> None:
+    def __init__(self, broker: Broker, node_id: str, links: ClusterLinks) -> None:
         self.broker = broker
         self.node_id = node_id
-        self.auth = auth  # the cluster credential: proved before Hello (see .auth)
+        self.links = links  # TLS and the cluster credential, before Hello (see .auth)
         self._tasks: dict[Key, tuple[str, int, trio.CancelScope]] = {}
 
     async def run(self) -> None:
@@ -136,8 +136,8 @@ class Followers:
                         number,
                         leader,
                     )
-                except* LinkAuthFailed:
-                    pass  # logged by the credential, at most once a minute per leader
+                except* LinkFailed:
+                    pass  # logged by the links, at most once a minute per leader
                 except* (
                     OSError,
                     trio.BrokenResourceError,
@@ -159,12 +159,8 @@ class Followers:
                 delay = min(delay * 2, RETRY[1])
 
     async def _session(self, topic: str, leader: str, partition: Partition, features: int) -> None:
-        host, port = split_host_port(leader)
-        with trio.fail_after(DIAL_TIMEOUT):
-            stream = PlainSocketStream((await trio.open_tcp_stream(host, int(port))).socket)
+        stream, rest = await self.links.dial(leader, MAGIC, DIAL_TIMEOUT)
         async with stream:
-            await stream.send_all(MAGIC)
-            rest = b"" if self.auth is None else await self.auth.dial(stream, leader)
             state = partition.state
             hello = Hello(
                 self.node_id,

@@ -13,9 +13,9 @@ administrative change waits for it: :mod:`nsqd.broker.admin_state`). The stream 
 when this node stops leading the partition, or its epoch moves on: a deposed leader has
 nothing to send.
 
-With a cluster secret (:class:`~.auth.LinkAuth`) the follower proves it holds the secret, and
-which node it is, before anything else; the leader then takes its ``Hello`` only for a
-partition lookupd placed that node on (:mod:`.auth`).
+With a cluster secret (:class:`~pnsq._netio.cluster_link.ClusterLinks`) the follower proves it
+holds the secret, and which node it is, before anything else; the leader then takes its
+``Hello`` only for a partition lookupd placed that node on (:mod:`.auth`).
 """
 
 from __future__ import annotations
@@ -24,8 +24,10 @@ import logging
 
 import trio
 
+from pnsq._netio.cluster_link import ClusterLinks, LinkFailed
 from protocol.replication import (
     FEATURE_ADMIN,
+    MAGIC,
     Ack,
     Admin,
     AdminAck,
@@ -49,7 +51,7 @@ from ..broker.admin_state import admin_frame
 from ..broker.copying import end_for_epoch, follower_acked, read_for_follower
 from ..broker.partition import Partition
 from ..core.errors import BrokerError
-from .auth import LinkAuth, LinkAuthFailed, replica_refusal
+from .auth import replica_refusal
 from .frames import FrameReader, PeerClosed
 
 log = logging.getLogger("nsqd.replication")
@@ -73,16 +75,14 @@ async def serve_follower(
     remote: str,
     initial: bytes,
     *,
-    auth: LinkAuth | None = None,
+    links: ClusterLinks,
 ) -> None:
-    """Run one follower's stream until it or this node's leadership ends; with ``auth``, only
-    after the follower proved it holds the cluster secret (see the module doc)."""
-    proved = None
-    if auth is not None:
-        try:
-            proved, initial = await auth.accept(stream, remote, initial)
-        except LinkAuthFailed:
-            return  # refused and logged (at most once a minute per peer): nothing more to say
+    """Run one follower's stream until it or this node's leadership ends; with a cluster
+    secret, only after the follower proved it holds it (see the module doc)."""
+    try:
+        proved, initial = await links.accept(stream, remote, MAGIC, initial)
+    except LinkFailed:
+        return  # refused and logged (at most once a minute per peer): nothing more to say
     reader = FrameReader(stream, FollowerFrameDecoder(), initial)
     try:
         await _serve(broker, stream, reader, proved)

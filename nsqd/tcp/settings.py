@@ -28,6 +28,8 @@ class SessionSettings:
     busy_poll: float = DEFAULT_BUSY_POLL
     version: str = "1.3.0"
     tls_context: ssl.SSLContext | None = None  # --tls-cert/--tls-key given
+    #: the links this node dials to other pnsq nodes run over TLS with it (a certificate given)
+    link_tls_context: ssl.SSLContext | None = None
     tls_required: bool = False  # --tls-required true or tcp-https: only IDENTIFY before TLS
     auth: AuthClient | None = None  # --auth-http-address given
     #: publishes for topics this node leads no partition of go to a leader (pnsq lookupd)

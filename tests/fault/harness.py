@@ -45,7 +45,15 @@ from pnsq.client.errors import (
 from protocol.range_read import decode_binary
 from tests.daemons import GONSQ_INTEROP, Daemon, pnsq_lookupd, pnsq_nsqd
 from tests.fault.linkcut import Link
-from tests.integration.lookupd_helpers import free_port, get_json, post, request, wait_for
+from tests.fault.secure import secure
+from tests.integration.lookupd_helpers import (
+    ACCEPT,
+    free_port,
+    get_json,
+    post,
+    request,
+    wait_for,
+)
 from tests.interop.youzan_driver import YZGONSQ_INTEROP
 
 TOPIC = "faults"
@@ -77,6 +85,14 @@ class FaultCluster:
         self.partition_counts: dict[str, int] = {}
         self.lookupds: list[Daemon] = []
         self.nodes: list[Daemon] = []
+        #: ``scripts/chaos --secure``: the credential and TLS between nodes (tests/fault/secure.py)
+        self.secure = secure(work)
+        #: headers for lookupd's cluster-control endpoints (the credential, when secure)
+        self.lookupd_headers = dict(ACCEPT)
+        if self.secure is not None:
+            lookupd_flags = (*self.secure.lookupd_flags, *lookupd_flags)
+            nsqd_flags = (*self.secure.nsqd_flags, *nsqd_flags)
+            self.lookupd_headers.update(self.secure.headers)
         try:
             self._start(work, count, nsqd_flags, lookupd_flags, links)
         except BaseException:  # a cluster that failed to come up leaves no process behind
@@ -178,7 +194,10 @@ class FaultCluster:
     def placement(self, topic: str = TOPIC) -> dict[int, dict[str, Any]]:
         """Partition -> ``{"leader", "replicas", "isr", "epoch"}`` as lookupd has it."""
         for node in self.nodes:  # a node's assignments list a topic it holds, whole
-            doc = get_json(self.lookupd, f"/pnsq/assignments?node={self.node_id(node)}")
+            url = f"http://{self.lookupd.http_address}/pnsq/assignments?node={self.node_id(node)}"
+            status, body, _ = request(url, "GET", self.lookupd_headers)
+            assert status == 200, (url, status, body)
+            doc = json.loads(body)
             parts = doc["topics"].get(topic, {}).get("partitions", {})
             if parts:
                 return {int(k): v for k, v in parts.items()}

@@ -19,6 +19,8 @@ import pytest
 
 from protocol import Pub
 from protocol.cluster_auth import FrameType as AuthFrame
+from protocol.cluster_links import FORWARDING
+from protocol.encode import encode_command
 from protocol.replication import MAGIC, Ack, FrameType, Hello, encode
 from tests.daemons import Daemon, cluster_secret_flag, pnsq_lookupd, pnsq_nsqd
 from tests.integration.lookupd_helpers import get_json, post, roles, wait_for
@@ -166,6 +168,21 @@ def test_a_stranger_naming_the_follower_cannot_get_a_publish_acknowledged(
     producer.sock.settimeout(20.0)
     assert producer.read().data == b"OK"  # the real follower's ack
     producer.close()
+
+
+def test_forwarding_proves_the_secret(cluster: tuple[Daemon, list[Daemon]]) -> None:
+    lookupd, nodes = cluster
+    leader, replica = create(lookupd, nodes, "relayed")
+    producer = RawClient(replica.tcp_address)  # leads no partition: forwards
+    producer.send(Pub("relayed", b"through the forwarding link"))
+    assert producer.read().data == b"OK"
+    producer.close()
+    assert partition_view(leader, "relayed", 0)["end_offset"] == 1
+    # a stranger on the forwarding link: one refusal, nothing published
+    sock = socket.create_connection(("127.0.0.1", leader.tcp_port), timeout=10)
+    sock.sendall(FORWARDING + encode_command(Pub("relayed", b"forged", 0)))
+    assert frame_types_until_closed(sock) == [AuthFrame.REFUSAL]
+    assert partition_view(leader, "relayed", 0)["end_offset"] == 1
 
 
 def fail_over(lookupd: Daemon, nodes: list[Daemon], topic: str, before: int) -> Daemon:

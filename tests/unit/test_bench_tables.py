@@ -121,3 +121,26 @@ def test_a_single_round_row_has_no_round_in_its_note(tables: ModuleType, tmp_pat
     text = "\n".join(tables.build_tables(tables.read_results(path), "pnsq", "10"))
     assert "| 10 idle connections (each IDENTIFYed) | 1.0 | 2.0 [1] | 2.000 | 2.0 | 4.0 |" in text
     assert "- [1] 10 idle connections (each IDENTIFYed), pnsq: held 10" in text
+
+
+def test_the_cost_of_the_credential_and_tls_is_pnsq_against_pnsq(
+    tables: ModuleType, tmp_path: Path
+) -> None:
+    path = write(
+        tmp_path,
+        [
+            ("mpub", "go", "500000", "", "round=1"),
+            ("mpub_replicated", "pnsq", "100000", "", "round=1"),
+            ("mpub_replicated_secure", "pnsq", "80000", "", "round=1"),
+            ("mpub_replicated", "pnsq", "120000", "", "round=2"),
+            ("mpub_replicated_secure", "pnsq", "90000", "", "round=2"),
+        ],
+    )
+    rows = tables.cost_table(tables.read_results(path), "pnsq", tables.Notes())
+    assert row(rows, "MPUB replicated as above, with the cluster credential") == [
+        "MPUB replicated as above, with the cluster credential and TLS between nodes",
+        "110,000",
+        "85,000",
+        "0.775",
+        "0.800 · 0.750",
+    ]

@@ -4,6 +4,7 @@ HELLO_EX (which answers it with E_BAD_FRAME) dials it again with a plain Hello a
 
 from __future__ import annotations
 
+import logging
 from functools import partial
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from nsqd.core.partition_state import Placement, Role
 from nsqd.replication.follower import Followers
 from nsqd.replication.frames import FrameReader
 from nsqd.replication.leader import serve_follower
+from pnsq._netio.cluster_link import ClusterLinks
 from protocol.replication import (
     FEATURE_ADMIN,
     MAGIC,
@@ -34,6 +36,11 @@ from protocol.replication import (
 from protocol.replication_decoder import FollowerFrameDecoder, LeaderFrameDecoder
 
 LEADER, FOLLOWER = "127.0.0.1:1", "127.0.0.1:2"
+
+
+def _links(node: str) -> ClusterLinks:
+    """Plaintext links without a secret (the credential has tests of its own)."""
+    return ClusterLinks(lambda: node, trio.current_time, logging.getLogger("test"))
 
 
 def _lead(broker: Broker) -> None:
@@ -59,7 +66,9 @@ async def _frames_seen(broker: Broker, features: int, seconds: float) -> list[Le
                 await here.send_all(encode(AdminAck(frame.epoch, frame.version)))
 
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(serve_follower, broker, there, "test", b"")
+        nursery.start_soon(
+            partial(serve_follower, broker, there, "test", b"", links=_links(LEADER))
+        )
         nursery.start_soon(follower)
         await trio.sleep(seconds)
         nursery.cancel_scope.cancel()
@@ -96,7 +105,9 @@ async def test_a_change_goes_to_the_follower_at_once_and_waits_for_its_ack(
                     await here.send_all(encode(AdminAck(frame.epoch, frame.version)))
 
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(serve_follower, broker, there, "test", b"")
+            nursery.start_soon(
+                partial(serve_follower, broker, there, "test", b"", links=_links(LEADER))
+            )
             nursery.start_soon(follower)
             while not admins:
                 await trio.sleep(0.01)
@@ -138,7 +149,7 @@ async def test_a_follower_falls_back_to_a_plain_hello_for_an_older_leader(
             Placement(Role.REPLICA, 3, leader, (FOLLOWER,), (leader, FOLLOWER))
         )
         broker.changes.notify()
-        n.start_soon(Followers(broker, FOLLOWER).run)
+        n.start_soon(Followers(broker, FOLLOWER, _links(FOLLOWER)).run)
         with trio.fail_after(5):
             while len(hellos) < 2:
                 await trio.sleep(0.02)
