@@ -206,7 +206,9 @@ async def _start_servers(
 ) -> tuple[LookupClient, list[NsqdHTTP]]:
     tcp_host, tcp_port = options.tcp_host_port()
     http_host, http_port = options.http_host_port()
-    identity = LookupIdentity(NSQD_VERSION, 0, 0, socket.gethostname(), options.broadcast_address)
+    identity = LookupIdentity(
+        NSQD_VERSION, 0, 0, socket.gethostname(), options.broadcast_address, options.rack
+    )
     lookup = LookupClient(
         broker,
         identity,

@@ -28,7 +28,8 @@ Each partition goes through three steps, in this order:
    first alive replica).
 3. Re-replication, unless offline: a replica down for ``replace_after`` (``down_since`` old
    enough, or unknown node) is replaced, in place, by the alive node holding no copy of the
-   partition with the fewest leader+replica assignments over the whole view (ties: node id).
+   partition on a rack holding no copy of it (while there is one; ``View.racks``), with the
+   fewest leader+replica assignments over the whole view (ties: node id).
    The newcomer is outside the ISR until the leader reports it caught up.
 
 ``caught_up``/``lagging`` are the current leader's reports: :func:`apply` clears them when the
@@ -42,6 +43,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from protocol.lookup import PartitionAssignment
+
+from .placement import pick_spread
 
 
 class DecisionError(ValueError):
@@ -94,6 +97,7 @@ class View:
     nodes: Mapping[str, NodeView]
     partitions: Sequence[PartitionView]
     settings: Settings = field(default_factory=Settings)
+    racks: Mapping[str, str] = field(default_factory=dict)  # node -> its ``--rack``
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,7 +241,9 @@ def _leadership(state: _State, part: PartitionView, health: _Health) -> _State:
     return replace(state, offline=True, reasons=state.note(f"{why}: no in-sync replica, offline"))
 
 
-def _rereplicate(state: _State, health: _Health, load: dict[str, int]) -> _State:
+def _rereplicate(
+    state: _State, health: _Health, load: dict[str, int], racks: Mapping[str, str]
+) -> _State:
     """Step 3: replace replicas down for ``replace_after``; updates ``load``."""
     if state.offline:
         return state
@@ -247,12 +253,11 @@ def _rereplicate(state: _State, health: _Health, load: dict[str, int]) -> _State
     for index, node in enumerate(replicas):
         if not health.replaceable(node):
             continue
-        held = {state.leader, *replicas}
-        target = min(
-            (n for n in spares if n not in held), key=lambda n: (load.get(n, 0), n), default=None
-        )
-        if target is None:
+        others = [state.leader, *(r for r in replicas if r != node)]
+        found = pick_spread(spares, others, racks, 1, lambda n: (load.get(n, 0), n))
+        if not found:
             continue
+        target = found[0]
         replicas[index] = target
         load[target] = load.get(target, 0) + 1
         load[node] = load.get(node, 0) - 1
@@ -282,7 +287,7 @@ def decide(view: View, now: float) -> list[Change]:
         start = _State(part.leader, part.replicas, part.isr, part.epoch, part.offline)
         state = _upkeep(start, part, health)
         state = _leadership(state, part, health)
-        state = _rereplicate(state, health, load)
+        state = _rereplicate(state, health, load, view.racks)
         if state.key() != start.key():
             changes.append(
                 Change(

@@ -5,6 +5,9 @@ Nodes are named ``broadcast_address:tcp_port``. :func:`place` spreads a new topi
 leaders over the live pnsq nodes, least-loaded first (load = partitions led), and gives each
 partition ``replica - 1`` replicas on other nodes, those holding the fewest partitions of the
 topic so far (3 partitions with 2 copies on 3 nodes: each node leads one and replicates one).
+Racks (nsqd's ``--rack``, Kafka's ``broker.rack``) come first: a replica goes to a rack holding
+no copy of the partition yet while such a node exists (:func:`rack_of`: a node with no rack
+known is its own rack).
 Several partitions of one topic may share a node (unlike youzan's default, which needs
 ``partition_num * replica`` nodes): a stock client's ``SUB`` on a node reads every partition
 there. A topic created before any node registered is *pending* (no partitions placed) until
@@ -14,7 +17,7 @@ PUB/SUB auto-creation) is :func:`adopt`-ed: that node leads every partition it r
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from protocol.lookup import PartitionAssignment, TopicAssignment, topic_meta
@@ -97,6 +100,35 @@ class TopicPlacement:
         )
 
 
+def rack_of(node: str, racks: Mapping[str, str]) -> str:
+    """``node``'s rack; a node that registered none is a rack of its own."""
+    return racks.get(node) or f"node:{node}"
+
+
+def pick_spread(
+    candidates: Iterable[str],
+    holders: Iterable[str],
+    racks: Mapping[str, str],
+    count: int,
+    rank: Callable[[str], tuple[object, ...]],
+) -> tuple[str, ...]:
+    """Up to ``count`` of ``candidates`` (never a holder) for new copies of a partition held
+    by ``holders``, one at a time: first a node on a rack holding no copy yet, then by
+    ``rank`` (smallest first)."""
+    used = {rack_of(n, racks) for n in holders}
+    held = set(holders)
+    free = [n for n in candidates if n not in held]
+    chosen: list[str] = []
+    for _ in range(count):
+        if not free:
+            break
+        best = min(free, key=lambda n: (rack_of(n, racks) in used, *rank(n)))
+        chosen.append(best)
+        free.remove(best)
+        used.add(rack_of(best, racks))
+    return tuple(chosen)
+
+
 def leader_load(placements: Iterable[TopicPlacement]) -> dict[str, int]:
     """Partitions led per node."""
     load: dict[str, int] = {}
@@ -112,10 +144,12 @@ def place(
     nodes: Sequence[str],
     load: Mapping[str, int] | None = None,
     prefer: str | None = None,
+    racks: Mapping[str, str] | None = None,
 ) -> TopicPlacement:
     """Place a new topic on ``nodes`` (pending if there are none); a live ``prefer`` node
-    leads the first partition (the node whose publish created the topic). Raises
-    :class:`PlacementError` if fewer nodes than ``meta.replica`` are live."""
+    leads the first partition (the node whose publish created the topic); replicas go to
+    other ``racks`` first. Raises :class:`PlacementError` if fewer nodes than
+    ``meta.replica`` are live."""
     candidates = sorted(set(nodes))
     if not candidates:
         return TopicPlacement(name, meta)
@@ -134,10 +168,13 @@ def place(
         leader = min(candidates, key=lambda n: (leaders[n], n))
         leaders[leader] += 1
         held[leader] += 1
-        others = sorted(
-            (n for n in candidates if n != leader), key=lambda n: (held[n], replicas[n], n)
+        chosen = pick_spread(
+            candidates,
+            (leader,),
+            racks or {},
+            meta.replica - 1,
+            lambda n: (held[n], replicas[n], n),
         )
-        chosen = tuple(others[: meta.replica - 1])
         for node in chosen:
             replicas[node] += 1
             held[node] += 1
@@ -146,7 +183,9 @@ def place(
 
 
 def place_pending(
-    placements: Iterable[TopicPlacement], nodes: Sequence[str]
+    placements: Iterable[TopicPlacement],
+    nodes: Sequence[str],
+    racks: Mapping[str, str] | None = None,
 ) -> list[TopicPlacement]:
     """Place every pending topic that ``nodes`` can take; returns the newly placed ones."""
     all_placements = list(placements)
@@ -155,7 +194,7 @@ def place_pending(
     for placement in all_placements:
         if not placement.pending or len(set(nodes)) < max(placement.meta.replica, 1):
             continue
-        done = place(placement.name, placement.meta, nodes, load)
+        done = place(placement.name, placement.meta, nodes, load, racks=racks)
         for part in done.partitions:
             load[part.leader] = load.get(part.leader, 0) + 1
         placed.append(replace(done, adopted=placement.adopted))
@@ -171,7 +210,11 @@ def adopt(name: str, node: str, partitions: Iterable[int]) -> TopicPlacement:
 
 
 def expand(
-    placement: TopicPlacement, partition_num: int, nodes: Sequence[str], load: Mapping[str, int]
+    placement: TopicPlacement,
+    partition_num: int,
+    nodes: Sequence[str],
+    load: Mapping[str, int],
+    racks: Mapping[str, str] | None = None,
 ) -> TopicPlacement:
     """youzan's ``/topic/partition/expand``: add partitions up to ``partition_num``, placed as
     :func:`place` would (the existing ones stay where they are). Raises
@@ -188,6 +231,7 @@ def expand(
         replace(placement.meta, partition_num=partition_num - old),
         nodes,
         load,
+        racks=racks,
     )
     meta = replace(placement.meta, partition_num=partition_num)
     return replace(placement, meta=meta, partitions=placement.partitions + extra.partitions)

@@ -68,6 +68,7 @@ class Cluster(Metadata):
         self.events = ParkingLot()
         self.timeouts = timeouts
         self.clock = clock
+        self._racks: dict[str, str] = {}  # node -> the rack it registered last
 
     def load(self) -> None:
         """Read the stored placements; each stored topic gets its registration key back."""
@@ -99,6 +100,7 @@ class Cluster(Metadata):
         partitioned = EXT_PARTITIONS in identity.extensions or _is_youzan(identity)
         peer = self.registry.identify(peer_id, identity, self.clock(), partitioned=partitioned)
         if partitioned and not _is_youzan(identity):
+            self._racks[peer.node_id] = identity.rack
             self.liveness.connected(peer.node_id, self.clock())
             self.events.unpark_all()
         self.place_pending()
@@ -189,12 +191,18 @@ class Cluster(Metadata):
         peers = self.registry.active_peers(self.clock(), self.timeouts.inactive)
         return sorted({p.node_id for p in peers if p.partitioned and not _is_youzan(p.identity)})
 
+    def racks(self) -> dict[str, str]:
+        """The rack each pnsq node registered (``--rack``) when it last identified itself, by
+        node id (also of the nodes gone since: their copies still occupy their racks)."""
+        return dict(self._racks)
+
     def place_pending(self) -> None:
         """Place topics created before any node was there."""
         pending = [p for p in self.placements.values() if p.pending]
         if not pending or not self.leading:
             return
-        for placement in place_pending(self.placements.values(), self.live_nodes()):
+        placed = place_pending(self.placements.values(), self.live_nodes(), self.racks())
+        for placement in placed:
             log.info("TOPIC(%s): placed on %s", placement.name, _describe(placement))
             self.placements[placement.name] = placement
             self._changed()
@@ -222,7 +230,7 @@ class Cluster(Metadata):
             if not existing.adopted:
                 return
         load = leader_load(self.placements.values())
-        placement = place(name, meta, self.live_nodes(), load, prefer)
+        placement = place(name, meta, self.live_nodes(), load, prefer, self.racks())
         self.placements[name] = placement
         tombstone = self.deleted.pop(name, None)
         self._changed()
@@ -290,7 +298,7 @@ class Cluster(Metadata):
         self._check_leading()
         placement = self.placements[name]
         load = leader_load(self.placements.values())
-        updated = expand(placement, partition_num, self.live_nodes(), load)
+        updated = expand(placement, partition_num, self.live_nodes(), load, self.racks())
         return await self._commit(placement, updated)
 
     async def _commit(self, old: TopicPlacement, new: TopicPlacement) -> TopicPlacement:

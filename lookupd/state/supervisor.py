@@ -52,7 +52,7 @@ def view_of(cluster: Cluster, settings: Settings, now: float) -> View:
                     offline=(placement.name, number) in cluster.offline,
                 )
             )
-    return View(cluster.liveness.views(now), tuple(partitions), settings)
+    return View(cluster.liveness.views(now), tuple(partitions), settings, cluster.racks())
 
 
 class Supervisor:

@@ -174,6 +174,9 @@ max-segment-fds int
 cluster-secret-file string
     [pnsq] path to a file holding the cluster's shared secret: links between pnsq processes
     prove they hold it (required with --auth-http-address or --tls-required)
+rack string
+    [pnsq] failure domain of this node, registered with nsqlookupd: two copies of a partition
+    are placed on different racks while one has room (defaults to the OS hostname)
 """
 
 

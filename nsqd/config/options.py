@@ -122,6 +122,7 @@ class Options:
     busy_poll: float = 200e-6  # seconds the publish reactor polls on after close turns
     max_segment_fds: int = 0  # 0: a quarter of the open-files limit (see segment_fd_budget)
     cluster_secret_file: str = ""  # the cluster credential (pnsq._netio.cluster_secret)
+    rack: str = field(default_factory=socket.gethostname)  # failure domain, for placement
 
     def tcp_host_port(self) -> tuple[str, int]:
         """``--tcp-address`` as ``(host, port)`` (Go host:port syntax)."""

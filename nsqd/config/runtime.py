@@ -96,6 +96,7 @@ read_cache_bytes read_cache_bytes int
 max_pending_output_bytes max_pending_output_bytes int
 busy_poll busy_poll duration
 max_segment_fds max_segment_fds int
+rack rack str
 """
 OPTIONS: dict[str, tuple[str, str]] = {
     name: (attribute, kind)

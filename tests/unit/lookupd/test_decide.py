@@ -540,3 +540,15 @@ class Cluster(RuleBasedStateMachine):
 
 TestCluster = Cluster.TestCase
 TestCluster.settings = settings(max_examples=200, stateful_step_count=30, deadline=None)
+
+
+def test_a_replacement_goes_to_a_rack_holding_no_copy() -> None:
+    # d is the least loaded spare but shares a's rack; e is on a rack of its own
+    nodes = {**everyone_alive("a", "b", "d", "e"), "c": dead(since=NOW - 100.0)}
+    racks = {"a": "r1", "b": "r2", "c": "r3", "d": "r1", "e": "r3"}
+    busy = part("e", ("b",), topic="other")  # e holds more than d
+    current = View(nodes=nodes, partitions=(part(isr=("a", "b")), busy), racks=racks)
+    changes, _ = settle(current)
+    assert only(changes).replicas == ("b", "e")
+    without = View(nodes=nodes, partitions=(part(isr=("a", "b")), busy))
+    assert only(decide(without, NOW)).replicas == ("b", "d")  # by load alone

@@ -149,6 +149,7 @@ PNSQ_EXTRA_FLAGS = {
     "retention",
     "busy-poll",
     "cluster-secret-file",
+    "rack",
 }
 
 
@@ -254,7 +255,7 @@ NSQD_DEFAULTS: dict[str, object] = {
 def test_defaults_are_nsqds() -> None:
     options = Options()
     fields = {field.name for field in dataclasses.fields(Options)}
-    assert fields == set(NSQD_DEFAULTS) | {"broadcast_address", "node_id"}
+    assert fields == set(NSQD_DEFAULTS) | {"broadcast_address", "node_id", "rack"}
     for name, value in NSQD_DEFAULTS.items():
         assert getattr(options, name) == value, name
         assert type(getattr(options, name)) is type(value), name
