@@ -231,7 +231,15 @@ async def _start_servers(
     if secret:
         auth = replication.LinkAuth(secret, lambda: lookup.identity.node_id, broker.clock.monotonic)
     if secret or options.lookupd_tcp_addresses:
-        tcp.add(replication.MAGIC, partial(replication.serve_follower, broker, auth=auth))
+        tcp.add(
+            replication.MAGIC,
+            partial(
+                replication.serve_follower,
+                broker,
+                auth=auth,
+                catchup_rate=options.replica_move_rate,
+            ),
+        )
     tcp_port = await nursery.start(tcp.serve, tcp_host, tcp_port)
     http_settings = HTTPSettings(
         max_msg_size=options.max_msg_size,

@@ -90,6 +90,7 @@ snappy snappy bool
 default_partitions default_partitions int
 default_replicator default_replicator int
 replica_lag_max replica_lag_max duration
+replica_move_rate replica_move_rate int
 retention retention duration
 max_disk_usage_percent max_disk_usage_percent int
 read_cache_bytes read_cache_bytes int
