@@ -12,7 +12,7 @@ forever). An up node that announced a clean shutdown is *leaving*: it keeps serv
 the ISRs it is in) but must hand its leaderships over. *Alive* means up and not leaving; only an
 alive node is promoted, joins an ISR or receives a new replica.
 
-Each partition goes through three steps, in this order:
+Each partition goes through four steps, in this order:
 
 1. ISR upkeep, while the leader is up and the partition is not offline: a non-leader member
    that is dead or reported ``lagging`` leaves the ISR; an alive assigned replica reported
@@ -30,7 +30,13 @@ Each partition goes through three steps, in this order:
    enough, or unknown node) is replaced, in place, by the alive node holding no copy of the
    partition on a rack holding no copy of it (while there is one; ``View.racks``), with the
    fewest leader+replica assignments over the whole view (ties: node id).
-   The newcomer is outside the ISR until the leader reports it caught up.
+   The newcomer is outside the ISR until the leader reports it caught up. The source and the
+   target of a move in progress are left to the move.
+4. Moves (:mod:`.moves`), unless offline: a move whose target is not alive (and does not lead)
+   is rolled back (the target leaves ``replicas``); a target not holding a copy yet joins
+   ``replicas``, outside the ISR; once it is in the ISR, a source that leads hands leadership
+   over to it at ``epoch + 1`` (as a leaving leader does), and the source leaves ``replicas``
+   and the ISR (unless the move is a leadership transfer, ``keep_source``). The move then ends.
 
 ``caught_up``/``lagging`` are the current leader's reports: :func:`apply` clears them when the
 epoch changes and drops the nodes that left or joined ``replicas``, which makes
@@ -44,7 +50,8 @@ from dataclasses import dataclass, field, replace
 
 from protocol.lookup import PartitionAssignment
 
-from .placement import pick_spread
+from .moves import Move
+from .racks import pick_spread
 
 
 class DecisionError(ValueError):
@@ -75,6 +82,7 @@ class PartitionView:
     lagging: frozenset[str] = frozenset()  # replicas the leader reports lagging past the bound
     unclean: bool = False  # the topic allows promoting an out-of-sync replica
     offline: bool = False
+    move: Move | None = None  # a move of this partition in progress
 
     @property
     def replication_factor(self) -> int:
@@ -112,6 +120,7 @@ class Change:
     epoch: int
     offline: bool
     reason: str
+    move: Move | None = None  # the partition's move in progress after the change (None: none)
 
     def assignment(self) -> PartitionAssignment:
         """The placement form (leader, replicas, epoch) nodes receive."""
@@ -157,10 +166,18 @@ class _State:
     isr: tuple[str, ...]
     epoch: int
     offline: bool
+    move: Move | None = None
     reasons: tuple[str, ...] = ()
 
-    def key(self) -> tuple[str, tuple[str, ...], frozenset[str], int, bool]:
-        return (self.leader, self.replicas, frozenset(self.isr), self.epoch, self.offline)
+    def key(self) -> tuple[str, tuple[str, ...], frozenset[str], int, bool, Move | None]:
+        return (
+            self.leader,
+            self.replicas,
+            frozenset(self.isr),
+            self.epoch,
+            self.offline,
+            self.move,
+        )
 
     def note(self, reason: str) -> tuple[str, ...]:
         return (*self.reasons, reason)
@@ -206,6 +223,7 @@ def _promote(state: _State, leader: str, isr: Iterable[str], reason: str) -> _St
         _isr(leader, isr, replicas),
         state.epoch + 1,
         offline=False,
+        move=state.move,
         reasons=state.note(reason),
     )
 
@@ -250,8 +268,9 @@ def _rereplicate(
     replicas = list(state.replicas)
     reasons = state.reasons
     spares = sorted(n for n in health.nodes if health.alive(n))
+    moving = () if state.move is None else (state.move.source, state.move.target)
     for index, node in enumerate(replicas):
-        if not health.replaceable(node):
+        if not health.replaceable(node) or node in moving:
             continue
         others = [state.leader, *(r for r in replicas if r != node)]
         found = pick_spread(spares, others, racks, 1, lambda n: (load.get(n, 0), n))
@@ -266,6 +285,39 @@ def _rereplicate(
         return state
     new = tuple(replicas)
     return replace(state, replicas=new, isr=_isr(state.leader, state.isr, new), reasons=reasons)
+
+
+def _moving(state: _State, health: _Health) -> _State:
+    """Step 4: one step of the partition's move, if it has one."""
+    move = state.move
+    if move is None or state.offline:
+        return state
+    what = move.describe()
+    holders = (state.leader, *state.replicas)
+    if move.source not in holders:  # e.g. an operator's other change: nothing left to move
+        return replace(state, move=None, reasons=state.note(f"{what}: source gone, ended"))
+    if state.leader != move.target and not health.alive(move.target):
+        replicas = state.replicas
+        if not move.keep_source:
+            replicas = tuple(r for r in replicas if r != move.target)
+        isr = _isr(state.leader, state.isr, replicas)
+        why = f"{what}: rolled back, {move.target} not alive"
+        return replace(state, replicas=replicas, isr=isr, move=None, reasons=state.note(why))
+    if move.target not in holders:
+        replicas = (*state.replicas, move.target)
+        why = f"{what}: {move.target} added, catching up"
+        return replace(state, replicas=replicas, reasons=state.note(why))
+    if move.target not in state.isr:
+        return state  # catching up: the leader reports it, step 1 adds it to the ISR
+    if state.leader == move.source:
+        kept = (m for m in state.isr if m != state.leader and health.up(m))
+        state = _promote(state, move.target, kept, f"{what}: leadership handed over")
+    if move.keep_source:
+        return replace(state, move=None, reasons=state.note(f"{what}: done"))
+    replicas = tuple(r for r in state.replicas if r != move.source)
+    isr = _isr(state.leader, state.isr, replicas)
+    why = f"{what}: done, {move.source} removed"
+    return replace(state, replicas=replicas, isr=isr, move=None, reasons=state.note(why))
 
 
 def assignment_load(partitions: Iterable[PartitionView]) -> dict[str, int]:
@@ -284,10 +336,11 @@ def decide(view: View, now: float) -> list[Change]:
     load = assignment_load(view.partitions)
     changes = []
     for part in view.partitions:
-        start = _State(part.leader, part.replicas, part.isr, part.epoch, part.offline)
+        start = _State(part.leader, part.replicas, part.isr, part.epoch, part.offline, part.move)
         state = _upkeep(start, part, health)
         state = _leadership(state, part, health)
         state = _rereplicate(state, health, load, view.racks)
+        state = _moving(state, health)
         if state.key() != start.key():
             changes.append(
                 Change(
@@ -299,6 +352,7 @@ def decide(view: View, now: float) -> list[Change]:
                     epoch=state.epoch,
                     offline=state.offline,
                     reason="; ".join(state.reasons),
+                    move=state.move,
                 )
             )
     return changes
@@ -330,6 +384,7 @@ def apply(view: View, changes: Iterable[Change]) -> View:
                 isr=change.isr,
                 epoch=change.epoch,
                 offline=change.offline,
+                move=change.move,
                 caught_up=part.caught_up & stay,
                 lagging=part.lagging & stay,
             )

@@ -6,8 +6,8 @@ leaders over the live pnsq nodes, least-loaded first (load = partitions led), an
 partition ``replica - 1`` replicas on other nodes, those holding the fewest partitions of the
 topic so far (3 partitions with 2 copies on 3 nodes: each node leads one and replicates one).
 Racks (nsqd's ``--rack``, Kafka's ``broker.rack``) come first: a replica goes to a rack holding
-no copy of the partition yet while such a node exists (:func:`rack_of`: a node with no rack
-known is its own rack).
+no copy of the partition yet while such a node exists (:mod:`.racks`). A partition being moved
+(:mod:`.moves`) carries its :class:`~.moves.Move` in ``moves``.
 Several partitions of one topic may share a node (unlike youzan's default, which needs
 ``partition_num * replica`` nodes): a stock client's ``SUB`` on a node reads every partition
 there. A topic created before any node registered is *pending* (no partitions placed) until
@@ -17,10 +17,13 @@ PUB/SUB auto-creation) is :func:`adopt`-ed: that node leads every partition it r
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from protocol.lookup import PartitionAssignment, TopicAssignment, topic_meta
+
+from .moves import Move, from_documents, to_documents
+from .racks import pick_spread
 
 MAX_PARTITION_NUM = 255  # youzan nsqlookupd accepts 1..255
 MAX_REPLICATOR = 5
@@ -66,6 +69,17 @@ class TopicPlacement:
     meta: TopicMeta
     partitions: tuple[PartitionAssignment, ...] = field(default=())
     adopted: bool = False
+    moves: tuple[Move, ...] = ()  # partitions being moved (at most one move each)
+
+    def move(self, partition: int) -> Move | None:
+        """The move of ``partition`` in progress, if any."""
+        return next((m for m in self.moves if m.partition == partition), None)
+
+    def with_move(self, partition: int, move: Move | None) -> TopicPlacement:
+        """This placement with ``partition``'s move set (or ended, with None)."""
+        kept = tuple(m for m in self.moves if m.partition != partition)
+        moves = kept if move is None else tuple(sorted((*kept, move), key=_by_partition))
+        return replace(self, moves=moves)
 
     @property
     def pending(self) -> bool:
@@ -100,33 +114,8 @@ class TopicPlacement:
         )
 
 
-def rack_of(node: str, racks: Mapping[str, str]) -> str:
-    """``node``'s rack; a node that registered none is a rack of its own."""
-    return racks.get(node) or f"node:{node}"
-
-
-def pick_spread(
-    candidates: Iterable[str],
-    holders: Iterable[str],
-    racks: Mapping[str, str],
-    count: int,
-    rank: Callable[[str], tuple[object, ...]],
-) -> tuple[str, ...]:
-    """Up to ``count`` of ``candidates`` (never a holder) for new copies of a partition held
-    by ``holders``, one at a time: first a node on a rack holding no copy yet, then by
-    ``rank`` (smallest first)."""
-    used = {rack_of(n, racks) for n in holders}
-    held = set(holders)
-    free = [n for n in candidates if n not in held]
-    chosen: list[str] = []
-    for _ in range(count):
-        if not free:
-            break
-        best = min(free, key=lambda n: (rack_of(n, racks) in used, *rank(n)))
-        chosen.append(best)
-        free.remove(best)
-        used.add(rack_of(best, racks))
-    return tuple(chosen)
+def _by_partition(move: Move) -> int:
+    return move.partition
 
 
 def leader_load(placements: Iterable[TopicPlacement]) -> dict[str, int]:
@@ -285,6 +274,7 @@ def to_document(placement: TopicPlacement) -> dict[str, object]:
         "min_isr": meta.min_isr,
         "unclean": meta.unclean,
         "adopted": placement.adopted,
+        "moves": to_documents(placement.moves),
         "partitions": [
             {
                 "leader": p.leader,
@@ -332,4 +322,6 @@ def from_document(name: str, document: Mapping[str, object]) -> TopicPlacement:
         )
         for p in raw
     )
-    return TopicPlacement(name, meta, parts, adopted=bool(document.get("adopted", False)))
+    moves = from_documents(name, document.get("moves"))
+    adopted = bool(document.get("adopted", False))
+    return TopicPlacement(name, meta, parts, adopted=adopted, moves=moves)

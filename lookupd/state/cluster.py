@@ -20,6 +20,7 @@ from protocol.lookup import PartitionAssignment, TopicAssignment
 from protocol.lookup_v1 import EXT_PARTITIONS, PeerIdentity
 
 from ..core.liveness import Liveness, Progress
+from ..core.moves import Move, MoveError, check_move
 from ..core.placement import (
     PlacementError,
     TopicMeta,
@@ -301,6 +302,31 @@ class Cluster(Metadata):
         updated = expand(placement, partition_num, self.live_nodes(), load, self.racks())
         return await self._commit(placement, updated)
 
+    async def start_move(self, topic: str, partition: int, move: Move) -> Move:
+        """youzan's ``/topic/partition/move``: ``move`` is checked, persisted and left to the
+        failover loop (:mod:`lookupd.core.moves`); returns it as it will run. Raises KeyError
+        for an unknown topic, :class:`MoveError`, :class:`StoreError`."""
+        self._check_leading()
+        placement = self.placements[topic]
+        if not 0 <= partition < len(placement.partitions):
+            raise MoveError("INVALID_ARG_TOPIC_PARTITION")
+        now = self.clock()
+        views = self.liveness.views(now)
+        alive = [
+            n for n in self.live_nodes() if self.liveness.is_alive(n, now) and not views[n].leaving
+        ]
+        checked = check_move(
+            placement.partitions[partition],
+            move,
+            alive=alive,
+            racks=self.racks(),
+            offline=(topic, partition) in self.offline,
+            busy=placement.move(partition) is not None,
+        )
+        await self._commit(placement, placement.with_move(partition, checked))
+        self.events.unpark_all()
+        return checked
+
     async def _commit(self, old: TopicPlacement, new: TopicPlacement) -> TopicPlacement:
         self.placements[new.name] = new
         self._changed()
@@ -342,4 +368,12 @@ def _describe(placement: TopicPlacement) -> str:
     return f"{len(placement.partitions)} partition(s) [{leaders}]"
 
 
-__all__ = ["Cluster", "PlacementError", "StoreError", "TopicMeta", "UnavailableError"]
+__all__ = [
+    "Cluster",
+    "Move",
+    "MoveError",
+    "PlacementError",
+    "StoreError",
+    "TopicMeta",
+    "UnavailableError",
+]

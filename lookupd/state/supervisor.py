@@ -50,6 +50,7 @@ def view_of(cluster: Cluster, settings: Settings, now: float) -> View:
                     lagging=progress.lagging if current and progress else frozenset(),
                     unclean=placement.meta.unclean,
                     offline=(placement.name, number) in cluster.offline,
+                    move=placement.move(number),
                 )
             )
     return View(cluster.liveness.views(now), tuple(partitions), settings, cluster.racks())
@@ -115,7 +116,10 @@ class Supervisor:
         parts[change.partition] = PartitionAssignment(
             change.leader, change.replicas, change.epoch, change.isr
         )
-        cluster.placements[change.topic] = replace(placement, partitions=tuple(parts))
+        updated = replace(placement, partitions=tuple(parts))
+        if change.move != placement.move(change.partition):
+            updated = updated.with_move(change.partition, change.move)
+        cluster.placements[change.topic] = updated
         key = (change.topic, change.partition)
         if change.offline:
             cluster.offline.add(key)

@@ -17,12 +17,11 @@ from lookupd.core.placement import (
     check_recreate,
     from_document,
     leader_load,
-    pick_spread,
     place,
     place_pending,
-    rack_of,
     to_document,
 )
+from lookupd.core.racks import pick_spread, rack_of
 from lookupd.core.registry import Registry
 from lookupd.core.views import Timeouts, ViewError, listlookup, lookup, nodes, topics
 from lookupd.state.store import MetadataStore, Stored, StoreError
