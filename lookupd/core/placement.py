@@ -70,10 +70,24 @@ class TopicPlacement:
     partitions: tuple[PartitionAssignment, ...] = field(default=())
     adopted: bool = False
     moves: tuple[Move, ...] = ()  # partitions being moved (at most one move each)
+    #: nodes that held a copy lookupd took away (a move's source, a replaced replica) and hold
+    #: none now: their assignments still list the topic, so they stop serving their copy
+    released: tuple[str, ...] = ()
 
     def move(self, partition: int) -> Move | None:
         """The move of ``partition`` in progress, if any."""
         return next((m for m in self.moves if m.partition == partition), None)
+
+    def with_partition(self, number: int, part: PartitionAssignment) -> TopicPlacement:
+        """This placement with partition ``number`` placed as ``part``; a node it no longer
+        holds any copy on is ``released``, a node holding one again is not."""
+        parts = list(self.partitions)
+        old = parts[number]
+        parts[number] = part
+        updated = replace(self, partitions=tuple(parts))
+        gone = {old.leader, *old.replicas} - {part.leader, *part.replicas}
+        released = [n for n in (*self.released, *sorted(gone)) if not updated.holds(n)]
+        return replace(updated, released=tuple(dict.fromkeys(released)))
 
     def with_move(self, partition: int, move: Move | None) -> TopicPlacement:
         """This placement with ``partition``'s move set (or ended, with None)."""
@@ -247,12 +261,13 @@ def assignments_for(
     """The topics ``node`` must hold, for ``/pnsq/assignments``, plus the placed topics it
     ``registered`` without holding any of their partitions (a node that joined with data of
     a topic placed elsewhere): listed with their leaders elsewhere, so the node stops serving
-    its copy and no partition ever has two live copies."""
+    its copy and no partition ever has two live copies; likewise to a node a copy was taken
+    from (``released``)."""
     claimed = set(registered)
     return [
         p.assignment()
         for p in sorted(placements, key=lambda p: p.name)
-        if p.holds(node) or (p.name in claimed and not p.pending)
+        if p.holds(node) or node in p.released or (p.name in claimed and not p.pending)
     ]
 
 
@@ -275,6 +290,7 @@ def to_document(placement: TopicPlacement) -> dict[str, object]:
         "unclean": meta.unclean,
         "adopted": placement.adopted,
         "moves": to_documents(placement.moves),
+        "released": list(placement.released),
         "partitions": [
             {
                 "leader": p.leader,
@@ -324,4 +340,9 @@ def from_document(name: str, document: Mapping[str, object]) -> TopicPlacement:
     )
     moves = from_documents(name, document.get("moves"))
     adopted = bool(document.get("adopted", False))
-    return TopicPlacement(name, meta, parts, adopted=adopted, moves=moves)
+    released = document.get("released", [])
+    if not isinstance(released, list):
+        raise ValueError(f"topic {name}: released is not a list")
+    return TopicPlacement(
+        name, meta, parts, adopted=adopted, moves=moves, released=tuple(map(str, released))
+    )

@@ -12,7 +12,6 @@ taken again on the next tick.
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
 
 import trio
 
@@ -109,14 +108,13 @@ class Supervisor:
     def _apply(self, change: Change) -> None:
         cluster = self.cluster
         placement: TopicPlacement = cluster.placements[change.topic]
-        parts = list(placement.partitions)
-        old = parts[change.partition]
+        old = placement.partitions[change.partition]
         if change.epoch != old.epoch:
             self.failovers += 1
-        parts[change.partition] = PartitionAssignment(
-            change.leader, change.replicas, change.epoch, change.isr
+        updated = placement.with_partition(
+            change.partition,
+            PartitionAssignment(change.leader, change.replicas, change.epoch, change.isr),
         )
-        updated = replace(placement, partitions=tuple(parts))
         if change.move != placement.move(change.partition):
             updated = updated.with_move(change.partition, change.move)
         cluster.placements[change.topic] = updated

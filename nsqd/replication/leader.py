@@ -61,6 +61,7 @@ CURSOR_INTERVAL = 0.2  # seconds between looks at the channels' state
 #: followers); nsqd's ``--replica-move-rate``
 CATCHUP_RATE = 32 << 20
 BATCH_BYTES = 1 << 20  # about this much per Append
+MIN_CATCHUP_BATCH = 4096  # bytes: the smallest Append to a follower catching up
 HELLO_TIMEOUT = 10.0
 
 
@@ -192,7 +193,11 @@ async def _stream(
     sent_admin: Admin | None = None
     budget = CatchUpBudget(catchup_rate, clock.monotonic())
     while state.leads and state.epoch == epoch:
-        batch = read_for_follower(partition, at, BATCH_BYTES)
+        catching_up = node not in state.placement.isr
+        # catching up: batches of a tenth of a second's budget, so the rate holds for a log
+        # shorter than one full batch too
+        size = max(MIN_CATCHUP_BATCH, int(catchup_rate / 10)) if catching_up else BATCH_BYTES
+        batch = read_for_follower(partition, at, min(size, BATCH_BYTES), recent=not catching_up)
         if batch.count:
             header = encode_append_header(
                 epoch, batch.base_offset, state.high_watermark, batch.count, len(batch.data)
@@ -202,7 +207,7 @@ async def _stream(
             if at >= partition.log.end_offset:
                 state.sent_to_end(node, at)
             sent_hw, sent_at = state.high_watermark, clock.monotonic()
-            if node not in state.placement.isr:  # catching up: at a bounded rate
+            if catching_up:  # at a bounded rate
                 await trio.sleep(budget.spend(len(batch.data), sent_at))
             continue
         now = clock.monotonic()
