@@ -1,43 +1,55 @@
 """``/topic/partition/move`` with real processes under continuous load: lookupd and three nsqd
 (each its own rack), a topic with two copies, pnsq's client publishing (with retries) and
-consuming all along. One replica is moved to the third node, then the leader is moved to the
-node the replica left. No acknowledged message is lost, every one is consumed, the channel's
-position moves with the partition (no replay from the start), the copy catches up at
-``--replica-move-rate`` and the longest write gap is measured and printed."""
+consuming all along.
+
+The default round moves one replica to the third node, then the leader to the node the replica
+left: no acknowledged message is lost, every one is consumed, the channel's position moves with
+the partition (no replay from the start), the copy catches up at ``--replica-move-rate`` and
+the longest write gap is measured and printed. The fault rounds kill -9 the target or the
+source in the middle of a move, or restart lookupd: the move rolls back or finishes, and
+nothing acknowledged is lost."""
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 import trio
 
 from pnsq.client import open_consumer, open_producer
 from tests.daemons import Daemon, pnsq_lookupd, pnsq_nsqd
-from tests.integration.lookupd_helpers import get_json, post, roles, wait_for
+from tests.integration.lookupd_helpers import free_port, get_json, post, roles, wait_for
 
 pytestmark = pytest.mark.integration
 
 MOVE_RATE = 256 * 1024  # bytes/s a catching-up copy is fed (--replica-move-rate)
 BACKLOG = 600  # messages of BODY_SIZE published before the first move
 BODY_SIZE = 1024
+T = TypeVar("T")
 
 
 class Cluster:
-    """A pnsq lookupd and nsqd a, b, c on racks r-a, r-b, r-c."""
+    """A pnsq lookupd and nsqd a, b, c on racks r-a, r-b, r-c, on fixed ports (a restarted
+    daemon keeps its address)."""
 
     def __init__(self, work: Path) -> None:
-        self.lookupd = pnsq_lookupd(work / "lookupd", "--heartbeat-timeout=2s").start()
+        self.lookupd = pnsq_lookupd(
+            work / "lookupd",
+            "--heartbeat-timeout=2s",
+            f"--tcp-address=127.0.0.1:{free_port()}",
+            f"--http-address=127.0.0.1:{free_port()}",
+        ).start()
         self.nodes: list[Daemon] = []
         for name in "abc":
             self.nodes.append(
                 pnsq_nsqd(
                     work / name,
                     f"--lookupd-tcp-address={self.lookupd.tcp_address}",
+                    f"--tcp-address=127.0.0.1:{free_port()}",
                     f"--rack=r-{name}",
                     f"--replica-move-rate={MOVE_RATE}",
                 ).start()
@@ -60,6 +72,15 @@ class Cluster:
     def moves(self) -> list[dict[str, Any]]:
         return list(get_json(self.lookupd, "/topic/partition/moves")["moves"])
 
+    def create(self) -> tuple[str, str, str, dict[str, Any]]:
+        """Topic ``mv``, one partition, two copies in sync: (leader, replica, spare, placed)."""
+        status, body = post(self.lookupd, "/topic/create?topic=mv&partition_num=1&replicator=2")
+        assert status == 200, body
+        wait_for(lambda: len(self.placement("mv")["isr"]) == 2, what="both copies in sync")
+        placed = self.placement("mv")
+        spare = next(self.node_id(n) for n in self.nodes if self.node_id(n) not in placed["isr"])
+        return placed["leader"], placed["replicas"][0], spare, placed
+
     def stop(self) -> None:
         for node in self.nodes:
             node.stop()
@@ -81,17 +102,25 @@ class Load:
     with the longest time between two acknowledgements) and a consumer taking them."""
 
     def __init__(self) -> None:
-        self.acked: list[int] = []
+        self.acked: list[int] = list(range(BACKLOG))
         self.longest_gap = 0.0
         self.received: list[int] = []
         self.publishing = True
 
+    @property
+    def lost(self) -> set[int]:
+        return set(self.acked) - set(self.received)
 
-async def _produce(load: Load, seed: str, lookupd: str, start: int) -> None:
+    @property
+    def redelivered(self) -> int:
+        return len(self.received) - len(set(self.received))
+
+
+async def _produce(load: Load, seed: str, lookupd: str) -> None:
     async with open_producer(
-        seed, lookupd_http_address=lookupd, max_attempts=40, retry_backoff=0.05
+        seed, lookupd_http_address=lookupd, max_attempts=60, retry_backoff=0.05
     ) as producer:
-        number = start
+        number = BACKLOG
         last = time.monotonic()
         while load.publishing:
             await producer.publish("mv", b"%08d" % number, partition=0)
@@ -103,98 +132,172 @@ async def _produce(load: Load, seed: str, lookupd: str, start: int) -> None:
             await trio.sleep(0.005)
 
 
-async def _consume(load: Load, seed: str, lookupd: str, expected: set[int]) -> None:
+async def _consume(load: Load, seed: str, lookupd: str) -> None:
     async with open_consumer(
         seed, "mv", "c", lookupd_http_address=lookupd, max_in_flight=200
     ) as consumer:
         async for message in consumer:
             load.received.append(int(message.body[:8]))
             await message.finish()
-            if not load.publishing and expected.union(load.acked) <= set(load.received):
-                return
 
 
-def _move(cluster: Cluster, source: str, target: str, *, leader: bool) -> float:
-    """Ask for a move and wait for it to end; returns how long it took."""
+def under_load(cluster: Cluster, action: Callable[[], T]) -> tuple[T, Load]:
+    """Publish the backlog, then run ``action`` (in a thread) while publishing and consuming
+    go on; returns its result once every acknowledged message was consumed."""
+    lookupd = cluster.lookupd.http_address
+    seed = cluster.nodes[0].tcp_address
+    load = Load()
+
+    async def run() -> T:
+        async with open_producer(seed, lookupd_http_address=lookupd, max_attempts=10) as producer:
+            for number in range(BACKLOG):
+                body = (b"%08d" % number).ljust(BODY_SIZE, b".")
+                await producer.publish("mv", body, partition=0)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_consume, load, seed, lookupd)
+            nursery.start_soon(_produce, load, seed, lookupd)
+            await trio.sleep(1.0)
+            result = await trio.to_thread.run_sync(action)
+            await trio.sleep(1.0)
+            load.publishing = False
+            with trio.fail_after(60):
+                while load.lost:  # the consumer task fills it
+                    await trio.sleep(0.1)
+            nursery.cancel_scope.cancel()
+        return result
+
+    return trio.run(run), load
+
+
+def start_move(cluster: Cluster, source: str, target: str, *, leader: bool) -> None:
     flag = "true" if leader else "false"
     query = f"/topic/partition/move?topic=mv&partition=0&move_from={source}&move_to={target}"
-    asked = time.monotonic()
     status, body = post(cluster.lookupd, f"{query}&move_leader={flag}")
     assert status == 200, body
     started = json.loads(body)
     assert (started["move_from"], started["move_to"]) == (source, target)
+
+
+def move(cluster: Cluster, source: str, target: str, *, leader: bool) -> float:
+    """Ask for a move and wait for it to end; returns how long it took."""
+    asked = time.monotonic()
+    start_move(cluster, source, target, leader=leader)
     assert cluster.moves(), "the move is listed while in progress"
     wait_for(lambda: not cluster.moves(), timeout=60, what="the move to end")
     return time.monotonic() - asked
 
 
-def test_move_a_replica_then_the_leader_under_load(cluster: Cluster) -> None:
-    status, body = post(cluster.lookupd, "/topic/create?topic=mv&partition_num=1&replicator=2")
-    assert status == 200, body
-    wait_for(lambda: len(cluster.placement("mv")["isr"]) == 2, what="both copies in sync")
-    first = cluster.placement("mv")
-    leader, replica = first["leader"], first["replicas"][0]
-    spare = next(
-        cluster.node_id(n) for n in cluster.nodes if cluster.node_id(n) not in first["isr"]
+def catching_up(cluster: Cluster, target: str) -> None:
+    """Wait until ``target`` is an assigned replica, outside the in-sync set."""
+    wait_for(
+        lambda: (m := cluster.moves()) and target in m[0]["replicas"] and target not in m[0]["isr"],
+        what="the target catching up",
     )
-    lookupd = cluster.lookupd.http_address
-    seed = cluster.nodes[0].tcp_address
-    load = Load()
-    backlog = set(range(BACKLOG))
 
-    async def run() -> dict[str, float]:
-        timings: dict[str, float] = {}
-        async with open_producer(seed, lookupd_http_address=lookupd, max_attempts=10) as producer:
-            for number in sorted(backlog):
-                body = (b"%08d" % number).ljust(BODY_SIZE, b".")
-                await producer.publish("mv", body, partition=0)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(_consume, load, seed, lookupd, backlog)
-            nursery.start_soon(_produce, load, seed, lookupd, BACKLOG)
-            await trio.sleep(1.0)
-            timings["replica"] = await trio.to_thread.run_sync(
-                lambda: _move(cluster, replica, spare, leader=False)
-            )
-            moved = cluster.placement("mv")
-            assert (moved["leader"], moved["replicas"], moved["epoch"]) == (
-                leader,
-                [spare],
-                first["epoch"],
-            )
-            # the node the copy left stops serving it (its files stay)
-            gone = cluster.by_id(replica)
-            await trio.to_thread.run_sync(
-                lambda: wait_for(lambda: roles(gone, "mv") in (None, {}), what="copy released")
-            )
-            await trio.sleep(1.0)
-            timings["leader"] = await trio.to_thread.run_sync(
-                lambda: _move(cluster, leader, replica, leader=True)
-            )
-            await trio.sleep(1.0)
-            load.publishing = False
-            with trio.fail_after(30):
-                while not backlog.union(load.acked) <= set(load.received):
-                    await trio.sleep(0.1)
-            nursery.cancel_scope.cancel()
+
+def report(what: str, load: Load, **timings: float) -> None:
+    times = "".join(f"{name} {value:.2f} s; " for name, value in timings.items())
+    print(
+        f"{what}: {times}{len(load.acked)} acknowledged, longest write gap "
+        f"{load.longest_gap * 1000:.0f} ms, {load.redelivered} redelivered"
+    )
+
+
+def test_move_a_replica_then_the_leader_under_load(cluster: Cluster) -> None:
+    leader, replica, spare, first = cluster.create()
+
+    def moves() -> dict[str, float]:
+        timings = {"replica move": move(cluster, replica, spare, leader=False)}
+        moved = cluster.placement("mv")
+        assert (moved["leader"], moved["replicas"], moved["epoch"]) == (
+            leader,
+            [spare],
+            first["epoch"],
+        )
+        # the node the copy left stops serving it (its files stay)
+        gone = cluster.by_id(replica)
+        wait_for(lambda: roles(gone, "mv") in (None, {}), what="the copy released")
+        time.sleep(1.0)
+        timings["leader move"] = move(cluster, leader, replica, leader=True)
         return timings
 
-    timings = trio.run(run)
+    timings, load = under_load(cluster, moves)
+    report("moves", load, **timings)
     final = cluster.placement("mv")
     assert final["leader"] == replica  # the leader moved to the node the replica left
     assert final["replicas"] == [spare]
     assert final["epoch"] == first["epoch"] + 1
     assert sorted(final["isr"]) == sorted([replica, spare])
     assert roles(cluster.by_id(leader), "mv") in (None, {})  # the source holds no copy now
-    lost = backlog.union(load.acked) - set(load.received)
-    duplicates = len(load.received) - len(set(load.received))
-    print(
-        f"moves: replica {timings['replica']:.2f} s, leader {timings['leader']:.2f} s; "
-        f"{len(load.acked)} acknowledged under load, longest write gap "
-        f"{load.longest_gap * 1000:.0f} ms; {duplicates} redelivered"
-    )
-    assert not lost
+    assert not load.lost
     # the backlog (~600 KiB) was fed to the new copy at MOVE_RATE (after a second's burst)
-    assert timings["replica"] >= 0.7 * (BACKLOG * BODY_SIZE - MOVE_RATE) / MOVE_RATE
+    assert timings["replica move"] >= 0.7 * (BACKLOG * BODY_SIZE - MOVE_RATE) / MOVE_RATE
     # the channel's position moved with the partition: no replay of what was finished
-    assert duplicates < BACKLOG // 2
+    assert load.redelivered < BACKLOG // 2
     assert load.longest_gap < 5.0
+
+
+@pytest.mark.fault
+def test_kill_9_of_the_target_mid_move_rolls_it_back(cluster: Cluster) -> None:
+    leader, replica, spare, first = cluster.create()
+
+    def action() -> None:
+        start_move(cluster, replica, spare, leader=False)
+        catching_up(cluster, spare)
+        cluster.by_id(spare).kill()
+        wait_for(lambda: not cluster.moves(), timeout=30, what="the move rolled back")
+
+    _, load = under_load(cluster, action)
+    report("target killed", load)
+    after = cluster.placement("mv")
+    assert (after["leader"], after["replicas"], after["epoch"]) == (
+        leader,
+        [replica],
+        first["epoch"],
+    )
+    assert sorted(after["isr"]) == sorted([leader, replica])
+    assert not load.lost
+    assert "rolled back" in cluster.lookupd.log_text()
+
+
+@pytest.mark.fault
+def test_kill_9_of_the_source_leader_mid_move_fails_over_and_finishes(cluster: Cluster) -> None:
+    leader, replica, spare, first = cluster.create()
+
+    def action() -> None:
+        start_move(cluster, leader, spare, leader=True)
+        catching_up(cluster, spare)
+        cluster.by_id(leader).kill()
+        wait_for(lambda: not cluster.moves(), timeout=60, what="the move to end")
+
+    _, load = under_load(cluster, action)
+    report("source killed", load)
+    after = cluster.placement("mv")
+    # the in-sync replica took over at once; the target caught up from it and the dead
+    # source was dropped
+    assert after["leader"] == replica
+    assert after["replicas"] == [spare]
+    assert after["epoch"] == first["epoch"] + 1
+    assert not load.lost
+
+
+@pytest.mark.fault
+def test_a_move_survives_a_lookupd_restart(cluster: Cluster) -> None:
+    leader, replica, spare, first = cluster.create()
+
+    def action() -> None:
+        start_move(cluster, replica, spare, leader=False)
+        catching_up(cluster, spare)
+        cluster.lookupd.kill()
+        cluster.lookupd.start()
+        wait_for(lambda: not cluster.moves(), timeout=60, what="the move to end")
+
+    _, load = under_load(cluster, action)
+    report("lookupd restarted", load)
+    after = cluster.placement("mv")
+    assert (after["leader"], after["replicas"], after["epoch"]) == (
+        leader,
+        [spare],
+        first["epoch"],
+    )
+    assert not load.lost
