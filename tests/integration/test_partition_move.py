@@ -72,9 +72,10 @@ class Cluster:
     def moves(self) -> list[dict[str, Any]]:
         return list(get_json(self.lookupd, "/topic/partition/moves")["moves"])
 
-    def create(self) -> tuple[str, str, str, dict[str, Any]]:
+    def create(self, *, ordered: bool = False) -> tuple[str, str, str, dict[str, Any]]:
         """Topic ``mv``, one partition, two copies in sync: (leader, replica, spare, placed)."""
-        status, body = post(self.lookupd, "/topic/create?topic=mv&partition_num=1&replicator=2")
+        query = "/topic/create?topic=mv&partition_num=1&replicator=2"
+        status, body = post(self.lookupd, query + ("&orderedmulti=true" if ordered else ""))
         assert status == 200, body
         wait_for(lambda: len(self.placement("mv")["isr"]) == 2, what="both copies in sync")
         placed = self.placement("mv")
@@ -132,18 +133,21 @@ async def _produce(load: Load, seed: str, lookupd: str) -> None:
             await trio.sleep(0.005)
 
 
-async def _consume(load: Load, seed: str, lookupd: str) -> None:
+async def _consume(load: Load, seed: str, lookupd: str, ordered: bool) -> None:
     async with open_consumer(
-        seed, "mv", "c", lookupd_http_address=lookupd, max_in_flight=200
+        seed, "mv", "c", lookupd_http_address=lookupd, max_in_flight=200, ordered=ordered
     ) as consumer:
         async for message in consumer:
             load.received.append(int(message.body[:8]))
             await message.finish()
 
 
-def under_load(cluster: Cluster, action: Callable[[], T]) -> tuple[T, Load]:
+def under_load(
+    cluster: Cluster, action: Callable[[], T], *, ordered: bool = False
+) -> tuple[T, Load]:
     """Publish the backlog, then run ``action`` (in a thread) while publishing and consuming
-    go on; returns its result once every acknowledged message was consumed."""
+    (``ordered``: with ``SUB_ORDERED``) go on; returns its result once every acknowledged
+    message was consumed."""
     lookupd = cluster.lookupd.http_address
     seed = cluster.nodes[0].tcp_address
     load = Load()
@@ -154,7 +158,7 @@ def under_load(cluster: Cluster, action: Callable[[], T]) -> tuple[T, Load]:
                 body = (b"%08d" % number).ljust(BODY_SIZE, b".")
                 await producer.publish("mv", body, partition=0)
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(_consume, load, seed, lookupd)
+            nursery.start_soon(_consume, load, seed, lookupd, ordered)
             nursery.start_soon(_produce, load, seed, lookupd)
             await trio.sleep(1.0)
             result = await trio.to_thread.run_sync(action)
@@ -235,6 +239,18 @@ def test_move_a_replica_then_the_leader_under_load(cluster: Cluster) -> None:
     # the channel's position moved with the partition: no replay of what was finished
     assert load.redelivered < BACKLOG // 2
     assert load.longest_gap < 5.0
+
+
+def test_an_ordered_topic_stays_in_order_across_a_leader_move(cluster: Cluster) -> None:
+    leader, replica, spare, first = cluster.create(ordered=True)
+    _, load = under_load(cluster, lambda: move(cluster, leader, spare, leader=True), ordered=True)
+    report("ordered leader move", load)
+    after = cluster.placement("mv")
+    assert (after["leader"], after["replicas"]) == (spare, [replica])
+    assert after["epoch"] == first["epoch"] + 1
+    assert not load.lost
+    firsts = list(dict.fromkeys(load.received))
+    assert firsts == sorted(firsts)  # every message, in log order (redeliveries aside)
 
 
 @pytest.mark.fault
