@@ -35,8 +35,11 @@ Each partition goes through four steps, in this order:
 4. Moves (:mod:`.moves`), unless offline: a move whose target is not alive (and does not lead)
    is rolled back (the target leaves ``replicas``); a target not holding a copy yet joins
    ``replicas``, outside the ISR; once it is in the ISR, a source that leads hands leadership
-   over to it at ``epoch + 1`` (as a leaving leader does), and the source leaves ``replicas``
-   and the ISR (unless the move is a leadership transfer, ``keep_source``). The move then ends.
+   over to it at ``epoch + 1`` (as a leaving leader does) as soon as the leader reports it
+   ``confirmed`` (in the ISR the leader applies, holding every acknowledged message: a
+   replica just added to the ISR may still miss what the leader acknowledged before it knew),
+   and the source leaves ``replicas`` and the ISR (unless the move is a leadership transfer,
+   ``keep_source``). The move then ends.
 
 ``caught_up``/``lagging`` are the current leader's reports: :func:`apply` clears them when the
 epoch changes and drops the nodes that left or joined ``replicas``, which makes
@@ -80,6 +83,9 @@ class PartitionView:
     epoch: int
     caught_up: frozenset[str] = frozenset()  # replicas the leader reports fully caught up
     lagging: frozenset[str] = frozenset()  # replicas the leader reports lagging past the bound
+    #: replicas the leader reports in the in-sync set it applies and holding every
+    #: acknowledged message (only to such a replica can leadership be handed without loss)
+    confirmed: frozenset[str] = frozenset()
     unclean: bool = False  # the topic allows promoting an out-of-sync replica
     offline: bool = False
     move: Move | None = None  # a move of this partition in progress
@@ -287,7 +293,7 @@ def _rereplicate(
     return replace(state, replicas=new, isr=_isr(state.leader, state.isr, new), reasons=reasons)
 
 
-def _moving(state: _State, health: _Health) -> _State:
+def _moving(state: _State, part: PartitionView, health: _Health) -> _State:
     """Step 4: one step of the partition's move, if it has one."""
     move = state.move
     if move is None or state.offline:
@@ -310,6 +316,9 @@ def _moving(state: _State, health: _Health) -> _State:
     if move.target not in state.isr:
         return state  # catching up: the leader reports it, step 1 adds it to the ISR
     if state.leader == move.source:
+        reported = part.leader == move.source and state.epoch == part.epoch
+        if not reported or move.target not in part.confirmed:
+            return state  # until the leader waits for it and it holds every acknowledgement
         kept = (m for m in state.isr if m != state.leader and health.up(m))
         state = _promote(state, move.target, kept, f"{what}: leadership handed over")
     if move.keep_source:
@@ -340,7 +349,7 @@ def decide(view: View, now: float) -> list[Change]:
         state = _upkeep(start, part, health)
         state = _leadership(state, part, health)
         state = _rereplicate(state, health, load, view.racks)
-        state = _moving(state, health)
+        state = _moving(state, part, health)
         if state.key() != start.key():
             changes.append(
                 Change(
@@ -387,6 +396,7 @@ def apply(view: View, changes: Iterable[Change]) -> View:
                 move=change.move,
                 caught_up=part.caught_up & stay,
                 lagging=part.lagging & stay,
+                confirmed=part.confirmed & stay,
             )
         )
     return replace(view, partitions=tuple(partitions))

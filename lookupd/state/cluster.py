@@ -137,7 +137,11 @@ class Cluster(Metadata):
             if part.leader != node or part.epoch != epoch:
                 continue
             progress = Progress(
-                node, epoch, _names(entry.get("caught_up")), _names(entry.get("lagging"))
+                node,
+                epoch,
+                _names(entry.get("caught_up")),
+                _names(entry.get("lagging")),
+                _names(entry.get("confirmed")),
             )
             if self.liveness.progress.get((placement.name, number)) != progress:
                 self.liveness.report(placement.name, number, progress)

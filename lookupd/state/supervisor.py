@@ -47,6 +47,7 @@ def view_of(cluster: Cluster, settings: Settings, now: float) -> View:
                     epoch=part.epoch,
                     caught_up=progress.caught_up if current and progress else frozenset(),
                     lagging=progress.lagging if current and progress else frozenset(),
+                    confirmed=progress.confirmed if current and progress else frozenset(),
                     unclean=placement.meta.unclean,
                     offline=(placement.name, number) in cluster.offline,
                     move=placement.move(number),

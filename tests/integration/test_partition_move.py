@@ -107,6 +107,7 @@ class Load:
         self.longest_gap = 0.0
         self.received: list[int] = []
         self.publishing = True
+        self.published = False  # the producer has stopped: ``acked`` is final
 
     @property
     def lost(self) -> set[int]:
@@ -131,6 +132,7 @@ async def _produce(load: Load, seed: str, lookupd: str) -> None:
             load.acked.append(number)
             number += 1
             await trio.sleep(0.005)
+    load.published = True
 
 
 async def _consume(load: Load, seed: str, lookupd: str, ordered: bool) -> None:
@@ -165,7 +167,7 @@ def under_load(
             await trio.sleep(1.0)
             load.publishing = False
             with trio.fail_after(60):
-                while load.lost:  # the consumer task fills it
+                while not load.published or load.lost:  # the tasks fill them
                     await trio.sleep(0.1)
             nursery.cancel_scope.cancel()
         return result

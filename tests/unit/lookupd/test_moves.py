@@ -48,6 +48,13 @@ def report_caught_up(view: View, *nodes: str) -> View:
     return replace(view, partitions=(replace(part, caught_up=frozenset(nodes)),))
 
 
+def report_confirmed(view: View, *nodes: str) -> View:
+    """The leader applies an in-sync set with ``nodes`` and they hold every acknowledged
+    message."""
+    part = view.partitions[0]
+    return replace(view, partitions=(replace(part, confirmed=frozenset(nodes)),))
+
+
 def nodes(**overrides: NodeView) -> dict[str, NodeView]:
     return {"a": alive(), "b": alive(), "c": alive(), **overrides}
 
@@ -82,6 +89,12 @@ def test_a_leader_move_hands_over_at_a_new_epoch_then_drops_the_source() -> None
     view = View(nodes(), (start(Move(0, "a", "c", leader=True)),))
     _, view = step(view)
     change, view = step(report_caught_up(view, "c"))
+    assert change is not None  # c joins the ISR; a leads until it reports c confirmed
+    assert (change.leader, change.isr, change.epoch) == ("a", ("a", "b", "c"), 3)
+    assert change.move is not None
+    change, view = step(report_confirmed(view, "b"))
+    assert change is None  # b is, c not yet: a may have acknowledged what c lacks
+    change, view = step(report_confirmed(view, "b", "c"))
     assert change is not None
     assert (change.leader, change.replicas, change.isr, change.epoch) == (
         "c",
@@ -101,7 +114,9 @@ def test_a_move_to_an_in_sync_replica_is_a_leadership_transfer() -> None:
         racks={},
     )
     assert move.keep_source
-    change, _ = step(View(nodes(), (start(move),)))
+    view = View(nodes(), (start(move),))
+    assert decide(view, NOW) == []  # until the leader reports b confirmed
+    change, _ = step(report_confirmed(view, "b"))
     assert change is not None
     # the old leader stays, outside the ISR until it has caught up under the new epoch
     assert (change.leader, change.replicas, change.isr, change.epoch) == ("b", ("a",), ("b",), 4)
@@ -257,7 +272,11 @@ async def test_a_move_is_saved_at_each_step_and_resumed_after_a_restart(tmp_path
     assert again.liveness.is_alive("c:1", clock.now)
     for node in ("a:1", "b:1", "c:1"):
         again.liveness.connected(node, clock.now)
-    again.report_progress("a:1", [{"topic": "t", "partition": 0, "epoch": 3, "caught_up": ["c:1"]}])
+    report = {"topic": "t", "partition": 0, "epoch": 3, "caught_up": ["c:1"]}
+    again.report_progress("a:1", [report])
+    (change,) = await Supervisor(again, Settings()).step()
+    assert (change.leader, change.isr, change.move) == ("a:1", ("a:1", "b:1", "c:1"), move)
+    again.report_progress("a:1", [{**report, "confirmed": ["b:1", "c:1"]}])
     (change,) = await Supervisor(again, Settings()).step()
     assert (change.leader, change.epoch, change.replicas, change.move) == ("c:1", 4, ("b:1",), None)
     assert MetadataStore(tmp_path).load().placements["t"].moves == ()
