@@ -21,8 +21,11 @@ import pytest
 import trio
 
 from pnsq.client import open_consumer, open_producer
+from protocol import Dpub, Fin, Pub, Rdy, Req, Sub
+from protocol.frames import FrameType
 from tests.daemons import Daemon, pnsq_lookupd, pnsq_nsqd
 from tests.integration.lookupd_helpers import free_port, get_json, post, roles, wait_for
+from tests.rawclient import RawClient
 
 pytestmark = pytest.mark.integration
 
@@ -253,6 +256,55 @@ def test_an_ordered_topic_stays_in_order_across_a_leader_move(cluster: Cluster) 
     assert not load.lost
     firsts = list(dict.fromkeys(load.received))
     assert firsts == sorted(firsts)  # every message, in log order (redeliveries aside)
+
+
+def test_channel_state_delays_and_pauses_move_with_the_leader(cluster: Cluster) -> None:
+    leader_id, replica_id, spare_id, _ = cluster.create()
+    leader, spare = cluster.by_id(leader_id), cluster.by_id(spare_id)
+    producer = RawClient(leader.tcp_address)
+    for i in range(10):
+        producer.send(Pub("mv", b"m%d" % i, 0))
+        assert producer.read().data == b"OK"
+    producer.send(Dpub("mv", 60_000, b"deferred a minute"))  # the one partition
+    assert producer.read().data == b"OK"
+    consumer = RawClient(leader.tcp_address)
+    consumer.send(Sub("mv", "c", 0), Rdy(5))
+    assert consumer.read().data == b"OK"
+    for path in ("/channel/create", "/channel/pause"):
+        assert post(leader, f"{path}?topic=mv&channel=paused") == (200, b"")
+    got = [consumer.read(skip_heartbeats=True) for _ in range(5)]
+    assert [f.body for f in got] == [b"m0", b"m1", b"m2", b"m3", b"m4"]
+    for frame in got[:3]:
+        consumer.send(Fin(frame.message_id))
+    consumer.send(Req(got[3].message_id, 60_000))  # held back a minute
+    time.sleep(1.0)  # the channel state reaches the replica (every 0.2 s)
+
+    move(cluster, leader_id, spare_id, leader=True)
+    # the consumer on the old leader is told to look the leader up again
+    frames = [consumer.read(skip_heartbeats=True)]
+    while frames[-1].type == FrameType.MESSAGE and len(frames) < 10:  # what RDY still let in
+        frames.append(consumer.read(skip_heartbeats=True))
+    assert (frames[-1].type, frames[-1].data) == (FrameType.ERROR, b"E_FAILED_ON_NOT_LEADER ")
+    again = RawClient(spare.tcp_address, timeout=2.0)
+    again.send(Sub("mv", "c", 0), Rdy(20))
+    assert again.read().data == b"OK"
+    bodies = []
+    while True:
+        try:
+            bodies.append(again.read(skip_heartbeats=True).body)
+        except TimeoutError:
+            break
+    # finished ones are not delivered again, the REQ'd and DPUB'd ones wait for their time;
+    # m4 was in flight on the old leader (delivered again: at least once)
+    assert bodies == [b"m4", b"m5", b"m6", b"m7", b"m8", b"m9"]
+    paused = [
+        c
+        for t in get_json(spare, "/stats?format=json&topic=mv")["topics"]
+        for c in t["channels"]
+        if c["channel_name"] == "paused"
+    ]
+    assert [c["paused"] for c in paused] == [True]
+    assert cluster.placement("mv")["replicas"] == [replica_id]
 
 
 @pytest.mark.fault
