@@ -217,7 +217,9 @@ async def _start_servers(
 ) -> tuple[LookupClient, list[NsqdHTTP]]:
     tcp_host, tcp_port = options.tcp_host_port()
     http_host, http_port = options.http_host_port()
-    identity = LookupIdentity(NSQD_VERSION, 0, 0, socket.gethostname(), options.broadcast_address)
+    identity = LookupIdentity(
+        NSQD_VERSION, 0, 0, socket.gethostname(), options.broadcast_address, options.rack
+    )
     lookup = LookupClient(
         broker,
         identity,
@@ -249,7 +251,15 @@ async def _start_servers(
     serves_links = bool(secret or options.lookupd_tcp_addresses)
     tcp = TCPServer(broker, settings, links if serves_links else None)
     if serves_links:
-        tcp.add_link(replication.MAGIC, partial(replication.serve_follower, broker, links=links))
+        tcp.add_link(
+            replication.MAGIC,
+            partial(
+                replication.serve_follower,
+                broker,
+                links=links,
+                catchup_rate=options.replica_move_rate,
+            ),
+        )
     tcp_port = await nursery.start(tcp.serve, tcp_host, tcp_port)
     http_settings = HTTPSettings(
         max_msg_size=options.max_msg_size,

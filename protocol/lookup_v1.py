@@ -34,6 +34,7 @@ from .names import is_valid_channel_name, is_valid_topic_name
 MAGIC_V1: Final = b"  V1"
 EXTENSIONS_KEY: Final = "pnsq_extensions"  # in both IDENTIFY bodies: the extensions spoken
 EXT_PARTITIONS: Final = "partitions"  # REGISTER/UNREGISTER <topic> <partition> [<channel>]
+RACK_KEY: Final = "pnsq_rack"  # in a partitioned peer's IDENTIFY body: its failure domain
 MAX_PARTITION_ID: Final = 254  # youzan nsqlookupd's range for a registered partition id
 DEFAULT_MAX_LINE: Final = 64 * 1024  # nsqlookupd has no limit; pnsq closes past this
 DEFAULT_MAX_BODY: Final = 1024 * 1024  # nsqlookupd allocates whatever size is sent
@@ -81,6 +82,7 @@ class PeerIdentity:
     hostname: str = ""
     distributed_id: str = ""
     extensions: tuple[str, ...] = ()
+    rack: str = ""  # pnsq: the failure domain the peer says it is in ("" if it says none)
 
     @property
     def node_id(self) -> str:
@@ -284,10 +286,14 @@ def decode_identify(body: bytes) -> PeerIdentity:
         raise bad_json
     fields: dict[str, object] = {}
     extensions: tuple[str, ...] = ()
+    rack = ""
     for key, value in document.items():
         if key == EXTENSIONS_KEY:
             if isinstance(value, list):
                 extensions = tuple(str(item) for item in value if isinstance(item, str))
+            continue
+        if key == RACK_KEY:
+            rack = value if isinstance(value, str) else ""
             continue
         name = _field_name(key)
         if name is None or value is None:
@@ -314,6 +320,7 @@ def decode_identify(body: bytes) -> PeerIdentity:
         hostname=str(fields.get("hostname", "")),
         distributed_id=str(fields.get("distributed_id", "")),
         extensions=extensions,
+        rack=rack,
     )
 
 

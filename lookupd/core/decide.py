@@ -12,7 +12,7 @@ forever). An up node that announced a clean shutdown is *leaving*: it keeps serv
 the ISRs it is in) but must hand its leaderships over. *Alive* means up and not leaving; only an
 alive node is promoted, joins an ISR or receives a new replica.
 
-Each partition goes through three steps, in this order:
+Each partition goes through four steps, in this order:
 
 1. ISR upkeep, while the leader is up and the partition is not offline: a non-leader member
    that is dead or reported ``lagging`` leaves the ISR; an alive assigned replica reported
@@ -28,8 +28,18 @@ Each partition goes through three steps, in this order:
    first alive replica).
 3. Re-replication, unless offline: a replica down for ``replace_after`` (``down_since`` old
    enough, or unknown node) is replaced, in place, by the alive node holding no copy of the
-   partition with the fewest leader+replica assignments over the whole view (ties: node id).
-   The newcomer is outside the ISR until the leader reports it caught up.
+   partition on a rack holding no copy of it (while there is one; ``View.racks``), with the
+   fewest leader+replica assignments over the whole view (ties: node id).
+   The newcomer is outside the ISR until the leader reports it caught up. The source and the
+   target of a move in progress are left to the move.
+4. Moves (:mod:`.moves`), unless offline: a move whose target is not alive (and does not lead)
+   is rolled back (the target leaves ``replicas``); a target not holding a copy yet joins
+   ``replicas``, outside the ISR; once it is in the ISR, a source that leads hands leadership
+   over to it at ``epoch + 1`` (as a leaving leader does) as soon as the leader reports it
+   ``confirmed`` (in the ISR the leader applies, holding every acknowledged message: a
+   replica just added to the ISR may still miss what the leader acknowledged before it knew),
+   and the source leaves ``replicas`` and the ISR (unless the move is a leadership transfer,
+   ``keep_source``). The move then ends.
 
 ``caught_up``/``lagging`` are the current leader's reports: :func:`apply` clears them when the
 epoch changes and drops the nodes that left or joined ``replicas``, which makes
@@ -42,6 +52,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from protocol.lookup import PartitionAssignment
+
+from .moves import Move
+from .racks import pick_spread
 
 
 class DecisionError(ValueError):
@@ -70,8 +83,12 @@ class PartitionView:
     epoch: int
     caught_up: frozenset[str] = frozenset()  # replicas the leader reports fully caught up
     lagging: frozenset[str] = frozenset()  # replicas the leader reports lagging past the bound
+    #: replicas the leader reports in the in-sync set it applies and holding every
+    #: acknowledged message (only to such a replica can leadership be handed without loss)
+    confirmed: frozenset[str] = frozenset()
     unclean: bool = False  # the topic allows promoting an out-of-sync replica
     offline: bool = False
+    move: Move | None = None  # a move of this partition in progress
 
     @property
     def replication_factor(self) -> int:
@@ -94,6 +111,7 @@ class View:
     nodes: Mapping[str, NodeView]
     partitions: Sequence[PartitionView]
     settings: Settings = field(default_factory=Settings)
+    racks: Mapping[str, str] = field(default_factory=dict)  # node -> its ``--rack``
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +126,7 @@ class Change:
     epoch: int
     offline: bool
     reason: str
+    move: Move | None = None  # the partition's move in progress after the change (None: none)
 
     def assignment(self) -> PartitionAssignment:
         """The placement form (leader, replicas, epoch) nodes receive."""
@@ -153,10 +172,18 @@ class _State:
     isr: tuple[str, ...]
     epoch: int
     offline: bool
+    move: Move | None = None
     reasons: tuple[str, ...] = ()
 
-    def key(self) -> tuple[str, tuple[str, ...], frozenset[str], int, bool]:
-        return (self.leader, self.replicas, frozenset(self.isr), self.epoch, self.offline)
+    def key(self) -> tuple[str, tuple[str, ...], frozenset[str], int, bool, Move | None]:
+        return (
+            self.leader,
+            self.replicas,
+            frozenset(self.isr),
+            self.epoch,
+            self.offline,
+            self.move,
+        )
 
     def note(self, reason: str) -> tuple[str, ...]:
         return (*self.reasons, reason)
@@ -202,6 +229,7 @@ def _promote(state: _State, leader: str, isr: Iterable[str], reason: str) -> _St
         _isr(leader, isr, replicas),
         state.epoch + 1,
         offline=False,
+        move=state.move,
         reasons=state.note(reason),
     )
 
@@ -237,22 +265,24 @@ def _leadership(state: _State, part: PartitionView, health: _Health) -> _State:
     return replace(state, offline=True, reasons=state.note(f"{why}: no in-sync replica, offline"))
 
 
-def _rereplicate(state: _State, health: _Health, load: dict[str, int]) -> _State:
+def _rereplicate(
+    state: _State, health: _Health, load: dict[str, int], racks: Mapping[str, str]
+) -> _State:
     """Step 3: replace replicas down for ``replace_after``; updates ``load``."""
     if state.offline:
         return state
     replicas = list(state.replicas)
     reasons = state.reasons
     spares = sorted(n for n in health.nodes if health.alive(n))
+    moving = () if state.move is None else (state.move.source, state.move.target)
     for index, node in enumerate(replicas):
-        if not health.replaceable(node):
+        if not health.replaceable(node) or node in moving:
             continue
-        held = {state.leader, *replicas}
-        target = min(
-            (n for n in spares if n not in held), key=lambda n: (load.get(n, 0), n), default=None
-        )
-        if target is None:
+        others = [state.leader, *(r for r in replicas if r != node)]
+        found = pick_spread(spares, others, racks, 1, lambda n: (load.get(n, 0), n))
+        if not found:
             continue
+        target = found[0]
         replicas[index] = target
         load[target] = load.get(target, 0) + 1
         load[node] = load.get(node, 0) - 1
@@ -261,6 +291,42 @@ def _rereplicate(state: _State, health: _Health, load: dict[str, int]) -> _State
         return state
     new = tuple(replicas)
     return replace(state, replicas=new, isr=_isr(state.leader, state.isr, new), reasons=reasons)
+
+
+def _moving(state: _State, part: PartitionView, health: _Health) -> _State:
+    """Step 4: one step of the partition's move, if it has one."""
+    move = state.move
+    if move is None or state.offline:
+        return state
+    what = move.describe()
+    holders = (state.leader, *state.replicas)
+    if move.source not in holders:  # e.g. an operator's other change: nothing left to move
+        return replace(state, move=None, reasons=state.note(f"{what}: source gone, ended"))
+    if state.leader != move.target and not health.alive(move.target):
+        replicas = state.replicas
+        if not move.keep_source:
+            replicas = tuple(r for r in replicas if r != move.target)
+        isr = _isr(state.leader, state.isr, replicas)
+        why = f"{what}: rolled back, {move.target} not alive"
+        return replace(state, replicas=replicas, isr=isr, move=None, reasons=state.note(why))
+    if move.target not in holders:
+        replicas = (*state.replicas, move.target)
+        why = f"{what}: {move.target} added, catching up"
+        return replace(state, replicas=replicas, reasons=state.note(why))
+    if move.target not in state.isr:
+        return state  # catching up: the leader reports it, step 1 adds it to the ISR
+    if state.leader == move.source:
+        reported = part.leader == move.source and state.epoch == part.epoch
+        if not reported or move.target not in part.confirmed:
+            return state  # until the leader waits for it and it holds every acknowledgement
+        kept = (m for m in state.isr if m != state.leader and health.up(m))
+        state = _promote(state, move.target, kept, f"{what}: leadership handed over")
+    if move.keep_source:
+        return replace(state, move=None, reasons=state.note(f"{what}: done"))
+    replicas = tuple(r for r in state.replicas if r != move.source)
+    isr = _isr(state.leader, state.isr, replicas)
+    why = f"{what}: done, {move.source} removed"
+    return replace(state, replicas=replicas, isr=isr, move=None, reasons=state.note(why))
 
 
 def assignment_load(partitions: Iterable[PartitionView]) -> dict[str, int]:
@@ -279,10 +345,11 @@ def decide(view: View, now: float) -> list[Change]:
     load = assignment_load(view.partitions)
     changes = []
     for part in view.partitions:
-        start = _State(part.leader, part.replicas, part.isr, part.epoch, part.offline)
+        start = _State(part.leader, part.replicas, part.isr, part.epoch, part.offline, part.move)
         state = _upkeep(start, part, health)
         state = _leadership(state, part, health)
-        state = _rereplicate(state, health, load)
+        state = _rereplicate(state, health, load, view.racks)
+        state = _moving(state, part, health)
         if state.key() != start.key():
             changes.append(
                 Change(
@@ -294,6 +361,7 @@ def decide(view: View, now: float) -> list[Change]:
                     epoch=state.epoch,
                     offline=state.offline,
                     reason="; ".join(state.reasons),
+                    move=state.move,
                 )
             )
     return changes
@@ -325,8 +393,10 @@ def apply(view: View, changes: Iterable[Change]) -> View:
                 isr=change.isr,
                 epoch=change.epoch,
                 offline=change.offline,
+                move=change.move,
                 caught_up=part.caught_up & stay,
                 lagging=part.lagging & stay,
+                confirmed=part.confirmed & stay,
             )
         )
     return replace(view, partitions=tuple(partitions))

@@ -39,6 +39,8 @@ class Progress:
     epoch: int
     caught_up: frozenset[str]
     lagging: frozenset[str]
+    #: followers in the in-sync set the leader applies, holding every acknowledged message
+    confirmed: frozenset[str] = frozenset()
 
 
 class Liveness:

@@ -5,6 +5,9 @@ Nodes are named ``broadcast_address:tcp_port``. :func:`place` spreads a new topi
 leaders over the live pnsq nodes, least-loaded first (load = partitions led), and gives each
 partition ``replica - 1`` replicas on other nodes, those holding the fewest partitions of the
 topic so far (3 partitions with 2 copies on 3 nodes: each node leads one and replicates one).
+Racks (nsqd's ``--rack``, Kafka's ``broker.rack``) come first: a replica goes to a rack holding
+no copy of the partition yet while such a node exists (:mod:`.racks`). A partition being moved
+(:mod:`.moves`) carries its :class:`~.moves.Move` in ``moves``.
 Several partitions of one topic may share a node (unlike youzan's default, which needs
 ``partition_num * replica`` nodes): a stock client's ``SUB`` on a node reads every partition
 there. A topic created before any node registered is *pending* (no partitions placed) until
@@ -18,6 +21,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from protocol.lookup import PartitionAssignment, TopicAssignment, topic_meta
+
+from .moves import Move, from_documents, to_documents
+from .racks import pick_spread
 
 MAX_PARTITION_NUM = 255  # youzan nsqlookupd accepts 1..255
 MAX_REPLICATOR = 5
@@ -63,6 +69,31 @@ class TopicPlacement:
     meta: TopicMeta
     partitions: tuple[PartitionAssignment, ...] = field(default=())
     adopted: bool = False
+    moves: tuple[Move, ...] = ()  # partitions being moved (at most one move each)
+    #: nodes that held a copy lookupd took away (a move's source, a replaced replica) and hold
+    #: none now: their assignments still list the topic, so they stop serving their copy
+    released: tuple[str, ...] = ()
+
+    def move(self, partition: int) -> Move | None:
+        """The move of ``partition`` in progress, if any."""
+        return next((m for m in self.moves if m.partition == partition), None)
+
+    def with_partition(self, number: int, part: PartitionAssignment) -> TopicPlacement:
+        """This placement with partition ``number`` placed as ``part``; a node it no longer
+        holds any copy on is ``released``, a node holding one again is not."""
+        parts = list(self.partitions)
+        old = parts[number]
+        parts[number] = part
+        updated = replace(self, partitions=tuple(parts))
+        gone = {old.leader, *old.replicas} - {part.leader, *part.replicas}
+        released = [n for n in (*self.released, *sorted(gone)) if not updated.holds(n)]
+        return replace(updated, released=tuple(dict.fromkeys(released)))
+
+    def with_move(self, partition: int, move: Move | None) -> TopicPlacement:
+        """This placement with ``partition``'s move set (or ended, with None)."""
+        kept = tuple(m for m in self.moves if m.partition != partition)
+        moves = kept if move is None else tuple(sorted((*kept, move), key=_by_partition))
+        return replace(self, moves=moves)
 
     @property
     def pending(self) -> bool:
@@ -97,6 +128,10 @@ class TopicPlacement:
         )
 
 
+def _by_partition(move: Move) -> int:
+    return move.partition
+
+
 def leader_load(placements: Iterable[TopicPlacement]) -> dict[str, int]:
     """Partitions led per node."""
     load: dict[str, int] = {}
@@ -112,10 +147,12 @@ def place(
     nodes: Sequence[str],
     load: Mapping[str, int] | None = None,
     prefer: str | None = None,
+    racks: Mapping[str, str] | None = None,
 ) -> TopicPlacement:
     """Place a new topic on ``nodes`` (pending if there are none); a live ``prefer`` node
-    leads the first partition (the node whose publish created the topic). Raises
-    :class:`PlacementError` if fewer nodes than ``meta.replica`` are live."""
+    leads the first partition (the node whose publish created the topic); replicas go to
+    other ``racks`` first. Raises :class:`PlacementError` if fewer nodes than
+    ``meta.replica`` are live."""
     candidates = sorted(set(nodes))
     if not candidates:
         return TopicPlacement(name, meta)
@@ -134,10 +171,13 @@ def place(
         leader = min(candidates, key=lambda n: (leaders[n], n))
         leaders[leader] += 1
         held[leader] += 1
-        others = sorted(
-            (n for n in candidates if n != leader), key=lambda n: (held[n], replicas[n], n)
+        chosen = pick_spread(
+            candidates,
+            (leader,),
+            racks or {},
+            meta.replica - 1,
+            lambda n: (held[n], replicas[n], n),
         )
-        chosen = tuple(others[: meta.replica - 1])
         for node in chosen:
             replicas[node] += 1
             held[node] += 1
@@ -146,7 +186,9 @@ def place(
 
 
 def place_pending(
-    placements: Iterable[TopicPlacement], nodes: Sequence[str]
+    placements: Iterable[TopicPlacement],
+    nodes: Sequence[str],
+    racks: Mapping[str, str] | None = None,
 ) -> list[TopicPlacement]:
     """Place every pending topic that ``nodes`` can take; returns the newly placed ones."""
     all_placements = list(placements)
@@ -155,7 +197,7 @@ def place_pending(
     for placement in all_placements:
         if not placement.pending or len(set(nodes)) < max(placement.meta.replica, 1):
             continue
-        done = place(placement.name, placement.meta, nodes, load)
+        done = place(placement.name, placement.meta, nodes, load, racks=racks)
         for part in done.partitions:
             load[part.leader] = load.get(part.leader, 0) + 1
         placed.append(replace(done, adopted=placement.adopted))
@@ -171,7 +213,11 @@ def adopt(name: str, node: str, partitions: Iterable[int]) -> TopicPlacement:
 
 
 def expand(
-    placement: TopicPlacement, partition_num: int, nodes: Sequence[str], load: Mapping[str, int]
+    placement: TopicPlacement,
+    partition_num: int,
+    nodes: Sequence[str],
+    load: Mapping[str, int],
+    racks: Mapping[str, str] | None = None,
 ) -> TopicPlacement:
     """youzan's ``/topic/partition/expand``: add partitions up to ``partition_num``, placed as
     :func:`place` would (the existing ones stay where they are). Raises
@@ -188,6 +234,7 @@ def expand(
         replace(placement.meta, partition_num=partition_num - old),
         nodes,
         load,
+        racks=racks,
     )
     meta = replace(placement.meta, partition_num=partition_num)
     return replace(placement, meta=meta, partitions=placement.partitions + extra.partitions)
@@ -214,12 +261,13 @@ def assignments_for(
     """The topics ``node`` must hold, for ``/pnsq/assignments``, plus the placed topics it
     ``registered`` without holding any of their partitions (a node that joined with data of
     a topic placed elsewhere): listed with their leaders elsewhere, so the node stops serving
-    its copy and no partition ever has two live copies."""
+    its copy and no partition ever has two live copies; likewise to a node a copy was taken
+    from (``released``)."""
     claimed = set(registered)
     return [
         p.assignment()
         for p in sorted(placements, key=lambda p: p.name)
-        if p.holds(node) or (p.name in claimed and not p.pending)
+        if p.holds(node) or node in p.released or (p.name in claimed and not p.pending)
     ]
 
 
@@ -241,6 +289,8 @@ def to_document(placement: TopicPlacement) -> dict[str, object]:
         "min_isr": meta.min_isr,
         "unclean": meta.unclean,
         "adopted": placement.adopted,
+        "moves": to_documents(placement.moves),
+        "released": list(placement.released),
         "partitions": [
             {
                 "leader": p.leader,
@@ -288,4 +338,11 @@ def from_document(name: str, document: Mapping[str, object]) -> TopicPlacement:
         )
         for p in raw
     )
-    return TopicPlacement(name, meta, parts, adopted=bool(document.get("adopted", False)))
+    moves = from_documents(name, document.get("moves"))
+    adopted = bool(document.get("adopted", False))
+    released = document.get("released", [])
+    if not isinstance(released, list):
+        raise ValueError(f"topic {name}: released is not a list")
+    return TopicPlacement(
+        name, meta, parts, adopted=adopted, moves=moves, released=tuple(map(str, released))
+    )

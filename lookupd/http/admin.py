@@ -5,6 +5,9 @@ topics and channels (and hides a node from a topic's lookups).
 * ``POST /topic/delete`` — drop its keys and placement (youzan: ``partition=**``);
 * ``POST /topic/meta/update``, ``POST /topic/partition/expand`` — youzan's changes to a placed
   topic;
+* ``POST /topic/partition/move`` — youzan's move of one copy of a partition (leader or
+  replica) to another node (:mod:`lookupd.core.moves`), and ``GET /topic/partition/moves``,
+  pnsq's list of the moves in progress;
 * ``POST /channel/create``, ``POST /channel/delete`` — a channel key;
 * ``POST /topic/tombstone`` — hide ``node`` from the topic's lookups.
 
@@ -21,8 +24,16 @@ import trio
 
 from protocol.names import is_valid_channel_name, is_valid_topic_name
 
-from ..core.placement import MAX_PARTITION_NUM, MAX_REPLICATOR
-from ..state.cluster import Cluster, PlacementError, StoreError, TopicMeta, UnavailableError
+from ..core.placement import MAX_PARTITION_NUM, MAX_REPLICATOR, TopicPlacement
+from ..state.cluster import (
+    Cluster,
+    Move,
+    MoveError,
+    PlacementError,
+    StoreError,
+    TopicMeta,
+    UnavailableError,
+)
 from .base import HTTPError, Reply, Request, go_atoi
 from .forward import ETCD_UNAVAILABLE
 
@@ -145,6 +156,46 @@ class AdminEndpoints:
             raise _store_error(topic, exc) from None
         return None
 
+    async def topic_partition_move(self, request: Request) -> Reply:
+        """youzan's ``/topic/partition/move?topic=&partition=&move_from=&move_to=`` (node ids
+        ``broadcast_address:tcp_port``; ``move_leader=true`` when ``move_from`` leads): answered
+        once the move is saved; the failover loop carries it out (``GET
+        /topic/partition/moves`` shows it until it is over)."""
+        topic = _topic_arg(request)
+        if topic not in self.cluster.placements:
+            raise HTTPError(404, "TOPIC_NOT_FOUND")
+        partition = _bounded(request, "partition", -1, 0, MAX_PARTITION_NUM - 1, "PARTITION")
+        if partition < 0:
+            raise HTTPError(400, "MISSING_ARG_TOPIC_PARTITION")
+        source, target = request.arg("move_from"), request.arg("move_to")
+        if not source:
+            raise HTTPError(400, "MISSING_ARG_MOVE_FROM")
+        if not target:
+            raise HTTPError(400, "MISSING_ARG_MOVE_TO")
+        wanted = Move(partition, source, target, leader=request.arg("move_leader") == "true")
+        try:
+            move = await self.cluster.start_move(topic, partition, wanted)
+        except MoveError as exc:
+            raise HTTPError(400, str(exc)) from None
+        except StoreError as exc:
+            raise _store_error(topic, exc) from None
+        log.info("TOPIC(%s/%d): %s started", topic, partition, move.describe())
+        return _move_info(self.cluster.placements[topic], move)
+
+    async def topic_partition_moves(self, request: Request) -> Reply:
+        """pnsq: the moves in progress (``topic=`` for one topic's), each with the partition's
+        leader, replicas, in-sync set and epoch, as saved (what the nodes are told)."""
+        only = request.arg("topic")
+        placements = self.cluster.saved_placements  # what the nodes are told
+        return {
+            "moves": [
+                _move_info(placements[name], move)
+                for name in sorted(placements)
+                if only in (None, name)
+                for move in placements[name].moves
+            ]
+        }
+
     async def topic_delete(self, request: Request) -> Reply:
         """Delete the topic's keys and placement (youzan: ``partition`` must be ``**``)."""
         topic = request.arg("topic")
@@ -182,6 +233,22 @@ class AdminEndpoints:
             raise HTTPError(400, "MISSING_ARG_NODE")
         self.cluster.registry.tombstone(topic, node, self._now())
         return None
+
+
+def _move_info(placement: TopicPlacement, move: Move) -> dict[str, object]:
+    part = placement.partitions[move.partition]
+    return {
+        "topic": placement.name,
+        "partition": move.partition,
+        "move_from": move.source,
+        "move_to": move.target,
+        "move_leader": move.leader,
+        "leadership_transfer": move.keep_source,
+        "leader": part.leader,
+        "replicas": list(part.replicas),
+        "isr": list(part.in_sync),
+        "epoch": part.epoch,
+    }
 
 
 def _store_error(topic: str, exc: StoreError) -> HTTPError:

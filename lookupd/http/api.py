@@ -113,6 +113,14 @@ class LookupHTTP:
                 {"POST"},
                 Route(self.admin.topic_partition_expand, control=True),
             ),
+            "/topic/partition/move": (
+                {"POST"},
+                Route(self.admin.topic_partition_move, control=True),
+            ),
+            "/topic/partition/moves": (
+                get,
+                Route(self.admin.topic_partition_moves, control=True),
+            ),
             ASSIGNMENTS_PATH: (get, Route(self.pnsq.assignments, control=True)),
             PROGRESS_PATH: ({"POST"}, Route(self.pnsq.progress, body=True, control=True)),
             LEAVING_PATH: ({"POST"}, Route(self.pnsq.leaving, control=True)),

@@ -36,6 +36,7 @@ WRITE_PATHS = frozenset(
         "/topic/delete",
         "/topic/meta/update",
         "/topic/partition/expand",
+        "/topic/partition/move",
         "/pnsq/leaving",
     }
 )

@@ -20,6 +20,7 @@ from protocol.lookup import PartitionAssignment, TopicAssignment
 from protocol.lookup_v1 import EXT_PARTITIONS, PeerIdentity
 
 from ..core.liveness import Liveness, Progress
+from ..core.moves import Move, MoveError, check_move
 from ..core.placement import (
     PlacementError,
     TopicMeta,
@@ -68,6 +69,7 @@ class Cluster(Metadata):
         self.events = ParkingLot()
         self.timeouts = timeouts
         self.clock = clock
+        self._racks: dict[str, str] = {}  # node -> the rack it registered last
 
     def load(self) -> None:
         """Read the stored placements; each stored topic gets its registration key back."""
@@ -99,6 +101,7 @@ class Cluster(Metadata):
         partitioned = EXT_PARTITIONS in identity.extensions or _is_youzan(identity)
         peer = self.registry.identify(peer_id, identity, self.clock(), partitioned=partitioned)
         if partitioned and not _is_youzan(identity):
+            self._racks[peer.node_id] = identity.rack
             self.liveness.connected(peer.node_id, self.clock())
             self.events.unpark_all()
         self.place_pending()
@@ -134,7 +137,11 @@ class Cluster(Metadata):
             if part.leader != node or part.epoch != epoch:
                 continue
             progress = Progress(
-                node, epoch, _names(entry.get("caught_up")), _names(entry.get("lagging"))
+                node,
+                epoch,
+                _names(entry.get("caught_up")),
+                _names(entry.get("lagging")),
+                _names(entry.get("confirmed")),
             )
             if self.liveness.progress.get((placement.name, number)) != progress:
                 self.liveness.report(placement.name, number, progress)
@@ -189,12 +196,18 @@ class Cluster(Metadata):
         peers = self.registry.active_peers(self.clock(), self.timeouts.inactive)
         return sorted({p.node_id for p in peers if p.partitioned and not _is_youzan(p.identity)})
 
+    def racks(self) -> dict[str, str]:
+        """The rack each pnsq node registered (``--rack``) when it last identified itself, by
+        node id (also of the nodes gone since: their copies still occupy their racks)."""
+        return dict(self._racks)
+
     def place_pending(self) -> None:
         """Place topics created before any node was there."""
         pending = [p for p in self.placements.values() if p.pending]
         if not pending or not self.leading:
             return
-        for placement in place_pending(self.placements.values(), self.live_nodes()):
+        placed = place_pending(self.placements.values(), self.live_nodes(), self.racks())
+        for placement in placed:
             log.info("TOPIC(%s): placed on %s", placement.name, _describe(placement))
             self.placements[placement.name] = placement
             self._changed()
@@ -222,7 +235,7 @@ class Cluster(Metadata):
             if not existing.adopted:
                 return
         load = leader_load(self.placements.values())
-        placement = place(name, meta, self.live_nodes(), load, prefer)
+        placement = place(name, meta, self.live_nodes(), load, prefer, self.racks())
         self.placements[name] = placement
         tombstone = self.deleted.pop(name, None)
         self._changed()
@@ -290,8 +303,33 @@ class Cluster(Metadata):
         self._check_leading()
         placement = self.placements[name]
         load = leader_load(self.placements.values())
-        updated = expand(placement, partition_num, self.live_nodes(), load)
+        updated = expand(placement, partition_num, self.live_nodes(), load, self.racks())
         return await self._commit(placement, updated)
+
+    async def start_move(self, topic: str, partition: int, move: Move) -> Move:
+        """youzan's ``/topic/partition/move``: ``move`` is checked, persisted and left to the
+        failover loop (:mod:`lookupd.core.moves`); returns it as it will run. Raises KeyError
+        for an unknown topic, :class:`MoveError`, :class:`StoreError`."""
+        self._check_leading()
+        placement = self.placements[topic]
+        if not 0 <= partition < len(placement.partitions):
+            raise MoveError("INVALID_ARG_TOPIC_PARTITION")
+        now = self.clock()
+        views = self.liveness.views(now)
+        alive = [
+            n for n in self.live_nodes() if self.liveness.is_alive(n, now) and not views[n].leaving
+        ]
+        checked = check_move(
+            placement.partitions[partition],
+            move,
+            alive=alive,
+            racks=self.racks(),
+            offline=(topic, partition) in self.offline,
+            busy=placement.move(partition) is not None,
+        )
+        await self._commit(placement, placement.with_move(partition, checked))
+        self.events.unpark_all()
+        return checked
 
     async def _commit(self, old: TopicPlacement, new: TopicPlacement) -> TopicPlacement:
         self.placements[new.name] = new
@@ -334,4 +372,12 @@ def _describe(placement: TopicPlacement) -> str:
     return f"{len(placement.partitions)} partition(s) [{leaders}]"
 
 
-__all__ = ["Cluster", "PlacementError", "StoreError", "TopicMeta", "UnavailableError"]
+__all__ = [
+    "Cluster",
+    "Move",
+    "MoveError",
+    "PlacementError",
+    "StoreError",
+    "TopicMeta",
+    "UnavailableError",
+]

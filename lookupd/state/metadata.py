@@ -55,13 +55,14 @@ class Metadata:
         self._nursery = nursery
 
     def placed_nodes(self) -> set[str]:
-        """Every node holding a partition (leader or replica)."""
-        return {
+        """Every node holding a partition (leader or replica), or the target of a move."""
+        nodes = {
             node
             for placement in self.placements.values()
             for part in placement.partitions
             for node in (part.leader, *part.replicas)
         }
+        return nodes | {m.target for p in self.placements.values() for m in p.moves}
 
     def _take_saved(self, stored: Stored) -> None:
         """``stored``, saved by the leader lookupd, replaces this copy; it is on disk."""

@@ -12,7 +12,6 @@ taken again on the next tick.
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
 
 import trio
 
@@ -48,11 +47,13 @@ def view_of(cluster: Cluster, settings: Settings, now: float) -> View:
                     epoch=part.epoch,
                     caught_up=progress.caught_up if current and progress else frozenset(),
                     lagging=progress.lagging if current and progress else frozenset(),
+                    confirmed=progress.confirmed if current and progress else frozenset(),
                     unclean=placement.meta.unclean,
                     offline=(placement.name, number) in cluster.offline,
+                    move=placement.move(number),
                 )
             )
-    return View(cluster.liveness.views(now), tuple(partitions), settings)
+    return View(cluster.liveness.views(now), tuple(partitions), settings, cluster.racks())
 
 
 class Supervisor:
@@ -108,14 +109,16 @@ class Supervisor:
     def _apply(self, change: Change) -> None:
         cluster = self.cluster
         placement: TopicPlacement = cluster.placements[change.topic]
-        parts = list(placement.partitions)
-        old = parts[change.partition]
+        old = placement.partitions[change.partition]
         if change.epoch != old.epoch:
             self.failovers += 1
-        parts[change.partition] = PartitionAssignment(
-            change.leader, change.replicas, change.epoch, change.isr
+        updated = placement.with_partition(
+            change.partition,
+            PartitionAssignment(change.leader, change.replicas, change.epoch, change.isr),
         )
-        cluster.placements[change.topic] = replace(placement, partitions=tuple(parts))
+        if change.move != placement.move(change.partition):
+            updated = updated.with_move(change.partition, change.move)
+        cluster.placements[change.topic] = updated
         key = (change.topic, change.partition)
         if change.offline:
             cluster.offline.add(key)

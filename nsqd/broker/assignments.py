@@ -140,6 +140,7 @@ def apply_assignments(
         registry.replication.wake(partition)
         for channel in topic.channels.values():
             channel.drop_partition(number)
+            channel.notify()  # its consumers of that partition are told to look elsewhere
         registry.retire(partition)
         kept = partition.log.end_offset - partition.log.start_offset
         log.log(

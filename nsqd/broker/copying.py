@@ -60,15 +60,28 @@ class Batch:
     data: bytes
 
 
-def read_for_follower(partition: Partition, offset: int, max_bytes: int) -> Batch:
-    """The encoded records from ``offset`` on (at least one if any, about ``max_bytes``): the
-    bytes of the latest appends as written when ``offset`` starts one (a follower keeping up),
-    else the records read and encoded again."""
-    written = partition.log.read_written(offset, max_bytes, MAX_APPEND_RECORDS_SIZE)
+def read_for_follower(
+    partition: Partition, offset: int, max_bytes: int, *, recent: bool = True
+) -> Batch:
+    """The encoded records from ``offset`` on (at least one if any, about ``max_bytes``): with
+    ``recent``, the bytes of the latest appends as written when ``offset`` starts one (a
+    follower keeping up; the run may pass ``max_bytes``), else the records read and encoded
+    again (a follower catching up at a bounded rate: batches no larger than asked)."""
+    written = None
+    if recent:
+        written = partition.log.read_written(offset, max_bytes, MAX_APPEND_RECORDS_SIZE)
     if written is not None:
         count, data = written
         return Batch(offset, count, data)
     records = partition.log.read(offset, 1 << 20, max_bytes)
+    if not recent:  # the tail cache serves records beyond max_bytes: cut them off here
+        size, count = 0, 0
+        for record in records:
+            size += len(record.body) + len(record.ext)
+            if count and size > max_bytes:
+                break
+            count += 1
+        records = records[:count]
     return Batch(offset, len(records), encode_run(records)[0])
 
 

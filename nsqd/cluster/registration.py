@@ -28,6 +28,7 @@ from protocol.lookup_v1 import (
     EXT_PARTITIONS,
     EXTENSIONS_KEY,
     MAGIC_V1,
+    RACK_KEY,
     ResponseReader,
     encode_command,
     encode_identify,
@@ -59,6 +60,7 @@ class LookupIdentity:
     http_port: int
     hostname: str
     broadcast_address: str
+    rack: str = ""  # --rack: sent to pnsq's lookupd, which places copies on distinct racks
 
     def identify_body(self, extensions: bool = True) -> dict[str, object]:
         """IDENTIFY's JSON: nsqd's five keys plus the extensions pnsq speaks (none without
@@ -72,6 +74,8 @@ class LookupIdentity:
         }
         if extensions:
             body[EXTENSIONS_KEY] = [EXT_PARTITIONS]
+            if self.rack:
+                body[RACK_KEY] = self.rack
         return body
 
     @property

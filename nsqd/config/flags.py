@@ -154,6 +154,9 @@ default-replicator int
 replica-lag-max duration
     [pnsq] a follower that has not held a led partition's whole log for this long is reported
     to nsqlookupd as lagging (it then leaves the in-sync set)
+replica-move-rate int
+    [pnsq] bytes per second a leader sends to a replica outside the in-sync set (a moved,
+    new or returning replica catching up)
 retention duration
     [pnsq] how long fully consumed segments are kept on disk
 max-disk-usage-percent int
@@ -174,6 +177,9 @@ max-segment-fds int
 cluster-secret-file string
     [pnsq] path to a file holding the cluster's shared secret: links between pnsq processes
     prove they hold it (required with --auth-http-address or --tls-required)
+rack string
+    [pnsq] failure domain of this node, registered with nsqlookupd: two copies of a partition
+    are placed on different racks while one has room (defaults to the OS hostname)
 """
 
 

@@ -115,6 +115,7 @@ class Options:
     default_partitions: int = 1
     default_replicator: int = 1  # copies of a topic created through pnsq's lookupd
     replica_lag_max: float = 10.0  # a follower behind this long is reported lagging
+    replica_move_rate: int = 32 << 20  # bytes/s to a follower outside the in-sync set
     retention: float = 604800.0
     max_disk_usage_percent: int = 95
     read_cache_bytes: int = 16 * 1024 * 1024  # every partition's tail cache together
@@ -122,6 +123,7 @@ class Options:
     busy_poll: float = 200e-6  # seconds the publish reactor polls on after close turns
     max_segment_fds: int = 0  # 0: a quarter of the open-files limit (see segment_fd_budget)
     cluster_secret_file: str = ""  # the cluster credential (pnsq._netio.cluster_secret)
+    rack: str = field(default_factory=socket.gethostname)  # failure domain, for placement
 
     def tcp_host_port(self) -> tuple[str, int]:
         """``--tcp-address`` as ``(host, port)`` (Go host:port syntax)."""
@@ -169,6 +171,8 @@ def validate_options(options: Options) -> Options:
         raise OptionsError("--default-replicator must be between 1 and 5")
     if options.replica_lag_max <= 0:
         raise OptionsError("--replica-lag-max must be positive")
+    if options.replica_move_rate <= 0:
+        raise OptionsError("--replica-move-rate must be positive")
     if options.retention < 0:
         raise OptionsError("--retention must not be negative")
     if not 1 <= options.max_disk_usage_percent <= 100:

@@ -90,12 +90,14 @@ snappy snappy bool
 default_partitions default_partitions int
 default_replicator default_replicator int
 replica_lag_max replica_lag_max duration
+replica_move_rate replica_move_rate int
 retention retention duration
 max_disk_usage_percent max_disk_usage_percent int
 read_cache_bytes read_cache_bytes int
 max_pending_output_bytes max_pending_output_bytes int
 busy_poll busy_poll duration
 max_segment_fds max_segment_fds int
+rack rack str
 """
 OPTIONS: dict[str, tuple[str, str]] = {
     name: (attribute, kind)

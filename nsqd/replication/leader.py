@@ -58,10 +58,12 @@ log = logging.getLogger("nsqd.replication")
 
 HEARTBEAT = 1.0  # seconds between high-watermark frames on an idle stream
 CURSOR_INTERVAL = 0.2  # seconds between looks at the channels' state
-#: bytes per second a follower outside the in-sync set is fed (a new or returning replica
-#: catching up must not starve the partition's publishers and in-sync followers)
+#: bytes per second a follower outside the in-sync set is fed by default (a new, moved or
+#: returning replica catching up must not starve the partition's publishers and in-sync
+#: followers); nsqd's ``--replica-move-rate``
 CATCHUP_RATE = 32 << 20
 BATCH_BYTES = 1 << 20  # about this much per Append
+MIN_CATCHUP_BATCH = 4096  # bytes: the smallest Append to a follower catching up
 HELLO_TIMEOUT = 10.0
 
 
@@ -76,16 +78,18 @@ async def serve_follower(
     initial: bytes,
     *,
     links: ClusterLinks,
+    catchup_rate: float = CATCHUP_RATE,
 ) -> None:
     """Run one follower's stream until it or this node's leadership ends; with a cluster
-    secret, only after the follower proved it holds it (see the module doc)."""
+    secret, only after the follower proved it holds it (see the module doc). A follower
+    outside the in-sync set is fed at most ``catchup_rate`` bytes per second."""
     try:
         proved, initial = await links.accept(stream, remote, MAGIC, initial)
     except LinkFailed:
         return  # refused and logged (at most once a minute per peer): nothing more to say
     reader = FrameReader(stream, FollowerFrameDecoder(), initial)
     try:
-        await _serve(broker, stream, reader, proved)
+        await _serve(broker, stream, reader, proved, catchup_rate)
     except* (ReplicationProtocolError, BrokerError) as broken:
         for exc in broken.exceptions:
             log.warning("REPLICATION[%s]: %s", remote, exc)
@@ -100,6 +104,7 @@ async def _serve(
     stream: trio.abc.Stream,
     reader: FrameReader[FollowerFrame],
     proved: str | None,
+    catchup_rate: float,
 ) -> None:
     with trio.fail_after(HELLO_TIMEOUT):
         hello = await reader.next()
@@ -136,7 +141,16 @@ async def _serve(
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_read_acks, broker, reader, topic, partition, hello.node)
-            await _stream(broker, stream, topic, partition, start, hello.node, admin=admin)
+            await _stream(
+                broker,
+                stream,
+                topic,
+                partition,
+                start,
+                hello.node,
+                admin=admin,
+                catchup_rate=catchup_rate,
+            )
             nursery.cancel_scope.cancel()
     finally:
         if admin:
@@ -163,6 +177,7 @@ async def _stream(
     node: str,
     *,
     admin: bool = False,
+    catchup_rate: float = CATCHUP_RATE,
 ) -> None:
     """Send what the follower lacks, as it comes, and the channels' state in the partition
     (every :data:`CURSOR_INTERVAL` seconds when it changed), while this node leads under
@@ -176,9 +191,13 @@ async def _stream(
     cursors: dict[str, tuple[int, tuple[tuple[int, int], ...]]] = {}
     next_cursors = 0.0
     sent_admin: Admin | None = None
-    budget = CatchUpBudget(CATCHUP_RATE, clock.monotonic())
+    budget = CatchUpBudget(catchup_rate, clock.monotonic())
     while state.leads and state.epoch == epoch:
-        batch = read_for_follower(partition, at, BATCH_BYTES)
+        catching_up = node not in state.placement.isr
+        # catching up: batches of a tenth of a second's budget, so the rate holds for a log
+        # shorter than one full batch too
+        size = max(MIN_CATCHUP_BATCH, int(catchup_rate / 10)) if catching_up else BATCH_BYTES
+        batch = read_for_follower(partition, at, min(size, BATCH_BYTES), recent=not catching_up)
         if batch.count:
             header = encode_append_header(
                 epoch, batch.base_offset, state.high_watermark, batch.count, len(batch.data)
@@ -188,7 +207,7 @@ async def _stream(
             if at >= partition.log.end_offset:
                 state.sent_to_end(node, at)
             sent_hw, sent_at = state.high_watermark, clock.monotonic()
-            if node not in state.placement.isr:  # catching up: at a bounded rate
+            if catching_up:  # at a bounded rate
                 await trio.sleep(budget.spend(len(batch.data), sent_at))
             continue
         now = clock.monotonic()

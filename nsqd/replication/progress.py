@@ -5,6 +5,9 @@ node leads that has replicas, a follower is *caught up* when it holds the whole 
 within :data:`CAUGHT_UP_WINDOW` (a busy log rarely stands still at the moment of a report); it
 *lags* when it has not held the whole log for ``lag_max`` seconds (counted from when this node
 took the lead under this epoch, so a new leader gives its followers time to connect).
+A follower is *confirmed* when it is in the in-sync set this leader applies and holds the
+whole log up to the high-watermark: every acknowledged message is on it, and every later
+acknowledgement waits for it (lookupd hands leadership over only to such a follower).
 """
 
 from __future__ import annotations
@@ -49,6 +52,11 @@ class ProgressTracker:
                         caught_up.append(node)
                     elif now - max(at or since, since) > self.lag_max:
                         lagging.append(node)
+                confirmed = [
+                    node
+                    for node in state.followers
+                    if state.has_acked(node) and state.acked(node) >= state.high_watermark
+                ]
                 out.append(
                     {
                         "topic": topic.name,
@@ -56,6 +64,7 @@ class ProgressTracker:
                         "epoch": state.epoch,
                         "caught_up": sorted(caught_up),
                         "lagging": sorted(lagging),
+                        "confirmed": sorted(confirmed),
                     }
                 )
         for key in set(self._led_since) - led:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import trio
 from trio.lowlevel import ParkingLot
 
-from protocol import ErrorCode, FinRun, Sub, SubMode, frames
+from protocol import ClientError, ErrorCode, FinRun, Sub, SubMode, frames
 from protocol.consume import parse_consume_start
 
 from ..broker import Broker, Channel
@@ -79,6 +79,7 @@ class Consuming:
         #: what a delivery made for the idle pump raised: the pump raises it
         self._delivery_error: Exception | None = None
         self._ended = False  # the connection's tasks are ending: the pump returns
+        self._nursery: trio.Nursery | None = None  # the connection's (the pump runs there)
 
     def stop(self) -> None:
         """The connection is ending: the pump returns (without being cancelled)."""
@@ -123,6 +124,7 @@ class Consuming:
         self.detail_block = mode is not SubMode.PLAIN
         if sub.metadata_changed:  # the channel became ordered: on disk before the OK
             await self.broker.wait_durable()
+        self._nursery = nursery
         nursery.start_soon(self._pump)
         self.output.append(frames.OK)
 
@@ -233,6 +235,9 @@ class Consuming:
         owner = self.owner
         max_pending = self.settings.max_pending_output_bytes
         while not self._ended:
+            if only is not None and not _leads(channel, only):
+                await self._lost_partition(only)
+                return
             room = self.ready_count - self.in_flight
             if room <= 0 or not channel.has_ready(only, owner):
                 output.flush()
@@ -250,6 +255,20 @@ class Consuming:
                 continue
             self._deliver(channel, room, space)
             await output.send_pending()
+
+    async def _lost_partition(self, number: int) -> None:
+        """The partition this connection consumes is no longer led here (lookupd moved or
+        failed it over; the channels wake on every change): the client gets the fatal
+        ``E_FAILED_ON_NOT_LEADER``, which makes it look the leader up again (youzan go-nsq,
+        pnsq's consumer), and the connection closes. Its messages in flight are delivered again
+        by the new leader."""
+        error = ClientError(ErrorCode.FAILED_ON_NOT_LEADER, "", fatal=True)
+        log.info("[%s] partition %d no longer led here: %s", self.remote_address, number, error)
+        self.output.write(frames.encode_error(error.text))
+        with trio.move_on_after(1):
+            await self.output.drain()
+        if self._nursery is not None:
+            self._nursery.cancel_scope.cancel()
 
     def _deliver(self, channel: Channel, room: int, space: int) -> int:
         """Take up to ``room`` messages (``space`` bytes) for us and queue their frames (a
@@ -270,3 +289,9 @@ class Consuming:
         self.in_flight += len(taken)
         self.message_count += len(taken)
         return len(taken)
+
+
+def _leads(channel: Channel, number: int) -> bool:
+    """This node holds partition ``number`` of the channel's topic and leads it."""
+    topic = channel.topic
+    return topic.holds(number) and topic.partition(number).state.leads

@@ -19,6 +19,7 @@ from lookupd.core.decide import (
     assignment_load,
     decide,
 )
+from lookupd.core.moves import Move, MoveError, check_move
 from protocol.lookup import PartitionAssignment
 
 NOW = 1000.0
@@ -366,11 +367,24 @@ def test_change_gives_the_placement_form_and_load_counts_every_copy() -> None:
 # ---------------------------------------------------------------- random event sequences
 
 TIMEOUT = Settings().heartbeat_timeout
-KINDS = ("promoted unclean", "promoted", "offline", "back", "shrink", "expand", "re-replicate")
+KINDS = (
+    "promoted unclean",
+    "promoted",
+    "offline",
+    "back",
+    "shrink",
+    "expand",
+    "re-replicate",
+    "catching up",
+    "handed over",
+    "rolled back",
+    "done",
+)
 
 
 class Cluster(RuleBasedStateMachine):
-    """Nodes die, hang, leave and come back while lookupd decides after every event."""
+    """Nodes die, hang, leave and come back, and partitions are moved, while lookupd decides
+    after every event."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -379,6 +393,7 @@ class Cluster(RuleBasedStateMachine):
         self.hung: set[str] = set()
         self.view = View({}, ())
         self.history: dict[tuple[str, int], dict[int, str]] = {}
+        self.factors: dict[tuple[str, int], int] = {}  # copies each partition keeps
 
     @initialize(
         count=st.integers(3, 5),
@@ -403,6 +418,7 @@ class Cluster(RuleBasedStateMachine):
                 )
             )
             self.history[("t", index)] = {0: copies[0]}
+            self.factors[("t", index)] = factor
         self.view = View(self.nodes, tuple(parts))
         self.settle()
 
@@ -462,6 +478,66 @@ class Cluster(RuleBasedStateMachine):
                 self.nodes[name] = replace(node, down_since=self.now)
         self.settle()
 
+    @rule(data=st.data())
+    def move(self, data: st.DataObject) -> None:
+        index = data.draw(st.integers(0, len(self.view.partitions) - 1))
+        target = self.view.partitions[index]
+        holders = (target.leader, *target.replicas)
+        source = data.draw(st.sampled_from(holders))
+        wanted = Move(index, source, self.node(data), leader=source == target.leader)
+        alive = [
+            n for n, v in self.nodes.items() if v.connected and n not in self.hung and not v.leaving
+        ]
+        assignment = PartitionAssignment(target.leader, target.replicas, target.epoch, target.isr)
+        try:
+            checked = check_move(
+                assignment,
+                wanted,
+                alive=alive,
+                racks={},
+                offline=target.offline,
+                busy=target.move is not None,
+            )
+        except MoveError:
+            return
+        parts = list(self.view.partitions)
+        parts[index] = replace(target, move=checked)
+        self.view = replace(self.view, partitions=tuple(parts))
+        self.settle()
+
+    @rule(data=st.data())
+    def leader_confirms(self, data: st.DataObject) -> None:
+        """The leader applies an ISR with the node and reports it holds every acknowledged
+        message (a leader confirms only members of its ISR)."""
+        index = data.draw(st.integers(0, len(self.view.partitions) - 1))
+        target = self.view.partitions[index]
+        name = self.node(data)
+        if name not in target.isr or name == target.leader:
+            return
+        parts = list(self.view.partitions)
+        parts[index] = replace(target, confirmed=target.confirmed | {name})
+        self.view = replace(self.view, partitions=tuple(parts))
+        self.settle()
+
+    @rule(data=st.data())
+    def move_progresses(self, data: st.DataObject) -> None:
+        """The leader reports a move's target caught up, and once in its ISR, confirmed."""
+        moving = [i for i, p in enumerate(self.view.partitions) if p.move is not None]
+        if not moving:
+            return
+        index = data.draw(st.sampled_from(moving))
+        target = self.view.partitions[index]
+        assert target.move is not None
+        name = target.move.target
+        if name in target.isr:
+            target = replace(target, confirmed=target.confirmed | {name})
+        else:
+            target = replace(target, caught_up=target.caught_up | {name})
+        parts = list(self.view.partitions)
+        parts[index] = target
+        self.view = replace(self.view, partitions=tuple(parts))
+        self.settle()
+
     @rule(data=st.data(), caught_up=st.booleans())
     def leader_reports(self, data: st.DataObject, caught_up: bool) -> None:
         index = data.draw(st.integers(0, len(self.view.partitions) - 1))
@@ -499,15 +575,23 @@ class Cluster(RuleBasedStateMachine):
         for new in after.partitions:
             prev = old[(new.topic, new.partition)]
             assert new.epoch >= prev.epoch
+            reason = next(
+                (c.reason for c in changes if (c.topic, c.partition) == (new.topic, new.partition)),
+                "",
+            )
             if new.epoch != prev.epoch:  # promoted from the ISR (or one that joined it in
                 # this very decision: a leaving leader reported it caught up), unless unclean
                 joined = prev.caught_up - prev.lagging if before_up(prev.leader) else set()
                 assert new.leader in {*prev.isr, *joined} or prev.unclean
+                if "handed over" in reason:  # a move: only to a replica holding every ack
+                    assert new.leader in prev.confirmed
             else:
                 assert new.leader == prev.leader
             recorded = self.history[(new.topic, new.partition)].setdefault(new.epoch, new.leader)
             assert recorded == new.leader
-            assert len(new.replicas) == len(prev.replicas)
+            # a move adds its target before it drops its source: one copy more meanwhile
+            extra = 1 + len(new.replicas) - self.factors[(new.topic, new.partition)]
+            assert extra in ((0, 1) if new.move is not None else (0,))
         assert decide(after, self.now) == []
         self.view = after
 
@@ -540,3 +624,15 @@ class Cluster(RuleBasedStateMachine):
 
 TestCluster = Cluster.TestCase
 TestCluster.settings = settings(max_examples=200, stateful_step_count=30, deadline=None)
+
+
+def test_a_replacement_goes_to_a_rack_holding_no_copy() -> None:
+    # d is the least loaded spare but shares a's rack; e is on a rack of its own
+    nodes = {**everyone_alive("a", "b", "d", "e"), "c": dead(since=NOW - 100.0)}
+    racks = {"a": "r1", "b": "r2", "c": "r3", "d": "r1", "e": "r3"}
+    busy = part("e", ("b",), topic="other")  # e holds more than d
+    current = View(nodes=nodes, partitions=(part(isr=("a", "b")), busy), racks=racks)
+    changes, _ = settle(current)
+    assert only(changes).replicas == ("b", "e")
+    without = View(nodes=nodes, partitions=(part(isr=("a", "b")), busy))
+    assert only(decide(without, NOW)).replicas == ("b", "d")  # by load alone

@@ -21,6 +21,7 @@ from lookupd.core.placement import (
     place_pending,
     to_document,
 )
+from lookupd.core.racks import pick_spread, rack_of
 from lookupd.core.registry import Registry
 from lookupd.core.views import Timeouts, ViewError, listlookup, lookup, nodes, topics
 from lookupd.state.store import MetadataStore, Stored, StoreError
@@ -213,3 +214,28 @@ def test_nodes_topics_and_listlookup_shapes() -> None:
         "Epoch",
     ]  # type: ignore[arg-type]
     assert listed["lookupdleader"]["TcpPort"] == "4160"  # type: ignore[index]
+
+
+def test_replicas_go_to_another_rack_while_one_has_room() -> None:
+    # a and b share rack r1: without racks, b (fewest copies, node id) would replicate a's
+    # partition; with them, every partition has its two copies on two racks
+    racks = {"a": "r1", "b": "r1", "c": "r2", "d": "r3"}
+    placement = place("t", TopicMeta(partition_num=4, replica=2), list(racks), racks=racks)
+    for part in placement.partitions:
+        assert racks[part.leader] != racks[part.replicas[0]], part
+
+
+def test_three_copies_on_two_racks_share_one_only_when_they_must() -> None:
+    racks = {"a": "r1", "b": "r1", "c": "r2"}
+    placement = place("t", TopicMeta(partition_num=3, replica=3), list(racks), racks=racks)
+    for part in placement.partitions:
+        copies = [racks[n] for n in (part.leader, *part.replicas)]
+        assert sorted(set(copies)) == ["r1", "r2"]  # both racks used, then one shared
+
+
+def test_nodes_without_a_rack_are_racks_of_their_own() -> None:
+    assert rack_of("a", {}) == "node:a"
+    assert rack_of("a", {"a": ""}) == "node:a"
+    assert rack_of("a", {"a": "r"}) == "r"
+    assert pick_spread(["b", "c"], ["a"], {"a": "r", "b": "r"}, 1, lambda n: (n,)) == ("c",)
+    assert pick_spread(["b", "c"], ["a"], {}, 2, lambda n: (n,)) == ("b", "c")

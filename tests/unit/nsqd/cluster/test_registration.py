@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -15,6 +16,7 @@ from nsqd.cluster.registration import (
     lookupd_http_address,
     registration_commands,
 )
+from protocol.lookup_v1 import decode_identify
 
 
 @dataclass
@@ -110,3 +112,14 @@ def test_a_reply_without_a_usable_http_port_is_refused(port: object) -> None:
     info: dict[str, object] = {} if port is None else {"http_port": port}
     with pytest.raises(LookupPeerError, match="no HTTP port"):
         lookupd_http_address("10.0.0.9", info)
+
+
+def test_identify_body_carries_the_rack_to_pnsq_lookupd_only() -> None:
+    identity = LookupIdentity("1.3.0", 4150, 4151, "host", "10.0.0.1", rack="r1")
+    body = identity.identify_body()
+    assert body["pnsq_rack"] == "r1"
+    assert "pnsq_rack" not in identity.identify_body(extensions=False)
+    decoded = decode_identify(json.dumps(body).encode())
+    assert decoded.rack == "r1"
+    stock = decode_identify(json.dumps(identity.identify_body(extensions=False)).encode())
+    assert stock.rack == ""

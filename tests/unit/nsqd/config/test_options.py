@@ -142,6 +142,7 @@ PNSQ_EXTRA_FLAGS = {
     "default-partitions",
     "default-replicator",
     "replica-lag-max",
+    "replica-move-rate",
     "max-disk-usage-percent",
     "max-pending-output-bytes",
     "read-cache-bytes",
@@ -149,6 +150,7 @@ PNSQ_EXTRA_FLAGS = {
     "retention",
     "busy-poll",
     "cluster-secret-file",
+    "rack",
 }
 
 
@@ -241,6 +243,7 @@ NSQD_DEFAULTS: dict[str, object] = {
     "default_partitions": 1,
     "default_replicator": 1,
     "replica_lag_max": 10.0,
+    "replica_move_rate": 32 << 20,
     "retention": 604800.0,
     "max_disk_usage_percent": 95,
     "read_cache_bytes": 16 * 1024 * 1024,
@@ -254,7 +257,7 @@ NSQD_DEFAULTS: dict[str, object] = {
 def test_defaults_are_nsqds() -> None:
     options = Options()
     fields = {field.name for field in dataclasses.fields(Options)}
-    assert fields == set(NSQD_DEFAULTS) | {"broadcast_address", "node_id"}
+    assert fields == set(NSQD_DEFAULTS) | {"broadcast_address", "node_id", "rack"}
     for name, value in NSQD_DEFAULTS.items():
         assert getattr(options, name) == value, name
         assert type(getattr(options, name)) is type(value), name
@@ -337,6 +340,7 @@ def test_pynsq_harness_command_line() -> None:
         (["-default-partitions=4"], "default_partitions", 4),
         (["-default-replicator=2"], "default_replicator", 2),
         (["-replica-lag-max=3s"], "replica_lag_max", 3.0),
+        (["-replica-move-rate=1000"], "replica_move_rate", 1000),
         (["-max-segment-fds=300"], "max_segment_fds", 300),
         (["-busy-poll=50us"], "busy_poll", 50e-6),
         (["-busy-poll=0"], "busy_poll", 0.0),
@@ -471,6 +475,7 @@ def test_log_levels() -> None:
         (["-auth-http-request-method=put"], "--auth-http-request-method must be post or get"),
         (["-auth-http-request-method=GET"], "--auth-http-request-method must be post or get"),
         (["-default-partitions=0"], "--default-partitions must be >= 1"),
+        (["-replica-move-rate=0"], "--replica-move-rate must be positive"),
         (
             ["-statsd-address=127.0.0.1:8125", "-statsd-interval=0s"],
             "--statsd-interval must be positive",
