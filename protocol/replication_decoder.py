@@ -28,6 +28,8 @@ from .replication import (
     HIGH_WATERMARK,
     MAX_FRAME_SIZE,
     REFUSE,
+    REPAIR_RECORDS,
+    REPAIR_REQUEST,
     STRING_LENGTH,
     WELCOME,
     Ack,
@@ -42,6 +44,8 @@ from .replication import (
     HighWatermark,
     LeaderFrame,
     Refuse,
+    RepairRecords,
+    RepairRequest,
     ReplicationProtocolError,
     Welcome,
 )
@@ -121,6 +125,14 @@ def _append(body: _Body) -> Append:
     return Append(epoch, base_offset, high_watermark, count, records)
 
 
+def _repair_records(body: _Body) -> RepairRecords:
+    epoch, base_offset, count = body.fixed(REPAIR_RECORDS)
+    records = body.rest()
+    if (count == 0) != (not records):
+        raise body.error(f"count {count} with {len(records)} record bytes")
+    return RepairRecords(epoch, base_offset, count, records)
+
+
 def _cursors(body: _Body) -> Cursors:
     epoch, confirmed, deleted, count = body.fixed(CURSORS)
     if deleted > 1:
@@ -149,6 +161,7 @@ _FOLLOWER_PARSERS: Final[_Parsers[FollowerFrame]] = {
     FrameType.ACK: lambda body: Ack(*body.fixed(ACK)),
     FrameType.REFUSE: _refuse,
     FrameType.CURSORS_ACK: _cursors_ack,
+    FrameType.REPAIR_RECORDS: _repair_records,
 }
 _LEADER_PARSERS: Final[_Parsers[LeaderFrame]] = {
     FrameType.WELCOME: lambda body: Welcome(*body.fixed(WELCOME)),
@@ -156,6 +169,7 @@ _LEADER_PARSERS: Final[_Parsers[LeaderFrame]] = {
     FrameType.HIGH_WATERMARK: lambda body: HighWatermark(*body.fixed(HIGH_WATERMARK)),
     FrameType.CURSORS: _cursors,
     FrameType.ERROR: _error,
+    FrameType.REPAIR_REQUEST: lambda body: RepairRequest(*body.fixed(REPAIR_REQUEST)),
 }
 
 
@@ -225,14 +239,15 @@ class FrameDecoder(FrameBuffer[ReplicationProtocolError], Generic[F]):
 
 
 class FollowerFrameDecoder(FrameDecoder[FollowerFrame]):
-    """The leader's decoder: accepts Hello, Ack, CursorsAck and Refuse only."""
+    """The leader's decoder: accepts Hello, Ack, CursorsAck, Refuse and RepairRecords only."""
 
     def __init__(self, max_frame_size: int = MAX_FRAME_SIZE) -> None:
         super().__init__(_FOLLOWER_PARSERS, max_frame_size)
 
 
 class LeaderFrameDecoder(FrameDecoder[LeaderFrame]):
-    """The follower's decoder: accepts Welcome, Append, HighWatermark, Cursors and Error only."""
+    """The follower's decoder: accepts Welcome, Append, HighWatermark, Cursors, Error and
+    RepairRequest only."""
 
     def __init__(self, max_frame_size: int = MAX_FRAME_SIZE) -> None:
         super().__init__(_LEADER_PARSERS, max_frame_size)

@@ -161,7 +161,7 @@ class Channel:
         for i in range(count):
             partition, cursor = served[(self._rr + i) % count]
             guard = partition.read_guard
-            read = guard.fetch(partition.log.read, now_ns)
+            read = guard.fetch(partition.read_for_delivery, now_ns)
             readable = partition.state.high_watermark  # what every in-sync replica has
             room = max_messages - len(out)
             if not routed and cursor.only_new():

@@ -28,6 +28,8 @@ from protocol.replication import (
     HighWatermark,
     LeaderFrame,
     Refuse,
+    RepairRecords,
+    RepairRequest,
     ReplicationProtocolError,
     Welcome,
     encode,
@@ -41,6 +43,7 @@ from ..broker.copying import (
     append_from_leader,
     last_epoch,
     mirror_channel,
+    read_for_repair,
     truncate_for_leader,
 )
 from ..broker.partition import Partition
@@ -210,6 +213,15 @@ class Followers:
                     )
                     if not frame.deleted:
                         await stream.send_all(encode(CursorsAck(epoch, name, confirmed)))
+            case RepairRequest(epoch=epoch, first=first, count=count):
+                await self._check_epoch(stream, partition, epoch)
+                try:
+                    copy = read_for_repair(partition, first, count)
+                except StorageError as exc:
+                    log.warning("REPLICATION(%s/%d): %s", topic_name, partition.number, exc)
+                    copy = Batch(first, 0, b"")
+                reply = RepairRecords(epoch, first, copy.count, copy.data)
+                await stream.send_all(encode(reply))
             case Error(code=code, text=text):
                 raise LeaderRefused(f"{code} {text}")
             case Welcome():

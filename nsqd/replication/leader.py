@@ -30,6 +30,8 @@ from protocol.replication import (
     Hello,
     HighWatermark,
     Refuse,
+    RepairRecords,
+    RepairRequest,
     ReplicationErrorCode,
     ReplicationProtocolError,
     Welcome,
@@ -38,8 +40,15 @@ from protocol.replication import (
 )
 from protocol.replication_decoder import FollowerFrameDecoder
 
-from ..broker import Broker, Topic
-from ..broker.copying import end_for_epoch, follower_acked, read_for_follower
+from ..broker import Broker, StorageError, Topic
+from ..broker.copying import (
+    Batch,
+    end_for_epoch,
+    follower_acked,
+    held_regions,
+    read_for_follower,
+    repair_from_replica,
+)
 from ..broker.partition import Partition
 from ..core.errors import BrokerError
 from .auth import LinkAuth, LinkAuthFailed, replica_refusal
@@ -158,7 +167,12 @@ async def _stream(
     cursors: dict[str, tuple[int, tuple[tuple[int, int], ...]]] = {}
     next_cursors = 0.0
     budget = CatchUpBudget(CATCHUP_RATE, clock.monotonic())
+    asked: set[int] = set()  # damaged regions this follower was asked for (first offsets)
     while state.leads and state.epoch == epoch:
+        for first, count in held_regions(partition):
+            if first not in asked and first + count <= at:  # sent to it: it may hold them
+                asked.add(first)
+                await stream.send_all(encode(RepairRequest(epoch, first, count)))
         batch = read_for_follower(partition, at, BATCH_BYTES)
         if batch.count:
             header = encode_append_header(
@@ -244,6 +258,10 @@ async def _read_acks(
         frame = await reader.next()
         if isinstance(frame, Refuse):
             raise FollowerGone(f"{node} refused epoch {partition.state.epoch}: {frame.reason}")
+        if isinstance(frame, RepairRecords):
+            if frame.epoch == partition.state.epoch:
+                _repair(partition, node, frame)
+            continue
         if isinstance(frame, CursorsAck):
             if frame.epoch == partition.state.epoch:
                 partition.state.cursor_acked(node, frame.channel, frame.confirmed)
@@ -256,6 +274,24 @@ async def _read_acks(
             raise ReplicationProtocolError(f"unexpected {type(frame).__name__} from {node}")
         if frame.epoch == partition.state.epoch:
             follower_acked(broker, topic, partition, node, frame.log_end)
+
+
+def _repair(partition: Partition, node: str, frame: RepairRecords) -> None:
+    """Write ``node``'s copy of damaged records over this log's (or give up on them)."""
+    batch = Batch(frame.base_offset, frame.count, frame.records)
+    try:
+        repaired = repair_from_replica(partition, batch)
+    except StorageError as exc:
+        log.error("REPLICATION(%d): repair from %s failed: %s", partition.number, node, exc)
+        return
+    if not repaired:
+        log.warning(
+            "REPLICATION(%d): %s has no intact copy of offsets %d-%d either",
+            partition.number,
+            node,
+            frame.base_offset,
+            frame.base_offset + max(frame.count, 1) - 1,
+        )
 
 
 async def _try_send(stream: trio.abc.Stream, data: bytes) -> None:
