@@ -74,7 +74,12 @@ def resync(
     limit: int,
 ) -> tuple[int, int] | None:
     """``(position, offset)`` of the first intact record after damage at byte ``position``
-    where ``offset`` was expected; None when nothing intact follows before ``limit``."""
+    where ``offset`` was expected; None when nothing intact follows before ``limit``. An
+    intact record at ``position`` itself with a later offset (offsets cut out by a truncation
+    over damage) is that record."""
+    here = _decode_at(read_at, position, limit)
+    if here is not None and here.offset > offset:
+        return position, here.offset
     after = _after_length(read_at, position, offset, limit)
     if after is not None:
         return after

@@ -26,13 +26,14 @@ from .cache import CacheBudget
 from .checkpoint import fsync_directory
 from .corruption import SkippedRegions
 from .durability import PendingSync
-from .encoded_run import EncodedRun, check_encoded
-from .errors import CorruptRecordError, LogClosedError, OffsetOutOfRangeError, StorageError
+from .encoded_run import EncodedRun
+from .errors import LogClosedError, OffsetOutOfRangeError, StorageError
 from .frame_runs import FrameLayout, FrameRun
 from .handles import HandleCache
 from .log_read import offset_for_timestamp, read_frames, read_segments
 from .opening import open_segments
 from .record import NewRecord, Record
+from .repair import repair_region
 from .segment import Segment
 from .segment_files import SegmentEnv
 from .trimming import delete_expired, truncate_segments
@@ -238,42 +239,16 @@ class PartitionLog:
             return []
 
     def repair(self, first: int, data: bytes) -> bool:
-        """Write a replica's copy ``data`` of the held damaged region at offset ``first``
-        (:meth:`~.corruption.SkippedRegions.held`) in its place; True when done (durably).
-
-        The copy must be the region's records exactly: intact, consecutive from ``first``,
-        as many and as many bytes as the region (a replica stores its leader's bytes as they
-        came). Otherwise, or when the region is gone, nothing is written, the region is
-        settled (skipped from now on) and False returned. Raises :class:`StorageError` on an
-        I/O error (the region then settled too).
-        """
-        skipped = self._env.skipped
+        """Write a replica's copy ``data`` of the held damaged region at offset ``first`` in
+        its place; True when done, durably (:func:`~.repair.repair_region`: otherwise the
+        region is settled, skipped from now on). Raises :class:`StorageError` on an I/O error
+        (the region then settled too)."""
         with self._lock:
             self._check_open()
-            region = skipped.held_at(first)
-            if region is None:
-                return False
-            segment = next((s for s in self._segments if s.log_path.name == region.segment), None)
             try:
-                run = check_encoded(data, first)
-            except CorruptRecordError:
-                run = None
-            if (
-                segment is None
-                or run is None
-                or run.lost
-                or run.count != region.resumed - region.first
-                or len(data) != region.nbytes
-            ):
-                skipped.settle(first)
-                return False
-            try:
-                segment.overwrite(region.position, data)
+                return repair_region(self._segments, self._env.skipped, first, data)
             except OSError as exc:
-                skipped.settle(first)
                 raise StorageError(f"repair of {self.directory} failed: {exc}") from exc
-            skipped.repaired(region)
-            return True
 
     def read_frames(
         self, offset: int, max_records: int, max_bytes: int, now_ns: int, layout: FrameLayout

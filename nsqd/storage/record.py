@@ -257,7 +257,9 @@ def peek_size(buf: bytes, pos: int) -> int:
     minimum = _MIN_LENGTH.get(field >> FORMAT_SHIFT)
     length = field & LENGTH_MASK
     if minimum is None:  # format 3
-        raise CorruptRecordError("record format 3: a record lost to damage at the leader, or damage")
+        raise CorruptRecordError(
+            "record format 3: a record lost to damage at the leader, or damage"
+        )
     if length < minimum or length > MAX_RECORD_SIZE - LENGTH_SIZE:
         raise CorruptRecordError(f"implausible record length {length}")
     return int(length) + LENGTH_SIZE
