@@ -70,13 +70,17 @@ class Batch:
 MAX_LOST_MARKERS = 4096  # lost-record markers per batch (52 bytes each)
 
 
-def read_for_follower(partition: Partition, offset: int, max_bytes: int) -> Batch:
+def read_for_follower(
+    partition: Partition, offset: int, max_bytes: int, *, as_written: bool = True
+) -> Batch:
     """The encoded records from ``offset`` on (at least one if any, about ``max_bytes``): the
-    bytes of the latest appends as written when ``offset`` starts one (a follower keeping up),
-    else the records read and encoded again, up to the first one lost to damage. Records lost
-    from ``offset`` on go as a batch of lost-record markers of their own."""
+    bytes of the latest appends as written when ``offset`` starts one (a follower keeping up;
+    unless not ``as_written``: a stream's first batch, so that bytes that rotted on disk,
+    which the follower refuses, are not sent again as they are after it reconnects), else the
+    records read and encoded again, up to the first one lost to damage. Records lost from
+    ``offset`` on go as a batch of lost-record markers of their own."""
     log = partition.log
-    written = log.read_written(offset, max_bytes, MAX_APPEND_RECORDS_SIZE)
+    written = log.read_written(offset, max_bytes, MAX_APPEND_RECORDS_SIZE) if as_written else None
     if written is not None:
         count, data = written
         return Batch(offset, count, data)

@@ -168,13 +168,15 @@ async def _stream(
     next_cursors = 0.0
     budget = CatchUpBudget(CATCHUP_RATE, clock.monotonic())
     asked: set[int] = set()  # damaged regions this follower was asked for (first offsets)
+    first_batch = True
     while state.leads and state.epoch == epoch:
         for first, count in held_regions(partition):
             if first not in asked and first + count <= at:  # sent to it: it may hold them
                 asked.add(first)
                 await stream.send_all(encode(RepairRequest(epoch, first, count)))
-        batch = read_for_follower(partition, at, BATCH_BYTES)
+        batch = read_for_follower(partition, at, BATCH_BYTES, as_written=not first_batch)
         if batch.count:
+            first_batch = False
             header = encode_append_header(
                 epoch, batch.base_offset, state.high_watermark, batch.count, len(batch.data)
             )

@@ -28,6 +28,8 @@ from protocol.replication import (
     HighWatermark,
     LeaderFrame,
     Refuse,
+    RepairRecords,
+    RepairRequest,
     ReplicationErrorCode,
     ReplicationProtocolError,
     Welcome,
@@ -47,6 +49,7 @@ _strings = st.one_of(
 )
 _u16, _u32, _u64 = st.integers(0, U16), st.integers(0, U32), st.integers(0, U64)
 _i64 = st.integers(-(2**63), 2**63 - 1)
+_small_records = st.binary(min_size=1, max_size=100)
 _records = st.one_of(
     st.binary(min_size=1, max_size=200),
     st.integers(1, 4 * 1024 * 1024).map(lambda n: bytes(range(256)) * (n // 256) + b"\x01"),
@@ -59,6 +62,8 @@ def _follower_frames(strings: st.SearchStrategy[str]) -> st.SearchStrategy[Follo
         st.builds(Ack, _u32, _u64),
         st.builds(Refuse, _u32, strings),
         st.builds(CursorsAck, _u32, strings, _u64),
+        st.builds(RepairRecords, _u32, _u64, st.integers(1, U32), _small_records),
+        st.builds(RepairRecords, _u32, _u64, st.just(0), st.just(b"")),
     )
 
 
@@ -79,12 +84,12 @@ def _leader_frames(
             st.booleans(),
         ),
         st.builds(Error, st.sampled_from(ReplicationErrorCode) | strings, strings),
+        st.builds(RepairRequest, _u32, _u64, _u32),
     )
 
 
 # small frames, for the byte-by-byte feeds
 _small_strings = st.text(max_size=10)
-_small_records = st.binary(min_size=1, max_size=100)
 
 _SLOW = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
