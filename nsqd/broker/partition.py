@@ -11,7 +11,7 @@ from ..core.ownership import STANDALONE, PartitionState, Placement
 from ..storage.corruption import SkippedRegions
 from ..storage.frame_runs import FrameLayout, FrameRun
 from ..storage.record import NewRecord, Record
-from .read_guard import ReadGuard
+from .read_guard import DamagedTail, ReadGuard
 
 
 class Log(Protocol):
@@ -80,5 +80,10 @@ class Partition:
         self, offset: int, max_records: int, max_bytes: int | None
     ) -> list[Record]:
         """The log's read for delivery: a damaged region an in-sync replica may repair is
-        held, not skipped (:class:`~nsqd.storage.errors.RepairPending`, :mod:`.read_guard`)."""
-        return self.log.read(offset, max_records, max_bytes, hold=True)
+        held, not skipped (:class:`~nsqd.storage.errors.RepairPending`, :mod:`.read_guard`).
+        Raises :class:`DamagedTail` when nothing from ``offset`` to the log's end is readable
+        (a reader would otherwise ask again at once, forever)."""
+        records = self.log.read(offset, max_records, max_bytes, hold=True)
+        if not records and offset < self.log.end_offset and max_records > 0:
+            raise DamagedTail(f"offsets {offset}-{self.log.end_offset - 1} unreadable")
+        return records

@@ -14,7 +14,10 @@ on; the consumer's connection stays open and gets the partition's messages once 
 A damaged region held for a repair from a replica (:class:`~nsqd.storage.errors.RepairPending`)
 is no failure: the read is tried again every :data:`REPAIR_POLL_NS` until the replica's copy
 is written (:meth:`ReadGuard.repaired`), and after :data:`REPAIR_WAIT_NS` without one the region
-is settled: skipped, as without a replica.
+is settled: skipped, as without a replica. Nothing readable from a read's offset to the log's
+end (damage at the newest records, :class:`DamagedTail`) is no failure either: the partition is
+read again every :data:`TAIL_POLL_NS` (the next append makes the records after it readable),
+instead of at once in a loop.
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ __all__ = [
     "MAX_RETRY_NS",
     "REPAIR_POLL_NS",
     "REPAIR_WAIT_NS",
+    "TAIL_POLL_NS",
+    "DamagedTail",
     "ReadGuard",
 ]
 
@@ -42,6 +47,13 @@ MAX_RETRY_NS: Final = 30_000_000_000  # 30 s: a lasting one costs little work
 LOG_EVERY_NS: Final = 10_000_000_000  # one ERROR line per partition per 10 s at most
 REPAIR_POLL_NS: Final = 50_000_000  # 50 ms between reads of a region held for a repair
 REPAIR_WAIT_NS: Final = 5_000_000_000  # 5 s for a replica's copy before skipping the region
+TAIL_POLL_NS: Final = 500_000_000  # 0.5 s between reads of a partition whose newest are damaged
+
+
+class DamagedTail(Exception):
+    """Nothing is readable from a read's offset to the log's end: the newest records are
+    damaged (skipped, reported by storage), and none follows them yet."""
+
 
 _logger: Final = logging.getLogger("nsqd.broker")
 
@@ -129,6 +141,9 @@ class ReadGuard:
                 got = read(offset, max_records, max_bytes)
             except RepairPending as exc:
                 self.held(exc, now_ns)
+                return []
+            except DamagedTail:
+                self.retry_ns = now_ns + TAIL_POLL_NS
                 return []
             except StorageError as exc:
                 self.failed(exc, now_ns)

@@ -216,6 +216,7 @@ class Segment(SegmentFiles):
                     base=self.base_offset,
                     size=self.size,
                     interval=self._interval,
+                    skipped=self._env.skipped,
                 )
             self._adopt(state)
             index = state.index

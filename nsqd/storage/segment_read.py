@@ -95,6 +95,9 @@ def read_range(
         if offset >= stop or budget <= 0:
             return out
         break
+    if skipped is not None:  # the segment ends before ``stop``: what it lacks is lost
+        skipped.note(name, size, offset, stop, 0)
+        return out
     raise CorruptRecordError(
         f"{name}: ends at offset {start + len(out)}, expected {stop}",
         position=size,

@@ -150,13 +150,37 @@ def load_index(
     return None
 
 
-def rebuild_index(read_at: ReadAt, name: str, *, base: int, size: int, interval: int) -> Scanned:
+def rebuild_index(
+    read_at: ReadAt,
+    name: str,
+    *,
+    base: int,
+    size: int,
+    interval: int,
+    skipped: SkippedRegions,
+) -> Scanned:
     """Index the segment's records ``[0, size)`` by scanning them, as appends would have, the
-    entry sealing adds for the last record included. Raises :class:`CorruptRecordError`."""
+    entry sealing adds for the last record included. Damage is stepped over as reads do
+    (reported to ``skipped``); the segment keeps its ``size`` even if damage reaches its end."""
     state = Scanned(SparseIndex(), base, interval, base)
-    for position, n, record in scan_records(read_at, name, position=0, limit=size, offset=base):
-        state.note(position, n, record)
+    position, offset = 0, base
+    while True:
+        try:
+            for at, n, record in scan_records(
+                read_at, name, position=position, limit=size, offset=offset
+            ):
+                state.note(at, n, record)
+            break
+        except CorruptRecordError:
+            at, expected = state.size, state.next_offset
+            found = resync(read_at, state.index, base, position=at, offset=expected, limit=size)
+            if found is None:
+                skipped.note(name, at, expected, expected + 1, size - at)
+                break
+            position, offset = found
+            skipped.note(name, at, expected, offset, position - at)
     if state.last_record_pos > state.last_index_pos:
         state.index.append(state.next_offset - 1 - base, state.last_record_pos, state.max_ts)
         state.last_index_pos = state.last_record_pos
+    state.size = size
     return state

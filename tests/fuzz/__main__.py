@@ -1,7 +1,10 @@
-"""``python -m tests.fuzz``: see :mod:`tests.fuzz.run`."""
+"""``python -m tests.fuzz``: see :mod:`tests.fuzz.run`; ``--flips``: :mod:`tests.fuzz.flips`."""
 
 import sys
 
-from tests.fuzz.run import main
+if "--flips" in sys.argv[1:]:
+    from tests.fuzz.flips import main
+else:
+    from tests.fuzz.run import main
 
 sys.exit(main())

@@ -38,7 +38,7 @@ def _metric(node: Daemon, name: str) -> float:
     return sum(
         float(line.rsplit(" ", 1)[1])
         for line in text.splitlines()
-        if line.startswith(name + "{") or line.startswith(name + " ")
+        if line.startswith((name + "{", name + " "))
     )
 
 

@@ -23,6 +23,7 @@ from nsqd.broker.copying import (
     truncate_for_leader,
 )
 from nsqd.broker.partition import Partition
+from nsqd.broker.read_guard import DamagedTail
 from nsqd.core.errors import NotLeaderError
 from nsqd.core.partition_state import Placement, Role
 from nsqd.storage.cache import CacheBudget
@@ -274,3 +275,22 @@ def test_with_no_copy_at_the_replica_the_region_is_skipped(tmp_path: Path) -> No
         leader.read_for_delivery(8, 4, None)
     assert not repair_from_replica(leader, Batch(10, 0, b""))  # "I lack them too"
     assert [r.offset for r in leader.read_for_delivery(8, 4, None)] == [8, 9, 11]
+
+
+def test_damage_up_to_the_log_end_is_no_busy_loop(tmp_path: Path) -> None:
+    leader = partition(tmp_path / "l", Role.LEADER)
+    publish(leader, *[b"body %03d " % i + b"." * 40 for i in range(11)])
+    (path,) = sorted(leader.log.directory.glob("*.log"))
+    data = bytearray(path.read_bytes())
+    data[_position(data, 10)] ^= 0x20  # the newest record's length: nothing intact after it
+    path.write_bytes(bytes(data))
+    with pytest.raises(DamagedTail):  # not []: the consumer's guard waits before reading again
+        leader.read_for_delivery(10, 5, None)
+    assert [r.offset for r in leader.read_for_delivery(8, 5, None)] == [8, 9]
+
+
+def _position(data: bytearray, offset: int) -> int:
+    position = 0
+    for _ in range(offset):
+        position += 4 + (int.from_bytes(data[position : position + 4], "big") & ((1 << 30) - 1))
+    return position

@@ -141,3 +141,17 @@ def test_a_time_seek_steps_over_damage(tmp_path: Path) -> None:
     assert log.offset_for_timestamp(10 * 12) == 11
     assert log.offset_for_timestamp(10 * 13) == 12
     log.close()
+
+
+def test_a_rebuilt_index_steps_over_damage_in_its_segment(tmp_path: Path) -> None:
+    log = PartitionLog.open(tmp_path, partition=3, max_bytes_per_file=4000, cache=CacheBudget(0))
+    log.append([NewRecord(timestamp_ns=i + 1, body=_body(i)) for i in range(COUNT)])
+    log.close()
+    first, *_ = sorted(tmp_path.glob(f"*{LOG_SUFFIX}"))  # sealed: 15 records of 254 bytes
+    data = bytearray(first.read_bytes())
+    data[5 * (HEADER_SIZE + BODY) + HEADER_SIZE + 9] ^= 1  # offset 5's body
+    first.write_bytes(bytes(data))
+    first.with_suffix(".index").write_bytes(b"\x01" * 7)  # inconsistent: rebuilt when read
+    log = _log(tmp_path)
+    assert _all(log) == [o for o in range(COUNT) if o != 5]
+    log.close()
