@@ -31,7 +31,7 @@ def read_segments(
     while start < stop:
         seg_end = segments[i + 1].base_offset if i + 1 < len(segments) else end
         upto = min(stop, seg_end)
-        got = segments[i].read(start, upto, max_bytes, hold=hold)
+        got = segments[i].read(start, upto, max_bytes, hold=seg_end if hold else None)
         out.extend(got)
         if upto >= stop:
             break

@@ -225,14 +225,15 @@ class Segment(SegmentFiles):
         return index
 
     def read(
-        self, start: int, stop: int, max_bytes: int | None = None, *, hold: bool = False
+        self, start: int, stop: int, max_bytes: int | None = None, *, hold: int | None = None
     ) -> list[Record]:
         """Records ``[start, stop)``, all of which this segment must hold; with ``max_bytes``,
         only a prefix of them whose bodies add up to at least that (one record at least).
 
         Seeks with the index and ``pread``s from there (:func:`~.segment_read.read_range`,
         which steps over a damaged record, sealed segment or current, and reports it, or with
-        ``hold`` may raise :class:`~.errors.RepairPending`). Raises
+        ``hold``, the offset after its last record, may raise :class:`~.errors.RepairPending`).
+        Raises
         :class:`CorruptRecordError` when the segment ends before ``stop``.
         """
         if stop <= start:

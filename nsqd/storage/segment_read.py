@@ -36,7 +36,7 @@ def read_range(
     stop: int,
     max_bytes: int | None,
     skipped: SkippedRegions | None,
-    hold: bool = False,
+    hold: int | None = None,
 ) -> list[Record]:
     """Records ``[start, stop)`` (``start < stop``), all of which the segment must hold; with
     ``max_bytes``, only a prefix of them whose bodies add up to at least that (one record at
@@ -45,9 +45,10 @@ def read_range(
     Seeks with the index and reads runs of records from there. With ``skipped`` (what a
     log's reads pass, sealed segment or current) a damaged record is stepped over
     (:func:`~.corruption.resync`) and reported there; else, and when the segment ends before
-    ``stop``, raises :class:`CorruptRecordError`. With ``hold`` (a read for delivery), damage
-    that :meth:`~.corruption.SkippedRegions.hold` keeps for a repair raises
-    :class:`RepairPending` instead of being skipped.
+    ``stop``, raises :class:`CorruptRecordError`. With ``hold`` (a read for delivery: the
+    offset after the segment's last record), damage that
+    :meth:`~.corruption.SkippedRegions.hold` keeps for a repair raises :class:`RepairPending`
+    instead of being skipped.
     """
     out: list[Record] = []
     # (a budget of 0 would read nothing: "one record at least" holds with 1)
@@ -115,20 +116,22 @@ def _skip_damage(
     position: int,
     offset: int,
     stop: int,
-    hold: bool = False,
+    hold: int | None = None,
 ) -> tuple[int, int] | None:
     """Past a damaged record: ``(position, offset)`` of the next intact
-    one (None: nothing intact follows), the skipped region reported once; with ``hold``,
-    raises :class:`RepairPending` for a region held for a repair (its extent known)."""
+    one (None: nothing intact follows), the skipped region reported once; with ``hold`` (the
+    offset after the segment's last record), raises :class:`RepairPending` for a region held
+    for a repair (up to the next intact record, or the segment's end)."""
     found = resync(read_at, index, base, position=position, offset=offset, limit=size)
     end_position, resumed = found if found is not None else (size, stop)
-    if hold and found is not None and resumed > offset:
-        region = Region(name, position, offset, resumed, end_position - position)
-        if skipped.hold(region):
+    if hold is not None:
+        end, after = found if found is not None else (size, hold)
+        region = Region(name, position, offset, after, end - position)
+        if after > offset and skipped.hold(region):
             raise RepairPending(
-                f"{name}: offsets {offset}-{resumed - 1} damaged, waiting for a replica's copy",
+                f"{name}: offsets {offset}-{after - 1} damaged, waiting for a replica's copy",
                 first=offset,
-                resumed=resumed,
+                resumed=after,
             )
     skipped.note(name, position, offset, max(resumed, offset + 1), end_position - position)
     return found

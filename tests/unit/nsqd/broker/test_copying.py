@@ -284,6 +284,10 @@ def test_damage_up_to_the_log_end_is_no_busy_loop(tmp_path: Path) -> None:
     data = bytearray(path.read_bytes())
     data[_position(data, 10)] ^= 0x20  # the newest record's length: nothing intact after it
     path.write_bytes(bytes(data))
+    with pytest.raises(RepairPending):  # up to the segment's end: held for the replica too
+        leader.read_for_delivery(10, 5, None)
+    assert held_regions(leader) == [(10, 1)]
+    repair_from_replica(leader, Batch(10, 0, b""))  # the replica lacks it: given up
     with pytest.raises(DamagedTail):  # not []: the consumer's guard waits before reading again
         leader.read_for_delivery(10, 5, None)
     assert [r.offset for r in leader.read_for_delivery(8, 5, None)] == [8, 9]
