@@ -27,6 +27,7 @@ def test_a_few_rounds_of_random_flips_lose_and_corrupt_nothing(
 
 @pytest.mark.slow
 @pytest.mark.fault
+@pytest.mark.timeout(400)
 def test_random_flips_for_a_few_minutes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["--flips", "--replica", "--seconds", "180", "--seed", "11", "--save", str(tmp_path)]
     assert main(argv) == 0, capsys.readouterr().out
