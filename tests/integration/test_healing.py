@@ -1,6 +1,7 @@
 """Replication heals what one disk lost, on a real 2-node cluster (pnsq lookupd + 2 pnsq nsqd,
 replicator=2): a record whose bytes rot in the leader's segment file is copied back from the
-in-sync replica and delivered, never skipped."""
+in-sync replica and delivered, never skipped; and a replica catching up over records the
+leader lost before it had them does not stall there (lost-record markers)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ import pytest
 
 from protocol import Fin, Pub, Rdy, Sub
 from tests.daemons import Daemon, pnsq_lookupd, pnsq_nsqd
-from tests.integration.lookupd_helpers import get_json, wait_for
-from tests.integration.test_replication import create
+from tests.integration.lookupd_helpers import free_port, get_json, wait_for
+from tests.integration.test_replication import create, partition_view
 from tests.rawclient import RawClient
 
 pytestmark = pytest.mark.integration
@@ -78,6 +79,63 @@ def test_a_record_damaged_on_the_leader_is_healed_from_the_replica(tmp_path: Pat
         assert _metric(leader, "pnsq_corrupt_skipped_records_total") == 0
         assert "repaired damaged records at offsets 20-20" in leader.log_text()
         assert "unexpected error" not in leader.log_text()
+    finally:
+        for node in nodes:
+            node.stop()
+        lookupd.stop()
+
+
+def test_a_replica_catching_up_does_not_stall_on_the_leaders_damage(tmp_path: Path) -> None:
+    lookupd = pnsq_lookupd(tmp_path / "lookupd", "--heartbeat-timeout=2s").start()
+    flags = (
+        f"--lookupd-tcp-address={lookupd.tcp_address}",
+        "--read-cache-bytes=0",
+        "--replica-lag-max=1s",
+    )
+    nodes = [
+        pnsq_nsqd(tmp_path / name, *flags, f"--tcp-address=127.0.0.1:{free_port()}").start()
+        for name in "ab"
+    ]
+    try:
+        wait_for(lambda: len(get_json(lookupd, "/nodes")["producers"]) == 2, what="2 nodes")
+        leader, replica = create(lookupd, nodes, "gap")
+        producer = RawClient(leader.tcp_address, timeout=60)
+        for i in range(20):
+            producer.send(Pub("gap", _body(i), 0))
+        for _ in range(20):
+            assert producer.read().data == b"OK"
+        replica.kill()
+        for i in range(20, 40):  # acknowledged once the leader is alone in sync
+            producer.send(Pub("gap", _body(i), 0))
+        for _ in range(20):
+            assert producer.read(skip_heartbeats=True).data == b"OK"
+        producer.close()
+        (segment,) = sorted((leader.data_path / "topics" / "t-gap" / "0").glob("*.log"))
+        data = bytearray(segment.read_bytes())
+        data[_offset_position(segment, 30) + 100] ^= 0x04  # a record the replica never had
+        segment.write_bytes(bytes(data))
+
+        replica.start()  # catches up from offset 20, across the leader's damage at 30
+        wait_for(
+            lambda: partition_view(replica, "gap", 0)["end_offset"] == 40,
+            what="the replica caught up",
+            timeout=30,
+        )
+        wait_for(lambda: len(partition_view(leader, "gap", 0)["isr"]) == 2, what="in sync")
+        consumer = RawClient(leader.tcp_address, timeout=15)
+        consumer.send(Sub("gap", "ch", 0), Rdy(50))
+        assert consumer.read().data == b"OK"
+        got = []
+        for _ in range(39):
+            frame = consumer.read(skip_heartbeats=True)
+            assert frame.is_message, frame.data
+            got.append(frame.body)
+            consumer.send(Fin(frame.message_id))
+        consumer.close()
+        assert got == [_body(i) for i in range(40) if i != 30]  # both copies lack it: skipped
+        assert "has no intact copy of offsets 30-30 either" in leader.log_text()
+        for node in nodes:
+            assert "unexpected error" not in node.log_text()
     finally:
         for node in nodes:
             node.stop()
