@@ -256,12 +256,16 @@ class Soak:
             phase = "flip and consume"
             segments = sorted((leader.data_path / "topics" / f"t-{topic}" / "0").glob("*.log"))
             victim = rng.choice(segments)
-            start, end, _number = rng.choice(_spans(victim))
+            start, end, number = rng.choice(_spans(victim))
             at = rng.randrange(start, end)
             healed_before = _metric(leader, "pnsq_corrupt_healed_records_total")
             _flip(victim, at, rng.randrange(8))
             self.flips["segment (leader, running)"] += 1
             self.figures["records hit"] += 1
+            both = rng.random() < 0.2  # the replica's copy of that record rots too
+            if both:
+                replica = next(n for n in nodes if n is not leader)
+                self._damage_copy(replica, topic, number, rng)
             got, corrupt = _consume(leader, topic, set(range(count)), seed)
             self.figures["corrupt deliveries"] += corrupt
             healed = _metric(leader, "pnsq_corrupt_healed_records_total") - healed_before
@@ -269,7 +273,9 @@ class Soak:
             lost = set(range(count)) - got
             if corrupt:
                 self.fail("corrupt", f"seed {seed}: corrupt bodies from the leader", None)
-            if lost:
+            if both and lost <= {number}:
+                self.figures["skipped (both copies hit)"] += len(lost)
+            elif lost:
                 self.figures["lost records"] += len(lost)
                 self.fail("lost", f"seed {seed}: {victim} byte {at}: lost {sorted(lost)}", None)
         except (Failure, TimeoutError, OSError) as exc:
@@ -279,6 +285,15 @@ class Soak:
         finally:
             self.figures["rounds"] += 1
             self.figures["replica rounds"] += 1
+
+    def _damage_copy(self, node: Daemon, topic: str, number: int, rng: random.Random) -> None:
+        """Flip a byte in the body of message ``number`` in ``node``'s copy of ``topic``."""
+        for segment in (node.data_path / "topics" / f"t-{topic}" / "0").glob("*.log"):
+            for start, end, found in _spans(segment):
+                if found == number:
+                    _flip(segment, rng.randrange(start + HEADER + 6, end), rng.randrange(8))
+                    self.flips["segment (replica, running, same record)"] += 1
+                    return
 
     def report(self, started: float) -> str:
         lines = [f"flip soak: {time.monotonic() - started:.0f} s"]

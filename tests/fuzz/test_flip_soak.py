@@ -19,10 +19,15 @@ def test_a_few_rounds_of_random_flips_lose_and_corrupt_nothing(
     argv = ["--flips", "--replica", "--rounds", "4", "--seed", "7", "--save", str(tmp_path)]
     assert main(argv) == 0, capsys.readouterr().out
     out = capsys.readouterr().out
-    assert "rounds: 4" in out
-    assert "standalone rounds: 2" in out
-    assert "replica rounds: 2" in out
-    assert "healed: 2" in out  # each replica round's hit record came back from the replica
+    figures = {
+        name.strip(): int(value)
+        for name, value in (line.rsplit(":", 1) for line in out.splitlines() if line[:2] == "  ")
+    }
+    assert (figures["rounds"], figures["standalone rounds"], figures["replica rounds"]) == (4, 2, 2)
+    assert figures["corrupt deliveries"] == 0
+    # each replica round's hit record came back from the replica, unless its copy was hit too
+    assert figures.get("healed", 0) + figures.get("skipped (both copies hit)", 0) == 2
+    assert figures.get("healed", 0) >= 1
 
 
 @pytest.mark.slow
