@@ -155,3 +155,17 @@ def test_a_rebuilt_index_steps_over_damage_in_its_segment(tmp_path: Path) -> Non
     log = _log(tmp_path)
     assert _all(log) == [o for o in range(COUNT) if o != 5]
     log.close()
+
+
+def test_lost_record_markers_at_the_end_survive_a_restart(tmp_path: Path) -> None:
+    log = _written(tmp_path, 5)
+    data, _ = encode_lost(5, 3, 2)
+    assert log.append_encoded(data, check_encoded(data, 5), rotate=True)
+    log.close()
+    log = _log(tmp_path)  # not taken for a torn tail: the offsets stay the leader's
+    assert log.end_offset == 8
+    assert [r.offset for r in log.read(0, 10)] == [0, 1, 2, 3, 4]
+    assert log.read(5, 3) == []  # nothing readable up to the end (delivery waits: DamagedTail)
+    log.append([NewRecord(timestamp_ns=1, body=_body(8))])
+    assert _all(log) == [0, 1, 2, 3, 4, 8]
+    log.close()
