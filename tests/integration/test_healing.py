@@ -5,6 +5,8 @@ leader lost before it had them does not stall there (lost-record markers)."""
 
 from __future__ import annotations
 
+import base64
+import json
 import urllib.request
 from pathlib import Path
 
@@ -12,7 +14,7 @@ import pytest
 
 from protocol import Fin, Pub, Rdy, Sub
 from tests.daemons import Daemon, pnsq_lookupd, pnsq_nsqd
-from tests.integration.lookupd_helpers import free_port, get_json, wait_for
+from tests.integration.lookupd_helpers import free_port, get_json, post, wait_for
 from tests.integration.test_replication import create, partition_view
 from tests.rawclient import RawClient
 
@@ -50,6 +52,8 @@ def test_a_record_damaged_on_the_leader_is_healed_from_the_replica(tmp_path: Pat
     try:
         wait_for(lambda: len(get_json(lookupd, "/nodes")["producers"]) == 2, what="2 nodes")
         leader, _replica = create(lookupd, nodes, "heal")
+        for channel in ("ch", "web"):  # both before the publishes: both get every message
+            assert post(leader, f"/channel/create?topic=heal&channel={channel}")[0] == 200
         producer = RawClient(leader.tcp_address)
         for i in range(COUNT):
             producer.send(Pub("heal", _body(i), 0))
@@ -78,6 +82,22 @@ def test_a_record_damaged_on_the_leader_is_healed_from_the_replica(tmp_path: Pat
         assert _metric(leader, "pnsq_corrupt_healed_records_total") == 1
         assert _metric(leader, "pnsq_corrupt_skipped_records_total") == 0
         assert "repaired damaged records at offsets 20-20" in leader.log_text()
+
+        data = bytearray(segment.read_bytes())  # and for an HTTP consumer (channel "web")
+        data[_offset_position(segment, 40) + 60] ^= 0x40
+        segment.write_bytes(bytes(data))
+        bodies: list[bytes] = []
+        while len(bodies) < COUNT:
+            query = "/consume?topic=heal&channel=web&max=100&wait_ms=5000"
+            status, reply = post(leader, query)
+            batch = json.loads(reply)
+            assert status == 200, reply
+            assert batch["messages"], reply
+            bodies.extend(base64.b64decode(m["body"]) for m in batch["messages"])
+            assert post(leader, f"/consume/ack?token={batch['token']}")[0] == 200
+        assert bodies == [_body(i) for i in range(COUNT)]
+        assert segment.read_bytes() == original
+        assert _metric(leader, "pnsq_corrupt_healed_records_total") == 2
         assert "unexpected error" not in leader.log_text()
     finally:
         for node in nodes:
