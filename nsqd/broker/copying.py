@@ -122,17 +122,17 @@ def held_regions(partition: Partition) -> list[tuple[int, int]]:
 
 
 def repair_from_replica(partition: Partition, batch: Batch) -> bool:
-    """Write a replica's copy ``batch`` over the damaged region held at its first offset; True
-    when the records were replaced (the read guard then lets delivery read at once)."""
+    """Write a replica's copy ``batch`` over the damaged region held at its first offset
+    (durably: a worker thread's job); True when the records were replaced, False when the
+    region is given up on (the copy is empty or does not fit). The caller then tells the
+    partition's read guard (:meth:`~.read_guard.ReadGuard.repaired`)."""
     log = partition.log
     if not isinstance(log, PartitionLog):
         return False
     if not batch.count:
         log.skipped.settle(batch.base_offset)
         return False
-    repaired = log.repair(batch.base_offset, batch.data)
-    partition.read_guard.repaired()
-    return repaired
+    return log.repair(batch.base_offset, batch.data)
 
 
 def append_from_leader(partition: Partition, epoch: int, batch: Batch) -> int:

@@ -262,7 +262,7 @@ async def _read_acks(
             raise FollowerGone(f"{node} refused epoch {partition.state.epoch}: {frame.reason}")
         if isinstance(frame, RepairRecords):
             if frame.epoch == partition.state.epoch:
-                _repair(partition, node, frame)
+                await _repair(partition, node, frame)
             continue
         if isinstance(frame, CursorsAck):
             if frame.epoch == partition.state.epoch:
@@ -278,14 +278,17 @@ async def _read_acks(
             follower_acked(broker, topic, partition, node, frame.log_end)
 
 
-def _repair(partition: Partition, node: str, frame: RepairRecords) -> None:
-    """Write ``node``'s copy of damaged records over this log's (or give up on them)."""
+async def _repair(partition: Partition, node: str, frame: RepairRecords) -> None:
+    """Write ``node``'s copy of damaged records over this log's (or give up on them), in a
+    worker thread (the write is fsynced), then let delivery read the partition at once."""
     batch = Batch(frame.base_offset, frame.count, frame.records)
     try:
-        repaired = repair_from_replica(partition, batch)
+        repaired = await trio.to_thread.run_sync(repair_from_replica, partition, batch)
     except StorageError as exc:
         log.error("REPLICATION(%d): repair from %s failed: %s", partition.number, node, exc)
         return
+    finally:
+        partition.read_guard.repaired()
     if not repaired:
         log.warning(
             "REPLICATION(%d): %s has no intact copy of offsets %d-%d either",
