@@ -9,7 +9,9 @@ streams :class:`Append` batches, :class:`HighWatermark` heartbeats and channel
 :class:`Cursors`; the follower answers each applied batch with :class:`Ack` and each applied
 Cursors with :class:`CursorsAck`, or with :class:`Refuse` when it already follows a newer
 epoch (the fence). :class:`Error` from the
-leader ends the connection.
+leader ends the connection. A leader whose own copy of records the follower holds is damaged
+asks for them (:class:`RepairRequest`); the follower answers with its copy
+(:class:`RepairRecords`, empty when it cannot read them either).
 
 A follower that understands the topic's administrative state (paused flags, channels and
 their flags) says so with a Hello carrying :data:`FEATURE_ADMIN` (type ``HELLO_EX``); only
@@ -102,6 +104,16 @@ CURSORS: Final = struct.Struct(
     "B"  # deleted: 1 if the channel was deleted, else 0 (no other value)
     "I"  # deferred count: number of DEFERRED pairs after the channel string
 )  # then String channel, DEFERRED * deferred count
+REPAIR_REQUEST: Final = struct.Struct(
+    ">I"  # epoch: the leader's epoch
+    "Q"  # first: offset of the first record the leader's copy lost to damage
+    "I"  # count: number of records wanted from ``first`` on
+)
+REPAIR_RECORDS: Final = struct.Struct(
+    ">I"  # epoch: the leader epoch the follower follows
+    "Q"  # base_offset: ``first`` of the RepairRequest answered
+    "I"  # count: records carried (0 if and only if no record bytes: this copy lacks them)
+)  # then the records: stored record bytes, verbatim, to the end of the frame
 DEFERRED: Final = struct.Struct(
     ">Q"  # offset: a deferred message's offset
     "q"  # deliver_at_ns: when it becomes deliverable, ns since the Unix epoch
@@ -117,7 +129,8 @@ ADMIN_CHANNEL: Final = struct.Struct(
 )  # Error: String code, String text (no fixed fields)
 
 FEATURE_ADMIN: Final = 0x1  # the follower takes Admin frames (and answers AdminAck)
-FEATURES: Final = FEATURE_ADMIN  # every feature bit this codec knows
+FEATURE_REPAIR: Final = 0x2  # the follower answers RepairRequest (with RepairRecords)
+FEATURES: Final = FEATURE_ADMIN | FEATURE_REPAIR  # every feature bit this codec knows
 ADMIN_PAUSED: Final = 0x1  # topic or channel paused
 ADMIN_ORDERED: Final = 0x2  # channel ordered (SUB_ORDERED, /channel/setorder)
 ADMIN_SKIPPED: Final = 0x4  # channel skipped (youzan /channel/skip)
@@ -136,12 +149,14 @@ class FrameType(IntEnum):
     CURSORS_ACK = 0x04
     ADMIN_ACK = 0x05
     HELLO_EX = 0x06
+    REPAIR_RECORDS = 0x08
     WELCOME = 0x81
     APPEND = 0x82
     HIGH_WATERMARK = 0x83
     CURSORS = 0x84
     ERROR = 0x85
     ADMIN = 0x86
+    REPAIR_REQUEST = 0x88
 
 
 class ReplicationErrorCode(StrEnum):
@@ -282,8 +297,29 @@ class Error:
     text: str
 
 
-FollowerFrame = Hello | Ack | Refuse | CursorsAck | AdminAck
-LeaderFrame = Welcome | Append | HighWatermark | Cursors | Error | Admin
+@dataclass(frozen=True, slots=True)
+class RepairRequest:
+    """Leader → follower: send your copy of records ``[first, first + count)``; the leader's
+    is damaged."""
+
+    epoch: int
+    first: int
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class RepairRecords:
+    """Follower → leader, answer to a RepairRequest: ``count`` stored records from
+    ``base_offset`` (none: this copy lacks them or is damaged too)."""
+
+    epoch: int
+    base_offset: int
+    count: int
+    records: bytes
+
+
+FollowerFrame = Hello | Ack | Refuse | CursorsAck | AdminAck | RepairRecords
+LeaderFrame = Welcome | Append | HighWatermark | Cursors | Error | Admin | RepairRequest
 Frame = FollowerFrame | LeaderFrame
 
 # ---------------------------------------------------------------------------------- encoding
@@ -341,6 +377,14 @@ def encode(frame: Frame) -> bytes:
                 return _frame(FrameType.ADMIN, fixed, entries)
             case AdminAck():
                 return _frame(FrameType.ADMIN_ACK, ADMIN_ACK.pack(frame.epoch, frame.version))
+            case RepairRequest():
+                fixed = REPAIR_REQUEST.pack(frame.epoch, frame.first, frame.count)
+                return _frame(FrameType.REPAIR_REQUEST, fixed)
+            case RepairRecords():
+                if (frame.count == 0) != (not frame.records):
+                    raise ValueError(f"RepairRecords: count {frame.count} with records")
+                fixed = REPAIR_RECORDS.pack(frame.epoch, frame.base_offset, frame.count)
+                return _frame(FrameType.REPAIR_RECORDS, fixed, frame.records)
     except struct.error as exc:
         raise ValueError(f"{type(frame).__name__} frame: {exc}") from exc
     raise TypeError(f"not a replication frame: {frame!r}")

@@ -38,6 +38,8 @@ from .replication import (
     HIGH_WATERMARK,
     MAX_FRAME_SIZE,
     REFUSE,
+    REPAIR_RECORDS,
+    REPAIR_REQUEST,
     STRING_LENGTH,
     WELCOME,
     Ack,
@@ -55,6 +57,8 @@ from .replication import (
     HighWatermark,
     LeaderFrame,
     Refuse,
+    RepairRecords,
+    RepairRequest,
     ReplicationProtocolError,
     Welcome,
 )
@@ -164,6 +168,14 @@ def _append(body: _Body) -> Append:
     return Append(epoch, base_offset, high_watermark, count, records)
 
 
+def _repair_records(body: _Body) -> RepairRecords:
+    epoch, base_offset, count = body.fixed(REPAIR_RECORDS)
+    records = body.rest()
+    if (count == 0) != (not records):
+        raise body.error(f"count {count} with {len(records)} record bytes")
+    return RepairRecords(epoch, base_offset, count, records)
+
+
 def _cursors(body: _Body) -> Cursors:
     epoch, confirmed, deleted, count = body.fixed(CURSORS)
     if deleted > 1:
@@ -194,6 +206,7 @@ _FOLLOWER_PARSERS: Final[_Parsers[FollowerFrame]] = {
     FrameType.CURSORS_ACK: _cursors_ack,
     FrameType.ADMIN_ACK: lambda body: AdminAck(*body.fixed(ADMIN_ACK)),
     FrameType.HELLO_EX: _hello_ex,
+    FrameType.REPAIR_RECORDS: _repair_records,
 }
 _LEADER_PARSERS: Final[_Parsers[LeaderFrame]] = {
     FrameType.WELCOME: lambda body: Welcome(*body.fixed(WELCOME)),
@@ -202,6 +215,7 @@ _LEADER_PARSERS: Final[_Parsers[LeaderFrame]] = {
     FrameType.CURSORS: _cursors,
     FrameType.ERROR: _error,
     FrameType.ADMIN: _admin,
+    FrameType.REPAIR_REQUEST: lambda body: RepairRequest(*body.fixed(REPAIR_REQUEST)),
 }
 
 
@@ -271,15 +285,16 @@ class FrameDecoder(FrameBuffer[ReplicationProtocolError], Generic[F]):
 
 
 class FollowerFrameDecoder(FrameDecoder[FollowerFrame]):
-    """The leader's decoder: accepts Hello, Ack, CursorsAck, AdminAck and Refuse only."""
+    """The leader's decoder: accepts Hello, Ack, CursorsAck, AdminAck, Refuse and RepairRecords
+    only."""
 
     def __init__(self, max_frame_size: int = MAX_FRAME_SIZE) -> None:
         super().__init__(_FOLLOWER_PARSERS, max_frame_size)
 
 
 class LeaderFrameDecoder(FrameDecoder[LeaderFrame]):
-    """The follower's decoder: accepts Welcome, Append, HighWatermark, Cursors, Admin and
-    Error only."""
+    """The follower's decoder: accepts Welcome, Append, HighWatermark, Cursors, Admin, Error
+    and RepairRequest only."""
 
     def __init__(self, max_frame_size: int = MAX_FRAME_SIZE) -> None:
         super().__init__(_LEADER_PARSERS, max_frame_size)

@@ -28,6 +28,7 @@ from protocol.message import partition_of
 from ..core.errors import BrokerError, ExitingError, NotEnoughReplicasError, NotWritableError
 from ..core.ownership import Plan
 from ..storage.cache import CacheBudget
+from ..storage.checkpoint import DAMAGED_CHECKPOINTS
 from ..storage.disk import is_out_of_space
 from ..storage.errors import StorageError
 from ..storage.handles import HandleCache
@@ -107,9 +108,15 @@ class Broker:
 
     # ------------------------------------------------------------------ placement and reads
 
-    def skipped_records(self) -> Iterator[tuple[str, int, int, int]]:
-        """``(topic, partition, records, bytes)`` that reads skipped as damaged (metrics)."""
+    def skipped_records(self) -> Iterator[tuple[str, int, int, int, int]]:
+        """``(topic, partition, records, bytes, healed)``: damaged records skipped and
+        repaired from a replica (metrics)."""
         return skipped_records(list(self.topics.values()))
+
+    @property
+    def damaged_checkpoints(self) -> int:
+        """Checkpoint files found damaged (and moved aside) since the process started."""
+        return DAMAGED_CHECKPOINTS.count
 
     def apply_assignments(self, node: str, assignments: Sequence[TopicAssignment]) -> Plan:
         """Hold what pnsq's lookupd placed on ``node`` (this node), in the roles it gave."""

@@ -161,7 +161,7 @@ class Channel:
         for i in range(count):
             partition, cursor = served[(self._rr + i) % count]
             guard = partition.read_guard
-            read = guard.fetch(partition.log.read, now_ns)
+            read = guard.fetch(partition.read_for_delivery, now_ns)
             readable = partition.state.high_watermark  # what every in-sync replica has
             room = max_messages - len(out)
             if not routed and cursor.only_new():
@@ -180,8 +180,7 @@ class Channel:
                 cursor.start_flights(got, owner, deadline_ns, now_ns)
                 out.add_messages(got)
             if guard.retry_ns > now_ns:  # a read failed: wake its consumers at the retry
-                self._retry_ns = min(self._retry_ns or guard.retry_ns, guard.retry_ns)
-                self.arm_timer(self._retry_ns)
+                self.wake_at(guard.retry_ns)
             if len(out) >= max_messages:
                 break
             if max_bytes is not None:
@@ -291,6 +290,11 @@ class Channel:
         if self._retry_ns:
             deadlines.append(self._retry_ns)
         return min(deadlines) if deadlines else None
+
+    def wake_at(self, retry_ns: int) -> None:
+        """Wake the channel's consumers at ``retry_ns``, when a partition's read is tried again."""
+        self._retry_ns = min(self._retry_ns or retry_ns, retry_ns)
+        self.arm_timer(self._retry_ns)
 
     def arm_timer(self, deadline_ns: int | None) -> None:
         """Make sure the timer wakes no later than ``deadline_ns``."""

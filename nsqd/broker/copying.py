@@ -4,9 +4,13 @@ the replication stream (the ``"  R1"`` shells in :mod:`nsqd.replication` never s
 A leader reads what a follower lacks as encoded records (:func:`read_for_follower`); a
 follower decodes them, checks them (CRC, offsets, epochs) and appends them at the same offsets
 (:func:`append_from_leader`), and cuts its log back to where its new leader's history diverges
-(:func:`truncate_for_leader`). A publish is acknowledged once every in-sync follower holds it:
-:class:`ReplicationWaiters` parks publishers until the partition's high-watermark passes their
-records (group commit: one acknowledgement from a follower releases every publish below it).
+(:func:`truncate_for_leader`). Records the leader lost to damage before the follower had them
+go as lost-record markers, so the follower's offsets stay the leader's; damaged records the
+follower holds are copied back to the leader in their place (:func:`read_for_repair`,
+:func:`repair_from_replica`; docs/replication.md). A publish is acknowledged once every
+in-sync follower holds it: :class:`ReplicationWaiters` parks publishers until the partition's
+high-watermark passes their records (group commit: one acknowledgement from a follower releases
+every publish below it).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from ..storage.encoded_run import check_encoded
 from ..storage.epochs import end_offset_for_epoch
 from ..storage.errors import CorruptRecordError
 from ..storage.log import PartitionLog
-from ..storage.record import NewRecord, decode_record, encode_run, peek_size
+from ..storage.record import NewRecord, decode_record, encode_lost, encode_run, peek_size
 from .channel import Channel
 from .clock import Clock
 from .partition import Partition
@@ -40,9 +44,12 @@ __all__ = [
     "append_from_leader",
     "end_for_epoch",
     "follower_acked",
+    "held_regions",
     "last_epoch",
     "mirror_channel",
     "read_for_follower",
+    "read_for_repair",
+    "repair_from_replica",
     "truncate_for_leader",
 ]
 
@@ -60,29 +67,80 @@ class Batch:
     data: bytes
 
 
+MAX_LOST_MARKERS = 4096  # lost-record markers per batch (52 bytes each)
+
+
 def read_for_follower(
-    partition: Partition, offset: int, max_bytes: int, *, recent: bool = True
+    partition: Partition, offset: int, max_bytes: int, *, as_written: bool = True
 ) -> Batch:
-    """The encoded records from ``offset`` on (at least one if any, about ``max_bytes``): with
-    ``recent``, the bytes of the latest appends as written when ``offset`` starts one (a
-    follower keeping up; the run may pass ``max_bytes``), else the records read and encoded
-    again (a follower catching up at a bounded rate: batches no larger than asked)."""
-    written = None
-    if recent:
-        written = partition.log.read_written(offset, max_bytes, MAX_APPEND_RECORDS_SIZE)
+    """The encoded records from ``offset`` on (at least one if any, about ``max_bytes``).
+
+    With ``as_written``, the bytes of the latest appends as written when ``offset`` starts one
+    (a follower keeping up; the run may pass ``max_bytes``). Else the records read and encoded
+    again, no more than about ``max_bytes`` of them, up to the first one lost to damage: for a
+    stream's first batch (bytes that rotted on disk, which the follower refuses, are not sent
+    again as they are after it reconnects) and for a follower catching up at a bounded rate.
+    Records lost from ``offset`` on go as a batch of lost-record markers of their own."""
+    log = partition.log
+    written = log.read_written(offset, max_bytes, MAX_APPEND_RECORDS_SIZE) if as_written else None
     if written is not None:
         count, data = written
         return Batch(offset, count, data)
-    records = partition.log.read(offset, 1 << 20, max_bytes)
-    if not recent:  # the tail cache serves records beyond max_bytes: cut them off here
-        size, count = 0, 0
-        for record in records:
-            size += len(record.body) + len(record.ext)
-            if count and size > max_bytes:
-                break
-            count += 1
-        records = records[:count]
+    records = log.read(offset, 1 << 20, max_bytes)
+    first = records[0].offset if records else log.end_offset
+    if first > offset:  # [offset, first) damaged here: the follower holds them as lost
+        count = min(first - offset, MAX_LOST_MARKERS)
+        return Batch(offset, count, encode_lost(offset, count, partition.state.epoch)[0])
+    size, kept = 0, 0
+    for i, record in enumerate(records):
+        size += len(record.body) + len(record.ext)
+        # up to the first gap; the tail cache serves records beyond max_bytes: cut them off
+        if record.offset != offset + i or (kept and size > max_bytes):
+            break
+        kept += 1
+    records = records[:kept]
     return Batch(offset, len(records), encode_run(records)[0])
+
+
+def read_for_repair(partition: Partition, first: int, count: int) -> Batch:
+    """This replica's intact copy of records ``[first, first + count)`` for its leader to
+    write over its damaged ones; empty when this copy lacks any of them or is damaged too."""
+    log = partition.log
+    if not log.start_offset <= first < first + count <= log.end_offset:
+        return Batch(first, 0, b"")
+    records = log.read(first, count)
+    if len(records) != count or any(r.offset != first + i for i, r in enumerate(records)):
+        return Batch(first, 0, b"")
+    return Batch(first, count, encode_run(records)[0])
+
+
+def held_regions(partition: Partition) -> list[tuple[int, int]]:
+    """``(first, count)`` of the damaged regions of ``partition``'s log held for a repair
+    (:mod:`nsqd.storage.corruption`); one too large for a frame is settled (skipped) here."""
+    log = partition.log
+    if not isinstance(log, PartitionLog):
+        return []
+    wanted = []
+    for region in log.skipped.held():
+        if region.nbytes > MAX_APPEND_RECORDS_SIZE:
+            log.skipped.settle(region.first)
+        else:
+            wanted.append((region.first, region.resumed - region.first))
+    return wanted
+
+
+def repair_from_replica(partition: Partition, batch: Batch) -> bool:
+    """Write a replica's copy ``batch`` over the damaged region held at its first offset
+    (durably: a worker thread's job); True when the records were replaced, False when the
+    region is given up on (the copy is empty or does not fit). The caller then tells the
+    partition's read guard (:meth:`~.read_guard.ReadGuard.repaired`)."""
+    log = partition.log
+    if not isinstance(log, PartitionLog):
+        return False
+    if not batch.count:
+        log.skipped.settle(batch.base_offset)
+        return False
+    return log.repair(batch.base_offset, batch.data)
 
 
 def append_from_leader(partition: Partition, epoch: int, batch: Batch) -> int:
@@ -107,7 +165,11 @@ def append_from_leader(partition: Partition, epoch: int, batch: Batch) -> int:
         raise ReplicaStreamError(f"record of epoch {run.max_epoch} from epoch {epoch}")
     if not run.count:
         return log.end_offset
-    if not (isinstance(log, PartitionLog) and log.append_encoded(batch.data, run)):
+    if run.lost:  # lost-record markers: written as they came, never decoded
+        if not isinstance(log, PartitionLog):
+            raise ReplicaStreamError("lost-record markers for a log in memory")
+        log.append_encoded(batch.data, run, rotate=True)
+    elif not (isinstance(log, PartitionLog) and log.append_encoded(batch.data, run)):
         log.append(_decoded(batch))  # a memory log, or a batch that rotates the segment
     partition.unsynced += run.count
     partition.state.appended(log.end_offset)
@@ -134,12 +196,20 @@ def _decoded(batch: Batch) -> list[NewRecord]:
     return entries
 
 
+LAST_EPOCH_LOOKBACK = 1024  # offsets looked back over for a readable last record
+
+
 def last_epoch(partition: Partition) -> int:
-    """The epoch of the last record held (0 for an empty log)."""
+    """The epoch of the last readable record held (0 for an empty log, or when the last
+    :data:`LAST_EPOCH_LOOKBACK` are all damaged or lost: the leader then cuts this log back
+    to where epoch 0 ends, and the follower copies the rest again)."""
     log = partition.log
-    if log.end_offset <= log.start_offset:
-        return 0
-    return log.read(log.end_offset - 1, 1)[0].epoch
+    end = log.end_offset
+    for offset in range(end - 1, max(log.start_offset, end - LAST_EPOCH_LOOKBACK) - 1, -1):
+        records = log.read(offset, 1)
+        if records and records[0].offset < end:
+            return records[0].epoch
+    return 0
 
 
 def end_for_epoch(partition: Partition, epoch: int) -> int:

@@ -8,9 +8,10 @@ from typing import Protocol
 
 from ..core.delayed import DelayedIndex
 from ..core.ownership import STANDALONE, PartitionState, Placement
+from ..storage.corruption import SkippedRegions
 from ..storage.frame_runs import FrameLayout, FrameRun
 from ..storage.record import NewRecord, Record
-from .read_guard import ReadGuard
+from .read_guard import DamagedTail, ReadGuard
 
 
 class Log(Protocol):
@@ -23,7 +24,9 @@ class Log(Protocol):
     def append(
         self, entries: Sequence[NewRecord], epoch: int | None = None
     ) -> Sequence[Record]: ...
-    def read(self, offset: int, max_records: int, max_bytes: int | None = None) -> list[Record]: ...
+    def read(
+        self, offset: int, max_records: int, max_bytes: int | None = None, *, hold: bool = False
+    ) -> list[Record]: ...
     def read_written(
         self, offset: int, max_bytes: int, hard_limit: int
     ) -> tuple[int, bytes] | None: ...
@@ -61,6 +64,11 @@ class Partition:
         self.message_count = 0  # records appended by this process (stats)
         #: its storage errors on the consume path, contained (:mod:`.read_guard`)
         self.read_guard = ReadGuard(str(directory) if directory is not None else str(number))
+        skipped = getattr(log, "skipped", None)
+        if isinstance(skipped, SkippedRegions):  # on disk: damage may be repaired
+            state = self.state
+            skipped.healing = lambda: state.leads and bool(state.followers)
+            self.read_guard.settle = skipped.settle
         self.message_bytes = 0
         #: channels whose state goes to the followers at once, not at the next interval
         #: (an HTTP consume ack waits for it)
@@ -70,3 +78,15 @@ class Partition:
         self.admin_acks: dict[str, int] = {}
         #: DPUB'd records not due yet (channels count them as deferred, not depth)
         self.delayed = DelayedIndex()
+
+    def read_for_delivery(
+        self, offset: int, max_records: int, max_bytes: int | None
+    ) -> list[Record]:
+        """The log's read for delivery: a damaged region an in-sync replica may repair is
+        held, not skipped (:class:`~nsqd.storage.errors.RepairPending`, :mod:`.read_guard`).
+        Raises :class:`DamagedTail` when nothing from ``offset`` to the log's end is readable
+        (a reader would otherwise ask again at once, forever)."""
+        records = self.log.read(offset, max_records, max_bytes, hold=True)
+        if not records and offset < self.log.end_offset and max_records > 0:
+            raise DamagedTail(f"offsets {offset}-{self.log.end_offset - 1} unreadable")
+        return records

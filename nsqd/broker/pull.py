@@ -113,7 +113,11 @@ class Puller:
         readable = partition.state.high_watermark
         if not cursor.has_ready(readable):
             return None
-        got = cursor.take(partition.log.read, max_messages, now_ns, readable, batch=True)
+        guard = partition.read_guard  # storage errors and damage held for a repair: contained
+        read = guard.fetch(partition.read_for_delivery, now_ns)
+        got = cursor.take(read, max_messages, now_ns, readable, batch=True)
+        if guard.retry_ns > now_ns:  # a read failed or waits: look again then
+            channel.wake_at(guard.retry_ns)
         if cursor.deferred:
             channel.arm_timer(cursor.deferred[0].due_ns)
         if not got:

@@ -50,13 +50,20 @@ async def offset_at(partition: Partition, timestamp_ns: int) -> int:
         raise TopicNotFoundError(str(exc)) from exc
 
 
-def skipped_records(topics: list[Topic]) -> Iterator[tuple[str, int, int, int]]:
-    """``(topic, partition, records, bytes)`` that reads skipped as damaged, per disk log."""
+def skipped_records(topics: list[Topic]) -> Iterator[tuple[str, int, int, int, int]]:
+    """``(topic, partition, records, bytes, healed)`` per disk log: what reads skipped as
+    damaged, and the damaged records replaced by a replica's copy."""
     for topic in topics:
         for partition in topic.partitions:
             if isinstance(partition.log, PartitionLog):
                 skipped = partition.log.skipped
-                yield topic.name, partition.number, skipped.records, skipped.bytes
+                yield (
+                    topic.name,
+                    partition.number,
+                    skipped.records,
+                    skipped.bytes,
+                    skipped.healed,
+                )
 
 
 TIMESTAMP_SCAN = 1024  # records per read when a log has no timestamp index (#ephemeral)

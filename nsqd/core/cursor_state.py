@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
+from itertools import chain
 
 from sortedcontainers import SortedKeyList
 
@@ -66,3 +67,15 @@ class CursorState:
                 self.confirmed = holes.pop(self.confirmed)
             else:
                 return
+
+    def attempts_of(self, offset: int) -> int:
+        """How many times the message at ``offset`` went out on this channel, as far as the
+        cursor still holds it: while in flight or waiting to go again; 0 otherwise (not
+        delivered yet, or finished, which the cursor no longer tracks one by one)."""
+        held = self.in_flight.get(offset)
+        if isinstance(held, Message):
+            return held.attempts
+        if held is not None:  # in a first delivery's flight
+            return 1
+        waiting = chain(self.ready, self.deferred, (m for _, m in self.behind))
+        return next((m.attempts for m in waiting if m.offset == offset), 0)

@@ -177,7 +177,7 @@ class YouzanAPI:
             "trace_id": record.trace_id,
             "body": record.body.decode("utf-8", "replace"),
             "timestamp": record.timestamp_ns,
-            "attempts": 0,  # attempts are per channel in pnsq; a stored message has none
+            "attempts": _attempts(topic, number, record.offset),
             "offset": record.offset,
             "queue_cnt_index": record.offset + 1,
             "ext": record.ext.decode("utf-8", "replace")
@@ -255,6 +255,18 @@ class YouzanAPI:
         self.broker.syncs.request(metadata=True)
         await self.broker.wait_durable()
         await replicated(self.broker, self.broker.get_topic(channel.topic.name))
+
+
+def _attempts(topic: Topic, number: int, offset: int) -> int:
+    """Deliveries of the message at ``offset`` of partition ``number`` so far: the most any
+    channel counts while it is in flight or waiting to go again (0 before the first, and
+    once finished: attempts are a channel's, and a finished message is no longer held)."""
+    counts = (
+        cursor.attempts_of(offset)
+        for channel in topic.channels.values()
+        if (cursor := channel.cursors.get(number)) is not None
+    )
+    return max(counts, default=0)
 
 
 def _names(channel: Channel) -> tuple[str, str]:

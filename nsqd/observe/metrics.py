@@ -24,7 +24,9 @@ and renders it, so the two always agree:
   check), ``pnsq_disk_usage_max_ratio`` (``--max-disk-usage-percent`` / 100) and
   ``pnsq_disk_writable`` (0 while publishes are refused for disk space);
   ``pnsq_corrupt_skipped_records_total`` and ``pnsq_corrupt_skipped_bytes_total`` per topic and
-  partition (damaged records in sealed segments that reads skipped, since the process started);
+  partition (damaged records that reads skipped, since the process started),
+  ``pnsq_corrupt_healed_records_total`` (damaged records replaced by an in-sync replica's copy)
+  and ``pnsq_corrupt_checkpoints_total`` (damaged checkpoint files moved aside);
 * with ``--e2e-processing-latency-percentile``, nsqd's statsd ``e2e_processing_latency_<NN>`` as
   summaries: ``nsq_topic_e2e_processing_latency_seconds{topic,quantile}`` and
   ``nsq_channel_e2e_processing_latency_seconds{topic,channel,quantile}`` (FIN minus publish
@@ -281,20 +283,32 @@ class CorruptionCollector(Collector):
         labels = ["topic", "partition"]
         records = CounterMetricFamily(
             "pnsq_corrupt_skipped_records",
-            "Offsets lost to damaged bytes in sealed segments (skipped on read)",
+            "Offsets lost to damaged bytes in segments (skipped on read)",
             labels=labels,
         )
         nbytes = CounterMetricFamily(
             "pnsq_corrupt_skipped_bytes",
-            "Bytes of sealed segments skipped with the damaged records",
+            "Bytes of segments skipped with the damaged records",
             labels=labels,
         )
-        for topic, partition, lost, skipped_bytes in self.broker.skipped_records():
+        healed = CounterMetricFamily(
+            "pnsq_corrupt_healed_records",
+            "Damaged records replaced by an in-sync replica's intact copy",
+            labels=labels,
+        )
+        for topic, partition, lost, skipped_bytes, repaired in self.broker.skipped_records():
             values = [topic, str(partition)]
             records.add_metric(values, lost)
             nbytes.add_metric(values, skipped_bytes)
+            healed.add_metric(values, repaired)
         yield records
         yield nbytes
+        yield healed
+        yield CounterMetricFamily(
+            "pnsq_corrupt_checkpoints",
+            "Damaged checkpoint files (state.json, pnsq.dat) moved aside since the start",
+            value=self.broker.damaged_checkpoints,
+        )
 
 
 class ReplicationCollector(Collector):

@@ -10,10 +10,12 @@ It refuses a leader whose epoch is older than the one lookupd gave this node (``
 is the fence that keeps a deposed leader from gathering acknowledgements. On any error it
 reconnects after a short backoff.
 
-Its Hello says it takes the topic's administrative state (``FEATURE_ADMIN``): it then mirrors
-each ``Admin`` frame (paused flags, channels and their flags), saves ``pnsq.dat`` and answers
-``AdminAck``. A leader too old to know that Hello answers ``E_BAD_FRAME``; the task then dials
-it with a plain Hello for as long as it follows that leader under that epoch.
+Its Hello says it takes the topic's administrative state (``FEATURE_ADMIN``): it mirrors each
+``Admin`` frame (paused flags, channels and their flags), saves ``pnsq.dat`` and answers
+``AdminAck``; and that it answers ``RepairRequest`` (``FEATURE_REPAIR``) with its copy of records
+the leader found damaged (``RepairRecords``). A leader too old to know that Hello answers
+``E_BAD_FRAME``; the task then dials it with a plain Hello for as long as it follows that leader
+under that epoch.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import trio
 
 from pnsq._netio.cluster_link import ClusterLinks, LinkFailed
 from protocol.replication import (
-    FEATURE_ADMIN,
+    FEATURES,
     MAGIC,
     Ack,
     Admin,
@@ -37,6 +39,8 @@ from protocol.replication import (
     HighWatermark,
     LeaderFrame,
     Refuse,
+    RepairRecords,
+    RepairRequest,
     ReplicationErrorCode,
     ReplicationProtocolError,
     Welcome,
@@ -52,6 +56,7 @@ from ..broker.copying import (
     append_from_leader,
     last_epoch,
     mirror_channel,
+    read_for_repair,
     truncate_for_leader,
 )
 from ..broker.partition import Partition
@@ -123,7 +128,7 @@ class Followers:
     ) -> None:
         topic, number = key
         delay = RETRY[0]
-        features = FEATURE_ADMIN
+        features = FEATURES
         with scope:
             while True:
                 try:
@@ -240,6 +245,15 @@ class Followers:
                     self.broker.syncs.request(metadata=changed)
                     await self.broker.wait_durable()  # the cursors before it too
                     await stream.send_all(encode(AdminAck(epoch, version)))
+            case RepairRequest(epoch=epoch, first=first, count=count):
+                await self._check_epoch(stream, partition, epoch)
+                try:
+                    copy = read_for_repair(partition, first, count)
+                except StorageError as exc:
+                    log.warning("REPLICATION(%s/%d): %s", topic_name, partition.number, exc)
+                    copy = Batch(first, 0, b"")
+                reply = RepairRecords(epoch, first, copy.count, copy.data)
+                await stream.send_all(encode(reply))
             case Error(code=code, text=text):
                 raise LeaderRefused(f"{code} {text}")
             case Welcome():

@@ -27,6 +27,7 @@ import trio
 from pnsq._netio.cluster_link import ClusterLinks, LinkFailed
 from protocol.replication import (
     FEATURE_ADMIN,
+    FEATURE_REPAIR,
     MAGIC,
     Ack,
     Admin,
@@ -38,6 +39,8 @@ from protocol.replication import (
     Hello,
     HighWatermark,
     Refuse,
+    RepairRecords,
+    RepairRequest,
     ReplicationErrorCode,
     ReplicationProtocolError,
     Welcome,
@@ -46,9 +49,16 @@ from protocol.replication import (
 )
 from protocol.replication_decoder import FollowerFrameDecoder
 
-from ..broker import Broker, Topic
+from ..broker import Broker, StorageError, Topic
 from ..broker.admin_state import admin_frame
-from ..broker.copying import end_for_epoch, follower_acked, read_for_follower
+from ..broker.copying import (
+    Batch,
+    end_for_epoch,
+    follower_acked,
+    held_regions,
+    read_for_follower,
+    repair_from_replica,
+)
 from ..broker.partition import Partition
 from ..core.errors import BrokerError
 from .auth import replica_refusal
@@ -149,6 +159,7 @@ async def _serve(
                 start,
                 hello.node,
                 admin=admin,
+                repair=bool(hello.features & FEATURE_REPAIR),
                 catchup_rate=catchup_rate,
             )
             nursery.cancel_scope.cancel()
@@ -177,13 +188,15 @@ async def _stream(
     node: str,
     *,
     admin: bool = False,
+    repair: bool = False,
     catchup_rate: float = CATCHUP_RATE,
 ) -> None:
     """Send what the follower lacks, as it comes, and the channels' state in the partition
     (every :data:`CURSOR_INTERVAL` seconds when it changed), while this node leads under
     one epoch. With ``admin`` (the follower takes Admin frames) the topic's administrative
     state follows the channels' whenever it changed; an administrative change sends both at
-    once, the cursors first, so the follower's AdminAck covers them."""
+    once, the cursors first, so the follower's AdminAck covers them. With ``repair`` (the
+    follower answers RepairRequest) it is asked for its copy of the leader's damaged records."""
     state = partition.state
     epoch = state.epoch
     clock = broker.clock
@@ -192,13 +205,22 @@ async def _stream(
     next_cursors = 0.0
     sent_admin: Admin | None = None
     budget = CatchUpBudget(catchup_rate, clock.monotonic())
+    asked: set[int] = set()  # damaged regions this follower was asked for (first offsets)
+    first_batch = True
     while state.leads and state.epoch == epoch:
+        for first, count in held_regions(partition) if repair else ():
+            if first not in asked and first + count <= at:  # sent to it: it may hold them
+                asked.add(first)
+                await stream.send_all(encode(RepairRequest(epoch, first, count)))
         catching_up = node not in state.placement.isr
         # catching up: batches of a tenth of a second's budget, so the rate holds for a log
         # shorter than one full batch too
         size = max(MIN_CATCHUP_BATCH, int(catchup_rate / 10)) if catching_up else BATCH_BYTES
-        batch = read_for_follower(partition, at, min(size, BATCH_BYTES), recent=not catching_up)
+        batch = read_for_follower(
+            partition, at, min(size, BATCH_BYTES), as_written=not (first_batch or catching_up)
+        )
         if batch.count:
+            first_batch = False
             header = encode_append_header(
                 epoch, batch.base_offset, state.high_watermark, batch.count, len(batch.data)
             )
@@ -293,6 +315,10 @@ async def _read_acks(
                 partition.admin_acks[node] = max(partition.admin_acks[node], frame.version)
                 broker.replication.wake(partition, streams=False)  # admin changes look
             continue
+        if isinstance(frame, RepairRecords):
+            if frame.epoch == partition.state.epoch:
+                await _repair(partition, node, frame)
+            continue
         if isinstance(frame, CursorsAck):
             if frame.epoch == partition.state.epoch:
                 partition.state.cursor_acked(node, frame.channel, frame.confirmed)
@@ -305,6 +331,27 @@ async def _read_acks(
             raise ReplicationProtocolError(f"unexpected {type(frame).__name__} from {node}")
         if frame.epoch == partition.state.epoch:
             follower_acked(broker, topic, partition, node, frame.log_end)
+
+
+async def _repair(partition: Partition, node: str, frame: RepairRecords) -> None:
+    """Write ``node``'s copy of damaged records over this log's (or give up on them), in a
+    worker thread (the write is fsynced), then let delivery read the partition at once."""
+    batch = Batch(frame.base_offset, frame.count, frame.records)
+    try:
+        repaired = await trio.to_thread.run_sync(repair_from_replica, partition, batch)
+    except StorageError as exc:
+        log.error("REPLICATION(%d): repair from %s failed: %s", partition.number, node, exc)
+        return
+    finally:
+        partition.read_guard.repaired()
+    if not repaired:
+        log.warning(
+            "REPLICATION(%d): %s has no intact copy of offsets %d-%d either",
+            partition.number,
+            node,
+            frame.base_offset,
+            frame.base_offset + max(frame.count, 1) - 1,
+        )
 
 
 async def _try_send(stream: trio.abc.Stream, data: bytes) -> None:

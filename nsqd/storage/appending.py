@@ -142,14 +142,18 @@ class Appender:
         self._segments.append(new)
         self._pending.dir_dirty = True
 
-    def append_encoded(self, data: bytes, run: EncodedRun) -> bool:
+    def append_encoded(self, data: bytes, run: EncodedRun, rotate: bool = False) -> bool:
         """Write a leader's checked batch (at least one record, at the active segment's
         ``next_offset``) verbatim, past the tail cache (see
         :meth:`~.log.PartitionLog.append_encoded`); False, writing nothing, when it would cross
-        ``max_bytes_per_file``. Raises ``OSError``, nothing written."""
+        ``max_bytes_per_file``, unless ``rotate``: then a new segment starts at the batch
+        (which goes whole into it). Raises ``OSError``, nothing written."""
         segment = self._segments[-1]
         if segment.size + len(data) > self._max_bytes:
-            return False
+            if not rotate or not segment.size:
+                return False
+            self._rotate(run.first_offset)
+            segment = self._segments[-1]
         segment.append(data, run.first_offset, run.entries)
         self._cache.skip_to(run.first_offset + run.count)
         return True

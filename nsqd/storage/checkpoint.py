@@ -6,6 +6,13 @@ Checkpoints (:func:`write_checkpoint`) also keep the generation they replace as
 ``<name>.prev``, so :func:`load_checkpoint` can fall back on it when the newest one is damaged
 (a bad disk block, an operator's editor): the damaged file is moved aside, never deleted, and
 never stops the daemon from starting.
+
+A checkpoint is a JSON object whose first member, ``"crc32c"``, is the CRC-32C of the compact
+JSON of the rest of it (:func:`checkpoint_bytes`): a flipped byte that still leaves valid JSON
+(a digit of a cursor) is damage too, not a cursor moved on past undelivered messages. A file
+without it (written by an earlier release) is read as it is, unless its first key is one byte
+away from ``"crc32c"`` (damage in that very key). Readers of the JSON that know nothing of the
+member (an older release, an operator's ``jq``) see one more key.
 """
 
 from __future__ import annotations
@@ -19,9 +26,29 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
+import crc32c as _crc32c
+
 from .errors import StorageError
 
 _O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
+CHECKSUM_KEY: Final = "crc32c"  # a checkpoint's first member: CRC-32C of the rest (compact)
+_COMPACT: Final = (",", ":")
+
+
+class DamagedCheckpoints:
+    """Checkpoint generations found damaged (moved aside) since the process started."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.count = 0
+
+    def add(self) -> None:
+        with self._lock:
+            self.count += 1
+
+
+#: the process's count (``pnsq_corrupt_checkpoints_total``)
+DAMAGED_CHECKPOINTS: Final = DamagedCheckpoints()
 
 
 def write_all(fd: int, data: bytes, position: int) -> None:
@@ -108,10 +135,38 @@ def previous_path(path: Path) -> Path:
     return path.with_name(path.name + ".prev")
 
 
+def _crc_of(value: dict[str, object]) -> int:
+    return int(_crc32c.crc32c(json.dumps(value, separators=_COMPACT).encode()))
+
+
+def checkpoint_bytes(value: object) -> bytes:
+    """The file content of checkpoint ``value``: compact JSON, for an object with its checksum
+    first (see the module doc)."""
+    if isinstance(value, dict):
+        value = {CHECKSUM_KEY: _crc_of(value), **value}
+    return json.dumps(value, separators=_COMPACT).encode()
+
+
+def checked_value(value: object) -> object:
+    """A checkpoint's content without its checksum; raises :class:`StorageError` when the
+    checksum does not match (or damage hit the checksum's own key)."""
+    if not isinstance(value, dict):
+        return value
+    if CHECKSUM_KEY not in value:
+        first = next(iter(value), "")
+        if len(first) == len(CHECKSUM_KEY) and sum(map(str.__ne__, first, CHECKSUM_KEY)) == 1:
+            raise StorageError(f"damaged checksum key {first!r}")
+        return value  # written before checkpoints had a checksum
+    stored = value.pop(CHECKSUM_KEY)
+    if not isinstance(stored, int) or isinstance(stored, bool) or stored != _crc_of(value):
+        raise StorageError(f"checksum mismatch (stored {stored!r})")
+    return value
+
+
 def write_checkpoint(path: Path, value: object) -> None:
-    """:func:`write_json` that keeps the replaced generation at :func:`previous_path`."""
-    data = json.dumps(value, separators=(",", ":")).encode()
-    atomic_write(path, data, keep_previous=True)
+    """:func:`atomic_write` of :func:`checkpoint_bytes` that keeps the replaced generation at
+    :func:`previous_path`."""
+    atomic_write(path, checkpoint_bytes(value), keep_previous=True)
 
 
 def load_checkpoint(
@@ -123,7 +178,8 @@ def load_checkpoint(
 ) -> object | None:
     """The newest good generation of the checkpoint at ``path``; None if there is none.
 
-    A generation that cannot be read, is not JSON or fails ``valid`` is renamed to
+    A generation that cannot be read, is not JSON, fails its checksum or ``valid`` is
+    renamed to
     ``<name>.corrupt-<stamp>`` with an ERROR on ``logger``, and the previous generation is
     tried; falling back on it is logged at WARNING. If every generation was damaged, an ERROR
     says so and what happens instead (``fallback``). Raises :class:`StorageError` only if a
@@ -133,8 +189,9 @@ def load_checkpoint(
     for candidate in (path, previous_path(path)):
         try:
             value = read_json(candidate)
+            value = None if value is None else checked_value(value)
         except StorageError as exc:
-            problem = str(exc)
+            problem = str(exc) if str(candidate) in str(exc) else f"{candidate}: {exc}"
         else:
             if value is None:
                 continue
@@ -149,6 +206,7 @@ def load_checkpoint(
         except OSError as exc:
             raise StorageError(f"{problem}; cannot move it aside: {exc}") from exc
         logger.error("%s; moved it aside to %s", problem, aside.name)
+        DAMAGED_CHECKPOINTS.add()
         damaged = True
     if damaged:
         logger.error("%s: no good checkpoint left; %s", path, fallback)

@@ -10,6 +10,11 @@ bytes before that bound are searched for the offset field of each offset that ca
 :class:`SkippedRegions` logs each region once at ERROR and counts records and bytes for
 ``/stats`` and ``/metrics``. Recovery of the current segment at start uses the same search to
 tell damage (something intact follows: skipped) from a torn tail (nothing does: cut).
+
+A read for delivery on a leader with an in-sync replica does not skip at once: the region is
+*held* (:meth:`SkippedRegions.hold`) until the replica's copy of its records is written in
+their place (:meth:`SkippedRegions.repaired`) or the broker gives up on it
+(:meth:`SkippedRegions.settle`: skipped from then on); see docs/replication.md.
 """
 
 from __future__ import annotations
@@ -18,13 +23,13 @@ import logging
 import struct
 import threading
 from collections.abc import Callable
-from typing import Final
+from typing import Final, NamedTuple
 
 from .errors import CorruptRecordError
 from .index import SparseIndex
 from .record import LENGTH_SIZE, MIN_HEADER_SIZE, Record, decode_record, peek_size
 
-__all__ = ["SkippedRegions", "resync"]
+__all__ = ["Region", "SkippedRegions", "resync"]
 
 _OFFSET: Final = struct.Struct(">Q")  # the record's offset field, 8 bytes into the record
 _OFFSET_AT: Final = 2 * LENGTH_SIZE  # after the length and CRC fields
@@ -69,7 +74,12 @@ def resync(
     limit: int,
 ) -> tuple[int, int] | None:
     """``(position, offset)`` of the first intact record after damage at byte ``position``
-    where ``offset`` was expected; None when nothing intact follows before ``limit``."""
+    where ``offset`` was expected; None when nothing intact follows before ``limit``. An
+    intact record at ``position`` itself with a later offset (offsets cut out by a truncation
+    over damage) is that record."""
+    here = _decode_at(read_at, position, limit)
+    if here is not None and here.offset > offset:
+        return position, here.offset
     after = _after_length(read_at, position, offset, limit)
     if after is not None:
         return after
@@ -115,8 +125,20 @@ def _after_length(
     return position + size, offset + 1
 
 
+class Region(NamedTuple):
+    """A damaged region of a segment file: offsets ``[first, resumed)`` at bytes
+    ``[position, position + nbytes)``, the next intact record right after it."""
+
+    segment: str  # the segment file's name
+    position: int
+    first: int
+    resumed: int
+    nbytes: int
+
+
 class SkippedRegions:
-    """What reads of one partition log skipped: each region logged once, totals counted."""
+    """What reads of one partition log skipped: each region logged once, totals counted; and
+    the regions held for a repair from a replica (see the module doc)."""
 
     def __init__(self, logger: logging.Logger, partition: int, directory: str) -> None:
         self._logger = logger
@@ -126,6 +148,57 @@ class SkippedRegions:
         self._lock = threading.Lock()
         self.records = 0  # offsets lost to damage, over the life of the process
         self.bytes = 0  # bytes of segment files skipped with them
+        self.healed = 0  # damaged records replaced by a replica's copy, over the process's life
+        #: whether a damaged region met by a read for delivery is held for a repair (the
+        #: broker's answer: this node leads the partition with an in-sync replica)
+        self.healing: Callable[[], bool] = lambda: False
+        self._held: dict[int, Region] = {}  # first offset -> region waiting for a repair
+        self._settled: set[int] = set()  # first offsets of regions given up on: skipped
+
+    def hold(self, region: Region) -> bool:
+        """Whether a read for delivery waits for ``region`` to be repaired instead of skipping
+        it (then it is held until :meth:`repaired` or :meth:`settle`)."""
+        with self._lock:
+            if region.first in self._settled:
+                return False
+            if region.first not in self._held and not self.healing():
+                return False
+            self._held[region.first] = region
+            return True
+
+    def held(self) -> list[Region]:
+        """The regions waiting for a repair, oldest offsets first."""
+        with self._lock:
+            return sorted(self._held.values())
+
+    def held_at(self, first: int) -> Region | None:
+        """The held region whose records start at ``first``, if any."""
+        with self._lock:
+            return self._held.get(first)
+
+    def settle(self, first: int) -> None:
+        """Give up waiting for a repair of the region at ``first``: reads skip it from now on."""
+        with self._lock:
+            self._held.pop(first, None)
+            self._settled.add(first)
+
+    def repaired(self, region: Region) -> None:
+        """``region``'s records were replaced by a replica's intact copy (logged, counted)."""
+        with self._lock:
+            self._held.pop(region.first, None)
+            self._seen.discard((region.segment, region.position))  # new damage there is news
+            self.healed += region.resumed - region.first
+        self._logger.warning(
+            "partition %d: repaired damaged records at offsets %d-%d (%d bytes at byte %d of "
+            "segment %s in %s) with a replica's copy",
+            self._partition,
+            region.first,
+            region.resumed - 1,
+            region.nbytes,
+            region.position,
+            region.segment,
+            self._directory,
+        )
 
     def note(self, segment: str, position: int, first: int, resumed: int, nbytes: int) -> None:
         """Offsets ``[first, resumed)`` (``nbytes`` bytes from ``position``) were unreadable."""

@@ -14,6 +14,7 @@ import crc32c as _crc32c
 from .errors import CorruptRecordError
 from .record import (
     CRC_START,
+    FORMAT_LOST,
     FORMAT_SHIFT,
     FORMAT_V1,
     FORMAT_V2,
@@ -38,35 +39,40 @@ class EncodedRun:
     max_epoch: int
     #: (timestamp_ns, encoded size) per record, for the segment's index
     entries: tuple[tuple[int, int], ...]
+    lost: int = 0  #: lost-record markers (format 3) among them
 
 
 def check_encoded(data: bytes, first_offset: int) -> EncodedRun:
     """Check ``data`` as consecutive format-2 (or, from a leader of the previous release,
     format-1) records from ``first_offset`` (a leader's batch
-    that a follower writes as it came): every length, CRC and offset. Raises
-    :class:`CorruptRecordError` naming the first problem."""
+    that a follower writes as it came), or lost-record markers (format 3, empty): every
+    length, CRC and offset. Raises :class:`CorruptRecordError` naming the first problem."""
     entries: list[tuple[int, int]] = []
-    pos, expected, max_epoch, end = 0, first_offset, 0, len(data)
+    pos, expected, max_epoch, end, lost = 0, first_offset, 0, len(data), 0
     with memoryview(data) as view:
         while pos < end:
             if end - pos < HEADER_SIZE:
                 raise CorruptRecordError(f"record {expected} cut short")
             field, crc, offset, ts, _, _, _, epoch, ext_len = _unpack_header_from(data, pos)
             version = field >> FORMAT_SHIFT
-            if version != FORMAT_V2 and version != FORMAT_V1:
+            if version == FORMAT_LOST:
+                lost += 1
+            elif version != FORMAT_V2 and version != FORMAT_V1:
                 raise CorruptRecordError(f"record {expected}: format {version}")
             size = (field & LENGTH_MASK) + LENGTH_SIZE
+            if version == FORMAT_LOST and size != HEADER_SIZE:
+                raise CorruptRecordError(f"record {expected}: a lost-record marker of {size} B")
             if size < HEADER_SIZE + ext_len:
                 raise CorruptRecordError(f"record {expected}: bad length {size}")
             if pos + size > end:
                 raise CorruptRecordError(f"record {expected} cut short")
             if offset != expected:
                 raise CorruptRecordError(f"record {offset} where {expected} was due")
-            seed = field if version == FORMAT_V2 else 0
+            seed = 0 if version == FORMAT_V1 else field
             if _crc(view[pos + CRC_START : pos + size], seed) != crc:
                 raise CorruptRecordError(f"record {offset}: CRC mismatch")
             entries.append((ts, size))
             max_epoch = max(max_epoch, epoch)
             expected += 1
             pos += size
-    return EncodedRun(first_offset, len(entries), max_epoch, tuple(entries))
+    return EncodedRun(first_offset, len(entries), max_epoch, tuple(entries), lost)

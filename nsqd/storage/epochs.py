@@ -28,7 +28,11 @@ def end_offset_for_epoch(log: _Readable, epoch: int) -> int:
     low, high = log.start_offset, log.end_offset
     while low < high:
         middle = (low + high) // 2
-        record = log.read(middle, 1)[0]  # never [] below the end (damage is skipped)
+        records = log.read(middle, 1)  # damage is skipped: the next readable one, if any
+        if not records:  # nothing readable from here on: cut here (the rest is copied again)
+            high = middle
+            continue
+        record = records[0]
         if record.epoch <= epoch:
             low = min(record.offset + 1, high)
         else:

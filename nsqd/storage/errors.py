@@ -42,6 +42,18 @@ def corrupt_in_segment(
     )
 
 
+class RepairPending(StorageError):
+    """A read for delivery met damaged records ``[first, resumed)`` that an in-sync replica
+    may still hold: they are not skipped yet. The read is tried again once the replica's copy
+    was written in their place, or the wait given up (:meth:`~.corruption.SkippedRegions.settle`:
+    then skipped)."""
+
+    def __init__(self, message: str, *, first: int, resumed: int) -> None:
+        super().__init__(message)
+        self.first = first
+        self.resumed = resumed
+
+
 class OffsetOutOfRangeError(StorageError):
     """A read or seek below ``start_offset`` or above ``end_offset``."""
 

@@ -33,6 +33,7 @@ from .handles import HandleCache
 from .log_read import offset_for_timestamp, read_frames, read_segments
 from .opening import open_segments
 from .record import NewRecord, Record
+from .repair import repair_region
 from .segment import Segment
 from .segment_files import SegmentEnv
 from .trimming import delete_expired, truncate_segments
@@ -172,12 +173,14 @@ class PartitionLog:
             finally:  # what was written: all of the batch, none, or (an I/O error) a prefix
                 self._end = self._segments[-1].next_offset
 
-    def append_encoded(self, data: bytes, run: EncodedRun) -> bool:
+    def append_encoded(self, data: bytes, run: EncodedRun, *, rotate: bool = False) -> bool:
         """Write a leader's checked batch verbatim at this log's end (``run.first_offset`` must
         be :attr:`end_offset`); the records skip the tail cache (a follower serves no reads
         until it leads; then they come from disk). Returns False, writing nothing, when the
         batch would cross ``max_bytes_per_file`` (the caller appends it record by record, which
-        rotates). Raises ``ValueError`` for a batch not at the end, :class:`StorageError`."""
+        rotates), unless ``rotate`` (a batch of lost-record markers, which cannot be appended
+        as records): the log then rotates before it. Raises ``ValueError`` for a batch not at
+        the end, :class:`StorageError`."""
         with self._lock:
             self._check_open()
             if run.first_offset != self._end:
@@ -185,7 +188,7 @@ class PartitionLog:
             if not run.count:
                 return True
             try:
-                written = self._appender.append_encoded(data, run)
+                written = self._appender.append_encoded(data, run, rotate)
             except OSError as exc:
                 raise StorageError(f"append to {self.directory} failed: {exc}") from exc
             self._end = self._segments[-1].next_offset
@@ -193,15 +196,18 @@ class PartitionLog:
 
     # -- reading -------------------------------------------------------------------------------
 
-    def read(self, offset: int, max_records: int, max_bytes: int | None = None) -> list[Record]:
+    def read(
+        self, offset: int, max_records: int, max_bytes: int | None = None, *, hold: bool = False
+    ) -> list[Record]:
         """Records ``[offset, min(offset + max_records, end_offset))``; ``[]`` at ``end_offset``.
 
         Served from the in-memory tail cache (the newest records, within the cache's byte
         budget) when possible, else from disk: an index seek and ``pread``s, never a scan from
         the start of a segment. ``max_bytes`` bounds the bodies read from disk (at least one
         record is returned; cached records cost nothing and are not bounded). Raises
-        :class:`OffsetOutOfRangeError` outside ``[start_offset, end_offset]`` and
-        :class:`CorruptRecordError` if a stored record fails its checks.
+        :class:`OffsetOutOfRangeError` outside ``[start_offset, end_offset]``. A damaged
+        record is skipped (:mod:`.corruption`); with ``hold`` (a read for delivery) one held
+        for a repair from a replica raises :class:`~.errors.RepairPending` instead.
         """
         with self._lock:
             self._check_open()
@@ -217,7 +223,7 @@ class PartitionLog:
                     return cached
                 try:
                     out = read_segments(
-                        self._segments, self._end, offset, min(stop, first), max_bytes
+                        self._segments, self._end, offset, min(stop, first), max_bytes, hold
                     )
                 except OSError as exc:
                     raise StorageError(f"read from {self.directory} failed: {exc}") from exc
@@ -231,6 +237,18 @@ class PartitionLog:
                 # reader never gets [] below end_offset
                 offset, stop = stop, min(self._end, 2 * stop - offset)
             return []
+
+    def repair(self, first: int, data: bytes) -> bool:
+        """Write a replica's copy ``data`` of the held damaged region at offset ``first`` in
+        its place; True when done, durably (:func:`~.repair.repair_region`: otherwise the
+        region is settled, skipped from now on). Raises :class:`StorageError` on an I/O error
+        (the region then settled too)."""
+        with self._lock:
+            self._check_open()
+            try:
+                return repair_region(self._segments, self._env.skipped, first, data)
+            except OSError as exc:
+                raise StorageError(f"repair of {self.directory} failed: {exc}") from exc
 
     def read_frames(
         self, offset: int, max_records: int, max_bytes: int, now_ns: int, layout: FrameLayout

@@ -16,16 +16,22 @@ from .segment import Segment, base_offset_of
 
 
 def read_segments(
-    segments: list[Segment], end: int, start: int, stop: int, max_bytes: int | None
+    segments: list[Segment],
+    end: int,
+    start: int,
+    stop: int,
+    max_bytes: int | None,
+    hold: bool = False,
 ) -> list[Record]:
     """Records ``[start, stop)`` (within ``[first base offset, end]``) from the segments that
-    hold them; with ``max_bytes``, only a prefix whose bodies add up to at least that."""
+    hold them; with ``max_bytes``, only a prefix whose bodies add up to at least that
+    (``hold``: see :meth:`Segment.read`)."""
     i = bisect_right(segments, start, key=base_offset_of) - 1
     out: list[Record] = []
     while start < stop:
         seg_end = segments[i + 1].base_offset if i + 1 < len(segments) else end
         upto = min(stop, seg_end)
-        got = segments[i].read(start, upto, max_bytes)
+        got = segments[i].read(start, upto, max_bytes, hold=seg_end if hold else None)
         out.extend(got)
         if upto >= stop:
             break

@@ -70,9 +70,11 @@ class MemoryLog:
         """Nothing is on disk: None (the :class:`PartitionLog` API; :meth:`read` serves)."""
         return None
 
-    def read(self, offset: int, max_records: int, max_bytes: int | None = None) -> list[Record]:
-        """Records from ``offset`` (clamped to what is held); ``max_bytes`` is for the
-        :class:`PartitionLog` API (it bounds disk reads; these records are in memory already)."""
+    def read(
+        self, offset: int, max_records: int, max_bytes: int | None = None, *, hold: bool = False
+    ) -> list[Record]:
+        """Records from ``offset`` (clamped to what is held); ``max_bytes`` and ``hold`` are
+        for the :class:`PartitionLog` API (disk reads; these records are in memory already)."""
         first = max(offset, self._start) - self._start
         last = min(first + max_records, len(self._records))
         return [self._records[i] for i in range(first, last)]

@@ -37,6 +37,10 @@ from .errors import CorruptRecordError, corrupt_in_segment
 # The offset is inside the CRC because offsets are never re-based (a replica copies the leader's
 # offsets verbatim), and recovery must not accept a record whose offset bytes rotted. The offset
 # sits at byte 8 in both formats (corruption resync searches for it there).
+# Format 3 is a *lost-record marker*: the v2 layout with an empty ext and body, CRC as v2,
+# written by a follower for an offset its leader could not read (damage): it keeps the log's
+# offsets consecutive, and every reader takes it for damage (peek_size refuses it), so it is
+# skipped and counted as the leader's damaged record was. Releases before it read it as damage.
 RECORD_HEADER: Final = struct.Struct(
     ">I"  # format_length: format (top 2 bits: 2, or 1 in older files) << 30 | bytes after it
     "I"  # crc: CRC-32C of bytes [CRC_START, 4 + length), from format_length (v2) or 0 (v1)
@@ -61,6 +65,7 @@ RECORD_HEADER_V0: Final = struct.Struct(
 FORMAT_V0: Final = 0
 FORMAT_V1: Final = 1  # the release before this one: the CRC does not cover format_length
 FORMAT_V2: Final = 2  # what this release writes
+FORMAT_LOST: Final = 3  # a lost-record marker (see above): read as damage
 FORMAT_SHIFT: Final = 30  # format_length >> 30 is the format
 LENGTH_MASK: Final = (1 << FORMAT_SHIFT) - 1
 LENGTH_SIZE: Final = struct.calcsize(RECORD_HEADER.format[:2])
@@ -226,6 +231,17 @@ def encode_bodies(
     return b"".join(parts), stamps
 
 
+def encode_lost(first_offset: int, count: int, epoch: int) -> tuple[bytes, list[tuple[int, int]]]:
+    """Lost-record markers (format 3) for offsets ``[first_offset, first_offset + count)``
+    under ``epoch``, and ``(timestamp_ns, size)`` of each (as :func:`encode_run`)."""
+    parts: list[bytes] = []
+    field = (FORMAT_LOST << FORMAT_SHIFT) | (HEADER_SIZE - LENGTH_SIZE)
+    for offset in range(first_offset, first_offset + count):
+        covered = _pack_covered(offset, 0, 0, 0, 0, epoch, 0)
+        parts.append(_pack_prefix(field, _crc(covered, field)) + covered)
+    return b"".join(parts), [(0, HEADER_SIZE)] * count
+
+
 def encode_record(record: Record) -> bytes:
     """The on-disk bytes of ``record`` (see :data:`RECORD_HEADER`)."""
     return encode_run((record,))[0]
@@ -240,8 +256,10 @@ def peek_size(buf: bytes, pos: int) -> int:
     (field,) = _unpack_length_from(buf, pos)
     minimum = _MIN_LENGTH.get(field >> FORMAT_SHIFT)
     length = field & LENGTH_MASK
-    if minimum is None:
-        raise CorruptRecordError(f"unknown record format {field >> FORMAT_SHIFT}")
+    if minimum is None:  # format 3
+        raise CorruptRecordError(
+            "record format 3: a record lost to damage at the leader, or damage"
+        )
     if length < minimum or length > MAX_RECORD_SIZE - LENGTH_SIZE:
         raise CorruptRecordError(f"implausible record length {length}")
     return int(length) + LENGTH_SIZE

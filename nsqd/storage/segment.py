@@ -216,6 +216,7 @@ class Segment(SegmentFiles):
                     base=self.base_offset,
                     size=self.size,
                     interval=self._interval,
+                    skipped=self._env.skipped,
                 )
             self._adopt(state)
             index = state.index
@@ -223,12 +224,16 @@ class Segment(SegmentFiles):
         self._index = index
         return index
 
-    def read(self, start: int, stop: int, max_bytes: int | None = None) -> list[Record]:
+    def read(
+        self, start: int, stop: int, max_bytes: int | None = None, *, hold: int | None = None
+    ) -> list[Record]:
         """Records ``[start, stop)``, all of which this segment must hold; with ``max_bytes``,
         only a prefix of them whose bodies add up to at least that (one record at least).
 
         Seeks with the index and ``pread``s from there (:func:`~.segment_read.read_range`,
-        which steps over a damaged record, sealed segment or current, and reports it). Raises
+        which steps over a damaged record, sealed segment or current, and reports it, or with
+        ``hold``, the offset after its last record, may raise :class:`~.errors.RepairPending`).
+        Raises
         :class:`CorruptRecordError` when the segment ends before ``stop``.
         """
         if stop <= start:
@@ -244,6 +249,7 @@ class Segment(SegmentFiles):
                 stop=stop,
                 max_bytes=max_bytes,
                 skipped=self._env.skipped,
+                hold=hold,
             )
 
     def read_frames(
@@ -292,6 +298,7 @@ class Segment(SegmentFiles):
                 size=self.size,
                 timestamp_ns=timestamp_ns,
                 end_offset=end_offset,
+                skipped=self._env.skipped,
                 chunk=self._interval + 4 * HEADER_SIZE,
             )
 
@@ -326,7 +333,21 @@ class Segment(SegmentFiles):
                 size=self.size,
                 entries=entries,
                 stop=stop,
+                skipped=self._env.skipped,
             )
+
+    def overwrite(self, position: int, data: bytes) -> None:
+        """Write ``data`` over the bytes at ``position`` (a repaired region of records of the
+        same size), durably: through a write fd of its own, so a sealed segment's read-only
+        fd stays as it is. Raises ``OSError``."""
+        if position + len(data) > self.size:
+            raise OSError(f"{self.log_path}: {len(data)} bytes at {position} past {self.size}")
+        fd = os.open(self.log_path, os.O_WRONLY | O_CLOEXEC)
+        try:
+            write_all(fd, data, position)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
     # -- truncating, closing, deleting ----------------------------------------------------------
 
@@ -350,6 +371,8 @@ class Segment(SegmentFiles):
         keep = self.index.count_below_offset(offset - self.base_offset)
         state = self._scan_until(keep, offset)
         self.size, self._last_record_pos, self.next_offset, self._max_ts = state
+        while keep and self.index.positions[keep - 1] >= self.size:  # in damage cut off
+            keep -= 1
         self.index.truncate(keep)
         self._last_index_pos = self.index.positions[-1] if keep else 0
         os.ftruncate(self.fd, self.size)

@@ -11,11 +11,12 @@ bytes of valid records, ``name`` its file name (for errors).
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
-from .corruption import ReadAt, SkippedRegions, resync
-from .errors import CorruptRecordError
+from .corruption import ReadAt, Region, SkippedRegions, resync
+from .errors import CorruptRecordError, RepairPending
 from .index import ENTRY_SIZE, INDEX_ENTRY, SparseIndex
 from .record import READ_CHUNK, Record, scan_records
 from .runs import read_run
@@ -35,6 +36,7 @@ def read_range(
     stop: int,
     max_bytes: int | None,
     skipped: SkippedRegions | None,
+    hold: int | None = None,
 ) -> list[Record]:
     """Records ``[start, stop)`` (``start < stop``), all of which the segment must hold; with
     ``max_bytes``, only a prefix of them whose bodies add up to at least that (one record at
@@ -43,7 +45,10 @@ def read_range(
     Seeks with the index and reads runs of records from there. With ``skipped`` (what a
     log's reads pass, sealed segment or current) a damaged record is stepped over
     (:func:`~.corruption.resync`) and reported there; else, and when the segment ends before
-    ``stop``, raises :class:`CorruptRecordError`.
+    ``stop``, raises :class:`CorruptRecordError`. With ``hold`` (a read for delivery: the
+    offset after the segment's last record), damage that
+    :meth:`~.corruption.SkippedRegions.hold` keeps for a repair raises :class:`RepairPending`
+    instead of being skipped.
     """
     out: list[Record] = []
     # (a budget of 0 would read nothing: "one record at least" holds with 1)
@@ -79,7 +84,7 @@ def read_range(
                 raise
             seeking = False
             resumed = _skip_damage(
-                read_at, index, name, skipped, base, size, exc.position, exc.offset, stop
+                read_at, index, name, skipped, base, size, exc.position, exc.offset, stop, hold
             )
             if resumed is None or resumed[1] >= stop:
                 return out  # the rest of [start, stop) is lost
@@ -91,6 +96,9 @@ def read_range(
         if offset >= stop or budget <= 0:
             return out
         break
+    if skipped is not None:  # the segment ends before ``stop``: what it lacks is lost
+        skipped.note(name, size, offset, stop, 0)
+        return out
     raise CorruptRecordError(
         f"{name}: ends at offset {start + len(out)}, expected {stop}",
         position=size,
@@ -108,13 +116,58 @@ def _skip_damage(
     position: int,
     offset: int,
     stop: int,
+    hold: int | None = None,
 ) -> tuple[int, int] | None:
     """Past a damaged record: ``(position, offset)`` of the next intact
-    one (None: nothing intact follows), the skipped region reported once."""
+    one (None: nothing intact follows), the skipped region reported once; with ``hold`` (the
+    offset after the segment's last record), raises :class:`RepairPending` for a region held
+    for a repair (up to the next intact record, or the segment's end)."""
     found = resync(read_at, index, base, position=position, offset=offset, limit=size)
     end_position, resumed = found if found is not None else (size, stop)
+    if hold is not None:
+        end, after = found if found is not None else (size, hold)
+        region = Region(name, position, offset, after, end - position)
+        if after > offset and skipped.hold(region):
+            raise RepairPending(
+                f"{name}: offsets {offset}-{after - 1} damaged, waiting for a replica's copy",
+                first=offset,
+                resumed=after,
+            )
     skipped.note(name, position, offset, max(resumed, offset + 1), end_position - position)
     return found
+
+
+def scan_past_damage(
+    read_at: ReadAt,
+    index: SparseIndex,
+    name: str,
+    skipped: SkippedRegions,
+    *,
+    base: int,
+    position: int,
+    limit: int,
+    offset: int,
+    chunk: int = READ_CHUNK,
+) -> Iterator[tuple[int, int, Record]]:
+    """:func:`~.record.scan_records` that steps over a damaged record as a read does
+    (reported to ``skipped``) and ends where nothing intact follows one."""
+    while True:
+        try:
+            for item in scan_records(
+                read_at, name, position=position, limit=limit, offset=offset, chunk=chunk
+            ):
+                yield item
+                position, offset = item[0] + item[1], item[2].offset + 1
+            return
+        except CorruptRecordError as exc:
+            at = position if exc.position is None else exc.position
+            expected = offset if exc.offset is None else exc.offset
+            found = resync(read_at, index, base, position=at, offset=expected, limit=limit)
+            end_position, resumed = found if found is not None else (limit, expected + 1)
+            skipped.note(name, at, expected, max(resumed, expected + 1), end_position - at)
+            if found is None:
+                return
+            position, offset = found
 
 
 def find_timestamp(
@@ -126,14 +179,24 @@ def find_timestamp(
     size: int,
     timestamp_ns: int,
     end_offset: int,
+    skipped: SkippedRegions,
     chunk: int = READ_CHUNK,
 ) -> int:
     """First offset in the segment whose timestamp is ``>= timestamp_ns``, else
-    ``end_offset``. Scans from the last index entry whose running max is older."""
+    ``end_offset``. Scans from the last index entry whose running max is older, stepping
+    over damage (reported to ``skipped``)."""
     i = index.floor_for_timestamp(timestamp_ns)
     rel, pos, _ts = index.entry(i) if i >= 0 else (0, 0, NO_TIMESTAMP)
-    for _pos, _size, record in scan_records(
-        read_at, name, position=pos, limit=size, offset=base + rel, chunk=chunk
+    for _pos, _size, record in scan_past_damage(
+        read_at,
+        index,
+        name,
+        skipped,
+        base=base,
+        position=pos,
+        limit=size,
+        offset=base + rel,
+        chunk=chunk,
     ):
         if record.timestamp_ns >= timestamp_ns:
             return record.offset
@@ -167,23 +230,24 @@ def scan_until(
     size: int,
     entries: int,
     stop: int,
+    skipped: SkippedRegions,
 ) -> tuple[int, int, int, int]:
     """Scan from index entry ``entries - 1`` (or byte 0) over the records before offset
-    ``stop``, which must all be there; return the state after them: ``(size,
-    last_record_pos, next_offset, max_timestamp)``."""
+    ``stop``; return the state after them: ``(size, last_record_pos, next_offset,
+    max_timestamp)``, ``size`` the end of the last intact record before ``stop``.
+
+    Damage is stepped over (reported to ``skipped``); records before ``stop`` that damage
+    took, or that the segment lacks, are reported there too, and ``next_offset`` is ``stop``
+    all the same (a truncation there leaves the damaged ones out)."""
     rel, pos, max_ts = index.entry(entries - 1) if entries else (0, 0, NO_TIMESTAMP)
     end, last_pos, next_offset = pos, -1, base + rel
-    for position, n, record in scan_records(
-        read_at, name, position=pos, limit=size, offset=next_offset
+    for position, n, record in scan_past_damage(
+        read_at, index, name, skipped, base=base, position=pos, limit=size, offset=next_offset
     ):
         if record.offset >= stop:
             break
         max_ts = max(max_ts, record.timestamp_ns)
         end, last_pos, next_offset = position + n, position, record.offset + 1
-    if next_offset != stop:
-        raise CorruptRecordError(
-            f"{name}: ends at offset {next_offset}, expected {stop}",
-            position=end,
-            offset=next_offset,
-        )
-    return end, last_pos, next_offset, max_ts
+    if next_offset < stop:
+        skipped.note(name, end, next_offset, stop, 0)
+    return end, last_pos, stop, max_ts

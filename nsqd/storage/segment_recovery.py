@@ -18,6 +18,7 @@ from typing import final
 
 from .checkpoint import read_all, write_all
 from .corruption import ReadAt, SkippedRegions, resync
+from .encoded_run import check_encoded
 from .errors import CorruptRecordError
 from .index import SparseIndex
 from .record import Record, scan_records
@@ -102,7 +103,10 @@ def recover_tail(
             at, expected = state.size, state.next_offset
             found = resync(read_at, index, base, position=at, offset=expected, limit=file_size)
             if found is None:
-                _cut_tail(fd, path, state.size, file_size, exc, logger)
+                if _lost_markers(read_at, state, file_size):  # a follower's: kept, not cut
+                    skipped.note(path.name, at, expected, state.next_offset, file_size - at)
+                else:
+                    _cut_tail(fd, path, state.size, file_size, exc, logger)
                 break
             position, offset = found
             skipped.note(path.name, at, expected, offset, position - at)
@@ -111,6 +115,24 @@ def recover_tail(
         os.ftruncate(index_fd, 0)
         write_all(index_fd, new, 0)
     return state
+
+
+def _lost_markers(read_at: ReadAt, state: Scanned, file_size: int) -> bool:
+    """Whether the bytes from ``state.size`` to the end of the file are intact lost-record
+    markers (:func:`~.record.encode_lost`) at the next offsets; they are then noted in
+    ``state`` like records (a follower's log keeps its leader's offsets)."""
+    position = state.size
+    try:
+        run = check_encoded(read_at(file_size - position, position), state.next_offset)
+    except CorruptRecordError:
+        return False
+    if not run.count or run.lost != run.count:
+        return False
+    for offset, (timestamp_ns, size) in enumerate(run.entries, run.first_offset):
+        marker = Record(offset, timestamp_ns, 0, 0, 0, b"", b"")
+        state.note(position, size, marker)
+        position += size
+    return True
 
 
 def _cut_tail(
@@ -150,13 +172,37 @@ def load_index(
     return None
 
 
-def rebuild_index(read_at: ReadAt, name: str, *, base: int, size: int, interval: int) -> Scanned:
+def rebuild_index(
+    read_at: ReadAt,
+    name: str,
+    *,
+    base: int,
+    size: int,
+    interval: int,
+    skipped: SkippedRegions,
+) -> Scanned:
     """Index the segment's records ``[0, size)`` by scanning them, as appends would have, the
-    entry sealing adds for the last record included. Raises :class:`CorruptRecordError`."""
+    entry sealing adds for the last record included. Damage is stepped over as reads do
+    (reported to ``skipped``); the segment keeps its ``size`` even if damage reaches its end."""
     state = Scanned(SparseIndex(), base, interval, base)
-    for position, n, record in scan_records(read_at, name, position=0, limit=size, offset=base):
-        state.note(position, n, record)
+    position, offset = 0, base
+    while True:
+        try:
+            for at, n, record in scan_records(
+                read_at, name, position=position, limit=size, offset=offset
+            ):
+                state.note(at, n, record)
+            break
+        except CorruptRecordError:
+            at, expected = state.size, state.next_offset
+            found = resync(read_at, state.index, base, position=at, offset=expected, limit=size)
+            if found is None:
+                skipped.note(name, at, expected, expected + 1, size - at)
+                break
+            position, offset = found
+            skipped.note(name, at, expected, offset, position - at)
     if state.last_record_pos > state.last_index_pos:
         state.index.append(state.next_offset - 1 - base, state.last_record_pos, state.max_ts)
         state.last_index_pos = state.last_record_pos
+    state.size = size
     return state

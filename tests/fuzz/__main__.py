@@ -1,5 +1,5 @@
 """``python -m tests.fuzz``: see :mod:`tests.fuzz.run`; with ``--cluster``, the cluster links
-(:mod:`tests.fuzz.cluster`)."""
+(:mod:`tests.fuzz.cluster`); with ``--flips``, the random-flip soak (:mod:`tests.fuzz.flips`)."""
 
 import sys
 
@@ -8,6 +8,9 @@ if "--cluster" in sys.argv[1:]:
 
     sys.exit(cluster_main(sys.argv[1:]))
 
-from tests.fuzz.run import main
+if "--flips" in sys.argv[1:]:
+    from tests.fuzz.flips import main
+else:
+    from tests.fuzz.run import main
 
 sys.exit(main())

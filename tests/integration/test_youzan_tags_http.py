@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from protocol import Rdy, Req, Sub
 from tests.daemons import Daemon, pnsq_nsqd
 from tests.rawclient import RawClient
 from tests.youzan import decode, fin, get_json, next_message, post
@@ -225,3 +226,24 @@ def test_message_finish_of_messages_not_read_yet(node: Daemon) -> None:
     consumer = _consumer(node)
     assert _drain(consumer) == [b"m1"]
     consumer.close()
+
+
+def test_message_get_reports_the_attempts_so_far(tmp_path: Path) -> None:
+    d = pnsq_nsqd(tmp_path / "plain").start()
+    try:
+        assert post(d.http_address, "/pub?topic=att", b"once")[0] == 200
+        query = "/message/get?topic=att&partition=0&search_mode=virtual_offset&search_pos=0"
+        assert get_json(d.http_address, query)["attempts"] == 0  # not delivered yet
+        client = RawClient(d.tcp_address, timeout=10)
+        client.send(Sub("att", "ch"), Rdy(1))
+        assert client.read().data == b"OK"
+        first = client.read(skip_heartbeats=True)
+        assert (first.attempts, get_json(d.http_address, query)["attempts"]) == (1, 1)
+        client.send(Req(first.message_id, 0))
+        again = client.read(skip_heartbeats=True)
+        assert (again.attempts, get_json(d.http_address, query)["attempts"]) == (2, 2)
+        client.send(Req(again.message_id, 60_000))  # deferred: still counted
+        assert get_json(d.http_address, query)["attempts"] == 2
+        client.close()
+    finally:
+        d.stop()

@@ -35,6 +35,8 @@ from protocol.replication import (
     HighWatermark,
     LeaderFrame,
     Refuse,
+    RepairRecords,
+    RepairRequest,
     ReplicationErrorCode,
     ReplicationProtocolError,
     Welcome,
@@ -54,6 +56,7 @@ _strings = st.one_of(
 )
 _u16, _u32, _u64 = st.integers(0, U16), st.integers(0, U32), st.integers(0, U64)
 _i64 = st.integers(-(2**63), 2**63 - 1)
+_small_records = st.binary(min_size=1, max_size=100)
 _records = st.one_of(
     st.binary(min_size=1, max_size=200),
     st.integers(1, 4 * 1024 * 1024).map(lambda n: bytes(range(256)) * (n // 256) + b"\x01"),
@@ -68,6 +71,8 @@ def _follower_frames(strings: st.SearchStrategy[str]) -> st.SearchStrategy[Follo
         st.builds(Refuse, _u32, strings),
         st.builds(CursorsAck, _u32, strings, _u64),
         st.builds(AdminAck, _u32, _u64),
+        st.builds(RepairRecords, _u32, _u64, st.integers(1, U32), _small_records),
+        st.builds(RepairRecords, _u32, _u64, st.just(0), st.just(b"")),
     )
 
 
@@ -105,12 +110,12 @@ def _leader_frames(
                 max_size=20,
             ).map(tuple),
         ),
+        st.builds(RepairRequest, _u32, _u64, _u32),
     )
 
 
 # small frames, for the byte-by-byte feeds
 _small_strings = st.text(max_size=10)
-_small_records = st.binary(min_size=1, max_size=100)
 
 _SLOW = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -475,14 +480,14 @@ def test_hello_with_features_is_hello_ex_and_a_plain_hello_stays_plain() -> None
     assert data[5 : 5 + HELLO_EX.size] == HELLO_EX.pack(2, 5, 10, 4, FEATURE_ADMIN)
     assert _decode_one(data, FollowerFrameDecoder()) == featured
     with pytest.raises(ValueError, match="unknown feature bits"):
-        encode(Hello("n", "t", 0, 0, 0, 0, 0x2))
+        encode(Hello("n", "t", 0, 0, 0, 0, 0x4))
 
 
 @pytest.mark.parametrize(
     ("frame_type", "body", "match", "leader_side"),
     [
         (FrameType.HELLO_EX, HELLO_EX.pack(0, 0, 0, 0, 0) + _s(b"n") + _s(b"t"), "none", True),
-        (FrameType.HELLO_EX, HELLO_EX.pack(0, 0, 0, 0, 3) + _s(b"n") + _s(b"t"), "unknown", True),
+        (FrameType.HELLO_EX, HELLO_EX.pack(0, 0, 0, 0, 5) + _s(b"n") + _s(b"t"), "unknown", True),
         (FrameType.ADMIN_ACK, b"\x00" * 11, "ADMIN_ACK frame: body truncated", True),
         (FrameType.ADMIN, ADMIN.pack(1, 1, 0x2, 0), "topic flags 0x2", False),
         (FrameType.ADMIN, ADMIN.pack(1, 1, 0, 1) + b"\x10" + _s(b"c"), "flags 0x10", False),

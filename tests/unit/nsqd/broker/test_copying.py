@@ -15,13 +15,19 @@ from nsqd.broker.copying import (
     ReplicationWaiters,
     append_from_leader,
     end_for_epoch,
+    held_regions,
     last_epoch,
     read_for_follower,
+    read_for_repair,
+    repair_from_replica,
     truncate_for_leader,
 )
 from nsqd.broker.partition import Partition
+from nsqd.broker.read_guard import DamagedTail
 from nsqd.core.errors import NotLeaderError
 from nsqd.core.partition_state import Placement, Role
+from nsqd.storage.cache import CacheBudget
+from nsqd.storage.errors import RepairPending
 from nsqd.storage.log import PartitionLog
 from nsqd.storage.record import NewRecord
 
@@ -29,7 +35,7 @@ LEADER, FOLLOWER = "a:1", "b:1"
 
 
 def partition(path: Path, role: Role, epoch: int = 1) -> Partition:
-    log = PartitionLog.open(path, partition=3)
+    log = PartitionLog.open(path, partition=3, cache=CacheBudget(0))  # reads: from disk
     placement = Placement(role, epoch, LEADER, (FOLLOWER,), (LEADER, FOLLOWER))
     return Partition(3, log, path, 0, placement)
 
@@ -198,3 +204,97 @@ def test_a_batch_that_crosses_the_segment_size_rotates_the_followers_log(tmp_pat
     append_from_leader(follower, 1, read_for_follower(leader, 0, 1 << 20))
     assert len(list((tmp_path / "f").glob("*.log"))) > 1
     assert follower.log.read(0, 100) == leader.log.read(0, 100)
+
+
+def _damage(p: Partition, offset: int) -> None:
+    """Flip a byte in the body of the record at ``offset`` of ``p``'s first segment file."""
+    (path,) = sorted(p.log.directory.glob("*.log"))
+    data = bytearray(path.read_bytes())
+    position = 0
+    for _ in range(offset):
+        position += 4 + (int.from_bytes(data[position : position + 4], "big") & ((1 << 30) - 1))
+    data[position + 60] ^= 0x10
+    path.write_bytes(bytes(data))
+
+
+def _copy_all(leader: Partition, follower: Partition) -> int:
+    """Stream the leader's log to the follower as a leader's stream does (the first batch read
+    and encoded again); returns the batches it took."""
+    batches = 0
+    while follower.log.end_offset < leader.log.end_offset:
+        at = follower.log.end_offset
+        batch = read_for_follower(leader, at, 300, as_written=batches > 0)
+        assert batch.count, f"no progress at {at}"
+        append_from_leader(follower, 1, batch)
+        batches += 1
+    return batches
+
+
+def test_records_the_leader_lost_reach_the_follower_as_lost_markers(tmp_path: Path) -> None:
+    leader = partition(tmp_path / "l", Role.LEADER)
+    follower = partition(tmp_path / "f", Role.REPLICA)
+    publish(leader, *[b"body %03d " % i + b"." * 40 for i in range(30)])
+    _damage(leader, 10)
+    _copy_all(leader, follower)  # no stall at the leader's gap
+    assert follower.log.end_offset == 30
+    expected = [r.offset for r in leader.log.read(0, 30)]
+    assert 10 not in expected
+    got, at = [], 0
+    while at < 30:
+        records = follower.log.read(at, 30)
+        got.extend(records)
+        at = records[-1].offset + 1
+    assert [r.offset for r in got] == expected
+    assert [r.body for r in got] == [r.body for r in leader.log.read(0, 30)]
+    assert last_epoch(follower) == 1
+
+
+def test_a_damaged_record_the_follower_holds_is_copied_back(tmp_path: Path) -> None:
+    leader = partition(tmp_path / "l", Role.LEADER)
+    follower = partition(tmp_path / "f", Role.REPLICA)
+    publish(leader, *[b"body %03d " % i + b"." * 40 for i in range(30)])
+    _copy_all(leader, follower)
+    _damage(leader, 10)
+    assert [r.offset for r in leader.log.read(8, 4)] == [8, 9, 11]  # other reads skip it
+    with pytest.raises(RepairPending):  # held: the in-sync replica may hold it
+        leader.read_for_delivery(8, 4, None)
+    assert held_regions(leader) == [(10, 1)]
+    copy = read_for_repair(follower, 10, 1)
+    assert repair_from_replica(leader, copy)
+    records = leader.read_for_delivery(0, 30, None)
+    assert [r.body for r in records] == [r.body for r in follower.log.read(0, 30)]
+    assert leader.log.skipped.healed == 1
+    assert read_for_repair(follower, 28, 5).count == 0  # past its end: it lacks them
+
+
+def test_with_no_copy_at_the_replica_the_region_is_skipped(tmp_path: Path) -> None:
+    leader = partition(tmp_path / "l", Role.LEADER)
+    publish(leader, *[b"body %03d " % i + b"." * 40 for i in range(30)])
+    _damage(leader, 10)
+    with pytest.raises(RepairPending):
+        leader.read_for_delivery(8, 4, None)
+    assert not repair_from_replica(leader, Batch(10, 0, b""))  # "I lack them too"
+    assert [r.offset for r in leader.read_for_delivery(8, 4, None)] == [8, 9, 11]
+
+
+def test_damage_up_to_the_log_end_is_no_busy_loop(tmp_path: Path) -> None:
+    leader = partition(tmp_path / "l", Role.LEADER)
+    publish(leader, *[b"body %03d " % i + b"." * 40 for i in range(11)])
+    (path,) = sorted(leader.log.directory.glob("*.log"))
+    data = bytearray(path.read_bytes())
+    data[_position(data, 10)] ^= 0x20  # the newest record's length: nothing intact after it
+    path.write_bytes(bytes(data))
+    with pytest.raises(RepairPending):  # up to the segment's end: held for the replica too
+        leader.read_for_delivery(10, 5, None)
+    assert held_regions(leader) == [(10, 1)]
+    repair_from_replica(leader, Batch(10, 0, b""))  # the replica lacks it: given up
+    with pytest.raises(DamagedTail):  # not []: the consumer's guard waits before reading again
+        leader.read_for_delivery(10, 5, None)
+    assert [r.offset for r in leader.read_for_delivery(8, 5, None)] == [8, 9]
+
+
+def _position(data: bytearray, offset: int) -> int:
+    position = 0
+    for _ in range(offset):
+        position += 4 + (int.from_bytes(data[position : position + 4], "big") & ((1 << 30) - 1))
+    return position

@@ -46,7 +46,7 @@ async def test_a_failing_partition_is_contained_and_retried(
             broker.publish("t", records, number)
         bad = topic.partition(0)
 
-        def broken(*args: object) -> None:
+        def broken(*args: object, **kwargs: object) -> None:
             raise StorageError("read of segment failed: [Errno 5] Input/output error")
 
         monkeypatch.setattr(bad.log, "read", broken)

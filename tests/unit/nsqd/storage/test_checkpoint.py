@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from pathlib import Path
@@ -9,7 +10,14 @@ from pathlib import Path
 import pytest
 
 from nsqd.storage import StorageError, atomic_write, read_json, write_json
-from nsqd.storage.checkpoint import load_checkpoint, previous_path, write_checkpoint
+from nsqd.storage.checkpoint import (
+    DAMAGED_CHECKPOINTS,
+    checked_value,
+    checkpoint_bytes,
+    load_checkpoint,
+    previous_path,
+    write_checkpoint,
+)
 
 
 def test_atomic_write_replaces_content_and_leaves_no_tmp(tmp_path: Path) -> None:
@@ -80,8 +88,8 @@ def test_a_checkpoint_keeps_the_generation_it_replaces(tmp_path: Path) -> None:
     assert not previous_path(path).exists()
     write_checkpoint(path, {"n": 2})
     write_checkpoint(path, {"n": 3})
-    assert read_json(path) == {"n": 3}
-    assert read_json(previous_path(path)) == {"n": 2}
+    assert checked_value(read_json(path)) == {"n": 3}
+    assert checked_value(read_json(previous_path(path))) == {"n": 2}
     assert load_checkpoint(path, _valid, "T", _LOG, "fallback") == {"n": 3}
 
 
@@ -102,7 +110,7 @@ def test_a_damaged_checkpoint_is_moved_aside_and_the_previous_one_used(
     assert any("moved it aside to state.json.corrupt-STAMP" in m for m in messages)
     assert any("using the previous checkpoint state.json.prev" in m for m in messages)
     write_checkpoint(path, {"n": 3})  # the next write keeps the good previous generation
-    assert read_json(previous_path(path)) == {"n": 1}
+    assert checked_value(read_json(previous_path(path))) == {"n": 1}
 
 
 def test_with_no_good_generation_the_fallback_is_logged(
@@ -125,3 +133,41 @@ def test_a_crash_between_the_two_renames_leaves_the_previous_generation(tmp_path
     write_checkpoint(path, {"n": 1})
     path.replace(previous_path(path))  # what a crash right after the first rename leaves
     assert load_checkpoint(path, _valid, "S", _LOG, "fallback") == {"n": 1}
+
+
+def test_a_checkpoint_carries_its_checksum_as_its_first_member(tmp_path: Path) -> None:
+    path = tmp_path / "state.json"
+    write_checkpoint(path, {"topic_start": 7, "channels": {"ch": {"confirmed": 12}}})
+    document = json.loads(path.read_bytes())  # still plain JSON for any reader
+    assert list(document) == ["crc32c", "topic_start", "channels"]
+    assert checked_value(document) == {"topic_start": 7, "channels": {"ch": {"confirmed": 12}}}
+
+
+def test_a_checkpoint_without_a_checksum_is_read_as_before(tmp_path: Path) -> None:
+    path = tmp_path / "state.json"
+    path.write_bytes(b'{"n": 4}')  # written by an earlier release
+    assert load_checkpoint(path, _valid, "T", _LOG, "fallback") == {"n": 4}
+
+
+def test_every_single_byte_flip_of_a_checkpoint_is_caught_or_harmless(tmp_path: Path) -> None:
+    """A flip that still parses to the same document is harmless; any other is refused, so
+    the previous generation is used: a cursor never moves on by damage."""
+    value = {"topic_start": 3, "channels": {"ch": {"confirmed": 1234, "acked": [1236, 1240]}}}
+    data = checkpoint_bytes(value)
+    path = tmp_path / "state.json"
+    before = DAMAGED_CHECKPOINTS.count
+    refused = 0
+    for at in range(len(data)):
+        for bit in (0, 3, 6):
+            damaged = bytearray(data)
+            damaged[at] ^= 1 << bit
+            path.write_bytes(bytes(damaged))
+            previous_path(path).write_bytes(checkpoint_bytes({"n": 0}))
+            got = load_checkpoint(path, lambda v: isinstance(v, dict), "S", _LOG, "fallback")
+            assert got in (value, {"n": 0}), (at, bit, damaged)
+            if got == {"n": 0}:
+                refused += 1
+            for aside in tmp_path.glob("*.corrupt-S"):
+                aside.unlink()
+    assert refused >= 3 * len(data) - 3  # the rare harmless ones parse to the same value
+    assert DAMAGED_CHECKPOINTS.count - before == refused
