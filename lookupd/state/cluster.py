@@ -75,6 +75,7 @@ class Cluster(Metadata):
         """Read the stored placements; each stored topic gets its registration key back."""
         stored = self.store.load()
         self.placements, self.deleted = stored.placements, stored.deleted
+        self.removing = stored.removing
         self._as_saved()
         for name in self.placements:
             self.registry.add_topic(name)
@@ -84,7 +85,8 @@ class Cluster(Metadata):
     def follow(self, stored: Stored) -> None:
         """HA mode, on a follower (or a leader taking over): the metadata as the leader saved
         it replaces this lookupd's copy, and the long-polls of the nodes hear of it."""
-        if stored.placements == self.placements and stored.deleted == self.deleted:
+        same = stored.placements == self.placements and stored.deleted == self.deleted
+        if same and stored.removing == self.removing:
             return
         for name in stored.deleted.keys() - self.deleted.keys():  # deleted by the leader
             self.registry.delete_topic(name)
@@ -196,6 +198,10 @@ class Cluster(Metadata):
         peers = self.registry.active_peers(self.clock(), self.timeouts.inactive)
         return sorted({p.node_id for p in peers if p.partitioned and not _is_youzan(p.identity)})
 
+    def placeable_nodes(self) -> list[str]:
+        """Live nodes that may take new copies: not being drained."""
+        return [n for n in self.live_nodes() if n not in self.removing]
+
     def racks(self) -> dict[str, str]:
         """The rack each pnsq node registered (``--rack``) when it last identified itself, by
         node id (also of the nodes gone since: their copies still occupy their racks)."""
@@ -206,7 +212,7 @@ class Cluster(Metadata):
         pending = [p for p in self.placements.values() if p.pending]
         if not pending or not self.leading:
             return
-        placed = place_pending(self.placements.values(), self.live_nodes(), self.racks())
+        placed = place_pending(self.placements.values(), self.placeable_nodes(), self.racks())
         for placement in placed:
             log.info("TOPIC(%s): placed on %s", placement.name, _describe(placement))
             self.placements[placement.name] = placement
@@ -235,7 +241,7 @@ class Cluster(Metadata):
             if not existing.adopted:
                 return
         load = leader_load(self.placements.values())
-        placement = place(name, meta, self.live_nodes(), load, prefer, self.racks())
+        placement = place(name, meta, self.placeable_nodes(), load, prefer, self.racks())
         self.placements[name] = placement
         tombstone = self.deleted.pop(name, None)
         self._changed()
@@ -276,14 +282,25 @@ class Cluster(Metadata):
         disable_channel_auto_create: bool | None = None,
         min_isr: int | None = None,
         unclean: bool | None = None,
+        replica: int | None = None,
     ) -> TopicPlacement:
         """youzan's ``/topic/meta/update`` (a None keeps the value), persisted before
-        returning. Raises KeyError for an unknown topic, :class:`StoreError`."""
+        returning; a new ``replica`` (``replicator``) is then reached by the failover loop
+        (:mod:`lookupd.core.resize`). Raises KeyError for an unknown topic,
+        :class:`PlacementError` (more copies than live nodes to take them),
+        :class:`StoreError`."""
         self._check_leading()
         placement = self.placements[name]
         m = placement.meta
+        nodes = len(self.placeable_nodes())
+        if replica is not None and replica > max(m.replica, nodes) and not placement.pending:
+            raise PlacementError(
+                f"NOT_ENOUGH_NODES: replicator {replica} needs {replica} nsqd nodes, "
+                f"{nodes} registered and not being removed"
+            )
         meta = replace(
             m,
+            replica=m.replica if replica is None else replica,
             sync_every=m.sync_every if sync_every is None else sync_every,
             retention_days=m.retention_days if retention_days is None else retention_days,
             extend_support=m.extend_support if extend_support is None else extend_support,
@@ -295,7 +312,35 @@ class Cluster(Metadata):
             min_isr=m.min_isr if min_isr is None else min_isr,
             unclean=m.unclean if unclean is None else unclean,
         )
-        return await self._commit(placement, replace(placement, meta=meta))
+        updated = await self._commit(placement, replace(placement, meta=meta))
+        self.events.unpark_all()
+        return updated
+
+    async def remove_node(self, node: str, *, restore: bool = False) -> None:
+        """youzan's ``/cluster/node/remove``: ``node`` is drained (its copies move elsewhere,
+        :mod:`lookupd.core.resize`; it takes no new one), which is persisted before returning;
+        ``restore``: it is not any more. Raises :class:`PlacementError` for a node lookupd
+        does not know, :class:`StoreError`."""
+        self._check_leading()
+        before = dict(self.removing)
+        if restore:
+            if self.removing.pop(node, None) is None:
+                return
+        elif node not in self.removing:
+            if node not in self.live_nodes() and node not in self.placed_nodes():
+                raise PlacementError("REMOVE_NODE_NOT_FOUND")
+            self.removing[node] = self.clock()
+        else:
+            return
+        self._changed()
+        try:
+            await self.flush()
+        except StoreError:
+            self.removing = before
+            self._changed()
+            raise
+        log.info("NODE(%s): %s", node, "kept" if restore else "being drained")
+        self.events.unpark_all()
 
     async def expand_topic(self, name: str, partition_num: int) -> TopicPlacement:
         """youzan's ``/topic/partition/expand``. Raises KeyError, :class:`PlacementError`,
@@ -303,7 +348,7 @@ class Cluster(Metadata):
         self._check_leading()
         placement = self.placements[name]
         load = leader_load(self.placements.values())
-        updated = expand(placement, partition_num, self.live_nodes(), load, self.racks())
+        updated = expand(placement, partition_num, self.placeable_nodes(), load, self.racks())
         return await self._commit(placement, updated)
 
     async def start_move(self, topic: str, partition: int, move: Move) -> Move:
@@ -317,7 +362,9 @@ class Cluster(Metadata):
         now = self.clock()
         views = self.liveness.views(now)
         alive = [
-            n for n in self.live_nodes() if self.liveness.is_alive(n, now) and not views[n].leaving
+            n
+            for n in self.placeable_nodes()
+            if self.liveness.is_alive(n, now) and not views[n].leaving
         ]
         checked = check_move(
             placement.partitions[partition],
