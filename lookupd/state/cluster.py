@@ -1,5 +1,6 @@
 """The lookupd's state at runtime: the live registry of nodes, and the topic placements
-decided from it (:class:`~lookupd.state.metadata.Metadata`, which :class:`Cluster` extends).
+decided from it (:class:`~lookupd.state.metadata.Metadata`, which :class:`Cluster` extends,
+with the operator's changes of :class:`~lookupd.state.operations.Operations`).
 
 The TCP and HTTP shells call into one :class:`Cluster`. Registry changes are synchronous (the
 event loop is the only writer); placement changes are persisted through :meth:`Cluster.flush`.
@@ -20,22 +21,20 @@ from protocol.lookup import PartitionAssignment, TopicAssignment
 from protocol.lookup_v1 import EXT_PARTITIONS, PeerIdentity
 
 from ..core.liveness import Liveness, Progress
-from ..core.moves import Move, MoveError, check_move
+from ..core.moves import Move, MoveError
 from ..core.placement import (
     PlacementError,
     TopicMeta,
-    TopicPlacement,
     adopt,
     assignments_for,
     check_recreate,
-    expand,
     leader_load,
     place,
     place_pending,
 )
 from ..core.registry import Peer, Registry
 from ..core.views import Timeouts
-from .metadata import Metadata
+from .operations import Operations, describe
 from .store import MetadataStore, Stored, StoreError, UnavailableError
 
 log = logging.getLogger("nsqlookupd.cluster")
@@ -47,7 +46,7 @@ START_GRACE = 6.0
 MAX_TOMBSTONES = 1000
 
 
-class Cluster(Metadata):
+class Cluster(Operations):
     """Registry + liveness + the placements decided from them, for one lookupd (see the module
     docstring)."""
 
@@ -198,10 +197,6 @@ class Cluster(Metadata):
         peers = self.registry.active_peers(self.clock(), self.timeouts.inactive)
         return sorted({p.node_id for p in peers if p.partitioned and not _is_youzan(p.identity)})
 
-    def placeable_nodes(self) -> list[str]:
-        """Live nodes that may take new copies: not being drained."""
-        return [n for n in self.live_nodes() if n not in self.removing]
-
     def racks(self) -> dict[str, str]:
         """The rack each pnsq node registered (``--rack``) when it last identified itself, by
         node id (also of the nodes gone since: their copies still occupy their racks)."""
@@ -214,7 +209,7 @@ class Cluster(Metadata):
             return
         placed = place_pending(self.placements.values(), self.placeable_nodes(), self.racks())
         for placement in placed:
-            log.info("TOPIC(%s): placed on %s", placement.name, _describe(placement))
+            log.info("TOPIC(%s): placed on %s", placement.name, describe(placement))
             self.placements[placement.name] = placement
             self._changed()
         self._flush_soon()
@@ -256,7 +251,7 @@ class Cluster(Metadata):
                 self.deleted[name] = tombstone
             self._changed()
             raise
-        log.info("TOPIC(%s): created, %s", name, _describe(placement))
+        log.info("TOPIC(%s): created, %s", name, describe(placement))
 
     async def delete_topic(self, name: str) -> None:
         """``/topic/delete``: the registration keys and the placement, persisted with a
@@ -271,124 +266,6 @@ class Cluster(Metadata):
             del self.deleted[old]
         self._changed()
         await self.flush()
-
-    async def update_meta(
-        self,
-        name: str,
-        *,
-        sync_every: int | None = None,
-        retention_days: int | None = None,
-        extend_support: bool | None = None,
-        disable_channel_auto_create: bool | None = None,
-        min_isr: int | None = None,
-        unclean: bool | None = None,
-        replica: int | None = None,
-    ) -> TopicPlacement:
-        """youzan's ``/topic/meta/update`` (a None keeps the value), persisted before
-        returning; a new ``replica`` (``replicator``) is then reached by the failover loop
-        (:mod:`lookupd.core.resize`). Raises KeyError for an unknown topic,
-        :class:`PlacementError` (more copies than live nodes to take them),
-        :class:`StoreError`."""
-        self._check_leading()
-        placement = self.placements[name]
-        m = placement.meta
-        nodes = len(self.placeable_nodes())
-        if replica is not None and replica > max(m.replica, nodes) and not placement.pending:
-            raise PlacementError(
-                f"NOT_ENOUGH_NODES: replicator {replica} needs {replica} nsqd nodes, "
-                f"{nodes} registered and not being removed"
-            )
-        meta = replace(
-            m,
-            replica=m.replica if replica is None else replica,
-            sync_every=m.sync_every if sync_every is None else sync_every,
-            retention_days=m.retention_days if retention_days is None else retention_days,
-            extend_support=m.extend_support if extend_support is None else extend_support,
-            disable_channel_auto_create=(
-                m.disable_channel_auto_create
-                if disable_channel_auto_create is None
-                else disable_channel_auto_create
-            ),
-            min_isr=m.min_isr if min_isr is None else min_isr,
-            unclean=m.unclean if unclean is None else unclean,
-        )
-        updated = await self._commit(placement, replace(placement, meta=meta))
-        self.events.unpark_all()
-        return updated
-
-    async def remove_node(self, node: str, *, restore: bool = False) -> None:
-        """youzan's ``/cluster/node/remove``: ``node`` is drained (its copies move elsewhere,
-        :mod:`lookupd.core.resize`; it takes no new one), which is persisted before returning;
-        ``restore``: it is not any more. Raises :class:`PlacementError` for a node lookupd
-        does not know, :class:`StoreError`."""
-        self._check_leading()
-        before = dict(self.removing)
-        if restore:
-            if self.removing.pop(node, None) is None:
-                return
-        elif node not in self.removing:
-            if node not in self.live_nodes() and node not in self.placed_nodes():
-                raise PlacementError("REMOVE_NODE_NOT_FOUND")
-            self.removing[node] = self.clock()
-        else:
-            return
-        self._changed()
-        try:
-            await self.flush()
-        except StoreError:
-            self.removing = before
-            self._changed()
-            raise
-        log.info("NODE(%s): %s", node, "kept" if restore else "being drained")
-        self.events.unpark_all()
-
-    async def expand_topic(self, name: str, partition_num: int) -> TopicPlacement:
-        """youzan's ``/topic/partition/expand``. Raises KeyError, :class:`PlacementError`,
-        :class:`StoreError`."""
-        self._check_leading()
-        placement = self.placements[name]
-        load = leader_load(self.placements.values())
-        updated = expand(placement, partition_num, self.placeable_nodes(), load, self.racks())
-        return await self._commit(placement, updated)
-
-    async def start_move(self, topic: str, partition: int, move: Move) -> Move:
-        """youzan's ``/topic/partition/move``: ``move`` is checked, persisted and left to the
-        failover loop (:mod:`lookupd.core.moves`); returns it as it will run. Raises KeyError
-        for an unknown topic, :class:`MoveError`, :class:`StoreError`."""
-        self._check_leading()
-        placement = self.placements[topic]
-        if not 0 <= partition < len(placement.partitions):
-            raise MoveError("INVALID_ARG_TOPIC_PARTITION")
-        now = self.clock()
-        views = self.liveness.views(now)
-        alive = [
-            n
-            for n in self.placeable_nodes()
-            if self.liveness.is_alive(n, now) and not views[n].leaving
-        ]
-        checked = check_move(
-            placement.partitions[partition],
-            move,
-            alive=alive,
-            racks=self.racks(),
-            offline=(topic, partition) in self.offline,
-            busy=placement.move(partition) is not None,
-        )
-        await self._commit(placement, placement.with_move(partition, checked))
-        self.events.unpark_all()
-        return checked
-
-    async def _commit(self, old: TopicPlacement, new: TopicPlacement) -> TopicPlacement:
-        self.placements[new.name] = new
-        self._changed()
-        try:
-            await self.flush()
-        except StoreError:
-            self.placements[new.name] = old
-            self._changed()
-            raise
-        log.info("TOPIC(%s): updated, %s", new.name, _describe(new))
-        return new
 
     def assignments(self, node: str) -> list[TopicAssignment]:
         """What ``node`` must hold (``/pnsq/assignments``), as saved: a decision still being
@@ -410,13 +287,6 @@ def _names(value: object) -> frozenset[str]:
 def _is_youzan(identity: PeerIdentity) -> bool:
     """A youzan nsqd registers ``<topic> <partition>``; its placement is not lookupd's."""
     return bool(identity.distributed_id) or "HA" in identity.version
-
-
-def _describe(placement: TopicPlacement) -> str:
-    if placement.pending:
-        return "pending (no node yet)"
-    leaders = ", ".join(f"{i}:{p.leader}" for i, p in enumerate(placement.partitions))
-    return f"{len(placement.partitions)} partition(s) [{leaders}]"
 
 
 __all__ = [
