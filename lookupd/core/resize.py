@@ -7,7 +7,8 @@ time; :func:`lookupd.core.decide.decide` carries it out with the moves of :mod:`
 lookupd restart resumes it like any move:
 
 1. More copies than ``replicator``: a replica is dropped at once (never the leader, never
-   below one copy), the one on a node being drained first, then one outside the in-sync set
+   below one copy; while the leader is being drained, only a drained one), the one on a node
+   being drained first, then one outside the in-sync set
    (ISR), one that is down, one sharing its rack with another copy, the most loaded.
 2. A copy on a node being drained: a move from it. A leader first hands its leadership to an
    alive in-sync replica (a leadership transfer) and is then moved as a replica; with no such
@@ -56,8 +57,11 @@ def plan(
     ``wanted``: the copies its topic asks for (None: as many as it has); ``busy``: drained
     nodes already giving a copy away; ``spares``: the nodes that may take a copy."""
     holders = (leader, *replicas)
-    if wanted is not None and len(holders) > max(wanted, 1) and replicas:
-        return _shrink(replicas, isr, holders, wanted, removing, alive, load, racks)
+    # while the leader is drained, only drained copies are dropped: a copy kept may be the
+    # one it hands its leadership (or its copy) to
+    droppable = [r for r in replicas if r in removing or leader not in removing]
+    if wanted is not None and len(holders) > max(wanted, 1) and droppable:
+        return _shrink(droppable, isr, holders, wanted, removing, alive, load, racks)
     for node in holders:
         if node not in removing or node in busy:
             continue
