@@ -51,7 +51,7 @@ def view_of(cluster: Cluster, settings: Settings, now: float) -> View:
                     unclean=placement.meta.unclean,
                     offline=(placement.name, number) in cluster.offline,
                     move=placement.move(number),
-                    wanted=None if placement.adopted else placement.meta.replica,
+                    wanted=placement.meta.replica,
                 )
             )
     return View(
