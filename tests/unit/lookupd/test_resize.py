@@ -7,9 +7,11 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from lookupd.core.decide import Change, NodeView, PartitionView, Settings, View, apply, decide
 from lookupd.core.moves import Move
-from lookupd.core.placement import TopicMeta, TopicPlacement
+from lookupd.core.placement import PlacementError, TopicMeta, TopicPlacement, adopt
 from lookupd.core.stats import NodeCopies, copies, is_stable
 from lookupd.core.views import Timeouts
 from lookupd.state.cluster import Cluster
@@ -216,3 +218,27 @@ async def test_a_drain_and_a_replicator_change_are_saved_and_survive_a_restart(
     assert view.partitions[0].wanted == 1
     await again.remove_node("b:1", restore=True)
     assert MetadataStore(tmp_path).load().removing == {}
+
+
+async def test_more_copies_than_live_nodes_are_refused_and_an_unknown_node_is_not_drained(
+    tmp_path: Path,
+) -> None:
+    store = MetadataStore(tmp_path)
+    placed = PartitionAssignment("a:1", ("b:1",), 3, ("a:1", "b:1"))
+    store.save([TopicPlacement("t", TopicMeta(1, 2), (placed,))])
+    cluster = Cluster(store, Timeouts(), clock=Clock())
+    cluster.load()  # no node registered: none can take a third copy
+    with pytest.raises(PlacementError, match="NOT_ENOUGH_NODES"):
+        await cluster.update_meta("t", replica=3)
+    await cluster.update_meta("t", replica=2)  # as it is: fine
+    with pytest.raises(PlacementError, match="REMOVE_NODE_NOT_FOUND"):
+        await cluster.remove_node("z:1")
+    await cluster.remove_node("a:1")  # placed, though not connected now
+    assert MetadataStore(tmp_path).load().removing == {"a:1": NOW}
+
+
+def test_a_topic_adopted_from_a_node_follows_its_replicator_too(tmp_path: Path) -> None:
+    cluster = Cluster(MetadataStore(None), Timeouts(), clock=Clock())
+    adopted = adopt("t", "a:1", [0, 1])
+    cluster.placements["t"] = replace(adopted, meta=replace(adopted.meta, replica=2))
+    assert [p.wanted for p in view_of(cluster, Settings(), NOW).partitions] == [2, 2]
