@@ -229,7 +229,7 @@ def test_replicator_2_to_3_to_2_under_load(cluster: Cluster) -> None:
     def change() -> dict[str, float]:
         return {"to 3": replicator(cluster, 3), "to 2": replicator(cluster, 2)}
 
-    timings, load = under_load(cluster, change)
+    timings, load = under_load(cluster, change, backlog=300)  # the new copies catch up on it
     report("replicator 2 -> 3 -> 2", load, **timings)
     after = cluster.partitions()
     for number, part in after.items():
