@@ -12,7 +12,7 @@ forever). An up node that announced a clean shutdown is *leaving*: it keeps serv
 the ISRs it is in) but must hand its leaderships over. *Alive* means up and not leaving; only an
 alive node is promoted, joins an ISR or receives a new replica.
 
-Each partition goes through four steps, in this order:
+Each partition goes through five steps, in this order:
 
 1. ISR upkeep, while the leader is up and the partition is not offline: a non-leader member
    that is dead or reported ``lagging`` leaves the ISR; an alive assigned replica reported
@@ -32,105 +32,56 @@ Each partition goes through four steps, in this order:
    fewest leader+replica assignments over the whole view (ties: node id).
    The newcomer is outside the ISR until the leader reports it caught up. The source and the
    target of a move in progress are left to the move.
-4. Moves (:mod:`.moves`), unless offline: a move whose target is not alive (and does not lead)
-   is rolled back (the target leaves ``replicas``); a target not holding a copy yet joins
-   ``replicas``, outside the ISR; once it is in the ISR, a source that leads hands leadership
-   over to it at ``epoch + 1`` (as a leaving leader does) as soon as the leader reports it
-   ``confirmed`` (in the ISR the leader applies, holding every acknowledged message: a
-   replica just added to the ISR may still miss what the leader acknowledged before it knew),
-   and the source leaves ``replicas`` and the ISR (unless the move is a leadership transfer,
-   ``keep_source``). The move then ends.
+4. Copies (:mod:`.resize`), for a partition with no move and an up leader, unless offline:
+   a replica beyond the topic's ``replicator`` (``wanted``) is dropped; a copy on a node being
+   drained (``View.removing``: it takes no new copy) or one missing below ``replicator``
+   starts a move (one move per drained node at a time).
+5. Moves (:mod:`.moves`), unless offline: a move whose target is not alive or is being drained
+   (and does not lead) is rolled back (a target the move added leaves ``replicas``); a target
+   not holding a copy yet joins ``replicas``, outside the ISR; once it is in the ISR, a source
+   that leads hands leadership over to it at ``epoch + 1`` (as a leaving leader does) as soon
+   as the leader reports it ``confirmed`` (in the ISR the leader applies, holding every
+   acknowledged message: a replica just added to the ISR may still miss what the leader
+   acknowledged before it knew), and the source leaves ``replicas`` and the ISR (unless the
+   move is a leadership transfer, ``keep_source``, or grows the partition). The move ends.
 
 ``caught_up``/``lagging`` are the current leader's reports: :func:`apply` clears them when the
-epoch changes and drops the nodes that left or joined ``replicas``, which makes
-``decide(apply(view, decide(view, now)), now) == []``.
+epoch changes and drops the nodes that left or joined ``replicas``. :func:`decide` looks again
+at the view its changes make until nothing more changes (a step may allow another, such as a
+drained node's next move once its last one ended), which makes ``decide(apply(view,
+decide(view, now)), now) == []``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-
-from protocol.lookup import PartitionAssignment
+from dataclasses import dataclass, replace
 
 from .moves import Move
 from .racks import pick_spread
+from .resize import plan
+from .view import (
+    Change,
+    DecisionError,
+    NodeView,
+    PartitionView,
+    Settings,
+    View,
+    apply,
+    assignment_load,
+)
 
-
-class DecisionError(ValueError):
-    """A change does not fit the view it is applied to."""
-
-
-@dataclass(frozen=True, slots=True)
-class NodeView:
-    """What lookupd knows of one nsqd's liveness."""
-
-    connected: bool  # its registration TCP connection is up
-    last_heartbeat: float  # time of its last PING / registration traffic
-    down_since: float | None = None  # when it was last seen going down; None while up
-    leaving: bool = False  # announced a clean shutdown: hand its leaderships over
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionView:
-    """One partition as lookupd stores it, with its leader's last ISR reports."""
-
-    topic: str
-    partition: int
-    leader: str
-    replicas: tuple[str, ...]  # assigned replicas, the leader excluded
-    isr: tuple[str, ...]  # in-sync set, the leader first
-    epoch: int
-    caught_up: frozenset[str] = frozenset()  # replicas the leader reports fully caught up
-    lagging: frozenset[str] = frozenset()  # replicas the leader reports lagging past the bound
-    #: replicas the leader reports in the in-sync set it applies and holding every
-    #: acknowledged message (only to such a replica can leadership be handed without loss)
-    confirmed: frozenset[str] = frozenset()
-    unclean: bool = False  # the topic allows promoting an out-of-sync replica
-    offline: bool = False
-    move: Move | None = None  # a move of this partition in progress
-
-    @property
-    def replication_factor(self) -> int:
-        """Copies the partition keeps: the leader and its replicas."""
-        return 1 + len(self.replicas)
-
-
-@dataclass(frozen=True, slots=True)
-class Settings:
-    """Timeouts (seconds) of the decisions."""
-
-    heartbeat_timeout: float = 2.0  # no heartbeat for longer: the node is dead
-    replace_after: float = 60.0  # a replica down this long is placed elsewhere
-
-
-@dataclass(frozen=True, slots=True)
-class View:
-    """The snapshot :func:`decide` reads."""
-
-    nodes: Mapping[str, NodeView]
-    partitions: Sequence[PartitionView]
-    settings: Settings = field(default_factory=Settings)
-    racks: Mapping[str, str] = field(default_factory=dict)  # node -> its ``--rack``
-
-
-@dataclass(frozen=True, slots=True)
-class Change:
-    """The full new state of one partition, and why (applying it twice is harmless)."""
-
-    topic: str
-    partition: int
-    leader: str
-    replicas: tuple[str, ...]
-    isr: tuple[str, ...]
-    epoch: int
-    offline: bool
-    reason: str
-    move: Move | None = None  # the partition's move in progress after the change (None: none)
-
-    def assignment(self) -> PartitionAssignment:
-        """The placement form (leader, replicas, epoch) nodes receive."""
-        return PartitionAssignment(self.leader, self.replicas, self.epoch)
+__all__ = [
+    "Change",
+    "DecisionError",
+    "NodeView",
+    "PartitionView",
+    "Settings",
+    "View",
+    "apply",
+    "assignment_load",
+    "decide",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +91,7 @@ class _Health:
     nodes: Mapping[str, NodeView]
     settings: Settings
     now: float
+    removing: frozenset[str] = frozenset()
 
     def up(self, node: str) -> bool:
         view = self.nodes.get(node)
@@ -151,6 +103,10 @@ class _Health:
 
     def alive(self, node: str) -> bool:
         return self.up(node) and not self.nodes[node].leaving
+
+    def spare(self, node: str) -> bool:
+        """May take a new copy: alive and not being drained."""
+        return self.alive(node) and node not in self.removing
 
     def replaceable(self, node: str) -> bool:
         view = self.nodes.get(node)
@@ -273,7 +229,7 @@ def _rereplicate(
         return state
     replicas = list(state.replicas)
     reasons = state.reasons
-    spares = sorted(n for n in health.nodes if health.alive(n))
+    spares = sorted(n for n in health.nodes if health.spare(n))
     moving = () if state.move is None else (state.move.source, state.move.target)
     for index, node in enumerate(replicas):
         if not health.replaceable(node) or node in moving:
@@ -302,12 +258,12 @@ def _moving(state: _State, part: PartitionView, health: _Health) -> _State:
     holders = (state.leader, *state.replicas)
     if move.source not in holders:  # e.g. an operator's other change: nothing left to move
         return replace(state, move=None, reasons=state.note(f"{what}: source gone, ended"))
-    if state.leader != move.target and not health.alive(move.target):
+    if state.leader != move.target and not health.spare(move.target):
         replicas = state.replicas
-        if not move.keep_source:
+        if not move.keep_source or move.grows:
             replicas = tuple(r for r in replicas if r != move.target)
         isr = _isr(state.leader, state.isr, replicas)
-        why = f"{what}: rolled back, {move.target} not alive"
+        why = f"{what}: rolled back, {move.target} not alive or being drained"
         return replace(state, replicas=replicas, isr=isr, move=None, reasons=state.note(why))
     if move.target not in holders:
         replicas = (*state.replicas, move.target)
@@ -315,7 +271,7 @@ def _moving(state: _State, part: PartitionView, health: _Health) -> _State:
         return replace(state, replicas=replicas, reasons=state.note(why))
     if move.target not in state.isr:
         return state  # catching up: the leader reports it, step 1 adds it to the ISR
-    if state.leader == move.source:
+    if state.leader == move.source and not move.grows:
         reported = part.leader == move.source and state.epoch == part.epoch
         if not reported or move.target not in part.confirmed:
             return state  # until the leader waits for it and it holds every acknowledgement
@@ -329,26 +285,59 @@ def _moving(state: _State, part: PartitionView, health: _Health) -> _State:
     return replace(state, replicas=replicas, isr=isr, move=None, reasons=state.note(why))
 
 
-def assignment_load(partitions: Iterable[PartitionView]) -> dict[str, int]:
-    """Leader and replica assignments per node."""
-    load: dict[str, int] = {}
-    for part in partitions:
-        for node in (part.leader, *part.replicas):
-            load[node] = load.get(node, 0) + 1
-    return load
+def _plan(
+    state: _State,
+    part: PartitionView,
+    health: _Health,
+    load: dict[str, int],
+    racks: Mapping[str, str],
+    busy: set[str],
+) -> _State:
+    """Step 4: the next step of a partition without a move towards its ``replicator`` or away
+    from the nodes being drained (:mod:`.resize`); updates ``load`` and ``busy``."""
+    if state.offline or state.move is not None or not health.up(state.leader):
+        return state
+    step = plan(
+        part.partition,
+        state.leader,
+        state.replicas,
+        state.isr,
+        wanted=part.wanted,
+        removing=health.removing,
+        busy=busy,
+        alive=health.alive,
+        spares=sorted(n for n in health.nodes if health.spare(n)),
+        load=load,
+        racks=racks,
+    )
+    if step is None:
+        return state
+    if step.drop is not None:
+        replicas = tuple(r for r in state.replicas if r != step.drop)
+        load[step.drop] = load.get(step.drop, 0) - 1
+        isr = _isr(state.leader, state.isr, replicas)
+        return replace(state, replicas=replicas, isr=isr, reasons=state.note(step.reason))
+    move = step.move
+    assert move is not None
+    if move.source in health.removing:
+        busy.add(move.source)
+    if move.grows or not move.keep_source:
+        load[move.target] = load.get(move.target, 0) + 1
+    return replace(state, move=move, reasons=state.note(step.reason))
 
 
-def decide(view: View, now: float) -> list[Change]:
-    """The changes the partitions of ``view`` need at ``now``, in ``view.partitions`` order;
-    ``[]`` when nothing must change."""
-    health = _Health(view.nodes, view.settings, now)
+def _pass(view: View, now: float) -> list[Change]:
+    """One look at every partition: steps 1 to 5 (see the module doc)."""
+    health = _Health(view.nodes, view.settings, now, view.removing)
     load = assignment_load(view.partitions)
+    busy = {p.move.source for p in view.partitions if p.move and p.move.source in view.removing}
     changes = []
     for part in view.partitions:
         start = _State(part.leader, part.replicas, part.isr, part.epoch, part.offline, part.move)
         state = _upkeep(start, part, health)
         state = _leadership(state, part, health)
         state = _rereplicate(state, health, load, view.racks)
+        state = _plan(state, part, health, load, view.racks, busy)
         state = _moving(state, part, health)
         if state.key() != start.key():
             changes.append(
@@ -367,36 +356,28 @@ def decide(view: View, now: float) -> list[Change]:
     return changes
 
 
-def apply(view: View, changes: Iterable[Change]) -> View:
-    """``view`` with ``changes`` applied. A new epoch voids the old leader's reports, and a node
-    that left or joined ``replicas`` has none. Raises :class:`DecisionError` for a change to a
-    partition the view does not have."""
-    by_key = {(c.topic, c.partition): c for c in changes}
-    known = {(p.topic, p.partition) for p in view.partitions}
-    missing = sorted(set(by_key) - known)
-    if missing:
-        raise DecisionError(f"no such partition: {missing[0][0]}/{missing[0][1]}")
-    partitions = []
-    for part in view.partitions:
-        change = by_key.get((part.topic, part.partition))
-        if change is None:
-            partitions.append(part)
-            continue
-        stay = set(change.replicas) & set(part.replicas)
-        if change.epoch != part.epoch:
-            stay = set()
-        partitions.append(
-            replace(
-                part,
-                leader=change.leader,
-                replicas=change.replicas,
-                isr=change.isr,
-                epoch=change.epoch,
-                offline=change.offline,
-                move=change.move,
-                caught_up=part.caught_up & stay,
-                lagging=part.lagging & stay,
-                confirmed=part.confirmed & stay,
-            )
-        )
-    return replace(view, partitions=tuple(partitions))
+#: looks :func:`decide` takes at most: a step one look takes (a move ended, a drained
+#: node's leadership handed over) may let the next look start another
+MAX_PASSES = 4
+
+
+def decide(view: View, now: float) -> list[Change]:
+    """The changes the partitions of ``view`` need at ``now``, in ``view.partitions`` order;
+    ``[]`` when nothing must change. It looks again at the changed view until nothing more
+    changes (at most :data:`MAX_PASSES` times), so ``decide(apply(view, decide(view, now)),
+    now) == []``."""
+    merged: dict[tuple[str, int], Change] = {}
+    current = view
+    for _ in range(MAX_PASSES):
+        changes = _pass(current, now)
+        if not changes:
+            break
+        for change in changes:
+            key = (change.topic, change.partition)
+            before = merged.get(key)
+            if before is not None:
+                change = replace(change, reason=f"{before.reason}; {change.reason}")
+            merged[key] = change
+        current = apply(current, changes)
+    order = [(p.topic, p.partition) for p in view.partitions]
+    return [merged[key] for key in order if key in merged]

@@ -14,9 +14,11 @@ it) and carried out by :func:`lookupd.core.decide.decide`, one persisted step at
 4. ``source`` leaves the replicas (and the ISR): the move is over.
 
 A move to a node that already holds a copy is a leadership transfer (``keep_source``): step 1
-and 4 do nothing, ``source`` stays as a replica. A move whose ``target`` goes down (or starts
-leaving) before it leads is rolled back: ``target`` leaves the replicas and nothing else
-changed. A ``source`` that dies meanwhile is failed over as usual and the move goes on.
+and 4 do nothing, ``source`` stays as a replica. A move that *grows* the partition
+(``keep_source`` without ``leader``: a ``replicator`` raised, :mod:`.resize`) does steps 1 and 2
+only. A move whose ``target`` goes down (or starts leaving, or is being drained) before it
+leads is rolled back: ``target`` leaves the replicas (unless it held a copy before) and nothing
+else changed. A ``source`` that dies meanwhile is failed over as usual and the move goes on.
 """
 
 from __future__ import annotations
@@ -43,8 +45,16 @@ class Move:
     leader: bool  # move_leader: ``source`` led when the move was asked for
     keep_source: bool = False  # ``target`` already held a copy: a leadership transfer only
 
+    @property
+    def grows(self) -> bool:
+        """A copy added (``replicator`` raised): ``source`` (the leader when it started)
+        keeps its copy and its leadership; the move ends once ``target`` is in sync."""
+        return self.keep_source and not self.leader
+
     def describe(self) -> str:
         """``source -> target`` as the log and the reasons name it."""
+        if self.grows:
+            return f"new copy on {self.target}"
         kind = "leader " if self.leader else ""
         return f"{kind}move {self.source} -> {self.target}"
 

@@ -11,6 +11,7 @@ Layout under ``/pnsq/<cluster-id>/``:
 * ``topics/<name>`` — a topic's placement (:func:`lookupd.core.placement.to_document` JSON):
   meta, partitions, leaders, replicas, in-sync sets, epochs;
 * ``deleted/<name>`` — a deleted topic's tombstone (the wall time of the deletion);
+* ``removing/<node>`` — a node being drained (the wall time it was asked);
 * ``leader`` — the elected lookupd (its :class:`NodeInfo` JSON), attached to its lease;
 * ``lookupds/<id>`` — every live lookupd (its :class:`NodeInfo` JSON), each on its own lease.
 """
@@ -28,6 +29,9 @@ from ..state.store import Stored
 
 TOPICS = "topics/"
 DELETED = "deleted/"
+REMOVING = "removing/"
+#: the prefixes of the metadata keys (:func:`encode_stored`)
+METADATA = (TOPICS, DELETED, REMOVING)
 LEADER = "leader"
 LOOKUPDS = "lookupds/"
 #: etcd refuses a transaction with more operations (its --max-txn-ops default is 128)
@@ -186,6 +190,8 @@ def encode_stored(stored: Stored) -> dict[str, bytes]:
         keys[TOPICS + name] = json.dumps(to_document(placement), sort_keys=True).encode()
     for name, when in stored.deleted.items():
         keys[DELETED + name] = repr(float(when)).encode()
+    for node, when in stored.removing.items():
+        keys[REMOVING + node] = repr(float(when)).encode()
     return keys
 
 
@@ -200,6 +206,8 @@ def decode_stored(values: Mapping[str, bytes]) -> Stored:
                 stored.placements[name] = from_document(name, json.loads(value))
             elif key.startswith(DELETED):
                 stored.deleted[key[len(DELETED) :]] = float(value)
+            elif key.startswith(REMOVING):
+                stored.removing[key[len(REMOVING) :]] = float(value)
     except (ValueError, TypeError, AttributeError) as exc:
         raise EtcdReplyError(f"metadata in etcd is not pnsq's: {key}: {exc}") from exc
     return stored

@@ -54,7 +54,7 @@ class EtcdStore:
         values, revisions = {}, {}
         for kv in kvs:
             key = kv.key[len(self.prefix) :]
-            if key.startswith((codec.TOPICS, codec.DELETED)):
+            if key.startswith(codec.METADATA):
                 values[key], revisions[key] = kv.value, kv.mod_revision
         try:
             stored = codec.decode_stored(values)
@@ -64,12 +64,17 @@ class EtcdStore:
             self.known, self.revisions, self._read_at = values, revisions, revision
         return stored, kvs, revision
 
-    async def save(self, placements: list[TopicPlacement], deleted: dict[str, float]) -> None:
+    async def save(
+        self,
+        placements: list[TopicPlacement],
+        deleted: dict[str, float],
+        removing: dict[str, float],
+    ) -> None:
         """Write what changed since the last load or save, fenced (see the module doc).
         Raises :class:`UnavailableError` (an :class:`EtcdError` when etcd is unreachable)."""
         if self.fence is None:
             raise UnavailableError("not the leader lookupd: metadata is read-only here")
-        wanted = codec.encode_stored(Stored({p.name: p for p in placements}, deleted))
+        wanted = codec.encode_stored(Stored({p.name: p for p in placements}, deleted, removing))
         change = codec.diff(self.known, wanted)
         for body in codec.txn_batches(change, self.prefix, self.revisions, self.fence):
             succeeded, revision = await self.client.txn(body)

@@ -88,7 +88,7 @@ class AdminEndpoints:
         except PlacementError as exc:
             raise HTTPError(400, str(exc)) from None
         except StoreError as exc:
-            raise _store_error(topic, exc) from None
+            raise store_error(topic, exc) from None
         with trio.move_on_after(CREATE_REGISTER_WAIT):
             # the registry is pure state without change notifications: a short bounded poll
             while not self._registered(topic, partition_num):  # noqa: ASYNC110
@@ -106,21 +106,23 @@ class AdminEndpoints:
 
     async def topic_meta_update(self, request: Request) -> Reply:
         """youzan's ``/topic/meta/update``: ``syncdisk``, ``retention``, ``upgradeext=true``,
-        ``disable_channel_auto_create``; the nodes apply it without a restart. Changing
-        ``replicator`` needs replica moves, which this release does not do."""
+        ``disable_channel_auto_create``; the nodes apply it without a restart. A new
+        ``replicator`` (1..5) is saved at once and reached partition by partition, copies
+        added through moves or dropped (:mod:`lookupd.core.resize`)."""
         topic = _topic_arg(request)
         if topic not in self.cluster.placements:
             raise HTTPError(404, "TOPIC_NOT_FOUND")
-        replicator = request.arg("replicator")
-        if replicator not in (None, "", "-1"):
-            current = self.cluster.placements[topic].meta.replica
-            if go_atoi(replicator) != current:
-                raise HTTPError(400, "REPLICATOR_CHANGE_NOT_SUPPORTED")
+        meta = self.cluster.placements[topic].meta
+        replica = None
+        if request.arg("replicator") not in (None, "", "-1"):
+            replica = _bounded(request, "replicator", 1, 1, MAX_REPLICATOR, "REPLICATOR")
         sync = request.arg("syncdisk")
         retention = request.arg("retention")
         disable = request.arg("disable_channel_auto_create")
-        replica = self.cluster.placements[topic].meta.replica
+        copies = meta.replica if replica is None else replica
         min_isr = request.arg("min_isr")
+        if min_isr in (None, "") and meta.min_isr > copies:
+            raise HTTPError(400, "INVALID_ARG_TOPIC_REPLICATOR: below the topic's min_isr")
         try:
             await self.cluster.update_meta(
                 topic,
@@ -132,13 +134,16 @@ class AdminEndpoints:
                 disable_channel_auto_create=None if disable is None else disable == "true",
                 min_isr=None
                 if min_isr in (None, "")
-                else _bounded(request, "min_isr", 1, 1, replica, "MIN_ISR"),
+                else _bounded(request, "min_isr", 1, 1, copies, "MIN_ISR"),
                 unclean=None
                 if request.arg("unclean") is None
                 else request.arg("unclean") == "true",
+                replica=replica,
             )
+        except PlacementError as exc:
+            raise HTTPError(400, str(exc)) from None
         except StoreError as exc:
-            raise _store_error(topic, exc) from None
+            raise store_error(topic, exc) from None
         return None
 
     async def topic_partition_expand(self, request: Request) -> Reply:
@@ -153,7 +158,7 @@ class AdminEndpoints:
         except PlacementError as exc:
             raise HTTPError(400, str(exc)) from None
         except StoreError as exc:
-            raise _store_error(topic, exc) from None
+            raise store_error(topic, exc) from None
         return None
 
     async def topic_partition_move(self, request: Request) -> Reply:
@@ -178,7 +183,7 @@ class AdminEndpoints:
         except MoveError as exc:
             raise HTTPError(400, str(exc)) from None
         except StoreError as exc:
-            raise _store_error(topic, exc) from None
+            raise store_error(topic, exc) from None
         log.info("TOPIC(%s/%d): %s started", topic, partition, move.describe())
         return _move_info(self.cluster.placements[topic], move)
 
@@ -206,7 +211,7 @@ class AdminEndpoints:
         try:
             await self.cluster.delete_topic(topic)
         except StoreError as exc:
-            raise _store_error(topic, exc) from None
+            raise store_error(topic, exc) from None
         log.info("DB: removed topic(%s)", topic)
         return None
 
@@ -251,7 +256,7 @@ def _move_info(placement: TopicPlacement, move: Move) -> dict[str, object]:
     }
 
 
-def _store_error(topic: str, exc: StoreError) -> HTTPError:
+def store_error(topic: str, exc: StoreError) -> HTTPError:
     """A write not saved: ``503`` when etcd (HA) cannot take it now, else ``500``."""
     log.error("TOPIC(%s): %s", topic, exc)
     if isinstance(exc, UnavailableError):

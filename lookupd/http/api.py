@@ -42,6 +42,7 @@ from .base import (
     respond_v1,
     respond_v1_error,
 )
+from .cluster_admin import ClusterEndpoints
 from .forward import ETCD_UNAVAILABLE, FORWARDED_HEADER, NOT_LEADER, WRITE_PATHS, Forwarder
 from .pnsq import LEAVING_PATH, MAX_BODY, PROGRESS_PATH, PnsqEndpoints, read_body
 
@@ -92,6 +93,7 @@ class LookupHTTP:
         self.pnsq = PnsqEndpoints(cluster, metrics)
         #: topic/channel create, change, delete and tombstone
         self.admin = AdminEndpoints(cluster)
+        self.cluster_admin = ClusterEndpoints(cluster)
         get = {"GET"}
         self.routes: dict[str, tuple[set[str], Route]] = {
             "/ping": (get, Route(self.ping)),
@@ -121,6 +123,11 @@ class LookupHTTP:
                 get,
                 Route(self.admin.topic_partition_moves, control=True),
             ),
+            "/cluster/node/remove": (
+                {"POST"},
+                Route(self.cluster_admin.node_remove, control=True),
+            ),
+            "/cluster/stats": (get, Route(self.cluster_admin.stats, control=True)),
             ASSIGNMENTS_PATH: (get, Route(self.pnsq.assignments, control=True)),
             PROGRESS_PATH: ({"POST"}, Route(self.pnsq.progress, body=True, control=True)),
             LEAVING_PATH: ({"POST"}, Route(self.pnsq.leaving, control=True)),

@@ -2,10 +2,11 @@
 leader's answer (status, body, content type) is the follower's.
 
 Which endpoints write: the admin ones that change the metadata (``/topic/create``,
-``/topic/delete``, ``/topic/meta/update``, ``/topic/partition/expand``) and pnsq's
-``/pnsq/leaving``. ``/pnsq/progress`` is not forwarded: like registrations and heartbeats it
-is this lookupd's own view of the nodes (every nsqd reports to every lookupd it registers
-with), which a follower needs to take over with a current picture. Registry-only endpoints
+``/topic/delete``, ``/topic/meta/update``, ``/topic/partition/expand``,
+``/topic/partition/move``, ``/cluster/node/remove``) and pnsq's ``/pnsq/leaving``.
+``/pnsq/progress`` is not forwarded: like registrations and heartbeats it is this lookupd's
+own view of the nodes (every nsqd reports to every lookupd it registers with), which a
+follower needs to take over with a current picture. Registry-only endpoints
 (``/channel/create``, ``/topic/tombstone``, ...) stay per-lookupd, as on stock nsqlookupd.
 
 A forwarded request carries :data:`FORWARDED_HEADER`; a lookupd that gets one while not leading
@@ -37,6 +38,7 @@ WRITE_PATHS = frozenset(
         "/topic/meta/update",
         "/topic/partition/expand",
         "/topic/partition/move",
+        "/cluster/node/remove",
         "/pnsq/leaving",
     }
 )

@@ -1,5 +1,6 @@
 """The lookupd's state at runtime: the live registry of nodes, and the topic placements
-decided from it (:class:`~lookupd.state.metadata.Metadata`, which :class:`Cluster` extends).
+decided from it (:class:`~lookupd.state.metadata.Metadata`, which :class:`Cluster` extends,
+with the operator's changes of :class:`~lookupd.state.operations.Operations`).
 
 The TCP and HTTP shells call into one :class:`Cluster`. Registry changes are synchronous (the
 event loop is the only writer); placement changes are persisted through :meth:`Cluster.flush`.
@@ -20,22 +21,20 @@ from protocol.lookup import PartitionAssignment, TopicAssignment
 from protocol.lookup_v1 import EXT_PARTITIONS, PeerIdentity
 
 from ..core.liveness import Liveness, Progress
-from ..core.moves import Move, MoveError, check_move
+from ..core.moves import Move, MoveError
 from ..core.placement import (
     PlacementError,
     TopicMeta,
-    TopicPlacement,
     adopt,
     assignments_for,
     check_recreate,
-    expand,
     leader_load,
     place,
     place_pending,
 )
 from ..core.registry import Peer, Registry
 from ..core.views import Timeouts
-from .metadata import Metadata
+from .operations import Operations, describe
 from .store import MetadataStore, Stored, StoreError, UnavailableError
 
 log = logging.getLogger("nsqlookupd.cluster")
@@ -47,7 +46,7 @@ START_GRACE = 6.0
 MAX_TOMBSTONES = 1000
 
 
-class Cluster(Metadata):
+class Cluster(Operations):
     """Registry + liveness + the placements decided from them, for one lookupd (see the module
     docstring)."""
 
@@ -75,6 +74,7 @@ class Cluster(Metadata):
         """Read the stored placements; each stored topic gets its registration key back."""
         stored = self.store.load()
         self.placements, self.deleted = stored.placements, stored.deleted
+        self.removing = stored.removing
         self._as_saved()
         for name in self.placements:
             self.registry.add_topic(name)
@@ -84,7 +84,8 @@ class Cluster(Metadata):
     def follow(self, stored: Stored) -> None:
         """HA mode, on a follower (or a leader taking over): the metadata as the leader saved
         it replaces this lookupd's copy, and the long-polls of the nodes hear of it."""
-        if stored.placements == self.placements and stored.deleted == self.deleted:
+        same = stored.placements == self.placements and stored.deleted == self.deleted
+        if same and stored.removing == self.removing:
             return
         for name in stored.deleted.keys() - self.deleted.keys():  # deleted by the leader
             self.registry.delete_topic(name)
@@ -206,9 +207,9 @@ class Cluster(Metadata):
         pending = [p for p in self.placements.values() if p.pending]
         if not pending or not self.leading:
             return
-        placed = place_pending(self.placements.values(), self.live_nodes(), self.racks())
+        placed = place_pending(self.placements.values(), self.placeable_nodes(), self.racks())
         for placement in placed:
-            log.info("TOPIC(%s): placed on %s", placement.name, _describe(placement))
+            log.info("TOPIC(%s): placed on %s", placement.name, describe(placement))
             self.placements[placement.name] = placement
             self._changed()
         self._flush_soon()
@@ -235,7 +236,7 @@ class Cluster(Metadata):
             if not existing.adopted:
                 return
         load = leader_load(self.placements.values())
-        placement = place(name, meta, self.live_nodes(), load, prefer, self.racks())
+        placement = place(name, meta, self.placeable_nodes(), load, prefer, self.racks())
         self.placements[name] = placement
         tombstone = self.deleted.pop(name, None)
         self._changed()
@@ -250,7 +251,7 @@ class Cluster(Metadata):
                 self.deleted[name] = tombstone
             self._changed()
             raise
-        log.info("TOPIC(%s): created, %s", name, _describe(placement))
+        log.info("TOPIC(%s): created, %s", name, describe(placement))
 
     async def delete_topic(self, name: str) -> None:
         """``/topic/delete``: the registration keys and the placement, persisted with a
@@ -265,83 +266,6 @@ class Cluster(Metadata):
             del self.deleted[old]
         self._changed()
         await self.flush()
-
-    async def update_meta(
-        self,
-        name: str,
-        *,
-        sync_every: int | None = None,
-        retention_days: int | None = None,
-        extend_support: bool | None = None,
-        disable_channel_auto_create: bool | None = None,
-        min_isr: int | None = None,
-        unclean: bool | None = None,
-    ) -> TopicPlacement:
-        """youzan's ``/topic/meta/update`` (a None keeps the value), persisted before
-        returning. Raises KeyError for an unknown topic, :class:`StoreError`."""
-        self._check_leading()
-        placement = self.placements[name]
-        m = placement.meta
-        meta = replace(
-            m,
-            sync_every=m.sync_every if sync_every is None else sync_every,
-            retention_days=m.retention_days if retention_days is None else retention_days,
-            extend_support=m.extend_support if extend_support is None else extend_support,
-            disable_channel_auto_create=(
-                m.disable_channel_auto_create
-                if disable_channel_auto_create is None
-                else disable_channel_auto_create
-            ),
-            min_isr=m.min_isr if min_isr is None else min_isr,
-            unclean=m.unclean if unclean is None else unclean,
-        )
-        return await self._commit(placement, replace(placement, meta=meta))
-
-    async def expand_topic(self, name: str, partition_num: int) -> TopicPlacement:
-        """youzan's ``/topic/partition/expand``. Raises KeyError, :class:`PlacementError`,
-        :class:`StoreError`."""
-        self._check_leading()
-        placement = self.placements[name]
-        load = leader_load(self.placements.values())
-        updated = expand(placement, partition_num, self.live_nodes(), load, self.racks())
-        return await self._commit(placement, updated)
-
-    async def start_move(self, topic: str, partition: int, move: Move) -> Move:
-        """youzan's ``/topic/partition/move``: ``move`` is checked, persisted and left to the
-        failover loop (:mod:`lookupd.core.moves`); returns it as it will run. Raises KeyError
-        for an unknown topic, :class:`MoveError`, :class:`StoreError`."""
-        self._check_leading()
-        placement = self.placements[topic]
-        if not 0 <= partition < len(placement.partitions):
-            raise MoveError("INVALID_ARG_TOPIC_PARTITION")
-        now = self.clock()
-        views = self.liveness.views(now)
-        alive = [
-            n for n in self.live_nodes() if self.liveness.is_alive(n, now) and not views[n].leaving
-        ]
-        checked = check_move(
-            placement.partitions[partition],
-            move,
-            alive=alive,
-            racks=self.racks(),
-            offline=(topic, partition) in self.offline,
-            busy=placement.move(partition) is not None,
-        )
-        await self._commit(placement, placement.with_move(partition, checked))
-        self.events.unpark_all()
-        return checked
-
-    async def _commit(self, old: TopicPlacement, new: TopicPlacement) -> TopicPlacement:
-        self.placements[new.name] = new
-        self._changed()
-        try:
-            await self.flush()
-        except StoreError:
-            self.placements[new.name] = old
-            self._changed()
-            raise
-        log.info("TOPIC(%s): updated, %s", new.name, _describe(new))
-        return new
 
     def assignments(self, node: str) -> list[TopicAssignment]:
         """What ``node`` must hold (``/pnsq/assignments``), as saved: a decision still being
@@ -363,13 +287,6 @@ def _names(value: object) -> frozenset[str]:
 def _is_youzan(identity: PeerIdentity) -> bool:
     """A youzan nsqd registers ``<topic> <partition>``; its placement is not lookupd's."""
     return bool(identity.distributed_id) or "HA" in identity.version
-
-
-def _describe(placement: TopicPlacement) -> str:
-    if placement.pending:
-        return "pending (no node yet)"
-    leaders = ", ".join(f"{i}:{p.leader}" for i, p in enumerate(placement.partitions))
-    return f"{len(placement.partitions)} partition(s) [{leaders}]"
 
 
 __all__ = [

@@ -1,5 +1,5 @@
-"""The lookupd's metadata as it is saved: the topic placements and tombstones, versioned, and
-their saving.
+"""The lookupd's metadata as it is saved: the topic placements, tombstones and the nodes being
+drained, versioned, and their saving.
 
 Every change bumps a version; :meth:`Metadata.flush` saves the newest placements (in a worker
 thread to the file store, or through the HA saver to etcd; concurrent flushes coalesce) and
@@ -21,8 +21,8 @@ from .store import MetadataStore, Stored, StoreError, UnavailableError
 
 log = logging.getLogger("nsqlookupd.cluster")
 
-#: HA mode: saves the placements and tombstones (in etcd), raising StoreError
-Saver = Callable[[list[TopicPlacement], dict[str, float]], Awaitable[None]]
+#: HA mode: saves the placements, tombstones and nodes being drained (in etcd), raising StoreError
+Saver = Callable[[list[TopicPlacement], dict[str, float], dict[str, float]], Awaitable[None]]
 
 
 class Metadata:
@@ -34,10 +34,14 @@ class Metadata:
         #: deleted topics (name -> wall time of the deletion): never adopted back from a node,
         #: and listed in every node's assignments so a node's leftover copy is deleted too
         self.deleted: dict[str, float] = {}
+        #: nodes being drained (``/cluster/node/remove``; node -> wall time it was asked): their
+        #: copies move elsewhere and they take no new one
+        self.removing: dict[str, float] = {}
         #: the placements and deletions as last saved: all the nodes are told (a decision in
         #: memory not yet on disk may still be rolled back, so no node may act on it)
         self.saved_placements: dict[str, TopicPlacement] = {}
         self.saved_deleted: dict[str, float] = {}
+        self.saved_removing: dict[str, float] = {}
         self._version = 0  # bumped on every placement change
         self._saved = 0  # the version on disk
         self._saved_waiters = ParkingLot()  # long-polls of /pnsq/assignments
@@ -67,6 +71,7 @@ class Metadata:
     def _take_saved(self, stored: Stored) -> None:
         """``stored``, saved by the leader lookupd, replaces this copy; it is on disk."""
         self.placements, self.deleted = dict(stored.placements), dict(stored.deleted)
+        self.removing = dict(stored.removing)
         self._as_saved()
         self._version += 1
         self._saved = self._version
@@ -75,6 +80,7 @@ class Metadata:
     def _as_saved(self) -> None:
         """The placements and deletions in memory are what is on disk (loaded or followed)."""
         self.saved_placements, self.saved_deleted = dict(self.placements), dict(self.deleted)
+        self.saved_removing = dict(self.removing)
 
     def _changed(self) -> None:
         self._version += 1
@@ -91,13 +97,15 @@ class Metadata:
             if not self.leading:
                 raise UnavailableError("not the leader lookupd: metadata is read-only here")
             version, placements, deleted = self._version, dict(self.placements), dict(self.deleted)
+            removing = dict(self.removing)
             snapshot = list(placements.values())
             if self.saver is not None:
-                await self.saver(snapshot, deleted)
+                await self.saver(snapshot, deleted, removing)
             else:
-                await trio.to_thread.run_sync(self.store.save, snapshot, deleted)
+                await trio.to_thread.run_sync(self.store.save, snapshot, deleted, removing)
             self._saved = version
             self.saved_placements, self.saved_deleted = placements, deleted
+            self.saved_removing = removing
             self._saved_waiters.unpark_all()  # decisions reach the nodes once they are on disk
 
     @property

@@ -41,6 +41,8 @@ class Stored:
 
     placements: dict[str, TopicPlacement] = field(default_factory=dict)
     deleted: dict[str, float] = field(default_factory=dict)
+    #: nodes being drained (``/cluster/node/remove``): node id -> the wall time it was asked
+    removing: dict[str, float] = field(default_factory=dict)
 
 
 class MetadataStore:
@@ -68,23 +70,30 @@ class MetadataStore:
             document = json.loads(raw)
             topics = document["topics"]
             deleted = document.get("deleted", {})
+            removing = document.get("removing", {})
             return Stored(
                 {name: from_document(name, entry) for name, entry in topics.items()},
                 {str(name): float(when) for name, when in deleted.items()},
+                {str(node): float(when) for node, when in removing.items()},
             )
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise StoreError(f"{self.path} is not a valid metadata file: {exc}") from exc
 
     def save(
-        self, placements: Iterable[TopicPlacement], deleted: Mapping[str, float] | None = None
+        self,
+        placements: Iterable[TopicPlacement],
+        deleted: Mapping[str, float] | None = None,
+        removing: Mapping[str, float] | None = None,
     ) -> None:
-        """Replace the file with ``placements`` (and tombstones), atomically and durably."""
+        """Replace the file with ``placements`` (and tombstones, and the nodes being drained),
+        atomically and durably."""
         if self.directory is None or self.path is None:
             return
         document = {
             "version": FORMAT_VERSION,
             "topics": {p.name: to_document(p) for p in sorted(placements, key=lambda p: p.name)},
             "deleted": dict(sorted((deleted or {}).items())),
+            "removing": dict(sorted((removing or {}).items())),
         }
         data = json.dumps(document, indent=1, sort_keys=True).encode() + b"\n"
         try:

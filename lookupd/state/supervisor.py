@@ -51,9 +51,16 @@ def view_of(cluster: Cluster, settings: Settings, now: float) -> View:
                     unclean=placement.meta.unclean,
                     offline=(placement.name, number) in cluster.offline,
                     move=placement.move(number),
+                    wanted=placement.meta.replica,
                 )
             )
-    return View(cluster.liveness.views(now), tuple(partitions), settings, cluster.racks())
+    return View(
+        cluster.liveness.views(now),
+        tuple(partitions),
+        settings,
+        cluster.racks(),
+        frozenset(cluster.removing),
+    )
 
 
 class Supervisor:

@@ -78,6 +78,8 @@ PROTECTED = [
     ("POST", "/pnsq/progress", b'{"node": "{node}", "partitions": []}'),
     ("POST", "/topic/meta/update?topic={topic}&retention=3", None),
     ("POST", "/topic/partition/expand?topic={topic}&partition_num=2", None),
+    ("GET", "/cluster/stats", None),
+    ("POST", "/cluster/node/remove?remove_node={node}&restore=true", None),  # (not drained)
     ("POST", "/pnsq/leaving?node={node}", None),  # last: the node stays "leaving"
 ]
 STOCK = [

@@ -152,6 +152,39 @@ def test_write_on_a_follower_is_forwarded_and_seen_by_both(ha_nodes: HACluster) 
         wait_for(lambda d=lookupd: "fwd" not in get_json(d, "/topics")["topics"], what="gone")
 
 
+def test_replicator_and_drain_on_a_follower_are_forwarded_and_kept_in_etcd(
+    ha_nodes: HACluster,
+) -> None:
+    follower = ha_nodes.follower()
+    status, body = post(follower, "/topic/create?topic=ops&partition_num=2&replicator=2")
+    assert status == 200, body
+    assert post(follower, "/topic/meta/update?topic=ops&replicator=1") == (200, b"")
+
+    def one_copy_each(lookupd: Daemon) -> bool:
+        meta = get_json(lookupd, "/lookup?topic=ops&metainfo=true")["meta"]
+        stats = get_json(lookupd, "/cluster/stats")
+        return meta["replica"] == 1 and stats["stable"]
+
+    for lookupd in ha_nodes.lookupds:  # both read what the leader saved in etcd
+        wait_for(lambda d=lookupd: one_copy_each(d), what="one copy of each partition")
+    victim = f"127.0.0.1:{ha_nodes.nodes[0].tcp_port}"
+
+    def drained() -> bool:
+        status, body = post(follower, f"/cluster/node/remove?remove_node={victim}")
+        assert status == 200, body
+        answer = json.loads(body)
+        assert answer["remove_node"] == victim
+        return bool(answer["drained"])
+
+    wait_for(drained, timeout=30, what="the node drained")
+    for lookupd in ha_nodes.lookupds:
+        listed = {n["node_id"]: n for n in get_json(lookupd, "/cluster/stats")["node_stat_list"]}
+        assert (listed[victim]["leaders"], listed[victim]["replicas"]) == (0, 0)
+        assert listed[victim]["removing"]
+        other = next(n for n in listed if n != victim)
+        assert listed[other]["leaders"] == 2
+
+
 def test_with_a_secret_the_lookupd_to_lookupd_hop_is_authenticated(tmp_path: Path) -> None:
     """A follower forwards with its own credential (a control write from a holder of the
     secret reaches the leader; one without it stops at the follower), and honours

@@ -379,6 +379,9 @@ KINDS = (
     "handed over",
     "rolled back",
     "done",
+    "new copy",
+    "dropped",
+    "drain",
 )
 
 
@@ -394,6 +397,8 @@ class Cluster(RuleBasedStateMachine):
         self.view = View({}, ())
         self.history: dict[tuple[str, int], dict[int, str]] = {}
         self.factors: dict[tuple[str, int], int] = {}  # copies each partition keeps
+        self.resized: set[tuple[str, int]] = set()  # partitions whose replicator changed
+        self.removing: frozenset[str] = frozenset()  # nodes being drained
 
     @initialize(
         count=st.integers(3, 5),
@@ -486,7 +491,9 @@ class Cluster(RuleBasedStateMachine):
         source = data.draw(st.sampled_from(holders))
         wanted = Move(index, source, self.node(data), leader=source == target.leader)
         alive = [
-            n for n, v in self.nodes.items() if v.connected and n not in self.hung and not v.leaving
+            n
+            for n, v in self.nodes.items()
+            if v.connected and n not in self.hung and not v.leaving and n not in self.removing
         ]
         assignment = PartitionAssignment(target.leader, target.replicas, target.epoch, target.isr)
         try:
@@ -503,6 +510,24 @@ class Cluster(RuleBasedStateMachine):
         parts = list(self.view.partitions)
         parts[index] = replace(target, move=checked)
         self.view = replace(self.view, partitions=tuple(parts))
+        self.settle()
+
+    @rule(data=st.data())
+    def drain(self, data: st.DataObject) -> None:
+        """``/cluster/node/remove``: a node's copies move elsewhere (at most two drained)."""
+        if len(self.removing) < 2:
+            self.removing = self.removing | {self.node(data)}
+        self.settle()
+
+    @rule(data=st.data(), copies=st.integers(1, 4))
+    def change_replicator(self, data: st.DataObject, copies: int) -> None:
+        """``/topic/meta/update?replicator=``: copies added through moves, or dropped."""
+        index = data.draw(st.integers(0, len(self.view.partitions) - 1))
+        parts = list(self.view.partitions)
+        parts[index] = replace(parts[index], wanted=copies)
+        self.view = replace(self.view, partitions=tuple(parts))
+        self.factors[("t", index)] = copies
+        self.resized.add(("t", index))
         self.settle()
 
     @rule(data=st.data())
@@ -559,7 +584,7 @@ class Cluster(RuleBasedStateMachine):
     # -- decide after every event
 
     def settle(self) -> None:
-        before = replace(self.view, nodes=dict(self.nodes))
+        before = replace(self.view, nodes=dict(self.nodes), removing=self.removing)
 
         def before_up(n: str) -> bool:
             node = self.nodes[n]
@@ -590,8 +615,17 @@ class Cluster(RuleBasedStateMachine):
             recorded = self.history[(new.topic, new.partition)].setdefault(new.epoch, new.leader)
             assert recorded == new.leader
             # a move adds its target before it drops its source: one copy more meanwhile
-            extra = 1 + len(new.replicas) - self.factors[(new.topic, new.partition)]
-            assert extra in ((0, 1) if new.move is not None else (0,))
+            key = (new.topic, new.partition)
+            count, wanted = 1 + len(new.replicas), self.factors[key]
+            moving = 1 if new.move is not None else 0
+            if key in self.resized:  # towards ``wanted``, one step at a time
+                was = 1 + len(prev.replicas)
+                rolled_back = 1 if prev.move is not None else 0  # a copy being added
+                assert min(was, wanted) - rolled_back <= count <= max(was, wanted) + moving
+                if not new.offline:  # (an offline partition's move waits)
+                    assert new.move is None or new.move.target not in self.removing
+            else:
+                assert count - wanted in ((0, 1) if moving else (0,))
         assert decide(after, self.now) == []
         self.view = after
 

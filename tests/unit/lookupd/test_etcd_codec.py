@@ -21,6 +21,10 @@ def test_metadata_round_trips_through_keys() -> None:
     keys = codec.encode_stored(_stored())
     assert sorted(keys) == ["deleted/gone", "topics/t"]
     assert codec.decode_stored(keys) == _stored()
+    draining = Stored(_stored().placements, {"gone": 12.5}, {"c:1": 30.0})
+    keys = codec.encode_stored(draining)
+    assert sorted(keys) == ["deleted/gone", "removing/c:1", "topics/t"]
+    assert codec.decode_stored(keys) == draining
 
 
 def test_diff_and_fenced_txn() -> None:

@@ -1,0 +1,137 @@
+"""What lookupd's decisions (:mod:`lookupd.core.decide`) read and return: the snapshot of the
+nodes' liveness and of every partition (:class:`View`), one partition's new state
+(:class:`Change`), and :func:`apply`, which folds changes into the next snapshot. Pure: no
+I/O, no clock, no Trio."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from protocol.lookup import PartitionAssignment
+
+from .moves import Move
+
+
+class DecisionError(ValueError):
+    """A change does not fit the view it is applied to."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    """What lookupd knows of one nsqd's liveness."""
+
+    connected: bool  # its registration TCP connection is up
+    last_heartbeat: float  # time of its last PING / registration traffic
+    down_since: float | None = None  # when it was last seen going down; None while up
+    leaving: bool = False  # announced a clean shutdown: hand its leaderships over
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionView:
+    """One partition as lookupd stores it, with its leader's last ISR reports."""
+
+    topic: str
+    partition: int
+    leader: str
+    replicas: tuple[str, ...]  # assigned replicas, the leader excluded
+    isr: tuple[str, ...]  # in-sync set, the leader first
+    epoch: int
+    caught_up: frozenset[str] = frozenset()  # replicas the leader reports fully caught up
+    lagging: frozenset[str] = frozenset()  # replicas the leader reports lagging past the bound
+    #: replicas the leader reports in the in-sync set it applies and holding every
+    #: acknowledged message (only to such a replica can leadership be handed without loss)
+    confirmed: frozenset[str] = frozenset()
+    unclean: bool = False  # the topic allows promoting an out-of-sync replica
+    offline: bool = False
+    move: Move | None = None  # a move of this partition in progress
+    #: copies the topic's ``replicator`` asks for (None: keep what is there)
+    wanted: int | None = None
+
+    @property
+    def replication_factor(self) -> int:
+        """Copies the partition keeps: the leader and its replicas."""
+        return 1 + len(self.replicas)
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Timeouts (seconds) of the decisions."""
+
+    heartbeat_timeout: float = 2.0  # no heartbeat for longer: the node is dead
+    replace_after: float = 60.0  # a replica down this long is placed elsewhere
+
+
+@dataclass(frozen=True, slots=True)
+class View:
+    """The snapshot :func:`~lookupd.core.decide.decide` reads."""
+
+    nodes: Mapping[str, NodeView]
+    partitions: Sequence[PartitionView]
+    settings: Settings = field(default_factory=Settings)
+    racks: Mapping[str, str] = field(default_factory=dict)  # node -> its ``--rack``
+    #: nodes being drained (``/cluster/node/remove``): their copies move elsewhere
+    removing: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """The full new state of one partition, and why (applying it twice is harmless)."""
+
+    topic: str
+    partition: int
+    leader: str
+    replicas: tuple[str, ...]
+    isr: tuple[str, ...]
+    epoch: int
+    offline: bool
+    reason: str
+    move: Move | None = None  # the partition's move in progress after the change (None: none)
+
+    def assignment(self) -> PartitionAssignment:
+        """The placement form (leader, replicas, epoch) nodes receive."""
+        return PartitionAssignment(self.leader, self.replicas, self.epoch)
+
+
+def assignment_load(partitions: Iterable[PartitionView]) -> dict[str, int]:
+    """Leader and replica assignments per node."""
+    load: dict[str, int] = {}
+    for part in partitions:
+        for node in (part.leader, *part.replicas):
+            load[node] = load.get(node, 0) + 1
+    return load
+
+
+def apply(view: View, changes: Iterable[Change]) -> View:
+    """``view`` with ``changes`` applied. A new epoch voids the old leader's reports, and a node
+    that left or joined ``replicas`` has none. Raises :class:`DecisionError` for a change to a
+    partition the view does not have."""
+    by_key = {(c.topic, c.partition): c for c in changes}
+    known = {(p.topic, p.partition) for p in view.partitions}
+    missing = sorted(set(by_key) - known)
+    if missing:
+        raise DecisionError(f"no such partition: {missing[0][0]}/{missing[0][1]}")
+    partitions = []
+    for part in view.partitions:
+        change = by_key.get((part.topic, part.partition))
+        if change is None:
+            partitions.append(part)
+            continue
+        stay = set(change.replicas) & set(part.replicas)
+        if change.epoch != part.epoch:
+            stay = set()
+        partitions.append(
+            replace(
+                part,
+                leader=change.leader,
+                replicas=change.replicas,
+                isr=change.isr,
+                epoch=change.epoch,
+                offline=change.offline,
+                move=change.move,
+                caught_up=part.caught_up & stay,
+                lagging=part.lagging & stay,
+                confirmed=part.confirmed & stay,
+            )
+        )
+    return replace(view, partitions=tuple(partitions))
