@@ -105,8 +105,11 @@ def session_settings(options: Options) -> SessionSettings:
         options.tls_client_auth_policy,
         options.tls_min_version,
     )
+    # links with other nodes run over TLS only when the node can verify them: a certificate and
+    # the cluster's root CA (a node with a certificate for its clients alone, self-signed or from
+    # a public CA, keeps plaintext links, as before; docs/security.md)
     link_tls_context = None
-    if tls_context is not None:
+    if tls_context is not None and options.tls_root_ca_file:
         try:
             link_tls_context = client_tls_context(
                 options.tls_cert, options.tls_key, options.tls_root_ca_file, options.tls_min_version
@@ -227,15 +230,15 @@ async def _start_servers(
         replica_lag_max=options.replica_lag_max,
         secret=secret,
     )
-    # links with other nodes: TLS when this node has a certificate, the credential with a
-    # secret (without one, links are not authenticated)
+    # links with other nodes: TLS when this node has a certificate and a root CA, the credential
+    # with a secret (without one, links are not authenticated)
     links = ClusterLinks(
         lambda: lookup.identity.node_id,
         broker.clock.monotonic,
         logging.getLogger("nsqd.links"),
         secret=secret,
         client_tls=settings.link_tls_context,
-        server_tls=settings.tls_context,
+        server_tls=settings.tls_context if settings.link_tls_context is not None else None,
     )
     forwarder = Forwarder(
         lookup.pnsq_http_addresses,
