@@ -321,8 +321,9 @@ class Channel:
                 self.expire(partition, cursor, now_ns) for partition, cursor in self.iter_cursors()
             )
             retry = 0 < self._retry_ns <= now_ns  # a failed read may be tried again
-            if retry:
-                self._retry_ns = 0
+            if retry:  # and a later retry of another take stays armed
+                later = [p.read_guard.retry_ns for p, _ in self.iter_cursors()]
+                self._retry_ns = min([r for r in later if r > now_ns], default=0)
             if moved or retry:
                 self.notify()
 

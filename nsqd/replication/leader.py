@@ -318,6 +318,8 @@ async def _read_acks(
         if isinstance(frame, RepairRecords):
             if frame.epoch == partition.state.epoch:
                 await _repair(partition, node, frame)
+                for consumed in topic.channels.values():  # its consumers may read at once
+                    consumed.notify()
             continue
         if isinstance(frame, CursorsAck):
             if frame.epoch == partition.state.epoch:
