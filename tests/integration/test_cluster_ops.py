@@ -18,44 +18,21 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-import trio
 
-from pnsq.client import open_consumer, open_producer
-from tests.daemons import Daemon, pnsq_lookupd, pnsq_nsqd
-from tests.integration.lookupd_helpers import free_port, get_json, post, roles, wait_for
+from tests.daemons import Daemon
+from tests.integration import cluster_load
+from tests.integration.cluster_load import Load, RackedCluster, report
+from tests.integration.lookupd_helpers import get_json, post, roles, wait_for
 
 pytestmark = pytest.mark.integration
 
 TOPIC = "ops"
 PARTITIONS = 3
-BODY_SIZE = 1024  # bytes of a backlog message
 T = TypeVar("T")
 
 
-class Cluster:
-    """A pnsq lookupd and nsqd a, b, c on racks r-a, r-b, r-c, on fixed ports (a restarted
-    lookupd keeps its address and its metadata)."""
-
-    def __init__(self, work: Path, *nsqd_flags: str) -> None:
-        self.lookupd = pnsq_lookupd(
-            work / "lookupd",
-            "--heartbeat-timeout=2s",
-            f"--tcp-address=127.0.0.1:{free_port()}",
-            f"--http-address=127.0.0.1:{free_port()}",
-        ).start()
-        self.nodes = [
-            pnsq_nsqd(
-                work / name,
-                f"--lookupd-tcp-address={self.lookupd.tcp_address}",
-                f"--tcp-address=127.0.0.1:{free_port()}",
-                f"--rack=r-{name}",
-                *nsqd_flags,
-            ).start()
-            for name in "abc"
-        ]
-
-    def node_id(self, node: Daemon) -> str:
-        return f"127.0.0.1:{node.tcp_port}"
+class Cluster(RackedCluster):
+    """:class:`RackedCluster` holding :data:`TOPIC`."""
 
     def partitions(self) -> dict[int, dict[str, Any]]:
         """Every partition of the topic as lookupd saved it (what the nodes are told)."""
@@ -76,11 +53,6 @@ class Cluster:
         return self.stats()["stable"] and all(
             1 + len(p["replicas"]) == copies and len(p["isr"]) == copies for p in parts.values()
         )
-
-    def stop(self) -> None:
-        for node in self.nodes:
-            node.stop()
-        self.lookupd.stop()
 
 
 @contextmanager
@@ -104,87 +76,10 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         yield started
 
 
-class Load:
-    """Numbered messages published one after another over every partition (the acknowledged
-    ones kept, with the longest time between two acknowledgements), and a consumer of them."""
-
-    def __init__(self) -> None:
-        self.acked: list[int] = []
-        self.longest_gap = 0.0
-        self.received: list[int] = []
-        self.publishing = True
-        self.published = False
-
-    @property
-    def lost(self) -> set[int]:
-        return set(self.acked) - set(self.received)
-
-    @property
-    def redelivered(self) -> int:
-        return len(self.received) - len(set(self.received))
-
-
-async def _produce(load: Load, seed: str, lookupd: str) -> None:
-    async with open_producer(
-        seed, lookupd_http_address=lookupd, max_attempts=60, retry_backoff=0.05
-    ) as producer:
-        number = 0
-        last = time.monotonic()
-        while load.publishing:
-            await producer.publish(TOPIC, b"%08d" % number)
-            now = time.monotonic()
-            load.longest_gap = max(load.longest_gap, now - last)
-            last = now
-            load.acked.append(number)
-            number += 1
-            await trio.sleep(0.005)
-    load.published = True
-
-
-async def _consume(load: Load, seed: str, lookupd: str) -> None:
-    async with open_consumer(
-        seed, TOPIC, "c", lookupd_http_address=lookupd, max_in_flight=200
-    ) as consumer:
-        async for message in consumer:
-            load.received.append(int(message.body[:8]))
-            await message.finish()
-
-
 def under_load(cluster: Cluster, action: Callable[[], T], *, backlog: int = 0) -> tuple[T, Load]:
-    """Publish ``backlog`` messages of :data:`BODY_SIZE`, then run ``action`` (in a thread)
-    while publishing and consuming go on; returns its result once every acknowledged message
-    was consumed."""
-    lookupd = cluster.lookupd.http_address
-    seed = cluster.nodes[0].tcp_address
-    load = Load()
-    load.acked = list(range(-backlog, 0))
-
-    async def run() -> T:
-        async with open_producer(seed, lookupd_http_address=lookupd, max_attempts=10) as producer:
-            for number in load.acked:
-                await producer.publish(TOPIC, (b"%08d" % number).ljust(BODY_SIZE, b"."))
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(_consume, load, seed, lookupd)
-            nursery.start_soon(_produce, load, seed, lookupd)
-            await trio.sleep(1.0)
-            result = await trio.to_thread.run_sync(action)
-            await trio.sleep(1.0)
-            load.publishing = False
-            with trio.fail_after(60):
-                while not load.published or load.lost:  # the tasks fill them
-                    await trio.sleep(0.1)
-            nursery.cancel_scope.cancel()
-        return result
-
-    return trio.run(run), load
-
-
-def report(what: str, load: Load, **timings: float) -> None:
-    times = "".join(f"{name} {value:.2f} s; " for name, value in timings.items())
-    print(
-        f"{what}: {times}{len(load.acked)} acknowledged, longest write gap "
-        f"{load.longest_gap * 1000:.0f} ms, {load.redelivered} redelivered"
-    )
+    """:func:`~tests.integration.cluster_load.under_load` over every partition of
+    :data:`TOPIC`."""
+    return cluster_load.under_load(cluster, action, TOPIC, backlog=backlog)
 
 
 def replicator(cluster: Cluster, copies: int) -> float:

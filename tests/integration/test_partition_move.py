@@ -18,48 +18,27 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-import trio
 
-from pnsq.client import open_consumer, open_producer
 from protocol import Dpub, Fin, Pub, Rdy, Req, Sub
 from protocol.frames import FrameType
-from tests.daemons import Daemon, pnsq_lookupd, pnsq_nsqd
-from tests.integration.lookupd_helpers import free_port, get_json, post, roles, wait_for
+from tests.daemons import Daemon
+from tests.integration import cluster_load
+from tests.integration.cluster_load import BODY_SIZE, Load, RackedCluster, report
+from tests.integration.lookupd_helpers import get_json, post, roles, wait_for
 from tests.rawclient import RawClient
 
 pytestmark = pytest.mark.integration
 
 MOVE_RATE = 256 * 1024  # bytes/s a catching-up copy is fed (--replica-move-rate)
 BACKLOG = 600  # messages of BODY_SIZE published before the first move
-BODY_SIZE = 1024
 T = TypeVar("T")
 
 
-class Cluster:
-    """A pnsq lookupd and nsqd a, b, c on racks r-a, r-b, r-c, on fixed ports (a restarted
-    daemon keeps its address)."""
+class Cluster(RackedCluster):
+    """:class:`RackedCluster` whose nodes feed a catching-up copy at :data:`MOVE_RATE`."""
 
     def __init__(self, work: Path) -> None:
-        self.lookupd = pnsq_lookupd(
-            work / "lookupd",
-            "--heartbeat-timeout=2s",
-            f"--tcp-address=127.0.0.1:{free_port()}",
-            f"--http-address=127.0.0.1:{free_port()}",
-        ).start()
-        self.nodes: list[Daemon] = []
-        for name in "abc":
-            self.nodes.append(
-                pnsq_nsqd(
-                    work / name,
-                    f"--lookupd-tcp-address={self.lookupd.tcp_address}",
-                    f"--tcp-address=127.0.0.1:{free_port()}",
-                    f"--rack=r-{name}",
-                    f"--replica-move-rate={MOVE_RATE}",
-                ).start()
-            )
-
-    def node_id(self, node: Daemon) -> str:
-        return f"127.0.0.1:{node.tcp_port}"
+        super().__init__(work, f"--replica-move-rate={MOVE_RATE}")
 
     def by_id(self, node_id: str) -> Daemon:
         return next(n for n in self.nodes if self.node_id(n) == node_id)
@@ -85,11 +64,6 @@ class Cluster:
         spare = next(self.node_id(n) for n in self.nodes if self.node_id(n) not in placed["isr"])
         return placed["leader"], placed["replicas"][0], spare, placed
 
-    def stop(self) -> None:
-        for node in self.nodes:
-            node.stop()
-        self.lookupd.stop()
-
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
@@ -101,81 +75,14 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         started.stop()
 
 
-class Load:
-    """A producer publishing numbered messages one after another (acknowledged ones kept,
-    with the longest time between two acknowledgements) and a consumer taking them."""
-
-    def __init__(self) -> None:
-        self.acked: list[int] = list(range(BACKLOG))
-        self.longest_gap = 0.0
-        self.received: list[int] = []
-        self.publishing = True
-        self.published = False  # the producer has stopped: ``acked`` is final
-
-    @property
-    def lost(self) -> set[int]:
-        return set(self.acked) - set(self.received)
-
-    @property
-    def redelivered(self) -> int:
-        return len(self.received) - len(set(self.received))
-
-
-async def _produce(load: Load, seed: str, lookupd: str) -> None:
-    async with open_producer(
-        seed, lookupd_http_address=lookupd, max_attempts=60, retry_backoff=0.05
-    ) as producer:
-        number = BACKLOG
-        last = time.monotonic()
-        while load.publishing:
-            await producer.publish("mv", b"%08d" % number, partition=0)
-            now = time.monotonic()
-            load.longest_gap = max(load.longest_gap, now - last)
-            last = now
-            load.acked.append(number)
-            number += 1
-            await trio.sleep(0.005)
-    load.published = True
-
-
-async def _consume(load: Load, seed: str, lookupd: str, ordered: bool) -> None:
-    async with open_consumer(
-        seed, "mv", "c", lookupd_http_address=lookupd, max_in_flight=200, ordered=ordered
-    ) as consumer:
-        async for message in consumer:
-            load.received.append(int(message.body[:8]))
-            await message.finish()
-
-
 def under_load(
     cluster: Cluster, action: Callable[[], T], *, ordered: bool = False
 ) -> tuple[T, Load]:
-    """Publish the backlog, then run ``action`` (in a thread) while publishing and consuming
-    (``ordered``: with ``SUB_ORDERED``) go on; returns its result once every acknowledged
-    message was consumed."""
-    lookupd = cluster.lookupd.http_address
-    seed = cluster.nodes[0].tcp_address
-    load = Load()
-
-    async def run() -> T:
-        async with open_producer(seed, lookupd_http_address=lookupd, max_attempts=10) as producer:
-            for number in range(BACKLOG):
-                body = (b"%08d" % number).ljust(BODY_SIZE, b".")
-                await producer.publish("mv", body, partition=0)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(_consume, load, seed, lookupd, ordered)
-            nursery.start_soon(_produce, load, seed, lookupd)
-            await trio.sleep(1.0)
-            result = await trio.to_thread.run_sync(action)
-            await trio.sleep(1.0)
-            load.publishing = False
-            with trio.fail_after(60):
-                while not load.published or load.lost:  # the tasks fill them
-                    await trio.sleep(0.1)
-            nursery.cancel_scope.cancel()
-        return result
-
-    return trio.run(run), load
+    """:func:`~tests.integration.cluster_load.under_load` on partition 0 of ``mv``, after a
+    backlog of :data:`BACKLOG` messages."""
+    return cluster_load.under_load(
+        cluster, action, "mv", backlog=BACKLOG, partition=0, ordered=ordered
+    )
 
 
 def start_move(cluster: Cluster, source: str, target: str, *, leader: bool) -> None:
@@ -201,14 +108,6 @@ def catching_up(cluster: Cluster, target: str) -> None:
     wait_for(
         lambda: (m := cluster.moves()) and target in m[0]["replicas"] and target not in m[0]["isr"],
         what="the target catching up",
-    )
-
-
-def report(what: str, load: Load, **timings: float) -> None:
-    times = "".join(f"{name} {value:.2f} s; " for name, value in timings.items())
-    print(
-        f"{what}: {times}{len(load.acked)} acknowledged, longest write gap "
-        f"{load.longest_gap * 1000:.0f} ms, {load.redelivered} redelivered"
     )
 
 
