@@ -28,7 +28,13 @@ from dataclasses import dataclass, field
 
 import trio
 
-from pnsq._netio.handshake import HANDSHAKE_TIMEOUT, FailureLog, peer_host, refuse, run_handshake
+from pnsq._netio.handshake import (
+    HANDSHAKE_TIMEOUT,
+    FailureLog,
+    listen_handshake,
+    peer_host,
+    refuse,
+)
 from protocol.cluster_auth import (
     LISTENER,
     REFUSED_CODE,
@@ -118,13 +124,12 @@ class LinkAuth:
             return None
         shake = Handshake(self.secret, LISTENER, MAGIC_V1, identity)
         try:
-            rest = await run_handshake(stream, shake, data[len(MAGIC_V1) :])
-        except (HandshakeError, trio.TooSlowError, trio.BrokenResourceError) as exc:
-            await self._refuse(stream, remote, str(exc) or "no handshake in time", None)
+            proved, rest = await listen_handshake(stream, shake, data[len(MAGIC_V1) :])
+        except HandshakeError as exc:
+            await self._refuse(stream, remote, str(exc), None)
             return None
-        assert shake.peer_identity is not None
-        log.info("CLIENT(%s): proved the cluster credential as %s", remote, shake.peer_identity)
-        return Opened(MAGIC_V1 + rest, proved=shake.peer_identity)
+        log.info("CLIENT(%s): proved the cluster credential as %s", remote, proved)
+        return Opened(MAGIC_V1 + rest, proved=proved)
 
     async def _refuse(
         self, stream: trio.abc.Stream, remote: str, reason: str, reply: bytes | None

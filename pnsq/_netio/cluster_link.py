@@ -34,7 +34,14 @@ from pnsq._goflag.addresses import split_host_port
 from protocol import cluster_links
 from protocol.cluster_auth import DIALER, LISTENER, Handshake, HandshakeError, encode_refusal
 
-from .handshake import HANDSHAKE_TIMEOUT, FailureLog, peer_host, refuse, run_handshake
+from .handshake import (
+    HANDSHAKE_TIMEOUT,
+    FailureLog,
+    listen_handshake,
+    peer_host,
+    refuse,
+    run_handshake,
+)
 from .plain_stream import PlainSocketStream
 
 __all__ = ["ClusterLinks", "LinkFailed", "PrefixedStream", "client_tls_context"]
@@ -222,13 +229,10 @@ class ClusterLinks:
             return None, initial
         shake = Handshake(self.secret, LISTENER, link, self.identity())
         try:
-            rest = await run_handshake(stream, shake, initial)
-        except (HandshakeError, trio.TooSlowError, trio.BrokenResourceError) as exc:
-            reason = str(exc) or "no handshake in time"
-            await self.refuse(stream, remote, reason)
-            raise LinkFailed(reason) from exc
-        assert shake.peer_identity is not None
-        return shake.peer_identity, rest
+            return await listen_handshake(stream, shake, initial)
+        except HandshakeError as exc:
+            await self.refuse(stream, remote, str(exc))
+            raise LinkFailed(str(exc)) from exc
 
     async def refuse(self, stream: trio.abc.Stream, remote: str, reason: str) -> None:
         """Log why a link from ``remote`` is turned away and send the one refusal frame (to a

@@ -11,7 +11,14 @@ import trio
 
 from protocol.cluster_auth import Handshake, HandshakeError
 
-__all__ = ["HANDSHAKE_TIMEOUT", "FailureLog", "peer_host", "refuse", "run_handshake"]
+__all__ = [
+    "HANDSHAKE_TIMEOUT",
+    "FailureLog",
+    "listen_handshake",
+    "peer_host",
+    "refuse",
+    "run_handshake",
+]
 
 #: seconds a handshake may take, both sides together (two round trips on a healthy link)
 HANDSHAKE_TIMEOUT = 3.0
@@ -44,6 +51,24 @@ async def run_handshake(stream: trio.abc.Stream, shake: Handshake, initial: byte
             if not data:
                 raise HandshakeError("the peer closed the connection during the handshake")
             shake.receive_data(data)
+
+
+async def listen_handshake(
+    stream: trio.abc.Stream, shake: Handshake, initial: bytes = b""
+) -> tuple[str, bytes]:
+    """The listener's :func:`run_handshake`: the identity the dialer proved and the bytes
+    received after the handshake.
+
+    Raises:
+        HandshakeError: the dialer failed in any way (a broken exchange, a wrong proof, no
+            handshake in time, a broken connection); ``str()`` is the reason to refuse it with.
+    """
+    try:
+        rest = await run_handshake(stream, shake, initial)
+    except (HandshakeError, trio.TooSlowError, trio.BrokenResourceError) as exc:
+        raise HandshakeError(str(exc) or "no handshake in time") from exc
+    assert shake.peer_identity is not None
+    return shake.peer_identity, rest
 
 
 async def refuse(stream: trio.abc.Stream, data: bytes) -> None:
