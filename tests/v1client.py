@@ -6,9 +6,20 @@ import json
 import socket
 import struct
 
+from protocol.lookup_v1 import ResponseReader
 from tests.rawclient import BlockingSocket
 
 _SIZE = struct.Struct(">i")
+
+
+def v1_replies(data: bytes) -> list[bytes]:
+    """The complete size-prefixed V1 replies at the start of ``data`` (a lookupd's bytes)."""
+    reader = ResponseReader()
+    reader.receive_data(data)
+    replies = []
+    while (reply := reader.next_response()) is not None:
+        replies.append(reply)
+    return replies
 
 
 class V1Client(BlockingSocket):

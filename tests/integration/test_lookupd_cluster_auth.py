@@ -20,7 +20,6 @@ import json
 import os
 import signal
 import socket
-import struct
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -58,6 +57,7 @@ from tests.integration.lookupd_helpers import (
 )
 from tests.integration.test_replication_auth import create, fail_over, start_cluster
 from tests.interop.drivers import Driver
+from tests.v1client import v1_replies
 
 pytestmark = pytest.mark.integration
 
@@ -148,16 +148,6 @@ def until_closed(sock: socket.socket, wait: float = 10.0) -> bytes:
     while chunk := sock.recv(65536):
         data += chunk
     return data
-
-
-def v1_replies(data: bytes) -> list[bytes]:
-    """The size-prefixed V1 replies in ``data``."""
-    replies, pos = [], 0
-    while pos + 4 <= len(data):
-        (size,) = struct.unpack_from(">i", data, pos)
-        replies.append(data[pos + 4 : pos + 4 + size])
-        pos += 4 + size
-    return replies
 
 
 def test_a_strangers_registration_gets_one_error_and_a_close(

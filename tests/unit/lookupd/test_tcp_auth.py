@@ -8,7 +8,6 @@ none."""
 from __future__ import annotations
 
 import json
-import struct
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -30,6 +29,7 @@ from protocol.cluster_auth import (
     HandshakeRefused,
 )
 from protocol.lookup_v1 import MAGIC_V1, encode_command, encode_identify
+from tests.v1client import v1_replies
 
 SECRET = b"s3cret"
 NODE = {"broadcast_address": "10.0.0.7", "tcp_port": 4150, "http_port": 4151, "version": "1.3.0"}
@@ -72,15 +72,6 @@ async def _until_closed(stream: trio.abc.ReceiveStream) -> bytes:
     return data
 
 
-def _v1_replies(data: bytes) -> list[bytes]:
-    replies, pos = [], 0
-    while pos + 4 <= len(data):
-        (size,) = struct.unpack_from(">i", data, pos)
-        replies.append(data[pos + 4 : pos + 4 + size])
-        pos += 4 + size
-    return replies
-
-
 async def _prove(port: int, secret: bytes, node_id: str) -> tuple[trio.SocketStream, str]:
     stream = await trio.open_tcp_stream("127.0.0.1", port)
     await stream.send_all(MAGIC_V1)
@@ -99,7 +90,7 @@ async def test_a_strangers_identify_gets_one_error_and_a_close(
             MAGIC_V1 + encode_identify(NODE) + encode_command("REGISTER", "t") + b"PING\n"
         )
         data = await _until_closed(stream)
-    assert _v1_replies(data) == [b"E_CLUSTER_AUTH cluster handshake required (docs/security.md)"]
+    assert v1_replies(data) == [b"E_CLUSTER_AUTH cluster handshake required (docs/security.md)"]
     assert server.cluster.registry.peers == {}
     assert server.cluster.registry.topics == {}
 
@@ -114,10 +105,10 @@ async def test_a_holder_of_the_secret_registers_as_the_node_it_proved(
         await stream.send_all(encode_identify(NODE) + encode_command("REGISTER", "t"))
         data = b""
         with trio.fail_after(5):
-            while len(_v1_replies(data)) < 2:
+            while len(v1_replies(data)) < 2:
                 data += await stream.receive_some(65536)
         registered = [p.node_id for p in server.cluster.registry.peers.values()]
-    reply, ok = _v1_replies(data)
+    reply, ok = v1_replies(data)
     assert json.loads(reply)["tcp_port"] == 4160
     assert ok == b"OK"
     assert registered == [NODE_ID]
@@ -132,7 +123,7 @@ async def test_an_identify_naming_another_node_is_refused(
     async with stream:
         await stream.send_all(encode_identify(NODE))
         data = await _until_closed(stream)
-    assert _v1_replies(data) == [
+    assert v1_replies(data) == [
         b"E_CLUSTER_AUTH IDENTIFY names 10.0.0.7:4150, the link proved 10.0.0.8:4150"
     ]
     assert server.cluster.registry.peers == {}
@@ -157,10 +148,10 @@ async def test_a_lookupd_without_a_secret_serves_a_stock_peer_as_before(
         await stream.send_all(MAGIC_V1 + encode_identify(NODE))
         data = b""
         with trio.fail_after(5):
-            while not _v1_replies(data):
+            while not v1_replies(data):
                 data += await stream.receive_some(65536)
         registered = [p.node_id for p in server.cluster.registry.peers.values()]
-    assert json.loads(_v1_replies(data)[0])["http_port"] == 4161
+    assert json.loads(v1_replies(data)[0])["http_port"] == 4161
     assert registered == [NODE_ID]
 
 
