@@ -54,6 +54,7 @@ async def run_lookupd(
         Settings(
             heartbeat_timeout=options.heartbeat_timeout,
             replace_after=options.replica_replace_after,
+            auto_balance=options.auto_balance,
         ),
     )
     ha: HighAvailability | None = None
@@ -101,6 +102,7 @@ async def _serve(
             LookupdMetrics(cluster, supervisor).render,
             ha=ha,
             secret=secret,
+            auto_balance=options.auto_balance,
         )
         http_host, http_port = options.http_host_port()
         ports["http"] = await nursery.start(serve_http, app, http_host, http_port)

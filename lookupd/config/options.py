@@ -47,6 +47,7 @@ class Options:
     data_path: str = ""  # pnsq: where the topic metadata lives ("": nowhere, kept in memory)
     heartbeat_timeout: float = 2.0  # pnsq: a node silent this long is dead (failover)
     replica_replace_after: float = 300.0  # pnsq: a replica dead this long is placed elsewhere
+    auto_balance: bool = True  # pnsq (youzan's behaviour): even out copies and leaderships
     cluster_id: str = ""  # youzan: HA mode (with the next): the cluster's key prefix in etcd
     cluster_leadership_addresses: str = ""  # youzan: etcd v3 endpoints, comma-separated
     cluster_secret_file: str = ""  # pnsq: the cluster credential (pnsq._netio.cluster_secret)
@@ -110,6 +111,12 @@ _FLAGS = (
         "replica-replace-after",
         "duration",
         "[pnsq] a replica dead this long is replaced by a new one on a live node",
+    ),
+    (
+        "auto-balance",
+        "bool",
+        "[pnsq] move replicas and leaderships until every node holds and leads within one of "
+        "the mean (/cluster/balance switches it at run time)",
     ),
     ("cluster-id", "string", "the cluster id used for separating different nsq cluster"),
     (

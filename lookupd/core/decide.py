@@ -12,7 +12,7 @@ forever). An up node that announced a clean shutdown is *leaving*: it keeps serv
 the ISRs it is in) but must hand its leaderships over. *Alive* means up and not leaving; only an
 alive node is promoted, joins an ISR or receives a new replica.
 
-Each partition goes through five steps, in this order:
+Each partition goes through six steps, in this order:
 
 1. ISR upkeep, while the leader is up and the partition is not offline: a non-leader member
    that is dead or reported ``lagging`` leaves the ISR; an alive assigned replica reported
@@ -44,6 +44,13 @@ Each partition goes through five steps, in this order:
    acknowledged message: a replica just added to the ISR may still miss what the leader
    acknowledged before it knew), and the source leaves ``replicas`` and the ISR (unless the
    move is a leadership transfer, ``keep_source``, or grows the partition). The move ends.
+6. Balance (:mod:`.balance`), when ``View.balance`` is on and no upgrade is in progress: on a
+   settled cluster (no move, nothing offline, under-replicated or out of sync), moves that even
+   out the copies and leaderships the nodes hold start, one per node, and step 5 takes their
+   first step at once.
+
+During a rolling upgrade (``View.upgrading``) a down node's replicas are not replaced (step 3):
+the node is restarting.
 
 ``caught_up``/``lagging`` are the current leader's reports: :func:`apply` clears them when the
 epoch changes and drops the nodes that left or joined ``replicas``. :func:`decide` looks again
@@ -57,6 +64,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from .balance import plan_balance, settled
 from .moves import Move
 from .racks import pick_spread
 from .resize import plan
@@ -92,6 +100,7 @@ class _Health:
     settings: Settings
     now: float
     removing: frozenset[str] = frozenset()
+    upgrading: bool = False
 
     def up(self, node: str) -> bool:
         view = self.nodes.get(node)
@@ -109,6 +118,8 @@ class _Health:
         return self.alive(node) and node not in self.removing
 
     def replaceable(self, node: str) -> bool:
+        if self.upgrading:
+            return False  # it is restarting
         view = self.nodes.get(node)
         if view is None:
             return True
@@ -326,11 +337,22 @@ def _plan(
     return replace(state, move=move, reasons=state.note(step.reason))
 
 
+def _balancing(view: View, health: _Health) -> dict[tuple[str, int], Move]:
+    """Step 6's moves (:mod:`.balance`): only when balancing is on and the cluster settled."""
+    if not view.balance or view.upgrading:
+        return {}
+    if not settled(view.partitions, health.spare):
+        return {}
+    nodes = [n for n in view.nodes if health.spare(n)]
+    return plan_balance(view.partitions, nodes, view.racks)
+
+
 def _pass(view: View, now: float) -> list[Change]:
-    """One look at every partition: steps 1 to 5 (see the module doc)."""
-    health = _Health(view.nodes, view.settings, now, view.removing)
+    """One look at every partition: steps 1 to 6 (see the module doc)."""
+    health = _Health(view.nodes, view.settings, now, view.removing, view.upgrading)
     load = assignment_load(view.partitions)
     busy = {p.move.source for p in view.partitions if p.move and p.move.source in view.removing}
+    balancing = _balancing(view, health)
     changes = []
     for part in view.partitions:
         start = _State(part.leader, part.replicas, part.isr, part.epoch, part.offline, part.move)
@@ -338,6 +360,10 @@ def _pass(view: View, now: float) -> list[Change]:
         state = _leadership(state, part, health)
         state = _rereplicate(state, health, load, view.racks)
         state = _plan(state, part, health, load, view.racks, busy)
+        balance = balancing.get((part.topic, part.partition))
+        if balance is not None and state.key() == start.key():
+            why = f"balance: {balance.describe()}"
+            state = replace(state, move=balance, reasons=state.note(why))
         state = _moving(state, part, health)
         if state.key() != start.key():
             changes.append(

@@ -60,6 +60,8 @@ class Settings:
 
     heartbeat_timeout: float = 2.0  # no heartbeat for longer: the node is dead
     replace_after: float = 60.0  # a replica down this long is placed elsewhere
+    #: ``--auto-balance``: lookupd balances by itself unless ``/cluster/balance`` said otherwise
+    auto_balance: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +74,11 @@ class View:
     racks: Mapping[str, str] = field(default_factory=dict)  # node -> its ``--rack``
     #: nodes being drained (``/cluster/node/remove``): their copies move elsewhere
     removing: frozenset[str] = frozenset()
+    #: start balancing moves on a settled cluster (:mod:`lookupd.core.balance`)
+    balance: bool = False
+    #: a rolling upgrade is in progress (``/cluster/upgrade/begin``): a down node's replicas
+    #: are not replaced (it is restarting), nothing is balanced
+    upgrading: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,7 @@ Layout under ``/pnsq/<cluster-id>/``:
   meta, partitions, leaders, replicas, in-sync sets, epochs;
 * ``deleted/<name>`` — a deleted topic's tombstone (the wall time of the deletion);
 * ``removing/<node>`` — a node being drained (the wall time it was asked);
+* ``switches/<name>`` — an operator's switch (:class:`~lookupd.core.switches.Switches`);
 * ``leader`` — the elected lookupd (its :class:`NodeInfo` JSON), attached to its lease;
 * ``lookupds/<id>`` — every live lookupd (its :class:`NodeInfo` JSON), each on its own lease.
 """
@@ -25,13 +26,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.placement import from_document, to_document
+from ..core.switches import Switches
 from ..state.store import Stored
 
 TOPICS = "topics/"
 DELETED = "deleted/"
 REMOVING = "removing/"
+SWITCHES = "switches/"
 #: the prefixes of the metadata keys (:func:`encode_stored`)
-METADATA = (TOPICS, DELETED, REMOVING)
+METADATA = (TOPICS, DELETED, REMOVING, SWITCHES)
 LEADER = "leader"
 LOOKUPDS = "lookupds/"
 #: etcd refuses a transaction with more operations (its --max-txn-ops default is 128)
@@ -192,6 +195,8 @@ def encode_stored(stored: Stored) -> dict[str, bytes]:
         keys[DELETED + name] = repr(float(when)).encode()
     for node, when in stored.removing.items():
         keys[REMOVING + node] = repr(float(when)).encode()
+    for name, value in stored.switches.to_values().items():
+        keys[SWITCHES + name] = value.encode()
     return keys
 
 
@@ -199,6 +204,7 @@ def decode_stored(values: Mapping[str, bytes]) -> Stored:
     """Read :func:`encode_stored`'s keys back (other keys are ignored). Raises
     :class:`EtcdReplyError` for a value that is not pnsq's."""
     stored = Stored()
+    switches: dict[str, object] = {}
     try:
         for key, value in values.items():
             if key.startswith(TOPICS):
@@ -208,6 +214,9 @@ def decode_stored(values: Mapping[str, bytes]) -> Stored:
                 stored.deleted[key[len(DELETED) :]] = float(value)
             elif key.startswith(REMOVING):
                 stored.removing[key[len(REMOVING) :]] = float(value)
+            elif key.startswith(SWITCHES):
+                switches[key[len(SWITCHES) :]] = value.decode()
+        stored.switches = Switches.from_values(switches)
     except (ValueError, TypeError, AttributeError) as exc:
         raise EtcdReplyError(f"metadata in etcd is not pnsq's: {key}: {exc}") from exc
     return stored

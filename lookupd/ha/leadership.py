@@ -22,6 +22,7 @@ import trio
 
 from ..core.election import CAMPAIGN_INTERVAL, KEEPALIVE_INTERVAL, TTL, Lease, Role, decide_role
 from ..core.placement import TopicPlacement
+from ..core.switches import Switches
 from ..state.cluster import Cluster
 from ..state.store import Stored, UnavailableError
 from ..state.supervisor import Supervisor
@@ -69,12 +70,15 @@ class EtcdStore:
         placements: list[TopicPlacement],
         deleted: dict[str, float],
         removing: dict[str, float],
+        switches: Switches,
     ) -> None:
         """Write what changed since the last load or save, fenced (see the module doc).
         Raises :class:`UnavailableError` (an :class:`EtcdError` when etcd is unreachable)."""
         if self.fence is None:
             raise UnavailableError("not the leader lookupd: metadata is read-only here")
-        wanted = codec.encode_stored(Stored({p.name: p for p in placements}, deleted, removing))
+        wanted = codec.encode_stored(
+            Stored({p.name: p for p in placements}, deleted, removing, switches)
+        )
         change = codec.diff(self.known, wanted)
         for body in codec.txn_batches(change, self.prefix, self.revisions, self.fence):
             succeeded, revision = await self.client.txn(body)

@@ -82,6 +82,7 @@ class LookupHTTP:
         *,
         ha: HighAvailability | None = None,
         secret: bytes = b"",
+        auto_balance: bool = True,
     ) -> None:
         self.cluster = cluster
         self._credential = http_credential(secret).encode() if secret else None
@@ -93,7 +94,7 @@ class LookupHTTP:
         self.pnsq = PnsqEndpoints(cluster, metrics)
         #: topic/channel create, change, delete and tombstone
         self.admin = AdminEndpoints(cluster)
-        self.cluster_admin = ClusterEndpoints(cluster)
+        self.cluster_admin = ClusterEndpoints(cluster, auto_balance)
         get = {"GET"}
         self.routes: dict[str, tuple[set[str], Route]] = {
             "/ping": (get, Route(self.ping)),
@@ -128,6 +129,18 @@ class LookupHTTP:
                 Route(self.cluster_admin.node_remove, control=True),
             ),
             "/cluster/stats": (get, Route(self.cluster_admin.stats, control=True)),
+            "/cluster/balance": (
+                {"GET", "POST"},
+                Route(self.cluster_admin.balance, control=True),
+            ),
+            "/cluster/upgrade/begin": (
+                {"POST"},
+                Route(self.cluster_admin.upgrade_begin, control=True),
+            ),
+            "/cluster/upgrade/done": (
+                {"POST"},
+                Route(self.cluster_admin.upgrade_done, control=True),
+            ),
             ASSIGNMENTS_PATH: (get, Route(self.pnsq.assignments, control=True)),
             PROGRESS_PATH: ({"POST"}, Route(self.pnsq.progress, body=True, control=True)),
             LEAVING_PATH: ({"POST"}, Route(self.pnsq.leaving, control=True)),

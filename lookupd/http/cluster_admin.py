@@ -16,17 +16,36 @@
   ``removing``. ``stable``: no move in progress, nothing offline, every partition with its
   topic's ``replicator`` copies all in sync, nothing left on a node being drained.
 
-Both are cluster control (the credential, docs/security.md); the first is a write that a
-follower lookupd forwards to the leader; the second answers from the saved metadata, which a
-follower holds too.
+* ``GET /cluster/balance`` — whether lookupd balances by itself (:mod:`lookupd.core.balance`);
+  ``POST /cluster/balance?enable=true|false`` switches it (saved: it outlives a restart and a
+  change of leader lookupd)::
+
+      {"enabled": bool, "auto_balance": bool, "upgrading": bool, "balanced": bool,
+       "moves": N}
+
+  ``enabled``: the switch as it stands (``auto_balance``: the flag it defaults to); balancing
+  runs while ``enabled`` and not ``upgrading``; ``balanced``: no balancing move is left to
+  make; ``moves``: moves in progress (balancing's and the operator's).
+* ``POST /cluster/upgrade/begin`` and ``/done`` (youzan's) — a rolling upgrade: between them a
+  node that goes down is not replaced (it is restarting) and nothing is balanced; a node that
+  leaves by SIGTERM hands its leaderships over first, as always. Answers
+  ``{"upgrading": bool, "since": <wall time of the begin> | null}``.
+
+All are cluster control (the credential, docs/security.md). The writes, and
+``/cluster/balance`` (the balance is judged from the live registry, which the leader holds),
+are forwarded by a follower lookupd to the leader; ``/cluster/stats`` answers from the saved
+metadata, which a follower holds too.
 """
 
 from __future__ import annotations
 
 import logging
 
+from ..core.balance import plan_balance, spread
+from ..core.decide import Settings
 from ..core.stats import NodeCopies, copies, is_stable
 from ..state.cluster import Cluster, PlacementError, StoreError
+from ..state.supervisor import view_of
 from .admin import store_error
 from .base import HTTPError, Reply, Request
 
@@ -36,8 +55,9 @@ log = logging.getLogger("nsqlookupd.http")
 class ClusterEndpoints:
     """The handlers (see the module doc), on ``cluster``."""
 
-    def __init__(self, cluster: Cluster) -> None:
+    def __init__(self, cluster: Cluster, auto_balance: bool = True) -> None:
         self.cluster = cluster
+        self.auto_balance = auto_balance  # lookupd's --auto-balance
 
     async def node_remove(self, request: Request) -> Reply:
         """``/cluster/node/remove?remove_node=`` (``restore=true`` to undo)."""
@@ -91,4 +111,59 @@ class ClusterEndpoints:
                 }
             )
         stable = is_stable(placements, cluster.offline, cluster.saved_removing)
-        return {"stable": stable, "node_stat_list": listed}
+        state = self.balance_state()
+        return {
+            "stable": stable,
+            "node_stat_list": listed,
+            "balanced": state["balanced"],
+            "balance_enabled": state["enabled"],
+            "upgrading": state["upgrading"],
+            "moves": state["moves"],
+        }
+
+    async def balance(self, request: Request) -> Reply:
+        """``/cluster/balance`` (``POST ?enable=true|false``: switch it)."""
+        if request.method == "POST":
+            enable = request.arg("enable")
+            if enable not in ("true", "false"):
+                raise HTTPError(400, "INVALID_ARG_ENABLE: true or false")
+            try:
+                await self.cluster.set_switches(balance=enable == "true")
+            except StoreError as exc:
+                raise store_error("-", exc) from None
+        return self.balance_state()
+
+    def balance_state(self) -> dict[str, object]:
+        """``/cluster/balance``'s reply (see the module doc)."""
+        cluster = self.cluster
+        switches = cluster.saved_switches
+        view = view_of(cluster, Settings(), cluster.clock())
+        nodes = cluster.placeable_nodes()
+        balanced = spread(view.partitions, nodes).even or not plan_balance(
+            view.partitions, nodes, cluster.racks()
+        )
+        return {
+            "enabled": self.auto_balance if switches.balance is None else switches.balance,
+            "auto_balance": self.auto_balance,
+            "upgrading": switches.upgrading_since is not None,
+            "balanced": balanced,
+            "moves": sum(len(p.moves) for p in cluster.saved_placements.values()),
+        }
+
+    async def upgrade_begin(self, request: Request) -> Reply:
+        """``/cluster/upgrade/begin``."""
+        return await self._upgrade(True)
+
+    async def upgrade_done(self, request: Request) -> Reply:
+        """``/cluster/upgrade/done``."""
+        return await self._upgrade(False)
+
+    async def _upgrade(self, upgrading: bool) -> Reply:
+        try:
+            switches = await self.cluster.set_switches(upgrading=upgrading)
+        except StoreError as exc:
+            raise store_error("-", exc) from None
+        return {
+            "upgrading": switches.upgrading_since is not None,
+            "since": switches.upgrading_since,
+        }

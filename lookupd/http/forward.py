@@ -39,6 +39,9 @@ WRITE_PATHS = frozenset(
         "/topic/partition/expand",
         "/topic/partition/move",
         "/cluster/node/remove",
+        "/cluster/balance",
+        "/cluster/upgrade/begin",
+        "/cluster/upgrade/done",
         "/pnsq/leaving",
     }
 )

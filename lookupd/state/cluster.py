@@ -74,7 +74,7 @@ class Cluster(Operations):
         """Read the stored placements; each stored topic gets its registration key back."""
         stored = self.store.load()
         self.placements, self.deleted = stored.placements, stored.deleted
-        self.removing = stored.removing
+        self.removing, self.switches = stored.removing, stored.switches
         self._as_saved()
         for name in self.placements:
             self.registry.add_topic(name)
@@ -85,7 +85,7 @@ class Cluster(Operations):
         """HA mode, on a follower (or a leader taking over): the metadata as the leader saved
         it replaces this lookupd's copy, and the long-polls of the nodes hear of it."""
         same = stored.placements == self.placements and stored.deleted == self.deleted
-        if same and stored.removing == self.removing:
+        if same and (stored.removing, stored.switches) == (self.removing, self.switches):
             return
         for name in stored.deleted.keys() - self.deleted.keys():  # deleted by the leader
             self.registry.delete_topic(name)

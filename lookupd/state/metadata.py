@@ -17,12 +17,16 @@ import trio
 from trio.lowlevel import ParkingLot
 
 from ..core.placement import TopicPlacement
+from ..core.switches import Switches
 from .store import MetadataStore, Stored, StoreError, UnavailableError
 
 log = logging.getLogger("nsqlookupd.cluster")
 
-#: HA mode: saves the placements, tombstones and nodes being drained (in etcd), raising StoreError
-Saver = Callable[[list[TopicPlacement], dict[str, float], dict[str, float]], Awaitable[None]]
+#: HA mode: saves the placements, tombstones, nodes being drained and switches (in etcd),
+#: raising StoreError
+Saver = Callable[
+    [list[TopicPlacement], dict[str, float], dict[str, float], Switches], Awaitable[None]
+]
 
 
 class Metadata:
@@ -37,11 +41,14 @@ class Metadata:
         #: nodes being drained (``/cluster/node/remove``; node -> wall time it was asked): their
         #: copies move elsewhere and they take no new one
         self.removing: dict[str, float] = {}
+        #: the operator's switches (:mod:`lookupd.core.switches`)
+        self.switches = Switches()
         #: the placements and deletions as last saved: all the nodes are told (a decision in
         #: memory not yet on disk may still be rolled back, so no node may act on it)
         self.saved_placements: dict[str, TopicPlacement] = {}
         self.saved_deleted: dict[str, float] = {}
         self.saved_removing: dict[str, float] = {}
+        self.saved_switches = Switches()
         self._version = 0  # bumped on every placement change
         self._saved = 0  # the version on disk
         self._saved_waiters = ParkingLot()  # long-polls of /pnsq/assignments
@@ -72,6 +79,7 @@ class Metadata:
         """``stored``, saved by the leader lookupd, replaces this copy; it is on disk."""
         self.placements, self.deleted = dict(stored.placements), dict(stored.deleted)
         self.removing = dict(stored.removing)
+        self.switches = stored.switches
         self._as_saved()
         self._version += 1
         self._saved = self._version
@@ -81,6 +89,7 @@ class Metadata:
         """The placements and deletions in memory are what is on disk (loaded or followed)."""
         self.saved_placements, self.saved_deleted = dict(self.placements), dict(self.deleted)
         self.saved_removing = dict(self.removing)
+        self.saved_switches = self.switches
 
     def _changed(self) -> None:
         self._version += 1
@@ -97,15 +106,16 @@ class Metadata:
             if not self.leading:
                 raise UnavailableError("not the leader lookupd: metadata is read-only here")
             version, placements, deleted = self._version, dict(self.placements), dict(self.deleted)
-            removing = dict(self.removing)
+            removing, switches = dict(self.removing), self.switches
             snapshot = list(placements.values())
             if self.saver is not None:
-                await self.saver(snapshot, deleted, removing)
+                await self.saver(snapshot, deleted, removing, switches)
             else:
-                await trio.to_thread.run_sync(self.store.save, snapshot, deleted, removing)
+                save = self.store.save
+                await trio.to_thread.run_sync(save, snapshot, deleted, removing, switches)
             self._saved = version
             self.saved_placements, self.saved_deleted = placements, deleted
-            self.saved_removing = removing
+            self.saved_removing, self.saved_switches = removing, switches
             self._saved_waiters.unpark_all()  # decisions reach the nodes once they are on disk
 
     @property

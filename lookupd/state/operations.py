@@ -16,6 +16,7 @@ from trio.lowlevel import ParkingLot
 from ..core.liveness import Liveness
 from ..core.moves import Move, MoveError, check_move
 from ..core.placement import PlacementError, TopicPlacement, expand, leader_load
+from ..core.switches import Switches
 from .metadata import Metadata
 from .store import StoreError
 
@@ -112,6 +113,33 @@ class Operations(Metadata):
             raise
         log.info("NODE(%s): %s", node, "kept" if restore else "being drained")
         self.events.unpark_all()
+
+    async def set_switches(
+        self, *, balance: bool | None = None, upgrading: bool | None = None
+    ) -> Switches:
+        """``/cluster/balance?enable=`` (``balance``) and ``/cluster/upgrade/begin`` and
+        ``/done`` (``upgrading``): the switches as saved, persisted before returning (a switch
+        left None is kept). Raises :class:`StoreError`."""
+        self._check_leading()
+        before = self.switches
+        after = before
+        if balance is not None:
+            after = replace(after, balance=balance)
+        if upgrading is not None and upgrading != (after.upgrading_since is not None):
+            after = replace(after, upgrading_since=self.clock() if upgrading else None)
+        if after == before:
+            return after
+        self.switches = after
+        self._changed()
+        try:
+            await self.flush()
+        except StoreError:
+            self.switches = before
+            self._changed()
+            raise
+        log.info("CLUSTER: switches %s", after.to_values() or "at their defaults")
+        self.events.unpark_all()
+        return after
 
     async def expand_topic(self, name: str, partition_num: int) -> TopicPlacement:
         """youzan's ``/topic/partition/expand``. Raises KeyError, :class:`PlacementError`,

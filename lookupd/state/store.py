@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core.placement import TopicPlacement, from_document, to_document
+from ..core.switches import Switches
 
 log = logging.getLogger("nsqlookupd.store")
 
@@ -43,6 +44,8 @@ class Stored:
     deleted: dict[str, float] = field(default_factory=dict)
     #: nodes being drained (``/cluster/node/remove``): node id -> the wall time it was asked
     removing: dict[str, float] = field(default_factory=dict)
+    #: the operator's switches (balancing, rolling upgrade)
+    switches: Switches = field(default_factory=Switches)
 
 
 class MetadataStore:
@@ -75,6 +78,7 @@ class MetadataStore:
                 {name: from_document(name, entry) for name, entry in topics.items()},
                 {str(name): float(when) for name, when in deleted.items()},
                 {str(node): float(when) for node, when in removing.items()},
+                Switches.from_values(document.get("switches", {})),
             )
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise StoreError(f"{self.path} is not a valid metadata file: {exc}") from exc
@@ -84,9 +88,10 @@ class MetadataStore:
         placements: Iterable[TopicPlacement],
         deleted: Mapping[str, float] | None = None,
         removing: Mapping[str, float] | None = None,
+        switches: Switches | None = None,
     ) -> None:
-        """Replace the file with ``placements`` (and tombstones, and the nodes being drained),
-        atomically and durably."""
+        """Replace the file with ``placements`` (and tombstones, the nodes being drained and the
+        switches), atomically and durably."""
         if self.directory is None or self.path is None:
             return
         document = {
@@ -94,6 +99,7 @@ class MetadataStore:
             "topics": {p.name: to_document(p) for p in sorted(placements, key=lambda p: p.name)},
             "deleted": dict(sorted((deleted or {}).items())),
             "removing": dict(sorted((removing or {}).items())),
+            "switches": (switches or Switches()).to_values(),
         }
         data = json.dumps(document, indent=1, sort_keys=True).encode() + b"\n"
         try:

@@ -60,6 +60,8 @@ def view_of(cluster: Cluster, settings: Settings, now: float) -> View:
         settings,
         cluster.racks(),
         frozenset(cluster.removing),
+        balance=cluster.switches.balancing(settings.auto_balance),
+        upgrading=cluster.switches.upgrading_since is not None,
     )
 
 

@@ -382,6 +382,7 @@ KINDS = (
     "new copy",
     "dropped",
     "drain",
+    "balance",
 )
 
 
@@ -404,8 +405,9 @@ class Cluster(RuleBasedStateMachine):
         count=st.integers(3, 5),
         factors=st.lists(st.integers(2, 3), min_size=1, max_size=3),
         unclean=st.lists(st.booleans(), min_size=3, max_size=3),
+        balance=st.booleans(),
     )
-    def start(self, count: int, factors: list[int], unclean: list[bool]) -> None:
+    def start(self, count: int, factors: list[int], unclean: list[bool], balance: bool) -> None:
         names = [f"n{i}" for i in range(count)]
         self.nodes = {n: NodeView(connected=True, last_heartbeat=0.0) for n in names}
         parts = []
@@ -424,7 +426,7 @@ class Cluster(RuleBasedStateMachine):
             )
             self.history[("t", index)] = {0: copies[0]}
             self.factors[("t", index)] = factor
-        self.view = View(self.nodes, tuple(parts))
+        self.view = View(self.nodes, tuple(parts), balance=balance)
         self.settle()
 
     # -- events
@@ -510,6 +512,11 @@ class Cluster(RuleBasedStateMachine):
         parts = list(self.view.partitions)
         parts[index] = replace(target, move=checked)
         self.view = replace(self.view, partitions=tuple(parts))
+        self.settle()
+
+    @rule()
+    def upgrade_switched(self) -> None:
+        self.view = replace(self.view, upgrading=not self.view.upgrading)
         self.settle()
 
     @rule(data=st.data())

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from lookupd.core.election import Lease, Role, decide_role
 from lookupd.core.placement import TopicMeta, TopicPlacement
+from lookupd.core.switches import Switches
 from lookupd.ha.leadership import codec
 from lookupd.state.store import Stored
 from protocol.lookup import PartitionAssignment
@@ -25,6 +26,11 @@ def test_metadata_round_trips_through_keys() -> None:
     keys = codec.encode_stored(draining)
     assert sorted(keys) == ["deleted/gone", "removing/c:1", "topics/t"]
     assert codec.decode_stored(keys) == draining
+    switched = Stored(_stored().placements, switches=Switches(balance=False, upgrading_since=7.5))
+    keys = codec.encode_stored(switched)
+    assert keys["switches/balance"] == b"false"
+    assert keys["switches/upgrading_since"] == b"7.5"
+    assert codec.decode_stored(keys) == switched
 
 
 def test_diff_and_fenced_txn() -> None:

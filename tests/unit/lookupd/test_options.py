@@ -105,6 +105,9 @@ def test_usage_matches_go_nsqlookupd() -> None:
         " leaderships move to in-sync replicas (default 2s)\n",
         "  -replica-replace-after duration\n    \t[pnsq] a replica dead this long is replaced by"
         " a new one on a live node (default 5m0s)\n",
+        "  -auto-balance\n    \t[pnsq] move replicas and leaderships until every node holds and"
+        " leads within one of the mean (/cluster/balance switches it at run time) (default"
+        " true)\n",
         # youzan's HA flags (lookupd/ha/leadership.py)
         "  -cluster-id string\n    \tthe cluster id used for separating different nsq cluster\n",
         "  -cluster-leadership-addresses string\n    \tcluster leadership server list (etcd v3"
