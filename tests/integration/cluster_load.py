@@ -22,23 +22,27 @@ class RackedCluster:
     """A pnsq lookupd and nsqd a, b, c on racks r-a, r-b, r-c, on fixed ports (a restarted
     daemon keeps its address; a restarted lookupd its metadata)."""
 
-    def __init__(self, work: Path, *nsqd_flags: str) -> None:
+    def __init__(self, work: Path, *nsqd_flags: str, lookupd_flags: tuple[str, ...] = ()) -> None:
+        self.work = work
+        self.nsqd_flags = nsqd_flags
         self.lookupd = pnsq_lookupd(
             work / "lookupd",
             "--heartbeat-timeout=2s",
             f"--tcp-address=127.0.0.1:{free_port()}",
             f"--http-address=127.0.0.1:{free_port()}",
+            *lookupd_flags,
         ).start()
-        self.nodes: list[Daemon] = [
-            pnsq_nsqd(
-                work / name,
-                f"--lookupd-tcp-address={self.lookupd.tcp_address}",
-                f"--tcp-address=127.0.0.1:{free_port()}",
-                f"--rack=r-{name}",
-                *nsqd_flags,
-            ).start()
-            for name in "abc"
-        ]
+        self.nodes: list[Daemon] = [self.node(name) for name in "abc"]
+
+    def node(self, name: str) -> Daemon:
+        """A new nsqd ``name`` on rack ``r-<name>``, started (not added to :attr:`nodes`)."""
+        return pnsq_nsqd(
+            self.work / name,
+            f"--lookupd-tcp-address={self.lookupd.tcp_address}",
+            f"--tcp-address=127.0.0.1:{free_port()}",
+            f"--rack=r-{name}",
+            *self.nsqd_flags,
+        ).start()
 
     def node_id(self, node: Daemon) -> str:
         return f"127.0.0.1:{node.tcp_port}"
