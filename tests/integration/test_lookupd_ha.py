@@ -216,6 +216,9 @@ def test_kill_9_of_the_leader_is_taken_over_and_failover_goes_on(ha_nodes: HAClu
     old = ha_nodes.leader()
     survivor = ha_nodes.follower()
     wait_for(lambda: _partitions(survivor, "ka"), what="placement on the follower")
+    # the operator's switches, one asked on the follower (forwarded), go to etcd with the rest
+    assert json.loads(post(survivor, "/cluster/balance?enable=false")[1])["enabled"] is False
+    assert json.loads(post(old, "/cluster/upgrade/begin")[1])["upgrading"] is True
     old.kill()
     killed_at = time.monotonic()
     wait_for(
@@ -229,6 +232,8 @@ def test_kill_9_of_the_leader_is_taken_over_and_failover_goes_on(ha_nodes: HAClu
     took = time.monotonic() - killed_at
     print(f"takeover after the leader's kill -9: {took:.2f} s")
     assert took <= 5.0 + 1.0  # TTL 3 s + etcd's expiry tick + campaign interval (+ test polling)
+    switches = get_json(survivor, "/cluster/balance")  # as the new leader read them from etcd
+    assert (switches["enabled"], switches["upgrading"]) == (False, True)
 
     # the new leader places ...
     status, body = post(survivor, "/topic/create?topic=kb&partition_num=1&replicator=2")
