@@ -1,0 +1,150 @@
+"""Idempotent publishing, the partition's side: what each producer last stored, so a retried
+publish is acknowledged again without being stored again (Kafka's idempotent producer, Pulsar's
+broker-side deduplication). Pure: no I/O, no Trio, time is a parameter.
+
+A producer names itself (a 64-bit id) and numbers its messages to each partition: 0, 1, 2, ...
+A publish of ``count`` messages carries the number of its first (``first``); it takes
+``first .. first + count - 1``. Per partition, :class:`Producers` keeps for every producer the
+last number stored and its last :data:`RECENT` publishes (their numbers and the offset of their
+last message), and judges each new publish (:meth:`Producers.check`):
+
+* the next numbers (``first == last + 1``), or a producer it does not know (new, expired, or
+  every publish it knew of truncated away): **append** (and :meth:`Producers.record` it once
+  appended);
+* numbers all stored already (``first + count - 1 <= last``): a **duplicate**, acknowledged
+  without being stored once the offset :meth:`check` returns is acknowledged (the first try
+  may still be waiting for its replicas): the offset of the recent publish holding its last
+  number, or, for one older than those, of the oldest recent one (acknowledged after it);
+* anything else — numbers skipped (a gap: a publish lost in between, or a producer that
+  restarted its numbering without a new id), or a publish partly stored and partly new:
+  :class:`SequenceError`, refused without storing.
+
+The state must follow the log: it is rebuilt from the records' producer stamps after a restart
+or when the log is truncated (a replica that follows a new leader), so each record carries its
+producer and number. A producer idle for ``ttl`` seconds is forgotten (:meth:`expire`); so is
+the least recently used one past ``limit`` producers.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+from enum import Enum
+
+from .errors import BrokerError
+
+#: recent publishes kept per producer: a retry of any of them is still told a duplicate
+RECENT = 5
+
+
+class SequenceError(BrokerError):
+    """A publish whose numbers do not follow the producer's last ones; ``str()`` is the text
+    of the non-fatal wire error."""
+
+
+class Verdict(Enum):
+    APPEND = "append"
+    DUPLICATE = "duplicate"
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """One publish stored: numbers ``first .. last``, its last message at ``offset``."""
+
+    first: int
+    last: int
+    offset: int
+
+
+@dataclass(slots=True)
+class _Producer:
+    recent: deque[Stored] = field(default_factory=lambda: deque(maxlen=RECENT))
+    touched: float = 0.0  # last publish (appended or told a duplicate)
+
+    @property
+    def last(self) -> int:
+        return self.recent[-1].last
+
+
+class Producers:
+    """Every producer's recent publishes to one partition (see the module doc)."""
+
+    def __init__(self, ttl: float, limit: int) -> None:
+        self.ttl = ttl
+        self.limit = limit
+        self._producers: OrderedDict[int, _Producer] = OrderedDict()  # least recent first
+
+    def __len__(self) -> int:
+        return len(self._producers)
+
+    def check(self, producer: int, first: int, count: int, now: float) -> tuple[Verdict, int]:
+        """The verdict on a publish of ``count`` messages numbered from ``first``, and for a
+        duplicate the offset to wait for (-1 for an append). Raises :class:`SequenceError`."""
+        known = self._producers.get(producer)
+        if known is None:
+            return Verdict.APPEND, -1
+        last = first + count - 1
+        if first == known.last + 1:
+            return Verdict.APPEND, -1
+        if last <= known.last:  # stored already: acknowledged once what holds ``last`` is
+            known.touched = now
+            self._producers.move_to_end(producer)
+            holding = next((s for s in known.recent if s.first <= last <= s.last), None)
+            return Verdict.DUPLICATE, (holding or known.recent[0]).offset
+        if first > known.last:
+            raise SequenceError(
+                f"E_PUB_SEQUENCE_GAP producer {producer:016x} expected sequence "
+                f"{known.last + 1}, got {first}"
+            )
+        raise SequenceError(
+            f"E_PUB_SEQUENCE_OUT_OF_ORDER producer {producer:016x} sequence {first}-{last} "
+            f"overlaps what was stored (last {known.last})"
+        )
+
+    def record(self, producer: int, first: int, count: int, offset: int, now: float) -> None:
+        """A publish appended: numbers ``first ..`` of ``producer``, its last message at
+        ``offset`` (also as a replica, and when the log is read back)."""
+        known = self._producers.get(producer)
+        if known is None:
+            known = self._producers[producer] = _Producer()
+        elif known.recent and first != known.last + 1:
+            known.recent.clear()  # a producer that started over (after an expiry elsewhere)
+        known.recent.append(Stored(first, first + count - 1, offset))
+        known.touched = now
+        self._producers.move_to_end(producer)
+        while len(self._producers) > self.limit:
+            self._producers.popitem(last=False)
+
+    def truncate(self, offset: int) -> None:
+        """The log was cut at ``offset``: publishes from there on are gone. A producer keeps
+        the ones before (when none is left it is forgotten: its next publish appends)."""
+        for producer in list(self._producers):
+            known = self._producers[producer]
+            while known.recent and known.recent[-1].offset >= offset:
+                known.recent.pop()
+            if not known.recent:
+                del self._producers[producer]
+
+    def expire(self, now: float) -> int:
+        """Forget producers idle for ``ttl``; returns how many."""
+        idle = [p for p, known in self._producers.items() if now - known.touched >= self.ttl]
+        for producer in idle:
+            del self._producers[producer]
+        return len(idle)
+
+    def snapshot(self) -> list[tuple[int, float, list[tuple[int, int, int]]]]:
+        """Every producer as ``(id, touched, [(first, last, offset), ...])``, least recent
+        first: what a checkpoint keeps."""
+        return [
+            (producer, known.touched, [(s.first, s.last, s.offset) for s in known.recent])
+            for producer, known in self._producers.items()
+        ]
+
+    def restore(self, rows: list[tuple[int, float, list[tuple[int, int, int]]]]) -> None:
+        """Replace the state with a :meth:`snapshot`."""
+        self._producers.clear()
+        for producer, touched, recent in rows:
+            known = _Producer(touched=touched)
+            known.recent.extend(Stored(*entry) for entry in recent)
+            if known.recent:
+                self._producers[producer] = known

@@ -1,0 +1,101 @@
+"""nsqd/core/producers.py: a producer's retries are told duplicates, its next numbers append,
+gaps and overlaps are refused; the state follows truncation, expiry and a snapshot."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, strategies as st
+
+from nsqd.core.producers import RECENT, Producers, SequenceError, Verdict
+
+P = 0xABCDEF
+
+
+def test_a_new_producer_appends_from_any_number_then_only_the_next() -> None:
+    producers = Producers(ttl=60.0, limit=10)
+    assert producers.check(P, 7, 3, 0.0) == (Verdict.APPEND, -1)
+    producers.record(P, 7, 3, offset=102, now=0.0)
+    assert producers.check(P, 10, 1, 0.0) == (Verdict.APPEND, -1)
+    assert producers.check(P, 7, 3, 0.0) == (Verdict.DUPLICATE, 102)
+    assert producers.check(P, 8, 1, 0.0) == (Verdict.DUPLICATE, 102)  # part of a stored batch
+    with pytest.raises(SequenceError, match=r"E_PUB_SEQUENCE_GAP .* expected sequence 10, got 12"):
+        producers.check(P, 12, 1, 0.0)
+    with pytest.raises(SequenceError, match="E_PUB_SEQUENCE_OUT_OF_ORDER"):
+        producers.check(P, 9, 2, 0.0)  # 9 stored, 10 not
+    assert len(producers) == 1
+
+
+def test_a_retry_older_than_the_recent_publishes_waits_for_the_oldest_kept() -> None:
+    producers = Producers(ttl=60.0, limit=10)
+    for number in range(RECENT + 3):
+        producers.record(P, number, 1, offset=number * 10, now=0.0)
+    oldest_kept = (3) * 10  # numbers 3..7 are the recent ones
+    assert producers.check(P, 0, 1, 0.0) == (Verdict.DUPLICATE, oldest_kept)
+    assert producers.check(P, 5, 1, 0.0) == (Verdict.DUPLICATE, 50)
+
+
+def test_truncation_forgets_what_the_log_lost() -> None:
+    producers = Producers(ttl=60.0, limit=10)
+    producers.record(P, 0, 2, offset=1, now=0.0)
+    producers.record(P, 2, 2, offset=3, now=0.0)
+    producers.record(2, 0, 1, offset=4, now=0.0)
+    producers.truncate(3)  # offsets 3 and 4 gone
+    assert producers.check(P, 2, 2, 0.0) == (Verdict.APPEND, -1)  # stored no more: again
+    assert producers.check(P, 0, 2, 0.0) == (Verdict.DUPLICATE, 1)
+    assert producers.check(2, 0, 1, 0.0) == (Verdict.APPEND, -1)  # forgotten altogether
+    assert len(producers) == 1
+
+
+def test_idle_producers_expire_and_the_least_recent_goes_past_the_limit() -> None:
+    producers = Producers(ttl=60.0, limit=2)
+    producers.record(1, 0, 1, offset=0, now=0.0)
+    producers.record(2, 0, 1, offset=1, now=30.0)
+    assert producers.check(1, 0, 1, now=40.0)[0] is Verdict.DUPLICATE  # touches 1
+    producers.record(3, 0, 1, offset=2, now=41.0)  # over the limit: 2 is the least recent
+    assert [row[0] for row in producers.snapshot()] == [1, 3]
+    assert producers.expire(now=100.0) == 1  # 1 idle since 40
+    assert [row[0] for row in producers.snapshot()] == [3]
+
+
+def test_a_snapshot_restores_the_same_verdicts() -> None:
+    producers = Producers(ttl=60.0, limit=10)
+    producers.record(P, 0, 4, offset=9, now=1.0)
+    producers.record(5, 10, 1, offset=10, now=2.0)
+    again = Producers(ttl=60.0, limit=10)
+    again.restore(producers.snapshot())
+    assert again.snapshot() == producers.snapshot()
+    assert again.check(P, 0, 4, 3.0) == (Verdict.DUPLICATE, 9)
+    assert again.check(5, 11, 1, 3.0) == (Verdict.APPEND, -1)
+
+
+@given(
+    sizes=st.lists(st.integers(1, 4), min_size=1, max_size=30),
+    retries=st.lists(st.integers(0, 29), max_size=30),
+    rebuild=st.booleans(),
+)
+def test_every_number_is_stored_once_whatever_is_retried(
+    sizes: list[int], retries: list[int], rebuild: bool
+) -> None:
+    """A producer publishes batches; after each, some earlier batch is sent again. The log
+    (offset -> number) holds each number once, in order, and every retry waits for an offset
+    at or after the retried batch's last message."""
+    producers = Producers(ttl=1e9, limit=100)
+    log: list[int] = []
+    sent: list[tuple[int, int]] = []
+    number = 0
+    for index, size in enumerate(sizes):
+        assert producers.check(P, number, size, 0.0) == (Verdict.APPEND, -1)
+        log.extend(range(number, number + size))
+        producers.record(P, number, size, offset=len(log) - 1, now=0.0)
+        sent.append((number, size))
+        number += size
+        if rebuild:  # as after a restart: the state read back from the log, record by record
+            producers = Producers(ttl=1e9, limit=100)
+            for offset, stored in enumerate(log):
+                producers.record(P, stored, 1, offset=offset, now=0.0)
+        if index < len(retries) and retries[index] < len(sent):
+            first, count = sent[retries[index]]
+            verdict, wait = producers.check(P, first, count, 0.0)
+            assert verdict is Verdict.DUPLICATE
+            assert wait >= log.index(first + count - 1)
+    assert log == list(range(number))
