@@ -11,6 +11,7 @@ from ..storage.errors import StorageError as StorageError
 from ..storage.frame_runs import FrameLayout as FrameLayout
 from ..storage.handles import HandleCache as HandleCache
 from ..storage.record import NewRecord as NewRecord, Record as Record
+from ..storage.stamp import header_of as ext_header
 from .broker import Broker as Broker, open_broker as open_broker
 from .channel import Channel as Channel
 from .config import BrokerConfig as BrokerConfig
@@ -46,6 +47,7 @@ __all__ = [
     "TopicPartitionStatistics",
     "TopicStatistics",
     "TopicView",
+    "ext_header",
     "join_batches",
     "new_records",
     "offset_at",

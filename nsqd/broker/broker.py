@@ -33,6 +33,7 @@ from ..storage.disk import is_out_of_space
 from ..storage.errors import StorageError
 from ..storage.handles import HandleCache
 from ..storage.record import NewRecord, Record
+from . import idempotence
 from .acking import Acking
 from .assignments import apply_assignments
 from .changes import Changes
@@ -237,6 +238,38 @@ class Broker:
         if target.unsynced >= sync_every:
             self.syncs.request()
         return records
+
+    def publish_numbered(
+        self,
+        topic_name: str,
+        entries: Sequence[NewRecord],
+        partition: int,
+        producer: int,
+        first: int,
+    ) -> Sequence[Record] | int:
+        """:meth:`publish` of ``producer``'s messages numbered from ``first`` (idempotent
+        publishing, :mod:`.idempotence`): the records appended, or, when they were stored
+        already, the offset to acknowledge them at (:meth:`wait_stored`). Raises
+        :class:`~nsqd.core.producers.SequenceError` for numbers that do not follow."""
+        if self.exiting:
+            raise ExitingError
+        topic = self.topics.get(topic_name) or self.auto_create_topic(topic_name, partition)
+        target = topic.pick_partition(partition)
+        now = self.clock.now()
+
+        def append(numbered: Sequence[NewRecord]) -> Sequence[Record]:
+            return self.publish(topic_name, numbered, partition)
+
+        return idempotence.publish_numbered(target, entries, producer, first, now, append)
+
+    async def wait_stored(self, topic_name: str, partition: int, offset: int) -> None:
+        """A retried publish, stored at ``offset`` before: return once every in-sync follower
+        holds it (and it is fsynced, with ``--sync-every=1``). Raises NotLeaderError when
+        this node does not lead the partition (a new leader answers the retry)."""
+        target = self.get_topic(topic_name).partition(partition)
+        await self.replication.wait(target, offset + 1, target.state.epoch)
+        if self.durable_acks:
+            await self.wait_durable()
 
     def acks_at_once(self, topic_name: str) -> bool:
         """Whether a publish to ``topic_name`` is acknowledged as soon as it is appended (what

@@ -30,3 +30,5 @@ class BrokerConfig:
     # --e2e-processing-latency-percentile (largest first; none: not measured) and -window-time
     e2e_percentiles: tuple[float, ...] = ()
     e2e_window: float = 600.0
+    producer_state_ttl: float = 24 * 3600.0  # a numbering producer idle this long is forgotten
+    max_producers: int = 10_000  # numbering producers a partition keeps (least recent go)

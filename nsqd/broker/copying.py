@@ -30,6 +30,7 @@ from ..storage.epochs import end_offset_for_epoch
 from ..storage.errors import CorruptRecordError
 from ..storage.log import PartitionLog
 from ..storage.record import NewRecord, decode_record, encode_lost, encode_run, peek_size
+from . import idempotence
 from .channel import Channel
 from .clock import Clock
 from .partition import Partition
@@ -173,6 +174,8 @@ def append_from_leader(partition: Partition, epoch: int, batch: Batch) -> int:
         log.append(_decoded(batch))  # a memory log, or a batch that rotates the segment
     partition.unsynced += run.count
     partition.state.appended(log.end_offset)
+    if run.stamps:  # the producers' state follows the records (touched: their publish time)
+        idempotence.copied(partition, run.stamps, run.entries[-1][0] / 1e9)
     return log.end_offset
 
 
@@ -223,6 +226,7 @@ def truncate_for_leader(partition: Partition, offset: int) -> None:
     if offset < log.end_offset:
         log.truncate(max(offset, log.start_offset))
         partition.state.truncated(log.end_offset)
+        idempotence.truncated(partition, log.end_offset)
 
 
 class AckWaiters(Protocol):

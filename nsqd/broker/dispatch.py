@@ -19,6 +19,7 @@ from ..core.confirming import confirm_unsent
 from ..core.cursor import PartitionCursor
 from ..core.inflight import Message
 from ..core.tags import Verdict, decide, header_of
+from ..storage.stamp import header_of as ext_header
 from .partition import Partition
 
 
@@ -168,7 +169,7 @@ class Dispatch:
         if channel.skipped:
             return Verdict.DROP
         return decide(
-            header_of(message.record.ext),
+            header_of(ext_header(message.record.ext)),
             consumer_tag=_tag_of(client),
             present_tags=tags,
             ext_filter=getattr(client, "ext_filter", None),
@@ -183,7 +184,7 @@ class Dispatch:
 
 
 def _dispatch_tag(message: Message) -> str:
-    tag = header_of(message.record.ext).get("##client_dispatch_tag")
+    tag = header_of(ext_header(message.record.ext)).get("##client_dispatch_tag")
     return tag if isinstance(tag, str) else ""
 
 

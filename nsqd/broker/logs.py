@@ -8,10 +8,12 @@ from collections.abc import Mapping
 from protocol.names import is_ephemeral
 
 from ..core.ownership import STANDALONE, Placement
+from ..core.producers import Producers
 from ..storage.cache import CacheBudget
 from ..storage.handles import HandleCache
 from ..storage.log import PartitionLog
 from ..storage.memory import MemoryLog
+from . import idempotence
 from .config import BrokerConfig
 from .partition import Partition
 from .persistence import file_stamp, load_state, topic_directory
@@ -51,9 +53,11 @@ class LogOpener:
         placement: Placement = STANDALONE,
     ) -> Partition:
         """Partition ``number`` of ``topic`` with its log opened (created if new)."""
+        config = self.config
+        producers = Producers(config.producer_state_ttl, config.max_producers)
         if is_ephemeral(topic):
             memory = MemoryLog(number, self.config.mem_queue_size)
-            return Partition(number, memory, None, 0, placement)
+            return Partition(number, memory, None, 0, placement, producers)
         directory = topic_directory(self.config.data_path, topic) / str(number)
         plog = PartitionLog.open(
             directory,
@@ -65,4 +69,6 @@ class LogOpener:
         state = states[number] if number in states else load_state(directory, file_stamp())
         start = state.get("topic_start", plog.start_offset)
         assert isinstance(start, int)
-        return Partition(number, plog, directory, start, placement)
+        partition = Partition(number, plog, directory, start, placement, producers)
+        idempotence.restore(partition, state)
+        return partition

@@ -8,10 +8,15 @@ from typing import Protocol
 
 from ..core.delayed import DelayedIndex
 from ..core.ownership import STANDALONE, PartitionState, Placement
+from ..core.producers import Producers
 from ..storage.corruption import SkippedRegions
 from ..storage.frame_runs import FrameLayout, FrameRun
 from ..storage.record import NewRecord, Record
 from .read_guard import DamagedTail, ReadGuard
+
+#: defaults of --producer-state-ttl (seconds) and of the producers a partition keeps at most
+PRODUCER_STATE_TTL = 24 * 3600.0
+MAX_PRODUCERS = 10_000
 
 
 class Log(Protocol):
@@ -48,6 +53,7 @@ class Partition:
         directory: Path | None,
         topic_start: int,
         placement: Placement = STANDALONE,
+        producers: Producers | None = None,
     ) -> None:
         self.number = number
         #: role, leader epoch, log end and high-watermark on this node (lookupd's placement;
@@ -78,6 +84,8 @@ class Partition:
         self.admin_acks: dict[str, int] = {}
         #: DPUB'd records not due yet (channels count them as deferred, not depth)
         self.delayed = DelayedIndex()
+        #: what each numbering producer stored here (idempotent publishing, :mod:`.idempotence`)
+        self.producers = producers or Producers(PRODUCER_STATE_TTL, MAX_PRODUCERS)
 
     def read_for_delivery(
         self, offset: int, max_records: int, max_bytes: int | None

@@ -20,6 +20,7 @@ import trio
 
 from ..core.ownership import Placement, Role
 from ..storage.checkpoint import load_checkpoint
+from . import idempotence
 from .channel import Channel
 from .partition import Partition
 from .topic import Topic
@@ -194,7 +195,11 @@ def partition_state(topic: Topic, partition: Partition) -> dict[str, object]:
         for c in topic.channels.values()
         if not c.ephemeral
     }
-    return {"topic_start": partition.topic_start, "channels": channels}
+    return {
+        "topic_start": partition.topic_start,
+        "channels": channels,
+        "producers": idempotence.checkpoint(partition),
+    }
 
 
 def load_state(directory: Path, stamp: str) -> dict[str, object]:

@@ -12,6 +12,7 @@ partition): :data:`~nsqd.http.errors.RANGE_ERRORS`.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Final
 
 from protocol.range_read import (
@@ -22,7 +23,7 @@ from protocol.range_read import (
     record_size,
 )
 
-from ..broker import Partition, Record, Topic, read_records
+from ..broker import Partition, Record, Topic, ext_header, read_records
 from .args import topic_arg, uint_arg
 from .base import HTTPError, Raw, Reply, Request, Route, routes_with
 from .context import HTTPContext
@@ -106,10 +107,16 @@ class PartitionsAPI:
         fmt = request.arg("format") or "binary"
         if fmt not in ("binary", "ndjson"):
             raise HTTPError(400, "INVALID_FORMAT")
-        records = await _read_capped(partition, offset, limit)
+        records = [_client_view(r) for r in await _read_capped(partition, offset, limit)]
         if fmt == "ndjson":
             return Raw(encode_ndjson(records), NDJSON_CONTENT_TYPE.encode())
         return Raw(encode_binary(number, offset, records), BINARY_CONTENT_TYPE.encode())
+
+
+def _client_view(record: Record) -> Record:
+    """``record`` as a reader sees it: its ext without the producer stamp (youzan's header)."""
+    header = ext_header(record.ext)
+    return record if header is record.ext else replace(record, ext=header)
 
 
 def _flags(topic: Topic) -> dict[str, bool]:

@@ -27,7 +27,7 @@ from typing import Final
 from protocol.ext import TRACE_ID_KEY, parse_json_header
 from protocol.message import PARTITION_SHIFT
 
-from ..broker import Channel, NewRecord, Partition, Record, Topic, read_records
+from ..broker import Channel, NewRecord, Partition, Record, Topic, ext_header, read_records
 from ..broker.admin import get_channel, replicated
 from ..broker.finishing import finish_anywhere
 from .args import topic_arg
@@ -180,7 +180,7 @@ class YouzanAPI:
             "attempts": _attempts(topic, number, record.offset),
             "offset": record.offset,
             "queue_cnt_index": record.offset + 1,
-            "ext": record.ext.decode("utf-8", "replace")
+            "ext": ext_header(record.ext).decode("utf-8", "replace")
             if request.arg("needext") == "true"
             else "",
         }
@@ -285,7 +285,7 @@ def _traced(record: Record, trace_text: str) -> Reply:
         "id": record.internal_id,
         "trace_id": trace_text,
         "queue_offset": record.offset,
-        "rawsize": len(record.body) + len(record.ext) + 4,  # as the TCP traced reply
+        "rawsize": len(record.body) + len(ext_header(record.ext)) + 4,  # as the TCP traced reply
     }
 
 

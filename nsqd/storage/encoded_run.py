@@ -23,11 +23,13 @@ from .record import (
     LENGTH_SIZE,
     RECORD_HEADER,
 )
+from .stamp import PRODUCER_STAMP, STAMP_MAGIC, STAMP_SIZE
 
 __all__ = ["EncodedRun", "check_encoded"]
 
 _crc: Final = _crc32c.crc32c
 _unpack_header_from: Final = RECORD_HEADER.unpack_from
+_unpack_stamp_from: Final = PRODUCER_STAMP.unpack_from
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +42,8 @@ class EncodedRun:
     #: (timestamp_ns, encoded size) per record, for the segment's index
     entries: tuple[tuple[int, int], ...]
     lost: int = 0  #: lost-record markers (format 3) among them
+    #: ``(offset, producer, sequence)`` of each record with a producer stamp (:mod:`.stamp`)
+    stamps: tuple[tuple[int, int, int], ...] = ()
 
 
 def check_encoded(data: bytes, first_offset: int) -> EncodedRun:
@@ -48,6 +52,7 @@ def check_encoded(data: bytes, first_offset: int) -> EncodedRun:
     that a follower writes as it came), or lost-record markers (format 3, empty): every
     length, CRC and offset. Raises :class:`CorruptRecordError` naming the first problem."""
     entries: list[tuple[int, int]] = []
+    stamps: list[tuple[int, int, int]] = []
     pos, expected, max_epoch, end, lost = 0, first_offset, 0, len(data), 0
     with memoryview(data) as view:
         while pos < end:
@@ -72,7 +77,10 @@ def check_encoded(data: bytes, first_offset: int) -> EncodedRun:
             if _crc(view[pos + CRC_START : pos + size], seed) != crc:
                 raise CorruptRecordError(f"record {offset}: CRC mismatch")
             entries.append((ts, size))
+            if ext_len >= STAMP_SIZE and data[pos + HEADER_SIZE] == STAMP_MAGIC:
+                _, producer, sequence = _unpack_stamp_from(data, pos + HEADER_SIZE)
+                stamps.append((offset, producer, sequence))
             max_epoch = max(max_epoch, epoch)
             expected += 1
             pos += size
-    return EncodedRun(first_offset, len(entries), max_epoch, tuple(entries), lost)
+    return EncodedRun(first_offset, len(entries), max_epoch, tuple(entries), lost, tuple(stamps))

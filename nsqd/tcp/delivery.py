@@ -26,7 +26,7 @@ from protocol.message import (
     partition_of,
 )
 
-from ..broker import Channel, FrameLayout
+from ..broker import Channel, FrameLayout, ext_header
 from ..core.inflight import Deliveries
 from .output import OutputBuffer
 
@@ -73,7 +73,7 @@ def write_extended(output: OutputBuffer, taken: Deliveries, *, ext: bool, detail
     """Frames with the ext block (``ext``) and/or the detail block (``detail``)."""
     append = output.append
     for record, attempts in _every(taken):
-        stored_ext = record.ext
+        stored_ext = ext_header(record.ext)  # youzan's header, without a producer stamp
         extra = encode_ext_block(stored_ext) if ext else b""
         if detail:
             extra += MESSAGE_DETAIL.pack(record.offset, raw_size(record, stored_ext))

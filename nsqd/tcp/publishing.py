@@ -24,7 +24,7 @@ from protocol import ClientError, ErrorCode, Pub, frames
 from protocol.ext import ext_not_supported, parse_json_header
 from protocol.tracing import traced_response
 
-from ..broker import BodyBatch, Broker, NewRecord, Record, new_records
+from ..broker import BodyBatch, Broker, NewRecord, Record, ext_header, new_records
 from ..cluster.forwarding import Forwarder
 from ..cluster.publishing import PublishPath
 from ..core.errors import BadPartitionError
@@ -185,7 +185,7 @@ class Publisher:
             raise client_error_for(exc, name, ErrorCode.PUB_FAILED) from exc
         first = records[0]
         trace = first.trace_id if name == "PUB_TRACE" else 0
-        size = sum(raw_size(r, r.ext) for r in records)
+        size = sum(raw_size(r, ext_header(r.ext)) for r in records)
         self.output.append(
             frames.encode_response(traced_response(first.internal_id, trace, first.offset, size))
         )
@@ -232,7 +232,10 @@ class Publisher:
         self.output.append(
             frames.encode_response(
                 traced_response(
-                    record.internal_id, record.trace_id, record.offset, raw_size(record, record.ext)
+                    record.internal_id,
+                    record.trace_id,
+                    record.offset,
+                    raw_size(record, ext_header(record.ext)),
                 )
             )
         )

@@ -1,0 +1,125 @@
+"""Idempotent publishing on this node: a partition's producer state (:mod:`nsqd.core.producers`)
+kept in step with its log, as leader and as replica, and across restarts.
+
+* As leader, :func:`publish_numbered` judges a numbered publish before it is appended: new
+  numbers are stamped into the records (:mod:`nsqd.storage.stamp`) and appended; a retry of
+  numbers already stored appends nothing and gives the offset to acknowledge it at.
+* As replica, :func:`copied` reads the stamps of the records a leader's batch brought: when
+  this node is promoted, it already knows what every producer stored.
+* :func:`truncated`: a replica's log cut back to a new leader's loses the publishes after the
+  cut, and so does the state.
+* The state is saved with the partition's checkpoint (``state.json``, :func:`checkpoint`) as
+  it stood at a log end; :func:`restore` reads it back when the partition is opened and reads
+  the stamps of the records appended after that end (what the last checkpoint missed), after
+  dropping what a crash took from the log's tail.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
+
+from ..core.producers import Verdict
+from ..storage.record import NewRecord, Record
+from ..storage.stamp import read_stamp, stamped
+from .partition import Partition
+
+log = logging.getLogger("nsqd.broker")
+
+#: state.json's key
+KEY = "producers"
+SCAN_BATCH = 1000  # records read at a time when stamps are read back from the log
+#: records read back for stamps when a partition has no saved producer state (a log from
+#: before this release, or a crash before the first checkpoint)
+SCAN_WITHOUT_CHECKPOINT = 100_000
+
+
+def publish_numbered(
+    partition: Partition,
+    entries: Sequence[NewRecord],
+    producer: int,
+    first: int,
+    now: float,
+    append: Callable[[Sequence[NewRecord]], Sequence[Record]],
+) -> Sequence[Record] | int:
+    """``producer``'s publish of ``entries`` numbered from ``first`` to ``partition``
+    (led here): the records ``append`` stored, or, for numbers stored already, the offset to
+    acknowledge it at. Raises :class:`~nsqd.core.producers.SequenceError`."""
+    producers = partition.producers
+    verdict, offset = producers.check(producer, first, len(entries), now)
+    if verdict is Verdict.DUPLICATE:
+        return offset
+    numbered = [
+        replace(entry, ext=stamped(producer, first + index, entry.ext))
+        for index, entry in enumerate(entries)
+    ]
+    records = append(numbered)
+    producers.record(producer, first, len(records), records[-1].offset, now)
+    partition.dirty = True
+    return records
+
+
+def copied(partition: Partition, stamps: Iterable[tuple[int, int, int]], now: float) -> None:
+    """A leader's records appended here as replica: ``(offset, producer, sequence)`` of each
+    stamped one."""
+    producers = partition.producers
+    for offset, producer, sequence in stamps:
+        producers.record(producer, sequence, 1, offset, now)
+        partition.dirty = True
+
+
+def truncated(partition: Partition, end: int) -> None:
+    """The log was cut back to ``end``."""
+    partition.producers.truncate(end)
+    partition.dirty = True
+
+
+def checkpoint(partition: Partition) -> dict[str, object]:
+    """The state as ``state.json`` keeps it: every producer, valid up to the log's end."""
+    rows = [
+        [f"{producer:016x}", touched, [list(entry) for entry in recent]]
+        for producer, touched, recent in partition.producers.snapshot()
+    ]
+    return {"end": partition.log.end_offset, "rows": rows}
+
+
+def restore(partition: Partition, saved: Mapping[str, object] | None) -> None:
+    """The state of a partition just opened: its checkpoint (if any, and well formed), less
+    what the log no longer holds, plus the stamps of the records after its end."""
+    producers = partition.producers
+    end = partition.log.end_offset
+    start = partition.log.start_offset
+    document = saved.get(KEY) if saved else None
+    if isinstance(document, dict):
+        try:
+            producers.restore(_rows(document.get("rows")))
+            scan_from = int(document["end"])
+        except (KeyError, TypeError, ValueError) as exc:
+            where = partition.directory
+            log.warning("PARTITION(%s): producer state unreadable (%s): from the log", where, exc)
+            producers.restore([])
+            scan_from = end - SCAN_WITHOUT_CHECKPOINT
+    else:
+        scan_from = end - SCAN_WITHOUT_CHECKPOINT
+    producers.truncate(end)
+    at = max(min(scan_from, end), start)
+    while at < end:
+        records = partition.log.read(at, SCAN_BATCH)
+        if not records:
+            break  # damage: the rest is read as the log reads it (stamps there are lost)
+        for record in records:
+            stamp = read_stamp(record.ext)
+            if stamp is not None:
+                producers.record(stamp[0], stamp[1], 1, record.offset, record.timestamp_ns / 1e9)
+        at = records[-1].offset + 1
+
+
+def _rows(raw: object) -> list[tuple[int, float, list[tuple[int, int, int]]]]:
+    if not isinstance(raw, list):
+        raise TypeError("rows is not a list")
+    rows = []
+    for producer, touched, recent in raw:
+        entries = [(int(a), int(b), int(c)) for a, b, c in recent]
+        rows.append((int(producer, 16), float(touched), entries))
+    return rows
