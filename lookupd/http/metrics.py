@@ -4,7 +4,19 @@
 * ``pnsq_lookupd_offline_partitions`` — partitions with no live in-sync replica to lead them;
 * ``pnsq_lookupd_under_replicated_partitions`` — in-sync set smaller than the copies placed;
 * ``pnsq_lookupd_failovers_total`` — leader changes decided since this lookupd started;
-* ``pnsq_lookupd_live_nodes`` — pnsq nodes connected and heartbeating.
+* ``pnsq_lookupd_live_nodes`` — pnsq nodes connected and heartbeating;
+* ``pnsq_lookupd_moves_in_progress`` — partition moves saved and not over yet (youzan's
+  ``/topic/partition/move``, a drain's, a ``replicator`` change's);
+* ``pnsq_lookupd_move_bytes_left`` — bytes the moves' targets still lack, summed over the moves
+  whose leader reported them (``GET /topic/partition/moves`` lists them one by one);
+* ``pnsq_lookupd_moves_bytes_unknown`` — moves whose bytes left are not known (the target has
+  not reached its leader yet, the leader does not count bytes, or this lookupd is an HA
+  follower, which hears no reports);
+* ``pnsq_lookupd_draining_nodes`` — nodes being drained (``/cluster/node/remove``), drained
+  ones included until they are restored.
+
+The operations' gauges (moves, drains) come from :meth:`_ClusterCollector.operations`: the place
+for any other operation's state.
 """
 
 from __future__ import annotations
@@ -50,6 +62,30 @@ class _ClusterCollector(Collector):
             "pnsq_lookupd_live_nodes",
             "pnsq nodes connected and heartbeating",
             value=len(cluster.live_nodes()),
+        )
+        yield from self.operations()
+
+    def operations(self) -> Iterator[Metric]:
+        """The operator's operations in progress, as saved (what the nodes are told)."""
+        moves = self.cluster.moves_in_progress()
+        known = [left for _, _, left in moves if left is not None]
+        yield GaugeMetricFamily(
+            "pnsq_lookupd_moves_in_progress", "Partition moves not over yet", value=len(moves)
+        )
+        yield GaugeMetricFamily(
+            "pnsq_lookupd_move_bytes_left",
+            "Bytes the targets of the moves still lack (moves whose leader reported them)",
+            value=sum(known),
+        )
+        yield GaugeMetricFamily(
+            "pnsq_lookupd_moves_bytes_unknown",
+            "Moves whose bytes left are not known",
+            value=len(moves) - len(known),
+        )
+        yield GaugeMetricFamily(
+            "pnsq_lookupd_draining_nodes",
+            "Nodes being drained (/cluster/node/remove)",
+            value=len(self.cluster.saved_removing),
         )
 
 

@@ -22,6 +22,7 @@ from .statistics import (
     ReplicationStatistics as ReplicationStatistics,
     TopicPartitionStatistics as TopicPartitionStatistics,
     TopicStatistics as TopicStatistics,
+    bytes_behind as bytes_behind,
     youzan_style as youzan_style,
 )
 from .topic import Topic as Topic
@@ -46,6 +47,7 @@ __all__ = [
     "TopicPartitionStatistics",
     "TopicStatistics",
     "TopicView",
+    "bytes_behind",
     "join_batches",
     "new_records",
     "offset_at",
