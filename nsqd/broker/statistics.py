@@ -19,7 +19,7 @@ from ..storage.errors import StorageError
 from .partition import Partition
 from .views import Subscriber, TopicView
 
-log = logging.getLogger("nsqd.broker")
+logger = logging.getLogger("nsqd.broker")
 
 
 class ChannelSource(Protocol):
@@ -230,7 +230,7 @@ def bytes_behind(partition: Partition) -> dict[str, int]:
         try:
             behind[node] = partition.log.bytes_from(state.acked(node))
         except StorageError as exc:
-            log.warning("partition %d: bytes behind %s unknown: %s", partition.number, node, exc)
+            logger.warning("partition %d: bytes behind %s unknown: %s", partition.number, node, exc)
     return behind
 
 

@@ -1,7 +1,7 @@
 """The real nsqadmin 1.3.0 on pnsq's lookupd while partitions move: during a throttled replica
 move, and after a leader move, its ``/api/topics/<topic>`` and ``/api/nodes`` name exactly the
 nodes that lead a partition of the topic (the producers of ``/lookup``), and no node that
-stopped leading stays listed once the move is over.
+stopped leading stays listed once the move is over. lookupd's ``/nodes`` gives each node's rack.
 
 nsqadmin reads lookupd's ``/lookup?topic=`` and ``/nodes``, then each producer's
 ``/stats?format=json&topic=`` (internal/clusterinfo in github.com/nsqio/nsq@v1.3.0).
@@ -114,6 +114,8 @@ def test_nsqadmin_shows_the_leading_nodes_during_and_after_moves(
         assert (status, body) == (200, b"OK")
     for node in cluster.nodes:  # every node leading a partition registered the topic
         post(node, f"/pub?topic={TOPIC}", b"one more")
+    racks = {p["tcp_port"]: p["rack"] for p in get_json(cluster.lookupd, "/nodes")["producers"]}
+    assert racks == {n.tcp_port: f"r-{name}" for n, name in zip(cluster.nodes, "abc", strict=True)}
     admin = cluster.start_admin(tmp_path)
     leaders = cluster.leaders()
     assert len(leaders) == 2  # three nodes, two partitions: one node leads none
