@@ -10,8 +10,7 @@
 * ``pnsq_lookupd_move_bytes_left`` — bytes the moves' targets still lack, summed over the moves
   whose leader reported them (``GET /topic/partition/moves`` lists them one by one);
 * ``pnsq_lookupd_moves_bytes_unknown`` — moves whose bytes left are not known (the target has
-  not reached its leader yet, the leader does not count bytes, or this lookupd is an HA
-  follower, which hears no reports);
+  not reached its leader yet, or the leader does not count bytes);
 * ``pnsq_lookupd_draining_nodes`` — nodes being drained (``/cluster/node/remove``), drained
   ones included until they are restored.
 

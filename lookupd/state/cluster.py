@@ -154,7 +154,7 @@ class Cluster(Operations):
     def moves_in_progress(self) -> list[tuple[TopicPlacement, Move, int | None]]:
         """The moves as saved (what the nodes are told), by topic, each with the bytes its
         target still lacks (:func:`~lookupd.core.moves.bytes_left`, from the current leader's
-        last report; None when unknown, and always on an HA follower, which hears no reports)."""
+        last report, which every lookupd the leader registers with gets; None when unknown)."""
         return [
             (placement, move, self.bytes_left(placement, move))
             for _, placement in sorted(self.saved_placements.items())
