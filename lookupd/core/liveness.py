@@ -7,15 +7,15 @@ lookupd starts, every node its placements name is given one heartbeat at ``start
 minus the heartbeat timeout: nodes reconnect after a lookupd restart (their backoff reaches
 5 s), and taking them for dead at once would move every leadership for nothing.
 
-The leaders' progress reports (which followers are caught up, which lag) are kept here too,
-each with the epoch it was made under; only a report by a partition's current leader under its
-current epoch counts.
+The leaders' progress reports (which followers are caught up, which lag, how many bytes each
+lacks) are kept here too, each with the epoch it was made under; only a report by a
+partition's current leader under its current epoch counts (:meth:`Liveness.current`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .decide import NodeView
 
@@ -41,6 +41,9 @@ class Progress:
     lagging: frozenset[str]
     #: followers in the in-sync set the leader applies, holding every acknowledged message
     confirmed: frozenset[str] = frozenset()
+    #: bytes of the log each replica lacks (those the leader could count; empty from an nsqd
+    #: that does not report them). Not compared: a change of bytes alone decides nothing
+    behind: Mapping[str, int] = field(default_factory=dict, compare=False)
 
 
 class Liveness:
@@ -93,6 +96,14 @@ class Liveness:
     def report(self, topic: str, partition: int, progress: Progress) -> None:
         """A leader's report (the caller checked it against the placement)."""
         self.progress[(topic, partition)] = progress
+
+    def current(self, topic: str, partition: int, leader: str, epoch: int) -> Progress | None:
+        """The report on ``partition`` if ``leader`` made it under ``epoch`` (the partition's
+        leader and epoch now), else None: an older leader's word is stale."""
+        progress = self.progress.get((topic, partition))
+        if progress is None or progress.reporter != leader or progress.epoch != epoch:
+            return None
+        return progress
 
     def views(self, now: float) -> Mapping[str, NodeView]:
         """Every known node as :func:`lookupd.core.decide.decide` sees it."""

@@ -111,6 +111,17 @@ def _rack_taken(
     return any(rack_of(n, racks) not in used for n in alive if n not in held)
 
 
+def bytes_left(
+    move: Move, part: PartitionAssignment, behind: Mapping[str, int] | None
+) -> int | None:
+    """The bytes of the log ``move.target`` still lacks: 0 once it leads ``part``, else what the
+    leader last reported (``behind``: None without a current report); None when unknown (the
+    target has not connected to the leader yet, or the leader counts no bytes)."""
+    if part.leader == move.target:
+        return 0
+    return None if behind is None else behind.get(move.target)
+
+
 # ---------------------------------------------------------------- persistence form
 
 

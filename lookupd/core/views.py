@@ -3,7 +3,8 @@ caller passes ``now`` and the timeouts.
 
 pnsq answers youzan's superset shapes to everyone: ``/lookup`` producers carry youzan's ``id``
 and ``distributed_id`` and the reply has ``partitions`` (and ``meta`` with ``metainfo``);
-``/nodes`` entries have ``partitions``. Stock clients (go-nsq, pynsq, nsqadmin) ignore keys they
+``/nodes`` entries have ``partitions`` (and pnsq's ``rack``, for a pnsq node started with
+``--rack``). Stock clients (go-nsq, pynsq, nsqadmin) ignore keys they
 do not know.
 """
 
@@ -136,8 +137,9 @@ def topics(
 
 def nodes(registry: Registry, now: float, timeouts: Timeouts) -> dict[str, object]:
     """``/nodes``: every active peer (tombstoned ones too), its topics, a tombstone flag per
-    topic and, as youzan's lookupd adds, its partitions per topic."""
-    result = []
+    topic and, as youzan's lookupd adds, its partitions per topic; a partitioned peer that
+    registered a rack (pnsq's nsqd with ``--rack``) has its ``rack`` too."""
+    result: list[dict[str, object]] = []
     for peer in registry.active_peers(now, timeouts.inactive):
         held = registry.peer_topics(peer.peer_id)
         ident = peer.identity
@@ -158,6 +160,8 @@ def nodes(registry: Registry, now: float, timeouts: Timeouts) -> dict[str, objec
                 },
             }
         )
+        if peer.partitioned and ident.rack:
+            result[-1]["rack"] = ident.rack
     return {"producers": result}
 
 

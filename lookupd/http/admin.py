@@ -185,19 +185,19 @@ class AdminEndpoints:
         except StoreError as exc:
             raise store_error(topic, exc) from None
         log.info("TOPIC(%s/%d): %s started", topic, partition, move.describe())
-        return _move_info(self.cluster.placements[topic], move)
+        placement = self.cluster.placements[topic]
+        return _move_info(placement, move, self.cluster.bytes_left(placement, move))
 
     async def topic_partition_moves(self, request: Request) -> Reply:
         """pnsq: the moves in progress (``topic=`` for one topic's), each with the partition's
-        leader, replicas, in-sync set and epoch, as saved (what the nodes are told)."""
+        leader, replicas, in-sync set and epoch, as saved (what the nodes are told), and the
+        bytes its target still lacks (``bytes_left``, null when unknown)."""
         only = request.arg("topic")
-        placements = self.cluster.saved_placements  # what the nodes are told
         return {
             "moves": [
-                _move_info(placements[name], move)
-                for name in sorted(placements)
-                if only in (None, name)
-                for move in placements[name].moves
+                _move_info(placement, move, left)
+                for placement, move, left in self.cluster.moves_in_progress()
+                if only in (None, placement.name)
             ]
         }
 
@@ -240,7 +240,7 @@ class AdminEndpoints:
         return None
 
 
-def _move_info(placement: TopicPlacement, move: Move) -> dict[str, object]:
+def _move_info(placement: TopicPlacement, move: Move, left: int | None) -> dict[str, object]:
     part = placement.partitions[move.partition]
     return {
         "topic": placement.name,
@@ -253,6 +253,7 @@ def _move_info(placement: TopicPlacement, move: Move) -> dict[str, object]:
         "replicas": list(part.replicas),
         "isr": list(part.in_sync),
         "epoch": part.epoch,
+        "bytes_left": left,
     }
 
 

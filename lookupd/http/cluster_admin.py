@@ -135,20 +135,7 @@ class ClusterEndpoints:
 
     def balance_state(self) -> dict[str, object]:
         """``/cluster/balance``'s reply (see the module doc)."""
-        cluster = self.cluster
-        switches = cluster.saved_switches
-        view = view_of(cluster, Settings(), cluster.clock())
-        nodes = cluster.placeable_nodes()
-        balanced = spread(view.partitions, nodes).even or not plan_balance(
-            view.partitions, nodes, cluster.racks()
-        )
-        return {
-            "enabled": self.auto_balance if switches.balance is None else switches.balance,
-            "auto_balance": self.auto_balance,
-            "upgrading": switches.upgrading_since is not None,
-            "balanced": balanced,
-            "moves": sum(len(p.moves) for p in cluster.saved_placements.values()),
-        }
+        return balance_state(self.cluster, self.auto_balance)
 
     async def upgrade_begin(self, request: Request) -> Reply:
         """``/cluster/upgrade/begin``."""
@@ -167,3 +154,21 @@ class ClusterEndpoints:
             "upgrading": switches.upgrading_since is not None,
             "since": switches.upgrading_since,
         }
+
+
+def balance_state(cluster: Cluster, auto_balance: bool) -> dict[str, object]:
+    """Balancing as ``/cluster/balance`` and ``/metrics`` report it (see the module doc);
+    ``auto_balance``: lookupd's ``--auto-balance``."""
+    switches = cluster.saved_switches
+    view = view_of(cluster, Settings(), cluster.clock())
+    nodes = cluster.placeable_nodes()
+    balanced = spread(view.partitions, nodes).even or not plan_balance(
+        view.partitions, nodes, cluster.racks()
+    )
+    return {
+        "enabled": auto_balance if switches.balance is None else switches.balance,
+        "auto_balance": auto_balance,
+        "upgrading": switches.upgrading_since is not None,
+        "balanced": balanced,
+        "moves": sum(len(p.moves) for p in cluster.saved_placements.values()),
+    }

@@ -21,10 +21,11 @@ from protocol.lookup import PartitionAssignment, TopicAssignment
 from protocol.lookup_v1 import EXT_PARTITIONS, PeerIdentity
 
 from ..core.liveness import Liveness, Progress
-from ..core.moves import Move, MoveError
+from ..core.moves import Move, MoveError, bytes_left
 from ..core.placement import (
     PlacementError,
     TopicMeta,
+    TopicPlacement,
     adopt,
     assignments_for,
     check_recreate,
@@ -143,10 +144,28 @@ class Cluster(Operations):
                 _names(entry.get("caught_up")),
                 _names(entry.get("lagging")),
                 _names(entry.get("confirmed")),
+                _sizes(entry.get("behind")),
             )
-            if self.liveness.progress.get((placement.name, number)) != progress:
-                self.liveness.report(placement.name, number, progress)
+            before = self.liveness.progress.get((placement.name, number))
+            self.liveness.report(placement.name, number, progress)
+            if before != progress:  # the bytes behind alone decide nothing
                 self.events.unpark_all()
+
+    def moves_in_progress(self) -> list[tuple[TopicPlacement, Move, int | None]]:
+        """The moves as saved (what the nodes are told), by topic, each with the bytes its
+        target still lacks (:func:`~lookupd.core.moves.bytes_left`, from the current leader's
+        last report, which every lookupd the leader registers with gets; None when unknown)."""
+        return [
+            (placement, move, self.bytes_left(placement, move))
+            for _, placement in sorted(self.saved_placements.items())
+            for move in placement.moves
+        ]
+
+    def bytes_left(self, placement: TopicPlacement, move: Move) -> int | None:
+        """The bytes ``move``'s target still lacks (see :meth:`moves_in_progress`)."""
+        part = placement.partitions[move.partition]
+        report = self.liveness.current(placement.name, move.partition, part.leader, part.epoch)
+        return bytes_left(move, part, report.behind if report else None)
 
     def leaving(self, node: str) -> bool:
         """A node announced a clean shutdown (its leaderships move before it exits)."""
@@ -282,6 +301,17 @@ class Cluster(Operations):
 
 def _names(value: object) -> frozenset[str]:
     return frozenset(str(v) for v in value) if isinstance(value, list) else frozenset()
+
+
+def _sizes(value: object) -> dict[str, int]:
+    """A report's ``behind`` (node -> bytes); absent (an older nsqd) or malformed: empty."""
+    if not isinstance(value, dict):
+        return {}
+    return {
+        str(node): size
+        for node, size in value.items()
+        if isinstance(size, int) and not isinstance(size, bool) and size >= 0
+    }
 
 
 def _is_youzan(identity: PeerIdentity) -> bool:

@@ -23,6 +23,7 @@ from .statistics import (
     ReplicationStatistics as ReplicationStatistics,
     TopicPartitionStatistics as TopicPartitionStatistics,
     TopicStatistics as TopicStatistics,
+    bytes_behind as bytes_behind,
     youzan_style as youzan_style,
 )
 from .topic import Topic as Topic
@@ -47,6 +48,7 @@ __all__ = [
     "TopicPartitionStatistics",
     "TopicStatistics",
     "TopicView",
+    "bytes_behind",
     "ext_header",
     "join_batches",
     "new_records",

@@ -8,14 +8,18 @@ state they count. A record is a snapshot: it does not change when the topic does
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from ..core.cursor import PartitionCursor
 from ..core.latency import LatencyResult, LatencyWindow, aggregate
+from ..storage.errors import StorageError
 from .partition import Partition
 from .views import Subscriber, TopicView
+
+logger = logging.getLogger("nsqd.broker")
 
 
 class ChannelSource(Protocol):
@@ -67,6 +71,7 @@ __all__ = [
     "ReplicationStatistics",
     "TopicPartitionStatistics",
     "TopicStatistics",
+    "bytes_behind",
     "channel_statistics",
     "replication_statistics",
     "topic_partition_statistics",
@@ -79,8 +84,9 @@ __all__ = [
 class ReplicationStatistics:
     """A partition's replication as this node sees it: its role here, the leader epoch, the
     high-watermark, the in-sync set as lookupd last told it and, on the leader, how far each
-    in-sync follower is behind (records; empty and 0 on a replica) and whether the in-sync set
-    is short of the partition's copies."""
+    in-sync follower is behind (records; empty and 0 on a replica), how many bytes each replica
+    still lacks (:func:`bytes_behind`: in sync or catching up, empty on a replica) and whether
+    the in-sync set is short of the partition's copies."""
 
     role: str
     leader_epoch: int
@@ -90,6 +96,7 @@ class ReplicationStatistics:
     replica_lag: tuple[tuple[str, int], ...]
     max_replica_lag: int
     under_replicated: bool
+    replica_lag_bytes: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,7 +210,28 @@ def replication_statistics(partition: Partition) -> ReplicationStatistics:
         replica_lag=tuple(lag.items()),
         max_replica_lag=max(lag.values(), default=0),
         under_replicated=leads and in_sync < 1 + len(placement.replicas),
+        replica_lag_bytes=tuple(bytes_behind(partition).items()),
     )
+
+
+def bytes_behind(partition: Partition) -> dict[str, int]:
+    """On the leader, the bytes of ``partition``'s log each replica still lacks: from the end it
+    last acknowledged under this epoch to the log's end (what a new, moved or returning copy
+    has left to copy; :meth:`~nsqd.storage.log.PartitionLog.bytes_from` says how precise). A
+    replica that acknowledged nothing under this epoch yet is left out (unknown), as is one
+    whose count an unreadable index prevents (logged); nothing on a node that does not lead."""
+    state = partition.state
+    if not state.leads:
+        return {}
+    behind = {}
+    for node in state.placement.replicas:
+        if not state.has_acked(node):
+            continue
+        try:
+            behind[node] = partition.log.bytes_from(state.acked(node))
+        except StorageError as exc:
+            logger.warning("partition %d: bytes behind %s unknown: %s", partition.number, node, exc)
+    return behind
 
 
 def _topic_partition(topic: TopicSource, partition: Partition) -> TopicPartitionStatistics:

@@ -23,7 +23,7 @@ from protocol.lookup import ACCEPT_V1, ASSIGNMENTS_PATH, parse_assignments, pars
 
 from ..broker import Broker, StorageError
 from ..core.errors import BrokerError
-from ..replication.progress import ProgressTracker
+from ..replication.progress import ProgressTracker, due
 
 log = logging.getLogger("nsqd.lookup")
 
@@ -93,8 +93,9 @@ async def report_progress(
     http_address: str,
     auth: dict[str, str],
 ) -> None:
-    """Tell lookupd, as a leader, which followers are caught up and which lag (when that
-    changes, and every :data:`PROGRESS_REPEAT` seconds)."""
+    """Tell lookupd, as a leader, which followers are caught up and which lag and how many
+    bytes each lacks (when that changes, every second while a copy catches up, and every
+    :data:`PROGRESS_REPEAT` seconds: :func:`~nsqd.replication.progress.due`)."""
     url = f"http://{http_address}{PROGRESS_PATH}"
     clock = broker.clock
     last: list[dict[str, object]] | None = None
@@ -103,7 +104,7 @@ async def report_progress(
         while True:
             now = clock.monotonic()
             reports = progress.reports(broker, now)
-            if reports != last or now - sent_at >= PROGRESS_REPEAT:
+            if due(reports, last, now - sent_at, PROGRESS_REPEAT):
                 body = {"node": node_id, "partitions": reports}
                 try:
                     response = await client.post(url, json=body, headers=auth)

@@ -15,8 +15,9 @@ and renders it, so the two always agree:
 * what only pnsq knows: ``pnsq_partition_start_offset`` / ``pnsq_partition_end_offset`` (log
   offsets), ``pnsq_channel_confirmed_offset``, ``pnsq_channel_next_offset`` and
   ``pnsq_channel_lag`` (end offset minus confirmed offset: messages not yet FINed) per channel
-  and partition, ``pnsq_connections{type}``, and the histograms
-  ``pnsq_publish_latency_seconds`` (one append to a partition log) and
+  and partition, ``pnsq_replica_lag_bytes{topic,partition,replica}`` (on a leader: the bytes of
+  the log a replica, in sync or catching up, still lacks), ``pnsq_connections{type}``, and the
+  histograms ``pnsq_publish_latency_seconds`` (one append to a partition log) and
   ``pnsq_fsync_latency_seconds`` (one partition fsync); ``pnsq_segment_fds`` (descriptors held
   by open segment files), ``pnsq_segment_fds_max`` (``--max-segment-fds`` in force) and
   ``pnsq_segment_fd_evictions_total`` (idle segment files closed to stay under it);
@@ -162,6 +163,11 @@ class NsqCollector(Collector):
             (GaugeMetricFamily(n, h, labels=["topic", "partition"]), key)
             for n, h, key in _PARTITION_GAUGES
         ]
+        replica_bytes = GaugeMetricFamily(
+            "pnsq_replica_lag_bytes",
+            "Bytes of the partition log the replica still lacks (leader)",
+            labels=["topic", "partition", "replica"],
+        )
         topic_e2e = Metric(
             "nsq_topic_e2e_processing_latency_seconds",
             "FIN time minus publish time over the topic's channels, by quantile "
@@ -184,6 +190,8 @@ class NsqCollector(Collector):
                     family.add_metric([name, number, paused], p[key])
                 for family, key in offsets:
                     family.add_metric([name, number], p[key])
+                for replica, behind in sorted(p["replica_lag_bytes"].items()):
+                    replica_bytes.add_metric([name, number, replica], behind)
             for c in t["channels"]:
                 channel, cpaused = c["channel_name"], _paused(c["paused"])
                 for family in clients:
@@ -202,6 +210,7 @@ class NsqCollector(Collector):
             yield family
         for family, _ in offsets:
             yield family
+        yield replica_bytes
         yield topic_e2e
         yield channel_e2e
 

@@ -148,7 +148,8 @@ def _topic_partition(partition: TopicPartitionStatistics) -> Json:
 def replication_stats(replication: ReplicationStatistics) -> Json:
     """pnsq's replication view of a partition: its role here, the leader epoch, the
     high-watermark, the in-sync set as lookupd last told it and, on the leader, how far each
-    in-sync follower is behind (records)."""
+    in-sync follower is behind (records) and how many bytes each replica still lacks, in sync
+    or catching up (``replica_lag_bytes``)."""
     return {
         "role": replication.role,
         "leader_epoch": replication.leader_epoch,
@@ -157,6 +158,7 @@ def replication_stats(replication: ReplicationStatistics) -> Json:
         "replica_lag": dict(replication.replica_lag),
         "leader": 1 if replication.leads else 0,
         "max_replica_lag": replication.max_replica_lag,
+        "replica_lag_bytes": dict(replication.replica_lag_bytes),
     }
 
 

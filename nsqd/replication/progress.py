@@ -8,17 +8,48 @@ took the lead under this epoch, so a new leader gives its followers time to conn
 A follower is *confirmed* when it is in the in-sync set this leader applies and holds the
 whole log up to the high-watermark: every acknowledged message is on it, and every later
 acknowledgement waits for it (lookupd hands leadership over only to such a follower).
+
+Each report also says how many bytes of the log each replica still lacks (``behind``: node ->
+bytes, :func:`~nsqd.broker.bytes_behind`; a replica that has not acknowledged anything under
+this epoch is left out): what lookupd shows as a move's ``bytes_left``. A lookupd that does
+not know the key ignores it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..broker import Broker
+from ..broker import Broker, bytes_behind
 
 CAUGHT_UP_WINDOW = 1.0  # seconds
+#: seconds between reports while a replica that is not caught up has bytes left to copy (the
+#: bytes alone change with every batch: reporting each change would post four times a second)
+COPY_REPORT_INTERVAL = 1.0
 
 Report = dict[str, object]
+
+
+def due(reports: list[Report], last: list[Report] | None, since_sent: float, repeat: float) -> bool:
+    """Whether ``reports`` should go to lookupd now, ``since_sent`` seconds after ``last`` went:
+    when anything but the bytes behind changed, every ``repeat`` seconds, and every
+    :data:`COPY_REPORT_INTERVAL` seconds while a replica not caught up has bytes left."""
+    if last is None or since_sent >= repeat or _decisive(reports) != _decisive(last):
+        return True
+    return since_sent >= COPY_REPORT_INTERVAL and reports != last and _copying(reports)
+
+
+def _decisive(reports: list[Report]) -> list[Report]:
+    return [{k: v for k, v in r.items() if k != "behind"} for r in reports]
+
+
+def _copying(reports: list[Report]) -> bool:
+    for report in reports:
+        behind, caught_up = report.get("behind"), report.get("caught_up")
+        if not (isinstance(behind, dict) and isinstance(caught_up, list)):
+            continue
+        if any(n > 0 and node not in caught_up for node, n in behind.items()):
+            return True
+    return False
 
 
 @dataclass
@@ -30,7 +61,7 @@ class ProgressTracker:
 
     def reports(self, broker: Broker, now: float) -> list[Report]:
         """One report per led partition with replicas: topic, partition, epoch, caught_up,
-        lagging (node ids, sorted)."""
+        lagging, confirmed (node ids, sorted) and behind (node id -> bytes)."""
         out: list[Report] = []
         led: set[tuple[str, int, int]] = set()
         for topic in broker.list_topics():
@@ -65,6 +96,7 @@ class ProgressTracker:
                         "caught_up": sorted(caught_up),
                         "lagging": sorted(lagging),
                         "confirmed": sorted(confirmed),
+                        "behind": dict(sorted(bytes_behind(partition).items())),
                     }
                 )
         for key in set(self._led_since) - led:

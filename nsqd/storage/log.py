@@ -30,7 +30,7 @@ from .encoded_run import EncodedRun
 from .errors import LogClosedError, OffsetOutOfRangeError, StorageError
 from .frame_runs import FrameLayout, FrameRun
 from .handles import HandleCache
-from .log_read import offset_for_timestamp, read_frames, read_segments
+from .log_read import bytes_from, offset_for_timestamp, read_frames, read_segments
 from .opening import open_segments
 from .record import NewRecord, Record
 from .repair import repair_region
@@ -282,6 +282,21 @@ class PartitionLog:
                 return offset_for_timestamp(self._segments, self._end, timestamp_ns)
             except OSError as exc:
                 raise StorageError(f"timestamp seek in {self.directory} failed: {exc}") from exc
+
+    def bytes_from(self, offset: int) -> int:
+        """Bytes on disk of the records from ``offset`` to the end: 0 at or past
+        ``end_offset``, the whole log below ``start_offset``. Exact where a recent append
+        starts or ends at ``offset`` (a follower's acknowledgement, mostly), else counted from
+        the index entry at or before it: over by less than one index interval. May load a
+        sealed segment's index (as a read there would). Raises :class:`StorageError`."""
+        with self._lock:
+            self._check_open()
+            if offset >= self._end:
+                return 0
+            try:
+                return bytes_from(self._segments, max(offset, self.start_offset))
+            except OSError as exc:
+                raise StorageError(f"index of {self.directory} unreadable: {exc}") from exc
 
     def read_written(
         self, offset: int, max_bytes: int, hard_limit: int

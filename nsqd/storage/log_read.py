@@ -1,5 +1,5 @@
-"""A partition log's read path below its tail cache: a range of records across segments, and the
-first offset at or after a time.
+"""A partition log's read path below its tail cache: a range of records across segments, the
+first offset at or after a time, and how many bytes lie past an offset.
 
 Both work on the log's chain of segments (ordered by base offset; ``end`` is the offset after
 the last record) under the log's lock; :class:`~.log.PartitionLog` checks the arguments, serves
@@ -69,3 +69,12 @@ def offset_for_timestamp(segments: list[Segment], end: int, timestamp_ns: int) -
         if newest is not None and newest >= timestamp_ns:
             return seg.find_timestamp(timestamp_ns, seg_end)
     return end
+
+
+def bytes_from(segments: list[Segment], offset: int) -> int:
+    """Bytes of the records from ``offset`` (within ``[first base offset, end)``) to the end of
+    the log: :meth:`Segment.floor_position` in the segment holding it, and every later
+    segment's whole size."""
+    i = bisect_right(segments, offset, key=base_offset_of) - 1
+    held = segments[i]
+    return held.size - held.floor_position(offset) + sum(s.size for s in segments[i + 1 :])

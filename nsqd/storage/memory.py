@@ -6,7 +6,7 @@ from collections import deque
 from collections.abc import Sequence
 
 from .frame_runs import FrameLayout, FrameRun
-from .record import NewRecord, Record, internal_id_for
+from .record import HEADER_SIZE, NewRecord, Record, internal_id_for
 
 
 class MemoryLog:
@@ -78,6 +78,15 @@ class MemoryLog:
         first = max(offset, self._start) - self._start
         last = min(first + max_records, len(self._records))
         return [self._records[i] for i in range(first, last)]
+
+    def bytes_from(self, offset: int) -> int:
+        """The bytes the records from ``offset`` on would take on disk (the
+        :class:`PartitionLog` API: what a follower still lacks)."""
+        first = max(offset, self._start) - self._start
+        return sum(
+            HEADER_SIZE + len(self._records[i].ext) + len(self._records[i].body)
+            for i in range(first, len(self._records))
+        )
 
     def trim(self, offset: int) -> None:
         """Forget records below ``offset`` (every channel has confirmed them)."""

@@ -34,6 +34,16 @@ class RecentRuns:
     def clear(self) -> None:
         self._runs.clear()
 
+    def position(self, offset: int) -> int | None:
+        """The byte position of the record at ``offset`` when a remembered run starts or ends
+        there (where a follower's acknowledgement usually falls), else None."""
+        for run in reversed(self._runs):
+            if run.first == offset:
+                return run.start
+            if run.end == offset:
+                return run.stop
+        return None
+
     def span(self, offset: int, max_bytes: int, hard_limit: int) -> Run | None:
         """The runs from the one starting at ``offset`` on, as one span of the file: as many
         contiguous runs as fit in ``max_bytes`` (the first always, unless it is larger than

@@ -286,6 +286,17 @@ class Segment(SegmentFiles):
             return None
         return span.end - offset, data
 
+    def floor_position(self, offset: int) -> int:
+        """The byte position of the record at ``offset`` (one this segment holds) when a
+        recent run starts or ends there, else of the index entry at or before it: then the
+        record starts less than one index interval further on."""
+        exact = self._recent.position(offset)
+        if exact is not None:
+            return exact
+        index = self.index
+        i = index.floor_for_offset(offset - self.base_offset)
+        return index.entry(i)[1] if i >= 0 else 0
+
     def find_timestamp(self, timestamp_ns: int, end_offset: int) -> int:
         """First offset in this segment whose timestamp is ``>= timestamp_ns``, else
         ``end_offset``. Scans from the last index entry whose running max is older."""

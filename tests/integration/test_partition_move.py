@@ -5,7 +5,9 @@ consuming all along.
 The default round moves one replica to the third node, then the leader to the node the replica
 left: no acknowledged message is lost, every one is consumed, the channel's position moves with
 the partition (no replay from the start), the copy catches up at ``--replica-move-rate`` and
-the longest write gap is measured and printed. The fault rounds kill -9 the target or the
+the longest write gap is measured and printed. A throttled copy shows its bytes left, shrinking
+to the end, on ``GET /topic/partition/moves``, lookupd's and the leader's ``/metrics``. The fault
+rounds kill -9 the target or the
 source in the middle of a move, or restart lookupd: the move rolls back or finishes, and
 nothing acknowledged is lost."""
 
@@ -18,19 +20,21 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from protocol import Dpub, Fin, Pub, Rdy, Req, Sub
 from protocol.frames import FrameType
 from tests.daemons import Daemon
 from tests.integration import cluster_load
 from tests.integration.cluster_load import BODY_SIZE, Load, RackedCluster, report
-from tests.integration.lookupd_helpers import get_json, post, roles, wait_for
+from tests.integration.lookupd_helpers import get_json, post, request, roles, wait_for
 from tests.rawclient import RawClient
 
 pytestmark = pytest.mark.integration
 
 MOVE_RATE = 256 * 1024  # bytes/s a catching-up copy is fed (--replica-move-rate)
 BACKLOG = 600  # messages of BODY_SIZE published before the first move
+COPY_BACKLOG = 1500  # messages of BODY_SIZE behind a throttled copy (about 6 s at MOVE_RATE)
 T = TypeVar("T")
 
 
@@ -103,6 +107,17 @@ def move(cluster: Cluster, source: str, target: str, *, leader: bool) -> float:
     return time.monotonic() - asked
 
 
+def gauge(daemon: Daemon, name: str, **labels: str) -> float | None:
+    """The sample ``name`` with ``labels`` on the daemon's ``/metrics``, None if absent."""
+    status, body, _ = request(f"http://{daemon.http_address}/metrics", "GET", {})
+    assert status == 200, body
+    for family in text_string_to_metric_families(body.decode()):
+        for sample in family.samples:
+            if sample.name == name and labels.items() <= sample.labels.items():
+                return float(sample.value)
+    return None
+
+
 def catching_up(cluster: Cluster, target: str) -> None:
     """Wait until ``target`` is an assigned replica, outside the in-sync set."""
     wait_for(
@@ -143,6 +158,42 @@ def test_move_a_replica_then_the_leader_under_load(cluster: Cluster) -> None:
     # the channel's position moved with the partition: no replay of what was finished
     assert load.redelivered < BACKLOG // 2
     assert load.longest_gap < 5.0
+
+
+def test_a_throttled_copy_shows_its_bytes_left_until_the_move_ends(cluster: Cluster) -> None:
+    leader_id, replica, spare, _ = cluster.create()
+    leader = cluster.by_id(leader_id)
+    batch = b"\n".join((b"%08d" % i).ljust(BODY_SIZE, b".") for i in range(300))
+    for _ in range(COPY_BACKLOG // 300):
+        assert post(leader, "/mpub?topic=mv", batch) == (200, b"OK")
+    on_disk = get_json(leader, "/stats?format=json&topic=mv")["topics"][0]["message_bytes"]
+    start_move(cluster, replica, spare, leader=False)
+    listed: list[int] = []  # bytes_left as GET /topic/partition/moves showed them
+    on_lookupd: list[float] = []  # pnsq_lookupd_move_bytes_left
+    on_leader: list[float] = []  # pnsq_replica_lag_bytes of the new copy
+    deadline = time.monotonic() + 60
+    while moves := cluster.moves():
+        assert time.monotonic() < deadline, "the move did not end"
+        if moves[0]["bytes_left"] is not None:
+            listed.append(moves[0]["bytes_left"])
+        assert gauge(cluster.lookupd, "pnsq_lookupd_moves_in_progress") in (0, 1)
+        on_lookupd.append(gauge(cluster.lookupd, "pnsq_lookupd_move_bytes_left") or 0)
+        lag = gauge(leader, "pnsq_replica_lag_bytes", topic="mv", partition="0", replica=spare)
+        on_leader.append(lag or 0)
+        time.sleep(0.1)
+    print(f"bytes left seen: {listed}")
+    positive = [n for n in listed if n > 0]
+    assert len(set(positive)) >= 2, listed  # shrinking as the copy went on
+    assert listed == sorted(listed, reverse=True)  # nothing was published meanwhile
+    assert positive[0] <= on_disk * 1.2  # bodies plus record headers, at most
+    assert max(on_lookupd) > 0
+    assert max(on_leader) > 0
+    # the move is over: nothing left anywhere
+    assert gauge(cluster.lookupd, "pnsq_lookupd_moves_in_progress") == 0
+    assert gauge(cluster.lookupd, "pnsq_lookupd_move_bytes_left") == 0
+    labels = {"topic": "mv", "partition": "0", "replica": spare}
+    wait_for(lambda: gauge(leader, "pnsq_replica_lag_bytes", **labels) == 0, what="no lag")
+    assert gauge(leader, "pnsq_replica_lag_bytes", topic="mv", replica=replica) is None
 
 
 def test_an_ordered_topic_stays_in_order_across_a_leader_move(cluster: Cluster) -> None:

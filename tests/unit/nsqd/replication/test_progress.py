@@ -1,0 +1,83 @@
+"""nsqd.replication.progress: a leader's report says how many bytes each replica still lacks,
+and reports go out when that is worth telling lookupd (not on every byte)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from nsqd.broker import Broker, BrokerConfig, NewRecord, open_broker
+from nsqd.core.partition_state import Placement, Role
+from nsqd.replication.progress import COPY_REPORT_INTERVAL, ProgressTracker, Report, due
+from nsqd.storage.record import HEADER_SIZE
+
+LEADER, IN_SYNC, COPYING, SILENT = "127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3", "127.0.0.1:4"
+BODY = 100  # bytes of each message
+RECORD = HEADER_SIZE + BODY
+
+
+def _lead_and_append(broker: Broker, batches: int) -> None:
+    """Lead ``t``/0 with three replicas (one in sync), ``batches`` appends of 10 messages."""
+    topic = broker.get_or_create_topic("t", 1)
+    partition = topic.partitions[0]
+    replicas = (IN_SYNC, COPYING, SILENT)
+    partition.state.apply(Placement(Role.LEADER, 2, LEADER, replicas, (LEADER, IN_SYNC)))
+    for b in range(batches):
+        partition.log.append([NewRecord(b * 10 + i, b"m" * BODY) for i in range(10)])
+        partition.state.appended(partition.log.end_offset)
+
+
+async def test_the_report_counts_the_bytes_each_replica_lacks(tmp_path: Path) -> None:
+    async with open_broker(BrokerConfig(data_path=tmp_path)) as broker:
+        _lead_and_append(broker, 5)
+        state = broker.get_topic("t").partitions[0].state
+        state.follower_acked(IN_SYNC, 50, now=10.0)  # everything
+        state.follower_acked(COPYING, 20, now=10.0)  # two appends of five
+        (report,) = ProgressTracker(lag_max=5.0).reports(broker, now=10.0)
+        # SILENT has acknowledged nothing under this epoch: unknown, so left out
+        assert report["behind"] == {IN_SYNC: 0, COPYING: 30 * RECORD}
+        assert report["caught_up"] == [IN_SYNC]
+        # the same count on /stats and /metrics
+        (stats,) = broker.get_topic("t").partition_statistics()
+        assert dict(stats.replication.replica_lag_bytes) == report["behind"]
+        state.follower_acked(COPYING, 50, now=11.0)
+        (report,) = ProgressTracker(lag_max=5.0).reports(broker, now=11.0)
+        assert report["behind"] == {IN_SYNC: 0, COPYING: 0}
+
+
+async def test_a_replica_node_reports_nothing(tmp_path: Path) -> None:
+    async with open_broker(BrokerConfig(data_path=tmp_path)) as broker:
+        topic = broker.get_or_create_topic("t", 1)
+        placement = Placement(Role.REPLICA, 2, IN_SYNC, (LEADER,), (IN_SYNC, LEADER))
+        topic.partitions[0].state.apply(placement)
+        assert ProgressTracker(lag_max=5.0).reports(broker, now=1.0) == []
+        (stats,) = topic.partition_statistics()
+        assert stats.replication.replica_lag_bytes == ()
+
+
+def _report(caught_up: list[str], behind: dict[str, int]) -> list[Report]:
+    return [
+        {
+            "topic": "t",
+            "partition": 0,
+            "epoch": 2,
+            "caught_up": caught_up,
+            "lagging": [],
+            "confirmed": caught_up,
+            "behind": behind,
+        }
+    ]
+
+
+def test_a_report_is_due_when_it_decides_something_or_a_copy_moves_on() -> None:
+    start = _report([IN_SYNC], {IN_SYNC: 0, COPYING: 9000})
+    assert due(start, None, 0.0, 5.0)  # the first one
+    assert not due(start, start, 0.1, 5.0)  # nothing changed
+    assert due(start, start, 5.0, 5.0)  # the repeat
+    copied = _report([IN_SYNC], {IN_SYNC: 0, COPYING: 4000})
+    assert not due(copied, start, 0.3, 5.0)  # bytes alone: not four times a second
+    assert due(copied, start, COPY_REPORT_INTERVAL, 5.0)  # but every second while copying
+    caught_up = _report([COPYING, IN_SYNC], {IN_SYNC: 0, COPYING: 0})
+    assert due(caught_up, copied, 0.1, 5.0)  # caught up: at once
+    jitter = _report([IN_SYNC], {IN_SYNC: 300})
+    settled = _report([IN_SYNC], {IN_SYNC: 0})
+    assert not due(jitter, settled, 2.0, 5.0)  # an in-sync follower's jitter is not a copy
