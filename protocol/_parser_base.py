@@ -17,7 +17,7 @@ from typing import Final
 
 from .commands import Command
 from .errors import ClientError, ConnectionAbort, ErrorCode
-from .gostr import go_bytes, go_quote
+from .gostr import go_bytes, go_quote, parse_base10
 from .names import is_valid_name
 
 # body / element size: i32 BE, as nsqd reads it (negative = invalid)
@@ -150,6 +150,21 @@ class ParserBase:
         raise ClientError(
             ErrorCode.BAD_TOPIC, f"{code_prefix}{cmd} topic name {go_quote(raw)} is not valid"
         )
+
+    @staticmethod
+    def _sequence(cmd: str, params: list[bytes], index: int, partition: int | None) -> int | None:
+        """pnsq: the number after the partition of a numbered publish (idempotent publishing),
+        None when there is none."""
+        if len(params) <= index:
+            return None
+        value = parse_base10(params[index])
+        if value is None or not 0 <= value < 1 << 63:
+            raise ClientError(
+                ErrorCode.INVALID, f"{cmd} sequence is not valid: {go_bytes(params[index])}"
+            )
+        if partition is None or partition < 0:
+            raise ClientError(ErrorCode.INVALID, f"{cmd} a numbered publish names its partition")
+        return value
 
     @staticmethod
     def _partition(params: list[bytes], index: int) -> int | None:

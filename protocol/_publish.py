@@ -58,8 +58,9 @@ class PublishReader(ParserBase):
             raise ClientError(ErrorCode.INVALID, "PUB insufficient number of parameters")
         topic = self._topic("PUB", params[1])
         partition = self._partition(params, 2)
+        sequence = self._sequence("PUB", params, 3, partition)
         body = self._message_body(start, "PUB")
-        return NEED_DATA if body is None else Pub(topic, body, partition)
+        return NEED_DATA if body is None else Pub(topic, body, partition, sequence)
 
     def _dpub(self, params: list[bytes], start: int) -> Result:
         if len(params) < 3:
@@ -76,33 +77,40 @@ class PublishReader(ParserBase):
                 ErrorCode.INVALID,
                 f"DPUB timeout {defer_ms} out of range 0-{self.limits.max_req_timeout_ms}",
             )
+        partition = self._partition(params, 3)  # pnsq; stock nsqd reads no more
+        sequence = self._sequence("DPUB", params, 4, partition)
         body = self._message_body(start, "DPUB")
-        return NEED_DATA if body is None else Dpub(topic, defer_ns // 1_000_000, body)
+        if body is None:
+            return NEED_DATA
+        return Dpub(topic, defer_ns // 1_000_000, body, partition, sequence)
 
     def _pub_trace(self, params: list[bytes], start: int) -> Result:
         if len(params) < 2:
             raise ClientError(ErrorCode.INVALID, "PUB_TRACE insufficient number of parameters")
         topic = self._topic("PUB_TRACE", params[1])
         partition = self._partition(params, 2)
+        sequence = self._sequence("PUB_TRACE", params, 3, partition)
         body = self._message_body(start, "PUB_TRACE")
         if body is None:
             return NEED_DATA
         if len(body) <= _TRACE_ID.size:
             raise ClientError(ErrorCode.BAD_BODY, YouzanText.TRACE_BODY_SIZE.format(len(body)))
-        return PubTrace(topic, _TRACE_ID.unpack_from(body)[0], body[_TRACE_ID.size :], partition)
+        trace_id = _TRACE_ID.unpack_from(body)[0]
+        return PubTrace(topic, trace_id, body[_TRACE_ID.size :], partition, sequence)
 
     def _pub_ext(self, params: list[bytes], start: int) -> Result:
         if len(params) < 2:
             raise ClientError(ErrorCode.INVALID, "PUB_EXT insufficient number of parameters")
         topic = self._topic("PUB_EXT", params[1])
         partition = self._partition(params, 2)
+        sequence = self._sequence("PUB_EXT", params, 3, partition)
         body = self._message_body(start, "PUB_EXT")
         if body is None:
             return NEED_DATA
         if len(body) <= _EXT_LEN.size:
             raise ClientError(ErrorCode.BAD_BODY, YouzanText.EXT_BODY_SIZE.format(len(body)))
         header, payload = _split_ext(body)
-        return PubExt(topic, header, payload, partition)
+        return PubExt(topic, header, payload, partition, sequence)
 
     def _mpub(self, params: list[bytes], start: int) -> Result:
         cmd = go_bytes(params[0])
@@ -111,6 +119,7 @@ class PublishReader(ParserBase):
         # nsqd quirk: MPUB's text repeats the code ("E_BAD_TOPIC E_BAD_TOPIC MPUB ...").
         topic = self._topic(cmd, params[1], code_prefix=f"{ErrorCode.BAD_TOPIC} ")
         partition = self._partition(params, 2)
+        sequence = self._sequence(cmd, params, 3, partition)
         size = self._size_at(start)
         if size is None:
             self._check_eof(ErrorCode.BAD_BODY, f"{cmd} failed to read body size")
@@ -128,7 +137,7 @@ class PublishReader(ParserBase):
         bodies = self._mpub_elements(cmd, start + 4, size)
         self._pos = start + 4 + size
         if cmd == "MPUB":
-            return Mpub(topic, bodies, partition)
+            return Mpub(topic, bodies, partition, sequence)
         if cmd == "MPUB_TRACE":
             traced = []
             for i, body in enumerate(bodies):
@@ -137,8 +146,8 @@ class PublishReader(ParserBase):
                         ErrorCode.BAD_MESSAGE, YouzanText.MPUB_TRACE_SIZE.format(i, len(body))
                     )
                 traced.append((int(_TRACE_ID.unpack_from(body)[0]), body[_TRACE_ID.size :]))
-            return MpubTrace(topic, traced, partition)
-        return MpubExt(topic, [_split_ext(body) for body in bodies], partition)
+            return MpubTrace(topic, traced, partition, sequence)
+        return MpubExt(topic, [_split_ext(body) for body in bodies], partition, sequence)
 
     def _mpub_elements(self, cmd: str, start: int, size: int) -> list[bytes]:
         """Split an MPUB body ``[n]([len][bytes])*`` with nsqd's checks and texts."""

@@ -50,67 +50,92 @@ class Sub:
 
 @dataclass(frozen=True, slots=True)
 class Pub:
-    """``PUB <topic> [<partition>]`` + body."""
+    """``PUB <topic> [<partition> [<sequence>]]`` + body."""
 
     topic: str
     body: bytes
     partition: int | None = None
+    #: pnsq: the number of its (first) message, from a producer that named itself in
+    #: IDENTIFY (``pnsq_producer``): a retry of stored numbers is acknowledged, not stored again
+    sequence: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Mpub:
-    """``MPUB <topic> [<partition>]`` + ``[n]([len][body])*``; atomic."""
+    """``MPUB <topic> [<partition> [<sequence>]]`` + ``[n]([len][body])*``; atomic."""
 
     topic: str
     bodies: list[bytes]
     partition: int | None = None
+    #: pnsq: the number of its (first) message, from a producer that named itself in
+    #: IDENTIFY (``pnsq_producer``): a retry of stored numbers is acknowledged, not stored again
+    sequence: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Dpub:
-    """``DPUB <topic> <defer ms>`` + body."""
+    """``DPUB <topic> <defer ms> [<partition> [<sequence>]]`` + body (pnsq: the partition and
+    number; stock nsqd has neither)."""
 
     topic: str
     defer_ms: int
     body: bytes
+    partition: int | None = None
+    #: pnsq: the number of its (first) message, from a producer that named itself in
+    #: IDENTIFY (``pnsq_producer``): a retry of stored numbers is acknowledged, not stored again
+    sequence: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class PubTrace:
-    """``PUB_TRACE <topic> [<partition>]`` + ``[u64 trace id][body]``."""
+    """``PUB_TRACE <topic> [<partition> [<sequence>]]`` + ``[u64 trace id][body]``."""
 
     topic: str
     trace_id: int
     body: bytes
     partition: int | None = None
+    #: pnsq: the number of its (first) message, from a producer that named itself in
+    #: IDENTIFY (``pnsq_producer``): a retry of stored numbers is acknowledged, not stored again
+    sequence: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class MpubTrace:
-    """``MPUB_TRACE <topic> [<partition>]``: like MPUB, each element ``[u64 trace id][body]``."""
+    """``MPUB_TRACE <topic> [<partition> [<sequence>]]``: like MPUB, each element
+    ``[u64 trace id][body]``."""
 
     topic: str
     messages: list[tuple[int, bytes]]
     partition: int | None = None
+    #: pnsq: the number of its (first) message, from a producer that named itself in
+    #: IDENTIFY (``pnsq_producer``): a retry of stored numbers is acknowledged, not stored again
+    sequence: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class PubExt:
-    """``PUB_EXT <topic> [<partition>]`` + ``[u16 json len][json header][body]``."""
+    """``PUB_EXT <topic> [<partition> [<sequence>]]`` + ``[u16 json len][json header][body]``."""
 
     topic: str
     header: bytes
     body: bytes
     partition: int | None = None
+    #: pnsq: the number of its (first) message, from a producer that named itself in
+    #: IDENTIFY (``pnsq_producer``): a retry of stored numbers is acknowledged, not stored again
+    sequence: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class MpubExt:
-    """``MPUB_EXT <topic> [<partition>]``: like MPUB, each element ``[u16 len][json][body]``."""
+    """``MPUB_EXT <topic> [<partition> [<sequence>]]``: like MPUB, each element
+    ``[u16 len][json][body]``."""
 
     topic: str
     messages: list[tuple[bytes, bytes]]
     partition: int | None = None
+    #: pnsq: the number of its (first) message, from a producer that named itself in
+    #: IDENTIFY (``pnsq_producer``): a retry of stored numbers is acknowledged, not stored again
+    sequence: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

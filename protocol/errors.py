@@ -48,6 +48,10 @@ class ErrorCode(StrEnum):
     INVALID_TRACE_ID = "INVALID_TRACE_ID"  # sic: youzan sends it without the E_ prefix
     BAD_EXT = "E_BAD_EXT"
     CREATE_TOPIC_FAILED = "E_CREATE_TOPIC_FAILED"
+    # pnsq extensions: a numbered publish (idempotent publishing) that does not follow the
+    # producer's last numbers; nothing is stored
+    PUB_SEQUENCE_GAP = "E_PUB_SEQUENCE_GAP"
+    PUB_SEQUENCE_OUT_OF_ORDER = "E_PUB_SEQUENCE_OUT_OF_ORDER"
 
 
 class YouzanText:
@@ -94,6 +98,8 @@ NON_FATAL_CODES: Final = frozenset(
         ErrorCode.INVALID_JSON_HEADER,
         ErrorCode.INVALID_TRACE_ID,
         ErrorCode.CREATE_TOPIC_FAILED,
+        ErrorCode.PUB_SEQUENCE_GAP,
+        ErrorCode.PUB_SEQUENCE_OUT_OF_ORDER,
     }
 )
 

@@ -4,6 +4,7 @@ the feature-negotiation reply with nsqd's keys in nsqd's order.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, field
 from typing import Final
@@ -33,7 +34,10 @@ _FIELDS: Final[dict[str, tuple[str, tuple[int, int]]]] = {
     "msg_timeout": ("int", _INT64),
     "sample_rate": ("int", _INT32),
     "ext_filter": ("object", _INT64),  # youzan: validated by the server when it subscribes
+    "pnsq_producer": ("str", _INT64),  # pnsq: a numbering producer's name (idempotent publish)
 }
+#: bytes of UTF-8 a producer's name may have
+MAX_PRODUCER_NAME = 128
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +80,9 @@ class IdentifyResult:
     desired_tag: str
     #: youzan's server-side filter on ext headers, as sent (``{}`` when absent)
     ext_filter: dict[str, object] = field(default_factory=dict)
+    #: pnsq: the producer's 64-bit id (:func:`producer_id` of the name it gave), None when it
+    #: gave none: its publishes may then carry no number
+    producer: int | None = None
 
 
 def _plain(value: object) -> dict[str, object]:
@@ -207,6 +214,9 @@ def parse_identify(body: bytes, limits: IdentifyLimits) -> IdentifyResult:
         )
     level = get_int("deflate_level")
     deflate_level = min(level if deflate and level > 0 else 6, limits.max_deflate_level)
+    name = get_str("pnsq_producer")
+    if "pnsq_producer" in v and not 0 < len(name.encode()) <= MAX_PRODUCER_NAME:
+        raise _bad(f"pnsq_producer must have 1 to {MAX_PRODUCER_NAME} bytes")
 
     return IdentifyResult(
         client_id=get_str("client_id") or get_str("short_id"),
@@ -225,7 +235,14 @@ def parse_identify(body: bytes, limits: IdentifyLimits) -> IdentifyResult:
         extend_support=bool(v.get("extend_support", False)),
         desired_tag=get_str("desired_tag"),
         ext_filter=_plain(v.get("ext_filter")),
+        producer=producer_id(name) if name else None,
     )
+
+
+def producer_id(name: str) -> int:
+    """The 64-bit id of a producer named ``name``: the first 8 bytes (big-endian) of its
+    BLAKE2b digest (two names sharing one has a chance of 2**-64)."""
+    return int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "big")
 
 
 def identify_response(
@@ -255,4 +272,6 @@ def identify_response(
     }
     if result.desired_tag:  # youzan: omitted when empty
         reply["desired_tag"] = result.desired_tag
+    if result.producer is not None:  # pnsq: only to a client that named itself
+        reply["pnsq_producer"] = f"{result.producer:016x}"
     return json.dumps(reply, separators=(",", ":")).encode()

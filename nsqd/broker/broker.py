@@ -25,7 +25,13 @@ import trio
 from protocol.lookup import TopicAssignment
 from protocol.message import partition_of
 
-from ..core.errors import BrokerError, ExitingError, NotEnoughReplicasError, NotWritableError
+from ..core.errors import (
+    BrokerError,
+    ExitingError,
+    NotEnoughReplicasError,
+    NotWritableError,
+    OffsetNotKeptError,
+)
 from ..core.ownership import Plan
 from ..storage.cache import CacheBudget
 from ..storage.checkpoint import DAMAGED_CHECKPOINTS
@@ -46,7 +52,7 @@ from .diskguard import DiskGuard
 from .logs import LogOpener
 from .observer import Discard, Observer
 from .persistence import SyncSchedule
-from .reading import skipped_records
+from .reading import read_records, skipped_records
 from .registry import TopicRegistry
 from .retention import apply_retention
 from .syncing import Syncer
@@ -270,6 +276,15 @@ class Broker:
         await self.replication.wait(target, offset + 1, target.state.epoch)
         if self.durable_acks:
             await self.wait_durable()
+
+    async def read_stored(self, topic_name: str, partition: int, offset: int) -> list[Record]:
+        """The record at ``offset`` (a retried publish's, :meth:`wait_stored`): ``[]`` when
+        retention took it since."""
+        target = self.get_topic(topic_name).partition(partition)
+        try:
+            return await read_records(target, offset, 1)
+        except OffsetNotKeptError:
+            return []
 
     def acks_at_once(self, topic_name: str) -> bool:
         """Whether a publish to ``topic_name`` is acknowledged as soon as it is appended (what

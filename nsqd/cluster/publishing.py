@@ -13,8 +13,9 @@ commit, HTTP ``/pub``/``/mpub``, youzan's ``/pub_ext``/``/pubtrace``) goes throu
    the fence that keeps a deposed leader from acknowledging (DESIGN.md §5), so the caller
    acknowledges nothing when either step raises.
 
-:meth:`PublishPath.publish_stock` and :meth:`PublishPath.publish` (partition-aware, never
-forwarded) run both for one publish; the TCP group commit runs step 1 for every run of gathered
+:meth:`PublishPath.publish_stock`, :meth:`PublishPath.publish` (partition-aware, never
+forwarded) and :meth:`PublishPath.publish_numbered` (idempotent: a retry is acknowledged, not
+stored again) run both for one publish; the TCP group commit runs step 1 for every run of gathered
 PUBs and then step 2 for all of them, so the waits overlap.
 """
 
@@ -41,6 +42,7 @@ class PublishPath:
     def __init__(self, broker: Broker, forwarder: Forwarder | None = None) -> None:
         self.broker = broker
         self.forwarder = forwarder
+        self.duplicates = 0  # messages of retried numbered publishes, not stored again
 
     async def elsewhere(self, topic: str, partition: int | None) -> bool:
         """Whether a publish of ``topic`` must go to a leader on another node. Raises
@@ -107,6 +109,31 @@ class PublishPath:
         records = self._append(topic, entries, partition, on_appended)
         await self.replicated(topic, records)
         return records
+
+    async def publish_numbered(
+        self,
+        topic: str,
+        entries: Sequence[NewRecord],
+        partition: int,
+        producer: int,
+        first: int,
+        *,
+        on_appended: Callable[[Sequence[Record]], None] | None = None,
+    ) -> Sequence[Record]:
+        """Both steps for a numbered publish (idempotent publishing: ``producer``'s messages
+        numbered from ``first``), never forwarded: acknowledgeable when this returns. A retry
+        of numbers stored already appends nothing; it returns, once that is replicated, the
+        stored record holding its last number. Raises
+        :class:`~nsqd.core.producers.SequenceError` for numbers that do not follow."""
+        stored = self.broker.publish_numbered(topic, entries, partition, producer, first)
+        if not isinstance(stored, int):
+            if on_appended is not None:
+                on_appended(stored)
+            await self.replicated(topic, stored)
+            return stored
+        await self.broker.wait_stored(topic, partition, stored)
+        self.duplicates += len(entries)
+        return await self.broker.read_stored(topic, partition, stored)
 
     def _append(
         self,

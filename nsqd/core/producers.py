@@ -38,8 +38,12 @@ RECENT = 5
 
 
 class SequenceError(BrokerError):
-    """A publish whose numbers do not follow the producer's last ones; ``str()`` is the text
-    of the non-fatal wire error."""
+    """A publish whose numbers do not follow the producer's last ones: skipped ones (``gap``)
+    or partly stored ones; ``str()`` says which numbers."""
+
+    def __init__(self, description: str, *, gap: bool) -> None:
+        super().__init__(description)
+        self.gap = gap
 
 
 class Verdict(Enum):
@@ -93,12 +97,13 @@ class Producers:
             return Verdict.DUPLICATE, (holding or known.recent[0]).offset
         if first > known.last:
             raise SequenceError(
-                f"E_PUB_SEQUENCE_GAP producer {producer:016x} expected sequence "
-                f"{known.last + 1}, got {first}"
+                f"producer {producer:016x} expected sequence {known.last + 1}, got {first}",
+                gap=True,
             )
         raise SequenceError(
-            f"E_PUB_SEQUENCE_OUT_OF_ORDER producer {producer:016x} sequence {first}-{last} "
-            f"overlaps what was stored (last {known.last})"
+            f"producer {producer:016x} sequence {first}-{last} overlaps what was stored "
+            f"(last {known.last})",
+            gap=False,
         )
 
     def record(self, producer: int, first: int, count: int, offset: int, now: float) -> None:

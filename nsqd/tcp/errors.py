@@ -24,6 +24,7 @@ from ..core.errors import (
     OrderedSampleRateError,
     TopicNotFoundError,
 )
+from ..core.producers import SequenceError
 
 #: What the session turns into error frames; anything else is a bug and propagates.
 HANDLED_ERRORS = (BrokerError, StorageError, OSError, ForwardError)
@@ -78,6 +79,10 @@ def client_error_for(
             return ClientError(ErrorCode.FAILED_ON_NOT_WRITABLE, "", fatal=command in _FEED)
         case NotLeaderError():
             return ClientError(ErrorCode.FAILED_ON_NOT_LEADER, "", fatal=command in _FEED)
+        case SequenceError(gap=True):
+            return ClientError(ErrorCode.PUB_SEQUENCE_GAP, f"{command} {exc}")
+        case SequenceError():
+            return ClientError(ErrorCode.PUB_SEQUENCE_OUT_OF_ORDER, f"{command} {exc}")
         case ExitingError():
             return ClientError(code, f"{command} failed exiting", fatal=True)
         case _:

@@ -60,6 +60,7 @@ class Negotiated:
     #: youzan's ext filter; ``keep_ext_filter`` when the one sent was invalid (logged, ignored)
     ext_filter: ExtFilter | None
     keep_ext_filter: bool
+    producer: int | None  # pnsq_producer's id: the connection may number its publishes
     reply: bytes  # the frame answering IDENTIFY: ``OK``, or the negotiated features as JSON
     tls: bool  # the upgrades to make once the reply is out
     snappy: bool
@@ -111,6 +112,7 @@ def negotiate(body: bytes, settings: SessionSettings, remote_address: str) -> Ne
         desired_tag=result.desired_tag,
         ext_filter=ext_filter,
         keep_ext_filter=keep_ext_filter,
+        producer=result.producer,
         reply=reply,
         tls=features and result.tls_v1,
         snappy=features and result.snappy,

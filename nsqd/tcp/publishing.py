@@ -47,6 +47,9 @@ class Publisher:
         #: publish times (one batch: no object per message)
         self._gathered: list[tuple[tuple[str, int | None], BodyBatch]] = []
         self.pub_counts: dict[str, int] = {}  # messages published per topic (/stats producers)
+        #: pnsq: the id of the producer this connection named in IDENTIFY (``pnsq_producer``):
+        #: its numbered publishes are stored once however often they are retried
+        self.producer: int | None = None
 
     @property
     def gathering(self) -> bool:
@@ -156,33 +159,85 @@ class Publisher:
         name: str,
         code: ErrorCode,
         defer_ms: int = 0,
+        sequence: int | None = None,
     ) -> None:
         now = self.broker.clock.now_ns()
         deliver_at = now + defer_ms * 1_000_000 if defer_ms else 0
         batch = new_records(now, bodies, deliver_at)
         try:
-            await self.path.publish_stock(
-                topic, batch, partition, defer_ms=defer_ms, on_appended=partial(self._count, topic)
-            )
+            if sequence is None:
+                await self.path.publish_stock(
+                    topic,
+                    batch,
+                    partition,
+                    defer_ms=defer_ms,
+                    on_appended=partial(self._count, topic),
+                )
+            else:
+                await self._numbered(topic, batch, partition, sequence, name)
         except HANDLED_ERRORS as exc:
             raise client_error_for(exc, name, code) from exc
         self.output.append(frames.OK)
+
+    async def _numbered(
+        self,
+        topic: str,
+        entries: Sequence[NewRecord],
+        partition: int | None,
+        sequence: int,
+        name: str,
+    ) -> Sequence[Record]:
+        """A numbered publish (idempotent publishing): stored once, however often retried."""
+        if self.producer is None:
+            raise ClientError(
+                ErrorCode.INVALID, f"{name} a numbered publish needs pnsq_producer in IDENTIFY"
+            )
+        assert partition is not None  # the parser takes a number only after a partition
+        return await self.path.publish_numbered(
+            topic,
+            entries,
+            partition,
+            self.producer,
+            sequence,
+            on_appended=partial(self._count, topic),
+        )
+
+    async def _partitioned(
+        self,
+        topic: str,
+        entries: Sequence[NewRecord],
+        partition: int | None,
+        sequence: int | None,
+        name: str,
+    ) -> Sequence[Record]:
+        """A partition-aware publish (traced, ext): numbered or not."""
+        if sequence is not None:
+            return await self._numbered(topic, entries, partition, sequence, name)
+        return await self.path.publish(
+            topic, entries, partition, on_appended=partial(self._count, topic)
+        )
 
     def _count(self, topic: str, records: Sequence[Record]) -> None:
         """``records`` of ``topic`` were appended here (/stats' ``pub_counts``)."""
         self.pub_counts[topic] = self.pub_counts.get(topic, 0) + len(records)
 
     async def publish_traced(
-        self, topic: str, messages: list[tuple[int, bytes]], partition: int | None, name: str
+        self,
+        topic: str,
+        messages: list[tuple[int, bytes]],
+        partition: int | None,
+        name: str,
+        sequence: int | None = None,
     ) -> None:
         now = self.broker.clock.now_ns()
         entries = [NewRecord(timestamp_ns=now, body=b, trace_id=t) for t, b in messages]
         try:
-            records = await self.path.publish(
-                topic, entries, partition, on_appended=partial(self._count, topic)
-            )
+            records = await self._partitioned(topic, entries, partition, sequence, name)
         except HANDLED_ERRORS as exc:
             raise client_error_for(exc, name, ErrorCode.PUB_FAILED) from exc
+        if not records:  # a retry of a publish retention has deleted since: nothing to name
+            self.output.append(frames.OK)
+            return
         first = records[0]
         trace = first.trace_id if name == "PUB_TRACE" else 0
         size = sum(raw_size(r, ext_header(r.ext)) for r in records)
@@ -196,6 +251,7 @@ class Publisher:
         messages: list[tuple[bytes, bytes]],
         partition: int | None,
         name: str,
+        sequence: int | None = None,
     ) -> None:
         """PUB_EXT (one message; a ``##trace_id`` asks for the traced reply) or MPUB_EXT
         (``OK``; an element with an empty header is a plain message)."""
@@ -220,12 +276,10 @@ class Publisher:
                     raise ext_not_supported(topic)
             entries.append(NewRecord(timestamp_ns=now, body=body, trace_id=trace_id, ext=ext))
         try:
-            records = await self.path.publish(
-                topic, entries, partition, on_appended=partial(self._count, topic)
-            )
+            records = await self._partitioned(topic, entries, partition, sequence, name)
         except HANDLED_ERRORS as exc:
             raise client_error_for(exc, name, code) from exc
-        if not traced:
+        if not traced or not records:
             self.output.append(frames.OK)
             return
         record = records[0]

@@ -104,7 +104,7 @@ class ReactorSide:
         parser.receive_data(data)
         while True:
             command = parser.next_event()  # a protocol error: the loop raises it
-            if isinstance(command, Pub):
+            if isinstance(command, Pub) and command.sequence is None:
                 publisher.gather(command)
             elif command is NEED_DATA:
                 break

@@ -247,7 +247,7 @@ class Session:
                 except (ClientError, ConnectionAbort):
                     await self.publisher.flush()  # the commands before the bad one still count
                     raise
-                if isinstance(command, Pub):
+                if isinstance(command, Pub) and command.sequence is None:
                     auth = self.auth
                     if auth is not None and not auth.permits(command.topic, ""):
                         await self.publisher.flush()  # acks before a possible auth error
@@ -278,30 +278,51 @@ class Session:
 
     async def _handle(self, command: object) -> None:
         match command:
-            case Mpub(topic=topic, bodies=bodies, partition=partition):
+            case Pub(topic=topic, body=body, partition=partition, sequence=sequence):
+                await self._authorize("PUB", topic)  # a numbered PUB: not gathered
+                await self.publisher.publish(
+                    topic, [body], partition, "PUB", ErrorCode.PUB_FAILED, sequence=sequence
+                )
+            case Mpub(topic=topic, bodies=bodies, partition=partition, sequence=sequence):
                 await self._authorize("MPUB", topic)  # nsqd: before reading the body
                 await self.publisher.publish(
-                    topic, bodies, partition, "MPUB", ErrorCode.MPUB_FAILED
+                    topic, bodies, partition, "MPUB", ErrorCode.MPUB_FAILED, sequence=sequence
                 )
-            case Dpub(topic=topic, defer_ms=defer_ms, body=body):
+            case Dpub(
+                topic=topic, defer_ms=defer_ms, body=body, partition=partition, sequence=sequence
+            ):
                 await self._authorize("DPUB", topic)
                 await self.publisher.publish(
-                    topic, [body], None, "DPUB", ErrorCode.DPUB_FAILED, defer_ms=defer_ms
+                    topic,
+                    [body],
+                    partition,
+                    "DPUB",
+                    ErrorCode.DPUB_FAILED,
+                    defer_ms=defer_ms,
+                    sequence=sequence,
                 )
-            case PubTrace(topic=topic, trace_id=trace_id, body=body, partition=partition):
+            case PubTrace(
+                topic=topic, trace_id=trace_id, body=body, partition=partition, sequence=sequence
+            ):
                 await self._authorize("PUB_TRACE", topic)
                 await self.publisher.publish_traced(
-                    topic, [(trace_id, body)], partition, "PUB_TRACE"
+                    topic, [(trace_id, body)], partition, "PUB_TRACE", sequence
                 )
-            case MpubTrace(topic=topic, messages=messages, partition=partition):
+            case MpubTrace(topic=topic, messages=messages, partition=partition, sequence=sequence):
                 await self._authorize("MPUB_TRACE", topic)
-                await self.publisher.publish_traced(topic, messages, partition, "MPUB_TRACE")
-            case PubExt(topic=topic, header=header, body=body, partition=partition):
+                await self.publisher.publish_traced(
+                    topic, messages, partition, "MPUB_TRACE", sequence
+                )
+            case PubExt(
+                topic=topic, header=header, body=body, partition=partition, sequence=sequence
+            ):
                 await self._authorize("PUB_EXT", topic)
-                await self.publisher.publish_ext(topic, [(header, body)], partition, "PUB_EXT")
-            case MpubExt(topic=topic, messages=messages, partition=partition):
+                await self.publisher.publish_ext(
+                    topic, [(header, body)], partition, "PUB_EXT", sequence
+                )
+            case MpubExt(topic=topic, messages=messages, partition=partition, sequence=sequence):
                 await self._authorize("MPUB_EXT", topic)
-                await self.publisher.publish_ext(topic, messages, partition, "MPUB_EXT")
+                await self.publisher.publish_ext(topic, messages, partition, "MPUB_EXT", sequence)
             case Rdy(count=count):
                 self._consuming.set_ready(count)
             case Fin(message_id=message_id):
@@ -370,6 +391,7 @@ class Session:
         self.desired_tag = negotiated.desired_tag
         if not negotiated.keep_ext_filter:
             self.ext_filter = negotiated.ext_filter
+        self.publisher.producer = negotiated.producer
         self._timers.restart(negotiated.heartbeat_interval)
 
     def _installed(self, layer: Layer, stream: trio.abc.Stream) -> None:

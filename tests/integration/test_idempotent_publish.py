@@ -1,0 +1,138 @@
+"""Numbered publishes (pnsq's idempotent publishing) on the wire, against a real pnsq nsqd: a
+producer names itself in IDENTIFY (``pnsq_producer``) and numbers its publishes
+(``PUB <topic> <partition> <sequence>``); a retry of stored numbers is acknowledged again and
+stored once, across a restart and a kill -9 too; numbers that skip ahead are refused, not
+stored, and the connection stays open; a stock client sees no change."""
+
+from __future__ import annotations
+
+import base64
+import json
+import struct
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from protocol.identify import producer_id
+from tests.daemons import Daemon, pnsq_nsqd
+from tests.rawclient import RawClient
+from tests.youzan import create_topic, decode, ext_body, next_message, sized
+
+pytestmark = pytest.mark.integration
+
+NAME = "orders-writer-1"
+
+
+def producer(address: str, name: str = NAME) -> RawClient:
+    client = RawClient(address)
+    reply = json.loads(client.identify(pnsq_producer=name).data)
+    assert reply["pnsq_producer"] == f"{producer_id(name):016x}"
+    return client
+
+
+def numbered(topic: str, partition: int, sequence: int, body: bytes, cmd: str = "PUB") -> bytes:
+    return f"{cmd} {topic} {partition} {sequence}\n".encode() + sized(body)
+
+
+def mpub(topic: str, partition: int, sequence: int, *bodies: bytes) -> bytes:
+    elements = struct.pack(">I", len(bodies)) + b"".join(sized(b) for b in bodies)
+    return f"MPUB {topic} {partition} {sequence}\n".encode() + sized(elements)
+
+
+def replies(client: RawClient, *commands: bytes) -> list[bytes]:
+    client.send(*commands)
+    return [client.read(skip_heartbeats=True).data for _ in commands]
+
+
+def consume(address: str, topic: str, count: int, **identify: object) -> list[bytes]:
+    client = RawClient(address)
+    if identify:
+        client.identify(**identify)
+    client.send(f"SUB {topic} c\n".encode(), b"RDY 100\n")
+    assert client.read().data == b"OK"
+    bodies = []
+    for _ in range(count):
+        frame = next_message(client)
+        bodies.append(frame.body)
+        client.send(b"FIN " + frame.message_id + b"\n")
+    client.send(b"NOP\n")
+    client.sock.settimeout(1.0)
+    try:  # nothing more: each number was stored once
+        extra = client.read(skip_heartbeats=True)
+        raise AssertionError(f"more than {count} message(s): {extra}")
+    except TimeoutError:
+        pass
+    client.close()
+    return bodies
+
+
+def test_a_retried_publish_is_acknowledged_and_stored_once(nsqd: Daemon) -> None:
+    client = producer(nsqd.tcp_address)
+    first = [numbered("t", 0, 0, b"a"), numbered("t", 0, 1, b"b"), mpub("t", 0, 2, b"c", b"d")]
+    assert replies(client, *first) == [b"OK"] * 3
+    client.close()
+    again = producer(nsqd.tcp_address)  # a reconnect: every one of them sent again
+    assert replies(again, *first, numbered("t", 0, 4, b"e")) == [b"OK"] * 4
+    gap = replies(again, numbered("t", 0, 9, b"z"))[0]
+    assert gap.startswith(b"E_PUB_SEQUENCE_GAP PUB producer "), gap
+    assert b"expected sequence 5, got 9" in gap
+    assert replies(again, numbered("t", 0, 5, b"f")) == [b"OK"]  # still open: not fatal
+    overlap = replies(again, mpub("t", 0, 5, b"f", b"g"))[0]
+    assert overlap.startswith(b"E_PUB_SEQUENCE_OUT_OF_ORDER MPUB producer "), overlap
+    again.close()
+    assert consume(nsqd.tcp_address, "t", 6) == [b"a", b"b", b"c", b"d", b"e", b"f"]
+
+
+def test_a_number_without_a_named_producer_is_refused(nsqd: Daemon) -> None:
+    client = RawClient(nsqd.tcp_address)
+    reply = replies(client, numbered("t", 0, 0, b"a"))[0]
+    assert reply == b"E_INVALID PUB a numbered publish needs pnsq_producer in IDENTIFY"
+    assert client.closed_by_server()
+    stock = RawClient(nsqd.tcp_address)  # a stock client's IDENTIFY reply has no pnsq key
+    assert "pnsq_producer" not in json.loads(stock.identify().data)
+    bad = RawClient(nsqd.tcp_address)
+    assert bad.identify(pnsq_producer="").data.startswith(b"E_BAD_BODY IDENTIFY pnsq_producer")
+
+
+def test_traced_and_ext_retries_answer_the_stored_message(nsqd: Daemon) -> None:
+    create_topic(nsqd.http_address, "ext", 1, extend="true")
+    client = producer(nsqd.tcp_address)
+    traced = numbered("tr", 0, 0, struct.pack(">Q", 77) + b"x", cmd="PUB_TRACE")
+    first, retry = replies(client, traced, traced)
+    assert first == retry  # the same id, trace id, offset and size
+    header = {"k": "v"}
+    ext = numbered("ext", 0, 0, ext_body(header, b"one"), cmd="PUB_EXT")
+    assert replies(client, ext, ext) == [b"OK", b"OK"]
+    client.close()
+    reader = RawClient(nsqd.tcp_address)
+    reader.identify(extend_support=True)
+    reader.send(b"SUB ext c\n", b"RDY 10\n")
+    assert reader.read().data == b"OK"
+    got = decode(next_message(reader), ext=True)
+    assert (got.ext, got.body) == (json.dumps(header).encode(), b"one")  # no stamp seen
+    url = f"http://{nsqd.http_address}/partition/read?topic=ext&partition=0&offset=0"
+    with urllib.request.urlopen(url + "&format=ndjson", timeout=5) as answer:
+        read = json.loads(answer.read())
+    assert base64.b64decode(read["ext"]) == json.dumps(header).encode()
+
+
+@pytest.mark.parametrize("stop", ["sigterm", "kill_9"])
+def test_numbers_survive_a_restart(tmp_path: Path, stop: str) -> None:
+    daemon = pnsq_nsqd(tmp_path / "nsqd", "--sync-every=1").start()
+    try:
+        client = producer(daemon.tcp_address)
+        sent = [numbered("r", 0, n, b"m%d" % n) for n in range(5)]
+        assert replies(client, *sent) == [b"OK"] * 5
+        client.close()
+        if stop == "kill_9":  # no checkpoint since: the stamps are read back from the log
+            daemon.kill()
+        else:
+            daemon.stop()
+        daemon.start()
+        again = producer(daemon.tcp_address)
+        assert replies(again, *sent, numbered("r", 0, 5, b"m5")) == [b"OK"] * 6
+        again.close()
+        assert consume(daemon.tcp_address, "r", 6) == [b"m%d" % n for n in range(6)]
+    finally:
+        daemon.stop()
