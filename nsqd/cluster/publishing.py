@@ -119,21 +119,21 @@ class PublishPath:
         first: int,
         *,
         on_appended: Callable[[Sequence[Record]], None] | None = None,
-    ) -> Sequence[Record]:
+    ) -> tuple[Sequence[Record], bool]:
         """Both steps for a numbered publish (idempotent publishing: ``producer``'s messages
-        numbered from ``first``), never forwarded: acknowledgeable when this returns. A retry
-        of numbers stored already appends nothing; it returns, once that is replicated, the
-        stored record holding its last number. Raises
+        numbered from ``first``), never forwarded: acknowledgeable when this returns. Returns
+        the records and False; for a retry of numbers stored already, which appends nothing,
+        the stored record holding its last number (once that is replicated) and True. Raises
         :class:`~nsqd.core.producers.SequenceError` for numbers that do not follow."""
         stored = self.broker.publish_numbered(topic, entries, partition, producer, first)
         if not isinstance(stored, int):
             if on_appended is not None:
                 on_appended(stored)
             await self.replicated(topic, stored)
-            return stored
+            return stored, False
         await self.broker.wait_stored(topic, partition, stored)
         self.duplicates += len(entries)
-        return await self.broker.read_stored(topic, partition, stored)
+        return await self.broker.read_stored(topic, partition, stored), True
 
     def _append(
         self,

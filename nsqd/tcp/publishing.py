@@ -32,6 +32,10 @@ from .delivery import raw_size
 from .errors import HANDLED_ERRORS, client_error_for
 from .output import OutputBuffer
 
+#: pnsq: the reply to a numbered publish whose numbers were stored already (acknowledged, not
+#: stored again); a traced one gets the stored message's traced reply instead
+DUPLICATE = frames.encode_response(b"DUPLICATE")
+
 
 class Publisher:
     """Publishes for one connection and queues the acks on its output."""
@@ -174,7 +178,10 @@ class Publisher:
                     on_appended=partial(self._count, topic),
                 )
             else:
-                await self._numbered(topic, batch, partition, sequence, name)
+                _, duplicate = await self._numbered(topic, batch, partition, sequence, name)
+                if duplicate:
+                    self.output.append(DUPLICATE)
+                    return
         except HANDLED_ERRORS as exc:
             raise client_error_for(exc, name, code) from exc
         self.output.append(frames.OK)
@@ -186,8 +193,9 @@ class Publisher:
         partition: int | None,
         sequence: int,
         name: str,
-    ) -> Sequence[Record]:
-        """A numbered publish (idempotent publishing): stored once, however often retried."""
+    ) -> tuple[Sequence[Record], bool]:
+        """A numbered publish (idempotent publishing): stored once, however often retried;
+        True with the stored record for a retry."""
         if self.producer is None:
             raise ClientError(
                 ErrorCode.INVALID, f"{name} a numbered publish needs pnsq_producer in IDENTIFY"
@@ -209,13 +217,15 @@ class Publisher:
         partition: int | None,
         sequence: int | None,
         name: str,
-    ) -> Sequence[Record]:
-        """A partition-aware publish (traced, ext): numbered or not."""
+    ) -> tuple[Sequence[Record], bool]:
+        """A partition-aware publish (traced, ext): numbered or not. True for a retry of
+        stored numbers (with the stored record)."""
         if sequence is not None:
             return await self._numbered(topic, entries, partition, sequence, name)
-        return await self.path.publish(
+        records = await self.path.publish(
             topic, entries, partition, on_appended=partial(self._count, topic)
         )
+        return records, False
 
     def _count(self, topic: str, records: Sequence[Record]) -> None:
         """``records`` of ``topic`` were appended here (/stats' ``pub_counts``)."""
@@ -232,11 +242,11 @@ class Publisher:
         now = self.broker.clock.now_ns()
         entries = [NewRecord(timestamp_ns=now, body=b, trace_id=t) for t, b in messages]
         try:
-            records = await self._partitioned(topic, entries, partition, sequence, name)
+            records, duplicate = await self._partitioned(topic, entries, partition, sequence, name)
         except HANDLED_ERRORS as exc:
             raise client_error_for(exc, name, ErrorCode.PUB_FAILED) from exc
         if not records:  # a retry of a publish retention has deleted since: nothing to name
-            self.output.append(frames.OK)
+            self.output.append(DUPLICATE if duplicate else frames.OK)
             return
         first = records[0]
         trace = first.trace_id if name == "PUB_TRACE" else 0
@@ -276,11 +286,11 @@ class Publisher:
                     raise ext_not_supported(topic)
             entries.append(NewRecord(timestamp_ns=now, body=body, trace_id=trace_id, ext=ext))
         try:
-            records = await self._partitioned(topic, entries, partition, sequence, name)
+            records, duplicate = await self._partitioned(topic, entries, partition, sequence, name)
         except HANDLED_ERRORS as exc:
             raise client_error_for(exc, name, code) from exc
         if not traced or not records:
-            self.output.append(frames.OK)
+            self.output.append(DUPLICATE if duplicate else frames.OK)
             return
         record = records[0]
         self.output.append(

@@ -1,7 +1,7 @@
 """Numbered publishes (pnsq's idempotent publishing) on the wire, against a real pnsq nsqd: a
 producer names itself in IDENTIFY (``pnsq_producer``) and numbers its publishes
 (``PUB <topic> <partition> <sequence>``); a retry of stored numbers is acknowledged again and
-stored once, across a restart and a kill -9 too; numbers that skip ahead are refused, not
+stored once (answered ``DUPLICATE``), across a restart and a kill -9 too; numbers that skip ahead are refused, not
 stored, and the connection stays open; a stock client sees no change."""
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from tests.youzan import create_topic, decode, ext_body, next_message, sized
 pytestmark = pytest.mark.integration
 
 NAME = "orders-writer-1"
+DUP = b"DUPLICATE"  # the reply to a retry of stored numbers
 
 
 def producer(address: str, name: str = NAME) -> RawClient:
@@ -73,7 +74,7 @@ def test_a_retried_publish_is_acknowledged_and_stored_once(nsqd: Daemon) -> None
     assert replies(client, *first) == [b"OK"] * 3
     client.close()
     again = producer(nsqd.tcp_address)  # a reconnect: every one of them sent again
-    assert replies(again, *first, numbered("t", 0, 4, b"e")) == [b"OK"] * 4
+    assert replies(again, *first, numbered("t", 0, 4, b"e")) == [DUP, DUP, DUP, b"OK"]
     gap = replies(again, numbered("t", 0, 9, b"z"))[0]
     assert gap.startswith(b"E_PUB_SEQUENCE_GAP PUB producer "), gap
     assert b"expected sequence 5, got 9" in gap
@@ -103,7 +104,7 @@ def test_traced_and_ext_retries_answer_the_stored_message(nsqd: Daemon) -> None:
     assert first == retry  # the same id, trace id, offset and size
     header = {"k": "v"}
     ext = numbered("ext", 0, 0, ext_body(header, b"one"), cmd="PUB_EXT")
-    assert replies(client, ext, ext) == [b"OK", b"OK"]
+    assert replies(client, ext, ext) == [b"OK", DUP]
     client.close()
     reader = RawClient(nsqd.tcp_address)
     reader.identify(extend_support=True)
@@ -131,7 +132,7 @@ def test_numbers_survive_a_restart(tmp_path: Path, stop: str) -> None:
             daemon.stop()
         daemon.start()
         again = producer(daemon.tcp_address)
-        assert replies(again, *sent, numbered("r", 0, 5, b"m5")) == [b"OK"] * 6
+        assert replies(again, *sent, numbered("r", 0, 5, b"m5")) == [DUP] * 5 + [b"OK"]
         again.close()
         assert consume(daemon.tcp_address, "r", 6) == [b"m%d" % n for n in range(6)]
     finally:
