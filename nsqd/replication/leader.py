@@ -193,10 +193,11 @@ async def _stream(
 ) -> None:
     """Send what the follower lacks, as it comes, and the channels' state in the partition
     (every :data:`CURSOR_INTERVAL` seconds when it changed), while this node leads under
-    one epoch and the topic is not deleted (its logs are closed then). With ``admin`` (the follower takes Admin frames) the topic's administrative
-    state follows the channels' whenever it changed; an administrative change sends both at
-    once, the cursors first, so the follower's AdminAck covers them. With ``repair`` (the
-    follower answers RepairRequest) it is asked for its copy of the leader's damaged records."""
+    one epoch and the topic is not deleted (its logs are closed then). With ``admin`` (the
+    follower takes Admin frames) the topic's administrative state follows the channels'
+    whenever it changed; an administrative change sends both at once, the cursors first, so
+    the follower's AdminAck covers them. With ``repair`` (the follower answers RepairRequest)
+    it is asked for its copy of the leader's damaged records."""
     state = partition.state
     epoch = state.epoch
     clock = broker.clock
