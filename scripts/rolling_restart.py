@@ -146,17 +146,10 @@ class Lookupd:
         return bool(self.call("/cluster/stats")["stable"])
 
     def settled(self) -> bool:
-        """Stable, and no balancing left to do where lookupd balances by itself (its
-        ``/cluster/balance``; a lookupd without it only needs to be stable)."""
-        try:
-            balance = self.call("/cluster/balance")
-        except LookupdError as exc:
-            if "HTTP 404" not in str(exc):
-                raise
-            balance = None
-        if balance and balance.get("enabled") and not balance.get("balanced"):
-            return False
-        return self.stable()
+        """Stable, and no balancing left to do if lookupd balances by itself."""
+        stats = self.call("/cluster/stats")
+        balancing = stats.get("balance_enabled") and not stats.get("balanced", True)
+        return bool(stats["stable"]) and not balancing
 
     def leaders(self) -> dict[str, int]:
         """Each node id with the partitions it leads."""
@@ -454,7 +447,8 @@ def main(argv: list[str]) -> int:
         publisher.stop()
         print(f"rolling-restart: lookupd refused the upgrade: {exc}", file=sys.stderr)
         return 2
-    say("POST /cluster/upgrade/begin: upgrading")
+    upgrading = lookupd.call("/cluster/stats").get("upgrading")
+    say(f"POST /cluster/upgrade/begin: /cluster/stats says upgrading {json.dumps(upgrading)}")
     failure = ""
     try:
         for node in nodes:
