@@ -4,26 +4,28 @@ makes on a pnsq cluster of three nodes (lookupd started with --auto-balance=fals
 nothing but these moves changes the placement).
 
 Subcommands:
-  setup LOOKUPD_HTTP TOPIC SECS   create TOPIC (2 partitions, 2 copies), move partition 1's
-                                  leadership to partition 0's leader, wait until both are in
-                                  sync with nothing moving, and print that leader's TCP address
-                                  (a stock MPUB there goes round-robin over both partitions)
+  setup LOOKUPD_HTTP TOPIC SECS   create TOPIC (2 partitions, 2 copies), wait until both are
+                                  in sync with nothing moving, and print partition 0's
+                                  leader's TCP address
   move LOOKUPD_HTTP TOPIC DELAY SECS
                                   after DELAY seconds, move partition 0's replica to the node
                                   holding no copy of it, then partition 0's leadership to the
-                                  node that replica left (as youzan's
-                                  /topic/partition/move, move_leader=true), each waited for
-                                  until the cluster is stable again; print "replica_move=S
-                                  leader_move=S ended=S" (seconds each move took, seconds from
-                                  the start of the command to the end of the second)
+                                  node that replica left (youzan's /topic/partition/move,
+                                  move_leader=true), each waited for until the cluster is
+                                  stable again; print "replica_move=S leader_move=S ended=S"
+                                  (seconds each move took, seconds from the start of the
+                                  command to the end of the second)
+  load-extras FILE                scripts/bench_mpub.py's JSON line -> "failed=N gap_ms=X"
 
 Each exits 1 (saying why on stderr) when the cluster does not do it within SECS.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from bench_report import _LOOKUP_ACCEPT, _cluster_auth, http_json, poll
@@ -70,17 +72,15 @@ def setup(lookupd_http: str, topic: str, seconds: float) -> str:
     query = f"topic={topic}&partition_num=2&replicator=2"
     http_json(f"http://{lookupd_http}/topic/create?{query}", method="POST")
     poll(f"{topic} placed and in sync", seconds, lambda: settled(lookupd_http))
-    parts = placement(lookupd_http, topic)
-    leader = parts[0]["leader"]
-    if parts[1]["leader"] != leader:
-        source = parts[1]["leader"]
-        query = f"topic={topic}&partition=1&move_from={source}&move_to={leader}&move_leader=true"
-        control(lookupd_http, f"/topic/partition/move?{query}", "POST")
-        poll(f"{topic}/1 led by {leader}", seconds, lambda: settled(lookupd_http))
-        parts = placement(lookupd_http, topic)
-        if parts[1]["leader"] != leader:
-            raise ValueError(f"{topic}/1 is led by {parts[1]['leader']}, not {leader}")
-    return str(leader)
+    return str(placement(lookupd_http, topic)[0]["leader"])
+
+
+def load_extras(path: str) -> str:
+    lines = [ln for ln in Path(path).read_text(errors="replace").splitlines() if ln.startswith("{")]
+    if not lines:
+        raise ValueError(f"no JSON line in {path}")
+    result = json.loads(lines[-1])
+    return f"failed={result['failed']} gap_ms={result['longest_gap_ms']}"
 
 
 def move_partition(lookupd_http: str, topic: str, delay: float, seconds: float) -> str:
@@ -112,6 +112,8 @@ def main(argv: list[str]) -> int:
     try:
         if cmd == "setup":
             print(setup(args[0], args[1], float(args[2])))
+        elif cmd == "load-extras":
+            print(load_extras(args[0]))
         elif cmd == "move":
             print(move_partition(args[0], args[1], float(args[2]), float(args[3])))
         else:

@@ -52,8 +52,8 @@ PNSQ_BASELINE = {
 PNSQ_DURING = {
     "mpub_during_move": (
         "mpub_move_steady",
-        "MPUB replicated (3 nodes, 2 partitions x 2 copies) while partition 0's replica, then"
-        " its leader, is moved",
+        "MPUB 200 x 200 B, pnsq's client, replicated (3 nodes, 2 partitions x 2 copies), while"
+        " partition 0's replica, then its leader, is moved",
     ),
 }
 
@@ -231,12 +231,13 @@ def cost_table(results: Results, pnsq_label: str, notes: Notes) -> list[str]:
 
 def during_table(results: Results, pnsq_label: str, notes: Notes) -> list[str]:
     """pnsq-only rows measured during an operation against the steady window before it, round
-    by round, with each round's move times."""
+    by round, with each round's move times and the MPUBs that failed and were sent again."""
     rows = [
         f"| workload | {pnsq_label} steady msgs/s (median) | {pnsq_label} during msgs/s (median)"
         " | ratio during/steady (median of the rounds') | each round's ratio"
-        " | replica move s, each round | leader move s, each round |",
-        "|---|---:|---:|---:|---|---|---|",
+        " | replica move s, each round | leader move s, each round"
+        " | failed MPUBs (sent again), each round | longest MPUB gap ms, each round |",
+        "|---|---:|---:|---:|---|---|---|---|---|",
     ]
     for key, (baseline, label) in PNSQ_DURING.items():
         pair = {
@@ -248,13 +249,14 @@ def during_table(results: Results, pnsq_label: str, notes: Notes) -> list[str]:
         steady, during = side_cells(pair, key, label, notes, lambda c: number(c.value, ",.0f"))
         ratio_, rounds = round_ratios(pair, key)
         cells = results.get(key, {}).get("pnsq", [])
-        moves = [
+        each = [
             " · ".join(c.extra.get(name, "-") for c in cells) or "-"
-            for name in ("replica_move", "leader_move")
+            for name in ("replica_move", "leader_move", "failed", "gap_ms")
         ]
         rows.append(
-            f"| {label} | {steady.value} | {during.value} | {ratio_} | {rounds}"
-            f" | {moves[0]} | {moves[1]} |"
+            f"| {label} | {steady.value} | {during.value} | {ratio_} | {rounds} | "
+            + " | ".join(each)
+            + " |"
         )
     return rows
 
