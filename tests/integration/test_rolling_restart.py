@@ -94,8 +94,15 @@ def test_rolling_restart_restarts_every_node_and_loses_nothing(tmp_path: Path) -
         assert not load.lost
         assert len(load.acked) > 100
         stats = control(run, "/cluster/stats")
-        assert stats["stable"], stats
-        assert (stats["upgrading"], stats["balanced"]) == (False, True), stats
+        assert stats["upgrading"] is False, stats
+
+        # stable at the end (the script waited for it; deleting its topic may leave the
+        # leaderships to balance again)
+        def settled() -> bool:
+            now = control(run, "/cluster/stats")
+            return bool(now["stable"] and now["balanced"])
+
+        wait_for(settled, timeout=30, what="the cluster stable and balanced")
         assert control(run, "/cluster/upgrade/done", "POST")["upgrading"] is False
         report(f"rolling restart of 3 nodes ({took:.1f} s)", load)
         assert "Traceback" not in run.log()
