@@ -47,6 +47,16 @@ PNSQ_BASELINE = {
     ),
 }
 
+# pnsq-only rows measured while an operation runs, against the steady window before it on the
+# same cluster: key -> (the steady row, label). Their extras name how long each move took.
+PNSQ_DURING = {
+    "mpub_during_move": (
+        "mpub_move_steady",
+        "MPUB 200 x 200 B, pnsq's client, replicated (3 nodes, 2 partitions x 2 copies), while"
+        " partition 0's replica, then its leader, is moved",
+    ),
+}
+
 # Latency workloads (pnsq-loadgen latency, 200 B bodies): key -> label.
 LATENCY = {
     "latency_10k_unbuffered": "10k msgs/s, consumer unbuffered (output_buffer_size -1)",
@@ -219,6 +229,38 @@ def cost_table(results: Results, pnsq_label: str, notes: Notes) -> list[str]:
     return rows
 
 
+def during_table(results: Results, pnsq_label: str, notes: Notes) -> list[str]:
+    """pnsq-only rows measured during an operation against the steady window before it, round
+    by round, with each round's move times and the MPUBs that failed and were sent again."""
+    rows = [
+        f"| workload | {pnsq_label} steady msgs/s (median) | {pnsq_label} during msgs/s (median)"
+        " | ratio during/steady (median of the rounds') | each round's ratio"
+        " | replica move s, each round | leader move s, each round"
+        " | failed MPUBs (sent again), each round | longest MPUB gap ms, each round |",
+        "|---|---:|---:|---:|---|---|---|---|---|",
+    ]
+    for key, (baseline, label) in PNSQ_DURING.items():
+        pair = {
+            key: {
+                "go": results.get(baseline, {}).get("pnsq", []),
+                "pnsq": results.get(key, {}).get("pnsq", []),
+            }
+        }
+        steady, during = side_cells(pair, key, label, notes, lambda c: number(c.value, ",.0f"))
+        ratio_, rounds = round_ratios(pair, key)
+        cells = results.get(key, {}).get("pnsq", [])
+        each = [
+            " · ".join(c.extra.get(name, "-") for c in cells) or "-"
+            for name in ("replica_move", "leader_move", "failed", "gap_ms")
+        ]
+        rows.append(
+            f"| {label} | {steady.value} | {during.value} | {ratio_} | {rounds} | "
+            + " | ".join(each)
+            + " |"
+        )
+    return rows
+
+
 def latency_table(results: Results, pnsq_label: str, notes: Notes) -> list[str]:
     rows = [
         f"| publish→deliver latency | Go nsqd 1.3.0 p99 ms (median) | {pnsq_label} p99 ms"
@@ -263,12 +305,14 @@ def memory_table(
 
 
 def build_tables(results: Results, pnsq_label: str, idle_conns: str) -> list[str]:
-    """The four tables, then the footnotes of all of them."""
+    """The five tables, then the footnotes of all of them."""
     notes = Notes()
     lines = [
         *throughput_table(results, pnsq_label, notes),
         "",
         *cost_table(results, pnsq_label, notes),
+        "",
+        *during_table(results, pnsq_label, notes),
         "",
         *latency_table(results, pnsq_label, notes),
         "",

@@ -137,7 +137,8 @@ def apply_assignments(
     for name, number in steps.drop:
         topic = registry.topics[name]
         partition = topic.release(number)
-        registry.replication.wake(partition)
+        partition.state.drop()
+        registry.replication.wake(partition)  # parked publishes are refused, streams end
         for channel in topic.channels.values():
             channel.drop_partition(number)
             channel.notify()  # its consumers of that partition are told to look elsewhere

@@ -127,6 +127,12 @@ class PartitionState:
             self.high_watermark = min(self.high_watermark, self.log_end)
         return changed
 
+    def drop(self) -> None:
+        """This node no longer holds the partition (lookupd placed it elsewhere, perhaps
+        without telling this node of a handover first): it leads nothing, so a publish waiting
+        for the in-sync set is refused and the streams to the followers end."""
+        self._leads = False
+
     # ------------------------------------------------------------------ progress
 
     def appended(self, log_end: int) -> int:

@@ -193,10 +193,11 @@ async def _stream(
 ) -> None:
     """Send what the follower lacks, as it comes, and the channels' state in the partition
     (every :data:`CURSOR_INTERVAL` seconds when it changed), while this node leads under
-    one epoch. With ``admin`` (the follower takes Admin frames) the topic's administrative
-    state follows the channels' whenever it changed; an administrative change sends both at
-    once, the cursors first, so the follower's AdminAck covers them. With ``repair`` (the
-    follower answers RepairRequest) it is asked for its copy of the leader's damaged records."""
+    one epoch and the topic is not deleted (its logs are closed then). With ``admin`` (the
+    follower takes Admin frames) the topic's administrative state follows the channels'
+    whenever it changed; an administrative change sends both at once, the cursors first, so
+    the follower's AdminAck covers them. With ``repair`` (the follower answers RepairRequest)
+    it is asked for its copy of the leader's damaged records."""
     state = partition.state
     epoch = state.epoch
     clock = broker.clock
@@ -207,7 +208,7 @@ async def _stream(
     budget = CatchUpBudget(catchup_rate, clock.monotonic())
     asked: set[int] = set()  # damaged regions this follower was asked for (first offsets)
     first_batch = True
-    while state.leads and state.epoch == epoch:
+    while state.leads and state.epoch == epoch and not topic.deleted:
         for first, count in held_regions(partition) if repair else ():
             if first not in asked and first + count <= at:  # sent to it: it may hold them
                 asked.add(first)
@@ -250,10 +251,10 @@ async def _stream(
         with trio.move_on_after(CURSOR_INTERVAL):
             await broker.replication.wait_data(partition, at)
     log.info(
-        "REPLICATION(%s/%d): no longer leading under epoch %d: stream ends",
+        "REPLICATION(%s/%d): %s: stream ends",
         topic.name,
         partition.number,
-        epoch,
+        "topic deleted" if topic.deleted else f"no longer leading under epoch {epoch}",
     )
 
 

@@ -112,8 +112,24 @@ def under_load(
     over every partition), then run ``action`` (in a thread) while publishing and consuming
     (``ordered``: with ``SUB_ORDERED``) go on; returns its result once every acknowledged
     message was consumed."""
-    lookupd = cluster.lookupd.http_address
-    seed = cluster.nodes[0].tcp_address
+    seed, lookupd = cluster.nodes[0].tcp_address, cluster.lookupd.http_address
+    return load_around(
+        seed, lookupd, action, topic, backlog=backlog, partition=partition, ordered=ordered
+    )
+
+
+def load_around(
+    seed: str,
+    lookupd: str,
+    action: Callable[[], T],
+    topic: str,
+    *,
+    backlog: int = 0,
+    partition: int | None = None,
+    ordered: bool = False,
+) -> tuple[T, Load]:
+    """:func:`under_load` on any cluster: ``seed`` is a node's TCP address, ``lookupd`` its
+    lookupd's HTTP address."""
     load = Load(backlog)
 
     async def run() -> T:

@@ -1,17 +1,10 @@
 """``scripts/run --ha``: etcd, two HA lookupds and three nsqd registered with both, in the
-foreground; SIGTERM stops them all. Run here on ports moved by ``PNSQ_PORT_OFFSET`` (free ones,
-so it can run beside other tests), data in a temporary folder (``PNSQ_DATA``), the daemons from
-this checkout (``PNSQ_PYTHON``)."""
+foreground; SIGTERM stops them all (driven as :mod:`tests.integration.scripts_run` says)."""
 
 from __future__ import annotations
 
 import json
-import os
-import random
 import signal
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,83 +15,16 @@ import trio
 
 from pnsq.client import open_consumer, open_producer
 from protocol.cluster_auth import http_headers
-from tests.daemons import ROOT
 from tests.integration.lookupd_helpers import get_json, request, wait_for
+from tests.integration.scripts_run import Run, running
 
 pytestmark = pytest.mark.integration
-
-# scripts/run's ports before the offset: etcd client and peer, two lookupds, three nsqd
-PORTS = (2379, 2380, 4160, 4161, 4260, 4261, 4150, 4151, 4250, 4251, 4350, 4351)
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def _free_offset() -> int:
-    """An offset putting every port below the ephemeral range (where the other tests' free
-    ports come from) and free now."""
-    for _ in range(100):
-        offset = random.randrange(8000, 28000, 10)
-        if all(_free(port + offset) for port in PORTS):
-            return offset
-    raise AssertionError("no free ports for scripts/run")
-
-
-class Run:
-    """``scripts/run --ha`` in its own session (so every process it started can be seen)."""
-
-    def __init__(self, data: Path) -> None:
-        self.data = data
-        self.offset = _free_offset()
-        self.log_path = data.parent / "run.log"
-        env = {
-            **os.environ,
-            "PNSQ_DATA": str(data),
-            "PNSQ_PORT_OFFSET": str(self.offset),
-            "PNSQ_PYTHON": sys.executable,
-        }
-        with self.log_path.open("wb") as log:
-            self.proc = subprocess.Popen(
-                [str(ROOT / "scripts" / "run"), "--ha"],
-                cwd=ROOT,
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-
-    def url(self, port: int) -> str:
-        return f"http://127.0.0.1:{port + self.offset}"
-
-    def address(self, port: int) -> str:
-        return f"127.0.0.1:{port + self.offset}"
-
-    def group_alive(self) -> bool:
-        try:
-            os.killpg(self.proc.pid, 0)
-        except ProcessLookupError:
-            return False
-        return True
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
 
 
 @pytest.fixture
 def run(tmp_path: Path) -> Iterator[Run]:
-    started = Run(tmp_path / "data")
-    try:
+    with running(tmp_path / "data", "--ha") as started:
         yield started
-    finally:
-        if started.group_alive():
-            os.killpg(started.proc.pid, signal.SIGKILL)
-        started.proc.wait(10)
 
 
 def _json(url: str, path: str) -> Any:

@@ -144,3 +144,45 @@ def test_the_cost_of_the_credential_and_tls_is_pnsq_against_pnsq(
         "0.775",
         "0.800 · 0.750",
     ]
+
+
+def test_mpub_during_a_move_is_against_the_steady_window_with_each_rounds_moves(
+    tables: ModuleType, tmp_path: Path
+) -> None:
+    moved = "replica_move={} leader_move={} failed={} gap_ms={}"
+    path = write(
+        tmp_path,
+        [
+            ("mpub_move_steady", "pnsq", "100000", "", "failed=0 gap_ms=9 round=1"),
+            ("mpub_during_move", "pnsq", "40000", "", moved.format(6.4, 0.14, 2, 300) + " round=1"),
+            ("mpub_move_steady", "pnsq", "80000", "", "failed=0 gap_ms=8 round=2"),
+            ("mpub_during_move", "pnsq", "60000", "", moved.format(4.5, 0.26, 2, 214) + " round=2"),
+            ("mpub_move_steady", "pnsq", "140000", "", "failed=0 gap_ms=9 round=3"),
+            (
+                "mpub_during_move",
+                "pnsq",
+                "20000",
+                "the moves ended 12.08 s into the 10 s window",
+                moved.format(10.8, 0.23, 0, 465) + " round=3",
+            ),
+        ],
+    )
+    notes = tables.Notes()
+    rows = tables.during_table(tables.read_results(path), "pnsq", notes)
+    cells = row(rows, "MPUB 200 x 200 B, pnsq's client")
+    assert cells[1:] == [
+        "100,000",
+        "40,000 [1]",
+        "0.400",
+        "0.400 · 0.750 · 0.143",
+        "6.4 · 4.5 · 10.8",
+        "0.14 · 0.26 · 0.23",
+        "2 · 2 · 0",
+        "300 · 214 · 465",
+    ]
+    assert "round 3: the moves ended 12.08 s" in notes.lines[0]
+    # and the report builds it among the other tables
+    assert any(
+        r.startswith("| MPUB 200 x 200 B, pnsq's client")
+        for r in tables.build_tables(tables.read_results(path), "pnsq", "10")
+    )
