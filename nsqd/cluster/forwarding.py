@@ -61,6 +61,11 @@ class NoLookupdError(ForwardError):
     """No pnsq lookupd answered: the cluster's view of the topic is unknown."""
 
 
+class NoLeaderError(ForwardError):
+    """lookupd names no leader of the topic to forward to right now (a lookupd just restarted,
+    whose nodes have not registered again; a failover under way): a client may retry."""
+
+
 @dataclass(slots=True)
 class _Leaders:
     partitions: dict[int, tuple[str, int]]  # partition -> (host, tcp port) of its leader
@@ -256,12 +261,12 @@ class Forwarder:
         over its partitions; returns once that leader acknowledged. Raises ForwardError."""
         leaders = await self.leaders(topic)
         if not leaders:
-            raise ForwardError(f"topic {topic} has no partition leader")
+            raise NoLeaderError(f"topic {topic} has no partition leader")
         entry = self._leaders[topic]
         me = self._self_id()
         numbers = sorted(n for n, (host, port) in leaders.items() if f"{host}:{port}" != me)
         if not numbers:  # lookupd already placed a partition here; its word is on the way
-            raise ForwardError(f"topic {topic}: this node's assignment is pending")
+            raise NoLeaderError(f"topic {topic}: this node's assignment is pending")
         number = numbers[entry.next % len(numbers)]
         entry.next += 1
         address = leaders[number]

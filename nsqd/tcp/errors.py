@@ -7,7 +7,7 @@ from protocol.errors import YouzanText
 from protocol.gostr import go_bytes
 
 from ..broker import StorageError
-from ..cluster.forwarding import ForwardError, PlacedElsewhereError
+from ..cluster.forwarding import ForwardError, NoLeaderError, PlacedElsewhereError
 from ..core.errors import (
     BadPartitionError,
     BrokerError,
@@ -77,7 +77,7 @@ def client_error_for(
             )
         case NotWritableError():
             return ClientError(ErrorCode.FAILED_ON_NOT_WRITABLE, "", fatal=command in _FEED)
-        case NotLeaderError():
+        case NotLeaderError() | NoLeaderError():
             return ClientError(ErrorCode.FAILED_ON_NOT_LEADER, "", fatal=command in _FEED)
         case SequenceError(gap=True):
             return ClientError(ErrorCode.PUB_SEQUENCE_GAP, f"{command} {exc}")

@@ -1,8 +1,8 @@
 """Numbered publishes (pnsq's idempotent publishing) on the wire, against a real pnsq nsqd: a
 producer names itself in IDENTIFY (``pnsq_producer``) and numbers its publishes
-(``PUB <topic> <partition> <sequence>``); a retry of stored numbers is acknowledged again and
-stored once (answered ``DUPLICATE``), across a restart and a kill -9 too; numbers that skip ahead are refused, not
-stored, and the connection stays open; a stock client sees no change."""
+(``PUB <topic> <partition> <sequence>``); a retry of stored numbers is acknowledged again
+(``DUPLICATE``) and stored once, across a restart and a kill -9 too; numbers that skip ahead
+are refused, not stored, and the connection stays open; a stock client sees no change."""
 
 from __future__ import annotations
 
