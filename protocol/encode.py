@@ -44,10 +44,12 @@ def encode_mpub_body(bodies: list[bytes]) -> bytes:
     return b"".join([_SIZE.pack(len(bodies)), *(_sized(b) for b in bodies)])
 
 
-def _topic_line(name: str, topic: str, partition: int | None) -> bytes:
+def _topic_line(name: str, topic: str, partition: int | None, sequence: int | None = None) -> bytes:
     if partition is None:
         return f"{name} {topic}\n".encode()
-    return f"{name} {topic} {partition}\n".encode()
+    if sequence is None:
+        return f"{name} {topic} {partition}\n".encode()
+    return f"{name} {topic} {partition} {sequence}\n".encode()
 
 
 def encode_command(command: Command) -> bytes:
@@ -66,25 +68,34 @@ def encode_command(command: Command) -> bytes:
                     raise ValueError("SUB_ADVANCED with a consume start needs a partition")
                 parts.append(command.consume_start)
             return (" ".join(parts) + "\n").encode()
-        case Pub(topic=topic, body=body, partition=partition):
-            return _topic_line("PUB", topic, partition) + _sized(body)
-        case Mpub(topic=topic, bodies=bodies, partition=partition):
-            return _topic_line("MPUB", topic, partition) + _sized(encode_mpub_body(bodies))
-        case Dpub(topic=topic, defer_ms=defer_ms, body=body):
-            return f"DPUB {topic} {defer_ms}\n".encode() + _sized(body)
-        case PubTrace(topic=topic, trace_id=trace_id, body=body, partition=partition):
-            return _topic_line("PUB_TRACE", topic, partition) + _sized(
+        case Pub(topic=topic, body=body, partition=partition, sequence=sequence):
+            return _topic_line("PUB", topic, partition, sequence) + _sized(body)
+        case Mpub(topic=topic, bodies=bodies, partition=partition, sequence=sequence):
+            line = _topic_line("MPUB", topic, partition, sequence)
+            return line + _sized(encode_mpub_body(bodies))
+        case Dpub(
+            topic=topic, defer_ms=defer_ms, body=body, partition=partition, sequence=sequence
+        ):
+            rest = "" if partition is None else f" {partition}"
+            rest += "" if sequence is None else f" {sequence}"
+            return f"DPUB {topic} {defer_ms}{rest}\n".encode() + _sized(body)
+        case PubTrace(
+            topic=topic, trace_id=trace_id, body=body, partition=partition, sequence=sequence
+        ):
+            return _topic_line("PUB_TRACE", topic, partition, sequence) + _sized(
                 _TRACE_ID.pack(trace_id) + body
             )
-        case MpubTrace(topic=topic, messages=messages, partition=partition):
+        case MpubTrace(topic=topic, messages=messages, partition=partition, sequence=sequence):
             elements = [_TRACE_ID.pack(t) + b for t, b in messages]
-            return _topic_line("MPUB_TRACE", topic, partition) + _sized(encode_mpub_body(elements))
-        case PubExt(topic=topic, header=header, body=body, partition=partition):
+            line = _topic_line("MPUB_TRACE", topic, partition, sequence)
+            return line + _sized(encode_mpub_body(elements))
+        case PubExt(topic=topic, header=header, body=body, partition=partition, sequence=sequence):
             payload = _EXT_LEN.pack(len(header)) + header + body
-            return _topic_line("PUB_EXT", topic, partition) + _sized(payload)
-        case MpubExt(topic=topic, messages=messages, partition=partition):
+            return _topic_line("PUB_EXT", topic, partition, sequence) + _sized(payload)
+        case MpubExt(topic=topic, messages=messages, partition=partition, sequence=sequence):
             elements = [_EXT_LEN.pack(len(h)) + h + b for h, b in messages]
-            return _topic_line("MPUB_EXT", topic, partition) + _sized(encode_mpub_body(elements))
+            line = _topic_line("MPUB_EXT", topic, partition, sequence)
+            return line + _sized(encode_mpub_body(elements))
         case Rdy(count=count):
             return f"RDY {count}\n".encode()
         case Fin(message_id=message_id):

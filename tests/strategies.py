@@ -95,19 +95,42 @@ def subs(draw: st.DrawFn) -> Sub:
     return Sub(draw(names), draw(names), partition, mode, start)
 
 
-pubs = st.builds(Pub, names, bodies, partitions)
-mpubs = st.builds(Mpub, names, st.lists(bodies, min_size=1, max_size=8), partitions)
-dpubs = st.builds(Dpub, names, st.integers(0, LIMITS.max_req_timeout_ms), bodies)
-pub_traces = st.builds(PubTrace, names, trace_ids, bodies, partitions)
-mpub_traces = st.builds(
-    MpubTrace, names, st.lists(st.tuples(trace_ids, bodies), min_size=1, max_size=8), partitions
+#: where a publish goes: no partition, a partition, or a partition and a number (pnsq's
+#: idempotent publishing numbers only publishes that name their partition)
+targets = st.one_of(
+    st.tuples(st.none(), st.none()),
+    st.tuples(st.integers(0, 1023), st.none() | st.integers(0, 2**63 - 1)),
 )
-pub_exts = st.builds(PubExt, names, st.binary(min_size=1, max_size=100), bodies, partitions)
+pubs = st.builds(lambda n, b, t: Pub(n, b, *t), names, bodies, targets)
+mpubs = st.builds(
+    lambda n, b, t: Mpub(n, b, *t), names, st.lists(bodies, min_size=1, max_size=8), targets
+)
+dpubs = st.builds(
+    lambda n, d, b, t: Dpub(n, d, b, *t),
+    names,
+    st.integers(0, LIMITS.max_req_timeout_ms),
+    bodies,
+    targets,
+)
+pub_traces = st.builds(lambda n, i, b, t: PubTrace(n, i, b, *t), names, trace_ids, bodies, targets)
+mpub_traces = st.builds(
+    lambda n, m, t: MpubTrace(n, m, *t),
+    names,
+    st.lists(st.tuples(trace_ids, bodies), min_size=1, max_size=8),
+    targets,
+)
+pub_exts = st.builds(
+    lambda n, h, b, t: PubExt(n, h, b, *t),
+    names,
+    st.binary(min_size=1, max_size=100),
+    bodies,
+    targets,
+)
 mpub_exts = st.builds(
-    MpubExt,
+    lambda n, m, t: MpubExt(n, m, *t),
     names,
     st.lists(st.tuples(st.binary(max_size=100), bodies), min_size=1, max_size=8),
-    partitions,
+    targets,
 )
 rdys = st.builds(Rdy, st.integers(0, LIMITS.max_rdy_count))
 fins = st.builds(Fin, message_ids)

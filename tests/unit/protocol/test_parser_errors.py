@@ -393,6 +393,24 @@ from tests.unit.protocol.parser_support import ID, error_of, size
             "E_INVALID invalid consume offset:special:1:2",
             id="sub-advanced-before-state",
         ),
+        pytest.param(
+            b"PUB t 0 x\n" + size(1) + b"a",
+            ConnState.INIT,
+            "E_INVALID PUB sequence is not valid: x",
+            id="pnsq-sequence-not-a-number",
+        ),
+        pytest.param(
+            b"MPUB t 0 -3\n",
+            ConnState.INIT,
+            "E_INVALID MPUB sequence is not valid: -3",
+            id="pnsq-sequence-negative",
+        ),
+        pytest.param(
+            b"PUB_TRACE t -1 4\n",
+            ConnState.INIT,
+            "E_INVALID PUB_TRACE a numbered publish names its partition",
+            id="pnsq-sequence-without-partition",
+        ),
     ],
 )
 def test_error_texts(data: bytes, state: ConnState, text: str) -> None:
