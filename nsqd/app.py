@@ -78,6 +78,7 @@ def broker_config(options: Options) -> BrokerConfig:
         max_disk_usage_percent=options.max_disk_usage_percent,
         e2e_percentiles=options.e2e_processing_latency_percentiles,
         e2e_window=options.e2e_processing_latency_window_time,
+        producer_state_ttl=options.producer_state_ttl,
         max_segment_fds=options.max_segment_fds or segment_fd_budget(open_files_limit()),
     )
 

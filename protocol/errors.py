@@ -52,6 +52,7 @@ class ErrorCode(StrEnum):
     # producer's last numbers; nothing is stored
     PUB_SEQUENCE_GAP = "E_PUB_SEQUENCE_GAP"
     PUB_SEQUENCE_OUT_OF_ORDER = "E_PUB_SEQUENCE_OUT_OF_ORDER"
+    PUB_SEQUENCE_UNKNOWN = "E_PUB_SEQUENCE_UNKNOWN"
 
 
 class YouzanText:
@@ -100,6 +101,7 @@ NON_FATAL_CODES: Final = frozenset(
         ErrorCode.CREATE_TOPIC_FAILED,
         ErrorCode.PUB_SEQUENCE_GAP,
         ErrorCode.PUB_SEQUENCE_OUT_OF_ORDER,
+        ErrorCode.PUB_SEQUENCE_UNKNOWN,
     }
 )
 

@@ -87,7 +87,7 @@ class Broker:
         #: the bound on open segment files over every partition (--max-segment-fds)
         self.handles = HandleCache(config.max_segment_fds)
         #: opens partition logs with the shared cache budget and descriptor bound
-        self.logs = LogOpener(config, self.read_cache, self.handles)
+        self.logs = LogOpener(config, self.read_cache, self.handles, self.clock.now)
         #: publishers waiting for followers, streams to followers waiting for records
         self.replication = ReplicationWaiters()
         self.role_changes = 0  # partitions whose role here changed by lookupd's word

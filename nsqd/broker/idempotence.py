@@ -69,6 +69,12 @@ def copied(partition: Partition, stamps: Iterable[tuple[int, int, int]], now: fl
         partition.dirty = True
 
 
+def expire(partition: Partition, now: float) -> None:
+    """Forget the producers idle past the ttl (the checkpoint pass, every sync)."""
+    if partition.producers.expire(now):
+        partition.dirty = True
+
+
 def truncated(partition: Partition, end: int) -> None:
     """The log was cut back to ``end``."""
     partition.producers.truncate(end)
@@ -84,9 +90,10 @@ def checkpoint(partition: Partition) -> dict[str, object]:
     return {"end": partition.log.end_offset, "rows": rows}
 
 
-def restore(partition: Partition, saved: Mapping[str, object] | None) -> None:
+def restore(partition: Partition, saved: Mapping[str, object] | None, now: float) -> None:
     """The state of a partition just opened: its checkpoint (if any, and well formed), less
-    what the log no longer holds, plus the stamps of the records after its end."""
+    what the log no longer holds, plus the stamps of the records after its end (each touched
+    at its publish time), less the producers idle past the ttl at ``now``."""
     producers = partition.producers
     end = partition.log.end_offset
     start = partition.log.start_offset
@@ -113,6 +120,7 @@ def restore(partition: Partition, saved: Mapping[str, object] | None) -> None:
             if stamp is not None:
                 producers.record(stamp[0], stamp[1], 1, record.offset, record.timestamp_ns / 1e9)
         at = records[-1].offset + 1
+    producers.expire(now)  # read back from old records: forgotten once, forgotten again
 
 
 def _rows(raw: object) -> list[tuple[int, float, list[tuple[int, int, int]]]]:

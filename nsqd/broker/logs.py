@@ -3,7 +3,8 @@ broker's read-cache budget and segment-descriptor bound."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 
 from protocol.names import is_ephemeral
 
@@ -23,8 +24,15 @@ from .topic import Topic
 class LogOpener:
     """Builds topics and partitions with their logs opened."""
 
-    def __init__(self, config: BrokerConfig, cache: CacheBudget, handles: HandleCache) -> None:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        cache: CacheBudget,
+        handles: HandleCache,
+        now: Callable[[], float] = time.time,
+    ) -> None:
         self.config = config
+        self.now = now  # wall time (s): the producer state read back expires by it
         self.read_cache = cache
         self.handles = handles
 
@@ -70,5 +78,5 @@ class LogOpener:
         start = state.get("topic_start", plog.start_offset)
         assert isinstance(start, int)
         partition = Partition(number, plog, directory, start, placement, producers)
-        idempotence.restore(partition, state)
+        idempotence.restore(partition, state, self.now())
         return partition

@@ -15,6 +15,7 @@ import trio
 
 from ..storage.checkpoint import write_checkpoint
 from ..storage.errors import StorageError
+from . import idempotence
 from .clock import Clock
 from .config import BrokerConfig
 from .observer import Observer
@@ -70,6 +71,7 @@ class Syncer:
                         started = self.clock.perf()
                         await self._disk(partition.log.sync)
                         fsync_latency.observe(self.clock.perf() - started)
+                    idempotence.expire(partition, self.clock.now())
                     if partition.dirty:
                         partition.dirty = False
                         state = partition_state(topic, partition)

@@ -157,6 +157,9 @@ replica-lag-max duration
 replica-move-rate int
     [pnsq] bytes per second a leader sends to a replica outside the in-sync set (a moved,
     new or returning replica catching up)
+producer-state-ttl duration
+    [pnsq] how long a partition remembers a numbering (idempotent) producer that stopped
+    publishing to it; a publish it retries later than that may be stored twice
 retention duration
     [pnsq] how long fully consumed segments are kept on disk
 max-disk-usage-percent int

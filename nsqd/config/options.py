@@ -116,6 +116,7 @@ class Options:
     default_replicator: int = 1  # copies of a topic created through pnsq's lookupd
     replica_lag_max: float = 10.0  # a follower behind this long is reported lagging
     replica_move_rate: int = 32 << 20  # bytes/s to a follower outside the in-sync set
+    producer_state_ttl: float = 86400.0  # a numbering producer idle this long is forgotten
     retention: float = 604800.0
     max_disk_usage_percent: int = 95
     read_cache_bytes: int = 16 * 1024 * 1024  # every partition's tail cache together
@@ -171,6 +172,8 @@ def validate_options(options: Options) -> Options:
         raise OptionsError("--default-replicator must be between 1 and 5")
     if options.replica_lag_max <= 0:
         raise OptionsError("--replica-lag-max must be positive")
+    if options.producer_state_ttl <= 0:
+        raise OptionsError("--producer-state-ttl must be positive")
     if options.replica_move_rate <= 0:
         raise OptionsError("--replica-move-rate must be positive")
     if options.retention < 0:

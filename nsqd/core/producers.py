@@ -8,16 +8,19 @@ A publish of ``count`` messages carries the number of its first (``first``); it 
 last number stored and its last :data:`RECENT` publishes (their numbers and the offset of their
 last message), and judges each new publish (:meth:`Producers.check`):
 
-* the next numbers (``first == last + 1``), or a producer it does not know (new, expired, or
-  every publish it knew of truncated away): **append** (and :meth:`Producers.record` it once
-  appended);
+* the next numbers (``first == last + 1``), or the first ones (``first == 0``) of a producer
+  it does not know (new, expired, or every publish it knew of truncated away): **append** (and
+  :meth:`Producers.record` it once appended);
 * numbers all stored already (``first + count - 1 <= last``): a **duplicate**, acknowledged
   without being stored once the offset :meth:`check` returns is acknowledged (the first try
   may still be waiting for its replicas): the offset of the recent publish holding its last
   number, or, for one older than those, of the oldest recent one (acknowledged after it);
-* anything else — numbers skipped (a gap: a publish lost in between, or a producer that
-  restarted its numbering without a new id), or a publish partly stored and partly new:
-  :class:`SequenceError`, refused without storing.
+* anything else — numbers skipped (a gap: an earlier publish not arrived yet, or given up),
+  a publish partly stored and partly new, or numbers past 0 from a producer it does not know:
+  :class:`SequenceError`, refused without storing. Telling an unknown producer's later numbers
+  to start at 0 is what keeps a retried first publish, arriving after a later one, from being
+  taken for a duplicate; a producer told so after a long silence starts its numbers at 0
+  again (it was forgotten, so none of its messages in flight was stored).
 
 The state must follow the log: it is rebuilt from the records' producer stamps after a restart
 or when the log is truncated (a replica that follows a new leader), so each record carries its
@@ -37,13 +40,22 @@ from .errors import BrokerError
 RECENT = 5
 
 
-class SequenceError(BrokerError):
-    """A publish whose numbers do not follow the producer's last ones: skipped ones (``gap``)
-    or partly stored ones; ``str()`` says which numbers."""
+class Refusal(Enum):
+    """Why numbers were refused."""
 
-    def __init__(self, description: str, *, gap: bool) -> None:
+    GAP = "gap"  # numbers skipped: ``expected`` is the next one the partition takes
+    OVERLAP = "overlap"  # partly stored, partly new
+    UNKNOWN = "unknown"  # a producer the partition does not know starts at 0
+
+
+class SequenceError(BrokerError):
+    """A publish whose numbers do not follow the producer's last ones (:class:`Refusal`);
+    ``str()`` says which numbers."""
+
+    def __init__(self, description: str, refusal: Refusal, expected: int) -> None:
         super().__init__(description)
-        self.gap = gap
+        self.refusal = refusal
+        self.expected = expected  # the number the partition takes next from this producer
 
 
 class Verdict(Enum):
@@ -86,7 +98,14 @@ class Producers:
         duplicate the offset to wait for (-1 for an append). Raises :class:`SequenceError`."""
         known = self._producers.get(producer)
         if known is None:
-            return Verdict.APPEND, -1
+            if first == 0:
+                return Verdict.APPEND, -1
+            raise SequenceError(
+                f"producer {producer:016x} unknown here (new, or idle past the producer state "
+                f"ttl): its numbers start at 0, got {first}",
+                Refusal.UNKNOWN,
+                0,
+            )
         last = first + count - 1
         if first == known.last + 1:
             return Verdict.APPEND, -1
@@ -98,12 +117,14 @@ class Producers:
         if first > known.last:
             raise SequenceError(
                 f"producer {producer:016x} expected sequence {known.last + 1}, got {first}",
-                gap=True,
+                Refusal.GAP,
+                known.last + 1,
             )
         raise SequenceError(
             f"producer {producer:016x} sequence {first}-{last} overlaps what was stored "
             f"(last {known.last})",
-            gap=False,
+            Refusal.OVERLAP,
+            known.last + 1,
         )
 
     def record(self, producer: int, first: int, count: int, offset: int, now: float) -> None:

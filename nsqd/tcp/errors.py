@@ -24,7 +24,7 @@ from ..core.errors import (
     OrderedSampleRateError,
     TopicNotFoundError,
 )
-from ..core.producers import SequenceError
+from ..core.producers import Refusal, SequenceError
 
 #: What the session turns into error frames; anything else is a bug and propagates.
 HANDLED_ERRORS = (BrokerError, StorageError, OSError, ForwardError)
@@ -48,6 +48,13 @@ _FIXED: dict[type, tuple[ErrorCode, str]] = {
     ),
 }
 
+
+#: a numbered publish refused (pnsq's idempotent publishing), by why; all non-fatal
+_SEQUENCE: dict[Refusal, ErrorCode] = {
+    Refusal.GAP: ErrorCode.PUB_SEQUENCE_GAP,
+    Refusal.OVERLAP: ErrorCode.PUB_SEQUENCE_OUT_OF_ORDER,
+    Refusal.UNKNOWN: ErrorCode.PUB_SEQUENCE_UNKNOWN,
+}
 
 #: youzan's cluster refusals are fatal on these (the connection was bound to that partition's
 #: leader) and non-fatal on publishes (the producer retries elsewhere)
@@ -79,10 +86,8 @@ def client_error_for(
             return ClientError(ErrorCode.FAILED_ON_NOT_WRITABLE, "", fatal=command in _FEED)
         case NotLeaderError() | NoLeaderError():
             return ClientError(ErrorCode.FAILED_ON_NOT_LEADER, "", fatal=command in _FEED)
-        case SequenceError(gap=True):
-            return ClientError(ErrorCode.PUB_SEQUENCE_GAP, f"{command} {exc}")
         case SequenceError():
-            return ClientError(ErrorCode.PUB_SEQUENCE_OUT_OF_ORDER, f"{command} {exc}")
+            return ClientError(_SEQUENCE[exc.refusal], f"{command} {exc}")
         case ExitingError():
             return ClientError(code, f"{command} failed exiting", fatal=True)
         case _:

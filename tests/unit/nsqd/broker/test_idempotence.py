@@ -84,13 +84,13 @@ def test_a_reopened_partition_knows_its_producers_from_its_checkpoint_and_log(
     publish(first, 1, b"b", b"c")  # after the checkpoint: read back from the log
     first.log.close()
     again = partition(tmp_path)
-    idempotence.restore(again, saved)
+    idempotence.restore(again, saved, 1000.0)
     assert publish(again, 0, b"a") == 0
     assert publish(again, 1, b"b", b"c") == 2
     assert bodies(again) == [b"a", b"b", b"c"]
     again.log.close()
     without = partition(tmp_path)  # no checkpoint at all: the log's recent records
-    idempotence.restore(without, None)
+    idempotence.restore(without, None, 1000.0)
     assert publish(without, 1, b"b", b"c") == 2
 
 
@@ -102,7 +102,7 @@ def test_a_checkpoint_ahead_of_the_log_forgets_what_the_crash_took(tmp_path: Pat
     p.log.truncate(1)  # the tail the crash took before its fsync
     p.log.close()
     again = partition(tmp_path)
-    idempotence.restore(again, saved)
+    idempotence.restore(again, saved, 1000.0)
     stored = publish(again, 1, b"b")
     assert not isinstance(stored, int)
     assert bodies(again) == [b"a", b"b"]

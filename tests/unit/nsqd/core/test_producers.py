@@ -6,24 +6,28 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, strategies as st
 
-from nsqd.core.producers import RECENT, Producers, SequenceError, Verdict
+from nsqd.core.producers import RECENT, Producers, Refusal, SequenceError, Verdict
 
 P = 0xABCDEF
 
 
-def test_a_new_producer_appends_from_any_number_then_only_the_next() -> None:
+def test_a_new_producer_appends_from_0_then_only_the_next() -> None:
     producers = Producers(ttl=60.0, limit=10)
-    assert producers.check(P, 7, 3, 0.0) == (Verdict.APPEND, -1)
+    with pytest.raises(SequenceError, match=r"unknown here .* start at 0, got 7") as unknown:
+        producers.check(P, 7, 3, 0.0)  # a retry of 0 may still be on its way
+    assert (unknown.value.refusal, unknown.value.expected) == (Refusal.UNKNOWN, 0)
+    assert producers.check(P, 0, 7, 0.0) == (Verdict.APPEND, -1)
+    producers.record(P, 0, 7, offset=99, now=0.0)
     producers.record(P, 7, 3, offset=102, now=0.0)
     assert producers.check(P, 10, 1, 0.0) == (Verdict.APPEND, -1)
     assert producers.check(P, 7, 3, 0.0) == (Verdict.DUPLICATE, 102)
     assert producers.check(P, 8, 1, 0.0) == (Verdict.DUPLICATE, 102)  # part of a stored batch
     with pytest.raises(SequenceError, match="expected sequence 10, got 12") as gap:
         producers.check(P, 12, 1, 0.0)
-    assert gap.value.gap
+    assert (gap.value.refusal, gap.value.expected) == (Refusal.GAP, 10)
     with pytest.raises(SequenceError, match="sequence 9-10 overlaps") as overlap:
         producers.check(P, 9, 2, 0.0)  # 9 stored, 10 not
-    assert not overlap.value.gap
+    assert overlap.value.refusal is Refusal.OVERLAP
     assert len(producers) == 1
 
 
@@ -45,6 +49,8 @@ def test_truncation_forgets_what_the_log_lost() -> None:
     assert producers.check(P, 2, 2, 0.0) == (Verdict.APPEND, -1)  # stored no more: again
     assert producers.check(P, 0, 2, 0.0) == (Verdict.DUPLICATE, 1)
     assert producers.check(2, 0, 1, 0.0) == (Verdict.APPEND, -1)  # forgotten altogether
+    with pytest.raises(SequenceError):
+        producers.check(2, 1, 1, 0.0)  # ... so only from 0
     assert len(producers) == 1
 
 
@@ -62,7 +68,7 @@ def test_idle_producers_expire_and_the_least_recent_goes_past_the_limit() -> Non
 def test_a_snapshot_restores_the_same_verdicts() -> None:
     producers = Producers(ttl=60.0, limit=10)
     producers.record(P, 0, 4, offset=9, now=1.0)
-    producers.record(5, 10, 1, offset=10, now=2.0)
+    producers.record(5, 10, 1, offset=10, now=2.0)  # read back from a log: any number
     again = Producers(ttl=60.0, limit=10)
     again.restore(producers.snapshot())
     assert again.snapshot() == producers.snapshot()
@@ -84,7 +90,7 @@ def test_every_number_is_stored_once_whatever_is_retried(
     producers = Producers(ttl=1e9, limit=100)
     log: list[int] = []
     sent: list[tuple[int, int]] = []
-    number = 0
+    number = 0  # a new producer starts at 0
     for index, size in enumerate(sizes):
         assert producers.check(P, number, size, 0.0) == (Verdict.APPEND, -1)
         log.extend(range(number, number + size))
