@@ -4,28 +4,77 @@ each partition. Pure: no I/O.
 A producer that names itself in IDENTIFY (``pnsq_producer``) numbers its messages to each
 partition 0, 1, 2, ... and sends each publish with the number of its first message; the
 partition's leader stores a number once, and answers a retry of stored numbers ``DUPLICATE``.
-A number is taken when its publish is first sent and kept, with its partition, for every retry:
-so a publish retried after a lost reply, a reconnect or a failover is stored once.
+A publish takes its numbers (a :class:`Ticket`) when it is first sent and keeps them, with its
+partition, for every retry: a publish retried after a lost reply, a reconnect or a failover is
+stored once.
+
+Numbers the leader has not seen arrive in order on one connection, but retries after a failover
+may not: the leader refuses a number past the next one it expects (``E_PUB_SEQUENCE_GAP``), or
+past 0 from a producer it does not know (``E_PUB_SEQUENCE_UNKNOWN``). While an earlier publish
+of the partition is still in flight that is only a matter of waiting (:meth:`Numbering.waits`).
+When none is, the numbers in between belong to publishes that failed for good, or the leader
+forgot the producer (idle past nsqd's ``--producer-state-ttl``): the partition's numbering is
+*rebased* so that the oldest publish in flight takes the number the leader expects
+(:meth:`Numbering.rebase`). No publish in flight has been stored then (the leader would know
+it), so nothing is stored twice and nothing is taken for a duplicate.
 """
 
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class Ticket:
+    """One publish's numbers: ``count`` from ``index`` in its partition's own count."""
+
+    topic: str
+    partition: int
+    index: int
+    count: int
+
+
+@dataclass(slots=True)
+class _Partition:
+    base: int = 0  # the index the leader numbers 0
+    next: int = 0  # the index the next publish takes
+    pending: set[int] = field(default_factory=set)  # indexes of publishes in flight
 
 
 class Numbering:
-    """The numbers ``name`` gave its messages, per (topic, partition)."""
+    """The numbers ``name`` gives its messages, per (topic, partition)."""
 
     def __init__(self, name: str | None = None) -> None:
         #: the producer's name (a fresh unique one unless given: a writer that must be known
         #: again after a restart, such as a Spark task, names itself)
         self.name = name or f"pnsq-{uuid.uuid4().hex}"
-        self._next: dict[tuple[str, int], int] = {}
+        self._parts: dict[tuple[str, int], _Partition] = {}
         self.duplicates = 0  # messages the leader told duplicates (stored by an earlier try)
 
-    def take(self, topic: str, partition: int, count: int) -> int:
-        """The number of the first of ``count`` messages to ``partition`` of ``topic``."""
-        key = (topic, partition)
-        first = self._next.get(key, 0)
-        self._next[key] = first + count
-        return first
+    def take(self, topic: str, partition: int, count: int) -> Ticket:
+        """Numbers for a publish of ``count`` messages, in flight until :meth:`done`."""
+        part = self._parts.setdefault((topic, partition), _Partition())
+        ticket = Ticket(topic, partition, part.next, count)
+        part.next += count
+        part.pending.add(ticket.index)
+        return ticket
+
+    def number(self, ticket: Ticket) -> int:
+        """The number ``ticket``'s publish carries now (its first message's)."""
+        return ticket.index - self._parts[(ticket.topic, ticket.partition)].base
+
+    def done(self, ticket: Ticket) -> None:
+        """The publish is acknowledged, or given up: no longer in flight."""
+        self._parts[(ticket.topic, ticket.partition)].pending.discard(ticket.index)
+
+    def waits(self, ticket: Ticket) -> bool:
+        """Whether an earlier publish of the partition is still in flight (a refusal of
+        ``ticket``'s numbers as out of turn then only means: try again after it)."""
+        part = self._parts[(ticket.topic, ticket.partition)]
+        return any(index < ticket.index for index in part.pending)
+
+    def rebase(self, ticket: Ticket, expected: int) -> None:
+        """``ticket`` is the oldest publish in flight and the leader expects number
+        ``expected``: from now on ``ticket`` carries it, and the later ones follow."""
+        self._parts[(ticket.topic, ticket.partition)].base = ticket.index - expected

@@ -8,9 +8,17 @@ names no partition and nsqd picks (stock nsqd works that way).
 
 Failures youzan's clients retry are retried here too, up to ``max_attempts`` with exponential
 backoff: ``E_FAILED_ON_NOT_LEADER``, ``E_FAILED_ON_NOT_WRITABLE``, ``E_TOPIC_NOT_EXIST`` and a
-lost connection; each retry looks the partitions up again and reconnects. A retry after a lost
-connection may publish a message twice (at-least-once). Other errors (``E_BAD_TOPIC``,
-``E_BAD_MESSAGE``...) are raised at once.
+lost connection; each retry looks the partitions up again and reconnects. Other errors
+(``E_BAD_TOPIC``, ``E_BAD_MESSAGE``...) are raised at once.
+
+Idempotent by default (``idempotent=True``) against pnsq: the producer names itself in
+IDENTIFY and numbers its messages per partition (:mod:`pnsq.client.numbering`), and a retry
+goes to the partition of the first try with the same numbers, so however often a publish is
+retried — after a lost reply, a reconnect, a leader's kill -9, a failover — it is stored once;
+the leader answers a retry of stored numbers ``DUPLICATE`` (counted in :attr:`Producer.stats`).
+This needs the partitions (``http_address`` or ``lookupd_http_address``) and a pnsq nsqd;
+otherwise, and with ``idempotent=False``, a retry after a lost reply may store a message twice
+(at-least-once), as with any NSQ client.
 
 Publishes pipeline: any number of tasks may publish at once; commands to one nsqd share its
 connection and leave in one write, and the replies are matched in order.
@@ -18,12 +26,14 @@ connection and leave in one write, and the replies are matched in order.
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
 from typing import Final, Unpack, final
 
 import trio
+from trio.lowlevel import ParkingLot
 
 from protocol.commands import Command, Dpub, Mpub, Pub, PubTrace
 from protocol.message import MESSAGE_ID
@@ -32,9 +42,11 @@ from protocol.tracing import TRACED_RESPONSE
 from .connection import Connection, ConnectOptions, _raise_single
 from .errors import (
     ConnectionClosedError,
+    NsqError,
     PartitionsUnknownError,
     UnexpectedResponseError,
 )
+from .numbering import Numbering, Ticket
 from .pool import DEFAULT_ROUTE_TTL, ConnectionPool, Routes
 from .retry import RETRIED, attempt_delays, retry_delay, retryable
 from .routing import (
@@ -51,12 +63,21 @@ DEFAULT_MAX_BATCH_BYTES: Final = 4 * 1024 * 1024
 Key = str | bytes
 
 
-def _mpub(topic: str, bodies: list[bytes], partition: int | None) -> Mpub:
-    return Mpub(topic, bodies, partition)
+#: a command with the partition and the number (None: unnumbered) it goes with
+Make = Callable[[int | None, int | None], Command]
+#: the reply to a numbered publish whose numbers were stored by an earlier try
+DUPLICATE: Final = b"DUPLICATE"
+#: refusals of a numbered publish that only ask for its turn (:mod:`pnsq.client.numbering`)
+_OUT_OF_TURN: Final = frozenset({"E_PUB_SEQUENCE_GAP", "E_PUB_SEQUENCE_UNKNOWN"})
+_EXPECTED: Final = re.compile(r"expected sequence (\d+)")
+
+
+def _mpub(topic: str, bodies: list[bytes], partition: int | None, sequence: int | None) -> Mpub:
+    return Mpub(topic, bodies, partition, sequence)
 
 
 def _expect_ok(reply: bytes, what: str) -> None:
-    if reply != b"OK":
+    if reply != b"OK" and reply != DUPLICATE:
         raise UnexpectedResponseError(f"{what}: expected OK, got {reply[:64]!r}")
 
 
@@ -76,6 +97,7 @@ class Producer:
         *,
         max_attempts: int,
         retry_backoff: float,
+        numbering: Numbering | None = None,
     ) -> None:
         self.address = address
         self.max_attempts = max(1, max_attempts)
@@ -83,6 +105,11 @@ class Producer:
         self._pool = pool
         self._routes = routes
         self._rr = RoundRobin()
+        #: the numbers of an idempotent producer (None: its publishes are not numbered)
+        self.numbering = numbering
+        self._lots: dict[tuple[str, int], ParkingLot] = {}  # publishes waiting for their turn
+        #: messages acknowledged, tries after a failure, messages the leader told duplicates
+        self.stats = {"published": 0, "retries": 0, "duplicates": 0}
 
     @property
     def connection(self) -> Connection:
@@ -105,7 +132,7 @@ class Producer:
         partition: int | None = None,
     ) -> None:
         """``PUB``: one message (to ``key``'s partition, or ``partition``, or round-robin)."""
-        reply = await self._send(topic, key, partition, lambda p: Pub(topic, body, p))
+        reply = await self._send(topic, key, partition, lambda p, s: Pub(topic, body, p, s))
         _expect_ok(reply, "PUB")
 
     async def mpublish(
@@ -143,13 +170,20 @@ class Producer:
         max_bytes: int,
     ) -> None:
         for chunk in chunk_bodies(bodies, max_bytes):
-            reply = await self._send(topic, key, partition, partial(_mpub, topic, chunk))
+            make = partial(_mpub, topic, chunk)
+            reply = await self._send(topic, key, partition, make, len(chunk))
             _expect_ok(reply, "MPUB")
 
     async def dpublish(self, topic: str, body: bytes, defer_ms: int) -> None:
-        """``DPUB``: one message, delivered no sooner than ``defer_ms`` from now (DPUB names no
-        partition: nsqd picks)."""
-        reply = await self._send(topic, None, None, lambda _: Dpub(topic, defer_ms, body))
+        """``DPUB``: one message, delivered no sooner than ``defer_ms`` from now (nsqd picks
+        the partition; an idempotent producer names one, round-robin, to number it)."""
+
+        def make(partition: int | None, sequence: int | None) -> Command:
+            if sequence is None:
+                return Dpub(topic, defer_ms, body)
+            return Dpub(topic, defer_ms, body, partition, sequence)
+
+        reply = await self._send(topic, None, None, make)
         _expect_ok(reply, "DPUB")
 
     async def publish_traced(
@@ -166,7 +200,7 @@ class Producer:
         The id's second half is ``trace_id``; consumers see it as ``Message.trace_id``.
         """
         reply = await self._send(
-            topic, key, partition, lambda p: PubTrace(topic, trace_id, body, p)
+            topic, key, partition, lambda p, s: PubTrace(topic, trace_id, body, p, s)
         )
         if len(reply) != TRACED_RESPONSE.size or not reply.startswith(b"OK"):
             raise UnexpectedResponseError(f"PUB_TRACE: unexpected reply {reply[:64]!r}")
@@ -195,28 +229,86 @@ class Producer:
         topic: str,
         key: Key | None,
         partition: int | None,
-        make: Callable[[int | None], Command],
+        make: Make,
+        count: int = 1,
     ) -> bytes:
-        """Send the command ``make(partition)`` to the partition's leader, with retries."""
+        """Send the command ``make(partition, number)`` to the partition's leader, with
+        retries; an idempotent producer numbers it at its first try and keeps partition and
+        numbers for every retry."""
         if key is not None and partition is None and not self._routes.known:
             raise PartitionsUnknownError("keyed publishing needs nsqd's or lookupd's HTTP address")
+        ticket: Ticket | None = None
+        kept = partition  # the partition of the first try, once numbered
         error: BaseException | None = None
-        for attempt, delay in enumerate(attempt_delays(self.max_attempts, self.retry_backoff)):
-            if attempt:
-                self._routes.invalidate(topic)
-                await trio.sleep(delay)
-            try:
-                route = await self._routes.get(topic)
-                number = choose_partition(route, topic, self._rr, key=key, partition=partition)
-                info = route.get(number) if route is not None and number is not None else None
-                conn = await self._pool.get(info.tcp_address if info else self.address)
-                return await conn.command(make(number))
-            except RETRIED as exc:
-                if not retryable(exc):
-                    raise
-                error = exc
+        delays = attempt_delays(self.max_attempts, self.retry_backoff)
+        delay: float | None = next(delays)
+        try:
+            while delay is not None:
+                if error is not None:
+                    self.stats["retries"] += 1
+                    self._routes.invalidate(topic)
+                    await trio.sleep(delay)
+                try:
+                    route = await self._routes.get(topic)
+                    number = choose_partition(route, topic, self._rr, key=key, partition=kept)
+                    info = route.get(number) if route is not None and number is not None else None
+                    conn = await self._pool.get(info.tcp_address if info else self.address)
+                    if ticket is None and number is not None and self._numbers(conn):
+                        assert self.numbering is not None
+                        ticket, kept = self.numbering.take(topic, number, count), number
+                    sequence = None if ticket is None else self._number(ticket)
+                    reply = await conn.command(make(number, sequence))
+                except RETRIED as exc:
+                    if ticket is not None and self._out_of_turn(exc, ticket):
+                        await self._turn(ticket)  # not an attempt: its turn has not come
+                        error = None
+                        continue
+                    if not retryable(exc):
+                        raise
+                    error = exc
+                    delay = next(delays, None)
+                    continue
+                self.stats["published"] += count
+                if reply == DUPLICATE:
+                    self.stats["duplicates"] += count
+                return reply
+        finally:
+            if ticket is not None:
+                assert self.numbering is not None
+                self.numbering.done(ticket)
+                self._turns(ticket).unpark_all()
         assert error is not None
         raise error
+
+    def _numbers(self, conn: Connection) -> bool:
+        """Whether publishes on ``conn`` are numbered (idempotent, and a pnsq nsqd)."""
+        return self.numbering is not None and "pnsq_producer" in conn.features
+
+    def _number(self, ticket: Ticket) -> int:
+        assert self.numbering is not None
+        return self.numbering.number(ticket)
+
+    def _out_of_turn(self, exc: BaseException, ticket: Ticket) -> bool:
+        """Whether the leader refused ``ticket``'s numbers as out of turn (see
+        :mod:`pnsq.client.numbering`); with no earlier publish of the partition in flight, the
+        numbering is rebased to what the leader expects first."""
+        if not isinstance(exc, NsqError) or exc.code not in _OUT_OF_TURN:
+            return False
+        assert self.numbering is not None
+        if not self.numbering.waits(ticket):
+            found = _EXPECTED.search(exc.description)
+            self.numbering.rebase(ticket, int(found.group(1)) if found else 0)
+        return True
+
+    def _turns(self, ticket: Ticket) -> ParkingLot:
+        return self._lots.setdefault((ticket.topic, ticket.partition), ParkingLot())
+
+    async def _turn(self, ticket: Ticket) -> None:
+        """Return once no earlier publish of ``ticket``'s partition is in flight."""
+        assert self.numbering is not None
+        while self.numbering.waits(ticket):
+            await self._turns(ticket).park()
+        await trio.lowlevel.checkpoint()
 
 
 @asynccontextmanager
@@ -228,6 +320,8 @@ async def open_producer(
     max_attempts: int = 3,
     retry_backoff: float = 0.05,
     route_ttl: float = DEFAULT_ROUTE_TTL,
+    idempotent: bool = True,
+    producer_name: str | None = None,
     **options: Unpack[ConnectOptions],
 ) -> AsyncIterator[Producer]:
     """A :class:`Producer` connected to nsqd at ``address`` (``host:port`` of its TCP port).
@@ -236,21 +330,33 @@ async def open_producer(
     ``lookupd_http_address`` (pnsq nsqlookupd's) sends each partition's publishes to its
     leader, wherever that is. ``max_attempts``
     counts the first try; ``retry_backoff`` seconds doubles per retry (at most 2 s); a topic's
-    partitions are looked up again after ``route_ttl`` seconds or a retryable error. Connection
-    options as for :func:`~pnsq.client.connection.open_connection`.
+    partitions are looked up again after ``route_ttl`` seconds or a retryable error.
+    ``idempotent`` numbers the publishes (see the module doc), under ``producer_name`` (default:
+    a fresh unique name; a writer re-run after a crash that must not store again what it
+    stored names itself the same each time). Connection options as for
+    :func:`~pnsq.client.connection.open_connection`.
 
     Raises:
         OSError: the first connection failed.
         NsqError: nsqd refused IDENTIFY.
     """
     routes = Routes(http_address, address, ttl=route_ttl, lookupd_http_address=lookupd_http_address)
+    numbering = Numbering(producer_name) if idempotent else None
+    if numbering is not None:
+        extra = dict(options.get("identify_extra") or {})
+        options["identify_extra"] = {**extra, "pnsq_producer": numbering.name}
     try:
         async with trio.open_nursery() as nursery:
             pool = ConnectionPool(nursery, options)
             try:
                 await pool.get(address)
                 yield Producer(
-                    pool, routes, address, max_attempts=max_attempts, retry_backoff=retry_backoff
+                    pool,
+                    routes,
+                    address,
+                    max_attempts=max_attempts,
+                    retry_backoff=retry_backoff,
+                    numbering=numbering,
                 )
             finally:
                 with trio.CancelScope(shield=True):
