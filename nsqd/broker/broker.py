@@ -277,6 +277,13 @@ class Broker:
         if self.durable_acks:
             await self.wait_durable()
 
+    async def wait_settled(self, topic_name: str, partition: int) -> None:
+        """Return once everything the partition's log holds now is acknowledged by its in-sync
+        set under the current epoch. Raises NotLeaderError when this node does not lead it."""
+        target = self.get_topic(topic_name).partition(partition)
+        end = target.log.end_offset
+        await self.replication.wait(target, end, target.state.epoch)
+
     async def read_stored(self, topic_name: str, partition: int, offset: int) -> list[Record]:
         """The record at ``offset`` (a retried publish's, :meth:`wait_stored`): ``[]`` when
         retention took it since."""

@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import final
 
 from ..broker import BodyBatch, Broker, NewRecord, Record
+from ..core.producers import SequenceError
 from .forwarding import Forwarder
 
 __all__ = ["Append", "PublishPath"]
@@ -125,7 +126,14 @@ class PublishPath:
         the records and False; for a retry of numbers stored already, which appends nothing,
         the stored record holding its last number (once that is replicated) and True. Raises
         :class:`~nsqd.core.producers.SequenceError` for numbers that do not follow."""
-        stored = self.broker.publish_numbered(topic, entries, partition, producer, first)
+        try:
+            stored = self.broker.publish_numbered(topic, entries, partition, producer, first)
+        except SequenceError:
+            # said only once everything this leader holds is acknowledged by its in-sync set
+            # under its epoch: a deposed leader back from the dead (its log past the new
+            # leader's, or behind it) never gets to tell a producer what to number next
+            await self.broker.wait_settled(topic, partition)
+            raise
         if not isinstance(stored, int):
             if on_appended is not None:
                 on_appended(stored)

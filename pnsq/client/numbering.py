@@ -16,7 +16,12 @@ When none is, the numbers in between belong to publishes that failed for good, o
 forgot the producer (idle past nsqd's ``--producer-state-ttl``): the partition's numbering is
 *rebased* so that the oldest publish in flight takes the number the leader expects
 (:meth:`Numbering.rebase`). No publish in flight has been stored then (the leader would know
-it), so nothing is stored twice and nothing is taken for a duplicate.
+it), so nothing is stored twice and nothing is taken for a duplicate — provided the refusal is
+not older than an acknowledgement: a refusal sent before an earlier publish was stored may
+arrive (on another connection) after that publish's acknowledgement, and would rebase onto the
+number just stored. So a refusal rebases only when no publish of the partition was
+acknowledged since the refused one was sent (:meth:`Numbering.acknowledged`); otherwise it is
+simply sent again.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ class _Partition:
     base: int = 0  # the index the leader numbers 0
     next: int = 0  # the index the next publish takes
     pending: set[int] = field(default_factory=set)  # indexes of publishes in flight
+    acked: int = 0  # publishes acknowledged so far
 
 
 class Numbering:
@@ -64,9 +70,16 @@ class Numbering:
         """The number ``ticket``'s publish carries now (its first message's)."""
         return ticket.index - self._parts[(ticket.topic, ticket.partition)].base
 
-    def done(self, ticket: Ticket) -> None:
+    def done(self, ticket: Ticket, *, acknowledged: bool) -> None:
         """The publish is acknowledged, or given up: no longer in flight."""
-        self._parts[(ticket.topic, ticket.partition)].pending.discard(ticket.index)
+        part = self._parts[(ticket.topic, ticket.partition)]
+        part.pending.discard(ticket.index)
+        part.acked += acknowledged
+
+    def acknowledged(self, ticket: Ticket) -> int:
+        """Publishes of ``ticket``'s partition acknowledged so far (noted when a try is sent,
+        compared when its refusal comes back)."""
+        return self._parts[(ticket.topic, ticket.partition)].acked
 
     def waits(self, ticket: Ticket) -> bool:
         """Whether an earlier publish of the partition is still in flight (a refusal of
@@ -74,7 +87,13 @@ class Numbering:
         part = self._parts[(ticket.topic, ticket.partition)]
         return any(index < ticket.index for index in part.pending)
 
-    def rebase(self, ticket: Ticket, expected: int) -> None:
-        """``ticket`` is the oldest publish in flight and the leader expects number
-        ``expected``: from now on ``ticket`` carries it, and the later ones follow."""
-        self._parts[(ticket.topic, ticket.partition)].base = ticket.index - expected
+    def rebase(self, ticket: Ticket, expected: int, acknowledged: int) -> bool:
+        """The leader refused ``ticket``'s try, sent when :meth:`acknowledged` was
+        ``acknowledged``, expecting number ``expected``: if ``ticket`` is the oldest publish in
+        flight and none was acknowledged since, it carries ``expected`` from now on (the later
+        ones follow). Returns whether it does."""
+        part = self._parts[(ticket.topic, ticket.partition)]
+        if self.waits(ticket) or part.acked != acknowledged:
+            return False
+        part.base = ticket.index - expected
+        return True

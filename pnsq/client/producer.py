@@ -72,6 +72,10 @@ _OUT_OF_TURN: Final = frozenset({"E_PUB_SEQUENCE_GAP", "E_PUB_SEQUENCE_UNKNOWN"}
 _EXPECTED: Final = re.compile(r"expected sequence (\d+)")
 
 
+def _out_of_turn(error: BaseException) -> bool:
+    return isinstance(error, NsqError) and error.code in _OUT_OF_TURN
+
+
 def _mpub(topic: str, bodies: list[bytes], partition: int | None, sequence: int | None) -> Mpub:
     return Mpub(topic, bodies, partition, sequence)
 
@@ -242,6 +246,7 @@ class Producer:
         error: BaseException | None = None
         delays = attempt_delays(self.max_attempts, self.retry_backoff)
         delay: float | None = next(delays)
+        acknowledged = False
         try:
             while delay is not None:
                 if error is not None:
@@ -256,11 +261,17 @@ class Producer:
                     if ticket is None and number is not None and self._numbers(conn):
                         assert self.numbering is not None
                         ticket, kept = self.numbering.take(topic, number, count), number
-                    sequence = None if ticket is None else self._number(ticket)
+                    sequence = acked = None
+                    if ticket is not None:
+                        assert self.numbering is not None
+                        sequence = self.numbering.number(ticket)
+                        acked = self.numbering.acknowledged(ticket)
                     reply = await conn.command(make(number, sequence))
                 except RETRIED as exc:
-                    if ticket is not None and self._out_of_turn(exc, ticket):
-                        await self._turn(ticket)  # not an attempt: its turn has not come
+                    if ticket is not None and _out_of_turn(exc):  # not an attempt: sent again
+                        assert acked is not None
+                        if not self._rebased(exc, ticket, acked):  # at once, renumbered
+                            await self._turn(ticket)  # once the earlier ones are through
                         error = None
                         continue
                     if not retryable(exc):
@@ -271,34 +282,27 @@ class Producer:
                 self.stats["published"] += count
                 if reply == DUPLICATE:
                     self.stats["duplicates"] += count
+                acknowledged = True
                 return reply
         finally:
             if ticket is not None:
                 assert self.numbering is not None
-                self.numbering.done(ticket)
+                self.numbering.done(ticket, acknowledged=acknowledged)
                 self._turns(ticket).unpark_all()
         assert error is not None
         raise error
 
+    def _rebased(self, exc: BaseException, ticket: Ticket, acked: int) -> bool:
+        """A refusal out of turn (see :mod:`pnsq.client.numbering`) of ``ticket``'s try, sent
+        with ``acked`` publishes acknowledged: whether its numbering was rebased on it."""
+        assert self.numbering is not None
+        assert isinstance(exc, NsqError)
+        found = _EXPECTED.search(exc.description)
+        return self.numbering.rebase(ticket, int(found.group(1)) if found else 0, acked)
+
     def _numbers(self, conn: Connection) -> bool:
         """Whether publishes on ``conn`` are numbered (idempotent, and a pnsq nsqd)."""
         return self.numbering is not None and "pnsq_producer" in conn.features
-
-    def _number(self, ticket: Ticket) -> int:
-        assert self.numbering is not None
-        return self.numbering.number(ticket)
-
-    def _out_of_turn(self, exc: BaseException, ticket: Ticket) -> bool:
-        """Whether the leader refused ``ticket``'s numbers as out of turn (see
-        :mod:`pnsq.client.numbering`); with no earlier publish of the partition in flight, the
-        numbering is rebased to what the leader expects first."""
-        if not isinstance(exc, NsqError) or exc.code not in _OUT_OF_TURN:
-            return False
-        assert self.numbering is not None
-        if not self.numbering.waits(ticket):
-            found = _EXPECTED.search(exc.description)
-            self.numbering.rebase(ticket, int(found.group(1)) if found else 0)
-        return True
 
     def _turns(self, ticket: Ticket) -> ParkingLot:
         return self._lots.setdefault((ticket.topic, ticket.partition), ParkingLot())

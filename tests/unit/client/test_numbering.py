@@ -1,0 +1,48 @@
+"""pnsq/client/numbering.py: numbers per partition, kept by a publish for its retries; a
+refusal out of turn rebases only the oldest publish in flight, and only when no publish was
+acknowledged since the refused try was sent (a stale refusal would rebase onto a stored
+number)."""
+
+from __future__ import annotations
+
+from pnsq.client.numbering import Numbering
+
+
+def test_numbers_follow_per_partition_and_a_batch_takes_its_count() -> None:
+    numbering = Numbering("writer")
+    a, b = numbering.take("t", 0, 3), numbering.take("t", 0, 1)
+    other = numbering.take("t", 1, 1)
+    assert [numbering.number(x) for x in (a, b, other)] == [0, 3, 0]
+    assert numbering.waits(b)
+    assert not numbering.waits(a)
+    numbering.done(a, acknowledged=True)
+    assert not numbering.waits(b)
+
+
+def test_the_oldest_in_flight_takes_the_number_the_leader_expects() -> None:
+    numbering = Numbering()
+    given_up = numbering.take("t", 0, 2)  # numbers 0-1, failed for good: never stored
+    late = numbering.take("t", 0, 1)
+    later = numbering.take("t", 0, 1)
+    numbering.done(given_up, acknowledged=False)
+    sent_with = numbering.acknowledged(late)
+    assert not numbering.rebase(later, 0, numbering.acknowledged(later))  # not the oldest
+    assert numbering.rebase(late, 0, sent_with)  # the leader expects 0
+    assert (numbering.number(late), numbering.number(later)) == (0, 1)
+
+
+def test_a_refusal_older_than_an_acknowledgement_does_not_rebase() -> None:
+    numbering = Numbering()
+    first, second = numbering.take("t", 0, 1), numbering.take("t", 0, 1)
+    sent_with = numbering.acknowledged(second)  # second sent while first was in flight ...
+    numbering.done(first, acknowledged=True)  # ... first stored and acknowledged meanwhile
+    # the refusal of second ("expected 0"), written before first was stored, arrives now:
+    # rebasing would give second the number first holds, and the leader would call it a
+    # duplicate
+    assert not numbering.rebase(second, 0, sent_with)
+    assert numbering.number(second) == 1
+
+
+def test_a_producer_is_named_once_uniquely_unless_named() -> None:
+    assert Numbering("spark-q1-b7-p3").name == "spark-q1-b7-p3"
+    assert Numbering().name != Numbering().name
