@@ -1,8 +1,8 @@
 """Idempotent publishing through failures, with real processes: lookupd and three nsqd on racks,
 a topic of three partitions with two copies, pnsq's client (idempotent by default) publishing
 from eight tasks at once, each one message after another over every partition, retrying each
-until it is acknowledged. The leader of a partition is killed with kill -9 in the middle, then started
-again; lookupd is killed and restarted too. Afterwards every partition's log is read whole
+until it is acknowledged. The leader of a partition is killed with kill -9 in the middle, then
+started again; lookupd is killed and restarted too. Afterwards every partition's log is read whole
 (``/partition/read`` on its leader): every acknowledged message is there exactly once — the
 retries of publishes whose replies were lost with the leader were answered, not stored again.
 """
