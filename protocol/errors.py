@@ -51,7 +51,6 @@ class ErrorCode(StrEnum):
     # pnsq extensions: a numbered publish (idempotent publishing) that does not follow the
     # producer's last numbers; nothing is stored
     PUB_SEQUENCE_GAP = "E_PUB_SEQUENCE_GAP"
-    PUB_SEQUENCE_OUT_OF_ORDER = "E_PUB_SEQUENCE_OUT_OF_ORDER"
     PUB_SEQUENCE_UNKNOWN = "E_PUB_SEQUENCE_UNKNOWN"
 
 
@@ -100,7 +99,6 @@ NON_FATAL_CODES: Final = frozenset(
         ErrorCode.INVALID_TRACE_ID,
         ErrorCode.CREATE_TOPIC_FAILED,
         ErrorCode.PUB_SEQUENCE_GAP,
-        ErrorCode.PUB_SEQUENCE_OUT_OF_ORDER,
         ErrorCode.PUB_SEQUENCE_UNKNOWN,
     }
 )

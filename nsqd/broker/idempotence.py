@@ -2,8 +2,9 @@
 kept in step with its log, as leader and as replica, and across restarts.
 
 * As leader, :func:`publish_numbered` judges a numbered publish before it is appended: new
-  numbers are stamped into the records (:mod:`nsqd.storage.stamp`) and appended; a retry of
-  numbers already stored appends nothing and gives the offset to acknowledge it at.
+  numbers are stamped into the records (:mod:`nsqd.storage.stamp`) and appended (those of a
+  publish partly stored already, only the new ones); a retry of numbers all stored appends
+  nothing and gives the offset to acknowledge it at.
 * As replica, :func:`copied` reads the stamps of the records a leader's batch brought: when
   this node is promoted, it already knows what every producer stored.
 * :func:`truncated`: a replica's log cut back to a new leader's loses the publishes after the
@@ -47,15 +48,16 @@ def publish_numbered(
     (led here): the records ``append`` stored, or, for numbers stored already, the offset to
     acknowledge it at. Raises :class:`~nsqd.core.producers.SequenceError`."""
     producers = partition.producers
-    verdict, offset = producers.check(producer, first, len(entries), now)
+    verdict, found = producers.check(producer, first, len(entries), now)
     if verdict is Verdict.DUPLICATE:
-        return offset
+        return found  # the offset to acknowledge it at
+    start = first + found  # ``found`` first ones stored already: left out
     numbered = [
-        replace(entry, ext=stamped(producer, first + index, entry.ext))
-        for index, entry in enumerate(entries)
+        replace(entry, ext=stamped(producer, start + index, entry.ext))
+        for index, entry in enumerate(entries[found:])
     ]
     records = append(numbered)
-    producers.record(producer, first, len(records), records[-1].offset, now)
+    producers.record(producer, start, len(records), records[-1].offset, now)
     partition.dirty = True
     return records
 

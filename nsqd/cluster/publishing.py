@@ -120,11 +120,12 @@ class PublishPath:
         first: int,
         *,
         on_appended: Callable[[Sequence[Record]], None] | None = None,
-    ) -> tuple[Sequence[Record], bool]:
+    ) -> tuple[Sequence[Record], int]:
         """Both steps for a numbered publish (idempotent publishing: ``producer``'s messages
         numbered from ``first``), never forwarded: acknowledgeable when this returns. Returns
-        the records and False; for a retry of numbers stored already, which appends nothing,
-        the stored record holding its last number (once that is replicated) and True. Raises
+        the records appended and how many of the messages were stored already (left out);
+        for a retry of numbers all stored, which appends nothing, the stored record holding
+        its last number (once that is replicated). Raises
         :class:`~nsqd.core.producers.SequenceError` for numbers that do not follow."""
         try:
             stored = self.broker.publish_numbered(topic, entries, partition, producer, first)
@@ -137,11 +138,12 @@ class PublishPath:
         if not isinstance(stored, int):
             if on_appended is not None:
                 on_appended(stored)
-            await self.replicated(topic, stored)
-            return stored, False
+            await self.replicated(topic, stored)  # (after the ones stored already: in order)
+            self.duplicates += len(entries) - len(stored)
+            return stored, len(entries) - len(stored)
         await self.broker.wait_stored(topic, partition, stored)
         self.duplicates += len(entries)
-        return await self.broker.read_stored(topic, partition, stored), True
+        return await self.broker.read_stored(topic, partition, stored), len(entries)
 
     def _append(
         self,

@@ -15,12 +15,14 @@ last message), and judges each new publish (:meth:`Producers.check`):
   without being stored once the offset :meth:`check` returns is acknowledged (the first try
   may still be waiting for its replicas): the offset of the recent publish holding its last
   number, or, for one older than those, of the oldest recent one (acknowledged after it);
-* anything else — numbers skipped (a gap: an earlier publish not arrived yet, or given up),
-  a publish partly stored and partly new, or numbers past 0 from a producer it does not know:
-  :class:`SequenceError`, refused without storing. Telling an unknown producer's later numbers
-  to start at 0 is what keeps a retried first publish, arriving after a later one, from being
-  taken for a duplicate; a producer told so after a long silence starts its numbers at 0
-  again (it was forgotten, so none of its messages in flight was stored).
+* numbers partly stored (a writer re-run that batches differently than its first run): the
+  new ones are appended, the stored ones left out;
+* numbers skipped (a gap: an earlier publish not arrived yet, or given up), or numbers past 0
+  from a producer it does not know: :class:`SequenceError`, refused without storing. Telling
+  an unknown producer's later numbers to start at 0 is what keeps a retried first publish,
+  arriving after a later one, from being taken for a duplicate; a producer told so after a
+  long silence starts its numbers at 0 again (it was forgotten, so none of its messages in
+  flight was stored).
 
 The state must follow the log: it is rebuilt from the records' producer stamps after a restart
 or when the log is truncated (a replica that follows a new leader), so each record carries its
@@ -44,7 +46,6 @@ class Refusal(Enum):
     """Why numbers were refused."""
 
     GAP = "gap"  # numbers skipped: ``expected`` is the next one the partition takes
-    OVERLAP = "overlap"  # partly stored, partly new
     UNKNOWN = "unknown"  # a producer the partition does not know starts at 0
 
 
@@ -94,12 +95,13 @@ class Producers:
         return len(self._producers)
 
     def check(self, producer: int, first: int, count: int, now: float) -> tuple[Verdict, int]:
-        """The verdict on a publish of ``count`` messages numbered from ``first``, and for a
-        duplicate the offset to wait for (-1 for an append). Raises :class:`SequenceError`."""
+        """The verdict on a publish of ``count`` messages numbered from ``first``: for an
+        append, how many of its first messages are stored already (to leave out); for a
+        duplicate, the offset to wait for. Raises :class:`SequenceError`."""
         known = self._producers.get(producer)
         if known is None:
             if first == 0:
-                return Verdict.APPEND, -1
+                return Verdict.APPEND, 0
             raise SequenceError(
                 f"producer {producer:016x} unknown here (new, or idle past the producer state "
                 f"ttl): its numbers start at 0, got {first}",
@@ -108,7 +110,7 @@ class Producers:
             )
         last = first + count - 1
         if first == known.last + 1:
-            return Verdict.APPEND, -1
+            return Verdict.APPEND, 0
         if last <= known.last:  # stored already: acknowledged once what holds ``last`` is
             known.touched = now
             self._producers.move_to_end(producer)
@@ -120,12 +122,7 @@ class Producers:
                 Refusal.GAP,
                 known.last + 1,
             )
-        raise SequenceError(
-            f"producer {producer:016x} sequence {first}-{last} overlaps what was stored "
-            f"(last {known.last})",
-            Refusal.OVERLAP,
-            known.last + 1,
-        )
+        return Verdict.APPEND, known.last + 1 - first  # its first ones stored already
 
     def record(self, producer: int, first: int, count: int, offset: int, now: float) -> None:
         """A publish appended: numbers ``first ..`` of ``producer``, its last message at

@@ -52,7 +52,6 @@ _FIXED: dict[type, tuple[ErrorCode, str]] = {
 #: a numbered publish refused (pnsq's idempotent publishing), by why; all non-fatal
 _SEQUENCE: dict[Refusal, ErrorCode] = {
     Refusal.GAP: ErrorCode.PUB_SEQUENCE_GAP,
-    Refusal.OVERLAP: ErrorCode.PUB_SEQUENCE_OUT_OF_ORDER,
     Refusal.UNKNOWN: ErrorCode.PUB_SEQUENCE_UNKNOWN,
 }
 

@@ -32,9 +32,12 @@ from .delivery import raw_size
 from .errors import HANDLED_ERRORS, client_error_for
 from .output import OutputBuffer
 
-#: pnsq: the reply to a numbered publish whose numbers were stored already (acknowledged, not
-#: stored again); a traced one gets the stored message's traced reply instead
-DUPLICATE = frames.encode_response(b"DUPLICATE")
+
+def acknowledged(already: int) -> bytes:
+    """The reply to a numbered publish (pnsq) of which ``already`` messages were stored by an
+    earlier try (left out this time): ``OK`` when none, else ``DUPLICATE <already>``. A
+    traced one gets its traced reply (the stored message's when all were stored)."""
+    return frames.encode_response(b"DUPLICATE %d" % already) if already else frames.OK
 
 
 class Publisher:
@@ -178,10 +181,9 @@ class Publisher:
                     on_appended=partial(self._count, topic),
                 )
             else:
-                _, duplicate = await self._numbered(topic, batch, partition, sequence, name)
-                if duplicate:
-                    self.output.append(DUPLICATE)
-                    return
+                _, already = await self._numbered(topic, batch, partition, sequence, name)
+                self.output.append(acknowledged(already))
+                return
         except HANDLED_ERRORS as exc:
             raise client_error_for(exc, name, code) from exc
         self.output.append(frames.OK)
@@ -193,9 +195,9 @@ class Publisher:
         partition: int | None,
         sequence: int,
         name: str,
-    ) -> tuple[Sequence[Record], bool]:
+    ) -> tuple[Sequence[Record], int]:
         """A numbered publish (idempotent publishing): stored once, however often retried;
-        True with the stored record for a retry."""
+        with how many were stored already (all: the stored record holding the last)."""
         if self.producer is None:
             raise ClientError(
                 ErrorCode.INVALID, f"{name} a numbered publish needs pnsq_producer in IDENTIFY"
@@ -217,15 +219,15 @@ class Publisher:
         partition: int | None,
         sequence: int | None,
         name: str,
-    ) -> tuple[Sequence[Record], bool]:
-        """A partition-aware publish (traced, ext): numbered or not. True for a retry of
-        stored numbers (with the stored record)."""
+    ) -> tuple[Sequence[Record], int]:
+        """A partition-aware publish (traced, ext): numbered or not; with how many were stored
+        by an earlier try."""
         if sequence is not None:
             return await self._numbered(topic, entries, partition, sequence, name)
         records = await self.path.publish(
             topic, entries, partition, on_appended=partial(self._count, topic)
         )
-        return records, False
+        return records, 0
 
     def _count(self, topic: str, records: Sequence[Record]) -> None:
         """``records`` of ``topic`` were appended here (/stats' ``pub_counts``)."""
@@ -242,11 +244,11 @@ class Publisher:
         now = self.broker.clock.now_ns()
         entries = [NewRecord(timestamp_ns=now, body=b, trace_id=t) for t, b in messages]
         try:
-            records, duplicate = await self._partitioned(topic, entries, partition, sequence, name)
+            records, already = await self._partitioned(topic, entries, partition, sequence, name)
         except HANDLED_ERRORS as exc:
             raise client_error_for(exc, name, ErrorCode.PUB_FAILED) from exc
         if not records:  # a retry of a publish retention has deleted since: nothing to name
-            self.output.append(DUPLICATE if duplicate else frames.OK)
+            self.output.append(acknowledged(already))
             return
         first = records[0]
         trace = first.trace_id if name == "PUB_TRACE" else 0
@@ -286,11 +288,11 @@ class Publisher:
                     raise ext_not_supported(topic)
             entries.append(NewRecord(timestamp_ns=now, body=body, trace_id=trace_id, ext=ext))
         try:
-            records, duplicate = await self._partitioned(topic, entries, partition, sequence, name)
+            records, already = await self._partitioned(topic, entries, partition, sequence, name)
         except HANDLED_ERRORS as exc:
             raise client_error_for(exc, name, code) from exc
         if not traced or not records:
-            self.output.append(DUPLICATE if duplicate else frames.OK)
+            self.output.append(acknowledged(already))
             return
         record = records[0]
         self.output.append(

@@ -14,8 +14,9 @@ use, so ``import pnsq.client.blocking`` does not import Trio). Its connections a
             message.finish()
 
 Publishing routes like the Trio :class:`pnsq.client.producer.Producer` (murmur3 key hash,
-round-robin, explicit partition) and retries the same errors. One instance is not thread-safe;
-give each thread its own.
+round-robin, explicit partition), retries the same errors and is idempotent the same way
+(:mod:`pnsq.client.numbering`: with ``http_address``, against pnsq, a retry is stored once;
+``idempotent=False`` turns it off). One instance is not thread-safe; give each thread its own.
 """
 
 from __future__ import annotations
@@ -34,9 +35,18 @@ from protocol.tracing import TRACED_RESPONSE
 from ._http import DEFAULT_TIMEOUT, HTTPNode
 from .blocking_connection import BlockingConnection
 from .errors import (
+    NsqError,
     NsqHTTPError,
     PartitionsUnknownError,
     UnexpectedResponseError,
+)
+from .numbering import (
+    EXPECTED as _EXPECTED,
+    OUT_OF_TURN,
+    Numbering,
+    Ticket,
+    already_stored,
+    is_acknowledgement,
 )
 from .retry import RETRIED, attempt_delays, retryable
 from .routing import (
@@ -67,6 +77,8 @@ class BlockingClient:
             reads.
         max_attempts: tries per publish (the first included) on retryable errors, waiting
             ``retry_backoff`` seconds before the second, doubling (at most 2 s).
+        idempotent: number the publishes (see the module doc), as ``producer_name`` (default:
+            a fresh unique name; a writer re-run after a failure names itself the same).
     """
 
     def __init__(
@@ -77,6 +89,8 @@ class BlockingClient:
         timeout: float = DEFAULT_TIMEOUT,
         max_attempts: int = 3,
         retry_backoff: float = 0.05,
+        idempotent: bool = True,
+        producer_name: str | None = None,
     ) -> None:
         self.tcp_address = tcp_address
         self.http_address = http_address
@@ -87,6 +101,10 @@ class BlockingClient:
         self._http: dict[str, HTTPNode] = {}
         self._routes: dict[str, TopicPartitions] = {}
         self._rr = RoundRobin()
+        #: the numbers of an idempotent producer (None: its publishes are not numbered)
+        self.numbering = Numbering(producer_name) if idempotent else None
+        #: messages acknowledged, tries after a failure, messages a retry found stored already
+        self.stats = {"published": 0, "retries": 0, "duplicates": 0}
 
     def __enter__(self) -> Self:
         return self
@@ -151,7 +169,7 @@ class BlockingClient:
         self, topic: str, body: bytes, *, key: Key | None = None, partition: int | None = None
     ) -> None:
         """``PUB`` one message (to ``key``'s partition, or ``partition``, or round-robin)."""
-        _expect_ok(self._send(topic, key, partition, lambda p: Pub(topic, body, p)), "PUB")
+        _expect_ok(self._send(topic, key, partition, lambda p, s: Pub(topic, body, p, s)), "PUB")
 
     def mpublish(
         self,
@@ -176,12 +194,19 @@ class BlockingClient:
         else:
             batches = [(partition, chunk) for chunk in chunk_bodies(bodies, max_batch_bytes)]
         for number, chunk in batches:
-            _expect_ok(self._send(topic, key, number, partial(_mpub, topic, chunk)), "MPUB")
+            reply = self._send(topic, key, number, partial(_mpub, topic, chunk), len(chunk))
+            _expect_ok(reply, "MPUB")
 
     def dpublish(self, topic: str, body: bytes, defer_ms: int) -> None:
-        """``DPUB``: one message, delivered no sooner than ``defer_ms`` from now (DPUB names no
-        partition: nsqd picks among those the node leads)."""
-        _expect_ok(self._send(topic, None, None, lambda _: Dpub(topic, defer_ms, body)), "DPUB")
+        """``DPUB``: one message, delivered no sooner than ``defer_ms`` from now (nsqd picks
+        among the partitions the node leads; an idempotent producer names one to number it)."""
+
+        def make(partition: int | None, sequence: int | None) -> Command:
+            if sequence is None:
+                return Dpub(topic, defer_ms, body)
+            return Dpub(topic, defer_ms, body, partition, sequence)
+
+        _expect_ok(self._send(topic, None, None, make), "DPUB")
 
     def publish_traced(
         self,
@@ -193,7 +218,9 @@ class BlockingClient:
         partition: int | None = None,
     ) -> tuple[bytes, int]:
         """``PUB_TRACE``: returns ``(16-byte message id, log offset)``."""
-        reply = self._send(topic, key, partition, lambda p: PubTrace(topic, trace_id, body, p))
+        reply = self._send(
+            topic, key, partition, lambda p, s: PubTrace(topic, trace_id, body, p, s)
+        )
         if len(reply) != TRACED_RESPONSE.size or not reply.startswith(b"OK"):
             raise UnexpectedResponseError(f"PUB_TRACE: unexpected reply {reply[:64]!r}")
         _, internal_id, reply_trace_id, offset, _raw = TRACED_RESPONSE.unpack(reply)
@@ -230,7 +257,8 @@ class BlockingClient:
         out: list[tuple[int, int, int]] = []
         for number, group in groups:
             for chunk in chunk_traced(group, max_batch_bytes):
-                reply = self._send(topic, key, number, partial(_mpub_trace, topic, chunk))
+                make = partial(_mpub_trace, topic, chunk)
+                reply = self._send(topic, key, number, make, len(chunk))
                 if len(reply) != TRACED_RESPONSE.size or not reply.startswith(b"OK"):
                     raise UnexpectedResponseError(f"MPUB_TRACE: unexpected reply {reply[:64]!r}")
                 _, internal_id, _trace, offset, _raw = TRACED_RESPONSE.unpack(reply)
@@ -253,7 +281,8 @@ class BlockingClient:
     def _connection(self, address: str) -> BlockingConnection:
         conn = self._conns.get(address)
         if conn is None or conn.closed:
-            conn = self._conns[address] = BlockingConnection(address, self.timeout)
+            name = self.numbering.name if self.numbering is not None else None
+            conn = self._conns[address] = BlockingConnection(address, self.timeout, name)
         return conn
 
     def _send(
@@ -261,27 +290,65 @@ class BlockingClient:
         topic: str,
         key: Key | None,
         partition: int | None,
-        make: Callable[[int | None], Command],
+        make: Callable[[int | None, int | None], Command],
+        count: int = 1,
     ) -> bytes:
+        """Send ``make(partition, number)`` to the partition's leader, with retries; an
+        idempotent producer numbers it at its first try and keeps partition and numbers for
+        every retry (one publish at a time: a refusal out of turn only means earlier numbers
+        were given up, or forgotten by the leader: renumbered, sent again at once)."""
         if key is not None and partition is None and self.http_address is None:
             raise PartitionsUnknownError("keyed publishing needs nsqd's HTTP address")
+        numbering = self.numbering
+        ticket: Ticket | None = None
+        kept = partition
         error: Exception | None = None
-        for attempt, delay in enumerate(attempt_delays(self.max_attempts, self.retry_backoff)):
-            if attempt:
-                self._routes.pop(topic, None)
-                time.sleep(delay)
-            try:
-                route = self._route(topic, required=key is not None and partition is None)
-                number = choose_partition(route, topic, self._rr, key=key, partition=partition)
-                info = route.get(number) if route is not None and number is not None else None
-                address = info.tcp_address if info is not None else self.tcp_address
-                if address is None:
-                    raise ValueError("publishing needs nsqd's TCP address")
-                return self._connection(address).command(make(number))
-            except RETRIED as exc:
-                if not retryable(exc):
-                    raise
-                error = exc
+        delays = attempt_delays(self.max_attempts, self.retry_backoff)
+        delay: float | None = next(delays)
+        acknowledged = False
+        try:
+            while delay is not None:
+                if error is not None:
+                    self.stats["retries"] += 1
+                    self._routes.pop(topic, None)
+                    time.sleep(delay)
+                acked = 0
+                try:
+                    route = self._route(topic, required=key is not None and kept is None)
+                    number = choose_partition(route, topic, self._rr, key=key, partition=kept)
+                    info = route.get(number) if route is not None and number is not None else None
+                    address = info.tcp_address if info is not None else self.tcp_address
+                    if address is None:
+                        raise ValueError("publishing needs nsqd's TCP address")
+                    conn = self._connection(address)
+                    numbers = numbering is not None and "pnsq_producer" in conn.features
+                    if numbering is not None and numbers and ticket is None and number is not None:
+                        ticket, kept = numbering.take(topic, number, count), number
+                    sequence = None
+                    if numbering is not None and ticket is not None:
+                        sequence = numbering.number(ticket)
+                        acked = numbering.acknowledged(ticket)
+                    reply = conn.command(make(number, sequence))
+                except RETRIED as exc:
+                    out_of_turn = isinstance(exc, NsqError) and exc.code in OUT_OF_TURN
+                    if numbering is not None and ticket is not None and out_of_turn:
+                        found = _EXPECTED.search(str(exc))
+                        expected = int(found.group(1)) if found else 0
+                        if numbering.rebase(ticket, expected, acked):
+                            error = None  # renumbered: sent again at once
+                            continue
+                    if not retryable(exc):
+                        raise
+                    error = exc
+                    delay = next(delays, None)
+                    continue
+                self.stats["published"] += count
+                self.stats["duplicates"] += already_stored(reply, count)
+                acknowledged = True
+                return reply
+        finally:
+            if numbering is not None and ticket is not None:
+                numbering.done(ticket, acknowledged=acknowledged)
         assert error is not None
         raise error
 
@@ -301,14 +368,16 @@ def __getattr__(name: str) -> object:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def _mpub(topic: str, bodies: list[bytes], partition: int | None) -> Mpub:
-    return Mpub(topic, bodies, partition)
+def _mpub(topic: str, bodies: list[bytes], partition: int | None, sequence: int | None) -> Mpub:
+    return Mpub(topic, bodies, partition, sequence)
 
 
-def _mpub_trace(topic: str, messages: list[tuple[int, bytes]], partition: int | None) -> MpubTrace:
-    return MpubTrace(topic, messages, partition)
+def _mpub_trace(
+    topic: str, messages: list[tuple[int, bytes]], partition: int | None, sequence: int | None
+) -> MpubTrace:
+    return MpubTrace(topic, messages, partition, sequence)
 
 
 def _expect_ok(reply: bytes, what: str) -> None:
-    if reply != b"OK":
+    if not is_acknowledgement(reply):
         raise UnexpectedResponseError(f"{what}: expected OK, got {reply[:64]!r}")

@@ -36,7 +36,9 @@ class BlockingConnection:
     connection's messages are not expected and raise :class:`UnexpectedResponseError`).
     """
 
-    def __init__(self, address: str, timeout: float = DEFAULT_TIMEOUT) -> None:
+    def __init__(
+        self, address: str, timeout: float = DEFAULT_TIMEOUT, producer: str | None = None
+    ) -> None:
         self.address = address
         host, port = parse_address(address)
         self._sock = socket.create_connection((host, port), timeout=timeout)
@@ -48,6 +50,8 @@ class BlockingConnection:
             "user_agent": USER_AGENT,
             "feature_negotiation": True,
         }
+        if producer is not None:  # pnsq: a numbering (idempotent) producer's name
+            identify["pnsq_producer"] = producer
         try:
             self._sock.sendall(MAGIC_V2)
             reply = self.command(Identify(json.dumps(identify).encode()))

@@ -26,8 +26,18 @@ simply sent again.
 
 from __future__ import annotations
 
+import re
 import uuid
 from dataclasses import dataclass, field
+from typing import Final
+
+#: the reply to a numbered publish some of whose messages were stored by an earlier try
+#: (``DUPLICATE <how many>``, left out this time)
+DUPLICATE: Final = b"DUPLICATE"
+#: refusals of a numbered publish that only ask for its turn (see the module doc)
+OUT_OF_TURN: Final = frozenset({"E_PUB_SEQUENCE_GAP", "E_PUB_SEQUENCE_UNKNOWN"})
+#: the number the leader expects, in a refusal's text
+EXPECTED: Final = re.compile(r"expected sequence (\d+)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,3 +107,17 @@ class Numbering:
             return False
         part.base = ticket.index - expected
         return True
+
+
+def already_stored(reply: bytes, count: int) -> int:
+    """How many of a numbered publish's ``count`` messages its acknowledgement ``reply``
+    says an earlier try stored (0 for ``OK``)."""
+    if not reply.startswith(DUPLICATE):
+        return 0
+    _, _, number = reply.partition(b" ")
+    return int(number) if number.isdigit() else count
+
+
+def is_acknowledgement(reply: bytes) -> bool:
+    """``OK``, or ``DUPLICATE [<n>]``."""
+    return reply == b"OK" or reply.startswith(DUPLICATE)

@@ -26,7 +26,6 @@ connection and leave in one write, and the replies are matched in order.
 
 from __future__ import annotations
 
-import re
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
@@ -46,7 +45,14 @@ from .errors import (
     PartitionsUnknownError,
     UnexpectedResponseError,
 )
-from .numbering import Numbering, Ticket
+from .numbering import (
+    EXPECTED as _EXPECTED,
+    OUT_OF_TURN as _OUT_OF_TURN,
+    Numbering,
+    Ticket,
+    already_stored,
+    is_acknowledgement,
+)
 from .pool import DEFAULT_ROUTE_TTL, ConnectionPool, Routes
 from .retry import RETRIED, attempt_delays, retry_delay, retryable
 from .routing import (
@@ -65,11 +71,6 @@ Key = str | bytes
 
 #: a command with the partition and the number (None: unnumbered) it goes with
 Make = Callable[[int | None, int | None], Command]
-#: the reply to a numbered publish whose numbers were stored by an earlier try
-DUPLICATE: Final = b"DUPLICATE"
-#: refusals of a numbered publish that only ask for its turn (:mod:`pnsq.client.numbering`)
-_OUT_OF_TURN: Final = frozenset({"E_PUB_SEQUENCE_GAP", "E_PUB_SEQUENCE_UNKNOWN"})
-_EXPECTED: Final = re.compile(r"expected sequence (\d+)")
 
 
 def _out_of_turn(error: BaseException) -> bool:
@@ -81,7 +82,7 @@ def _mpub(topic: str, bodies: list[bytes], partition: int | None, sequence: int 
 
 
 def _expect_ok(reply: bytes, what: str) -> None:
-    if reply != b"OK" and reply != DUPLICATE:
+    if not is_acknowledgement(reply):
         raise UnexpectedResponseError(f"{what}: expected OK, got {reply[:64]!r}")
 
 
@@ -280,8 +281,7 @@ class Producer:
                     delay = next(delays, None)
                     continue
                 self.stats["published"] += count
-                if reply == DUPLICATE:
-                    self.stats["duplicates"] += count
+                self.stats["duplicates"] += already_stored(reply, count)
                 acknowledged = True
                 return reply
         finally:

@@ -118,3 +118,25 @@ def test_importing_the_blocking_client_does_not_import_trio() -> None:
         [sys.executable, "-c", code], check=True, capture_output=True, text=True, cwd=ROOT
     ).stdout
     assert out.split() == ["True", "BlockingClient", "pnsq.client.blocking_consumer"]
+
+
+def test_a_writer_run_again_under_its_name_stores_nothing_twice(nsqd: Daemon) -> None:
+    """What a Spark task re-run does: a second producer under the same name sends the same
+    messages in the same order; the leader answers DUPLICATE and stores none of them again,
+    and what the first run did not send is stored once."""
+    create_topic(nsqd, "rerun", 2)
+    bodies = [b"row-%d" % i for i in range(10)]
+    keys = [f"k{i % 3}" for i in range(10)]
+    with Producer(nsqd.tcp_address, nsqd.http_address, producer_name="job-7/part-0") as first:
+        first.mpublish("rerun", bodies[:6], keys=keys[:6])  # the task dies after these
+        assert first.stats["duplicates"] == 0
+    with Producer(nsqd.tcp_address, nsqd.http_address, producer_name="job-7/part-0") as again:
+        again.mpublish("rerun", bodies, keys=keys)  # re-run from the start
+        assert again.stats["duplicates"] == 6  # the first six, in their batches per partition
+    with Producer(nsqd.tcp_address, nsqd.http_address, idempotent=False) as plain:
+        plain.publish("rerun", b"plain", partition=0)  # unnumbered: as any NSQ client
+    stored = []
+    with Producer(http_address=nsqd.http_address) as reader:
+        for partition in range(2):
+            stored += [r.body for r in reader.read_range("rerun", partition, 0, 100).records]
+    assert sorted(stored) == sorted([*bodies, b"plain"])
