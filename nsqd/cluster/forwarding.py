@@ -256,6 +256,31 @@ class Forwarder:
         cached = self._leaders.get(topic)
         return dict(cached.http) if cached is not None else {}
 
+    async def post_to_leader(
+        self,
+        topic: str,
+        partition: int,
+        path: str,
+        params: dict[str, str],
+        body: bytes,
+        headers: dict[str, str],
+    ) -> tuple[int, bytes]:
+        """POST ``path`` to the HTTP API of the leader of ``partition`` of ``topic`` (an HTTP
+        publish that must be stored there: one with an idempotency key); its status and body.
+        Raises :class:`NoLeaderError` when lookupd names none, ForwardError when it cannot be
+        reached."""
+        leaders = await self.leaders_http(topic)
+        address = leaders.get(partition)
+        if address is None:
+            raise NoLeaderError(f"topic {topic} partition {partition} has no leader")
+        try:
+            reply = await self._client().post(
+                f"http://{address}{path}", params=params, content=body, headers=headers
+            )
+        except httpx.HTTPError as exc:
+            raise ForwardError(f"leader {address} of {topic}/{partition}: {exc}") from exc
+        return reply.status_code, reply.content
+
     async def publish(self, topic: str, bodies: list[bytes], defer_ms: int = 0) -> None:
         """Publish ``bodies`` (one DPUB when ``defer_ms``) at a leader of ``topic``, round-robin
         over its partitions; returns once that leader acknowledged. Raises ForwardError."""

@@ -40,6 +40,7 @@ from .base import (
 from .consume import ConsumeAPI
 from .context import HTTPContext, HTTPSettings
 from .errors import NO_ERRORS, PUBLISH_ERRORS
+from .idempotency import idempotency_key, publish_keyed
 from .offsets import OffsetsAPI
 from .partitions import PartitionsAPI
 from .topic_admin import AdminAPI
@@ -206,10 +207,15 @@ class NsqdHTTP:
         self, request: Request, topic: str, bodies: list[bytes], defer_ms: int = 0
     ) -> None:
         """Publish through the one publish path (youzan's optional ``partition`` picks one; a
-        stock publish for a topic led elsewhere goes to its leader). Refusals are answered by
+        stock publish for a topic led elsewhere goes to its leader; with an ``Idempotency-Key``
+        header, once per key: :mod:`.idempotency`). Refusals are answered by
         :data:`~nsqd.http.errors.PUBLISH_ERRORS`: youzan's replies for partition errors and
         nsqd's ``503 EXITING`` for everything else."""
         partition = _partition_arg(request)
+        key = idempotency_key(request)
+        if key is not None:  # stored once for the key (:mod:`.idempotency`)
+            await publish_keyed(self.context, request, topic, partition, bodies, key, defer_ms)
+            return
         now = self.broker.clock.now_ns()
         deliver_at = now + defer_ms * 1_000_000 if defer_ms else 0
         batch = new_records(now, bodies, deliver_at)

@@ -134,3 +134,27 @@ def test_retries_across_a_leader_kill_and_a_lookupd_restart_store_each_message_o
         assert stats["retries"] > 0  # the faults did reach the producer
     finally:
         cluster.stop()
+
+
+def test_an_http_idempotency_key_is_stored_once_whichever_node_is_asked(tmp_path: Path) -> None:
+    """The same keyed ``/pub`` to each of the three nodes (two of which do not lead the key's
+    partition, and send it on to the leader): stored once; another key once too."""
+    cluster = RackedCluster(tmp_path)
+    try:
+        wait_for(lambda: len(get_json(cluster.lookupd, "/nodes")["producers"]) == 3, what="nodes")
+        query = f"/topic/create?topic={TOPIC}&partition_num={PARTITIONS}&replicator=2"
+        assert post(cluster.lookupd, query)[0] == 200
+        wait_for(lambda: len(leaders(cluster)) == PARTITIONS, what="placed")
+        for key, body in (("pay-17", b"paid 17"), ("pay-18", b"paid 18")):
+            for node in cluster.nodes:
+                request = urllib.request.Request(
+                    f"http://{node.http_address}/pub?topic={TOPIC}",
+                    data=body,
+                    headers={"Idempotency-Key": key},
+                    method="POST",
+                )
+                with urllib.request.urlopen(request, timeout=10) as answer:
+                    assert answer.read() == b"OK"
+        assert stored(cluster) == Counter({b"paid 17": 1, b"paid 18": 1})
+    finally:
+        cluster.stop()

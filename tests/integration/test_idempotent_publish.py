@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import json
 import struct
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -137,3 +138,34 @@ def test_numbers_survive_a_restart(tmp_path: Path, stop: str) -> None:
         assert consume(daemon.tcp_address, "r", 6) == [b"m%d" % n for n in range(6)]
     finally:
         daemon.stop()
+
+
+def http_pub(address: str, path: str, body: bytes, key: str | None, **params: str) -> bytes:
+    query = "&".join(f"{k}={v}" for k, v in params.items())
+    headers = {} if key is None else {"Idempotency-Key": key}
+    request = urllib.request.Request(
+        f"http://{address}{path}?{query}", data=body, headers=headers, method="POST"
+    )
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        return bytes(answer.read())
+
+
+def test_an_http_idempotency_key_stores_a_publish_once(nsqd: Daemon) -> None:
+    address = nsqd.http_address
+    create_topic(address, "keyed", 3)
+    assert http_pub(address, "/pub", b"one", "order-17/paid", topic="keyed") == b"OK"
+    assert http_pub(address, "/pub", b"one", "order-17/paid", topic="keyed") == b"OK"
+    assert http_pub(address, "/mpub", b"a\nb", "batch-9", topic="keyed") == b"OK"
+    assert http_pub(address, "/mpub", b"a\nb", "batch-9", topic="keyed") == b"OK"
+    assert http_pub(address, "/pub", b"two", "order-18/paid", topic="keyed") == b"OK"
+    assert http_pub(address, "/pub", b"plain", None, topic="keyed") == b"OK"
+    assert http_pub(address, "/pub", b"plain", None, topic="keyed") == b"OK"  # no key: twice
+    bad = urllib.request.Request(
+        f"http://{address}/pub?topic=keyed", data=b"x", headers={"Idempotency-Key": "a b"}
+    )
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(bad, timeout=10)
+    assert refused.value.code == 400
+    assert b"INVALID_IDEMPOTENCY_KEY" in refused.value.read()
+    stored = sorted(consume(nsqd.tcp_address, "keyed", 6))
+    assert stored == [b"a", b"b", b"one", b"plain", b"plain", b"two"]
