@@ -79,6 +79,8 @@ class BlockingClient:
             ``retry_backoff`` seconds before the second, doubling (at most 2 s).
         idempotent: number the publishes (see the module doc), as ``producer_name`` (default:
             a fresh unique name; a writer re-run after a failure names itself the same).
+        numbering: the numbers to use (shared by the clients of one writer, one per leader,
+            so a partition whose leader moves keeps its numbers); overrides the two above.
     """
 
     def __init__(
@@ -91,6 +93,7 @@ class BlockingClient:
         retry_backoff: float = 0.05,
         idempotent: bool = True,
         producer_name: str | None = None,
+        numbering: Numbering | None = None,
     ) -> None:
         self.tcp_address = tcp_address
         self.http_address = http_address
@@ -101,8 +104,9 @@ class BlockingClient:
         self._http: dict[str, HTTPNode] = {}
         self._routes: dict[str, TopicPartitions] = {}
         self._rr = RoundRobin()
-        #: the numbers of an idempotent producer (None: its publishes are not numbered)
-        self.numbering = Numbering(producer_name) if idempotent else None
+        #: the numbers of an idempotent producer (None: its publishes are not numbered); a
+        #: writer publishing through several clients (one per leader) shares one
+        self.numbering = numbering or (Numbering(producer_name) if idempotent else None)
         #: messages acknowledged, tries after a failure, messages a retry found stored already
         self.stats = {"published": 0, "retries": 0, "duplicates": 0}
 

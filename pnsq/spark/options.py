@@ -71,6 +71,11 @@ class WriteOptions:
     batch_bytes: int = DEFAULT_WRITE_BATCH_BYTES
     partitions: int | None = None  # of a topic the write creates (None: the daemon's default)
     replicator: int | None = None  # copies of each partition of a created topic (lookupd only)
+    #: ``writeId``: names a batch write's producers the same in every run of the job (a job
+    #: run again after a crash stores nothing twice); None: a fresh name per run
+    write_id: str | None = None
+    #: ``exactlyOnce`` (default true): numbered publishes, each row stored once
+    exactly_once: bool = True
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
@@ -169,4 +174,6 @@ def write_options(options: Mapping[str, str]) -> WriteOptions:
         batch_bytes=_int(opts, "batchBytes", minimum=1024) or DEFAULT_WRITE_BATCH_BYTES,
         partitions=_int(opts, "partitions", minimum=1),
         replicator=replicator,
+        write_id=opts.get("writeid") or None,
+        exactly_once=_bool(opts, "exactlyOnce", True),
     )

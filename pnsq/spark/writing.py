@@ -7,9 +7,17 @@ options; else on nsqd), and retrying unreachable nodes for ``retryTimeoutMs``; e
 it up again the same way and publishes each partition's messages to the partition's leader.
 A row's partition is its ``partition`` column if given, else ``murmur3(key) % partition_num``
 (youzan go-nsq's ``PublishOrdered``; :func:`pnsq.client.routing.partition_for_key`), else
-round-robin. Rows of one partition keep their order. Delivery is at-least-once: a batch nsqd
-acknowledged stays published even if the task or the job fails later, and a re-run task
-publishes its rows again.
+round-robin. Rows of one partition keep their order.
+
+Exactly once (``exactlyOnce``, the default): a task publishes as a producer named after the
+write and its partition (:func:`producer_name`), numbering its rows per topic partition
+(:mod:`pnsq.client.numbering`). A task run again — a retry after a failure, a speculative copy,
+a lost executor, a streaming micro-batch re-run after a driver restart — sends the same rows in
+the same order under the same name, so the leaders store what the first run stored only once
+(``DUPLICATE``) and the rest once. That needs the same rows in the same order (a deterministic
+input: a replayable source, no ``rand()``), and the re-run within nsqd's
+``--producer-state-ttl`` (24 h). With ``exactlyOnce=false`` a re-run task publishes its rows
+again (at-least-once).
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from types import TracebackType
 from typing import Any, Final, Self
 
 from pnsq.client.blocking import BlockingClient
+from pnsq.client.numbering import Numbering
 from pnsq.client.routing import partition_for_key
 
 from .nodes import TopicLayout, create_topic, discover
@@ -79,6 +88,7 @@ class PublishReport:
 
     messages: int = 0
     batches: int = 0
+    duplicates: int = 0  # rows a re-run found stored by an earlier run (exactly once)
     per_partition: dict[int, int] = field(default_factory=dict)
     traced: list[tuple[int, int, int]] = field(default_factory=list)
 
@@ -86,9 +96,16 @@ class PublishReport:
         """Add ``other``'s counts to this one."""
         self.messages += other.messages
         self.batches += other.batches
+        self.duplicates += other.duplicates
         for p, n in other.per_partition.items():
             self.per_partition[p] = self.per_partition.get(p, 0) + n
         self.traced += other.traced
+
+
+def producer_name(write: str, partition: int) -> str:
+    """The producer name of task ``partition`` of ``write`` (a batch write's id, or a stream's
+    query id and micro-batch): the same for every run of that task."""
+    return f"spark:{write}:{partition}"
 
 
 class Publisher:
@@ -97,13 +114,24 @@ class Publisher:
 
     ``traced``: send MPUB_TRACE (each message with its trace id) instead of MPUB.
     ``start``: where round-robin begins (the task's number, so tasks spread differently).
+    ``producer``: the task's producer name (exactly once); None: unnumbered publishes.
     """
 
-    def __init__(self, route: Route, opts: WriteOptions, *, traced: bool, start: int = 0) -> None:
+    def __init__(
+        self,
+        route: Route,
+        opts: WriteOptions,
+        *,
+        traced: bool,
+        start: int = 0,
+        producer: str | None = None,
+    ) -> None:
         self.route = route
         self.opts = opts
         self.traced = traced
         self.report = PublishReport()
+        #: one numbering for every leader's client: a partition keeps its numbers
+        self.numbering = Numbering(producer) if producer is not None else None
         self._rr = start
         self._pending: dict[int, list[tuple[int, bytes]]] = {}
         self._waiting = 0
@@ -195,11 +223,15 @@ class Publisher:
         nsq = self._clients.get(http)
         if nsq is None:
             timeout = self.opts.endpoints.timeout
-            nsq = self._clients[http] = BlockingClient(tcp, http, timeout=timeout)
+            numbering, idempotent = self.numbering, self.numbering is not None
+            nsq = self._clients[http] = BlockingClient(
+                tcp, http, timeout=timeout, idempotent=idempotent, numbering=numbering
+            )
         return nsq
 
     def close(self) -> None:
         """Close every connection (what is still waiting is dropped)."""
         for nsq in self._clients.values():
+            self.report.duplicates += nsq.stats["duplicates"]
             nsq.close()
         self._clients.clear()

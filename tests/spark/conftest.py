@@ -53,7 +53,9 @@ def spark() -> Iterator[Any]:
     from pnsq.spark.source import PnsqDataSource
 
     session = (
-        SparkSession.builder.master(os.environ.get("SPARK_TEST_MASTER", "local[2]"))
+        # local[threads, maxFailures]: a failed task is tried again, as on a cluster
+        # (spark.task.maxFailures is not read in local mode)
+        SparkSession.builder.master(os.environ.get("SPARK_TEST_MASTER", "local[2,4]"))
         .appName("pnsq-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
