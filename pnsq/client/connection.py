@@ -31,7 +31,7 @@ from protocol.errors import ErrorCode, ProtocolError
 from protocol.frames import HEARTBEAT_DATA, MAGIC_V2
 from protocol.parser import NEED_DATA
 
-from .errors import ConnectionClosedError, NsqError, ReplyTimeoutError
+from .errors import ConnectionClosedError, NsqError, ReplyTimeoutError, printable
 from .identify import identify_body, parse_features
 from .message import Message
 from .routing import parse_address as parse_address
@@ -290,14 +290,14 @@ class Connection:
                 error = NsqError(text)
                 if error.code in _UNSOLICITED:
                     self.failed_acks += 1
-                    _log.warning("%s: %s", self.address, text)
+                    _log.warning("%s: %s", self.address, printable(text))
                     return
                 if error.fatal:
                     self._last_error = error
                 if self._pending:
                     self._pending.popleft().fail(error)
                 else:
-                    _log.error("%s: %s", self.address, text)
+                    _log.error("%s: %s", self.address, printable(text))
 
     async def _writer(self) -> None:
         try:

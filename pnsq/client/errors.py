@@ -15,7 +15,7 @@ class NsqError(Exception):
     """
 
     def __init__(self, text: str) -> None:
-        super().__init__(text)
+        super().__init__(printable(text))  # str(): raw bytes escaped; ``text`` as nsqd sent it
         self.text = text
         self.code, _, self.description = text.partition(" ")
 
@@ -55,3 +55,9 @@ class NsqHTTPError(Exception):
 class PartitionsUnknownError(LookupError):
     """A keyed publish (or a partitioned subscribe) needs the topic's partitions, and they are
     not known: no HTTP address was given, or the topic does not exist."""
+
+
+def printable(text: str) -> str:
+    """An error frame's text for a message or a log line: the raw bytes it may carry (FIN's
+    binary message id) as ``\\xNN`` escapes, so it is valid UTF-8."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
