@@ -4,7 +4,7 @@
 // latency at a fixed publish rate (the latency mode, in latency.go).
 //
 //	pnsq-loadgen pub -addr 127.0.0.1:4150 -topic T -conns 16 -size 200 -runfor 10s \
-//	    -mode pipelined|sync [-window 1000]
+//	    -mode pipelined|sync [-window 1000] [-numbered]
 //	pnsq-loadgen latency -addr 127.0.0.1:4150 -topic T -rate 10000 -size 200 -runfor 10s ...
 //
 // It speaks protocol V2 over raw TCP (no client library), prints exactly one JSON line on stdout
@@ -23,6 +23,8 @@ import (
 	"log"
 	"net"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -51,6 +53,7 @@ type result struct {
 	Conns      int     `json:"conns"`
 	Size       int     `json:"size"`
 	Window     int     `json:"window,omitempty"`
+	Numbered   bool    `json:"numbered,omitempty"`
 	Msgs       int64   `json:"msgs"`
 	Seconds    float64 `json:"seconds"`
 	MsgsPerSec float64 `json:"msgs_per_sec"`
@@ -102,6 +105,7 @@ func runPub(args []string) int {
 	runfor := fs.Duration("runfor", 10*time.Second, "how long to keep publishing")
 	mode := fs.String("mode", "pipelined", "pipelined (a window of outstanding PUBs) or sync (one at a time)")
 	window := fs.Int("window", 1000, "max outstanding PUBs per connection (pipelined)")
+	numbered := fs.Bool("numbered", false, "pnsq's idempotent publishing: each connection names itself a producer (IDENTIFY pnsq_producer) and numbers its PUBs to partition 0")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -109,7 +113,7 @@ func runPub(args []string) int {
 		fmt.Fprintln(os.Stderr, "pub: need -conns>=1 -size>=1 -window>=1 -runfor>0 -mode pipelined|sync")
 		return 2
 	}
-	res := result{Mode: *mode, Conns: *conns, Size: *size}
+	res := result{Mode: *mode, Conns: *conns, Size: *size, Numbered: *numbered}
 	if *mode == "pipelined" {
 		res.Window = *window
 	}
@@ -129,18 +133,24 @@ func runPub(args []string) int {
 		os.Exit(1)
 	})
 
-	// One PUB command, built once and written over and over.
-	cmd := make([]byte, 0, len(*topic)+9+*size)
-	cmd = append(cmd, "PUB "+*topic+"\n"...)
-	cmd = binary.BigEndian.AppendUint32(cmd, uint32(*size))
+	// One PUB command, built once and written over and over (a numbered one gets its
+	// "0 <sequence>" line per message: see publisher.write).
+	body := make([]byte, 0, 4+*size)
+	body = binary.BigEndian.AppendUint32(body, uint32(*size))
 	for i := 0; i < *size; i++ {
-		cmd = append(cmd, byte('a'+i%26))
+		body = append(body, byte('a'+i%26))
 	}
+	cmd := append([]byte("PUB "+*topic+"\n"), body...)
 
 	// Dial everything first so that connection set-up is not timed.
 	pubs := make([]*publisher, *conns)
 	for i := range pubs {
 		p, err := dial(*addr, cmd)
+		if err == nil && *numbered {
+			name := fmt.Sprintf("loadgen-%d-%d", os.Getpid(), i)
+			err = p.identifyProducer(name)
+			p.line, p.body = []byte("PUB "+*topic+" 0 "), body
+		}
 		if err != nil {
 			for _, q := range pubs[:i] {
 				q.conn.Close()
@@ -198,6 +208,42 @@ type publisher struct {
 	w     *bufio.Writer
 	cmd   []byte
 	acked int64 // OKs received; read by the caller after the run
+	// numbered (-numbered): the line up to the sequence, the sized body, the next sequence
+	line []byte
+	body []byte
+	seq  uint64
+}
+
+// identifyProducer names the connection a producer (pnsq's idempotent publishing) and reads
+// the IDENTIFY reply, which must carry pnsq_producer.
+func (p *publisher) identifyProducer(name string) error {
+	doc, _ := json.Marshal(map[string]any{"feature_negotiation": true, "pnsq_producer": name})
+	msg := append([]byte("IDENTIFY\n"), binary.BigEndian.AppendUint32(nil, uint32(len(doc)))...)
+	if _, err := p.conn.Write(append(msg, doc...)); err != nil {
+		return err
+	}
+	ftype, data, err := p.readFrame(nil)
+	if err != nil {
+		return err
+	}
+	if ftype != frameResponse || !strings.Contains(string(data), "pnsq_producer") {
+		return fmt.Errorf("IDENTIFY: no pnsq_producer in %q", data)
+	}
+	return nil
+}
+
+// write buffers one PUB: the fixed command, or a numbered one with its next sequence.
+func (p *publisher) write() error {
+	if p.line == nil {
+		_, err := p.w.Write(p.cmd)
+		return err
+	}
+	p.w.Write(p.line)
+	p.w.Write(strconv.AppendUint(nil, p.seq, 10))
+	p.w.WriteByte('\n')
+	p.seq++
+	_, err := p.w.Write(p.body)
+	return err
 }
 
 func dial(addr string, cmd []byte) (*publisher, error) {
@@ -282,7 +328,7 @@ func (p *publisher) runSync(deadline time.Time) error {
 	var err error
 	for time.Now().Before(deadline) {
 		p.wmu.Lock()
-		_, err = p.w.Write(p.cmd)
+		err = p.write()
 		if err == nil {
 			err = p.w.Flush()
 		}
@@ -336,7 +382,7 @@ func (p *publisher) runPipelined(deadline time.Time, window int) error {
 			sent.Add(int64(n))
 			p.wmu.Lock()
 			for i := 0; i < n && err == nil; i++ {
-				_, err = p.w.Write(p.cmd)
+				err = p.write()
 			}
 			if err == nil {
 				err = p.w.Flush()
