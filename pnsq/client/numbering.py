@@ -11,7 +11,9 @@ stored once.
 Numbers the leader has not seen arrive in order on one connection, but retries after a failover
 may not: the leader refuses a number past the next one it expects (``E_PUB_SEQUENCE_GAP``), or
 past 0 from a producer it does not know (``E_PUB_SEQUENCE_UNKNOWN``). While an earlier publish
-of the partition is still in flight that is only a matter of waiting (:meth:`Numbering.waits`).
+of the partition is still in flight that is only a matter of order: the publishes in flight are
+sent again oldest first, each as soon as the one before has gone (:meth:`Numbering.may_send`;
+waiting for each acknowledgement instead would cost a round trip per message from then on).
 When none is, the numbers in between belong to publishes that failed for good, or the leader
 forgot the producer (idle past nsqd's ``--producer-state-ttl``): the partition's numbering is
 *rebased* so that the oldest publish in flight takes the number the leader expects
@@ -56,6 +58,10 @@ class _Partition:
     next: int = 0  # the index the next publish takes
     pending: set[int] = field(default_factory=set)  # indexes of publishes in flight
     acked: int = 0  # publishes acknowledged so far
+    #: after a refusal out of turn: the index that must be sent next (the publishes in flight
+    #: are sent again in order, one after another, each without waiting for the one before
+    #: to be acknowledged); None: publishes go as they come
+    resend: int | None = None
 
 
 class Numbering:
@@ -85,6 +91,32 @@ class Numbering:
         part = self._parts[(ticket.topic, ticket.partition)]
         part.pending.discard(ticket.index)
         part.acked += acknowledged
+        if part.resend == ticket.index:
+            self._advance(part, ticket.index)
+
+    def may_send(self, ticket: Ticket) -> bool:
+        """Whether ``ticket``'s publish may be sent now: always, unless the partition's
+        publishes in flight are being sent again in order and an earlier one has not gone
+        yet."""
+        resend = self._parts[(ticket.topic, ticket.partition)].resend
+        return resend is None or ticket.index <= resend
+
+    def sending(self, ticket: Ticket) -> None:
+        """``ticket``'s publish is being sent (queued on its connection, in order)."""
+        part = self._parts[(ticket.topic, ticket.partition)]
+        if part.resend == ticket.index:
+            self._advance(part, ticket.index)
+
+    def out_of_turn(self, ticket: Ticket) -> None:
+        """The leader refused ``ticket``'s numbers as out of turn: every publish of the
+        partition in flight is sent again, in order, from the oldest."""
+        part = self._parts[(ticket.topic, ticket.partition)]
+        part.resend = min(part.pending)
+
+    @staticmethod
+    def _advance(part: _Partition, index: int) -> None:
+        later = [i for i in part.pending if i > index]
+        part.resend = min(later) if later else None
 
     def acknowledged(self, ticket: Ticket) -> int:
         """Publishes of ``ticket``'s partition acknowledged so far (noted when a try is sent,
@@ -93,7 +125,7 @@ class Numbering:
 
     def waits(self, ticket: Ticket) -> bool:
         """Whether an earlier publish of the partition is still in flight (a refusal of
-        ``ticket``'s numbers as out of turn then only means: try again after it)."""
+        ``ticket``'s numbers as out of turn then only means: try again after it, in order)."""
         part = self._parts[(ticket.topic, ticket.partition)]
         return any(index < ticket.index for index in part.pending)
 

@@ -265,14 +265,18 @@ class Producer:
                     sequence = acked = None
                     if ticket is not None:
                         assert self.numbering is not None
+                        await self._turn(ticket)  # after the earlier ones, when resending
                         sequence = self.numbering.number(ticket)
                         acked = self.numbering.acknowledged(ticket)
+                        self.numbering.sending(ticket)  # queued below without a pause
+                        self._turns(ticket).unpark_all()
                     reply = await conn.command(make(number, sequence))
                 except RETRIED as exc:
                     if ticket is not None and _out_of_turn(exc):  # not an attempt: sent again
                         assert acked is not None
-                        if not self._rebased(exc, ticket, acked):  # at once, renumbered
-                            await self._turn(ticket)  # once the earlier ones are through
+                        self._rebased(exc, ticket, acked)
+                        assert self.numbering is not None
+                        self.numbering.out_of_turn(ticket)
                         error = None
                         continue
                     if not retryable(exc):
@@ -308,11 +312,10 @@ class Producer:
         return self._lots.setdefault((ticket.topic, ticket.partition), ParkingLot())
 
     async def _turn(self, ticket: Ticket) -> None:
-        """Return once no earlier publish of ``ticket``'s partition is in flight."""
+        """Return once ``ticket``'s publish may be sent (:meth:`Numbering.may_send`)."""
         assert self.numbering is not None
-        while self.numbering.waits(ticket):
+        while not self.numbering.may_send(ticket):
             await self._turns(ticket).park()
-        await trio.lowlevel.checkpoint()
 
 
 @asynccontextmanager

@@ -46,3 +46,19 @@ def test_a_refusal_older_than_an_acknowledgement_does_not_rebase() -> None:
 def test_a_producer_is_named_once_uniquely_unless_named() -> None:
     assert Numbering("spark-q1-b7-p3").name == "spark-q1-b7-p3"
     assert Numbering().name != Numbering().name
+
+
+def test_after_a_refusal_the_publishes_in_flight_go_again_in_order_without_waiting() -> None:
+    numbering = Numbering()
+    tickets = [numbering.take("t", 0, 1) for _ in range(4)]
+    assert all(numbering.may_send(t) for t in tickets)  # in the first go: as they come
+    numbering.out_of_turn(tickets[2])  # refused: the oldest in flight goes first again
+    assert [numbering.may_send(t) for t in tickets] == [True, False, False, False]
+    numbering.sending(tickets[0])  # queued: the next may follow at once (same connection)
+    assert [numbering.may_send(t) for t in tickets] == [True, True, False, False]
+    numbering.done(tickets[1], acknowledged=True)  # acknowledged before it went again
+    assert numbering.may_send(tickets[2])
+    numbering.sending(tickets[2])
+    numbering.sending(tickets[3])
+    later = numbering.take("t", 0, 1)
+    assert numbering.may_send(later)  # the in-flight ones have all gone again
