@@ -157,6 +157,7 @@ class GoLoad:
         self.acked: set[bytes] = set()
         self.errors: list[str] = []
         self.runs = 0
+        self.current: GoPublisher | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="GoLoad", daemon=True)
         self._thread.start()
@@ -165,7 +166,7 @@ class GoLoad:
         while not self._stop.is_set():
             nodes = live(self.cluster)
             node = nodes[self.runs % len(nodes)]
-            run = GoPublisher(node, f"{self.name}{self.runs}", GO_RUN, OPS)
+            run = self.current = GoPublisher(node, f"{self.name}{self.runs}", GO_RUN, OPS)
             self.runs += 1
             out, err = run.proc.communicate(timeout=300)
             lines = [json.loads(x) for x in out.splitlines() if x.startswith("{")]
@@ -179,6 +180,13 @@ class GoLoad:
         self._stop.set()
         self._thread.join(320)
         assert not self._thread.is_alive(), "a go-nsq run did not end"
+
+    def abort(self) -> None:
+        """Stop at once (a failed round): the current run killed."""
+        self._stop.set()
+        if self.current is not None and self.current.proc.poll() is None:
+            self.current.proc.kill()
+        self._thread.join(10)
 
 
 class PynsqReader:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import trio
 
@@ -49,6 +50,16 @@ class OpsRound:
         self.lanes = Lanes(cluster, {OPS: OPS_PARTITIONS, ORD: ORD_PARTITIONS}, tag).start()
         self.go = GoLoad(cluster, f"go{tag}")
         self.started = time.monotonic()
+
+    def abort(self) -> None:
+        """Stop every part at once, judging nothing (a round that failed)."""
+        self.go.abort()
+        for thread in (self.lanes, self.ordered):
+            thread._stop.set()
+        self.watch.stop()
+        if self.pynsq.proc.poll() is None:
+            self.pynsq.proc.kill()
+            self.pynsq.proc.wait(10)
 
     def backlog(self, topic: str, partition: int, count: int) -> None:
         """``count`` messages of :data:`BACKLOG_BODY` bytes to one partition (what a new copy
@@ -132,6 +143,17 @@ class OpsRound:
                 logs.update(read_partition(self.cluster.by_id(part["leader"]), partition, topic))
             stored[topic] = bodies & logs
         return stored
+
+
+@contextmanager
+def ops_round(cluster: FaultCluster, tag: str) -> Iterator[OpsRound]:
+    """An :class:`OpsRound`, stopped at once if the block fails (no process left behind)."""
+    started = OpsRound(cluster, tag)
+    try:
+        yield started
+    except BaseException:
+        started.abort()
+        raise
 
 
 def _sample(found: dict[str, set[bytes]]) -> dict[str, object]:

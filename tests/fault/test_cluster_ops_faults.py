@@ -32,7 +32,7 @@ from tests.daemons import Daemon
 from tests.fault.ha_cluster import HAFaultCluster
 from tests.fault.harness import FaultCluster, rounds
 from tests.fault.ops_load import OPS, OPS_PARTITIONS, ORD, ORD_PARTITIONS, control, create_topics
-from tests.fault.ops_round import OpsRound
+from tests.fault.ops_round import ops_round
 from tests.integration.lookupd_helpers import wait_for
 
 pytestmark = [
@@ -118,11 +118,29 @@ def moved(cluster: FaultCluster, timeout: float = 90.0) -> None:
     wait_for(lambda: not moves(cluster), timeout=timeout, what="the move to end")
 
 
-def settle(cluster: FaultCluster, timeout: float = 120.0) -> None:
-    """Every partition fully in sync and the cluster stable."""
+def unsettled(cluster: FaultCluster, copies: int | None = None) -> dict[str, Any]:
+    """What keeps the cluster from being settled: ``/cluster/stats`` not stable (with the moves
+    in progress), or partitions without ``copies`` copies (any number, if None) all in sync;
+    empty when settled."""
+    found: dict[str, Any] = {}
     for topic in (OPS, ORD):
-        cluster.wait_in_sync(topic, timeout=timeout)
-    wait_for(lambda: stable(cluster), timeout=timeout, what="a stable cluster")
+        for number, part in cluster.placement(topic).items():
+            held = 1 + len(part["replicas"])
+            if len(part["isr"]) != held or held != (copies or held):
+                found[f"{topic}/{number}"] = part
+    doc = stats(cluster)
+    if not doc["stable"]:
+        found["stats"] = doc
+        found["moves"] = moves(cluster)
+    return found
+
+
+def settle(cluster: FaultCluster, copies: int | None = None, timeout: float = 120.0) -> None:
+    """Wait until :func:`unsettled` finds nothing (else fail, with what it found)."""
+    deadline = time.monotonic() + timeout
+    while found := unsettled(cluster, copies):
+        assert time.monotonic() < deadline, f"not settled: {found}"
+        time.sleep(0.2)
 
 
 def remove(cluster: FaultCluster, node_id: str, extra: str = "") -> dict[str, Any]:
@@ -165,54 +183,54 @@ def balanced(cluster: FaultCluster) -> bool:
 
 def test_drain_a_node(cluster: FaultCluster) -> None:
     for round_ in range(rounds()):
-        load = OpsRound(cluster, f"d{round_}")
-        time.sleep(SETTLE)
-        victim = cluster.node_id(cluster.nodes[round_ % len(cluster.nodes)])
-        took = drain(cluster, victim)
-        listed = {n["node_id"]: n for n in stats(cluster)["node_stat_list"]}[victim]
-        assert (listed["leaders"], listed["replicas"]) == (0, 0)
-        time.sleep(SETTLE)
-        load.finish("ops_drain", took)
+        with ops_round(cluster, f"d{round_}") as load:
+            time.sleep(SETTLE)
+            victim = cluster.node_id(cluster.nodes[round_ % len(cluster.nodes)])
+            took = drain(cluster, victim)
+            listed = {n["node_id"]: n for n in stats(cluster)["node_stat_list"]}[victim]
+            assert (listed["leaders"], listed["replicas"]) == (0, 0)
+            time.sleep(SETTLE)
+            load.finish("ops_drain", took)
         remove(cluster, victim, "&restore=true")  # an empty node again, for the next round
         settle(cluster)
 
 
 def test_move_a_replica_and_a_leader(cluster: FaultCluster) -> None:
     for round_ in range(rounds()):
-        load = OpsRound(cluster, f"m{round_}")
-        replica_part, leader_part = round_ % OPS_PARTITIONS, round_ % ORD_PARTITIONS
-        load.backlog(OPS, replica_part, BACKLOG // 2)
-        before = cluster.placement(OPS)[replica_part]
-        target = spare(cluster, OPS, replica_part)
-        asked = time.monotonic()
-        start_move(cluster, OPS, replica_part, before["replicas"][0], target, leader=False)
-        moved(cluster)
-        replica_s = time.monotonic() - asked
-        after = cluster.placement(OPS)[replica_part]
-        assert (after["leader"], after["replicas"], after["epoch"]) == (
-            before["leader"],
-            [target],
-            before["epoch"],
-        )
-        first = cluster.placement(ORD)[leader_part]
-        target = spare(cluster, ORD, leader_part)
-        asked = time.monotonic()
-        start_move(cluster, ORD, leader_part, first["leader"], target, leader=True)
-        moved(cluster)
-        leader_s = time.monotonic() - asked
-        last = cluster.placement(ORD)[leader_part]
-        assert (last["leader"], last["replicas"], last["epoch"]) == (
-            target,
-            first["replicas"],
-            first["epoch"] + 1,
-        )
-        time.sleep(SETTLE)
-        load.finish(
-            "ops_move",
-            replica_s + leader_s,
-            replica_s=round(replica_s, 3),
-            leader_s=round(leader_s, 3),
-        )
+        with ops_round(cluster, f"m{round_}") as load:
+            replica_part, leader_part = round_ % OPS_PARTITIONS, round_ % ORD_PARTITIONS
+            load.backlog(OPS, replica_part, BACKLOG // 2)
+            before = cluster.placement(OPS)[replica_part]
+            target = spare(cluster, OPS, replica_part)
+            asked = time.monotonic()
+            start_move(cluster, OPS, replica_part, before["replicas"][0], target, leader=False)
+            moved(cluster)
+            replica_s = time.monotonic() - asked
+            after = cluster.placement(OPS)[replica_part]
+            assert (after["leader"], after["replicas"], after["epoch"]) == (
+                before["leader"],
+                [target],
+                before["epoch"],
+            )
+            first = cluster.placement(ORD)[leader_part]
+            target = spare(cluster, ORD, leader_part)
+            asked = time.monotonic()
+            start_move(cluster, ORD, leader_part, first["leader"], target, leader=True)
+            moved(cluster)
+            leader_s = time.monotonic() - asked
+            last = cluster.placement(ORD)[leader_part]
+            assert (last["leader"], last["replicas"], last["epoch"]) == (
+                target,
+                first["replicas"],
+                first["epoch"] + 1,
+            )
+            time.sleep(SETTLE)
+            load.finish(
+                "ops_move",
+                replica_s + leader_s,
+                replica_s=round(replica_s, 3),
+                leader_s=round(leader_s, 3),
+            )
 
 
 def test_replicator_2_to_3_to_2(cluster: FaultCluster) -> None:
@@ -223,31 +241,22 @@ def test_replicator_2_to_3_to_2(cluster: FaultCluster) -> None:
                 cluster, "POST", f"/topic/meta/update?topic={topic}&replicator={copies}"
             )
             assert status == 200, doc
-        wait_for(
-            lambda: (
-                stable(cluster)
-                and all(
-                    len(p["isr"]) == 1 + len(p["replicas"]) == copies
-                    for topic in (OPS, ORD)
-                    for p in cluster.placement(topic).values()
-                )
-            ),
-            timeout=120,
-            what=f"{copies} copies in sync",
-        )
+        settle(cluster, copies)
         return time.monotonic() - asked
 
     for round_ in range(rounds()):
-        load = OpsRound(cluster, f"r{round_}")
-        time.sleep(SETTLE)
-        leaders = {t: {p: v["leader"] for p, v in cluster.placement(t).items()} for t in (OPS, ORD)}
-        up, down = replicator(3), replicator(2)
-        # copies were added and dropped: never a leader, no leadership moved
-        assert leaders == {
-            t: {p: v["leader"] for p, v in cluster.placement(t).items()} for t in (OPS, ORD)
-        }
-        time.sleep(SETTLE)
-        load.finish("ops_replicator", up + down, up_s=round(up, 3), down_s=round(down, 3))
+        with ops_round(cluster, f"r{round_}") as load:
+            time.sleep(SETTLE)
+            leaders = {
+                t: {p: v["leader"] for p, v in cluster.placement(t).items()} for t in (OPS, ORD)
+            }
+            up, down = replicator(3), replicator(2)
+            # copies were added and dropped: never a leader, no leadership moved
+            assert leaders == {
+                t: {p: v["leader"] for p, v in cluster.placement(t).items()} for t in (OPS, ORD)
+            }
+            time.sleep(SETTLE)
+            load.finish("ops_replicator", up + down, up_s=round(up, 3), down_s=round(down, 3))
 
 
 def _move_broken_by(cluster: FaultCluster, round_: int, scenario: str, what: str) -> None:
@@ -256,52 +265,52 @@ def _move_broken_by(cluster: FaultCluster, round_: int, scenario: str, what: str
     it moves to), ``lookupd`` (kill -9 and restart of lookupd), ``leader-lookupd`` (HA: kill -9
     of the leader lookupd, which is then restarted)."""
     partition = round_ % ORD_PARTITIONS
-    load = OpsRound(cluster, f"{what[0]}{round_}")
-    load.backlog(ORD, partition, BACKLOG)
-    first = cluster.placement(ORD)[partition]
-    target = spare(cluster, ORD, partition)
-    leader = what == "source"
-    source = first["leader"] if leader else first["replicas"][0]
-    asked = time.monotonic()
-    start_move(cluster, ORD, partition, source, target, leader=leader)
-    catching_up(cluster, target)
-    offline_bound = 0.0
-    victim: Daemon | None = None
-    if what in ("source", "target"):
-        victim = cluster.by_id(source if what == "source" else target)
-        kill(cluster, victim)
-        offline_bound = KILL_OFFLINE
-    elif what == "lookupd":
-        cluster.lookupd.kill()
-        cluster.lookupd.start()
-    else:
-        assert isinstance(cluster, HAFaultCluster)
-        old = cluster.lookupd_leader()
-        old.kill()
-        cluster.lookupd_leader()  # the other one leads
-        old.start()
-        cluster.wait_registered()
-    moved(cluster)
-    took = time.monotonic() - asked
-    last = cluster.placement(ORD)[partition]
-    if what == "source":  # failed over to the in-sync replica; the move finished without it
-        assert (last["leader"], last["replicas"]) == (first["replicas"][0], [target])
-    elif what == "target":  # rolled back
-        assert (last["leader"], last["replicas"], last["epoch"]) == (
-            first["leader"],
-            first["replicas"],
-            first["epoch"],
-        )
-    else:  # carried on by the restarted (or the new leader) lookupd
-        assert (last["leader"], last["replicas"], last["epoch"]) == (
-            first["leader"],
-            [target],
-            first["epoch"],
-        )
-    time.sleep(SETTLE)
-    if victim is not None:
-        restart(cluster, victim)
-    load.finish(scenario, took, offline_bound=offline_bound)
+    with ops_round(cluster, f"{what[0]}{round_}") as load:
+        load.backlog(ORD, partition, BACKLOG)
+        first = cluster.placement(ORD)[partition]
+        target = spare(cluster, ORD, partition)
+        leader = what == "source"
+        source = first["leader"] if leader else first["replicas"][0]
+        asked = time.monotonic()
+        start_move(cluster, ORD, partition, source, target, leader=leader)
+        catching_up(cluster, target)
+        offline_bound = 0.0
+        victim: Daemon | None = None
+        if what in ("source", "target"):
+            victim = cluster.by_id(source if what == "source" else target)
+            kill(cluster, victim)
+            offline_bound = KILL_OFFLINE
+        elif what == "lookupd":
+            cluster.lookupd.kill()
+            cluster.lookupd.start()
+        else:
+            assert isinstance(cluster, HAFaultCluster)
+            old = cluster.lookupd_leader()
+            old.kill()
+            cluster.lookupd_leader()  # the other one leads
+            old.start()
+            cluster.wait_registered()
+        moved(cluster)
+        took = time.monotonic() - asked
+        last = cluster.placement(ORD)[partition]
+        if what == "source":  # failed over to the in-sync replica; the move finished without it
+            assert (last["leader"], last["replicas"]) == (first["replicas"][0], [target])
+        elif what == "target":  # rolled back
+            assert (last["leader"], last["replicas"], last["epoch"]) == (
+                first["leader"],
+                first["replicas"],
+                first["epoch"],
+            )
+        else:  # carried on by the restarted (or the new leader) lookupd
+            assert (last["leader"], last["replicas"], last["epoch"]) == (
+                first["leader"],
+                [target],
+                first["epoch"],
+            )
+        time.sleep(SETTLE)
+        if victim is not None:
+            restart(cluster, victim)
+        load.finish(scenario, took, offline_bound=offline_bound)
     settle(cluster)
 
 
@@ -332,16 +341,16 @@ def test_lookupd_leader_change_mid_move(tmp_path: Path) -> None:
 
 def test_a_fourth_node_gets_its_share(cluster: FaultCluster) -> None:
     for round_ in range(rounds()):
-        load = OpsRound(cluster, f"a{round_}")
-        time.sleep(SETTLE)
-        added = time.monotonic()
-        node = cluster.add_node()
-        wait_for(lambda: balanced(cluster), timeout=BALANCE_BOUND, what="a balanced cluster")
-        took = time.monotonic() - added
-        listed = {n["node_id"]: n for n in stats(cluster)["node_stat_list"]}
-        assert listed[cluster.node_id(node)]["leaders"] > 0
-        time.sleep(SETTLE)
-        load.finish("ops_add_node", took)
+        with ops_round(cluster, f"a{round_}") as load:
+            time.sleep(SETTLE)
+            added = time.monotonic()
+            node = cluster.add_node()
+            wait_for(lambda: balanced(cluster), timeout=BALANCE_BOUND, what="a balanced cluster")
+            took = time.monotonic() - added
+            listed = {n["node_id"]: n for n in stats(cluster)["node_stat_list"]}
+            assert listed[cluster.node_id(node)]["leaders"] > 0
+            time.sleep(SETTLE)
+            load.finish("ops_add_node", took)
         # back to three nodes for the next round: drain the new one and stop it
         drain(cluster, cluster.node_id(node))
         node.stop()
@@ -351,14 +360,14 @@ def test_a_fourth_node_gets_its_share(cluster: FaultCluster) -> None:
 
 def test_rolling_restart_of_every_node(cluster: FaultCluster) -> None:
     for round_ in range(rounds()):
-        load = OpsRound(cluster, f"rr{round_}")
-        time.sleep(SETTLE)
-        began = time.monotonic()
-        for node in cluster.nodes:
-            cluster.unreachable.add(id(node))
-            assert node.stop() == 0
-            restart(cluster, node)
-            settle(cluster)
-        took = time.monotonic() - began
-        time.sleep(SETTLE)
-        load.finish("ops_rolling_restart", took)
+        with ops_round(cluster, f"rr{round_}") as load:
+            time.sleep(SETTLE)
+            began = time.monotonic()
+            for node in cluster.nodes:
+                cluster.unreachable.add(id(node))
+                assert node.stop() == 0
+                restart(cluster, node)
+                settle(cluster)
+            took = time.monotonic() - began
+            time.sleep(SETTLE)
+            load.finish("ops_rolling_restart", took)
