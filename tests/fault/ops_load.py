@@ -285,20 +285,26 @@ class OrderedReader(_PublisherThread):
 
 class OfflineWatch:
     """Polls lookupd's ``/lookup`` of both topics every 0.2 s: a partition it names no node
-    for has no leader a client can find (an unanswered poll, lookupd down, counts as
-    nothing)."""
+    for has no leader a client can find (an unanswered poll, lookupd down, counts as nothing;
+    so does the time :attr:`paused` is set)."""
 
     def __init__(self, cluster: FaultCluster) -> None:
         self.cluster = cluster
         self.since: dict[tuple[str, int], float] = {}
         self.longest = 0.0
         self.missed: Counter[tuple[str, int]] = Counter()
+        #: set while lookupd restarts: until every node registered again it names only some
+        #: partitions, as nsqlookupd does; the nodes serve them all the while
+        self.paused = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="OfflineWatch", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
         while not self._stop.wait(0.2):
+            if self.paused.is_set():
+                self.since.clear()
+                continue
             for topic, count in ((OPS, OPS_PARTITIONS), (ORD, ORD_PARTITIONS)):
                 url = f"http://{self.cluster.lookupd.http_address}/lookup?topic={topic}"
                 try:

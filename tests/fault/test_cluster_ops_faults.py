@@ -31,9 +31,17 @@ import pytest
 from tests.daemons import Daemon
 from tests.fault.ha_cluster import HAFaultCluster
 from tests.fault.harness import FaultCluster, rounds
-from tests.fault.ops_load import OPS, OPS_PARTITIONS, ORD, ORD_PARTITIONS, control, create_topics
+from tests.fault.ops_load import (
+    OPS,
+    OPS_PARTITIONS,
+    ORD,
+    ORD_PARTITIONS,
+    control,
+    create_topics,
+    live,
+)
 from tests.fault.ops_round import ops_round
-from tests.integration.lookupd_helpers import wait_for
+from tests.integration.lookupd_helpers import get_json, lookup, wait_for
 
 pytestmark = [
     pytest.mark.integration,
@@ -167,6 +175,14 @@ def restart(cluster: FaultCluster, node: Daemon) -> None:
     cluster.unreachable.discard(id(node))
 
 
+def registered(cluster: FaultCluster) -> None:
+    """Every live node registered with lookupd again, each with every partition it leads."""
+    count = len(live(cluster))
+    wait_for(lambda: len(get_json(cluster.lookupd, "/nodes")["producers"]) == count)
+    for topic, partitions in ((OPS, OPS_PARTITIONS), (ORD, ORD_PARTITIONS)):
+        wait_for(lambda t=topic, n=partitions: len(lookup(cluster.lookupd, t)["partitions"]) == n)
+
+
 def balanced(cluster: FaultCluster) -> bool:
     """Stable, and every node not being removed leads within one partition of the mean and
     holds (leads or replicates) within one copy of it (and lookupd says ``balanced``)."""
@@ -281,15 +297,21 @@ def _move_broken_by(cluster: FaultCluster, round_: int, scenario: str, what: str
             kill(cluster, victim)
             offline_bound = KILL_OFFLINE
         elif what == "lookupd":
+            load.watch.paused.set()
             cluster.lookupd.kill()
             cluster.lookupd.start()
+            registered(cluster)
+            load.watch.paused.clear()
         else:
             assert isinstance(cluster, HAFaultCluster)
             old = cluster.lookupd_leader()
+            load.watch.paused.set()
             old.kill()
             cluster.lookupd_leader()  # the other one leads
             old.start()
             cluster.wait_registered()
+            registered(cluster)
+            load.watch.paused.clear()
         moved(cluster)
         took = time.monotonic() - asked
         last = cluster.placement(ORD)[partition]
