@@ -127,8 +127,8 @@ def moved(cluster: FaultCluster, timeout: float = 90.0) -> None:
 
 
 def unsettled(cluster: FaultCluster, copies: int | None = None) -> dict[str, Any]:
-    """What keeps the cluster from being settled: ``/cluster/stats`` not stable (with the moves
-    in progress), or partitions without ``copies`` copies (any number, if None) all in sync;
+    """What keeps the cluster from being settled: ``/cluster/stats`` not stable, or not
+    balanced while balancing is on (with the moves in progress), or partitions without ``copies`` copies (any number, if None) all in sync;
     empty when settled."""
     found: dict[str, Any] = {}
     for topic in (OPS, ORD):
@@ -137,7 +137,7 @@ def unsettled(cluster: FaultCluster, copies: int | None = None) -> dict[str, Any
             if len(part["isr"]) != held or held != (copies or held):
                 found[f"{topic}/{number}"] = part
     doc = stats(cluster)
-    if not doc["stable"]:
+    if not doc["stable"] or (doc["balance_enabled"] and not doc["balanced"]):
         found["stats"] = doc
         found["moves"] = moves(cluster)
     return found
@@ -184,14 +184,27 @@ def registered(cluster: FaultCluster) -> None:
 
 
 def balanced(cluster: FaultCluster) -> bool:
-    """Stable, and every node not being removed leads within one partition of the mean and
-    holds (leads or replicates) within one copy of it (and lookupd says ``balanced``)."""
+    """Stable, lookupd says balanced, and every node not being removed leads within one
+    partition of the mean and holds (leads or replicates) within one copy of it."""
     doc = stats(cluster)
     nodes = [n for n in doc["node_stat_list"] if not n["removing"]]
     leads = [n["leaders"] for n in nodes]
     holds = [n["leaders"] + n["replicas"] for n in nodes]
     even = all(abs(x - statistics.mean(counts)) <= 1 for counts in (leads, holds) for x in counts)
-    return bool(doc["stable"] and doc.get("balanced", True) and even)
+    return bool(doc["stable"] and doc["balanced"] and even)
+
+
+def balancing(cluster: FaultCluster, on: bool) -> None:
+    """Switch lookupd's balancing (a scenario that checks the placement an operation left
+    switches it off: a balancing move could follow at once)."""
+    status, doc = control(cluster, "POST", f"/cluster/balance?enable={'true' if on else 'false'}")
+    assert status == 200 and doc["enabled"] is on, doc
+
+
+def upgrade(cluster: FaultCluster, step: str) -> None:
+    """``/cluster/upgrade/begin`` or ``/done``."""
+    status, doc = control(cluster, "POST", f"/cluster/upgrade/{step}")
+    assert status == 200 and doc["upgrading"] is (step == "begin"), doc
 
 
 # ---------------------------------------------------------------------------------- scenarios
@@ -212,6 +225,7 @@ def test_drain_a_node(cluster: FaultCluster) -> None:
 
 
 def test_move_a_replica_and_a_leader(cluster: FaultCluster) -> None:
+    balancing(cluster, False)
     for round_ in range(rounds()):
         with ops_round(cluster, f"m{round_}") as load:
             replica_part, leader_part = round_ % OPS_PARTITIONS, round_ % ORD_PARTITIONS
@@ -337,16 +351,19 @@ def _move_broken_by(cluster: FaultCluster, round_: int, scenario: str, what: str
 
 
 def test_kill_9_of_the_source_leader_mid_move(cluster: FaultCluster) -> None:
+    balancing(cluster, False)
     for round_ in range(rounds()):
         _move_broken_by(cluster, round_, "ops_kill_source", "source")
 
 
 def test_kill_9_of_the_target_mid_move(cluster: FaultCluster) -> None:
+    balancing(cluster, False)
     for round_ in range(rounds()):
         _move_broken_by(cluster, round_, "ops_kill_target", "target")
 
 
 def test_lookupd_restart_mid_move(cluster: FaultCluster) -> None:
+    balancing(cluster, False)
     for round_ in range(rounds()):
         _move_broken_by(cluster, round_, "ops_lookupd_restart", "lookupd")
 
@@ -355,6 +372,7 @@ def test_lookupd_leader_change_mid_move(tmp_path: Path) -> None:
     cluster = _cluster(tmp_path, ha=True)
     try:
         create_topics(cluster)
+        balancing(cluster, False)
         for round_ in range(rounds()):
             _move_broken_by(cluster, round_, "ops_ha_leader_change", "leader-lookupd")
     finally:
@@ -385,11 +403,15 @@ def test_rolling_restart_of_every_node(cluster: FaultCluster) -> None:
         with ops_round(cluster, f"rr{round_}") as load:
             time.sleep(SETTLE)
             began = time.monotonic()
+            upgrade(cluster, "begin")  # no replacement, no balancing while nodes restart
             for node in cluster.nodes:
                 cluster.unreachable.add(id(node))
-                assert node.stop() == 0
+                assert node.stop() == 0  # SIGTERM: its leaderships handed over first
                 restart(cluster, node)
-                settle(cluster)
+                settle(cluster)  # back in every ISR before the next one goes
+            restarted = time.monotonic() - began
+            upgrade(cluster, "done")
+            wait_for(lambda: balanced(cluster), timeout=BALANCE_BOUND, what="leaderships back")
             took = time.monotonic() - began
             time.sleep(SETTLE)
-            load.finish("ops_rolling_restart", took)
+            load.finish("ops_rolling_restart", took, restarts_s=round(restarted, 3))
