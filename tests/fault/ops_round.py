@@ -30,8 +30,9 @@ from tests.fault.ops_load import (
 )
 
 #: redeliveries allowed, as a share of what was acknowledged: a consumer sees again what was
-#: in flight or not yet confirmed to the new leader when a leadership moves (at least once)
-DUPLICATE_SHARE = 0.25
+#: in flight or not yet confirmed to the new leader when a leadership moves (at least once);
+#: measured: at most 3 % (a rolling restart, every leadership moved twice)
+DUPLICATE_SHARE = 0.1
 DELIVERY_TIMEOUT = 120.0  # s after the publishers stopped for every message to arrive
 BACKLOG_BODY = 1024  # bytes of a backlog message
 
