@@ -66,6 +66,9 @@ class Syncer:
                 for partition in topic.partitions:
                     if partition.directory is None or topic.deleted:
                         continue
+                    held = topic.holds(partition.number)
+                    if not held or topic.partition(partition.number) is not partition:
+                        continue  # taken away while this pass waited for the disk (retired)
                     if partition.unsynced:
                         partition.unsynced = 0
                         started = self.clock.perf()
