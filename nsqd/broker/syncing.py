@@ -66,16 +66,13 @@ class Syncer:
                 for partition in topic.partitions:
                     if partition.directory is None or topic.deleted:
                         continue
-                    held = topic.holds(partition.number)
-                    if not held or topic.partition(partition.number) is not partition:
-                        continue  # taken away while this pass waited for the disk (retired)
                     if partition.unsynced:
                         partition.unsynced = 0
                         started = self.clock.perf()
                         await self._disk(partition.log.sync)
                         fsync_latency.observe(self.clock.perf() - started)
                     idempotence.expire(partition, self.clock.now())
-                    if partition.dirty:
+                    if partition.dirty and _held(topic, partition):
                         partition.dirty = False
                         state = partition_state(topic, partition)
                         if state != partition.saved_state:  # keep .prev an older generation
@@ -106,3 +103,9 @@ class Syncer:
             return False
         self.health_error = None
         return True
+
+
+def _held(topic: Topic, partition: Partition) -> bool:
+    """``partition`` is still held by ``topic``: lookupd may take it away (its channels' cursors
+    with it) while a pass waits for the disk, and the retired partition is not checkpointed."""
+    return topic.holds(partition.number) and topic.partition(partition.number) is partition
