@@ -123,6 +123,12 @@ class OpsRound:
             delivered_after_s=round(delivered_s, 3),
             **figures,
         )
+        crashed = [
+            n.log_text()[-3000:]
+            for n in self.cluster.nodes
+            if id(n) not in self.cluster.unreachable and n.proc and n.proc.poll() is not None
+        ]
+        assert not crashed, crashed  # a node the scenario did not stop ended by itself
         if any(lost.values()):
             stored = self._stored(lost)
             raise AssertionError(f"lost {_sample(lost)}; of them stored: {_sample(stored)}")
