@@ -51,8 +51,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.fault, pytest.mark.timeout(90
 MOVE_RATE = 256 * 1024  # bytes/s a catching-up copy is fed: a backlog makes a move last
 BACKLOG = 600  # messages of 1 KiB: ~2.3 s of catching up at MOVE_RATE
 KILL_OFFLINE = 10.0  # s a partition may be missing from /lookup after a kill -9
-#: s for a fourth node to get its share (docs/cluster.md, "Auto-balance")
-BALANCE_BOUND = 120.0
+#: s for a fourth node to get its share, and for the leaderships to come back after a rolling
+#: restart (docs/cluster.md, "Balancing")
+BALANCE_BOUND = 60.0
 SETTLE = 2.0  # s of load before and after an operation
 
 
