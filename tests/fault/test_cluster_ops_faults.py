@@ -309,6 +309,11 @@ def _move_broken_by(cluster: FaultCluster, round_: int, scenario: str, what: str
         asked = time.monotonic()
         start_move(cluster, ORD, partition, source, target, leader=leader)
         catching_up(cluster, target)
+        # still in the middle of it as the fault comes: the target not in sync yet (joining the
+        # ISR is lookupd's step: a move that ends [target] was carried on after the fault)
+        (pending,) = moves(cluster)
+        assert target in pending["replicas"], pending
+        assert target not in pending["isr"], pending
         offline_bound = 0.0
         victim: Daemon | None = None
         if what in ("source", "target"):
