@@ -72,7 +72,7 @@ class Syncer:
                         await self._disk(partition.log.sync)
                         fsync_latency.observe(self.clock.perf() - started)
                     idempotence.expire(partition, self.clock.now())
-                    if partition.dirty:
+                    if partition.dirty and _held(topic, partition):
                         partition.dirty = False
                         state = partition_state(topic, partition)
                         if state != partition.saved_state:  # keep .prev an older generation
@@ -103,3 +103,9 @@ class Syncer:
             return False
         self.health_error = None
         return True
+
+
+def _held(topic: Topic, partition: Partition) -> bool:
+    """``partition`` is still held by ``topic``: lookupd may take it away (its channels' cursors
+    with it) while a pass waits for the disk, and the retired partition is not checkpointed."""
+    return topic.holds(partition.number) and topic.partition(partition.number) is partition

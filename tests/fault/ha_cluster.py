@@ -33,14 +33,16 @@ _ELECTION = re.compile(
 class HAFaultCluster(FaultCluster):
     """etcd + two HA lookupds + ``count`` nsqd registered with both (see the module doc)."""
 
-    def __init__(self, work: Path, count: int = 3, nsqd_flags: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, work: Path, count: int = 3, nsqd_flags: tuple[str, ...] = (), racks: bool = False
+    ) -> None:
         self.etcd = Etcd(work / "etcd").start()
         #: per lookupd (same order as ``lookupds``): its link to etcd
         self.etcd_links: list[Link] = []
         self.lookupds: list[Daemon] = []
         self.nodes: list[Daemon] = []
         try:
-            super().__init__(work, count, nsqd_flags=nsqd_flags)
+            super().__init__(work, count, nsqd_flags=nsqd_flags, racks=racks)
             self.lookupd_leader()
         except BaseException:
             self.stop()

@@ -72,8 +72,11 @@ class FaultCluster:
         lookupd_flags: tuple[str, ...] = (),
         nsqd_flags: tuple[str, ...] = (),
         links: bool = False,
+        racks: bool = False,
     ) -> None:
         self.work = work
+        #: with ``racks``, node ``i`` runs on rack ``r<i>`` (every node a failure domain)
+        self.racks = racks
         #: with ``links``, per node: the link everyone reaches it through (its node id names
         #: the link's port) and its link to lookupd; cutting both isolates the node
         self.links: dict[int, tuple[Link, Link]] = {}
@@ -94,6 +97,7 @@ class FaultCluster:
             nsqd_flags = (*self.secure.nsqd_flags, *nsqd_flags)
             self.lookupd_headers.update(self.secure.headers)
         try:
+            self.nsqd_flags = nsqd_flags
             self._start(work, count, nsqd_flags, lookupd_flags, links)
         except BaseException:  # a cluster that failed to come up leaves no process behind
             FaultCluster.stop(self)
@@ -117,13 +121,7 @@ class FaultCluster:
                 to_lookupd = Link(("127.0.0.1", self.lookupd.tcp_port))
                 lookupd_addresses = [to_lookupd.address]
                 node_flags.append(f"--broadcast-tcp-port={inbound.port}")
-            node = pnsq_nsqd(
-                work / f"n{i}",
-                *(f"--lookupd-tcp-address={address}" for address in lookupd_addresses),
-                *node_flags,
-                "--replica-lag-max=5s",
-                *nsqd_flags,
-            )
+            node = self._node(i, lookupd_addresses, node_flags)
             if links:
                 self.links[id(node)] = (inbound, to_lookupd)
             self.nodes.append(node)
@@ -134,6 +132,34 @@ class FaultCluster:
                 lambda d=lookupd: len(get_json(d, "/nodes")["producers"]) == count,
                 what=f"{count} nodes registered",
             )
+
+    def _node(self, i: int, lookupd_addresses: list[str], flags: list[str]) -> Daemon:
+        """Node ``i`` (not started): registered with ``lookupd_addresses``, on its rack."""
+        rack = [f"--rack=r{i}"] if self.racks else []
+        return pnsq_nsqd(
+            self.work / f"n{i}",
+            *(f"--lookupd-tcp-address={address}" for address in lookupd_addresses),
+            *flags,
+            *rack,
+            "--replica-lag-max=5s",
+            *self.nsqd_flags,
+        )
+
+    def add_node(self) -> Daemon:
+        """Start one more node (registered with every lookupd, on a rack of its own with
+        ``racks``) and wait until every lookupd lists it."""
+        node = self._node(
+            len(self.nodes),
+            [d.tcp_address for d in self.lookupds],
+            [f"--tcp-address=127.0.0.1:{free_port()}"],
+        )
+        self.nodes.append(node.start())
+        for lookupd in self.lookupds:
+            wait_for(
+                lambda d=lookupd: len(get_json(d, "/nodes")["producers"]) == len(self.nodes),
+                what="the new node registered",
+            )
+        return node
 
     def _start_lookupds(self, work: Path, flags: tuple[str, ...]) -> list[Daemon]:
         """The lookupds every node registers with (here one; the HA cluster starts two)."""
@@ -443,12 +469,12 @@ class _DriverRun:
 class GoPublisher(_DriverRun):
     """go-nsq's stock producer on one node: ``count`` PUBs, each retried until acknowledged."""
 
-    def __init__(self, node: Daemon, name: str, count: int) -> None:
+    def __init__(self, node: Daemon, name: str, count: int, topic: str = TOPIC) -> None:
         argv = [
             str(GONSQ_INTEROP),
             "pub",
             f"-nsqd={node.tcp_address}",
-            f"-topic={TOPIC}",
+            f"-topic={topic}",
             f"-count={count}",
             f"-prefix={name}-",
             "-retry",

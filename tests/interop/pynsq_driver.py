@@ -14,7 +14,7 @@ Connection options (both): ``--tls`` (tls_v1, server certificate not verified un
 ``{"connected": {...}}``: the features the IDENTIFY reply granted and the AUTH reply, if any.
 
 ``sub --lookupd`` finds the nsqds through nsqlookupd's ``/lookup``
-(``Reader(lookupd_http_addresses=…)``, polled every second).
+(``Reader(lookupd_http_addresses=…)``, polled every second); ``--lookupd A,B`` gives it several.
 
 ``sub`` prints one line per delivery {"id_hex","attempts","body","timestamp","received_ns"}, then
 {"done": true|false, "distinct": n, "deliveries": d, "connections": c}; ``--idle`` first waits that
@@ -171,7 +171,7 @@ def subscribe(args: argparse.Namespace) -> int:
 
     discovery: dict[str, object] = {"nsqd_tcp_addresses": [args.nsqd]}
     if args.lookupd:
-        discovery = {"lookupd_http_addresses": [args.lookupd], "lookupd_poll_interval": 1}
+        discovery = {"lookupd_http_addresses": args.lookupd.split(","), "lookupd_poll_interval": 1}
     reader = nsq.Reader(
         message_handler=handler,
         **discovery,
