@@ -112,6 +112,7 @@ class TopicPartitionStatistics:
     start_offset: int
     end_offset: int
     replication: ReplicationStatistics
+    producers: int = 0  # numbering (idempotent) producers whose last numbers it keeps
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,6 +249,7 @@ def _topic_partition(topic: TopicSource, partition: Partition) -> TopicPartition
         start_offset=log.start_offset,
         end_offset=log.end_offset,
         replication=replication_statistics(partition),
+        producers=len(partition.producers),
     )
 
 

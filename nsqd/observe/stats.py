@@ -141,6 +141,7 @@ def _topic_partition(partition: TopicPartitionStatistics) -> Json:
         "message_bytes": partition.message_bytes,
         "start_offset": partition.start_offset,
         "end_offset": partition.end_offset,
+        "producers": partition.producers,
         **replication_stats(partition.replication),
     }
 

@@ -84,6 +84,10 @@ def test_a_retried_publish_is_acknowledged_and_stored_once(nsqd: Daemon) -> None
     assert replies(again, mpub("t", 0, 5, b"f", b"g")) == [b"DUPLICATE 1"]
     again.close()
     assert consume(nsqd.tcp_address, "t", 7) == [b"a", b"b", b"c", b"d", b"e", b"f", b"g"]
+    url = f"http://{nsqd.http_address}/stats?format=json&topic=t"
+    with urllib.request.urlopen(url, timeout=5) as answer:
+        [topic] = json.loads(answer.read())["topics"]
+    assert [p["producers"] for p in topic["partitions"]] == [1]  # its numbers are kept
 
 
 def test_a_number_without_a_named_producer_is_refused(nsqd: Daemon) -> None:
