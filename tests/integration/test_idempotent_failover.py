@@ -2,7 +2,8 @@
 a topic of three partitions with two copies, pnsq's client (idempotent by default) publishing
 from eight tasks at once, each one message after another over every partition, retrying each
 until it is acknowledged. The leader of a partition is killed with kill -9 in the middle, then
-started again; lookupd is killed and restarted too. Afterwards every partition's log is read whole
+started again (or paused with SIGSTOP past the failover, then woken up); lookupd is killed and
+restarted too. Afterwards every partition's log is read whole
 (``/partition/read`` on its leader): every acknowledged message is there exactly once — the
 retries of publishes whose replies were lost with the leader were answered, not stored again.
 """
@@ -11,6 +12,8 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import signal
 import time
 import urllib.request
 from collections import Counter
@@ -64,8 +67,9 @@ def stored(cluster: RackedCluster) -> Counter[bytes]:
     return bodies
 
 
+@pytest.mark.parametrize("fault", ["kill_9", "sigstop"])
 def test_retries_across_a_leader_kill_and_a_lookupd_restart_store_each_message_once(
-    tmp_path: Path,
+    tmp_path: Path, fault: str
 ) -> None:
     cluster = RackedCluster(tmp_path)
     try:
@@ -103,9 +107,15 @@ def test_retries_across_a_leader_kill_and_a_lookupd_restart_store_each_message_o
             time.sleep(1.0)
             victim_id = leaders(cluster)[0]
             victim = next(n for n in cluster.nodes if cluster.node_id(n) == victim_id)
-            victim.kill()  # kill -9 of partition 0's leader, replies in flight lost
-            time.sleep(3.0)
-            victim.start()
+            if fault == "kill_9":
+                victim.kill()  # kill -9 of partition 0's leader, replies in flight lost
+                time.sleep(3.0)
+                victim.start()
+            else:  # paused: replies time out, lookupd fails it over, then it wakes up deposed
+                assert victim.proc is not None
+                os.kill(victim.proc.pid, signal.SIGSTOP)
+                time.sleep(5.0)
+                os.kill(victim.proc.pid, signal.SIGCONT)
             time.sleep(2.0)
             cluster.lookupd.kill()
             time.sleep(0.5)
@@ -124,7 +134,7 @@ def test_retries_across_a_leader_kill_and_a_lookupd_restart_store_each_message_o
         lost = [b for b in acked if counts[b] == 0]
         twice = {b: n for b, n in counts.items() if n > 1}
         print(
-            f"idempotent publishing through a kill -9 and a lookupd restart: {len(acked)} "
+            f"idempotent publishing through a {fault} and a lookupd restart: {len(acked)} "
             f"acknowledged, {stats['retries']} tries after a failure, {stats['duplicates']} "
             f"told duplicates, {len(twice)} stored twice, {len(lost)} lost"
         )
