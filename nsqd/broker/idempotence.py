@@ -12,7 +12,11 @@ kept in step with its log, as leader and as replica, and across restarts.
 * The state is saved with the partition's checkpoint (``state.json``, :func:`checkpoint`) as
   it stood at a log end; :func:`restore` reads it back when the partition is opened and reads
   the stamps of the records appended after that end (what the last checkpoint missed), after
-  dropping what a crash took from the log's tail.
+  dropping what a crash took from the log's tail. A partition of the release before (a
+  ``state.json`` without it, records without stamps) gets it saved when opened, before it takes
+  any write (:func:`saved_state`), so a later start never looks for stamps in its old records;
+  a partition with no ``state.json`` at all is new since its last checkpoint, and its records
+  are read.
 """
 
 from __future__ import annotations
@@ -31,8 +35,8 @@ log = logging.getLogger("nsqd.broker")
 #: state.json's key
 KEY = "producers"
 SCAN_BATCH = 1000  # records read at a time when stamps are read back from the log
-#: records read back for stamps when a partition has no saved producer state (a log from
-#: before this release, or a crash before the first checkpoint)
+#: records read back for stamps when a partition has no saved producer state to start from
+#: (it is unreadable, or the partition is new since its last checkpoint)
 SCAN_WITHOUT_CHECKPOINT = 100_000
 
 
@@ -109,7 +113,9 @@ def restore(partition: Partition, saved: Mapping[str, object] | None, now: float
             log.warning("PARTITION(%s): producer state unreadable (%s): from the log", where, exc)
             producers.restore([])
             scan_from = end - SCAN_WITHOUT_CHECKPOINT
-    else:
+    elif saved:  # a state.json of the release before: no stamps (saved with the state at open)
+        scan_from = end
+    else:  # no state.json yet: a partition new since its last checkpoint (short, read it)
         scan_from = end - SCAN_WITHOUT_CHECKPOINT
     producers.truncate(end)
     at = max(min(scan_from, end), start)
@@ -123,6 +129,15 @@ def restore(partition: Partition, saved: Mapping[str, object] | None, now: float
                 producers.record(stamp[0], stamp[1], 1, record.offset, record.timestamp_ns / 1e9)
         at = records[-1].offset + 1
     producers.expire(now)  # read back from old records: forgotten once, forgotten again
+
+
+def saved_state(state: Mapping[str, object], partition: Partition) -> dict[str, object] | None:
+    """``state`` (a ``state.json`` as loaded, of the release before) with the producer state
+    added, to be saved at once; None when there is nothing to add (it has one, or there is no
+    ``state.json``: a new partition, whose records :func:`restore` reads)."""
+    if not state or KEY in state:
+        return None
+    return {**state, KEY: checkpoint(partition)}
 
 
 def _rows(raw: object) -> list[tuple[int, float, list[tuple[int, int, int]]]]:

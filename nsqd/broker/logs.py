@@ -11,13 +11,14 @@ from protocol.names import is_ephemeral
 from ..core.ownership import STANDALONE, Placement
 from ..core.producers import Producers
 from ..storage.cache import CacheBudget
+from ..storage.checkpoint import write_checkpoint
 from ..storage.handles import HandleCache
 from ..storage.log import PartitionLog
 from ..storage.memory import MemoryLog
 from . import idempotence
 from .config import BrokerConfig
 from .partition import Partition
-from .persistence import file_stamp, load_state, topic_directory
+from .persistence import STATE_FILE, file_stamp, load_state, topic_directory
 from .topic import Topic
 
 
@@ -79,4 +80,7 @@ class LogOpener:
         assert isinstance(start, int)
         partition = Partition(number, plog, directory, start, placement, producers)
         idempotence.restore(partition, state, self.now())
+        first = idempotence.saved_state(state, partition)
+        if first is not None:  # before any write: a later start reads stamps from here on
+            write_checkpoint(directory / STATE_FILE, first)
         return partition

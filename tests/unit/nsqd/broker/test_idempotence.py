@@ -89,9 +89,18 @@ def test_a_reopened_partition_knows_its_producers_from_its_checkpoint_and_log(
     assert publish(again, 1, b"b", b"c") == 2
     assert bodies(again) == [b"a", b"b", b"c"]
     again.log.close()
-    without = partition(tmp_path)  # no checkpoint at all: the log's recent records
-    idempotence.restore(without, None, 1000.0)
-    assert publish(without, 1, b"b", b"c") == 2
+    # no saved producer state: a log of the release before (no stamps to look for), which
+    # gets one saved before it takes a write; one that has it is left alone
+    older = partition(tmp_path)
+    idempotence.restore(older, {"topic_start": 0}, 1000.0)
+    with pytest.raises(SequenceError, match="unknown here"):
+        publish(older, 1, b"b", b"c")
+    first_save = idempotence.saved_state({"topic_start": 0}, older)
+    assert first_save is not None
+    assert first_save["topic_start"] == 0
+    assert first_save[idempotence.KEY] == {"end": 3, "rows": []}
+    assert idempotence.saved_state(first_save, older) is None
+    assert idempotence.saved_state({}, older) is None  # no state.json: new, its records read
 
 
 def test_a_checkpoint_ahead_of_the_log_forgets_what_the_crash_took(tmp_path: Path) -> None:
