@@ -67,7 +67,9 @@ def stored(cluster: RackedCluster) -> Counter[bytes]:
     return bodies
 
 
-@pytest.mark.parametrize("fault", ["kill_9", "sigstop"])
+@pytest.mark.parametrize(
+    "fault", ["kill_9", pytest.param("sigstop", marks=[pytest.mark.slow, pytest.mark.fault])]
+)
 def test_retries_across_a_leader_kill_and_a_lookupd_restart_store_each_message_once(
     tmp_path: Path, fault: str
 ) -> None:

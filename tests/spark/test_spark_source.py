@@ -250,7 +250,7 @@ def _fail_first_attempt_halfway(rows: Any) -> Any:
             raise RuntimeError("injected failure after half the rows")
 
 
-@pytest.mark.parametrize("exactly_once", [True, False])
+@pytest.mark.parametrize("exactly_once", [True, pytest.param(False, marks=pytest.mark.slow)])
 def test_a_task_failing_halfway_then_retried_stores_each_row_once(
     spark: Any, shared_nsqd: Daemon, exactly_once: bool
 ) -> None:
