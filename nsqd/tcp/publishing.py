@@ -57,11 +57,61 @@ class Publisher:
         #: pnsq: the id of the producer this connection named in IDENTIFY (``pnsq_producer``):
         #: its numbered publishes are stored once however often they are retried
         self.producer: int | None = None
+        #: numbered PUBs not appended yet: one run of consecutive numbers to one (topic,
+        #: partition), appended as one numbered publish (the group commit of a producer's
+        #: pipelined PUBs): topic, partition, the first number, the bodies
+        self._run: tuple[str, int, int, BodyBatch] | None = None
 
     @property
     def gathering(self) -> bool:
         """Whether PUBs are gathered and not yet flushed."""
-        return bool(self._gathered)
+        return bool(self._gathered) or self._run is not None
+
+    @property
+    def numbered_pending(self) -> bool:
+        """Whether numbered PUBs are gathered (plain ones must wait for them: reply order)."""
+        return self._run is not None
+
+    def joins(self, command: Pub) -> bool:
+        """Whether the numbered PUB continues the gathered run (same topic and partition, the
+        next number); if not, the gathered PUBs are flushed before it is gathered."""
+        run = self._run
+        if run is None:
+            return False
+        topic, partition, first, batch = run
+        follows = first + len(batch.bodies) == command.sequence
+        return (topic, partition) == (command.topic, command.partition) and follows
+
+    def gather_numbered(self, command: Pub) -> None:
+        """A numbered PUB: added to the run it :meth:`joins`, or starting a run (the gathered
+        PUBs flushed first)."""
+        assert command.partition is not None  # the parser takes a number only after one
+        assert command.sequence is not None
+        now = self.broker.clock.now_ns()
+        if self._run is not None and self.joins(command):
+            batch = self._run[3]
+            batch.bodies.append(command.body)
+            assert batch.timestamps is not None
+            batch.timestamps.append(now)
+            return
+        assert self._run is None  # flushed by the session first (reply order)
+        assert not self._gathered
+        batch = BodyBatch(now, [command.body], 0, [now])
+        self._run = (command.topic, command.partition, command.sequence, batch)
+
+    async def _flush_run(self) -> None:
+        """Append the run of numbered PUBs as one numbered publish; each PUB is answered: ``OK``,
+        ``DUPLICATE 1`` for one an earlier try stored, or the run's refusal."""
+        run, self._run = self._run, None
+        if run is None:
+            return
+        topic, partition, first, batch = run
+        count = len(batch.bodies)
+        try:
+            _, already = await self._numbered(topic, batch, partition, first, "PUB")
+        except HANDLED_ERRORS as exc:
+            raise self.failed(exc, count) from exc
+        self.output.append(acknowledged(1) * already + frames.OK * (count - already))
 
     def gather(self, command: Pub) -> None:
         key = (command.topic, command.partition)
@@ -77,7 +127,9 @@ class Publisher:
 
     async def flush(self) -> None:
         """Append the gathered PUBs, one batch per (topic, partition) run, and ack them once
-        every run reached its in-sync replicas (the runs' waits overlap: one group commit)."""
+        every run reached its in-sync replicas (the runs' waits overlap: one group commit);
+        or the run of numbered PUBs (gathered alone: one kind waits for the other)."""
+        await self._flush_run()
         if not self._gathered:
             return
         gathered, self._gathered = self._gathered, []

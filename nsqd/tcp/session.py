@@ -233,7 +233,7 @@ class Session:
                 handed = side.handed
                 if handed is not None:  # left by the reactor: the PUBs before it come first
                     side.handed = None
-                    await self.publisher.flush()
+                    await self._flush()
                     if isinstance(handed, BaseException):
                         raise handed
                     await self._handle(handed)
@@ -247,18 +247,25 @@ class Session:
                 except (ClientError, ConnectionAbort):
                     await self.publisher.flush()  # the commands before the bad one still count
                     raise
-                if isinstance(command, Pub) and command.sequence is None:
+                if isinstance(command, Pub):
                     auth = self.auth
                     if auth is not None and not auth.permits(command.topic, ""):
-                        await self.publisher.flush()  # acks before a possible auth error
+                        await self._flush()  # acks before a possible auth error
                         await auth.check("PUB", command.topic, "")
+                    if command.sequence is not None:  # numbered: runs of their own
+                        if not self.publisher.joins(command):
+                            await self._flush()
+                        self.publisher.gather_numbered(command)
+                        continue
+                    if self.publisher.numbered_pending:
+                        await self._flush()  # their replies come first
                     self.publisher.gather(command)
                     side.publishes = True
                     continue
                 if isinstance(command, Fin):  # the consumer hot path: no coroutine per FIN
                     consuming.fin(command.message_id)
                     continue
-                await self.publisher.flush()
+                await self._flush()
                 if command is NEED_DATA:
                     return True  # the read loop sends the replies (OutputBuffer.send_pending)
                 await self._handle(command)
@@ -273,6 +280,19 @@ class Session:
                 log.info("[%s] closing: %s", self.remote_address, exc)
                 self.output.flush()
                 return False
+
+    async def _flush(self) -> None:
+        """Flush the gathered PUBs before the command at hand. A refusal of theirs that leaves
+        the connection open is their reply, written here: the command at hand still gets its
+        own (raised, it would be dropped, and every later reply would answer the wrong
+        command)."""
+        try:
+            await self.publisher.flush()
+        except ClientError as exc:
+            if exc.fatal:
+                raise
+            log.info("[%s] %s", self.remote_address, exc.log_text)
+            self.output.write(frames.encode_error(exc.text))
 
     # ------------------------------------------------------------------ commands
 
