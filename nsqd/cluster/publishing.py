@@ -43,7 +43,6 @@ class PublishPath:
     def __init__(self, broker: Broker, forwarder: Forwarder | None = None) -> None:
         self.broker = broker
         self.forwarder = forwarder
-        self.duplicates = 0  # messages of retried numbered publishes, not stored again
 
     async def elsewhere(self, topic: str, partition: int | None) -> bool:
         """Whether a publish of ``topic`` must go to a leader on another node. Raises
@@ -139,10 +138,8 @@ class PublishPath:
             if on_appended is not None:
                 on_appended(stored)
             await self.replicated(topic, stored)  # (after the ones stored already: in order)
-            self.duplicates += len(entries) - len(stored)
             return stored, len(entries) - len(stored)
         await self.broker.wait_stored(topic, partition, stored)
-        self.duplicates += len(entries)
         return await self.broker.read_stored(topic, partition, stored), len(entries)
 
     def _append(

@@ -35,19 +35,11 @@ from protocol.tracing import TRACED_RESPONSE
 from ._http import DEFAULT_TIMEOUT, HTTPNode
 from .blocking_connection import BlockingConnection
 from .errors import (
-    NsqError,
     NsqHTTPError,
     PartitionsUnknownError,
     UnexpectedResponseError,
 )
-from .numbering import (
-    EXPECTED as _EXPECTED,
-    OUT_OF_TURN,
-    Numbering,
-    Ticket,
-    already_stored,
-    is_acknowledgement,
-)
+from .numbering import Numbering, Ticket, already_stored, is_acknowledgement, refusal
 from .retry import RETRIED, attempt_delays, retryable
 from .routing import (
     RoundRobin,
@@ -334,13 +326,16 @@ class BlockingClient:
                         acked = numbering.acknowledged(ticket)
                     reply = conn.command(make(number, sequence))
                 except RETRIED as exc:
-                    out_of_turn = isinstance(exc, NsqError) and exc.code in OUT_OF_TURN
-                    if numbering is not None and ticket is not None and out_of_turn:
-                        found = _EXPECTED.search(str(exc))
-                        expected = int(found.group(1)) if found else 0
-                        if numbering.rebase(ticket, expected, acked):
-                            error = None  # renumbered: sent again at once
-                            continue
+                    expected = refusal(exc)
+                    renumbered = (
+                        numbering is not None
+                        and ticket is not None
+                        and expected is not None
+                        and numbering.rebase(ticket, expected, acked)
+                    )
+                    if renumbered:  # sent again at once
+                        error = None
+                        continue
                     if not retryable(exc):
                         raise
                     error = exc

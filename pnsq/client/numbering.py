@@ -33,13 +33,15 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Final
 
+from .errors import NsqError
+
 #: the reply to a numbered publish some of whose messages were stored by an earlier try
 #: (``DUPLICATE <how many>``, left out this time)
 DUPLICATE: Final = b"DUPLICATE"
 #: refusals of a numbered publish that only ask for its turn (see the module doc)
-OUT_OF_TURN: Final = frozenset({"E_PUB_SEQUENCE_GAP", "E_PUB_SEQUENCE_UNKNOWN"})
+_OUT_OF_TURN: Final = frozenset({"E_PUB_SEQUENCE_GAP", "E_PUB_SEQUENCE_UNKNOWN"})
 #: the number the leader expects, in a refusal's text
-EXPECTED: Final = re.compile(r"expected sequence (\d+)")
+_EXPECTED: Final = re.compile(r"expected sequence (\d+)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +74,6 @@ class Numbering:
         #: again after a restart, such as a Spark task, names itself)
         self.name = name or f"pnsq-{uuid.uuid4().hex}"
         self._parts: dict[tuple[str, int], _Partition] = {}
-        self.duplicates = 0  # messages the leader told duplicates (stored by an earlier try)
 
     def take(self, topic: str, partition: int, count: int) -> Ticket:
         """Numbers for a publish of ``count`` messages, in flight until :meth:`done`."""
@@ -139,6 +140,16 @@ class Numbering:
             return False
         part.base = ticket.index - expected
         return True
+
+
+def refusal(error: BaseException) -> int | None:
+    """The number the leader expects next, when ``error`` refused a numbered publish out of
+    turn (``E_PUB_SEQUENCE_GAP``: the one it names; ``E_PUB_SEQUENCE_UNKNOWN``: 0); None for
+    any other error."""
+    if not isinstance(error, NsqError) or error.code not in _OUT_OF_TURN:
+        return None
+    found = _EXPECTED.search(error.description)
+    return int(found.group(1)) if found else 0
 
 
 def already_stored(reply: bytes, count: int) -> int:

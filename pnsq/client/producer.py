@@ -41,18 +41,10 @@ from protocol.tracing import TRACED_RESPONSE
 from .connection import Connection, ConnectOptions, _raise_single
 from .errors import (
     ConnectionClosedError,
-    NsqError,
     PartitionsUnknownError,
     UnexpectedResponseError,
 )
-from .numbering import (
-    EXPECTED as _EXPECTED,
-    OUT_OF_TURN as _OUT_OF_TURN,
-    Numbering,
-    Ticket,
-    already_stored,
-    is_acknowledgement,
-)
+from .numbering import Numbering, Ticket, already_stored, is_acknowledgement, refusal
 from .pool import DEFAULT_ROUTE_TTL, ConnectionPool, Routes
 from .retry import RETRIED, attempt_delays, retry_delay, retryable
 from .routing import (
@@ -71,10 +63,6 @@ Key = str | bytes
 
 #: a command with the partition and the number (None: unnumbered) it goes with
 Make = Callable[[int | None, int | None], Command]
-
-
-def _out_of_turn(error: BaseException) -> bool:
-    return isinstance(error, NsqError) and error.code in _OUT_OF_TURN
 
 
 def _mpub(topic: str, bodies: list[bytes], partition: int | None, sequence: int | None) -> Mpub:
@@ -272,10 +260,11 @@ class Producer:
                         self._turns(ticket).unpark_all()
                     reply = await conn.command(make(number, sequence))
                 except RETRIED as exc:
-                    if ticket is not None and _out_of_turn(exc):  # not an attempt: sent again
-                        assert acked is not None
-                        self._rebased(exc, ticket, acked)
+                    expected = refusal(exc)
+                    if ticket is not None and expected is not None:  # not an attempt: again
                         assert self.numbering is not None
+                        assert acked is not None
+                        self.numbering.rebase(ticket, expected, acked)
                         self.numbering.out_of_turn(ticket)
                         error = None
                         continue
@@ -295,14 +284,6 @@ class Producer:
                 self._turns(ticket).unpark_all()
         assert error is not None
         raise error
-
-    def _rebased(self, exc: BaseException, ticket: Ticket, acked: int) -> bool:
-        """A refusal out of turn (see :mod:`pnsq.client.numbering`) of ``ticket``'s try, sent
-        with ``acked`` publishes acknowledged: whether its numbering was rebased on it."""
-        assert self.numbering is not None
-        assert isinstance(exc, NsqError)
-        found = _EXPECTED.search(exc.description)
-        return self.numbering.rebase(ticket, int(found.group(1)) if found else 0, acked)
 
     def _numbers(self, conn: Connection) -> bool:
         """Whether publishes on ``conn`` are numbered (idempotent, and a pnsq nsqd)."""
