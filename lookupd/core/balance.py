@@ -92,7 +92,7 @@ def plan_balance(
     """The balancing moves to start now, by partition (see the module doc); ``nodes``: those
     that may hold copies. The caller checks :func:`settled` first."""
     load = spread(partitions, nodes)
-    if len(load.copies) < 2:
+    if len(load.copies) < 2 or load.even:  # (every tick of a balanced cluster ends here)
         return {}
     busy: set[str] = set()
     moves: dict[tuple[str, int], Move] = {}
