@@ -20,6 +20,7 @@ from .mpub import MpubFormatError, split_mpub_body
 
 _TRACE_ID: Final = struct.Struct(">Q")  # PUB_TRACE trace id: u64 BE before the body
 _EXT_LEN: Final = struct.Struct(">H")  # PUB_EXT json header length: u16 BE before the header
+_DIGITS: Final = 18  # digits a fast-path number may have: below 2**63 whatever they are
 
 
 class PublishReader(ParserBase):
@@ -37,21 +38,27 @@ class PublishReader(ParserBase):
         )
 
     def _plain_pub(self, pos: int) -> Pub | None:
-        """The common PUB, read in one step: ``PUB <topic>\\n`` for a topic already seen valid, no
-        partition, its body buffered whole and within the limit. None for anything else,
-        read nothing: the general path (:meth:`_pub`) reads it, with every check and error."""
+        """The common PUB, read in one step: ``PUB <topic>\\n`` for a topic already seen valid,
+        or pnsq's numbered ``PUB <topic> <partition> <sequence>\\n`` with both in plain digits;
+        its body buffered whole and within the limit. None for anything else, read nothing:
+        the general path (:meth:`_pub`) reads it, with every check and error."""
         buf = self._buf
         nl = buf.find(b"\n", pos + 4, pos + self.limits.max_line)
         if nl < 0:
             return None
-        topic = _VALID_NAMES.get(bytes(buf[pos + 4 : nl]))
+        line = bytes(buf[pos + 4 : nl])
+        topic = _VALID_NAMES.get(line)
+        partition = sequence = None
         if topic is None:  # also for "t 0" or "t\r"
-            return None
+            numbered = _numbered_line(line)
+            if numbered is None:
+                return None
+            topic, partition, sequence = numbered
         size = self._size_at(nl + 1)
         if size is None or size <= 0 or size > self.limits.max_msg_size:
             return None
         body = self._take(nl + 1 + _SIZE.size, size)
-        return None if body is None else Pub(topic, body, None)
+        return None if body is None else Pub(topic, body, partition, sequence)
 
     def _pub(self, params: list[bytes], start: int) -> Result:
         if len(params) < 2:
@@ -168,3 +175,23 @@ def _split_ext(body: bytes) -> tuple[bytes, bytes]:
     if len(body) <= end:
         raise ClientError(ErrorCode.BAD_BODY, YouzanText.EXT_HEADER_SIZE.format(len(body)))
     return body[_EXT_LEN.size : end], body[end:]
+
+
+def _numbered_line(line: bytes) -> tuple[str, int, int] | None:
+    """``(topic, partition, sequence)`` of ``<topic> <partition> <sequence>`` for a topic seen
+    valid and both numbers in at most 18 plain digits (what the general path reads the same
+    way); else None."""
+    parts = line.split(b" ")
+    if len(parts) != 3:
+        return None
+    raw_topic, raw_partition, raw_sequence = parts
+    topic = _VALID_NAMES.get(raw_topic)
+    if (
+        topic is None
+        or not 0 < len(raw_partition) <= _DIGITS
+        or not 0 < len(raw_sequence) <= _DIGITS
+        or not raw_partition.isdigit()
+        or not raw_sequence.isdigit()
+    ):
+        return None
+    return topic, int(raw_partition), int(raw_sequence)

@@ -62,15 +62,16 @@ class Appender:
         """
         pid = self._pid
         records: Sequence[Record]
-        if isinstance(entries, BodyBatch):  # no trace id, no ext: made when read
-            times, at, ep, bodies = (
+        if isinstance(entries, BodyBatch):  # no trace id, no ext but stamps: made when read
+            times, at, ep, bodies, exts = (
                 entries.publish_times(),
                 entries.deliver_at_ns,
                 epoch or 0,
                 entries.bodies,
+                entries.exts,
             )
-            data, stamps = encode_bodies(first, pid, times, at, ep, bodies)
-            records = AppendedBatch(first, pid, times, at, ep, bodies)
+            data, stamps = encode_bodies(first, pid, times, at, ep, bodies, exts)
+            records = AppendedBatch(first, pid, times, at, ep, bodies, exts)
         else:
             records = [
                 Record(

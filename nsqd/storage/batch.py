@@ -2,7 +2,8 @@
 
 An MPUB, a DPUB, an HTTP publish or the single PUBs of one loop turn hand the log a
 :class:`BodyBatch`: bodies with their publish times, for one delivery time, with no trace id
-and no ext. :meth:`PartitionLog.append` encodes them from the bodies
+and no ext but, for a numbered publish's, each body's producer stamp
+(:mod:`~.stamp`). :meth:`PartitionLog.append` encodes them from the bodies
 (:func:`~.record.encode_bodies`) and answers with an :class:`AppendedBatch`: the records
 stored, each made only when someone reads it. The tail cache keeps the batch as it is and makes
 a reader the records it reads: a backlog evicted before anyone reads it is never made into
@@ -14,20 +15,20 @@ of the older generations the longest pauses of a live consumer's delivery).
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from itertools import count
+from itertools import count, repeat
 from typing import overload
 
 from .record import NEW_RECORD, NewRecord, Record
 
 
 class BodyBatch(Sequence[NewRecord]):
-    """Messages published together (and for one delivery time), with no trace id and no ext:
-    an MPUB, a DPUB, HTTP ``/pub`` and ``/mpub`` (one publish time for all), or the single
-    PUBs of one loop turn (:func:`join`, each its own publish time). Read as a sequence it holds
-    a :class:`NewRecord` per body, made when asked for; :meth:`PartitionLog.append` stores the
-    bodies directly, without those."""
+    """Messages published together (and for one delivery time), with no trace id and no ext
+    but a producer stamp: an MPUB, a DPUB, HTTP ``/pub`` and ``/mpub`` (one publish time for
+    all), or the single PUBs of one loop turn (:func:`join`, each its own publish time). Read
+    as a sequence it holds a :class:`NewRecord` per body, made when asked for;
+    :meth:`PartitionLog.append` stores the bodies directly, without those."""
 
-    __slots__ = ("bodies", "deliver_at_ns", "timestamp_ns", "timestamps")
+    __slots__ = ("bodies", "deliver_at_ns", "exts", "timestamp_ns", "timestamps")
 
     def __init__(
         self,
@@ -35,12 +36,15 @@ class BodyBatch(Sequence[NewRecord]):
         bodies: list[bytes],
         deliver_at_ns: int = 0,
         timestamps: list[int] | None = None,
+        exts: list[bytes] | None = None,
     ) -> None:
         self.timestamp_ns = timestamp_ns  # the first body's (every body's, unless timestamps)
         self.bodies = bodies
         self.deliver_at_ns = deliver_at_ns
         #: each body's publish time, when they differ (as long as ``bodies``)
         self.timestamps = timestamps
+        #: each body's ext (a numbered publish's producer stamps), when any has one
+        self.exts = exts
 
     def publish_times(self) -> list[int]:
         """Each body's publish time."""
@@ -56,14 +60,21 @@ class BodyBatch(Sequence[NewRecord]):
     def __getitem__(self, index: slice) -> BodyBatch: ...
 
     def __getitem__(self, index: int | slice) -> NewRecord | BodyBatch:
+        exts = self.exts
         if isinstance(index, slice):
             bodies = self.bodies[index]
+            part = None if exts is None else exts[index]
             if self.timestamps is None:
-                return BodyBatch(self.timestamp_ns, bodies, self.deliver_at_ns)
+                return BodyBatch(self.timestamp_ns, bodies, self.deliver_at_ns, None, part)
             times = self.timestamps[index]
-            return BodyBatch(times[0] if times else 0, bodies, self.deliver_at_ns, times)
+            return BodyBatch(times[0] if times else 0, bodies, self.deliver_at_ns, times, part)
         ts = self.timestamp_ns if self.timestamps is None else self.timestamps[index]
-        return NewRecord(ts, self.bodies[index], 0, self.deliver_at_ns)
+        ext = b"" if exts is None else exts[index]
+        return NewRecord(ts, self.bodies[index], 0, self.deliver_at_ns, ext)
+
+    def each_ext(self) -> list[bytes]:
+        """Each body's ext (``b""`` for none)."""
+        return self.exts if self.exts is not None else [b""] * len(self.bodies)
 
     @property
     def body_bytes(self) -> int:
@@ -82,7 +93,11 @@ def join(batches: Sequence[BodyBatch]) -> BodyBatch:
     if len(batches) == 1:
         return batches[0]
     times = [ts for batch in batches for ts in batch.publish_times()]
-    return BodyBatch(times[0], [body for batch in batches for body in batch.bodies], 0, times)
+    bodies = [body for batch in batches for body in batch.bodies]
+    if all(batch.exts is None for batch in batches):
+        return BodyBatch(times[0], bodies, 0, times)
+    exts = [ext for batch in batches for ext in batch.each_ext()]
+    return BodyBatch(times[0], bodies, 0, times, exts)
 
 
 class AppendedBatch(Sequence[Record]):
@@ -90,7 +105,15 @@ class AppendedBatch(Sequence[Record]):
     ...``: a sequence of :class:`Record`, each made when it is read (:meth:`records` makes them
     all at once). Equal to any sequence of the same records, as the list it stands for."""
 
-    __slots__ = ("bodies", "deliver_at_ns", "epoch", "first_offset", "id_base", "timestamps")
+    __slots__ = (
+        "bodies",
+        "deliver_at_ns",
+        "epoch",
+        "exts",
+        "first_offset",
+        "id_base",
+        "timestamps",
+    )
 
     def __init__(
         self,
@@ -100,6 +123,7 @@ class AppendedBatch(Sequence[Record]):
         deliver_at_ns: int,
         epoch: int,
         bodies: list[bytes],
+        exts: list[bytes] | None = None,
     ) -> None:
         self.first_offset = first_offset
         self.id_base = id_base  # the partition's bits of the internal id: | (offset + 1)
@@ -107,15 +131,25 @@ class AppendedBatch(Sequence[Record]):
         self.deliver_at_ns = deliver_at_ns
         self.epoch = epoch
         self.bodies = bodies
+        self.exts = exts  # each body's ext (producer stamps), when any has one
 
     def same_kind(self, other: AppendedBatch) -> bool:
-        """Whether ``other``'s records differ from this one's only in offset, time and body
-        (one partition, delivery time and epoch): the two can be one run."""
+        """Whether ``other``'s records differ from this one's only in offset, time, body and
+        ext (one partition, delivery time and epoch): the two can be one run."""
         return (
             self.id_base == other.id_base
             and self.deliver_at_ns == other.deliver_at_ns
             and self.epoch == other.epoch
         )
+
+    def extend(self, other: AppendedBatch) -> None:
+        """Add ``other``'s records (:meth:`same_kind`, at the offsets after this one's)."""
+        if other.exts is not None and self.exts is None:
+            self.exts = [b""] * len(self.bodies)
+        if self.exts is not None:
+            self.exts += other.exts if other.exts is not None else [b""] * len(other.bodies)
+        self.bodies += other.bodies
+        self.timestamps += other.timestamps
 
     def copy(self) -> AppendedBatch:
         """The same records, in lists of its own."""
@@ -126,6 +160,7 @@ class AppendedBatch(Sequence[Record]):
             self.deliver_at_ns,
             self.epoch,
             list(self.bodies),
+            None if self.exts is None else list(self.exts),
         )
 
     def records(self) -> list[Record]:
@@ -135,8 +170,9 @@ class AppendedBatch(Sequence[Record]):
         out: list[Record] = []
         append = out.append
         new = NEW_RECORD
-        for offset, ts, body in zip(
-            count(self.first_offset), self.timestamps, self.bodies, strict=False
+        exts = self.exts if self.exts is not None else repeat(b"")
+        for offset, ts, body, ext in zip(
+            count(self.first_offset), self.timestamps, self.bodies, exts, strict=False
         ):
             record = new(Record)
             record.offset = offset
@@ -145,7 +181,7 @@ class AppendedBatch(Sequence[Record]):
             record.trace_id = 0
             record.deliver_at_ns = at
             record.body = body
-            record.ext = b""
+            record.ext = ext
             record.epoch = ep
             append(record)
         return out
@@ -167,6 +203,7 @@ class AppendedBatch(Sequence[Record]):
             span = range(len(self.bodies))[index]
             if span.step != 1:
                 return self.records()[index]
+            exts = self.exts
             return AppendedBatch(
                 self.first_offset + span.start,
                 self.id_base,
@@ -174,6 +211,7 @@ class AppendedBatch(Sequence[Record]):
                 self.deliver_at_ns,
                 self.epoch,
                 self.bodies[span.start : span.stop],
+                None if exts is None else exts[span.start : span.stop],
             )
         body = self.bodies[index]  # IndexError as a list's
         offset = self.first_offset + (index if index >= 0 else len(self.bodies) + index)
@@ -184,7 +222,7 @@ class AppendedBatch(Sequence[Record]):
             0,
             self.deliver_at_ns,
             body,
-            b"",
+            b"" if self.exts is None else self.exts[index],
             self.epoch,
         )
 

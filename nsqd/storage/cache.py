@@ -50,6 +50,10 @@ def record_cost(record: Record) -> int:
 def _record_costs(run: Sequence[Record]) -> Iterable[int]:
     """:func:`record_cost` of each record of ``run``, without making an appended batch's."""
     if isinstance(run, AppendedBatch):
+        if run.exts is not None:
+            return (
+                len(b) + len(e) + RECORD_OVERHEAD for b, e in zip(run.bodies, run.exts, strict=True)
+            )
         return (len(body) + RECORD_OVERHEAD for body in run.bodies)
     return map(record_cost, run)
 
@@ -138,8 +142,7 @@ class TailCache:
                 and first == self._end
                 and last.same_kind(records)
             ):  # grows the cache's own run: no new object per append to collect
-                last.bodies += records.bodies
-                last.timestamps += records.timestamps
+                last.extend(records)
                 self._costs[-1] += cost
             else:
                 # the cache's own copy of a batch (its later batches extend it: the caller's

@@ -201,12 +201,17 @@ def encode_bodies(
     deliver_at_ns: int,
     epoch: int,
     bodies: Sequence[bytes],
+    exts: Sequence[bytes] | None = None,
 ) -> tuple[bytes, list[tuple[int, int]]]:
     """:func:`encode_run` of the records of one batch (:class:`~.batch.AppendedBatch`): body
     ``i``, at offset ``first_offset + i``, gets internal id ``id_base | (first_offset + i + 1)``
     and publish time ``timestamps[i]``; all share ``deliver_at_ns`` and ``epoch`` and have no
-    trace id or ext. Made from the bodies, without a :class:`Record` each. Raises
-    ``ValueError`` as :func:`encode_run`."""
+    trace id, and no ext unless ``exts`` gives each one (producer stamps). Made from the
+    bodies, without a :class:`Record` each. Raises ``ValueError`` as :func:`encode_run`."""
+    if exts is not None:
+        return _encode_with_exts(
+            first_offset, id_base, timestamps, deliver_at_ns, epoch, bodies, exts
+        )
     parts: list[bytes] = []
     add = parts.append
     stamps: list[tuple[int, int]] = []
@@ -227,6 +232,43 @@ def encode_bodies(
             add(rest)
             stamp((timestamp_ns, size))
     except struct.error as exc:
+        raise ValueError(f"record field out of range: {exc}") from exc
+    return b"".join(parts), stamps
+
+
+def _encode_with_exts(
+    first_offset: int,
+    id_base: int,
+    timestamps: Sequence[int],
+    deliver_at_ns: int,
+    epoch: int,
+    bodies: Sequence[bytes],
+    exts: Sequence[bytes],
+) -> tuple[bytes, list[tuple[int, int]]]:
+    """:func:`encode_bodies` of bodies that each have an ext."""
+    parts: list[bytes] = []
+    add = parts.append
+    stamps: list[tuple[int, int]] = []
+    stamp = stamps.append
+    pack_covered, pack_prefix, crc = _pack_covered, _pack_prefix, _crc
+    format_bits, header, length_size = _FORMAT_BITS, HEADER_SIZE, LENGTH_SIZE
+    try:
+        for offset, timestamp_ns, body, ext in zip(
+            count(first_offset), timestamps, bodies, exts, strict=False
+        ):
+            rest = (
+                pack_covered(
+                    offset, timestamp_ns, id_base | (offset + 1), 0, deliver_at_ns, epoch, len(ext)
+                )
+                + ext
+                + body
+            )
+            size = header + len(ext) + len(body)
+            field = format_bits | (size - length_size)
+            add(pack_prefix(field, crc(rest, field)))
+            add(rest)
+            stamp((timestamp_ns, size))
+    except struct.error as exc:  # includes an ext longer than MAX_EXT_LEN
         raise ValueError(f"record field out of range: {exc}") from exc
     return b"".join(parts), stamps
 

@@ -167,3 +167,26 @@ def test_golden_round_trips(command: Command) -> None:
     parser = parser_in()
     parser.receive_data(encode_command(command))
     assert drain(parser) == [command]
+
+
+@PROPS
+@given(
+    partition=st.integers(0, 2**20),
+    sequence=st.integers(0, 2**63 - 1),
+    zeros=st.integers(0, 3),
+    tail=st.sampled_from([b"", b"\r"]),
+)
+def test_a_numbered_pub_reads_the_same_in_one_step_as_on_the_general_path(
+    partition: int, sequence: int, zeros: int, tail: bytes
+) -> None:
+    """The first PUB of a topic is read on the general path (its name not yet seen valid), the
+    second in one step (``_plain_pub``): both give the same command."""
+    from protocol import _parser_base
+
+    _parser_base._VALID_NAMES.clear()
+    numbers = b"0" * zeros + b"%d %s%d" % (partition, b"0" * zeros, sequence)
+    line = b"PUB numbered_t " + numbers + tail + b"\n" + size(2) + b"hi"
+    parser = parser_in(ConnState.INIT)
+    parser.receive_data(line * 2)
+    expected = Pub("numbered_t", b"hi", partition, sequence)
+    assert drain(parser) == [expected, expected]

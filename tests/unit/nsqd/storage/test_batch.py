@@ -84,3 +84,60 @@ def test_an_appended_batch_reads_as_the_list_of_its_records() -> None:
         batch[4]
     with pytest.raises(TypeError):
         hash(batch)
+
+
+@given(
+    first=st.integers(0, 2**40),
+    triples=st.lists(
+        st.tuples(st.integers(0, 2**62), st.binary(max_size=30), st.binary(max_size=20)),
+        min_size=1,
+        max_size=8,
+    ),
+)
+def test_bodies_with_exts_encode_as_their_records_would(
+    first: int, triples: list[tuple[int, bytes, bytes]]
+) -> None:
+    times = [ts for ts, _, _ in triples]
+    bodies = [body for _, body, _ in triples]
+    exts = [ext for _, _, ext in triples]
+    records = [
+        Record(offset, ts, ID_BASE | (offset + 1), 0, 0, body, ext, 4)
+        for offset, (ts, body, ext) in enumerate(triples, first)
+    ]
+    assert encode_bodies(first, ID_BASE, times, 0, 4, bodies, exts) == encode_run(records)
+    appended = AppendedBatch(first, ID_BASE, times, 0, 4, bodies, exts)
+    assert appended == records
+    assert [appended[i] for i in range(len(records))] == records
+    assert appended[1:] == records[1:]
+
+
+def test_an_ext_too_long_is_a_value_error() -> None:
+    with pytest.raises(ValueError, match="out of range"):
+        encode_bodies(0, ID_BASE, [1], 0, 0, [b"x"], [b"e" * 65536])
+
+
+def test_stamped_bodies_keep_their_exts_when_joined_sliced_and_extended() -> None:
+    stamped = BodyBatch(5, [b"a", b"b"], 0, [5, 6], [b"s1", b"s2"])
+    plain = BodyBatch(7, [b"c"], 0, [7])
+    joined = join([plain, stamped])
+    assert list(joined) == [
+        NewRecord(7, b"c"),
+        NewRecord(5, b"a", ext=b"s1"),
+        NewRecord(6, b"b", ext=b"s2"),
+    ]
+    assert list(joined[2:]) == [NewRecord(6, b"b", ext=b"s2")]
+    assert join([plain, plain]).exts is None
+    # a cached run grown by batches with and without exts reads back each record's own
+    run = AppendedBatch(0, ID_BASE, [1], 0, 3, [b"p"])
+    run.extend(AppendedBatch(1, ID_BASE, [2, 3], 0, 3, [b"q", b"r"], [b"x", b"y"]))
+    run.extend(AppendedBatch(3, ID_BASE, [4], 0, 3, [b"s"]))
+    assert [(r.offset, r.body, r.ext) for r in run] == [
+        (0, b"p", b""),
+        (1, b"q", b"x"),
+        (2, b"r", b"y"),
+        (3, b"s", b""),
+    ]
+    copy = run.copy()
+    run.extend(AppendedBatch(4, ID_BASE, [5], 0, 3, [b"t"], [b"z"]))
+    assert len(copy) == 4
+    assert copy.exts == [b"", b"x", b"y", b""]

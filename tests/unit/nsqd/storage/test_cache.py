@@ -180,3 +180,15 @@ def test_truncation_and_retention_cut_a_cached_batch(tmp_path: Path) -> None:
     assert budget.used == 0
     cache.extend(107, AppendedBatch(107, 0, [3], 0, 0, [b"z"]), 1 + RECORD_OVERHEAD)
     assert [r.offset for r in cache.read(107, 108)[1]] == [107]
+
+
+def test_a_cached_run_of_stamped_records_counts_and_returns_their_exts() -> None:
+    budget = CacheBudget(10_000_000)
+    cache = budget.cache(0)
+    plain = AppendedBatch(0, 0, [1, 1], 0, 0, [b"a", b"b"])
+    stamped = AppendedBatch(2, 0, [2, 2], 0, 0, [b"c", b"d"], [b"e" * 17, b"f" * 17])
+    cache.extend(0, plain, 2 * (1 + RECORD_OVERHEAD))
+    cache.extend(2, stamped, 2 * (18 + RECORD_OVERHEAD))
+    assert [r.ext for r in cache.read(0, 4)[1]] == [b"", b"", b"e" * 17, b"f" * 17]
+    cache.drop_below(3)  # the budget gives back what each dropped record cost
+    assert budget.used == 18 + RECORD_OVERHEAD
