@@ -137,7 +137,7 @@ class Session:
                     self.waiting.append(self.proxy.note(line))
                 self.nsqd.sendall(data)
         except OSError:
-            pass  # reset, or closed by the other pump
+            pass  # the connection ended: reset by a side, or shut down by the other pump
         finally:
             self.shutdown()
 
@@ -160,7 +160,7 @@ class Session:
                         out.append(raw)
                 self.client.sendall(b"".join(out))
         except OSError:
-            pass
+            pass  # the connection ended: the client gave up on it, or nsqd closed it
         finally:
             self.shutdown()
 
@@ -193,6 +193,8 @@ class LossyProxy:
         self.publishes: dict[str, list[str]] = {}
         #: (topic, publish index) and the reply swallowed
         self.swallowed: list[tuple[tuple[str, int], bytes]] = []
+        #: what ended a thread of the proxy other than the end of a connection
+        self.errors: list[BaseException] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._sessions: list[Session] = []
@@ -240,7 +242,14 @@ class LossyProxy:
         self._listener.close()
 
     def _spawn(self, target: Callable[[], None]) -> None:
-        thread = threading.Thread(target=target, daemon=True)
+        def run() -> None:
+            try:
+                target()
+            except BaseException as exc:
+                self.errors.append(exc)  # checked by the test
+                raise
+
+        thread = threading.Thread(target=run, daemon=True)
         with self._lock:
             self._threads.append(thread)
         thread.start()
@@ -383,6 +392,7 @@ def publish_losing_a_reply(
     # every try went through the proxy: the three publishes, and one retry of the second
     seen = proxy.publishes[topic]
     assert len(seen) == 4 == 3 + stats["retries"], seen
+    assert proxy.errors == []
     return batches, stats
 
 
