@@ -33,6 +33,7 @@ from ..core.errors import (
     OffsetNotKeptError,
 )
 from ..core.ownership import Plan
+from ..storage.batch import join
 from ..storage.cache import CacheBudget
 from ..storage.checkpoint import DAMAGED_CHECKPOINTS
 from ..storage.disk import is_out_of_space
@@ -267,6 +268,29 @@ class Broker:
             return self.publish(topic_name, numbered, partition)
 
         return idempotence.publish_numbered(target, entries, producer, first, now, append)
+
+    def publish_runs(
+        self, topic_name: str, partition: int | None, runs: Sequence[idempotence.Run]
+    ) -> list[bool]:
+        """:meth:`publish` of several publishers' runs as one append, numbered ones stamped
+        (the publish reactor's): which were appended; the others, numbered runs that do not
+        simply come next (:func:`.idempotence.admit`), were not, and must be published alone
+        (:meth:`publish_numbered`)."""
+        if self.exiting:
+            raise ExitingError
+        topic = self.topics.get(topic_name) or self.auto_create_topic(topic_name, partition)
+        target = topic.pick_partition(partition)
+        now = self.clock.now()
+        admitted = idempotence.admit(target, runs, now)
+        taken = [run for run, ok in zip(runs, admitted, strict=True) if ok]
+        if taken:
+            batches = [
+                batch if numbering is None else idempotence.stamped_batch(batch, *numbering)
+                for batch, numbering in taken
+            ]
+            records = self.publish(topic_name, join(batches), partition)
+            idempotence.appended(target, taken, records[0].offset, now)
+        return admitted
 
     async def wait_stored(self, topic_name: str, partition: int, offset: int) -> None:
         """A retried publish, stored at ``offset`` before: return once every in-sync follower

@@ -4,7 +4,9 @@ kept in step with its log, as leader and as replica, and across restarts.
 * As leader, :func:`publish_numbered` judges a numbered publish before it is appended: new
   numbers are stamped into the records (:mod:`nsqd.storage.stamp`) and appended (those of a
   publish partly stored already, only the new ones); a retry of numbers all stored appends
-  nothing and gives the offset to acknowledge it at.
+  nothing and gives the offset to acknowledge it at. The publish reactor appends the runs of
+  several producers at once (:func:`admit`, :func:`stamped_batch`, :func:`appended`): only
+  runs whose numbers all come next; any other is judged alone by :func:`publish_numbered`.
 * As replica, :func:`copied` reads the stamps of the records a leader's batch brought: when
   this node is promoted, it already knows what every producer stored.
 * :func:`truncated`: a replica's log cut back to a new leader's loses the publishes after the
@@ -25,7 +27,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 
-from ..core.producers import Verdict
+from ..core.producers import SequenceError, Verdict
 from ..storage.batch import BodyBatch
 from ..storage.record import NewRecord, Record
 from ..storage.stamp import read_stamp, stamped
@@ -63,18 +65,62 @@ def publish_numbered(
     return records
 
 
+#: one publish among those appended together: its messages, and its producer and first number
+#: (None: not numbered)
+Run = tuple[BodyBatch, tuple[int, int] | None]
+
+
+def admit(partition: Partition, runs: Sequence[Run], now: float) -> list[bool]:
+    """Which of ``runs`` may be appended together as they are: the plain ones, and each
+    numbered one whose numbers all come next (one per producer); any other (a retry, a gap, a
+    producer's second run) must be judged alone (:func:`publish_numbered`)."""
+    producers = partition.producers
+    seen: set[int] = set()
+    admitted = []
+    for batch, numbering in runs:
+        if numbering is None:
+            admitted.append(True)
+            continue
+        producer, first = numbering
+        follows = False
+        if producer not in seen:
+            seen.add(producer)
+            try:
+                verdict, found = producers.check(producer, first, len(batch), now)
+            except SequenceError:
+                pass  # refused: alone, once the partition is settled
+            else:
+                follows = verdict is Verdict.APPEND and found == 0
+        admitted.append(follows)
+    return admitted
+
+
+def appended(partition: Partition, runs: Sequence[Run], first_offset: int, now: float) -> None:
+    """``runs`` (:func:`admit`'s) were appended together from ``first_offset``."""
+    offset = first_offset
+    for batch, numbering in runs:
+        offset += len(batch)
+        if numbering is not None:
+            producer, first = numbering
+            partition.producers.record(producer, first, len(batch), offset - 1, now)
+            partition.dirty = True
+
+
 def numbered(entries: Sequence[NewRecord], producer: int, first: int) -> Sequence[NewRecord]:
     """``entries`` stamped as ``producer``'s numbers ``first, first + 1, ...`` (a batch of
     bodies stays one: the log's fast path)."""
     if isinstance(entries, BodyBatch) and entries.exts is None:
-        exts = [stamped(producer, sequence) for sequence in range(first, first + len(entries))]
-        return BodyBatch(
-            entries.timestamp_ns, entries.bodies, entries.deliver_at_ns, entries.timestamps, exts
-        )
+        return stamped_batch(entries, producer, first)
     return [
         replace(entry, ext=stamped(producer, first + index, entry.ext))
         for index, entry in enumerate(entries)
     ]
+
+
+def stamped_batch(batch: BodyBatch, producer: int, first: int) -> BodyBatch:
+    """``batch`` (no exts) with each body stamped as ``producer``'s next number from ``first``."""
+    exts = [stamped(producer, sequence) for sequence in range(first, first + len(batch))]
+    return BodyBatch(batch.timestamp_ns, batch.bodies, batch.deliver_at_ns, batch.timestamps, exts)
 
 
 def copied(partition: Partition, stamps: Iterable[tuple[int, int, int]], now: float) -> None:

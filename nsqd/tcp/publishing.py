@@ -31,6 +31,7 @@ from ..core.errors import BadPartitionError
 from .delivery import raw_size
 from .errors import HANDLED_ERRORS, client_error_for
 from .output import OutputBuffer
+from .reactor import Taken
 
 
 def acknowledged(already: int) -> bytes:
@@ -171,24 +172,43 @@ class Publisher:
 
     # ------------------------------------------------------------ the publish reactor's side
 
-    def take_gathered(self) -> tuple[str, int | None, BodyBatch] | None:
+    def take_gathered(self) -> Taken | None:
         """The gathered PUBs, taken, when they go to one (topic, partition) that this node
         appends and acknowledges at once (:meth:`acks_at_once`); else None, leaving them for
         :meth:`flush` (more than one target, a forwarded topic, followers or fsync to wait
-        for)."""
+        for). Numbered PUBs come with the producer and their first number."""
+        run = self._run
+        if run is not None:
+            topic, partition, first, batch = run
+            if self.producer is None or not self.acks_at_once(topic, partition):
+                return None
+            self._run = None
+            return topic, partition, batch, (self.producer, first)
         gathered = self._gathered
         if len(gathered) != 1:
             return None
-        (topic, partition), entries = gathered[0]
-        if not self.acks_at_once(topic, partition):
+        (topic, plain_partition), entries = gathered[0]
+        if not self.acks_at_once(topic, plain_partition):
             return None
         self._gathered = []
-        return topic, partition, entries
+        return topic, plain_partition, entries, None
+
+    def put_back(self, taken: Taken) -> None:
+        """Numbered PUBs :meth:`take_gathered` gave that were not appended: gathered again,
+        for :meth:`flush` to judge."""
+        topic, partition, batch, numbering = taken
+        assert partition is not None
+        assert numbering is not None
+        assert not self.gathering
+        self._run = (topic, partition, numbering[1], batch)
 
     def keeps_waiting(self) -> bool:
         """After :meth:`take_gathered` left the PUBs: whether this connection's PUBs will go
         on waiting (for one topic held here, whose acks wait), rather than only this once
-        (PUBs for several targets in one read, or a topic this publish creates)."""
+        (PUBs for several targets in one read, a topic this publish creates, or numbered
+        PUBs with no producer named)."""
+        if self._run is not None:
+            return self.producer is not None and self.broker.find_topic(self._run[0]) is not None
         if len(self._gathered) != 1:
             return False
         (topic, _), _ = self._gathered[0]

@@ -7,8 +7,10 @@ most of a synchronous PUB (docs/benchmarks.md). Here, a connection whose command
 PUBs parks its command loop and hands its socket to the reactor; one task waits for any of
 those sockets, and for each turn in which some are readable it reads every one, parses its
 PUBs, appends each (topic, partition)'s PUBs of all of them with one ``Broker.publish``,
-queues their OKs and writes each reply straight to its socket. The parked command loops do not
-run at all while their clients only publish.
+queues their OKs and writes each reply straight to its socket. A producer's numbered PUBs
+(idempotent publishing) join that append when their numbers come next
+(``Broker.publish_runs``); a retry, a gap or a refusal is its own task's to judge. The
+parked command loops do not run at all while their clients only publish.
 
 Anything else goes back to the connection's own task, which then does exactly what it does
 without the reactor: a command other than PUB (the reactor stops at it, the task handles the
@@ -60,12 +62,13 @@ MAX_EVENTS = 1024  # ready sockets taken per turn (the rest come with the next p
 DEFAULT_BUSY_POLL = 200e-6  # seconds: --busy-poll's default (see the module)
 
 
-#: PUBs a client read for one append: topic, partition (None: the broker picks), entries
-Taken = tuple[str, int | None, BodyBatch]
+#: PUBs a client read for one append: topic, partition (None: the broker picks), entries, and
+#: for a producer's numbered PUBs (idempotent publishing) its id and their first number
+Taken = tuple[str, int | None, BodyBatch, tuple[int, int] | None]
 
 
-#: a client's part of one append: its descriptor, the client, how many of the entries
-_Share = tuple[int, "Client", int]
+#: a client's part of one append: its descriptor, the client, what it took
+_Share = tuple[int, "Client", Taken]
 
 
 class Read(enum.Enum):
@@ -96,6 +99,11 @@ class Client(Protocol):
 
     def reactor_failed(self, failure: Exception, count: int) -> None:
         """The append of its ``count`` PUBs failed with ``failure`` (its own copy)."""
+        ...
+
+    def reactor_return(self, taken: Taken) -> None:
+        """Its numbered PUBs ``taken`` were not appended (their numbers do not simply come
+        next): its own task judges them."""
         ...
 
     def reactor_raise(self, error: Exception) -> None:
@@ -205,8 +213,8 @@ class PublishReactor:
     def _serve(self, events: list[tuple[int, int]]) -> None:
         """Read every ready client, then one append per target, then deliveries for the idle
         consumers those appends woke, then the replies."""
-        # per (topic, partition): every client's entries together, and who gave how many
-        targets: dict[tuple[str, int | None], tuple[list[BodyBatch], list[_Share]]] = {}
+        # per (topic, partition): every client's PUBs, in the order read
+        targets: dict[tuple[str, int | None], list[_Share]] = {}
         for fd, _ in events:
             client = self._parked[fd][0]
             try:
@@ -219,21 +227,15 @@ class PublishReactor:
             if read is Read.HAND_OVER:
                 self._hand_over(fd)
                 continue
-            topic, partition, batch = read
-            target = targets.get((topic, partition))
-            if target is None:
-                targets[topic, partition] = ([batch], [(fd, client, len(batch))])
-            else:
-                target[0].append(batch)
-                target[1].append((fd, client, len(batch)))
+            targets.setdefault((read[0], read[1]), []).append((fd, client, read))
         if not targets:
             return
         self.turns += 1
         acked: list[_Share] = []
         self.appending = True
         try:
-            for (topic, partition), (batches, group) in targets.items():
-                self._append(topic, partition, join_batches(batches), group, acked)
+            for (topic, partition), group in targets.items():
+                self._append(topic, partition, group, acked)
         finally:
             self.appending = False
         woken, self._woken = self._woken, []
@@ -248,31 +250,37 @@ class PublishReactor:
                 self._hand_over(fd)
 
     def _append(
-        self,
-        topic: str,
-        partition: int | None,
-        entries: BodyBatch,
-        group: list[_Share],
-        acked: list[_Share],
+        self, topic: str, partition: int | None, group: list[_Share], acked: list[_Share]
     ) -> None:
-        """Append one target's entries; queue each publisher's OKs (``acked``: who has them
-        to send), or hand each its own copy of the error."""
+        """Append one target's PUBs; queue each publisher's OKs (``acked``: who has them to
+        send), give back numbered PUBs that were not appended, or hand each publisher its own
+        copy of the error."""
+        admitted: list[bool] | None = None
         try:
-            self._broker.publish(topic, entries, partition)
+            if all(taken[3] is None for _, _, taken in group):
+                self._broker.publish(topic, join_batches([t[2] for _, _, t in group]), partition)
+            else:
+                runs = [(taken[2], taken[3]) for _, _, taken in group]
+                admitted = self._broker.publish_runs(topic, partition, runs)
         # As with the group commit: each publisher gets its own copy of the error to report
         # as if it had appended alone, and its own task goes on with it.
         except Exception as exc:  # noqa: BLE001
-            for fd, client, count in group:
-                client.reactor_failed(own_copy(exc), count)
+            for fd, client, taken in group:
+                client.reactor_failed(own_copy(exc), len(taken[2]))
                 self._hand_over(fd)
             return
-        self.appends += 1
-        self.publishes += len(entries)
-        for fd, client, count in group:
+        if admitted is None or any(admitted):
+            self.appends += 1
+        for index, (fd, client, taken) in enumerate(group):
+            if admitted is not None and not admitted[index]:
+                client.reactor_return(taken)
+                self._hand_over(fd)
+                continue
+            self.publishes += len(taken[2])
             try:
-                client.reactor_acked(topic, count)
+                client.reactor_acked(topic, len(taken[2]))
             except Exception as exc:  # noqa: BLE001 -- raised by the connection's own task
                 client.reactor_raise(exc)
                 self._hand_over(fd)
             else:
-                acked.append((fd, client, count))
+                acked.append((fd, client, taken))

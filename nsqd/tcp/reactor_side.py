@@ -105,7 +105,15 @@ class ReactorSide:
         while True:
             command = parser.next_event()  # a protocol error: the loop raises it
             if isinstance(command, Pub) and command.sequence is None:
+                if publisher.numbered_pending:  # one kind at a time (reply order)
+                    self.handed = command
+                    return Read.HAND_OVER
                 publisher.gather(command)
+            elif isinstance(command, Pub):  # numbered: a run of consecutive numbers
+                if publisher.gathering and not publisher.joins(command):
+                    self.handed = command
+                    return Read.HAND_OVER
+                publisher.gather_numbered(command)
             elif command is NEED_DATA:
                 break
             else:
@@ -134,6 +142,9 @@ class ReactorSide:
             self.handed = error
         else:
             self.handed = failure
+
+    def reactor_return(self, taken: Taken) -> None:
+        self.publisher.put_back(taken)
 
     def reactor_raise(self, error: Exception) -> None:
         self.handed = error

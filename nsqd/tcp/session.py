@@ -256,6 +256,7 @@ class Session:
                         if not self.publisher.joins(command):
                             await self._flush()
                         self.publisher.gather_numbered(command)
+                        side.publishes = True
                         continue
                     if self.publisher.numbered_pending:
                         await self._flush()  # their replies come first
