@@ -33,7 +33,6 @@ from ..core.errors import (
     OffsetNotKeptError,
 )
 from ..core.ownership import Plan
-from ..storage.batch import join
 from ..storage.cache import CacheBudget
 from ..storage.checkpoint import DAMAGED_CHECKPOINTS
 from ..storage.disk import is_out_of_space
@@ -284,11 +283,7 @@ class Broker:
         admitted = idempotence.admit(target, runs, now)
         taken = [run for run, ok in zip(runs, admitted, strict=True) if ok]
         if taken:
-            batches = [
-                batch if numbering is None else idempotence.stamped_batch(batch, *numbering)
-                for batch, numbering in taken
-            ]
-            records = self.publish(topic_name, join(batches), partition)
+            records = self.publish(topic_name, idempotence.joined(taken), partition)
             idempotence.appended(target, taken, records[0].offset, now)
         return admitted
 

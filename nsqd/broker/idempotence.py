@@ -5,7 +5,7 @@ kept in step with its log, as leader and as replica, and across restarts.
   numbers are stamped into the records (:mod:`nsqd.storage.stamp`) and appended (those of a
   publish partly stored already, only the new ones); a retry of numbers all stored appends
   nothing and gives the offset to acknowledge it at. The publish reactor appends the runs of
-  several producers at once (:func:`admit`, :func:`stamped_batch`, :func:`appended`): only
+  several producers at once (:func:`admit`, :func:`joined`, :func:`appended`): only
   runs whose numbers all come next; any other is judged alone by :func:`publish_numbered`.
 * As replica, :func:`copied` reads the stamps of the records a leader's batch brought: when
   this node is promoted, it already knows what every producer stored.
@@ -29,8 +29,9 @@ from dataclasses import replace
 
 from ..core.producers import SequenceError, Verdict
 from ..storage.batch import BodyBatch
+from ..storage.errors import StorageError
 from ..storage.record import NewRecord, Record
-from ..storage.stamp import read_stamp, stamped
+from ..storage.stamp import read_stamp, stamped, stamps
 from .partition import Partition
 
 log = logging.getLogger("nsqd.broker")
@@ -38,6 +39,8 @@ log = logging.getLogger("nsqd.broker")
 #: state.json's key
 KEY = "producers"
 SCAN_BATCH = 1000  # records read at a time when stamps are read back from the log
+#: seconds between checkpoints saved for a change of the producer state alone
+CHECKPOINT_INTERVAL = 1.0
 #: records read back for stamps when a partition has no saved producer state to start from
 #: (it is unreadable, or the partition is new since its last checkpoint)
 SCAN_WITHOUT_CHECKPOINT = 100_000
@@ -61,7 +64,7 @@ def publish_numbered(
     start = first + found  # ``found`` first ones stored already: left out
     records = append(numbered(entries[found:], producer, start))
     producers.record(producer, start, len(records), records[-1].offset, now)
-    partition.dirty = True
+    partition.producers_changed = True
     return records
 
 
@@ -103,24 +106,37 @@ def appended(partition: Partition, runs: Sequence[Run], first_offset: int, now: 
         if numbering is not None:
             producer, first = numbering
             partition.producers.record(producer, first, len(batch), offset - 1, now)
-            partition.dirty = True
+            partition.producers_changed = True
 
 
 def numbered(entries: Sequence[NewRecord], producer: int, first: int) -> Sequence[NewRecord]:
     """``entries`` stamped as ``producer``'s numbers ``first, first + 1, ...`` (a batch of
     bodies stays one: the log's fast path)."""
     if isinstance(entries, BodyBatch) and entries.exts is None:
-        return stamped_batch(entries, producer, first)
+        exts = stamps(producer, first, len(entries))
+        return BodyBatch(
+            entries.timestamp_ns, entries.bodies, entries.deliver_at_ns, entries.timestamps, exts
+        )
     return [
         replace(entry, ext=stamped(producer, first + index, entry.ext))
         for index, entry in enumerate(entries)
     ]
 
 
-def stamped_batch(batch: BodyBatch, producer: int, first: int) -> BodyBatch:
-    """``batch`` (no exts) with each body stamped as ``producer``'s next number from ``first``."""
-    exts = [stamped(producer, sequence) for sequence in range(first, first + len(batch))]
-    return BodyBatch(batch.timestamp_ns, batch.bodies, batch.deliver_at_ns, batch.timestamps, exts)
+def joined(runs: Sequence[Run]) -> BodyBatch:
+    """The messages of ``runs`` (at least one; all for immediate delivery) as one batch, the
+    numbered ones stamped: several producers' publishes appended together."""
+    bodies: list[bytes] = []
+    times: list[int] = []
+    exts: list[bytes] = []
+    for batch, numbering in runs:
+        bodies += batch.bodies
+        times += batch.publish_times()
+        if numbering is None:
+            exts += batch.each_ext()
+        else:
+            exts += stamps(numbering[0], numbering[1], len(batch))
+    return BodyBatch(times[0], bodies, 0, times, exts)
 
 
 def copied(partition: Partition, stamps: Iterable[tuple[int, int, int]], now: float) -> None:
@@ -129,13 +145,13 @@ def copied(partition: Partition, stamps: Iterable[tuple[int, int, int]], now: fl
     producers = partition.producers
     for offset, producer, sequence in stamps:
         producers.record(producer, sequence, 1, offset, now)
-        partition.dirty = True
+        partition.producers_changed = True
 
 
 def expire(partition: Partition, now: float) -> None:
     """Forget the producers idle past the ttl (the checkpoint pass, every sync)."""
     if partition.producers.expire(now):
-        partition.dirty = True
+        partition.producers_changed = True
 
 
 def truncated(partition: Partition, end: int) -> None:
@@ -144,13 +160,39 @@ def truncated(partition: Partition, end: int) -> None:
     partition.dirty = True
 
 
+def checkpoint_due(partition: Partition, now: float) -> bool:
+    """Whether the producer state changed and was last saved :data:`CHECKPOINT_INTERVAL` or
+    more before ``now`` (monotonic): a change alone does not make the sync pass rewrite
+    ``state.json`` (once per fsync, that cost a numbered publish a fifth more CPU); what the
+    last checkpoint misses is read back from the log's stamps at open."""
+    return partition.producers_changed and now - partition.producers_saved >= CHECKPOINT_INTERVAL
+
+
+def saved(partition: Partition, now: float) -> None:
+    """A checkpoint holding the producer state (:func:`checkpoint`) was written at ``now``."""
+    partition.producers_changed = False
+    partition.producers_saved = now
+
+
 def checkpoint(partition: Partition) -> dict[str, object]:
-    """The state as ``state.json`` keeps it: every producer, valid up to the log's end."""
+    """The state as ``state.json`` keeps it: every producer, valid up to the log's end, with
+    the epoch of the record before that end (whether a log read back later is still the same
+    history, :func:`restore`)."""
     rows = [
         [f"{producer:016x}", touched, [list(entry) for entry in recent]]
         for producer, touched, recent in partition.producers.snapshot()
     ]
-    return {"end": partition.log.end_offset, "rows": rows}
+    records = partition.log
+    end = records.end_offset
+    document: dict[str, object] = {"end": end, "rows": rows}
+    try:
+        last = records.read(end - 1, 1) if end > records.start_offset else []  # cached
+    except StorageError as exc:  # saved without: restore reads the producers from the log
+        log.warning("PARTITION(%s): last record unreadable: %s", partition.directory, exc)
+        last = []
+    if last and last[0].offset == end - 1:
+        document["epoch"] = last[0].epoch
+    return document
 
 
 def restore(partition: Partition, saved: Mapping[str, object] | None, now: float) -> None:
@@ -163,11 +205,13 @@ def restore(partition: Partition, saved: Mapping[str, object] | None, now: float
     document = saved.get(KEY) if saved else None
     if isinstance(document, dict):
         try:
-            producers.restore(_rows(document.get("rows")))
+            rows = _rows(document.get("rows"))
             scan_from = int(document["end"])
+            _check_history(partition, scan_from, document.get("epoch"))
+            producers.restore(rows)
         except (KeyError, TypeError, ValueError) as exc:
             where = partition.directory
-            log.warning("PARTITION(%s): producer state unreadable (%s): from the log", where, exc)
+            log.warning("PARTITION(%s): producer state unusable (%s): from the log", where, exc)
             producers.restore([])
             scan_from = end - SCAN_WITHOUT_CHECKPOINT
     elif saved:  # a state.json of the release before: no stamps (saved with the state at open)
@@ -186,6 +230,28 @@ def restore(partition: Partition, saved: Mapping[str, object] | None, now: float
                 producers.record(stamp[0], stamp[1], 1, record.offset, record.timestamp_ns / 1e9)
         at = records[-1].offset + 1
     producers.expire(now)  # read back from old records: forgotten once, forgotten again
+
+
+def _check_history(partition: Partition, end: int, epoch: object) -> None:
+    """Raise ValueError unless the log up to ``end`` (or its end, if shorter) is the history
+    a checkpoint saved at ``end`` (the record before it of ``epoch``) described. A replica cut
+    back to a new leader's log and then written again past the cut holds other records at
+    those offsets: the checkpoint's producers there would be stored numbers that are not (an
+    acknowledged retry lost). A record is the same when its offset and epoch are (one leader
+    writes an offset once per epoch, and a replica's log matches its leader's before it
+    copies); a log shorter than ``end`` is the same history when its last record is of no
+    later epoch (a new leader's records, written after the cut, are)."""
+    probe = min(end, partition.log.end_offset) - 1
+    if probe < partition.log.start_offset:
+        return  # nothing of it kept: nothing to tell apart
+    if not isinstance(epoch, int):
+        raise ValueError("no epoch to check the log against")
+    records = partition.log.read(probe, 1)
+    if not records or records[0].offset != probe:
+        raise ValueError(f"offset {probe} unreadable")
+    found = records[0].epoch
+    if found > epoch or (probe == end - 1 and found != epoch):
+        raise ValueError(f"the log was rewritten: offset {probe} of epoch {found}, not {epoch}")
 
 
 def saved_state(state: Mapping[str, object], partition: Partition) -> dict[str, object] | None:

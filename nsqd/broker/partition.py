@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
@@ -87,6 +88,9 @@ class Partition:
         self.delayed = DelayedIndex()
         #: what each numbering producer stored here (idempotent publishing, :mod:`.idempotence`)
         self.producers = producers or Producers(PRODUCER_STATE_TTL, MAX_PRODUCERS)
+        #: the producer state changed since the last checkpoint, last saved then (monotonic)
+        self.producers_changed = False
+        self.producers_saved = -math.inf
 
     def read_for_delivery(
         self, offset: int, max_records: int, max_bytes: int | None

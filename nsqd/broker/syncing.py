@@ -72,13 +72,16 @@ class Syncer:
                         await self._disk(partition.log.sync)
                         fsync_latency.observe(self.clock.perf() - started)
                     idempotence.expire(partition, self.clock.now())
-                    if partition.dirty and _held(topic, partition):
+                    now = self.clock.monotonic()
+                    due = partition.dirty or idempotence.checkpoint_due(partition, now)
+                    if due and _held(topic, partition):
                         partition.dirty = False
                         state = partition_state(topic, partition)
                         if state != partition.saved_state:  # keep .prev an older generation
                             path = partition.directory / STATE_FILE
                             if await self._disk(write_checkpoint, path, state):
                                 partition.saved_state = state
+                                idempotence.saved(partition, now)
                             else:
                                 partition.dirty = True
             if syncs.metadata_dirty:

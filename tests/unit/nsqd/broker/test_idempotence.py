@@ -14,6 +14,7 @@ from nsqd.broker.copying import append_from_leader, read_for_follower, truncate_
 from nsqd.broker.partition import Partition
 from nsqd.core.partition_state import Placement, Role
 from nsqd.core.producers import SequenceError
+from nsqd.storage.batch import BodyBatch
 from nsqd.storage.cache import CacheBudget
 from nsqd.storage.log import PartitionLog
 from nsqd.storage.record import NewRecord, Record
@@ -98,7 +99,7 @@ def test_a_reopened_partition_knows_its_producers_from_its_checkpoint_and_log(
     first_save = idempotence.saved_state({"topic_start": 0}, older)
     assert first_save is not None
     assert first_save["topic_start"] == 0
-    assert first_save[idempotence.KEY] == {"end": 3, "rows": []}
+    assert first_save[idempotence.KEY] == {"end": 3, "rows": [], "epoch": 1}
     assert idempotence.saved_state(first_save, older) is None
     assert idempotence.saved_state({}, older) is None  # no state.json: new, its records read
 
@@ -115,3 +116,68 @@ def test_a_checkpoint_ahead_of_the_log_forgets_what_the_crash_took(tmp_path: Pat
     stored = publish(again, 1, b"b")
     assert not isinstance(stored, int)
     assert bodies(again) == [b"a", b"b"]
+
+
+def test_a_checkpoint_of_a_log_since_cut_and_rewritten_is_not_trusted(tmp_path: Path) -> None:
+    """A replica's checkpoint, then its log cut back to a new leader's and written again past
+    the cut: the checkpoint's producer at the rewritten offset is not taken for stored."""
+    for extra in (0, 2):  # rewritten up to the checkpoint's end, and past it
+        path = tmp_path / str(extra)
+        p = partition(path)
+        publish(p, 0, b"a")
+        publish(p, 1, b"b")  # offset 1, epoch 1: never reached the new leader
+        saved = {idempotence.KEY: idempotence.checkpoint(p)}
+        truncate_for_leader(p, 1)
+        p.log.append([NewRecord(200 + i, b"new") for i in range(1 + extra)], 2)
+        p.log.close()
+        again = partition(path, epoch=2)
+        idempotence.restore(again, saved, 1000.0)
+        stored = publish(again, 1, b"b")  # the retry is stored, not acknowledged as a duplicate
+        assert not isinstance(stored, int)
+        assert bodies(again) == [b"a"] + [b"new"] * (1 + extra) + [b"b"]
+        assert publish(again, 0, b"a") == 0  # what the log holds is still known (read back)
+        again.log.close()
+
+
+def test_a_change_of_the_producer_state_alone_is_saved_once_a_second(tmp_path: Path) -> None:
+    p = partition(tmp_path)
+    assert not idempotence.checkpoint_due(p, 0.0)
+    publish(p, 0, b"a")
+    assert idempotence.checkpoint_due(p, 0.0)  # never saved
+    idempotence.saved(p, 0.0)
+    assert not idempotence.checkpoint_due(p, 5.0)  # nothing changed since
+    publish(p, 1, b"b")
+    assert not idempotence.checkpoint_due(p, 0.5)
+    assert idempotence.checkpoint_due(p, idempotence.CHECKPOINT_INTERVAL)
+
+
+def test_runs_appended_together_take_only_numbers_that_come_next(tmp_path: Path) -> None:
+    """The publish reactor's append of several publishers' runs: plain ones and numbered ones
+    that come next go in one batch, stamped; a producer's second run, a retry, an unknown
+    producer's number and a gap are left to be judged alone."""
+    p = partition(tmp_path)
+    publish(p, 0, b"a")  # producer P stored 0
+    q = 0x99
+    runs: list[idempotence.Run] = [
+        (BodyBatch(1, [b"plain"]), None),
+        (BodyBatch(2, [b"b", b"c"]), (P, 1)),  # comes next
+        (BodyBatch(3, [b"d"]), (P, 3)),  # P's second run: alone
+        (BodyBatch(4, [b"q0"]), (q, 0)),  # a new producer starts at 0
+        (BodyBatch(5, [b"again"]), (q + 1, 7)),  # unknown, not at 0
+    ]
+    admitted = idempotence.admit(p, runs, 1000.0)
+    assert admitted == [True, True, False, True, False]
+    taken = [run for run, ok in zip(runs, admitted, strict=True) if ok]
+    records = p.log.append(idempotence.joined(taken), 1)
+    idempotence.appended(p, taken, records[0].offset, 1000.0)
+    assert [(r.body, read_stamp(r.ext)) for r in p.log.read(0, 10)] == [
+        (b"a", (P, 0)),
+        (b"plain", None),
+        (b"b", (P, 1)),
+        (b"c", (P, 2)),
+        (b"q0", (q, 0)),
+    ]
+    assert publish(p, 1, b"b", b"c") == 3  # both known as stored, at their offsets
+    assert idempotence.admit(p, [(BodyBatch(6, [b"c"]), (P, 2))], 1000.0) == [False]  # a retry
+    assert idempotence.admit(p, [(BodyBatch(6, [b"z"]), (P, 9))], 1000.0) == [False]  # a gap
+    assert idempotence.admit(p, [(BodyBatch(6, [b"d"]), (P, 3))], 1000.0) == [True]

@@ -4,6 +4,7 @@ task with replies in command order (a real listener on loopback, raw protocol V2
 
 from __future__ import annotations
 
+import json
 import os
 import struct
 from collections.abc import AsyncIterator
@@ -26,6 +27,16 @@ BODY_AT = 26  # a message frame's data: [i64 timestamp][u16 attempts][16 B id][b
 
 def pub(topic: str, body: bytes) -> bytes:
     return b"PUB %s\n" % topic.encode() + struct.pack(">I", len(body)) + body
+
+
+def numbered(topic: str, sequence: int, body: bytes) -> bytes:
+    """pnsq's numbered PUB to partition 0."""
+    return b"PUB %s 0 %d\n" % (topic.encode(), sequence) + struct.pack(">I", len(body)) + body
+
+
+def identify_producer(name: str) -> bytes:
+    body = json.dumps({"pnsq_producer": name}).encode()
+    return b"IDENTIFY\n" + struct.pack(">I", len(body)) + body
 
 
 def mpub(topic: str, *bodies: bytes) -> bytes:
@@ -54,7 +65,10 @@ class Client:
             self._buf += chunk
 
     async def pub(self, topic: str, body: bytes) -> tuple[int, bytes]:
-        await self.stream.send_all(pub(topic, body))
+        return await self.pub_raw(pub(topic, body))
+
+    async def pub_raw(self, command: bytes) -> tuple[int, bytes]:
+        await self.stream.send_all(command)
         return await self.frame()
 
 
@@ -113,6 +127,50 @@ async def test_synchronous_publishers_share_the_reactors_appends(tmp_path: Path)
         for n in range(clients):  # each connection's PUBs in the order it sent them
             mine = [b for b in bodies if b.startswith(b"%d." % n)]
             assert mine == [b"%d.%d" % (n, i) for i in range(rounds)]
+
+
+async def test_producers_numbered_pubs_share_the_reactors_appends_and_retries_are_judged_alone(
+    tmp_path: Path,
+) -> None:
+    clients, rounds = 6, 15
+    async with listening(tmp_path) as (broker, server, port):
+        producers = []
+        for n in range(clients):
+            client = await connect(port)
+            await client.stream.send_all(identify_producer(f"p{n}"))
+            assert (await client.frame())[0] == RESPONSE
+            producers.append(client)
+
+        async def publisher(n: int) -> None:
+            for i in range(rounds):
+                reply = await producers[n].pub_raw(numbered("t", i, b"%d.%d" % (n, i)))
+                assert reply == (RESPONSE, b"OK")
+
+        with trio.fail_after(20):
+            async with trio.open_nursery() as nursery:
+                for n in range(clients):
+                    nursery.start_soon(publisher, n)
+            reactor = server.reactor
+            assert clients * rounds // 2 < reactor.publishes  # most were the reactor's
+            assert reactor.appends < reactor.publishes  # producers' PUBs shared appends
+            await trio.testing.wait_all_tasks_blocked()  # parked again
+            first = producers[0]
+            # a retry of a stored number (its OK lost), a gap, then the next number: the
+            # reactor gives the first two back to the connection's task, which judges them
+            await first.stream.send_all(numbered("t", rounds - 1, b"again"))
+            assert await first.frame() == (RESPONSE, b"DUPLICATE 1")
+            await trio.testing.wait_all_tasks_blocked()
+            await first.stream.send_all(numbered("t", rounds + 5, b"gap"))
+            kind, data = await first.frame()
+            assert kind == ERROR
+            assert data.startswith(b"E_PUB_SEQUENCE_GAP"), data
+            assert await first.pub_raw(numbered("t", rounds, b"next")) == (RESPONSE, b"OK")
+        bodies = await stored(broker, "t")
+        assert len(bodies) == clients * rounds + 1
+        for n in range(clients):  # each producer's PUBs once, in order
+            mine = [b for b in bodies if b.startswith(b"%d." % n)]
+            assert mine == [b"%d.%d" % (n, i) for i in range(rounds)]
+        assert bodies[-1] == b"next"
 
 
 async def test_other_commands_go_back_to_the_connections_task_in_order(tmp_path: Path) -> None:

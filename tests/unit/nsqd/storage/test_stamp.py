@@ -1,0 +1,28 @@
+"""The producer stamp at the head of a numbered record's ext."""
+
+from __future__ import annotations
+
+from hypothesis import given, strategies as st
+
+from nsqd.storage.stamp import STAMP_SIZE, header_of, read_stamp, stamped, stamps
+
+U64 = st.integers(0, 2**64 - 1)
+
+
+@given(producer=U64, first=st.integers(0, 2**63 - 100), count=st.integers(0, 20))
+def test_a_runs_stamps_are_each_numbers_stamp(producer: int, first: int, count: int) -> None:
+    run = stamps(producer, first, count)
+    assert run == [stamped(producer, n) for n in range(first, first + count)]
+    assert [read_stamp(ext) for ext in run] == [(producer, n) for n in range(first, first + count)]
+
+
+@given(producer=U64, sequence=st.integers(0, 2**63 - 1), header=st.binary(max_size=40))
+def test_a_stamp_is_read_back_and_stripped_for_clients(
+    producer: int, sequence: int, header: bytes
+) -> None:
+    ext = stamped(producer, sequence, b'{"k":' + header)
+    assert len(ext) == STAMP_SIZE + 5 + len(header)
+    assert read_stamp(ext) == (producer, sequence)
+    assert header_of(ext) == b'{"k":' + header
+    assert read_stamp(b'{"k":1}') is None
+    assert header_of(b'{"k":1}') == b'{"k":1}'
