@@ -21,6 +21,9 @@ from .mpub import MpubFormatError, split_mpub_body
 _TRACE_ID: Final = struct.Struct(">Q")  # PUB_TRACE trace id: u64 BE before the body
 _EXT_LEN: Final = struct.Struct(">H")  # PUB_EXT json header length: u16 BE before the header
 _DIGITS: Final = 18  # digits a fast-path number may have: below 2**63 whatever they are
+#: numbered PUBs' ``<topic> <partition>`` read so far (bounded, shared by connections)
+_NUMBERED_TARGETS: dict[bytes, tuple[str, int]] = {}
+_NUMBERED_TARGETS_MAX: Final = 10_000
 
 
 class PublishReader(ParserBase):
@@ -180,18 +183,17 @@ def _split_ext(body: bytes) -> tuple[bytes, bytes]:
 def _numbered_line(line: bytes) -> tuple[str, int, int] | None:
     """``(topic, partition, sequence)`` of ``<topic> <partition> <sequence>`` for a topic seen
     valid and both numbers in at most 18 plain digits (what the general path reads the same
-    way); else None."""
-    parts = line.split(b" ")
-    if len(parts) != 3:
+    way); else None. A producer's ``<topic> <partition>`` is looked up once, then found."""
+    head, _, raw_sequence = line.rpartition(b" ")
+    target = _NUMBERED_TARGETS.get(head)
+    if target is None:
+        raw_topic, _, raw_partition = head.partition(b" ")
+        topic = _VALID_NAMES.get(raw_topic)
+        if topic is None or not 0 < len(raw_partition) <= _DIGITS or not raw_partition.isdigit():
+            return None
+        target = (topic, int(raw_partition))
+        if len(_NUMBERED_TARGETS) < _NUMBERED_TARGETS_MAX:
+            _NUMBERED_TARGETS[head] = target
+    if not 0 < len(raw_sequence) <= _DIGITS or not raw_sequence.isdigit():
         return None
-    raw_topic, raw_partition, raw_sequence = parts
-    topic = _VALID_NAMES.get(raw_topic)
-    if (
-        topic is None
-        or not 0 < len(raw_partition) <= _DIGITS
-        or not 0 < len(raw_sequence) <= _DIGITS
-        or not raw_partition.isdigit()
-        or not raw_sequence.isdigit()
-    ):
-        return None
-    return topic, int(raw_partition), int(raw_sequence)
+    return target[0], target[1], int(raw_sequence)

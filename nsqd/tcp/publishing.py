@@ -80,23 +80,26 @@ class Publisher:
         if run is None:
             return False
         topic, partition, first, batch = run
-        follows = first + len(batch.bodies) == command.sequence
-        return (topic, partition) == (command.topic, command.partition) and follows
+        return (
+            first + len(batch.bodies) == command.sequence
+            and partition == command.partition
+            and topic == command.topic
+        )
 
     def gather_numbered(self, command: Pub) -> None:
-        """A numbered PUB: added to the run it :meth:`joins`, or starting a run (the gathered
-        PUBs flushed first)."""
-        assert command.partition is not None  # the parser takes a number only after one
-        assert command.sequence is not None
+        """A numbered PUB: added to the gathered run, which it :meth:`joins` (the caller
+        checked), or starting a run when nothing is gathered (the caller flushed first)."""
         now = self.broker.clock.now_ns()
-        if self._run is not None and self.joins(command):
-            batch = self._run[3]
+        run = self._run
+        if run is not None:  # joins it (checked by the caller)
+            batch = run[3]
             batch.bodies.append(command.body)
             assert batch.timestamps is not None
             batch.timestamps.append(now)
             return
-        assert self._run is None  # flushed by the session first (reply order)
-        assert not self._gathered
+        assert command.partition is not None  # the parser takes a number only after one
+        assert command.sequence is not None
+        assert not self._gathered  # flushed by the session first (reply order)
         batch = BodyBatch(now, [command.body], 0, [now])
         self._run = (command.topic, command.partition, command.sequence, batch)
 
