@@ -96,7 +96,7 @@ def totals(stacks: list[tuple[list[str], int]]) -> tuple[Counter[str], Counter[s
 
 def summary(stacks: list[tuple[list[str], int]], title: str, top: int) -> str:
     """The text summary: total samples, then the ``top`` functions by self and by inclusive
-    samples, each with its share of all samples."""
+    samples, each with its share of all samples (ties in name order)."""
     own, inclusive = totals(stacks)
     total = sum(count for _, count in stacks)
     lines = [title, f"samples: {total}"]
@@ -108,10 +108,8 @@ def summary(stacks: list[tuple[list[str], int]], title: str, top: int) -> str:
     ):
         other = "inclusive" if label == "self" else "self"
         lines += ["", f"top {top} by {label} samples:", f"{label:>10} {other:>10}  function"]
-        for name, count in first.most_common(top):
-            lines.append(
-                f"{100 * count / total:9.1f}% {100 * second[name] / total:9.1f}%  {name}"
-            )
+        for name, count in sorted(first.items(), key=lambda item: (-item[1], item[0]))[:top]:
+            lines.append(f"{100 * count / total:9.1f}% {100 * second[name] / total:9.1f}%  {name}")
     return "\n".join([*lines, ""])
 
 
