@@ -313,6 +313,8 @@ class PnsqPublisher(_PublisherThread):
     failed: int = 0
     #: messages the leaders answered ``DUPLICATE`` (a retry of a publish stored already)
     told_duplicate: int = 0
+    #: tries after a failure, by the client itself
+    retried: int = 0
 
     async def _main(self) -> None:
         numbering: Numbering | None = None
@@ -334,6 +336,7 @@ class PnsqPublisher(_PublisherThread):
                         await self._publish(producer, lookupd, sequence)
                     finally:
                         self.told_duplicate += producer.stats["duplicates"]
+                        self.retried += producer.stats["retries"]
             except (OSError, ConnectionClosedError, NsqError) as exc:
                 self.refused.append((time.monotonic(), f"reconnect: {exc!s:.70}"))
                 await trio.sleep(0.1)

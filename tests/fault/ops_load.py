@@ -99,6 +99,8 @@ class Lanes(_PublisherThread):
     failed: int = 0
     #: messages the leaders answered ``DUPLICATE`` (a retry of a publish stored already)
     told_duplicate: int = 0
+    #: tries after a failure, by the client itself
+    retried: int = 0
 
     async def _main(self) -> None:
         async with trio.open_nursery() as nursery:
@@ -121,6 +123,7 @@ class Lanes(_PublisherThread):
                         await self._publish(producer, lookupd, topic, partition, prefix, sequence)
                     finally:
                         self.told_duplicate += producer.stats["duplicates"]
+                        self.retried += producer.stats["retries"]
             except (OSError, ConnectionClosedError, NsqError) as exc:
                 self.refused.append((time.monotonic(), f"reconnect: {exc!s:.70}"))
                 await trio.sleep(0.1)

@@ -123,6 +123,7 @@ class OpsRound:
             duplicates_pnsq=pnsq_dups,
             duplicates_stock=stock_dups,
             told_duplicate=self.lanes.told_duplicate,
+            retried=self.lanes.retried,
             failed=self.lanes.failed,
             delivered=sum(len(set(g)) for g in got.values()),
             go_acked=len(self.go.acked),

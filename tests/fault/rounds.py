@@ -58,6 +58,7 @@ def finish(
         duplicates_pnsq=pnsq_dups,
         duplicates_stock=stock_dups,
         told_duplicate=sum(p.told_duplicate for p in started),
+        retried=sum(p.retried for p in started),
         failed=sum(p.failed for p in started),
         refused=sum(len(p.refused) for p in started),
         **figures,
