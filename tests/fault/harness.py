@@ -5,7 +5,8 @@ A cluster is pnsq's nsqlookupd plus three pnsq nsqd (a node keeps its id, ``127.
 across restarts). The topic under test has two partitions with two copies each. Publishers:
 
 * :class:`PnsqPublisher` — pnsq's own client (``pnsq.client.open_producer`` routed through lookupd),
-  one per partition, each publish retried until acknowledged; it records every acknowledged
+  one per partition, idempotent: one numbering for the whole run and the client's own retries
+  (:mod:`tests.fault.numbered`), so no message is stored twice; it records every acknowledged
   body with the time of its acknowledgement, and every refusal;
 * :class:`GoPublisher` — the stock go-nsq producer (``gonsq-interop pub -retry``) attached to
   one node, publishing without a partition (forwarded to a leader where needed);
@@ -13,13 +14,14 @@ across restarts). The topic under test has two partitions with two copies each. 
   (``yzgonsq-interop pub``), finding leaders through lookupd's ``/lookup``.
 
 :func:`check` drains every partition from its leader (HTTP range reads below the
-high-watermark) and returns what was lost, the duplicates and the order per partition.
+high-watermark) and returns what was lost, the copies of each body and the order per partition.
 Results of each scenario are appended as JSON lines to ``$FAULT_REPORT`` when it is set
 (``scripts/chaos`` sums them up).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -27,14 +29,14 @@ import subprocess
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self
 
 import trio
 
-from pnsq.client import open_producer
+from pnsq.client import Producer, open_producer
 from pnsq.client.errors import (
     ConnectionClosedError,
     NsqError,
@@ -42,9 +44,11 @@ from pnsq.client.errors import (
     PartitionsUnknownError,
     ReplyTimeoutError,
 )
+from pnsq.client.numbering import Numbering
 from protocol.range_read import decode_binary
 from tests.daemons import GONSQ_INTEROP, Daemon, pnsq_lookupd, pnsq_nsqd
 from tests.fault.linkcut import Link
+from tests.fault.numbered import PUBLISH_FAILED, REOPEN_AFTER, open_numbered
 from tests.fault.secure import secure
 from tests.integration.lookupd_helpers import (
     ACCEPT,
@@ -58,7 +62,7 @@ from tests.interop.youzan_driver import YZGONSQ_INTEROP
 
 TOPIC = "faults"
 PARTITIONS = 2
-STALL = 0.5  # seconds without an answer before a publisher reconnects elsewhere
+STALL = 0.5  # seconds without a reply before pnsq's client gives a connection up (and retries)
 
 
 class FaultCluster:
@@ -297,13 +301,24 @@ class _PublisherThread:
 
 @dataclass
 class PnsqPublisher(_PublisherThread):
-    """pnsq's client publishing ``<name>-<i>`` to one partition, each retried until acked."""
+    """pnsq's client publishing ``<name>-<i>`` to one partition, ``i`` rising, one publish
+    after another: idempotent, one numbering for the whole run, each publish retried by the
+    client itself (:mod:`tests.fault.numbered`); a publish that failed for good is not sent
+    again (the next one carries the next ``i``)."""
 
     cluster: FaultCluster
     partition: int
     name: str
+    #: publishes that failed for good (the client's retries spent): not acknowledged
+    failed: int = 0
+    #: messages the leaders answered ``DUPLICATE`` (a retry of a publish stored already)
+    told_duplicate: int = 0
+    #: tries after a failure, by the client itself
+    retried: int = 0
 
     async def _main(self) -> None:
+        numbering: Numbering | None = None
+        sequence = itertools.count()
         attempt = 0
         while not self._stop.is_set():
             seeds = [
@@ -311,50 +326,41 @@ class PnsqPublisher(_PublisherThread):
                 for n in self.cluster.nodes
                 if n.proc and n.proc.poll() is None and id(n) not in self.cluster.unreachable
             ]
-            await self._session(seeds[attempt % len(seeds)])  # another seed after a failure
-            attempt += 1
+            lookupd = self.cluster.lookupd.http_address
+            try:
+                async with open_numbered(
+                    seeds[attempt % len(seeds)], lookupd, numbering, STALL
+                ) as producer:
+                    numbering = producer.numbering
+                    try:
+                        await self._publish(producer, lookupd, sequence)
+                    finally:
+                        self.told_duplicate += producer.stats["duplicates"]
+                        self.retried += producer.stats["retries"]
+            except (OSError, ConnectionClosedError, NsqError) as exc:
+                self.refused.append((time.monotonic(), f"reconnect: {exc!s:.70}"))
+                await trio.sleep(0.1)
+            attempt += 1  # another seed next time
 
-    async def _session(self, seed: Daemon) -> None:
-        """Publish through one producer until it fails or stalls for :data:`STALL` seconds
-        (a paused node accepts connections and never answers)."""
-        progress = [trio.current_time()]
-        with trio.CancelScope() as session:
-            async with trio.open_nursery() as nursery:
-
-                async def watchdog() -> None:
-                    while trio.current_time() - progress[0] < STALL:
-                        await trio.sleep(0.2)
-                    session.cancel()
-
-                nursery.start_soon(watchdog)
-                try:
-                    await self._publish(seed, progress)
-                except (OSError, ConnectionClosedError, NsqError) as exc:
-                    self.refused.append((time.monotonic(), f"reconnect: {exc!s:.70}"))
-                    await trio.sleep(0.1)
-                nursery.cancel_scope.cancel()
-        if session.cancelled_caught:
-            self.refused.append((time.monotonic(), "stalled: reconnecting"))
-
-    async def _publish(self, seed: Daemon, progress: list[float]) -> None:
-        async with open_producer(
-            seed.tcp_address,
-            lookupd_http_address=self.cluster.lookupd.http_address,
-            max_attempts=1,
-            route_ttl=0.2,
-        ) as producer:
-            while not self._stop.is_set():
-                body = f"{self.name}-{len(self.acked)}".encode()
-                sent = time.monotonic()
-                try:
-                    await producer.publish(TOPIC, body, partition=self.partition)
-                except (NsqError, NsqHTTPError, PartitionsUnknownError) as exc:
-                    self.refused.append((time.monotonic(), str(exc)[:80]))
-                    progress[0] = trio.current_time()
-                    await trio.sleep(0.05)
-                    continue
-                self.acked.append((body, sent, time.monotonic()))
-                progress[0] = trio.current_time()
+    async def _publish(self, producer: Producer, lookupd: str, sequence: Iterator[int]) -> None:
+        """Publish until stopped, or until publishes keep failing for good or the cluster
+        answers on another lookupd (the caller opens a producer again)."""
+        failures = 0
+        while not self._stop.is_set() and failures < REOPEN_AFTER:
+            body = f"{self.name}-{next(sequence)}".encode()
+            sent = time.monotonic()
+            try:
+                await producer.publish(TOPIC, body, partition=self.partition)
+            except PUBLISH_FAILED as exc:
+                self.failed += 1
+                self.refused.append((time.monotonic(), str(exc)[:80]))
+                failures += 1
+                if self.cluster.lookupd.http_address != lookupd:
+                    return
+                await trio.sleep(0.05)
+                continue
+            failures = 0
+            self.acked.append((body, sent, time.monotonic()))
 
     def writable_after(self, since: float) -> float | None:
         """Seconds from ``since`` to the first acknowledgement of a publish sent after it
@@ -521,7 +527,8 @@ class Outcome:
 
     stored: dict[int, list[bytes]]  # partition -> bodies in log order
     lost: set[bytes]
-    duplicates: int
+    duplicates: int  # extra copies, every client's
+    copies: Counter[bytes]  # body -> how often it is stored
 
 
 def read_partition(
@@ -571,7 +578,7 @@ def check(
     counts = Counter(body for bodies in stored.values() for body in bodies)
     lost = acked - set(counts)
     duplicates = sum(n - 1 for n in counts.values() if n > 1)
-    return Outcome(stored, lost, duplicates)
+    return Outcome(stored, lost, duplicates, counts)
 
 
 def in_order(bodies: list[bytes], name: str) -> bool:

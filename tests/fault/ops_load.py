@@ -11,7 +11,8 @@ Two topics, each partition with two copies:
   (one publisher per partition) and consumes channel ``ord`` with ``SUB_ORDERED``
   (:class:`OrderedReader`).
 
-Each pnsq publisher sends ``<name>-<i>`` with ``i`` rising and waits for each acknowledgement,
+Each pnsq publisher sends ``<name>-<i>`` with ``i`` rising and waits for each acknowledgement
+(its client retries a publish with the same numbers: stored once),
 so the gap between two acknowledgements of one partition is the time it could not be written
 to. :class:`OfflineWatch` polls lookupd's ``/lookup`` for a partition no leader serves.
 """
@@ -25,21 +26,19 @@ import sys
 import threading
 import time
 from collections import Counter, defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import trio
 
-from pnsq.client import open_consumer, open_producer
-from pnsq.client.errors import (
-    ConnectionClosedError,
-    NsqError,
-    NsqHTTPError,
-    PartitionsUnknownError as Unknown,
-)
+from pnsq.client import Producer, open_consumer
+from pnsq.client.errors import ConnectionClosedError, NsqError
+from pnsq.client.numbering import Numbering
 from tests.daemons import Daemon
 from tests.fault.harness import FaultCluster, GoPublisher, _PublisherThread
+from tests.fault.numbered import PUBLISH_FAILED, REOPEN_AFTER, open_numbered
 from tests.integration.lookupd_helpers import post, request, wait_for
 
 OPS, OPS_PARTITIONS = "ops", 12
@@ -47,7 +46,7 @@ ORD, ORD_PARTITIONS = "ord", 4
 PY_CHANNEL, ORD_CHANNEL = "py", "ord"
 LANE_PAUSE = 0.1  # s between a pnsq publisher's acknowledgement and its next publish
 GO_RUN, GO_PAUSE = 50, 0.5  # PUBs per go-nsq run, s between runs
-REOPEN_AFTER = 10  # refusals in a row before a pnsq publisher starts over (lookupd again)
+LANE_REPLY_TIMEOUT = 10.0  # s without a reply before a pnsq publisher's client retries
 PYNSQ_DRIVER = Path(__file__).parent.parent / "interop" / "pynsq_driver.py"
 
 
@@ -86,7 +85,9 @@ def live(cluster: FaultCluster) -> list[Daemon]:
 @dataclass
 class Lanes(_PublisherThread):
     """pnsq's client publishing to every partition of ``topics`` (one publisher each, routed
-    through lookupd), each publish retried as a new message until one is acknowledged."""
+    through lookupd): idempotent, one numbering per partition for the whole run, each publish
+    retried by the client itself (:mod:`tests.fault.numbered`); a publish that failed for good
+    is not sent again (the next one carries a new body)."""
 
     cluster: FaultCluster
     topics: dict[str, int]  # topic -> partitions
@@ -94,6 +95,12 @@ class Lanes(_PublisherThread):
     #: (topic, partition) -> the acknowledgement times
     acks: dict[tuple[str, int], list[float]] = field(default_factory=lambda: defaultdict(list))
     bodies: dict[str, set[bytes]] = field(default_factory=lambda: defaultdict(set))
+    #: publishes that failed for good (the client's retries spent): not acknowledged
+    failed: int = 0
+    #: messages the leaders answered ``DUPLICATE`` (a retry of a publish stored already)
+    told_duplicate: int = 0
+    #: tries after a failure, by the client itself
+    retried: int = 0
 
     async def _main(self) -> None:
         async with trio.open_nursery() as nursery:
@@ -103,38 +110,55 @@ class Lanes(_PublisherThread):
 
     async def _lane(self, topic: str, partition: int) -> None:
         prefix = f"{self.name}{topic}{partition}"
-        sequence = 0
+        sequence = itertools.count()
+        numbering: Numbering | None = None
         while not self._stop.is_set():
-            seed = live(self.cluster)[0]
+            lookupd = self.cluster.lookupd.http_address
             try:
-                async with open_producer(
-                    seed.tcp_address,
-                    lookupd_http_address=self.cluster.lookupd.http_address,
-                    max_attempts=1,
-                    route_ttl=0.2,
-                    reply_timeout=10.0,
+                async with open_numbered(
+                    live(self.cluster)[0], lookupd, numbering, LANE_REPLY_TIMEOUT
                 ) as producer:
-                    failures = 0
-                    while not self._stop.is_set() and failures < REOPEN_AFTER:
-                        body = f"{prefix}-{sequence}".encode()
-                        sequence += 1
-                        sent = time.monotonic()
-                        try:
-                            await producer.publish(topic, body, partition=partition)
-                        except (NsqError, NsqHTTPError, Unknown) as exc:
-                            self.refused.append((time.monotonic(), str(exc)[:80]))
-                            failures += 1
-                            await trio.sleep(0.05)
-                            continue
-                        failures = 0
-                        now = time.monotonic()
-                        self.acked.append((body, sent, now))
-                        self.acks[topic, partition].append(now)
-                        self.bodies[topic].add(body)
-                        await trio.sleep(LANE_PAUSE)
+                    numbering = producer.numbering
+                    try:
+                        await self._publish(producer, lookupd, topic, partition, prefix, sequence)
+                    finally:
+                        self.told_duplicate += producer.stats["duplicates"]
+                        self.retried += producer.stats["retries"]
             except (OSError, ConnectionClosedError, NsqError) as exc:
                 self.refused.append((time.monotonic(), f"reconnect: {exc!s:.70}"))
                 await trio.sleep(0.1)
+
+    async def _publish(
+        self,
+        producer: Producer,
+        lookupd: str,
+        topic: str,
+        partition: int,
+        prefix: str,
+        sequence: Iterator[int],
+    ) -> None:
+        """Publish ``<prefix>-<i>`` until stopped, or until publishes keep failing for good
+        or the cluster answers on another lookupd (the caller opens a producer again)."""
+        failures = 0
+        while not self._stop.is_set() and failures < REOPEN_AFTER:
+            body = f"{prefix}-{next(sequence)}".encode()
+            sent = time.monotonic()
+            try:
+                await producer.publish(topic, body, partition=partition)
+            except PUBLISH_FAILED as exc:
+                self.failed += 1
+                self.refused.append((time.monotonic(), str(exc)[:80]))
+                failures += 1
+                if self.cluster.lookupd.http_address != lookupd:
+                    return
+                await trio.sleep(0.05)
+                continue
+            failures = 0
+            now = time.monotonic()
+            self.acked.append((body, sent, now))
+            self.acks[topic, partition].append(now)
+            self.bodies[topic].add(body)
+            await trio.sleep(LANE_PAUSE)
 
     def longest_gap(self, until: float) -> float:
         """The longest time one partition went without an acknowledgement: between two of
@@ -166,7 +190,7 @@ class GoLoad:
         while not self._stop.is_set():
             nodes = live(self.cluster)
             node = nodes[self.runs % len(nodes)]
-            run = self.current = GoPublisher(node, f"{self.name}{self.runs}", GO_RUN, OPS)
+            run = self.current = GoPublisher(node, f"{self.name}r{self.runs}", GO_RUN, OPS)
             self.runs += 1
             out, err = run.proc.communicate(timeout=300)
             lines = [json.loads(x) for x in out.splitlines() if x.startswith("{")]

@@ -1,7 +1,8 @@
 """One round of a cluster-operation fault scenario: the load of :mod:`tests.fault.ops_load`
 started, then stopped and judged (:meth:`OpsRound.finish`): every acknowledged message delivered
 (the go-nsq and pnsq ones of :data:`OPS` to the pynsq reader, the :data:`ORD` ones to the
-ordered reader), the ordered topic in order, redeliveries within :data:`DUPLICATE_SHARE`, no
+ordered reader), none of pnsq's client's stored twice (go-nsq's extra copies are counted: it is
+at-least-once), the ordered topic in order, redeliveries within :data:`DUPLICATE_SHARE`, no
 partition unwritable past :data:`WRITE_GAP_BOUND` nor without a leader in lookupd's ``/lookup``
 for longer than allowed, no node ended by itself; the figures go to
 :func:`~tests.fault.harness.report` (``scripts/chaos`` sums them up)."""
@@ -17,6 +18,7 @@ import trio
 
 from pnsq.client import open_producer
 from tests.fault.harness import FaultCluster, read_partition, report
+from tests.fault.numbered import copies_by_kind
 from tests.fault.ops_load import (
     OPS,
     OPS_PARTITIONS,
@@ -112,11 +114,17 @@ class OpsRound:
         duplicates = sum(got[t][b] - 1 for t in wants for b in wants[t] if got[t][b] > 1)
         acked = sum(len(w) for w in wants.values())
         out_of_order = self.ordered.out_of_order()
+        pnsq_dups, stock_dups = self._stored_twice()
         report(
             scenario,
             acked=acked,
             lost=sum(len(x) for x in lost.values()),
-            duplicates=duplicates,
+            redelivered=duplicates,
+            duplicates_pnsq=pnsq_dups,
+            duplicates_stock=stock_dups,
+            told_duplicate=self.lanes.told_duplicate,
+            retried=self.lanes.retried,
+            failed=self.lanes.failed,
             delivered=sum(len(set(g)) for g in got.values()),
             go_acked=len(self.go.acked),
             write_gap_s=round(self.lanes.longest_gap(stopped), 3),
@@ -145,7 +153,25 @@ class OpsRound:
         assert not out_of_order, out_of_order[:5]
         assert self.lanes.longest_gap(stopped) <= WRITE_GAP_BOUND
         assert duplicates <= DUPLICATE_SHARE * acked, (duplicates, acked)
+        assert not pnsq_dups, "pnsq's client stored a message twice"
         assert self.watch.longest <= offline_bound, dict(self.watch.missed)
+
+    def _stored_twice(self) -> tuple[int, int]:
+        """The extra copies of this round's messages in the logs (read from each partition's
+        leader): ``(of pnsq's client, of go-nsq)``. Not the redeliveries a consumer sees: a
+        message stored twice is a second message."""
+        copies: Counter[bytes] = Counter()
+        for topic in (OPS, ORD):
+            for partition, part in self.cluster.placement(topic).items():
+                leader = self.cluster.by_id(part["leader"])
+                bodies = read_partition(leader, partition, topic)
+                copies.update(body.lstrip(b".") for body in bodies)  # a backlog's padding
+        pnsq = [
+            f"{self.tag}{topic}{partition}-"
+            for topic, count in ((OPS, OPS_PARTITIONS), (ORD, ORD_PARTITIONS))
+            for partition in range(count)
+        ]
+        return copies_by_kind(copies, [*pnsq, f"bl{self.tag}-"], [f"{self.go.name}r"])
 
     def _stored(self, lost: dict[str, set[bytes]]) -> dict[str, set[bytes]]:
         """Of the undelivered messages, those stored (read from each partition's leader)."""

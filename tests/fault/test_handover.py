@@ -84,12 +84,15 @@ def run_round(cluster: FaultCluster, scenario: str, tag: str, fault: str) -> Non
         acked=len(publisher.acked),
         lost=len(outcome.lost),
         duplicates=outcome.duplicates,
+        duplicates_pnsq=outcome.duplicates,  # every publisher here is pnsq's client
+        duplicates_stock=0,
         refused=len(publisher.refused),
         reply_timeouts=len(publisher.timeouts),
         acked_across_fault=len(late),
         **figures,
     )
     assert not outcome.lost, sorted(outcome.lost)[:10]
+    assert not outcome.duplicates, [b for b, n in outcome.copies.items() if n > 1][:10]
     assert publisher.hung == 0, f"{publisher.hung} publish call(s) never ended"
     # a reply overdue means nsqd lost it: SIGSTOP is shorter than the client's timeout
     assert not publisher.timeouts, publisher.timeouts[:5]
