@@ -39,7 +39,7 @@ from .errors import (
     PartitionsUnknownError,
     UnexpectedResponseError,
 )
-from .numbering import Numbering, Ticket, already_stored, is_acknowledgement, refusal
+from .numbering import Make, Numbering, Ticket, already_stored, is_acknowledgement, refusal
 from .retry import RETRIED, attempt_delays, retryable
 from .routing import (
     RoundRobin,
@@ -302,6 +302,7 @@ class BlockingClient:
         delays = attempt_delays(self.max_attempts, self.retry_backoff)
         delay: float | None = next(delays)
         acknowledged = False
+        hole: tuple[Ticket, Make] | None = None  # a given-up publish to send again first
         try:
             while delay is not None:
                 if error is not None:
@@ -322,20 +323,24 @@ class BlockingClient:
                         ticket, kept = numbering.take(topic, number, count), number
                     sequence = None
                     if numbering is not None and ticket is not None:
+                        if hole is not None:  # the leader asked for its numbers: sent first
+                            given_up, resend = hole
+                            again = conn.command(
+                                resend(given_up.partition, numbering.number(given_up))
+                            )
+                            if is_acknowledgement(again):
+                                numbering.filled(given_up)
+                            hole = None
                         sequence = numbering.number(ticket)
                         acked = numbering.acknowledged(ticket)
                     reply = conn.command(make(number, sequence))
                 except RETRIED as exc:
                     expected = refusal(exc)
-                    renumbered = (
-                        numbering is not None
-                        and ticket is not None
-                        and expected is not None
-                        and numbering.rebase(ticket, expected, acked)
-                    )
-                    if renumbered:  # sent again at once
-                        error = None
-                        continue
+                    if numbering is not None and ticket is not None and expected is not None:
+                        hole = numbering.given_up(ticket, expected)
+                        if hole is not None or numbering.rebase(ticket, expected, acked):
+                            error = None  # sent again at once
+                            continue
                     if not retryable(exc):
                         raise
                     error = exc
@@ -347,7 +352,9 @@ class BlockingClient:
                 return reply
         finally:
             if numbering is not None and ticket is not None:
-                numbering.done(ticket, acknowledged=acknowledged)
+                numbering.done(
+                    ticket, acknowledged=acknowledged, resend=None if acknowledged else make
+                )
         assert error is not None
         raise error
 

@@ -24,14 +24,23 @@ arrive (on another connection) after that publish's acknowledgement, and would r
 number just stored. So a refusal rebases only when no publish of the partition was
 acknowledged since the refused one was sent (:meth:`Numbering.acknowledged`); otherwise it is
 simply sent again.
+
+A publish given up after its tries is not known to be unstored: a try may still sit in the
+buffers of a connection the client left, and be stored later. Its number is never given to
+another publish (that one would then be answered ``DUPLICATE`` and never stored): when the
+leader refuses a later publish for the given-up one's number, that publish is sent again first
+(:meth:`Numbering.given_up`) — a publish that raised may so be stored after all, once.
 """
 
 from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
+
+from protocol.commands import Command
 
 from .errors import NsqError
 
@@ -42,6 +51,9 @@ DUPLICATE: Final = b"DUPLICATE"
 _OUT_OF_TURN: Final = frozenset({"E_PUB_SEQUENCE_GAP", "E_PUB_SEQUENCE_UNKNOWN"})
 #: the number the leader expects, in a refusal's text
 _EXPECTED: Final = re.compile(r"expected sequence (\d+)")
+
+#: a publish's command for its partition and number (None: unnumbered)
+Make = Callable[[int | None, int | None], Command]
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +76,9 @@ class _Partition:
     #: are sent again in order, one after another, each without waiting for the one before
     #: to be acknowledged); None: publishes go as they come
     resend: int | None = None
+    #: publishes given up, until a later one is acknowledged: by index, the ticket and what
+    #: sends it again
+    given_up: dict[int, tuple[Ticket, Make]] = field(default_factory=dict)
 
 
 class Numbering:
@@ -87,13 +102,34 @@ class Numbering:
         """The number ``ticket``'s publish carries now (its first message's)."""
         return ticket.index - self._parts[(ticket.topic, ticket.partition)].base
 
-    def done(self, ticket: Ticket, *, acknowledged: bool) -> None:
-        """The publish is acknowledged, or given up: no longer in flight."""
+    def done(self, ticket: Ticket, *, acknowledged: bool, resend: Make | None = None) -> None:
+        """The publish is acknowledged, or given up (``resend``: what sends it again, should
+        the leader ask for its number: its command maker): no longer in flight."""
         part = self._parts[(ticket.topic, ticket.partition)]
         part.pending.discard(ticket.index)
-        part.acked += acknowledged
+        if acknowledged:
+            part.acked += 1
+            # the leader took this one's numbers: it holds every one before them
+            for index in [i for i in part.given_up if i < ticket.index]:
+                del part.given_up[index]
+        elif resend is not None:
+            part.given_up[ticket.index] = (ticket, resend)
         if part.resend == ticket.index:
             self._advance(part, ticket.index)
+
+    def given_up(self, ticket: Ticket, expected: int) -> tuple[Ticket, Make] | None:
+        """The publish given up before ``ticket`` whose first number is ``expected`` (the
+        leader refused ``ticket``'s numbers for it), with what sends it again; None if
+        none."""
+        part = self._parts[(ticket.topic, ticket.partition)]
+        found = part.given_up.get(part.base + expected)
+        if found is None or found[0].index >= ticket.index:
+            return None
+        return found
+
+    def filled(self, hole: Ticket) -> None:
+        """The given-up publish ``hole`` was sent again and acknowledged."""
+        self._parts[(hole.topic, hole.partition)].given_up.pop(hole.index, None)
 
     def may_send(self, ticket: Ticket) -> bool:
         """Whether ``ticket``'s publish may be sent now: always, unless the partition's
@@ -139,6 +175,7 @@ class Numbering:
         if self.waits(ticket) or part.acked != acknowledged:
             return False
         part.base = ticket.index - expected
+        part.given_up = {i: g for i, g in part.given_up.items() if i > ticket.index}
         return True
 
 

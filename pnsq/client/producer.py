@@ -26,7 +26,7 @@ connection and leave in one write, and the replies are matched in order.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
 from typing import Final, Unpack, final
@@ -44,7 +44,7 @@ from .errors import (
     PartitionsUnknownError,
     UnexpectedResponseError,
 )
-from .numbering import Numbering, Ticket, already_stored, is_acknowledgement, refusal
+from .numbering import Make, Numbering, Ticket, already_stored, is_acknowledgement, refusal
 from .pool import DEFAULT_ROUTE_TTL, ConnectionPool, Routes
 from .retry import RETRIED, attempt_delays, retry_delay, retryable
 from .routing import (
@@ -59,10 +59,6 @@ from .routing import (
 DEFAULT_MAX_BATCH_BYTES: Final = 4 * 1024 * 1024
 
 Key = str | bytes
-
-
-#: a command with the partition and the number (None: unnumbered) it goes with
-Make = Callable[[int | None, int | None], Command]
 
 
 def _mpub(topic: str, bodies: list[bytes], partition: int | None, sequence: int | None) -> Mpub:
@@ -236,6 +232,7 @@ class Producer:
         delays = attempt_delays(self.max_attempts, self.retry_backoff)
         delay: float | None = next(delays)
         acknowledged = False
+        hole: tuple[Ticket, Make] | None = None  # a given-up publish to send again first
         try:
             while delay is not None:
                 if error is not None:
@@ -253,6 +250,9 @@ class Producer:
                     sequence = acked = None
                     if ticket is not None:
                         assert self.numbering is not None
+                        if hole is not None:
+                            await self._send_again(conn, *hole)
+                            hole = None
                         await self._turn(ticket)  # after the earlier ones, when resending
                         sequence = self.numbering.number(ticket)
                         acked = self.numbering.acknowledged(ticket)
@@ -263,9 +263,11 @@ class Producer:
                     expected = refusal(exc)
                     if ticket is not None and expected is not None:  # not an attempt: again
                         assert self.numbering is not None
-                        assert acked is not None
-                        self.numbering.rebase(ticket, expected, acked)
-                        self.numbering.out_of_turn(ticket)
+                        hole = self.numbering.given_up(ticket, expected)
+                        if hole is None:
+                            assert acked is not None
+                            self.numbering.rebase(ticket, expected, acked)
+                            self.numbering.out_of_turn(ticket)
                         error = None
                         continue
                     if not retryable(exc):
@@ -280,10 +282,20 @@ class Producer:
         finally:
             if ticket is not None:
                 assert self.numbering is not None
-                self.numbering.done(ticket, acknowledged=acknowledged)
+                self.numbering.done(
+                    ticket, acknowledged=acknowledged, resend=None if acknowledged else make
+                )
                 self._turns(ticket).unpark_all()
         assert error is not None
         raise error
+
+    async def _send_again(self, conn: Connection, hole: Ticket, make: Make) -> None:
+        """Send the given-up publish ``hole`` again, with its numbers (the leader asked for
+        them: :meth:`Numbering.given_up`)."""
+        assert self.numbering is not None
+        reply = await conn.command(make(hole.partition, self.numbering.number(hole)))
+        if is_acknowledgement(reply):
+            self.numbering.filled(hole)
 
     def _numbers(self, conn: Connection) -> bool:
         """Whether publishes on ``conn`` are numbered (idempotent, and a pnsq nsqd)."""

@@ -1,11 +1,17 @@
 """pnsq/client/numbering.py: numbers per partition, kept by a publish for its retries; a
 refusal out of turn rebases only the oldest publish in flight, and only when no publish was
 acknowledged since the refused try was sent (a stale refusal would rebase onto a stored
-number)."""
+number); a given-up publish's number is asked for by sending it again, never given to another
+publish."""
 
 from __future__ import annotations
 
 from pnsq.client.numbering import Numbering
+from protocol.commands import Command, Pub
+
+
+def make(partition: int | None, number: int | None) -> Command:
+    return Pub("t", b"given up", partition, number)
 
 
 def test_numbers_follow_per_partition_and_a_batch_takes_its_count() -> None:
@@ -62,3 +68,28 @@ def test_after_a_refusal_the_publishes_in_flight_go_again_in_order_without_waiti
     numbering.sending(tickets[3])
     later = numbering.take("t", 0, 1)
     assert numbering.may_send(later)  # the in-flight ones have all gone again
+
+
+def test_a_given_up_publishs_number_is_filled_by_itself_not_given_to_the_next() -> None:
+    numbering = Numbering()
+    stored = numbering.take("t", 0, 1)
+    numbering.done(stored, acknowledged=True)
+    given_up = numbering.take("t", 0, 2)  # numbers 1-2: a try may still reach the leader
+    numbering.done(given_up, acknowledged=False, resend=make)
+    nxt = numbering.take("t", 0, 1)
+    # the leader expects 1: the given-up publish is sent again with its own numbers ...
+    assert numbering.given_up(nxt, 1) == (given_up, make)
+    assert numbering.given_up(nxt, 2) is None  # (not the first number of a given-up one)
+    assert numbering.number(given_up) == 1
+    numbering.filled(given_up)
+    assert numbering.given_up(nxt, 1) is None
+    assert numbering.number(nxt) == 3  # ... and the next one keeps its own
+    # a given-up publish is forgotten once a later one is acknowledged (the leader had it)
+    again = numbering.take("t", 0, 1)
+    numbering.done(again, acknowledged=False, resend=make)
+    last = numbering.take("t", 0, 1)
+    numbering.done(nxt, acknowledged=True)
+    assert numbering.given_up(last, 4) == (again, make)  # acknowledged nxt came before it
+    numbering.done(last, acknowledged=True)
+    probe = numbering.take("t", 0, 1)
+    assert numbering.given_up(probe, 4) is None
