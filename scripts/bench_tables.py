@@ -7,7 +7,9 @@ rows, the p99 in ms for the latency rows and VmRSS in KiB for the memory rows.
 
 A row shows each side's median over the rounds it ran and each round's ratio pnsq / Go nsqd
 (Go nsqd and pnsq alternate within a round, so a round's two figures were taken under the same
-machine load); the row's ratio is the median of the rounds' ratios.
+machine load); the row's ratio is the median of the rounds' ratios. The pnsq-only tables
+(idempotent publishing, the credential's cost, a move) compare a pnsq row with another pnsq row
+of the same round in the same way.
 """
 
 from __future__ import annotations
@@ -46,6 +48,22 @@ PNSQ_BASELINE = {
         "MPUB replicated as above, with the cluster credential and TLS between nodes",
     ),
 }
+
+# pnsq's idempotent publishing (numbered publishes, docs/compatibility.md) against plain
+# publishing with the same tool and flags, on a fresh single pnsq nsqd each, in the same round:
+# key -> (the plain row, label). The goal: numbered at least IDEMPOTENT_GOAL of plain.
+PNSQ_IDEMPOTENT = {
+    "pub_pipelined_idempotent": (
+        "pub_pipelined",
+        "pipelined PUB, 16 conns (window 1000), pnsq-loadgen",
+    ),
+    "pub_sync_idempotent": ("pub_sync", "sync PUB, 16 conns (1 outstanding), pnsq-loadgen"),
+    "mpub_idempotent": (
+        "mpub_loadgen",
+        "sync MPUB 200 x 200 B, one conn per core (as bench_writer), pnsq-loadgen",
+    ),
+}
+IDEMPOTENT_GOAL = 0.9
 
 # pnsq-only rows measured while an operation runs, against the steady window before it on the
 # same cluster: key -> (the steady row, label). Their extras name how long each move took.
@@ -180,12 +198,18 @@ class Notes:
 
 
 def side_cells(
-    results: Results, key: str, label: str, notes: Notes, show: Callable[[Cell], str]
+    results: Results,
+    key: str,
+    label: str,
+    notes: Notes,
+    show: Callable[[Cell], str],
+    names: tuple[str, str] = (SIDES[0][1], SIDES[1][1]),
 ) -> list[Cell]:
     """The Go and pnsq cells of one row (medians over the rounds), each shown with its footnote
-    mark (in .value)."""
+    mark (in .value); a footnote names its column by ``names`` (a pnsq-only table's baseline
+    sits in the "go" side)."""
     cells = []
-    for side, name in SIDES:
+    for (side, _side_name), name in zip(SIDES, names, strict=True):
         cell = median_cell(results.get(key, {}).get(side, []))
         shown = show(cell) + notes.mark(cell.note, f"{label}, {name}")
         cells.append(Cell(shown, cell.note, {"raw": cell.value, **cell.extra}))
@@ -209,24 +233,51 @@ def throughput_table(results: Results, pnsq_label: str, notes: Notes) -> list[st
     return rows
 
 
-def cost_table(results: Results, pnsq_label: str, notes: Notes) -> list[str]:
-    """pnsq-only rows against the pnsq row without their protection, round by round."""
-    rows = [
-        f"| workload | {pnsq_label} without msgs/s (median) | {pnsq_label} with msgs/s (median)"
-        " | ratio with/without (median of the rounds') | each round's ratio |",
-        "|---|---:|---:|---:|---|",
-    ]
-    for key, (baseline, label) in PNSQ_BASELINE.items():
+def pnsq_pairs(
+    results: Results,
+    pairs: dict[str, tuple[str, str]],
+    names: tuple[str, str],
+    notes: Notes,
+) -> list[str]:
+    """One row per pnsq-only workload against another pnsq row of the same rounds (``pairs``:
+    key -> (that row, label)): both medians, the median of the rounds' ratios, every round's."""
+    rows = []
+    for key, (baseline, label) in pairs.items():
         pair = {
             key: {
                 "go": results.get(baseline, {}).get("pnsq", []),
                 "pnsq": results.get(key, {}).get("pnsq", []),
             }
         }
-        without, with_ = side_cells(pair, key, label, notes, lambda c: number(c.value, ",.0f"))
+        base, this = side_cells(pair, key, label, notes, lambda c: number(c.value, ",.0f"), names)
         ratio_, rounds = round_ratios(pair, key)
-        rows.append(f"| {label} | {without.value} | {with_.value} | {ratio_} | {rounds} |")
+        rows.append(f"| {label} | {base.value} | {this.value} | {ratio_} | {rounds} |")
     return rows
+
+
+def cost_table(results: Results, pnsq_label: str, notes: Notes) -> list[str]:
+    """pnsq-only rows against the pnsq row without their protection, round by round."""
+    return [
+        f"| workload | {pnsq_label} without msgs/s (median) | {pnsq_label} with msgs/s (median)"
+        " | ratio with/without (median of the rounds') | each round's ratio |",
+        "|---|---:|---:|---:|---|",
+        *pnsq_pairs(results, PNSQ_BASELINE, (f"{pnsq_label} without", f"{pnsq_label} with"), notes),
+    ]
+
+
+def idempotent_table(results: Results, pnsq_label: str, notes: Notes) -> list[str]:
+    """pnsq's numbered (idempotent) publishes against plain ones, round by round, with the
+    goal for their ratio."""
+    return [
+        f"| idempotent publishing (numbered) vs plain, {pnsq_label}"
+        f" | {pnsq_label} plain msgs/s (median) | {pnsq_label} numbered msgs/s (median)"
+        " | ratio numbered/plain (median of the rounds';"
+        f" goal ≥ {IDEMPOTENT_GOAL}) | each round's ratio |",
+        "|---|---:|---:|---:|---|",
+        *pnsq_pairs(
+            results, PNSQ_IDEMPOTENT, (f"{pnsq_label} plain", f"{pnsq_label} numbered"), notes
+        ),
+    ]
 
 
 def during_table(results: Results, pnsq_label: str, notes: Notes) -> list[str]:
@@ -246,7 +297,14 @@ def during_table(results: Results, pnsq_label: str, notes: Notes) -> list[str]:
                 "pnsq": results.get(key, {}).get("pnsq", []),
             }
         }
-        steady, during = side_cells(pair, key, label, notes, lambda c: number(c.value, ",.0f"))
+        steady, during = side_cells(
+            pair,
+            key,
+            label,
+            notes,
+            lambda c: number(c.value, ",.0f"),
+            (f"{pnsq_label} steady", f"{pnsq_label} during"),
+        )
         ratio_, rounds = round_ratios(pair, key)
         cells = results.get(key, {}).get("pnsq", [])
         each = [
@@ -305,10 +363,12 @@ def memory_table(
 
 
 def build_tables(results: Results, pnsq_label: str, idle_conns: str) -> list[str]:
-    """The five tables, then the footnotes of all of them."""
+    """The six tables, then the footnotes of all of them."""
     notes = Notes()
     lines = [
         *throughput_table(results, pnsq_label, notes),
+        "",
+        *idempotent_table(results, pnsq_label, notes),
         "",
         *cost_table(results, pnsq_label, notes),
         "",

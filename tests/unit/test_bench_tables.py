@@ -186,3 +186,68 @@ def test_mpub_during_a_move_is_against_the_steady_window_with_each_rounds_moves(
         r.startswith("| MPUB 200 x 200 B, pnsq's client")
         for r in tables.build_tables(tables.read_results(path), "pnsq", "10")
     )
+
+
+def test_idempotent_publishing_is_numbered_against_plain_pnsq_round_by_round(
+    tables: ModuleType, tmp_path: Path
+) -> None:
+    path = write(
+        tmp_path,
+        [
+            ("pub_pipelined", "go", "80000", "", "round=1"),
+            ("pub_pipelined", "pnsq", "200000", "", "round=1"),
+            ("pub_pipelined_idempotent", "pnsq", "190000", "", "round=1"),
+            ("mpub_loadgen", "pnsq", "500000", "", "round=1"),
+            ("mpub_idempotent", "pnsq", "450000", "", "round=1"),
+            ("pub_pipelined", "go", "90000", "", "round=2"),
+            ("pub_pipelined", "pnsq", "300000", "", "round=2"),
+            ("pub_pipelined_idempotent", "pnsq", "240000", "", "round=2"),
+            ("mpub_loadgen", "pnsq", "400000", "", "round=2"),
+            ("mpub_idempotent", "pnsq", "failed", "tool exited non-zero", "round=2"),
+            ("pub_pipelined", "go", "85000", "", "round=3"),
+            ("pub_pipelined", "pnsq", "250000", "", "round=3"),
+            ("pub_pipelined_idempotent", "pnsq", "250000", "", "round=3"),
+        ],
+    )
+    notes = tables.Notes()
+    rows = tables.idempotent_table(tables.read_results(path), "pnsq", notes)
+    assert rows[0].startswith("| idempotent publishing (numbered) vs plain, pnsq |")
+    assert "goal ≥ 0.9" in rows[0]
+    # the plain figures are pnsq's own (not Go nsqd's), paired with the numbered ones by round
+    assert row(rows, "pipelined PUB") == [
+        "pipelined PUB, 16 conns (window 1000), pnsq-loadgen",
+        "250,000",
+        "240,000",
+        "0.950",
+        "0.950 · 0.800 · 1.000",
+    ]
+    # a failed numbered round has no ratio and is named, under the numbered column's name
+    assert row(rows, "sync MPUB")[1:] == ["450,000", "450,000 [1]", "0.900", "0.900 · -"]
+    assert notes.lines == [
+        "sync MPUB 200 x 200 B, one conn per core (as bench_writer), pnsq-loadgen,"
+        " pnsq numbered: round 2: tool exited non-zero"
+    ]
+    # a row that did not run says so
+    assert row(rows, "sync PUB")[1:] == ["not run", "not run", "-", "-"]
+    # and the report builds it among the other tables, the Go comparison unchanged
+    report = tables.build_tables(tables.read_results(path), "pnsq", "10")
+    assert any(r.startswith("| idempotent publishing (numbered) vs plain") for r in report)
+    assert row(report, "PUB, 16 conns pipelined")[1:4] == ["85,000", "250,000", "2.941"]
+
+
+def test_a_pnsq_only_tables_footnote_names_its_own_column(
+    tables: ModuleType, tmp_path: Path
+) -> None:
+    path = write(
+        tmp_path,
+        [
+            ("mpub_replicated", "pnsq", "failed", "cluster did not start", "round=1"),
+            ("mpub_replicated_secure", "pnsq", "80000", "", "round=1"),
+        ],
+    )
+    notes = tables.Notes()
+    tables.cost_table(tables.read_results(path), "pnsq", notes)
+    assert notes.lines == [
+        "MPUB replicated as above, with the cluster credential and TLS between nodes,"
+        " pnsq without: cluster did not start"
+    ]

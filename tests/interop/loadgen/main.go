@@ -1,10 +1,11 @@
 // Command pnsq-loadgen is pnsq's own load generator for the workloads that NSQ's bench tools do
-// not cover: many connections each sending single-message PUBs, either pipelined (a window of
-// PUBs outstanding per connection) or synchronous (one PUB, wait for its OK); and publish→deliver
-// latency at a fixed publish rate (the latency mode, in latency.go).
+// not cover: many connections each sending single-message PUBs (or, with -mpub N, MPUBs of N
+// messages), either pipelined (a window of commands outstanding per connection) or synchronous
+// (one command, wait for its OK), optionally numbered as pnsq's idempotent publishing numbers
+// them; and publish→deliver latency at a fixed publish rate (the latency mode, in latency.go).
 //
 //	pnsq-loadgen pub -addr 127.0.0.1:4150 -topic T -conns 16 -size 200 -runfor 10s \
-//	    -mode pipelined|sync [-window 1000] [-numbered]
+//	    -mode pipelined|sync [-window 1000] [-mpub N] [-numbered]
 //	pnsq-loadgen latency -addr 127.0.0.1:4150 -topic T -rate 10000 -size 200 -runfor 10s ...
 //
 // It speaks protocol V2 over raw TCP (no client library), prints exactly one JSON line on stdout
@@ -35,7 +36,7 @@ const (
 	frameError    = 1
 	frameMessage  = 2
 
-	// chunkMax bounds how many PUBs a pipelined connection writes per flush.
+	// chunkMax bounds how many commands a pipelined connection writes per flush.
 	chunkMax = 64
 	// drainMax bounds the wait for outstanding OKs after runfor has elapsed.
 	drainMax = 10 * time.Second
@@ -53,7 +54,9 @@ type result struct {
 	Conns      int     `json:"conns"`
 	Size       int     `json:"size"`
 	Window     int     `json:"window,omitempty"`
+	Mpub       int     `json:"mpub,omitempty"`
 	Numbered   bool    `json:"numbered,omitempty"`
+	Commands   int64   `json:"commands"`
 	Msgs       int64   `json:"msgs"`
 	Seconds    float64 `json:"seconds"`
 	MsgsPerSec float64 `json:"msgs_per_sec"`
@@ -103,17 +106,18 @@ func runPub(args []string) int {
 	conns := fs.Int("conns", 16, "number of TCP connections")
 	size := fs.Int("size", 200, "message body size in bytes")
 	runfor := fs.Duration("runfor", 10*time.Second, "how long to keep publishing")
-	mode := fs.String("mode", "pipelined", "pipelined (a window of outstanding PUBs) or sync (one at a time)")
-	window := fs.Int("window", 1000, "max outstanding PUBs per connection (pipelined)")
-	numbered := fs.Bool("numbered", false, "pnsq's idempotent publishing: each connection names itself a producer (IDENTIFY pnsq_producer) and numbers its PUBs to partition 0")
+	mode := fs.String("mode", "pipelined", "pipelined (a window of outstanding commands) or sync (one at a time)")
+	window := fs.Int("window", 1000, "max outstanding commands (PUBs, or MPUBs with -mpub) per connection (pipelined)")
+	mpub := fs.Int("mpub", 0, "0: single-message PUBs; N>=1: each command an MPUB of N messages of -size bytes")
+	numbered := fs.Bool("numbered", false, "pnsq's idempotent publishing: each connection names itself a producer (IDENTIFY pnsq_producer) and numbers its messages to partition 0 (an MPUB carries the number of its first)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if *conns < 1 || *size < 1 || *window < 1 || *runfor <= 0 || (*mode != "pipelined" && *mode != "sync") {
-		fmt.Fprintln(os.Stderr, "pub: need -conns>=1 -size>=1 -window>=1 -runfor>0 -mode pipelined|sync")
+	if *conns < 1 || *size < 1 || *window < 1 || *mpub < 0 || *runfor <= 0 || (*mode != "pipelined" && *mode != "sync") {
+		fmt.Fprintln(os.Stderr, "pub: need -conns>=1 -size>=1 -window>=1 -mpub>=0 -runfor>0 -mode pipelined|sync")
 		return 2
 	}
-	res := result{Mode: *mode, Conns: *conns, Size: *size, Numbered: *numbered}
+	res := result{Mode: *mode, Conns: *conns, Size: *size, Mpub: *mpub, Numbered: *numbered}
 	if *mode == "pipelined" {
 		res.Window = *window
 	}
@@ -133,23 +137,24 @@ func runPub(args []string) int {
 		os.Exit(1)
 	})
 
-	// One PUB command, built once and written over and over (a numbered one gets its
-	// "0 <sequence>" line per message: see publisher.write).
-	body := make([]byte, 0, 4+*size)
-	body = binary.BigEndian.AppendUint32(body, uint32(*size))
-	for i := 0; i < *size; i++ {
-		body = append(body, byte('a'+i%26))
-	}
-	cmd := append([]byte("PUB "+*topic+"\n"), body...)
+	// One command, built once and written over and over (a numbered one gets its
+	// "0 <sequence>" line per command: see publisher.write).
+	verb, per, body := pubBody(*size, *mpub)
+	cmd := append([]byte(verb+" "+*topic+"\n"), body...)
 
 	// Dial everything first so that connection set-up is not timed.
 	pubs := make([]*publisher, *conns)
 	for i := range pubs {
 		p, err := dial(*addr, cmd)
+		if err == nil {
+			p.per = per
+		}
 		if err == nil && *numbered {
 			name := fmt.Sprintf("loadgen-%d-%d", os.Getpid(), i)
-			err = p.identifyProducer(name)
-			p.line, p.body = []byte("PUB "+*topic+" 0 "), body
+			p.line, p.body = []byte(verb+" "+*topic+" 0 "), body
+			if err = p.identifyProducer(name); err != nil {
+				p.conn.Close()
+			}
 		}
 		if err != nil {
 			for _, q := range pubs[:i] {
@@ -160,7 +165,7 @@ func runPub(args []string) int {
 		pubs[i] = p
 	}
 
-	var total atomic.Int64
+	var commands atomic.Int64
 	var firstErr error
 	var errOnce sync.Once
 	var wg sync.WaitGroup
@@ -177,7 +182,7 @@ func runPub(args []string) int {
 			} else {
 				err = p.runPipelined(deadline, *window)
 			}
-			total.Add(p.acked)
+			commands.Add(p.acked)
 			if err != nil {
 				errOnce.Do(func() { firstErr = err })
 			}
@@ -186,7 +191,8 @@ func runPub(args []string) int {
 	wg.Wait()
 	elapsed := time.Since(start).Seconds()
 
-	res.Msgs = total.Load()
+	res.Commands = commands.Load()
+	res.Msgs = res.Commands * int64(per)
 	res.Seconds = elapsed
 	if elapsed > 0 {
 		res.MsgsPerSec = float64(res.Msgs) / elapsed
@@ -199,7 +205,27 @@ func runPub(args []string) int {
 	return 0
 }
 
-// publisher is one connection. The writer side (the PUB loop, or the reader answering a
+// pubBody returns the command's verb, the messages per command and its body after the command
+// line: PUB's [u32 size][message], or with mpub >= 1 MPUB's
+// [u32 body size][u32 count]([u32 size][message])*count. Every message is size bytes of a-z.
+func pubBody(size, mpub int) (string, int, []byte) {
+	msg := make([]byte, size)
+	for i := range msg {
+		msg[i] = byte('a' + i%26)
+	}
+	if mpub == 0 {
+		return "PUB", 1, append(binary.BigEndian.AppendUint32(nil, uint32(size)), msg...)
+	}
+	body := binary.BigEndian.AppendUint32(nil, uint32(4+mpub*(4+size)))
+	body = binary.BigEndian.AppendUint32(body, uint32(mpub))
+	for i := 0; i < mpub; i++ {
+		body = binary.BigEndian.AppendUint32(body, uint32(size))
+		body = append(body, msg...)
+	}
+	return "MPUB", mpub, body
+}
+
+// publisher is one connection. The writer side (the command loop, or the reader answering a
 // heartbeat with NOP) holds wmu while it touches w.
 type publisher struct {
 	conn  net.Conn
@@ -207,8 +233,10 @@ type publisher struct {
 	wmu   sync.Mutex
 	w     *bufio.Writer
 	cmd   []byte
-	acked int64 // OKs received; read by the caller after the run
+	per   int   // messages per command: 1 for PUB, N for -mpub N
+	acked int64 // commands answered OK; read by the caller after the run
 	// numbered (-numbered): the line up to the sequence, the sized body, the next sequence
+	// (an MPUB's first message's: the next command's is per higher)
 	line []byte
 	body []byte
 	seq  uint64
@@ -232,7 +260,7 @@ func (p *publisher) identifyProducer(name string) error {
 	return nil
 }
 
-// write buffers one PUB: the fixed command, or a numbered one with its next sequence.
+// write buffers one command: the fixed one, or a numbered one with its next sequence.
 func (p *publisher) write() error {
 	if p.line == nil {
 		_, err := p.w.Write(p.cmd)
@@ -241,7 +269,7 @@ func (p *publisher) write() error {
 	p.w.Write(p.line)
 	p.w.Write(strconv.AppendUint(nil, p.seq, 10))
 	p.w.WriteByte('\n')
-	p.seq++
+	p.seq += uint64(p.per)
 	_, err := p.w.Write(p.body)
 	return err
 }
@@ -321,7 +349,7 @@ func (p *publisher) nextOK(buf []byte) ([]byte, error) {
 	}
 }
 
-// runSync: write one PUB, wait for its OK, repeat until the deadline.
+// runSync: write one command, wait for its OK, repeat until the deadline.
 func (p *publisher) runSync(deadline time.Time) error {
 	p.conn.SetDeadline(deadline.Add(drainMax))
 	var buf []byte
@@ -344,16 +372,17 @@ func (p *publisher) runSync(deadline time.Time) error {
 	return nil
 }
 
-// runPipelined keeps up to window PUBs outstanding: a writer goroutine takes a token per PUB
-// and writes them in chunks of at most chunkMax per flush; this goroutine reads the OKs and
-// gives the tokens back. After the deadline the writer stops and the outstanding OKs are drained.
+// runPipelined keeps up to window commands outstanding: a writer goroutine takes a token per
+// command and writes them in chunks of at most chunkMax per flush; this goroutine reads the OKs
+// and gives the tokens back. After the deadline the writer stops and the outstanding OKs are
+// drained.
 func (p *publisher) runPipelined(deadline time.Time, window int) error {
 	p.conn.SetDeadline(deadline.Add(drainMax))
 	tokens := make(chan struct{}, window)
 	for i := 0; i < window; i++ {
 		tokens <- struct{}{}
 	}
-	var sent atomic.Int64             // PUBs handed to the socket (counted before the write)
+	var sent atomic.Int64             // commands handed to the socket (counted before the write)
 	kick := make(chan struct{}, 1)    // poked after each chunk, wakes an idle reader
 	writerDone := make(chan error, 1) // the writer's final error (nil at the deadline)
 	go func() {
