@@ -8,6 +8,7 @@ from __future__ import annotations
 import http.client
 import json
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Final
 from urllib.parse import urlencode
@@ -25,6 +26,8 @@ from .routing import (
 )
 
 DEFAULT_TIMEOUT: Final = 10.0
+#: seconds each leader lookupd names has to describe its partitions
+LEADER_TIMEOUT: Final = 1.0
 #: Errors of a kept-alive connection that nsqd closed while it was idle: retried once.
 _STALE: Final = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
 
@@ -155,7 +158,10 @@ def fetch_partitions_via_lookupd(
 ) -> TopicPartitions | None:
     """A topic's partitions across a cluster: lookupd's ``/lookup?topic=&access=w`` names the
     leader of each partition, and each leader's ``/partitions`` describes the ones it leads
-    (offsets, addresses); merged. ``None`` when lookupd does not know the topic yet."""
+    (offsets, addresses); merged. ``None`` when lookupd does not know the topic yet. The
+    leaders are asked together, each for at most :data:`LEADER_TIMEOUT` seconds: the
+    partitions of one that does not answer are left out (raises its error when none
+    answered)."""
     lookupd = HTTPNode(lookupd_http_address, timeout)
     try:
         params = {"topic": topic, "access": "w"}
@@ -174,14 +180,26 @@ def fetch_partitions_via_lookupd(
         }
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise UnexpectedResponseError(f"/lookup: {exc}") from exc
+    # every leader at once, each given LEADER_TIMEOUT: one that does not answer (paused, cut
+    # off) leaves its partitions out (the caller keeps the route it had for them)
+    wait = min(timeout, LEADER_TIMEOUT)
+    with ThreadPoolExecutor(max_workers=max(len(leaders), 1)) as pool:
+        asked = [pool.submit(fetch_partitions, a, topic, None, wait) for a in sorted(leaders)]
     merged: dict[int, PartitionInfo] = {}
     first: TopicPartitions | None = None
-    for http_address in sorted(leaders):
-        part = fetch_partitions(http_address, topic, None, timeout)
+    failures: list[Exception] = []
+    for answer in asked:
+        try:
+            part = answer.result()
+        except (OSError, NsqHTTPError) as exc:
+            failures.append(exc)
+            continue
         if part is None:
             continue
         first = first or part
         merged.update((info.partition, info) for info in part.partitions)
     if first is None:
+        if failures:
+            raise failures[0]
         return None
     return replace(first, partitions=tuple(merged[n] for n in sorted(merged)))

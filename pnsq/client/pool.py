@@ -6,6 +6,7 @@ cached (:class:`Routes`).
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from functools import partial
 from typing import Final, final
 
@@ -99,6 +100,17 @@ class ConnectionPool:
                 _log.debug("connection to %s ended: %s", address, exc)
 
 
+def _with_last(found: TopicPartitions, last: TopicPartitions | None) -> TopicPartitions:
+    """``found``, with the partitions it lacks (a leader that did not answer, a lookupd that
+    just restarted and knows only some) as ``last`` described them."""
+    if last is None or len(found.partitions) >= found.partition_num:
+        return found
+    have = {info.partition for info in found.partitions}
+    kept = [info for info in last.partitions if info.partition not in have]
+    merged = sorted((*found.partitions, *kept), key=lambda info: info.partition)
+    return replace(found, partitions=tuple(merged))
+
+
 @final
 class Routes:
     """Topics' partitions from ``GET /partitions`` on ``http_address`` (one nsqd), or across
@@ -156,6 +168,7 @@ class Routes:
                     return self._last[topic]
                 raise
             if found is not None:
+                found = _with_last(found, self._last.get(topic))
                 self._cache[topic] = (trio.current_time(), found)
                 self._last[topic] = found
             return found
