@@ -29,7 +29,10 @@ A publish given up after its tries is not known to be unstored: a try may still 
 buffers of a connection the client left, and be stored later. Its number is never given to
 another publish (that one would then be answered ``DUPLICATE`` and never stored): when the
 leader refuses a later publish for the given-up one's number, that publish is sent again first
-(:meth:`Numbering.given_up`) — a publish that raised may so be stored after all, once.
+(:meth:`Numbering.given_up`) — a publish that raised may so be stored after all, once. Its
+acknowledgement then counts as any other: a refusal of another publish sent before it is stale
+(without that, a second publish refused for the same number renumbered itself onto it, just
+stored, and was answered ``DUPLICATE``: lost, seen in the pipelined kill -9 fault rounds).
 """
 
 from __future__ import annotations
@@ -128,8 +131,11 @@ class Numbering:
         return found
 
     def filled(self, hole: Ticket) -> None:
-        """The given-up publish ``hole`` was sent again and acknowledged."""
-        self._parts[(hole.topic, hole.partition)].given_up.pop(hole.index, None)
+        """The given-up publish ``hole`` was sent again and acknowledged: an acknowledgement
+        like any other (a refusal sent before it is stale: :meth:`rebase`)."""
+        part = self._parts[(hole.topic, hole.partition)]
+        part.given_up.pop(hole.index, None)
+        part.acked += 1
 
     def may_send(self, ticket: Ticket) -> bool:
         """Whether ``ticket``'s publish may be sent now: always, unless the partition's

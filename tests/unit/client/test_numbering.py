@@ -93,3 +93,20 @@ def test_a_given_up_publishs_number_is_filled_by_itself_not_given_to_the_next() 
     numbering.done(last, acknowledged=True)
     probe = numbering.take("t", 0, 1)
     assert numbering.given_up(probe, 4) is None
+
+
+def test_a_refusal_older_than_the_ack_of_a_given_up_publish_sent_again_does_not_rebase() -> None:
+    """Two publishes refused for a given-up one's number: the first sends it again (stored,
+    acknowledged); the second's refusal, sent before that, must not renumber it onto the number
+    just stored (it would be answered DUPLICATE and never stored)."""
+    numbering = Numbering()
+    given_up = numbering.take("t", 0, 1)  # number 0
+    numbering.done(given_up, acknowledged=False, resend=make)
+    first, second = numbering.take("t", 0, 1), numbering.take("t", 0, 1)
+    numbering.done(first, acknowledged=False, resend=make)  # (its own tries spent too)
+    sent_with = numbering.acknowledged(second)
+    assert numbering.given_up(second, 0) == (given_up, make)
+    numbering.filled(given_up)  # sent again by another publish, and acknowledged
+    assert numbering.given_up(second, 0) is None
+    assert not numbering.rebase(second, 0, sent_with)  # the refusal is older than that ack
+    assert numbering.number(second) == 2
