@@ -324,6 +324,7 @@ class BlockingClient:
                     sequence = None
                     if numbering is not None and ticket is not None:
                         if hole is not None:  # the leader asked for its numbers: sent first
+                            acked = numbering.acknowledged(ticket)  # (its refusal: as of now)
                             given_up, resend = hole
                             again = conn.command(
                                 resend(given_up.partition, numbering.number(given_up))

@@ -250,7 +250,8 @@ class Producer:
                     sequence = acked = None
                     if ticket is not None:
                         assert self.numbering is not None
-                        if hole is not None:
+                        if hole is not None:  # (its refusal is judged as of its sending)
+                            acked = self.numbering.acknowledged(ticket)
                             await self._send_again(conn, *hole)
                             hole = None
                         await self._turn(ticket)  # after the earlier ones, when resending
