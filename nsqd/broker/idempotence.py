@@ -89,7 +89,7 @@ def admit(partition: Partition, runs: Sequence[Run], now: float) -> list[bool]:
         if producer not in seen:
             seen.add(producer)
             try:
-                verdict, found = producers.check(producer, first, len(batch), now)
+                verdict, found = producers.check(producer, first, len(batch.bodies), now)
             except SequenceError:
                 pass  # refused: alone, once the partition is settled
             else:
@@ -100,12 +100,13 @@ def admit(partition: Partition, runs: Sequence[Run], now: float) -> list[bool]:
 
 def appended(partition: Partition, runs: Sequence[Run], first_offset: int, now: float) -> None:
     """``runs`` (:func:`admit`'s) were appended together from ``first_offset``."""
+    record = partition.producers.record
     offset = first_offset
     for batch, numbering in runs:
-        offset += len(batch)
+        count = len(batch.bodies)
+        offset += count
         if numbering is not None:
-            producer, first = numbering
-            partition.producers.record(producer, first, len(batch), offset - 1, now)
+            record(numbering[0], numbering[1], count, offset - 1, now)
             partition.producers_changed = True
 
 
@@ -131,11 +132,13 @@ def joined(runs: Sequence[Run]) -> BodyBatch:
     exts: list[bytes] = []
     for batch, numbering in runs:
         bodies += batch.bodies
-        times += batch.publish_times()
+        times += batch.timestamps or batch.publish_times()
         if numbering is None:
             exts += batch.each_ext()
+        elif len(batch.bodies) == 1:  # a synchronous producer's PUB: the common case here
+            exts.append(stamped(*numbering))
         else:
-            exts += stamps(numbering[0], numbering[1], len(batch))
+            exts += stamps(numbering[0], numbering[1], len(batch.bodies))
     return BodyBatch(times[0], bodies, 0, times, exts)
 
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import NamedTuple
 
 from .errors import BrokerError
 
@@ -64,9 +65,10 @@ class Verdict(Enum):
     DUPLICATE = "duplicate"
 
 
-@dataclass(frozen=True, slots=True)
-class Stored:
-    """One publish stored: numbers ``first .. last``, its last message at ``offset``."""
+class Stored(NamedTuple):
+    """One publish stored: numbers ``first .. last``, its last message at ``offset`` (a tuple:
+    one is made per numbered append, and a frozen dataclass's ``__init__`` cost three times as
+    much)."""
 
     first: int
     last: int
@@ -127,16 +129,19 @@ class Producers:
     def record(self, producer: int, first: int, count: int, offset: int, now: float) -> None:
         """A publish appended: numbers ``first ..`` of ``producer``, its last message at
         ``offset`` (also as a replica, and when the log is read back)."""
-        known = self._producers.get(producer)
+        producers = self._producers
+        known = producers.get(producer)
         if known is None:
-            known = self._producers[producer] = _Producer()
-        elif known.recent and first != known.last + 1:
-            known.recent.clear()  # a producer that started over (after an expiry elsewhere)
+            known = producers[producer] = _Producer()
+            while len(producers) > self.limit:
+                producers.popitem(last=False)
+        else:
+            recent = known.recent
+            if recent and first != recent[-1].last + 1:
+                recent.clear()  # a producer that started over (after an expiry elsewhere)
+            producers.move_to_end(producer)
         known.recent.append(Stored(first, first + count - 1, offset))
         known.touched = now
-        self._producers.move_to_end(producer)
-        while len(self._producers) > self.limit:
-            self._producers.popitem(last=False)
 
     def truncate(self, offset: int) -> None:
         """The log was cut at ``offset``: publishes from there on are gone. A producer keeps
