@@ -25,6 +25,7 @@ from protocol.identify import IdentifyLimits
 from protocol.parser import ParserLimits
 
 from . import replication
+from .allocator import tune_malloc
 from .broker import Broker, BrokerConfig, open_broker
 from .cluster.forwarding import Forwarder
 from .cluster.lookup import LookupClient
@@ -366,6 +367,7 @@ async def main(options: Options) -> None:
         log.critical("FATAL: failed to instantiate nsqd - %s", exc)
         raise SystemExit(1) from exc
     tune_gc()
+    tune_malloc()
     stopping = trio.Event()
     async with trio.open_nursery() as nursery:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:

@@ -11,6 +11,11 @@ Subcommands (each prints one line "RSS_KIB PEAK_KIB NOTE..." on success, exits 1
                                a consumer SUBs (RDY 0), COUNT PUBs of SIZE bytes (each waiting
                                for its OK), then RDY 10 and every message read and FINed;
                                VmRSS one second after the last FIN.
+  big-messages-live ADDR PID COUNT SIZE
+                               a consumer SUBs with RDY 10 and reads and FINs every message
+                               while COUNT PUBs of SIZE bytes are made (each waiting for its
+                               OK): every message consumed as it is published; VmRSS one
+                               second after the last FIN.
   slow-consumer ADDR PID TOTAL SIZE
                                a consumer with RDY 1 FINs one message every 50 ms while TOTAL
                                bytes are published as MPUBs of 10 messages of SIZE bytes;
@@ -175,6 +180,38 @@ def big_messages(addr: str, pid: int, count: int, size: int) -> str:
     return f"{rss} {peak}"
 
 
+def big_messages_live(addr: str, pid: int, count: int, size: int) -> str:
+    consumer = Conn(addr).consumer("live", "ch", 10)
+    errors: list[BaseException] = []
+
+    def consume() -> None:
+        try:
+            for i in range(count):
+                if consumer.fin_next() != size:
+                    raise ValueError(f"message {i}: wrong body size")
+        except (OSError, ValueError) as exc:
+            errors.append(exc)
+
+    reader = threading.Thread(target=consume, daemon=True)
+    reader.start()
+    producer = Conn(addr)
+    body = b"m" * size
+    for _ in range(count):
+        producer.send(b"PUB live\n" + SIZE.pack(size) + body)
+        producer.ok()
+        if errors:
+            break
+    reader.join(60)
+    if errors or reader.is_alive():
+        raise ValueError(f"consumer: {errors[0] if errors else 'not done 60 s after the last PUB'}")
+    consumer.send(b"NOP\n")  # the last FIN is written; give the daemon a moment to apply it
+    time.sleep(1)
+    rss, peak = memory_kib(pid)
+    producer.close()
+    consumer.close()
+    return f"{rss} {peak}"
+
+
 def slow_consumer(addr: str, pid: int, total: int, size: int) -> str:
     consumer = Conn(addr).consumer("slow", "ch", 1)
     stop = threading.Event()
@@ -223,6 +260,8 @@ def main(argv: list[str]) -> int:
             print(idle_conns(addr, pid, args[0]))
         elif cmd == "big-messages":
             print(big_messages(addr, pid, args[0], args[1]))
+        elif cmd == "big-messages-live":
+            print(big_messages_live(addr, pid, args[0], args[1]))
         elif cmd == "slow-consumer":
             print(slow_consumer(addr, pid, args[0], args[1]))
         else:

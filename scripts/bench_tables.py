@@ -89,6 +89,7 @@ RATE_SHORTFALL = 0.95
 MEMORY = {
     "mem_idle_conns": "{idle_conns} idle connections (each IDENTIFYed)",
     "mem_big_messages": "200 x 1 MB PUB, then all consumed",
+    "mem_big_messages_3000": "3,000 x 1 MB PUB, consumed as published",
     "mem_slow_consumer": "100 MB MPUBed past a slow RDY 1 consumer",
 }
 

@@ -5,7 +5,8 @@ records in a :class:`TailCache` so those reads cost no ``pread``. All tail cache
 share one :class:`CacheBudget` (``--read-cache-bytes``): a count of records would let 10,000
 one-megabyte messages stay resident, and a budget per partition would grow with the number of
 topics. When the budget is exceeded, the caches appended to least recently give up their oldest
-records first (they are the least likely to be read again from memory).
+records first (they are the least likely to be read again from memory). A large record
+(:data:`LARGE_RECORD_BYTES`) is not cached at all: its consumers read it from disk.
 
 A cache holds runs: a list of records as appended (a PUB_TRACE, a PUB with ext), or, for the
 batches most publishes are (:mod:`.batch`), a run of its own that later batches of the same
@@ -40,6 +41,13 @@ RUN_BYTES = 256 * 1024
 
 #: default of ``--read-cache-bytes``
 DEFAULT_CACHE_BYTES = 16 * 1024 * 1024
+
+#: an append whose records average more bytes than this is not cached (the cache forgets its
+#: tail and goes on after it): read back from the page cache, such a record costs one ``pread``
+#: beside the copy its delivery makes anyway, while cached it would push out a thousand small
+#: records and keep a megabyte resident after its consumers are done with it (3,000 x 1 MB
+#: PUBs left 15 MiB of bodies cached, a fifth of the daemon's memory: docs/benchmarks.md)
+LARGE_RECORD_BYTES = 256 * 1024
 
 
 def record_cost(record: Record) -> int:
@@ -125,11 +133,13 @@ class TailCache:
     def extend(self, first: int, records: Sequence[Record], cost: int) -> None:
         """Append ``records`` (consecutive from offset ``first``, the cache's end) costing
         ``cost`` bytes together (:func:`record_cost` summed; the log computes it while
-        encoding)."""
+        encoding). Records averaging more than :data:`LARGE_RECORD_BYTES` are not kept: the
+        cache forgets what it holds and starts again after them."""
         budget = self._budget
         with budget.lock:
             end = first + len(records)
-            if not budget.limit:
+            if not budget.limit or cost > LARGE_RECORD_BYTES * len(records):
+                self._drop(0, len(self._runs))  # the cache stays a contiguous tail
                 self._end = end
                 return
             runs = self._runs

@@ -158,7 +158,13 @@ def scan_frames(
             if deliver_at > now_ns:
                 break  # not due yet (DPUB): the record read path defers it
             frames += pack(fixed + record_end - ext_end, kind, ts, 1, internal_id, trace_id)
-            frames += buf[ext_end:record_end]
+            # a large body goes into the frames straight from what was read, not through a
+            # slice of its own (one copy of a megabyte fewer; a small slice costs less)
+            frames += (
+                buf[ext_end:record_end]
+                if length <= COPIED_FOR_CRC
+                else memoryview(buf)[ext_end:record_end]
+            )
             add(pos)
             last_end = record_end
             taken += record_end - ext_end

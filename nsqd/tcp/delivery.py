@@ -7,7 +7,8 @@
 * the detail block ``[u64 log offset][u32 raw size]`` for SUB_ORDERED / SUB_ADVANCED;
 
 then the body. A plain SUB gets exactly the stock layout through :func:`write_plain`, the hot
-path: one pack (header and id) and two in-place extends of the output queue per message.
+path: one pack (header and id) and two in-place extends of the output queue per message; a run
+read from disk comes with its frames written, which become the queue when it is empty.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ def write_plain(output: OutputBuffer, taken: Deliveries) -> None:
         )
         queue += body
     for run in taken.framed:
-        queue += run.frames
+        output.append_owned(run.frames)  # the queue itself when empty: no copy
         run.frames = bytearray()
 
 

@@ -47,6 +47,14 @@ class OutputBuffer:
         a send replaces it."""
         return self._buf
 
+    def append_owned(self, frames: bytearray) -> None:
+        """Queue ``frames``, a buffer the caller gives up: when nothing is queued it becomes
+        the queue itself, with no copy (a 1 MB message read from disk is not copied again)."""
+        if self._buf:
+            self._buf += frames
+        else:
+            self._buf = frames
+
     def flush(self) -> None:
         """Ask the writer to send what is queued (does not wait)."""
         if self._buf:

@@ -8,7 +8,7 @@ import pytest
 
 from nsqd.storage import CacheBudget, NewRecord, PartitionLog, Record
 from nsqd.storage.batch import AppendedBatch, new_records
-from nsqd.storage.cache import RECORD_OVERHEAD, RUN_RECORDS
+from nsqd.storage.cache import LARGE_RECORD_BYTES, RECORD_OVERHEAD, RUN_RECORDS
 
 BODY = 100_000
 
@@ -62,6 +62,20 @@ def test_a_zero_budget_caches_nothing(tmp_path: Path) -> None:
     written = log.append(entries(3))
     assert budget.used == 0
     assert log.read(1, 2) == written[1:]
+    log.close()
+
+
+def test_large_records_are_read_from_disk_and_free_the_tail_they_follow(tmp_path: Path) -> None:
+    budget = CacheBudget()  # the default 16 MiB: room for fifteen 1 MB records
+    log = PartitionLog.open(tmp_path / "p", partition=0, cache=budget)
+    small = log.append(entries(5))
+    assert budget.used == 5 * (BODY + RECORD_OVERHEAD)
+    big = log.append(entries(3, size=LARGE_RECORD_BYTES + 1))
+    assert budget.used == 0  # not cached, and the cache stays a contiguous tail
+    assert log.read(0, 8) == small + big  # from disk
+    after = log.append(entries(2))  # small again: cached from there on
+    assert budget.used == 2 * (BODY + RECORD_OVERHEAD)
+    assert log.read(6, 10) == big[1:] + after
     log.close()
 
 

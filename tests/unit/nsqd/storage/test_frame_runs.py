@@ -4,6 +4,7 @@ it does not take (damage, an older format, a record not due) is left to the reco
 
 from __future__ import annotations
 
+import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 
@@ -185,3 +186,20 @@ def test_a_read_is_bounded_by_the_budget_not_the_records_asked_for(
     assert small is not None
     assert len(small) == 1
     assert [r.body for r in small] == [bytes([10]) * 100_000]
+
+
+def test_a_large_body_is_copied_once_into_its_frame() -> None:
+    """From what was read straight into the frames, not through a slice of its own (traced
+    allocations, not time)."""
+    records = make([(b"B" * 4_000_000, b"", 0, 7)])
+    data, _ = encode_run(records)
+    tracemalloc.start()
+    try:
+        run = scan_frames(data, 5, 5, 6, 1 << 30, NOW, LAYOUT)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert run is not None
+    assert bytes(run.frames) == frames_of(records)
+    assert list(run) == records
+    assert peak < 1.5 * 4_000_000  # the frames (with a slice first: 8 MB)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import struct
+import tracemalloc
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -16,11 +17,14 @@ from nsqd.storage import CorruptRecordError, Record, decode_record, encode_recor
 from nsqd.storage.batch import new_records
 from nsqd.storage.encoded_run import check_encoded
 from nsqd.storage.record import (
+    CONCATENATED_MAX,
     CRC_START,
     HEADER_SIZE,
     RECORD_HEADER,
     RECORD_HEADER_V0,
     NewRecord,
+    encode_bodies,
+    encode_run,
     peek_size,
     scan_records,
 )
@@ -332,3 +336,40 @@ def test_read_run_checks_big_records_as_small_ones(damaged: bool) -> None:
     else:
         assert run() == (8, (1 << 30) - 90_010)
         assert out == records
+
+
+@pytest.mark.parametrize("ext", [None, b'{"k":1}'])
+def test_a_large_body_is_copied_once_into_the_encoded_run(ext: bytes | None) -> None:
+    """Not also into a copy of header and body to checksum (traced allocations, not time)."""
+    body = b"L" * 4_000_000
+    exts = None if ext is None else [ext]
+    expected = Record(3, 9, (1 << 50) | 4, 0, 0, body, ext or b"", epoch=2)
+    tracemalloc.start()
+    try:
+        data, stamps = encode_bodies(3, 1 << 50, [9], 0, 2, [body], exts)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1.5 * len(body)  # the run itself (two copies: 8 MB)
+    assert data == encode_run([expected])[0]  # the same bytes as from a record
+    assert decode_record(data, 0) == expected  # its CRC checks out
+    assert stamps == [(9, HEADER_SIZE + len(ext or b"") + len(body))]
+
+
+def test_bodies_either_side_of_the_copy_limit_encode_alike() -> None:
+    bodies = [b"s" * CONCATENATED_MAX, b"t" * (CONCATENATED_MAX + 1)]
+    data, _ = encode_bodies(0, 0, [1, 2], 0, 0, bodies)
+    out: list[Record] = []
+    read_run(
+        _reader(data),
+        "seg",
+        position=0,
+        limit=len(data),
+        offset=0,
+        start=0,
+        stop=2,
+        budget=1 << 30,
+        out=out,
+    )  # every CRC checked
+    assert [r.body for r in out] == bodies
+    assert encode_run(out)[0] == data
