@@ -54,6 +54,8 @@ class Liveness:
         self.start_grace = start_grace
         self._nodes: dict[str, _Node] = {}
         self.progress: dict[tuple[str, int], Progress] = {}
+        #: bumped whenever a report differs from the one it replaces (bytes behind aside)
+        self.reports_changed = 0
 
     def seed(self, nodes: Iterable[str], now: float) -> None:
         """lookupd just started: give the placed nodes ``start_grace`` to reconnect."""
@@ -95,6 +97,8 @@ class Liveness:
 
     def report(self, topic: str, partition: int, progress: Progress) -> None:
         """A leader's report (the caller checked it against the placement)."""
+        if self.progress.get((topic, partition)) != progress:
+            self.reports_changed += 1
         self.progress[(topic, partition)] = progress
 
     def current(self, topic: str, partition: int, leader: str, epoch: int) -> Progress | None:

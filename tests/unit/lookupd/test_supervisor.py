@@ -128,3 +128,88 @@ async def test_with_no_in_sync_copy_left_only_an_unclean_topic_promotes(
     else:  # offline until A returns
         assert (change.leader, change.epoch, change.offline) == (A, 3, True)
         assert cluster.offline == {("t", 0)}
+
+
+class CountingDecide:
+    """Wraps the supervisor's decide() and counts its calls."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import lookupd.state.supervisor as module
+
+        self.calls = 0
+        real = module.decide
+
+        def counted(view: Any, now: float) -> Any:
+            self.calls += 1
+            return real(view, now)
+
+        monkeypatch.setattr(module, "decide", counted)
+
+
+async def test_a_quiet_cluster_is_not_decided_again_on_every_tick(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """decide() costs time in every partition: while nothing it reads changes (heartbeats
+    alone move nothing), the ticks do not run it again."""
+    clock = Clock()
+    cluster = cluster_with_one_partition(tmp_path, clock)
+    supervisor = Supervisor(cluster, Settings())
+    counted = CountingDecide(monkeypatch)
+    for _ in range(20):  # 2 s of ticks, both nodes pinging every 0.5 s
+        clock.now += 0.1
+        if round(clock.now * 10) % 5 == 0:
+            cluster.liveness.heartbeat(A, clock.now)
+            cluster.liveness.heartbeat(B, clock.now)
+        assert await supervisor.step() == []
+    assert counted.calls == 1
+    # the same report again changes nothing either
+    cluster.report_progress(A, [{"topic": "t", "partition": 0, "epoch": 3, "caught_up": [B]}])
+    cluster.report_progress(A, [{"topic": "t", "partition": 0, "epoch": 3, "caught_up": [B]}])
+    assert await supervisor.step() == []
+    assert await supervisor.step() == []
+    assert counted.calls == 2
+
+
+async def test_a_heartbeat_that_stops_is_still_seen_without_any_event(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Time alone changes what decide() reads (a node whose heartbeats stopped is down after
+    the timeout): the tick after the timeout decides, and fails over."""
+    clock = Clock()
+    cluster = cluster_with_one_partition(tmp_path, clock)
+    supervisor = Supervisor(cluster, Settings(heartbeat_timeout=2.0))
+    counted = CountingDecide(monkeypatch)
+    assert await supervisor.step() == []
+    for _ in range(19):  # A hangs: its connection stays open, its pings stop
+        clock.now += 0.1
+        cluster.liveness.heartbeat(B, clock.now)
+        assert await supervisor.step() == []
+    assert counted.calls == 1
+    clock.now += 0.2
+    (change,) = await supervisor.step()
+    assert (change.leader, change.epoch, change.isr) == (B, 4, (B,))
+    assert counted.calls == 2
+
+
+async def test_what_decide_reads_changing_makes_it_decide_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A changed report (the ISR shrinks), a new topic and a node going away each reach
+    decide() at the next step."""
+    clock = Clock()
+    cluster = cluster_with_one_partition(tmp_path, clock)
+    supervisor = Supervisor(cluster, Settings())
+    counted = CountingDecide(monkeypatch)
+    assert await supervisor.step() == []
+    report = {"topic": "t", "partition": 0, "epoch": 3, "lagging": [B]}
+    cluster.report_progress(A, [report])
+    (change,) = await supervisor.step()
+    assert change.isr == (A,)  # B lagged: out of the in-sync set
+    assert counted.calls == 2
+    await cluster.create_topic("u", TopicMeta(1, 1))
+    assert await supervisor.step() == []
+    assert counted.calls == 3
+    cluster.liveness.disconnected(A, clock.now)
+    (change,) = await supervisor.step()
+    assert change.offline  # A, alone in sync, went away
+    assert counted.calls == 4
