@@ -74,10 +74,15 @@ def apply_settings(topic: Topic, settings: TopicSettings) -> None:
 
 
 def apply_assignments(
-    registry: TopicRegistry, node: str, assignments: Sequence[TopicAssignment]
+    registry: TopicRegistry,
+    node: str,
+    assignments: Sequence[TopicAssignment],
+    max_opens: int | None = None,
 ) -> tuple[Plan, int]:
     """Make the node's topic table hold what lookupd placed on ``node``; returns what changed
-    and how many partitions changed role here."""
+    and how many partitions changed role here. With ``max_opens``, at most that many
+    partition logs are opened (their files created and fsynced): the plan's ``deferred``
+    says how many wait for the next call with the same document."""
     role_changes = 0
     wanted = wanted_topics(node, assignments)
     local = {
@@ -87,7 +92,7 @@ def apply_assignments(
         for t in wanted
         if (topic := registry.topics.get(t.name)) is not None and not topic.deleted
     }
-    steps = plan(wanted, local)
+    steps = plan(wanted, local, max_opens)
     for wanted_topic in steps.create:
         topic = registry.logs.build_topic(
             wanted_topic.name, wanted_topic.partition_num, {}, dict(wanted_topic.held)

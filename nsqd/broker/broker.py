@@ -125,9 +125,12 @@ class Broker:
         """Checkpoint files found damaged (and moved aside) since the process started."""
         return DAMAGED_CHECKPOINTS.count
 
-    def apply_assignments(self, node: str, assignments: Sequence[TopicAssignment]) -> Plan:
-        """Hold what pnsq's lookupd placed on ``node`` (this node), in the roles it gave."""
-        steps, role_changes = apply_assignments(self.registry, node, assignments)
+    def apply_assignments(
+        self, node: str, assignments: Sequence[TopicAssignment], max_opens: int | None = None
+    ) -> Plan:
+        """Hold what pnsq's lookupd placed on ``node`` (this node), in the roles it gave;
+        opening at most ``max_opens`` partition logs (``deferred`` in the plan: call again)."""
+        steps, role_changes = apply_assignments(self.registry, node, assignments, max_opens)
         self.role_changes += role_changes
         return steps
 

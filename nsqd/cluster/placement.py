@@ -33,6 +33,10 @@ PROGRESS_REPEAT = 5.0
 PROGRESS_PATH = "/pnsq/progress"
 LEAVING_PATH = "/pnsq/leaving"
 ASSIGNMENTS_WAIT = 30.0  # seconds lookupd may hold an assignments long-poll
+#: partition logs opened between two checkpoints of the event loop: opening one creates and
+#: fsyncs files on this thread, and a topic of hundreds of partitions opened at once kept
+#: this node from pinging lookupd for longer than its heartbeat timeout
+OPENS_PER_STEP = 16
 
 
 async def poll_assignments(
@@ -71,11 +75,14 @@ async def poll_assignments(
 
 async def apply_assignments(broker: Broker, node_id: str, document: object) -> None:
     """Hold exactly the partitions lookupd placed on this node, in their roles; delete
-    the topics lookupd deleted (a copy left from before, or made while it was away).
+    the topics lookupd deleted (a copy left from before, or made while it was away). New
+    partitions are opened :data:`OPENS_PER_STEP` at a time, with the event loop free in
+    between; every change of role and epoch goes in the first step.
     Raises ValueError for a document that is not lookupd's."""
     placed, deleted = parse_assignments(document), parse_deleted(document)
     try:
-        broker.apply_assignments(node_id, placed)
+        while broker.apply_assignments(node_id, placed, OPENS_PER_STEP).deferred:
+            await trio.sleep(0)  # the heartbeats, streams and clients between two groups
         for name in set(deleted) - {t.name for t in placed}:
             topic = broker.find_topic(name)
             if topic is not None and not topic.deleted:
