@@ -5,7 +5,9 @@ A node (``broadcast_address:tcp_port``) is *connected* while at least one regist
 connection of it is open; its *heartbeat* is its last IDENTIFY, PING or progress report. When
 lookupd starts, every node its placements name is given one heartbeat at ``start + grace``
 minus the heartbeat timeout: nodes reconnect after a lookupd restart (their backoff reaches
-5 s), and taking them for dead at once would move every leadership for nothing.
+5 s), and taking them for dead at once would move every leadership for nothing. For the same
+reason a stall of lookupd's own event loop is not counted against the nodes
+(:meth:`Liveness.excuse`): their heartbeats were sent, lookupd was not there to read them.
 
 The leaders' progress reports (which followers are caught up, which lag, how many bytes each
 lacks) are kept here too, each with the epoch it was made under; only a report by a
@@ -78,6 +80,13 @@ class Liveness:
         entry = self._nodes.get(node)
         if entry is not None and not entry.seeded:
             entry.last_heartbeat = now
+
+    def excuse(self, seconds: float, now: float) -> None:
+        """lookupd itself did not run for ``seconds`` (its event loop was stalled or starved):
+        the heartbeats that arrived meanwhile were not read, so that time does not count as
+        the nodes' silence. Every heartbeat moves ``seconds`` later (never past ``now``)."""
+        for entry in self._nodes.values():
+            entry.last_heartbeat = min(entry.last_heartbeat + seconds, max(entry.last_heartbeat, now))
 
     def disconnected(self, node: str, now: float) -> None:
         entry = self._nodes.get(node)

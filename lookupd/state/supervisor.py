@@ -29,6 +29,9 @@ from .store import StoreError
 log = logging.getLogger("nsqlookupd.failover")
 
 TICK = 0.1  # seconds between looks when nothing happens (heartbeats are 0.5 s apart)
+#: a timer this late means lookupd's event loop did not run meanwhile (a long computation, or
+#: the machine's other load): the nodes' heartbeats waited unread, and that time is excused
+STALL = 0.5
 
 __all__ = ["Supervisor", "inputs_of", "view_of"]
 
@@ -111,16 +114,35 @@ class Supervisor:
         self.settings = settings
         self.failovers = 0  # leader changes committed since the start
         self.decisions = 0  # times decide() ran
+        self.stalls = 0  # event loop stalls excused (:meth:`watch_stalls`)
         #: what decide() read when it last answered that nothing must change
         self._settled: tuple[object, ...] | None = None
 
     async def run(self) -> None:
-        """Decide until cancelled."""
+        """Decide until cancelled (and excuse the nodes lookupd's own stalls)."""
         self._settled = None  # HA: a new term starts from what the last leader saved
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.watch_stalls)
+            while True:
+                await self.step()
+                with trio.move_on_after(TICK):
+                    await self.cluster.events.park()
+
+    async def watch_stalls(self) -> None:
+        """Sleep :data:`TICK` at a time; a wake-up later than :data:`STALL` means the event
+        loop did not run meanwhile, and the nodes are excused that time
+        (:meth:`~lookupd.core.liveness.Liveness.excuse`): a hung lookupd must not fail over
+        nodes whose heartbeats it did not read."""
+        clock = self.cluster.clock
         while True:
-            await self.step()
-            with trio.move_on_after(TICK):
-                await self.cluster.events.park()
+            before = clock()
+            await trio.sleep(TICK)
+            now = clock()
+            late = now - before - TICK
+            if late > STALL:
+                self.cluster.liveness.excuse(late, now)
+                self.stalls += 1
+                log.warning("lookupd did not run for %.1f s: the nodes' heartbeats are excused", late)
 
     async def step(self) -> list[Change]:
         """One decision, committed; returns what changed."""

@@ -3,8 +3,8 @@ the lookupd's REGISTERs equal to the broker's topics and channels.
 
 As nsqd's ``lookupPeer`` does: send ``"  V1"`` and IDENTIFY ``{version, tcp_port, http_port,
 hostname, broadcast_address}``, REGISTER every topic and channel, PING every 15 s; every reply
-is due within 1 s (of the command, or of the reply before it), and any error ends the
-registration (the caller,
+is due within 1 s (of the command, or of the reply before it; 5 s from pnsq's lookupd once
+registered), and any error ends the registration (the caller,
 :class:`~nsqd.cluster.lookup.LookupClient`, reconnects). Whenever the broker's topics, channels
 or placements change (:class:`~nsqd.broker.changes.Changes`), :func:`keep_registered` compares
 them with what it registered and sends REGISTER/UNREGISTER for the difference at once, not on a
@@ -47,6 +47,10 @@ log = logging.getLogger("nsqd.lookup")
 Key = tuple[str, int | None, str | None]
 
 COMMAND_TIMEOUT = 1.0  # nsqd's lookupPeer: 1 s read/write deadlines per command
+#: to pnsq's lookupd, once registered: a reply later than nsqd's 1 s ended the registration,
+#: and lookupd takes a closed registration for a dead node (it fails it over at once), so a
+#: lookupd slowed down by a burst of work turned its own delay into failovers of every node
+PNSQ_COMMAND_TIMEOUT = 5.0
 PING_INTERVAL = 15.0
 #: to pnsq's lookupd, which takes a node that stops pinging for ~2 s as dead (failover)
 PNSQ_PING_INTERVAL = 0.5
@@ -148,6 +152,7 @@ class V1Connection:
     def __init__(self, stream: trio.SocketStream) -> None:
         self.stream = stream
         self.reader = ResponseReader()
+        self.timeout = COMMAND_TIMEOUT  # seconds each reply may take
 
     async def prove(self, secret: bytes, node_id: str) -> str:
         """With the cluster credential: the magic, then the dialer's side of the cluster
@@ -166,7 +171,7 @@ class V1Connection:
         return shake.peer_identity
 
     async def command(self, data: bytes) -> bytes:
-        with trio.fail_after(COMMAND_TIMEOUT):
+        with trio.fail_after(self.timeout):
             await self.stream.send_all(data)
             return await self._response()
 
@@ -177,12 +182,12 @@ class V1Connection:
 
     async def ok_all(self, lines: list[bytes]) -> None:
         """Send ``lines`` together, then read one ``OK`` for each, in order (each within
-        :data:`COMMAND_TIMEOUT` of the one before). Raises :class:`LookupPeerError` for any
-        other reply, trio.TooSlowError when one is late."""
-        with trio.fail_after(COMMAND_TIMEOUT):
+        :attr:`timeout` of the one before). Raises :class:`LookupPeerError` for any other
+        reply, trio.TooSlowError when one is late."""
+        with trio.fail_after(self.timeout):
             await self.stream.send_all(b"".join(lines))
         for line in lines:
-            with trio.fail_after(COMMAND_TIMEOUT):
+            with trio.fail_after(self.timeout):
                 reply = await self._response()
             if reply != b"OK":
                 raise LookupPeerError(f"{line.decode(errors='replace').strip()}: {reply!r}")
@@ -223,6 +228,7 @@ async def keep_registered(
     """Register everything, then follow the broker's changes and PING, until an error."""
     registered: set[Key] = set()
     interval = PNSQ_PING_INTERVAL if partitioned else PING_INTERVAL
+    conn.timeout = PNSQ_COMMAND_TIMEOUT if partitioned else COMMAND_TIMEOUT
     clock = broker.clock
     next_ping = clock.monotonic() + interval
     changes = broker.changes

@@ -4,6 +4,7 @@ puts the placements back (the decision is taken again on the next tick)."""
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 import trio
 
 from lookupd.core.decide import Settings
+from lookupd.core.liveness import Liveness
 from lookupd.core.placement import TopicMeta, TopicPlacement
 from lookupd.core.views import Timeouts
 from lookupd.state.cluster import Cluster
@@ -213,3 +215,37 @@ async def test_what_decide_reads_changing_makes_it_decide_again(
     (change,) = await supervisor.step()
     assert change.offline  # A, alone in sync, went away
     assert counted.calls == 4
+
+
+def test_a_stall_of_lookupd_is_not_counted_as_the_nodes_silence() -> None:
+    """Both nodes pinged at 1000; lookupd then did not run for 3 s: at 1003 their heartbeats
+    are 3 s old, but lookupd read nothing in that time. Excused, they are up; a node silent
+    before the stall as well stays down."""
+    liveness = Liveness(heartbeat_timeout=2.0, start_grace=6.0)
+    liveness.connected(A, 1000.0)
+    liveness.connected(B, 997.5)
+    assert not liveness.is_alive(A, 1003.0)
+    liveness.excuse(2.9, 1003.0)
+    assert liveness.is_alive(A, 1003.0)
+    assert not liveness.is_alive(B, 1003.0)  # 5.5 s silent, 2.9 s of it excused
+    liveness.excuse(100.0, 1003.0)
+    assert liveness.views(1003.0)[A].last_heartbeat == 1003.0  # never later than now
+
+
+async def test_a_blocked_event_loop_is_excused_by_the_watch(tmp_path: Path) -> None:
+    """The event loop blocks for 1.2 s (wall clock): the watch sees its timer that late and
+    moves every heartbeat on by it, so the next decision fails nobody over."""
+    cluster = Cluster(MetadataStore(tmp_path), Timeouts())
+    supervisor = Supervisor(cluster, Settings(heartbeat_timeout=1.0))
+    cluster.liveness.connected(A, cluster.clock())
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(supervisor.watch_stalls)
+        await trio.sleep(0.15)
+        beat = cluster.liveness.views(cluster.clock())[A].last_heartbeat
+        time.sleep(1.2)  # noqa: ASYNC251 - the stall under test
+        await trio.sleep(0.2)
+        nursery.cancel_scope.cancel()
+    assert supervisor.stalls == 1
+    now = cluster.clock()
+    assert cluster.liveness.views(now)[A].last_heartbeat >= beat + 1.0
+    assert cluster.liveness.is_alive(A, now)

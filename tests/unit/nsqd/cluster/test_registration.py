@@ -168,3 +168,30 @@ async def test_a_thousand_registrations_leave_room_for_the_heartbeats(
     beats = [0.0, *pings]
     assert max(b - a for a, b in zip(beats, beats[1:], strict=False)) < 4 * PNSQ_PING_INTERVAL
     assert max(sends) > 1  # pipelined, not one round trip per line
+
+
+@pytest.mark.parametrize("partitioned", [True, False])
+async def test_a_slow_pnsq_lookupd_does_not_end_the_registration(
+    autojump_clock: trio.testing.MockClock, partitioned: bool
+) -> None:
+    """pnsq's lookupd takes a registration that closes for a dead node and fails it over: a
+    reply that takes 2 s (a lookupd busy with a burst of work) must not end it. A stock
+    nsqlookupd keeps nsqd's 1 s deadline."""
+    b = broker(t=FakeTopic([FakePartition(0)]))
+    near, far = trio.testing.memory_stream_pair()
+
+    async def lookupd() -> None:
+        while await far.receive_some(1 << 20):
+            await trio.sleep(2.0)
+            await far.send_all(encode_response(b"OK"))
+
+    with trio.move_on_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(lookupd)
+            try:
+                await keep_registered(V1Connection(near), b, "lookupd", partitioned)
+            except trio.TooSlowError:
+                assert not partitioned
+                nursery.cancel_scope.cancel()
+                return
+    assert partitioned  # still registered after 10 s of slow replies
