@@ -143,9 +143,10 @@ def main() -> None:
     parser.add_argument("--no-failover", action="store_true")
     args = parser.parse_args()
     result: dict[str, Any] = {"partitions": args.partitions, "per_topic": args.per_topic}
-    with tempfile.TemporaryDirectory(prefix="bench-scale-") as work, pnsq_cluster(
-        Path(work), 3
-    ) as (lookupd, nodes):
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-scale-") as work,
+        pnsq_cluster(Path(work), 3) as (lookupd, nodes),
+    ):
         daemons = {"lookupd": lookupd, **{f"nsqd{i}": n for i, n in enumerate(nodes)}}
         pids = {name: d.proc.pid for name, d in daemons.items() if d.proc}
         count = max(1, args.partitions // args.per_topic)
@@ -209,10 +210,18 @@ def main() -> None:
             took = prober.run(args.timeout)
             result["failover_s"] = None if took is None else round(took, 2)
             decided = stamps(lookupd, "promoted", killed)
-            led_at = [t for n in nodes if n is not victim for t in stamps(n, "is now leader", killed)]
+            led_at = [
+                t for n in nodes if n is not victim for t in stamps(n, "is now leader", killed)
+            ]
             if decided and led_at:
-                result["failover_decided_s"] = [round(min(decided) - killed, 3), round(max(decided) - killed, 3)]
-                result["failover_leading_s"] = [round(min(led_at) - killed, 3), round(max(led_at) - killed, 3)]
+                result["failover_decided_s"] = [
+                    round(min(decided) - killed, 3),
+                    round(max(decided) - killed, 3),
+                ]
+                result["failover_leading_s"] = [
+                    round(min(led_at) - killed, 3),
+                    round(max(led_at) - killed, 3),
+                ]
             for spy in spies:
                 spy.wait()
         result["lookupd_nodes"] = len(get_json(lookupd, "/nodes")["producers"])

@@ -86,7 +86,9 @@ class Liveness:
         the heartbeats that arrived meanwhile were not read, so that time does not count as
         the nodes' silence. Every heartbeat moves ``seconds`` later (never past ``now``)."""
         for entry in self._nodes.values():
-            entry.last_heartbeat = min(entry.last_heartbeat + seconds, max(entry.last_heartbeat, now))
+            entry.last_heartbeat = min(
+                entry.last_heartbeat + seconds, max(entry.last_heartbeat, now)
+            )
 
     def disconnected(self, node: str, now: float) -> None:
         entry = self._nodes.get(node)

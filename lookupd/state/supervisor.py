@@ -7,10 +7,10 @@ placements) and asks :func:`decide` — unless nothing :func:`decide` reads chan
 answered that nothing must change (:func:`inputs_of`: the placements, the leaders' reports, the
 offline partitions, each node's liveness at that moment, racks, drains and switches). Building
 the view and deciding cost time in every partition; telling whether anything changed costs time
-in the topics and nodes only, so a quiet cluster of many partitions costs lookupd nothing. Changes are written into the placements and persisted
-before anyone hears of them: nodes learn them through the assignments long-poll, which only
-hands out what is on disk; if the store fails, the placements are put back and the decision is
-taken again on the next tick.
+in the topics and nodes only, so a quiet cluster of many partitions costs lookupd nothing.
+Changes are written into the placements and persisted before anyone hears of them: nodes learn
+them through the assignments long-poll, which only hands out what is on disk; if the store
+fails, the placements are put back and the decision is taken again on the next tick.
 """
 
 from __future__ import annotations
@@ -142,7 +142,9 @@ class Supervisor:
             if late > STALL:
                 self.cluster.liveness.excuse(late, now)
                 self.stalls += 1
-                log.warning("lookupd did not run for %.1f s: the nodes' heartbeats are excused", late)
+                log.warning(
+                    "lookupd did not run for %.1f s: the nodes' heartbeats are excused", late
+                )
 
     async def step(self) -> list[Change]:
         """One decision, committed; returns what changed."""

@@ -81,8 +81,10 @@ async def apply_assignments(broker: Broker, node_id: str, document: object) -> N
     Raises ValueError for a document that is not lookupd's."""
     placed, deleted = parse_assignments(document), parse_deleted(document)
     try:
-        while broker.apply_assignments(node_id, placed, OPENS_PER_STEP).deferred:
-            await trio.sleep(0)  # the heartbeats, streams and clients between two groups
+        steps = broker.apply_assignments(node_id, placed, OPENS_PER_STEP)
+        while steps.deferred:
+            await trio.lowlevel.checkpoint()  # heartbeats, streams and clients between groups
+            steps = broker.apply_assignments(node_id, placed, OPENS_PER_STEP)
         for name in set(deleted) - {t.name for t in placed}:
             topic = broker.find_topic(name)
             if topic is not None and not topic.deleted:

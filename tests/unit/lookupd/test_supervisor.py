@@ -242,7 +242,7 @@ async def test_a_blocked_event_loop_is_excused_by_the_watch(tmp_path: Path) -> N
         nursery.start_soon(supervisor.watch_stalls)
         await trio.sleep(0.15)
         beat = cluster.liveness.views(cluster.clock())[A].last_heartbeat
-        time.sleep(1.2)  # noqa: ASYNC251 - the stall under test
+        time.sleep(1.2)  # the stall under test
         await trio.sleep(0.2)
         nursery.cancel_scope.cancel()
     assert supervisor.stalls == 1

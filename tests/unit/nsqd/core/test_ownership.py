@@ -135,16 +135,19 @@ def test_a_bounded_plan_opens_at_most_max_opens_and_changes_every_role_at_once()
     steps = plan(wanted, local, max_opens=4)
     assert [(t.name, sorted(t.held)) for t in steps.create] == [("big", [0, 1, 2, 3])]
     assert steps.deferred == 6
-    assert steps.change == [("promote", 1, promoted)] and steps.drop == [("promote", 0)]
+    assert steps.change == [("promote", 1, promoted)]
+    assert steps.drop == [("promote", 0)]
     held = dict(steps.create[0].held)
     rounds = 1
     while steps.deferred:
         local["big"] = LocalTopic(dict(held), TopicSettings(partition_num=10))
         steps = plan(wanted, local, max_opens=4)
-        assert len(steps.add) <= 4 and not steps.create
+        assert len(steps.add) <= 4
+        assert not steps.create
         held.update({number: placement for _, number, placement in steps.add})
         rounds += 1
-    assert held == many and rounds == 3
+    assert held == many
+    assert rounds == 3
 
 
 def test_a_bound_of_nothing_left_to_open_changes_nothing() -> None:
