@@ -2,7 +2,8 @@
 (every call takes ``now``), no Trio.
 
 A node (``broadcast_address:tcp_port``) is *connected* while at least one registration
-connection of it is open; its *heartbeat* is its last IDENTIFY, PING or progress report. When
+connection of it is open; its *heartbeat* is its last IDENTIFY, PING, REGISTER, UNREGISTER or
+progress report. When
 lookupd starts, every node its placements name is given one heartbeat at ``start + grace``
 minus the heartbeat timeout: nodes reconnect after a lookupd restart (their backoff reaches
 5 s), and taking them for dead at once would move every leadership for nothing. For the same

@@ -3,6 +3,7 @@ puts the placements back (the decision is taken again on the next tick)."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from pathlib import Path
@@ -19,6 +20,7 @@ from lookupd.state.cluster import Cluster
 from lookupd.state.store import MetadataStore, StoreError
 from lookupd.state.supervisor import Supervisor, view_of
 from protocol.lookup import PartitionAssignment
+from protocol.lookup_v1 import EXT_PARTITIONS, EXTENSIONS_KEY, decode_identify
 
 A, B = "a:1", "b:1"
 
@@ -249,3 +251,20 @@ async def test_a_blocked_event_loop_is_excused_by_the_watch(tmp_path: Path) -> N
     now = cluster.clock()
     assert cluster.liveness.views(now)[A].last_heartbeat >= beat + 1.0
     assert cluster.liveness.is_alive(A, now)
+
+
+def test_a_pnsq_nodes_registrations_are_heartbeats(tmp_path: Path) -> None:
+    """A node registering hundreds of partitions sends its next PING after them; lookupd
+    busy answering them must not take it for silent meanwhile."""
+    clock = Clock()
+    cluster = Cluster(MetadataStore(tmp_path), Timeouts(), clock=clock)
+    body = {"broadcast_address": "a", "tcp_port": 1, "http_port": 2, "version": "1.3.0"}
+    body[EXTENSIONS_KEY] = [EXT_PARTITIONS]
+    cluster.identify("peer", decode_identify(json.dumps(body).encode()))
+    clock.now += 1.5
+    cluster.register("peer", "t", None, 0)
+    assert cluster.liveness.views(clock.now)[A].last_heartbeat == clock.now
+    clock.now += 1.5
+    cluster.unregister("peer", "t", None, 0)
+    assert cluster.liveness.views(clock.now)[A].last_heartbeat == clock.now
+    assert cluster.liveness.is_alive(A, clock.now + 1.9)
