@@ -140,12 +140,15 @@ def main() -> None:
     parser.add_argument("--profile", type=Path, default=None)
     parser.add_argument("--create-profile", type=int, default=10)
     parser.add_argument("--logs", type=Path, default=None, help="copy the daemons' logs here")
+    parser.add_argument(
+        "--lookupd-flag", action="append", default=[], help="a flag for lookupd (repeatable)"
+    )
     parser.add_argument("--no-failover", action="store_true")
     args = parser.parse_args()
     result: dict[str, Any] = {"partitions": args.partitions, "per_topic": args.per_topic}
     with (
         tempfile.TemporaryDirectory(prefix="bench-scale-") as work,
-        pnsq_cluster(Path(work), 3) as (lookupd, nodes),
+        pnsq_cluster(Path(work), 3, *args.lookupd_flag) as (lookupd, nodes),
     ):
         daemons = {"lookupd": lookupd, **{f"nsqd{i}": n for i, n in enumerate(nodes)}}
         pids = {name: d.proc.pid for name, d in daemons.items() if d.proc}
