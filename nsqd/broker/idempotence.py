@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 
 from ..core.producers import SequenceError, Verdict
-from ..storage.batch import BodyBatch
+from ..storage.batch import BodyBatch, join
 from ..storage.errors import StorageError
 from ..storage.record import NewRecord, Record
 from ..storage.stamp import read_stamp, stamped, stamps
@@ -114,32 +114,23 @@ def numbered(entries: Sequence[NewRecord], producer: int, first: int) -> Sequenc
     """``entries`` stamped as ``producer``'s numbers ``first, first + 1, ...`` (a batch of
     bodies stays one: the log's fast path)."""
     if isinstance(entries, BodyBatch) and entries.exts is None:
-        exts = stamps(producer, first, len(entries))
-        return BodyBatch(
-            entries.timestamp_ns, entries.bodies, entries.deliver_at_ns, entries.timestamps, exts
-        )
+        return stamped_batch(entries, producer, first)
     return [
         replace(entry, ext=stamped(producer, first + index, entry.ext))
         for index, entry in enumerate(entries)
     ]
 
 
+def stamped_batch(batch: BodyBatch, producer: int, first: int) -> BodyBatch:
+    """``batch`` (no exts) with its bodies stamped as ``producer``'s numbers from ``first``."""
+    exts = stamps(producer, first, len(batch.bodies))
+    return BodyBatch(batch.timestamp_ns, batch.bodies, batch.deliver_at_ns, batch.timestamps, exts)
+
+
 def joined(runs: Sequence[Run]) -> BodyBatch:
     """The messages of ``runs`` (at least one; all for immediate delivery) as one batch, the
     numbered ones stamped: several producers' publishes appended together."""
-    bodies: list[bytes] = []
-    times: list[int] = []
-    exts: list[bytes] = []
-    for batch, numbering in runs:
-        bodies += batch.bodies
-        times += batch.timestamps or batch.publish_times()
-        if numbering is None:
-            exts += batch.each_ext()
-        elif len(batch.bodies) == 1:  # a synchronous producer's PUB: the common case here
-            exts.append(stamped(*numbering))
-        else:
-            exts += stamps(numbering[0], numbering[1], len(batch.bodies))
-    return BodyBatch(times[0], bodies, 0, times, exts)
+    return join([b if n is None else stamped_batch(b, *n) for b, n in runs])
 
 
 def copied(partition: Partition, stamps: Iterable[tuple[int, int, int]], now: float) -> None:

@@ -39,6 +39,8 @@ def stamped(producer: int, sequence: int, header: bytes = b"") -> bytes:
 def stamps(producer: int, first: int, count: int) -> list[bytes]:
     """The exts of ``count`` records ``producer`` stored as numbers ``first, first + 1, ...``
     (:func:`stamped` of each, with no header)."""
+    if count == 1:  # a synchronous producer's PUB: one pack
+        return [_pack(STAMP_MAGIC, producer, first)]
     head = _HEAD.pack(STAMP_MAGIC, producer)
     pack = _SEQUENCE.pack
     return [head + pack(sequence) for sequence in range(first, first + count)]
