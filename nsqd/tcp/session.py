@@ -167,8 +167,13 @@ class Session:
                 if not await self._process():
                     return False
                 stream = self.stream  # IDENTIFY may have upgraded it
-                if await output.send_pending() and isinstance(stream, PlainSocketStream):
+                if (
+                    await output.send_pending()
+                    and isinstance(stream, PlainSocketStream)
+                    and side.serving_reactor(stream, self._consuming.channel, self.auth) is None
+                ):
                     # the send yielded: take the client's next command without yielding again
+                    # (a publisher the reactor serves waits there: its next read is a turn's)
                     data = stream.receive_nowait(RECEIVE_SIZE)
             if data is None:
                 reactor = side.serving_reactor(self.stream, self._consuming.channel, self.auth)

@@ -173,6 +173,36 @@ async def test_producers_numbered_pubs_share_the_reactors_appends_and_retries_ar
         assert bodies[-1] == b"next"
 
 
+@pytest.mark.parametrize("kind", ["plain", "numbered"])
+async def test_a_pipelining_publisher_is_served_by_the_reactor_after_its_first_pubs(
+    tmp_path: Path, kind: str
+) -> None:
+    # the next PUBs are always there to read when the replies went out: the connection's task
+    # must still park in the reactor rather than go on reading them itself
+    chunks, size = 30, 20
+
+    def chunk(k: int) -> bytes:
+        if kind == "plain":
+            return b"".join(pub("t", b"%d" % (k * size + i)) for i in range(size))
+        return b"".join(numbered("t", k * size + i, b"%d" % (k * size + i)) for i in range(size))
+
+    async with listening(tmp_path) as (broker, server, port):
+        client = await connect(port)
+        if kind == "numbered":
+            await client.stream.send_all(identify_producer("p"))
+            assert (await client.frame())[0] == RESPONSE
+        with trio.fail_after(20):
+            await client.stream.send_all(chunk(0))
+            for k in range(1, chunks + 1):
+                if k < chunks:
+                    await client.stream.send_all(chunk(k))  # before the replies of the last
+                for _ in range(size):
+                    assert await client.frame() == (RESPONSE, b"OK")
+        assert server.reactor.publishes >= (chunks - 2) * size
+        bodies = await stored(broker, "t")
+        assert bodies == [b"%d" % i for i in range(chunks * size)]
+
+
 async def test_other_commands_go_back_to_the_connections_task_in_order(tmp_path: Path) -> None:
     async with listening(tmp_path) as (broker, server, port):
         client = await connect(port)
