@@ -24,6 +24,10 @@ _DIGITS: Final = 18  # digits a fast-path number may have: below 2**63 whatever 
 #: numbered PUBs' ``<topic> <partition>`` read so far (bounded, shared by connections)
 _NUMBERED_TARGETS: dict[bytes, tuple[str, int]] = {}
 _NUMBERED_TARGETS_MAX: Final = 10_000
+_unpack_size_from: Final = _SIZE.unpack_from
+#: bodies up to this size are sliced out of the buffer (a slice and a copy: cheaper, for a
+#: small body, than a memoryview's copy); a larger one is copied once, through a memoryview
+_SLICED_MAX: Final = 16 * 1024
 
 
 class PublishReader(ParserBase):
@@ -41,10 +45,11 @@ class PublishReader(ParserBase):
         )
 
     def _plain_pub(self, pos: int) -> Pub | None:
-        """The common PUB, read in one step: ``PUB <topic>\\n`` for a topic already seen valid,
-        or pnsq's numbered ``PUB <topic> <partition> <sequence>\\n`` with both in plain digits;
+        """The common PUB, read in one step: ``PUB <topic>\n`` for a topic already seen valid,
+        or pnsq's numbered ``PUB <topic> <partition> <sequence>\n`` with both in plain digits;
         its body buffered whole and within the limit. None for anything else, read nothing:
-        the general path (:meth:`_pub`) reads it, with every check and error."""
+        the general path (:meth:`_pub`) reads it, with every check and error. Written out in
+        one frame: each call or temporary here is paid once per message."""
         buf = self._buf
         nl = buf.find(b"\n", pos + 4, pos + self.limits.max_line)
         if nl < 0:
@@ -53,15 +58,26 @@ class PublishReader(ParserBase):
         topic = _VALID_NAMES.get(line)
         partition = sequence = None
         if topic is None:  # also for "t 0" or "t\r"
-            numbered = _numbered_line(line)
-            if numbered is None:
+            head, _, raw_sequence = line.rpartition(b" ")
+            target = _NUMBERED_TARGETS.get(head) or _numbered_target(head)
+            if target is None or not 0 < len(raw_sequence) <= _DIGITS or not raw_sequence.isdigit():
                 return None
-            topic, partition, sequence = numbered
-        size = self._size_at(nl + 1)
-        if size is None or size <= 0 or size > self.limits.max_msg_size:
+            topic, partition = target
+            sequence = int(raw_sequence)
+        start = nl + 1 + _SIZE.size
+        if len(buf) < start:
             return None
-        body = self._take(nl + 1 + _SIZE.size, size)
-        return None if body is None else Pub(topic, body, partition, sequence)
+        (size,) = _unpack_size_from(buf, nl + 1)
+        end = start + size
+        if size <= 0 or size > self.limits.max_msg_size or len(buf) < end:
+            return None
+        if size <= _SLICED_MAX:
+            body = bytes(buf[start:end])
+        else:  # copied once, not twice
+            with memoryview(buf) as view:
+                body = view[start:end].tobytes()
+        self._pos = end
+        return Pub(topic, body, partition, sequence)
 
     def _pub(self, params: list[bytes], start: int) -> Result:
         if len(params) < 2:
@@ -180,20 +196,15 @@ def _split_ext(body: bytes) -> tuple[bytes, bytes]:
     return body[_EXT_LEN.size : end], body[end:]
 
 
-def _numbered_line(line: bytes) -> tuple[str, int, int] | None:
-    """``(topic, partition, sequence)`` of ``<topic> <partition> <sequence>`` for a topic seen
-    valid and both numbers in at most 18 plain digits (what the general path reads the same
-    way); else None. A producer's ``<topic> <partition>`` is looked up once, then found."""
-    head, _, raw_sequence = line.rpartition(b" ")
-    target = _NUMBERED_TARGETS.get(head)
-    if target is None:
-        raw_topic, _, raw_partition = head.partition(b" ")
-        topic = _VALID_NAMES.get(raw_topic)
-        if topic is None or not 0 < len(raw_partition) <= _DIGITS or not raw_partition.isdigit():
-            return None
-        target = (topic, int(raw_partition))
-        if len(_NUMBERED_TARGETS) < _NUMBERED_TARGETS_MAX:
-            _NUMBERED_TARGETS[head] = target
-    if not 0 < len(raw_sequence) <= _DIGITS or not raw_sequence.isdigit():
+def _numbered_target(head: bytes) -> tuple[str, int] | None:
+    """``(topic, partition)`` of a numbered PUB's ``<topic> <partition>`` for a topic seen valid
+    and a partition in at most 18 plain digits (what the general path reads the same way),
+    remembered for the next PUB of that producer; else None."""
+    raw_topic, _, raw_partition = head.partition(b" ")
+    topic = _VALID_NAMES.get(raw_topic)
+    if topic is None or not 0 < len(raw_partition) <= _DIGITS or not raw_partition.isdigit():
         return None
-    return target[0], target[1], int(raw_sequence)
+    target = (topic, int(raw_partition))
+    if len(_NUMBERED_TARGETS) < _NUMBERED_TARGETS_MAX:
+        _NUMBERED_TARGETS[head] = target
+    return target

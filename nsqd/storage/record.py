@@ -20,6 +20,7 @@ import crc32c as _crc32c
 from protocol.message import make_internal_id
 
 from .errors import CorruptRecordError, corrupt_in_segment
+from .stamp import STAMP_SIZE
 
 # Record v2 => FormatLength u32 | Crc u32 | Offset u64 | TimestampNs i64 | InternalId u64
 #              | TraceId u64 | DeliverAtNs i64 | Epoch u32 | ExtLen u16 | Ext | Body
@@ -89,6 +90,8 @@ _PREFIX: Final = struct.Struct(RECORD_HEADER.format[:3])
 _COVERED: Final = struct.Struct(">" + RECORD_HEADER.format[3:])
 assert _PREFIX.size == CRC_START
 assert _PREFIX.size + _COVERED.size == HEADER_SIZE
+#: the covered half with a producer stamp as its ext (:mod:`.stamp`): packed in one call
+_STAMPED: Final = struct.Struct(f"{_COVERED.format}{STAMP_SIZE}s")
 
 #: body size up to which encoding checksums one copy of header and body (one CRC call is
 #: cheaper than two); a larger body is checksummed where it is, so that it is copied once, into
@@ -98,6 +101,7 @@ CONCATENATED_MAX: Final = 16 * 1024
 _crc: Final = _crc32c.crc32c
 _pack_prefix: Final = _PREFIX.pack
 _pack_covered: Final = _COVERED.pack
+_pack_stamped: Final = _STAMPED.pack
 _unpack_header_from: Final = RECORD_HEADER.unpack_from
 _unpack_header_v0_from: Final = RECORD_HEADER_V0.unpack_from
 _unpack_length_from: Final = struct.Struct(RECORD_HEADER.format[:2]).unpack_from
@@ -259,24 +263,31 @@ def _encode_with_exts(
     bodies: Sequence[bytes],
     exts: Sequence[bytes],
 ) -> tuple[bytes, list[tuple[int, int]]]:
-    """:func:`encode_bodies` of bodies that each have an ext."""
+    """:func:`encode_bodies` of bodies that each have an ext: a producer stamp (packed with
+    the header, one call) or none (a plain run joined with numbered ones)."""
     parts: list[bytes] = []
     add = parts.append
     stamps: list[tuple[int, int]] = []
     stamp = stamps.append
-    pack_covered, pack_prefix, crc = _pack_covered, _pack_prefix, _crc
-    format_bits, header, length_size = _FORMAT_BITS, HEADER_SIZE, LENGTH_SIZE
+    pack_covered, pack_stamped, pack_prefix, crc = _pack_covered, _pack_stamped, _pack_prefix, _crc
+    format_bits, length_size, prefix_size = _FORMAT_BITS, LENGTH_SIZE, _PREFIX.size
     try:
         for offset, timestamp_ns, body, ext in zip(
             count(first_offset), timestamps, bodies, exts, strict=False
         ):
-            covered = (
-                pack_covered(
-                    offset, timestamp_ns, id_base | (offset + 1), 0, deliver_at_ns, epoch, len(ext)
+            internal_id = id_base | (offset + 1)
+            if len(ext) == STAMP_SIZE:
+                covered = pack_stamped(
+                    offset, timestamp_ns, internal_id, 0, deliver_at_ns, epoch, STAMP_SIZE, ext
                 )
-                + ext
-            )
-            size = header + len(ext) + len(body)
+            else:
+                covered = (
+                    pack_covered(
+                        offset, timestamp_ns, internal_id, 0, deliver_at_ns, epoch, len(ext)
+                    )
+                    + ext
+                )
+            size = prefix_size + len(covered) + len(body)
             field = format_bits | (size - length_size)
             if len(body) <= CONCATENATED_MAX:
                 rest = covered + body

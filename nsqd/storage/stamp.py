@@ -25,10 +25,6 @@ STAMP_SIZE: Final = PRODUCER_STAMP.size
 
 _pack: Final = PRODUCER_STAMP.pack
 _unpack_from: Final = PRODUCER_STAMP.unpack_from
-# the stamp's first two fields and its last, packed apart (a run's stamps share the first)
-_HEAD: Final = struct.Struct(PRODUCER_STAMP.format[:3])
-_SEQUENCE: Final = struct.Struct(">" + PRODUCER_STAMP.format[3:])
-assert _HEAD.size + _SEQUENCE.size == STAMP_SIZE
 
 
 def stamped(producer: int, sequence: int, header: bytes = b"") -> bytes:
@@ -39,11 +35,8 @@ def stamped(producer: int, sequence: int, header: bytes = b"") -> bytes:
 def stamps(producer: int, first: int, count: int) -> list[bytes]:
     """The exts of ``count`` records ``producer`` stored as numbers ``first, first + 1, ...``
     (:func:`stamped` of each, with no header)."""
-    if count == 1:  # a synchronous producer's PUB: one pack
-        return [_pack(STAMP_MAGIC, producer, first)]
-    head = _HEAD.pack(STAMP_MAGIC, producer)
-    pack = _SEQUENCE.pack
-    return [head + pack(sequence) for sequence in range(first, first + count)]
+    pack, magic = _pack, STAMP_MAGIC
+    return [pack(magic, producer, sequence) for sequence in range(first, first + count)]
 
 
 def read_stamp(ext: bytes) -> tuple[int, int] | None:

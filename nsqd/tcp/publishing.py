@@ -73,35 +73,32 @@ class Publisher:
         """Whether numbered PUBs are gathered (plain ones must wait for them: reply order)."""
         return self._run is not None
 
-    def joins(self, command: Pub) -> bool:
-        """Whether the numbered PUB continues the gathered run (same topic and partition, the
-        next number); if not, the gathered PUBs are flushed before it is gathered."""
+    def gather_numbered(self, command: Pub) -> bool:
+        """A numbered PUB: added to the gathered run when it continues it (same topic and
+        partition, the next number), or starting a run when nothing is gathered; False,
+        nothing added, when other PUBs are gathered: the caller flushes them first."""
         run = self._run
-        if run is None:
-            return False
-        topic, partition, first, batch = run
-        return (
-            first + len(batch.bodies) == command.sequence
-            and partition == command.partition
-            and topic == command.topic
-        )
-
-    def gather_numbered(self, command: Pub) -> None:
-        """A numbered PUB: added to the gathered run, which it :meth:`joins` (the caller
-        checked), or starting a run when nothing is gathered (the caller flushed first)."""
-        now = self.broker.clock.now_ns()
-        run = self._run
-        if run is not None:  # joins it (checked by the caller)
-            batch = run[3]
-            batch.bodies.append(command.body)
+        if run is not None:
+            topic, partition, first, batch = run
+            bodies = batch.bodies
+            if (
+                first + len(bodies) != command.sequence
+                or partition != command.partition
+                or topic != command.topic
+            ):
+                return False
+            bodies.append(command.body)
             assert batch.timestamps is not None
-            batch.timestamps.append(now)
-            return
+            batch.timestamps.append(self.broker.clock.now_ns())
+            return True
+        if self._gathered:
+            return False
         assert command.partition is not None  # the parser takes a number only after one
         assert command.sequence is not None
-        assert not self._gathered  # flushed by the session first (reply order)
+        now = self.broker.clock.now_ns()
         batch = BodyBatch(now, [command.body], 0, [now])
         self._run = (command.topic, command.partition, command.sequence, batch)
+        return True
 
     async def _flush_run(self) -> None:
         """Append the run of numbered PUBs as one numbered publish; each PUB is answered: ``OK``,

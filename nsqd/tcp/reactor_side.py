@@ -110,10 +110,9 @@ class ReactorSide:
                     return Read.HAND_OVER
                 publisher.gather(command)
             elif isinstance(command, Pub):  # numbered: a run of consecutive numbers
-                if publisher.gathering and not publisher.joins(command):
+                if not publisher.gather_numbered(command):
                     self.handed = command
                     return Read.HAND_OVER
-                publisher.gather_numbered(command)
             elif command is NEED_DATA:
                 break
             else:

@@ -258,9 +258,9 @@ class Session:
                         await self._flush()  # acks before a possible auth error
                         await auth.check("PUB", command.topic, "")
                     if command.sequence is not None:  # numbered: runs of their own
-                        if not self.publisher.joins(command):
+                        if not self.publisher.gather_numbered(command):
                             await self._flush()
-                        self.publisher.gather_numbered(command)
+                            self.publisher.gather_numbered(command)  # starts a run
                         side.publishes = True
                         continue
                     if self.publisher.numbered_pending:

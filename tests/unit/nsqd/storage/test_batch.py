@@ -89,7 +89,12 @@ def test_an_appended_batch_reads_as_the_list_of_its_records() -> None:
 @given(
     first=st.integers(0, 2**40),
     triples=st.lists(
-        st.tuples(st.integers(0, 2**62), st.binary(max_size=30), st.binary(max_size=20)),
+        st.tuples(
+            st.integers(0, 2**62),
+            st.binary(max_size=30),
+            # a producer stamp's size (packed with the header) among others
+            st.one_of(st.binary(max_size=20), st.binary(min_size=17, max_size=17)),
+        ),
         min_size=1,
         max_size=8,
     ),
