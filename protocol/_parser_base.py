@@ -79,6 +79,10 @@ class ParserBase:
     #: the peer closed its side (:meth:`CommandParser.end_of_input`): a body that is cut
     #: short is an error with nsqd's "failed to read" text instead of NEED_DATA
     _eof: bool
+    #: ``PUB <topic> <partition> `` of the last numbered PUB read in one step, and its topic
+    #: and partition: the same producer's next PUB is read by that prefix (``_publish``)
+    _numbered_prefix: bytes | None
+    _numbered_target: tuple[str, int]
 
     def _check_tls(self, name: bytes) -> None:
         if self.tls_required:

@@ -45,25 +45,48 @@ class PublishReader(ParserBase):
         )
 
     def _plain_pub(self, pos: int) -> Pub | None:
-        """The common PUB, read in one step: ``PUB <topic>\n`` for a topic already seen valid,
-        or pnsq's numbered ``PUB <topic> <partition> <sequence>\n`` with both in plain digits;
+        """The common PUB, read in one step: ``PUB <topic>\\n`` for a topic already seen valid,
+        or pnsq's numbered ``PUB <topic> <partition> <sequence>\\n`` with both in plain digits;
         its body buffered whole and within the limit. None for anything else, read nothing:
-        the general path (:meth:`_pub`) reads it, with every check and error. Written out in
-        one frame: each call or temporary here is paid once per message."""
+        the general path (:meth:`_pub`) reads it, with every check and error. A producer's
+        numbered PUBs name one topic and partition: after the first, the next is matched by
+        that prefix and only its number is read. Written out in one frame: each call or
+        temporary here is paid once per message."""
         buf = self._buf
-        nl = buf.find(b"\n", pos + 4, pos + self.limits.max_line)
-        if nl < 0:
-            return None
-        line = bytes(buf[pos + 4 : nl])
-        topic = _VALID_NAMES.get(line)
-        partition = sequence = None
-        if topic is None:  # also for "t 0" or "t\r"
-            head, _, raw_sequence = line.rpartition(b" ")
-            target = _NUMBERED_TARGETS.get(head) or _numbered_target(head)
-            if target is None or not 0 < len(raw_sequence) <= _DIGITS or not raw_sequence.isdigit():
+        topic: str | None
+        partition: int | None
+        sequence: int | None
+        prefix = self._numbered_prefix
+        if prefix is not None and buf.startswith(prefix, pos):  # the producer's next PUB
+            at = pos + len(prefix)
+            nl = buf.find(b"\n", at, at + _DIGITS + 1)
+            if nl < 0:
                 return None
-            topic, partition = target
+            raw_sequence = bytes(buf[at:nl])
+            if not raw_sequence.isdigit():
+                return None
+            topic, partition = self._numbered_target
             sequence = int(raw_sequence)
+        else:
+            nl = buf.find(b"\n", pos + 4, pos + self.limits.max_line)
+            if nl < 0:
+                return None
+            line = bytes(buf[pos + 4 : nl])
+            topic = _VALID_NAMES.get(line)
+            partition = sequence = None
+            if topic is None:  # also for "t 0" or "t\r"
+                head, _, raw_sequence = line.rpartition(b" ")
+                target = _NUMBERED_TARGETS.get(head) or _numbered_target(head)
+                if (
+                    target is None
+                    or not 0 < len(raw_sequence) <= _DIGITS
+                    or not raw_sequence.isdigit()
+                ):
+                    return None
+                topic, partition = target
+                sequence = int(raw_sequence)
+                self._numbered_prefix = b"PUB " + head + b" "
+                self._numbered_target = target
         start = nl + 1 + _SIZE.size
         if len(buf) < start:
             return None

@@ -51,6 +51,8 @@ class CommandParser(PublishReader, AckReader):
         self._pos = 0
         self._error = None
         self._eof = False
+        self._numbered_prefix = None
+        self._numbered_target = ("", 0)
         self._handlers: dict[bytes, Callable[[list[bytes], int], Result]] = {
             b"IDENTIFY": self._identify,
             b"AUTH": self._auth,

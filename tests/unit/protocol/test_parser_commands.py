@@ -8,6 +8,7 @@ from hypothesis import given, strategies as st
 
 from protocol import (
     NEED_DATA,
+    ClientError,
     Command,
     ConnState,
     Fin,
@@ -190,3 +191,47 @@ def test_a_numbered_pub_reads_the_same_in_one_step_as_on_the_general_path(
     parser.receive_data(line * 2)
     expected = Pub("numbered_t", b"hi", partition, sequence)
     assert drain(parser) == [expected, expected]
+
+
+_NUMBERED_PUB = st.tuples(
+    st.sampled_from(["n_a", "n_b"]),  # topic
+    st.integers(0, 3),  # partition
+    st.integers(0, 10**19),  # sequence: beyond the fast path's 18 digits too
+    st.integers(0, 2),  # leading zeros of the sequence
+    st.sampled_from([b"", b"\r"]),
+    st.booleans(),  # numbered (else a plain PUB of the topic)
+)
+
+
+@PROPS
+@given(pubs=st.lists(_NUMBERED_PUB, min_size=1, max_size=12), cut=st.integers(1, 40))
+def test_a_run_of_pubs_reads_as_each_would_alone(
+    pubs: list[tuple[str, int, int, int, bytes, bool]], cut: int
+) -> None:
+    """A producer's numbered PUBs after the first are read by their ``PUB <topic> <partition> ``
+    prefix: a stream of them, other targets and plain PUBs between, in pieces of any size,
+    reads as each PUB does alone on a new parser (results and errors alike)."""
+    wires = []
+    for topic, partition, sequence, zeros, tail, is_numbered in pubs:
+        numbers = b" %d %s%d" % (partition, b"0" * zeros, sequence) if is_numbered else b""
+        wires.append(b"PUB " + topic.encode() + numbers + tail + b"\n" + size(2) + b"hi")
+    alone: list[object] = []
+    for wire in wires:
+        single = parser_in(ConnState.INIT)
+        single.receive_data(wire)
+        try:
+            alone.append(single.next_event())
+        except ClientError as exc:
+            alone.append(exc.text)
+            break
+    parser = parser_in(ConnState.INIT)
+    stream = b"".join(wires)
+    read: list[object] = []
+    try:
+        for at in range(0, len(stream), cut):
+            parser.receive_data(stream[at : at + cut])
+            while (event := parser.next_event()) is not NEED_DATA:
+                read.append(event)
+    except ClientError as exc:
+        read.append(exc.text)
+    assert read == alone
