@@ -18,6 +18,7 @@ from ..storage.errors import StorageError
 from . import idempotence
 from .clock import Clock
 from .config import BrokerConfig
+from .journaling import save_state
 from .observer import Observer
 from .partition import Partition
 from .persistence import (
@@ -79,8 +80,7 @@ class Syncer:
                         state = partition_state(topic, partition)
                         if state != partition.saved_state:  # keep .prev an older generation
                             path = partition.directory / STATE_FILE
-                            if await self._disk(write_checkpoint, path, state):
-                                partition.saved_state = state
+                            if await save_state(partition, state, path, self._disk):
                                 idempotence.saved(partition, now)
                             else:
                                 partition.dirty = True

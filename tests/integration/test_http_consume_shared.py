@@ -67,6 +67,10 @@ def test_concurrent_batches_of_one_partition_are_disjoint_and_end_on_their_own(
         (channel,) = _stats(daemon, "multi")["channels"]
         assert channel["in_flight_count"] == 20  # the redelivered batch and the one left
 
+        # the acks moved only the cursor: they are in the cursor journal, not yet folded into
+        # state.json, when the process dies
+        journal = tmp_path / "nsqd" / "topics" / "t-multi" / "0" / "cursors.journal"
+        assert journal.stat().st_size > 0
         daemon.kill()  # right after the acks' 200: nothing acked may come back
         daemon.start()
         seen: list[str] = []

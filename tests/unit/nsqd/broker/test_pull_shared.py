@@ -5,7 +5,6 @@ keep one batch at a time. On the virtual clock."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,9 @@ import trio.testing
 
 from nsqd.broker import Broker, BrokerConfig, Channel, NewRecord, Topic, open_broker, syncing
 from nsqd.broker.clock import VirtualClock
+from nsqd.broker.journaling import Disk
+from nsqd.broker.partition import Partition
+from nsqd.broker.persistence import load_state
 from nsqd.broker.pull import Batch, Puller
 from nsqd.core.partition_state import Placement, Role
 
@@ -33,10 +35,12 @@ def _setup(broker: Broker, clock: VirtualClock, count: int) -> tuple[Topic, Chan
     return topic, broker.get_or_create_channel(topic, "c")
 
 
-def _saved_cursor(tmp_path: Path) -> dict[str, object]:
-    (state,) = tmp_path.glob("topics/t-t/*/state.json")
-    saved = json.loads(state.read_text())["channels"]["c"]
-    return {"confirmed": saved["confirmed"], "acked": saved["acked"]}
+def _saved_cursor(tmp_path: Path) -> object:
+    """The channel's cursor as a restart would read it (checkpoint and cursor journal)."""
+    (directory,) = tmp_path.glob("topics/t-t/*/")
+    channels = load_state(directory, "STAMP")["channels"]
+    assert isinstance(channels, dict)
+    return channels["c"]
 
 
 async def test_batches_out_at_once_are_disjoint_and_each_ends_on_its_own(
@@ -88,18 +92,20 @@ async def test_concurrent_acks_share_a_sync_pass(
         tokens = [batch.lease.token for batch in batches if batch is not None]
         assert len(tokens) == 4
         await broker.wait_durable()  # the publish's checkpoint is behind us
-        written: list[Path] = []
-        write = syncing.write_checkpoint
+        saves: list[dict[str, object]] = []
+        save = syncing.save_state
 
-        def counting(path: Path, document: dict[str, object]) -> None:
-            written.append(path)
-            write(path, document)
+        async def counting(
+            partition: Partition, state: dict[str, object], path: Path, disk: Disk
+        ) -> bool:
+            saves.append(state)
+            return await save(partition, state, path, disk)
 
-        monkeypatch.setattr(syncing, "write_checkpoint", counting)
+        monkeypatch.setattr(syncing, "save_state", counting)
         async with trio.open_nursery() as nursery:
             for token in tokens:
                 nursery.start_soon(puller.ack, token)
-        assert [path.name for path in written] == ["state.json"]  # one pass for the four
+        assert len(saves) == 1  # one pass saved the four
         assert _saved_cursor(tmp_path) == {"confirmed": 400, "acked": []}
 
 
