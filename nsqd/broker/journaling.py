@@ -5,8 +5,9 @@ so a durable ack (an HTTP consume ack, docs/http-api.md) waits for a shorter syn
 
 The checkpoint carries its generation (``"journal"``); the journal's records carry the
 generation they apply on top of, and :func:`apply_journal` replays them when the state is read.
-The journal is folded into the next checkpoint written: when something besides cursors changed,
-a channel came or went, or the journal passed :data:`JOURNAL_LIMIT` bytes.
+The journal is folded into the next checkpoint written: by a pass nobody waits for (the
+``--sync-timeout`` schedule, shutdown: :class:`~.syncing.Syncer`), or when something besides
+cursors changed, a channel came or went, or the journal passed :data:`JOURNAL_LIMIT` bytes.
 """
 
 from __future__ import annotations
@@ -55,14 +56,20 @@ def journal_entry(
 
 
 async def save_state(
-    partition: Partition, state: dict[str, object], checkpoint: Path, disk: Disk
+    partition: Partition,
+    state: dict[str, object],
+    checkpoint: Path,
+    disk: Disk,
+    *,
+    journal: bool = True,
 ) -> bool:
     """Make ``state`` (:func:`~nsqd.broker.persistence.partition_state`, whose generation is
-    the partition's) durable: a journal record if :func:`journal_entry` allows it and the
-    journal is short, else the checkpoint at ``checkpoint`` of the next generation (the journal
-    then cut back). Whether it was written (``partition.saved_state`` is ``state`` then)."""
+    the partition's) durable: with ``journal``, a journal record if :func:`journal_entry`
+    allows it and the journal is short; else the checkpoint at ``checkpoint`` of the next
+    generation (the journal then cut back). Whether it was written
+    (``partition.saved_state`` is ``state`` then)."""
     directory = checkpoint.parent
-    entry = journal_entry(partition.saved_state, state)
+    entry = journal_entry(partition.saved_state, state) if journal else None
     if entry is not None and partition.journal_bytes < JOURNAL_LIMIT:
         payload = json.dumps(entry, separators=_COMPACT).encode()
         size = await _append(disk, directory / JOURNAL_FILE, partition.journal_generation, payload)

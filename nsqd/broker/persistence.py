@@ -39,6 +39,9 @@ class SyncSchedule:
     def __init__(self) -> None:
         self.wanted = trio.Event()
         self.metadata_dirty = False
+        #: somebody waits for the next pass (:meth:`wait_durable`): cursor moves may go to the
+        #: cursor journal (:mod:`.journaling`); the pass reads and clears it as it begins
+        self.awaited = False
         self._started = 0
         self._done = 0
         self._done_event = trio.Event()
@@ -51,6 +54,7 @@ class SyncSchedule:
     async def wait_durable(self) -> None:
         """Wait for a sync that starts after this call."""
         target = self._started + 1
+        self.awaited = True
         self.wanted.set()
         while self._done < target:
             await self._done_event.wait()

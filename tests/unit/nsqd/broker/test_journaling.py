@@ -118,3 +118,18 @@ async def test_a_damaged_record_leaves_the_cursors_of_the_last_good_one(
         state = load_state(tmp_path, "STAMP")
     assert state["channels"] == {"c": {"confirmed": 2, "acked": []}}
     assert any("short record" in m for m in caplog.messages)
+
+
+async def test_a_save_nobody_waits_for_folds_the_journal_into_the_checkpoint(
+    tmp_path: Path,
+) -> None:
+    partition = _partition(tmp_path)
+    checkpoint = tmp_path / STATE_FILE
+    assert await save_state(partition, _state(partition, c=(0, [])), checkpoint, _disk)
+    assert await save_state(partition, _state(partition, c=(4, [])), checkpoint, _disk)
+    assert (tmp_path / JOURNAL_FILE).stat().st_size > 0
+    moved = _state(partition, c=(6, [8]))
+    assert await save_state(partition, moved, checkpoint, _disk, journal=False)
+    assert (tmp_path / JOURNAL_FILE).read_bytes() == b""
+    saved = json.loads(checkpoint.read_text())
+    assert saved["channels"] == {"c": {"confirmed": 6, "acked": [8]}}

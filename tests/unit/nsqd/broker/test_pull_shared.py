@@ -92,20 +92,25 @@ async def test_concurrent_acks_share_a_sync_pass(
         tokens = [batch.lease.token for batch in batches if batch is not None]
         assert len(tokens) == 4
         await broker.wait_durable()  # the publish's checkpoint is behind us
-        saves: list[dict[str, object]] = []
+        saves: list[bool] = []
         save = syncing.save_state
 
         async def counting(
-            partition: Partition, state: dict[str, object], path: Path, disk: Disk
+            partition: Partition,
+            state: dict[str, object],
+            path: Path,
+            disk: Disk,
+            *,
+            journal: bool = True,
         ) -> bool:
-            saves.append(state)
-            return await save(partition, state, path, disk)
+            saves.append(journal)
+            return await save(partition, state, path, disk, journal=journal)
 
         monkeypatch.setattr(syncing, "save_state", counting)
         async with trio.open_nursery() as nursery:
             for token in tokens:
                 nursery.start_soon(puller.ack, token)
-        assert len(saves) == 1  # one pass saved the four
+        assert saves == [True]  # one pass saved the four, the acks waiting: to the journal
         assert _saved_cursor(tmp_path) == {"confirmed": 400, "acked": []}
 
 
