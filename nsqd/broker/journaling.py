@@ -98,21 +98,16 @@ async def _append(disk: Disk, path: Path, generation: int, payload: bytes) -> in
 
 
 def apply_journal(directory: Path, state: dict[str, object]) -> None:
-    """Replay ``directory``'s cursor journal into ``state`` (a checkpoint read, changed in
-    place): each record of the checkpoint's generation replaces the cursors it names. A torn
-    or damaged record ends the replay with a WARNING (the cursors stay at the last good one:
-    at-least-once); so does a record of the wrong shape. ``state``'s generation becomes one
-    past every generation seen, so no checkpoint written from now on shares one with a record
-    already in the journal."""
+    """Replay ``directory``'s cursor journal into ``state`` (a checkpoint read, its channels
+    changed in place): each record of the checkpoint's generation replaces the cursors it
+    names. A torn or damaged record ends the replay with a WARNING (the cursors stay at the
+    last good one: at-least-once); so does a record of the wrong shape."""
     path = directory / JOURNAL_FILE
-    generation = generation_of(state)
     try:
-        found = read_records(path, generation)
+        found = read_records(path, generation_of(state))
     except StorageError as exc:
         log.warning("%s: %s; cursors as of the checkpoint", path, exc)
-        state[JOURNAL_KEY] = generation + 1
         return
-    state[JOURNAL_KEY] = max(generation, found.highest) + 1
     problem = found.problem
     channels = state.get("channels")
     for payload in found.payloads if isinstance(channels, dict) else ():
@@ -129,6 +124,17 @@ def apply_journal(directory: Path, state: dict[str, object]) -> None:
         log.warning(
             "%s: %s; cursors as of the last good record (its later FINs come again)", path, problem
         )
+
+
+def last_generation(directory: Path, state: dict[str, object]) -> int:
+    """The highest generation of ``state`` (a checkpoint read) and of the records in
+    ``directory``'s cursor journal: the checkpoints written from now on have higher ones, so
+    none shares its generation with a record already there."""
+    try:
+        highest = read_records(directory / JOURNAL_FILE, -1).highest
+    except StorageError:
+        highest = 0  # unreadable: nothing in it is replayed either
+    return max(generation_of(state), highest)
 
 
 def _valid_cursor(cursor: object) -> bool:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from nsqd.broker import journaling
-from nsqd.broker.journaling import JOURNAL_KEY, journal_entry, save_state
+from nsqd.broker.journaling import JOURNAL_KEY, journal_entry, last_generation, save_state
 from nsqd.broker.partition import Partition
 from nsqd.broker.persistence import STATE_FILE, load_state
 from nsqd.core.ownership import STANDALONE
@@ -65,7 +65,9 @@ async def test_cursor_moves_are_journaled_and_read_back_over_the_checkpoint(
     assert partition.journal_bytes == (tmp_path / JOURNAL_FILE).stat().st_size > 0
     state = load_state(tmp_path, "STAMP")
     assert state["channels"] == {"c": {"confirmed": 7, "acked": []}}
-    assert state[JOURNAL_KEY] == 2  # past every generation seen: the next one is fresh
+    assert state[JOURNAL_KEY] == 1
+    append_record(tmp_path / JOURNAL_FILE, 6, b"{}")  # a record of a lost generation
+    assert last_generation(tmp_path, state) == 6  # the next checkpoint's is past them all
     # anything else changed: a checkpoint of the next generation, the journal cut back
     moved = {**_state(partition, c=(9, [])), "topic_start": 5}
     assert await save_state(partition, moved, checkpoint, _disk)
