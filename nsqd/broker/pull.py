@@ -2,8 +2,9 @@
 
 The leases themselves are pure (:mod:`nsqd.core.leases`); this module takes the messages from
 the channel's cursors, waits for them (long poll), and makes an ack durable before it is
-answered: the FINs are in the channel's checkpoint on disk and, with followers, in every
-in-sync follower's copy of the cursor. See ``docs/http-api.md``.
+answered: the FINs are in the channel's cursor on disk (its partition's checkpoint or cursor
+journal, :mod:`.journaling`) and, with followers, in every in-sync follower's copy of it.
+See ``docs/http-api.md``.
 
 A partition gives several batches at once (the acks of concurrent consumers share one sync
 pass), except where a batch must be its partition's only one (:func:`exclusive`).
@@ -243,8 +244,9 @@ def exclusive(partition: Partition, cursor: PartitionCursor) -> bool:
 
 
 def _checkpointed(partition: Partition, channel: Channel, offsets: Sequence[int]) -> bool:
-    """Whether the last checkpoint written has every offset of ``offsets`` FINed in
-    ``channel`` (always true where nothing is checkpointed: #ephemeral)."""
+    """Whether the partition's state saved last (checkpoint or cursor journal) has every
+    offset of ``offsets`` FINed in ``channel`` (always true where nothing is checkpointed:
+    #ephemeral)."""
     if partition.directory is None or channel.ephemeral:
         return True
     saved = partition.saved_state or {}
