@@ -4,6 +4,7 @@ acked across a kill -9 while what was not comes back."""
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 from typing import Any
@@ -83,5 +84,9 @@ def test_concurrent_batches_of_one_partition_are_disjoint_and_end_on_their_own(
         assert sorted(seen) == sorted(_ids(again) + _ids(left))
         (channel,) = _stats(daemon, "multi")["channels"]
         assert [p["confirmed_offset"] for p in channel["partitions"]] == [40]
+        assert daemon.stop() == 0  # a clean stop folds the journal into state.json
+        state = json.loads((journal.parent / "state.json").read_text())
+        assert state["channels"]["ch"]["confirmed"] == 40
+        assert journal.read_bytes() == b""
     finally:
         daemon.stop()
