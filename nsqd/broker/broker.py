@@ -385,6 +385,7 @@ class Broker:
         """Stop taking writes, checkpoint everything and close the logs."""
         self.exiting = True
         self.syncs.metadata_dirty = True
+        self.syncs.awaited = False  # the cursor journal folded into state.json: a clean stop
         for topic in self.topics.values():
             for partition in topic.partitions:
                 partition.dirty = True

@@ -17,6 +17,7 @@ from ..storage.log import PartitionLog
 from ..storage.memory import MemoryLog
 from . import idempotence
 from .config import BrokerConfig
+from .journaling import last_generation
 from .partition import Partition
 from .persistence import STATE_FILE, file_stamp, load_state, topic_directory
 from .topic import Topic
@@ -79,6 +80,7 @@ class LogOpener:
         start = state.get("topic_start", plog.start_offset)
         assert isinstance(start, int)
         partition = Partition(number, plog, directory, start, placement, producers)
+        partition.journal_generation = last_generation(directory, state)
         idempotence.restore(partition, state, self.now())
         first = idempotence.saved_state(state, partition)
         if first is not None:  # before any write: a later start reads stamps from here on

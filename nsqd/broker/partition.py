@@ -69,6 +69,10 @@ class Partition:
         self.unsynced = 0  # records appended since the last fsync
         self.dirty = True  # cursors changed since the last checkpoint
         self.saved_state: dict[str, object] | None = None  # the last checkpoint written
+        #: the generation of the last checkpoint written (or read) and the size of its cursor
+        #: journal (:mod:`nsqd.storage.cursor_journal`)
+        self.journal_generation = 0
+        self.journal_bytes = 0
         self.message_count = 0  # records appended by this process (stats)
         #: its storage errors on the consume path, contained (:mod:`.read_guard`)
         self.read_guard = ReadGuard(str(directory) if directory is not None else str(number))

@@ -22,6 +22,7 @@ from ..core.ownership import Placement, Role
 from ..storage.checkpoint import load_checkpoint
 from . import idempotence
 from .channel import Channel
+from .journaling import JOURNAL_KEY, apply_journal
 from .partition import Partition
 from .topic import Topic
 
@@ -38,6 +39,9 @@ class SyncSchedule:
     def __init__(self) -> None:
         self.wanted = trio.Event()
         self.metadata_dirty = False
+        #: somebody waits for the next pass (:meth:`wait_durable`): cursor moves may go to the
+        #: cursor journal (:mod:`.journaling`); the pass reads and clears it as it begins
+        self.awaited = False
         self._started = 0
         self._done = 0
         self._done_event = trio.Event()
@@ -50,6 +54,7 @@ class SyncSchedule:
     async def wait_durable(self) -> None:
         """Wait for a sync that starts after this call."""
         target = self._started + 1
+        self.awaited = True
         self.wanted.set()
         while self._done < target:
             await self._done_event.wait()
@@ -199,15 +204,19 @@ def partition_state(topic: Topic, partition: Partition) -> dict[str, object]:
         "topic_start": partition.topic_start,
         "channels": channels,
         "producers": idempotence.checkpoint(partition),
+        JOURNAL_KEY: partition.journal_generation,
     }
 
 
 def load_state(directory: Path, stamp: str) -> dict[str, object]:
     """A partition's ``state.json``, or its previous generation if it is damaged; ``{}`` if
-    there is none (every channel then starts at the earliest retained offset)."""
+    there is none (every channel then starts at the earliest retained offset); with the
+    cursors its cursor journal moved since (:func:`~.journaling.apply_journal`)."""
     fallback = "its channels resume at the earliest retained offset"
     state = load_checkpoint(directory / STATE_FILE, valid_state, stamp, log, fallback)
-    return state if isinstance(state, dict) else {}
+    state = state if isinstance(state, dict) else {}
+    apply_journal(directory, state)
+    return state
 
 
 def _is_int(value: object) -> bool:

@@ -2,8 +2,12 @@
 
 The leases themselves are pure (:mod:`nsqd.core.leases`); this module takes the messages from
 the channel's cursors, waits for them (long poll), and makes an ack durable before it is
-answered: the FINs are in the channel's checkpoint on disk and, with followers, in every
-in-sync follower's copy of the cursor. See ``docs/http-api.md``.
+answered: the FINs are in the channel's cursor on disk (its partition's checkpoint or cursor
+journal, :mod:`.journaling`) and, with followers, in every in-sync follower's copy of it.
+See ``docs/http-api.md``.
+
+A partition gives several batches at once (the acks of concurrent consumers share one sync
+pass), except where a batch must be its partition's only one (:func:`exclusive`).
 """
 
 from __future__ import annotations
@@ -76,21 +80,29 @@ class Puller:
     def take(
         self, topic: Topic, channel: Channel, max_messages: int, lease_ns: int
     ) -> Batch | None:
-        """Up to ``max_messages`` of ONE partition of ``channel`` not locked by another lease,
-        in flight until ``now + lease_ns``; None if no partition has a message to give now."""
+        """Up to ``max_messages`` of ONE partition of ``channel`` that its open leases leave
+        room for (:func:`exclusive`), in flight until ``now + lease_ns``; None if no
+        partition has a message to give now. Partitions with fewer open leases are tried
+        first (round robin among equals), so concurrent consumers spread over partitions."""
         if not channel.delivering:
             return None
         now_ns = self.broker.clock.now_ns()
-        self.leases.sweep(now_ns)
+        leases = self.leases
+        leases.sweep(now_ns)
+        names = topic.name, channel.name
         served = [
             (partition, cursor)
             for partition, cursor in channel.iter_cursors()
             if channel.releasable(partition, cursor)
-            and not self.leases.locked(topic.name, channel.name, partition.number, now_ns)
+            and not leases.locked(
+                *names, partition.number, now_ns, exclusive=exclusive(partition, cursor)
+            )
         ]
         self._rr += 1
-        for i in range(len(served)):
-            partition, cursor = served[(self._rr + i) % len(served)]
+        count = len(served)
+        turn = [served[(self._rr + i) % count] for i in range(count)]
+        turn.sort(key=lambda pair: leases.open_count(*names, pair[0].number))
+        for partition, cursor in turn:
             batch = self._take_from(
                 topic, channel, partition, cursor, max_messages, now_ns, lease_ns
             )
@@ -124,7 +136,14 @@ class Puller:
             return None
         got.sort(key=lambda m: m.offset)  # requeued ones first from the cursor; order them
         token = secrets.token_urlsafe(18)
-        lease = Lease(token, topic.name, channel.name, partition.number, now_ns + lease_ns)
+        lease = Lease(
+            token,
+            topic.name,
+            channel.name,
+            partition.number,
+            now_ns + lease_ns,
+            exclusive=exclusive(partition, cursor),
+        )
         cursor.start_flights(got, lease, lease.deadline_ns, now_ns)
         lease.offsets = tuple(m.offset for m in got)
         self.leases.add(lease)
@@ -216,9 +235,18 @@ class Puller:
         return lease
 
 
+def exclusive(partition: Partition, cursor: PartitionCursor) -> bool:
+    """Whether a batch of ``cursor`` must be its partition's only open one: on an ordered
+    channel (one run at a time, in order), and where the partition has in-sync followers (an
+    ack waits for them to hold the channel's confirmed offset, which only passes the batch if
+    no earlier batch is still out)."""
+    return cursor.ordered or bool(partition.state.followers)
+
+
 def _checkpointed(partition: Partition, channel: Channel, offsets: Sequence[int]) -> bool:
-    """Whether the last checkpoint written has every offset of ``offsets`` FINed in
-    ``channel`` (always true where nothing is checkpointed: #ephemeral)."""
+    """Whether the partition's state saved last (checkpoint or cursor journal) has every
+    offset of ``offsets`` FINed in ``channel`` (always true where nothing is checkpointed:
+    #ephemeral)."""
     if partition.directory is None or channel.ephemeral:
         return True
     saved = partition.saved_state or {}

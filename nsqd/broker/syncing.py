@@ -18,6 +18,7 @@ from ..storage.errors import StorageError
 from . import idempotence
 from .clock import Clock
 from .config import BrokerConfig
+from .journaling import save_state
 from .observer import Observer
 from .partition import Partition
 from .persistence import (
@@ -48,6 +49,11 @@ class Syncer:
     async def sync(self, topics: Mapping[str, Topic], fsync_latency: Observer) -> None:
         """fsync what was appended, checkpoint changed cursors, save metadata if it changed.
 
+        A pass that somebody waits for (:meth:`SyncSchedule.wait_durable`: a durable ack)
+        appends cursor moves to the cursor journal where it can (:mod:`.journaling`); the
+        other passes (the ``--sync-timeout`` schedule, shutdown) write ``state.json``, folding
+        the journal into it.
+
         ``topics`` is the node's live topic table (read once the lock is held, so a topic
         deleted meanwhile is not saved); ``fsync_latency`` observes each partition fsync.
 
@@ -56,6 +62,7 @@ class Syncer:
         as nsqd does.
         """
         syncs = self.syncs
+        journal, syncs.awaited = syncs.awaited, False  # a pass somebody waits for: be quick
         generation = syncs.begin()
         async with self.lock:
             retired, self.retired = self.retired, []
@@ -79,8 +86,10 @@ class Syncer:
                         state = partition_state(topic, partition)
                         if state != partition.saved_state:  # keep .prev an older generation
                             path = partition.directory / STATE_FILE
-                            if await self._disk(write_checkpoint, path, state):
-                                partition.saved_state = state
+                            saved = await save_state(
+                                partition, state, path, self._disk, journal=journal
+                            )
+                            if saved:
                                 idempotence.saved(partition, now)
                             else:
                                 partition.dirty = True

@@ -1,8 +1,10 @@
 """HTTP consume with server-kept offsets (``docs/http-api.md``): any language, nothing but HTTP.
 
 * ``POST /consume?topic=&channel=&max=&wait_ms=&lease_ms=`` — a batch of at most ``max``
-  messages of ONE partition, that partition locked to the batch's token until it is acked,
-  nacked or its lease ends; waits up to ``wait_ms`` for messages;
+  messages of ONE partition, leased to the batch's token until it is acked, nacked or its
+  lease ends (several batches of a partition may be out at once; ordered channels and
+  replicated partitions give one at a time: :func:`~nsqd.broker.pull.exclusive`); waits up to
+  ``wait_ms`` for messages;
 * ``POST /consume/ack?token=`` — FIN the batch; ``200 OK`` once that is on disk (and on every
   in-sync follower);
 * ``POST /consume/nack?token=&delay_ms=`` — requeue the batch after ``delay_ms``.

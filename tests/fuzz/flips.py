@@ -6,11 +6,11 @@ A standalone round: start ``python -m nsqd`` on a fresh data path, publish ackno
 messages (a body tells its number and is known, so a corrupt one is seen), consume and FIN a
 part of them (channel cursors are checkpointed), stop it (SIGTERM, or SIGKILL), flip one
 random byte in each of 1 to 3 random files (segments, indexes, ``state.json`` and
-``pnsq.dat`` with their previous generations), start it again, consume everything and
-publish a few more. Checked: it starts, no body other than the one published under its number
-is delivered, every acknowledged message not yet FINed whose record bytes were not hit is
-delivered (more, redelivered, is allowed: at-least-once), the new ones too, and its log holds
-no traceback.
+``pnsq.dat`` with their previous generations, the cursor journals), start it again, consume
+everything and publish a few more. Checked: it starts, no body other than the one published
+under its number is delivered, every acknowledged message not yet FINed whose record bytes were
+not hit is delivered (more, redelivered, is allowed: at-least-once), the new ones too, and its
+log holds no traceback.
 
 A replica round (``--replica``): on one long-lived cluster (a pnsq lookupd and two pnsq
 nsqd, ``replicator=2``), a new topic, acknowledged messages, then one random byte of the
@@ -222,7 +222,10 @@ class Soak:
             for p in data.rglob("*")
             if p.is_file()
             and p.stat().st_size
-            and (p.suffix in (".log", ".index") or p.name.startswith(("state.json", "pnsq.dat")))
+            and (
+                p.suffix in (".log", ".index", ".journal")
+                or p.name.startswith(("state.json", "pnsq.dat"))
+            )
             and ".corrupt-" not in p.name
         )
         hit: set[int] = set()

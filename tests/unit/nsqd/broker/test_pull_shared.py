@@ -1,0 +1,155 @@
+"""HTTP consume with several batches of one partition out at once (nsqd/broker/pull.py): each
+batch has its own messages, is acked, nacked or timed out on its own, and the acks of
+concurrent batches share a sync pass; ordered channels and partitions with in-sync followers
+keep one batch at a time. On the virtual clock."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import trio
+import trio.testing
+
+from nsqd.broker import Broker, BrokerConfig, Channel, NewRecord, Topic, open_broker, syncing
+from nsqd.broker.clock import VirtualClock
+from nsqd.broker.journaling import Disk
+from nsqd.broker.partition import Partition
+from nsqd.broker.persistence import load_state
+from nsqd.broker.pull import Batch, Puller
+from nsqd.core.partition_state import Placement, Role
+
+LEASE_NS = 1_000_000_000
+LONG_NS = 1_000_000 * LEASE_NS  # virtual time jumps while a sync waits for its worker thread
+
+
+def _offsets(batch: Batch | None) -> list[int]:
+    assert batch is not None
+    return [m.offset for m in batch.messages]
+
+
+def _setup(broker: Broker, clock: VirtualClock, count: int) -> tuple[Topic, Channel]:
+    records = [NewRecord(timestamp_ns=clock.now_ns(), body=b"m%d" % i) for i in range(count)]
+    broker.publish("t", records)
+    topic = broker.get_topic("t")
+    return topic, broker.get_or_create_channel(topic, "c")
+
+
+def _saved_cursor(tmp_path: Path) -> object:
+    """The channel's cursor as a restart would read it (checkpoint and cursor journal)."""
+    (directory,) = tmp_path.glob("topics/t-t/*/")
+    channels = load_state(directory, "STAMP")["channels"]
+    assert isinstance(channels, dict)
+    return channels["c"]
+
+
+async def test_batches_out_at_once_are_disjoint_and_each_ends_on_its_own(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    clock = VirtualClock()
+    async with open_broker(BrokerConfig(data_path=tmp_path), clock) as broker:
+        puller = Puller(broker)
+        topic, channel = _setup(broker, clock, 9)
+        first = puller.take(topic, channel, 3, LEASE_NS)
+        second = puller.take(topic, channel, 3, LONG_NS)
+        third = puller.take(topic, channel, 3, LONG_NS)
+        assert (_offsets(first), _offsets(second), _offsets(third)) == (
+            [0, 1, 2],
+            [3, 4, 5],
+            [6, 7, 8],
+        )
+        assert first is not None
+        assert second is not None
+        assert third is not None
+        assert len({first.lease.token, second.lease.token, third.lease.token}) == 3
+        assert puller.take(topic, channel, 3, LEASE_NS) is None  # every message is out
+        # the second is acked while the first and third are out: durable as out-of-order FINs
+        await puller.ack(second.lease.token)
+        assert _saved_cursor(tmp_path) == {"confirmed": 0, "acked": [3, 4, 5]}
+        # the first's lease ends: only its messages come back, before anything newer
+        await trio.sleep(2)
+        again = puller.take(topic, channel, 10, LONG_NS)
+        assert _offsets(again) == [0, 1, 2]
+        assert again is not None
+        assert [m.attempts for m in again.messages] == [2, 2, 2]
+        puller.nack(third.lease.token, 0)  # the third comes back on its own too
+        back = puller.take(topic, channel, 10, LONG_NS)
+        assert _offsets(back) == [6, 7, 8]
+        assert back is not None
+        await puller.ack(again.lease.token)
+        await puller.ack(back.lease.token)
+        assert _saved_cursor(tmp_path) == {"confirmed": 9, "acked": []}
+
+
+async def test_concurrent_acks_share_a_sync_pass(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = VirtualClock()
+    async with open_broker(BrokerConfig(data_path=tmp_path), clock) as broker:
+        puller = Puller(broker)
+        topic, channel = _setup(broker, clock, 400)
+        batches = [puller.take(topic, channel, 100, LONG_NS) for _ in range(4)]
+        tokens = [batch.lease.token for batch in batches if batch is not None]
+        assert len(tokens) == 4
+        await broker.wait_durable()  # the publish's checkpoint is behind us
+        saves: list[bool] = []
+        save = syncing.save_state
+
+        async def counting(
+            partition: Partition,
+            state: dict[str, object],
+            path: Path,
+            disk: Disk,
+            *,
+            journal: bool = True,
+        ) -> bool:
+            saves.append(journal)
+            return await save(partition, state, path, disk, journal=journal)
+
+        monkeypatch.setattr(syncing, "save_state", counting)
+        async with trio.open_nursery() as nursery:
+            for token in tokens:
+                nursery.start_soon(puller.ack, token)
+        assert saves == [True]  # one pass saved the four, the acks waiting: to the journal
+        assert _saved_cursor(tmp_path) == {"confirmed": 400, "acked": []}
+
+
+async def test_an_ordered_channel_keeps_one_batch_at_a_time(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    clock = VirtualClock()
+    async with open_broker(BrokerConfig(data_path=tmp_path), clock) as broker:
+        puller = Puller(broker)
+        topic, channel = _setup(broker, clock, 6)
+        channel.ordered = True
+        first = puller.take(topic, channel, 3, LEASE_NS)
+        assert _offsets(first) == [0, 1, 2]
+        assert first is not None
+        assert first.lease.exclusive
+        assert puller.take(topic, channel, 3, LEASE_NS) is None
+        await puller.ack(first.lease.token)
+        assert _offsets(puller.take(topic, channel, 3, LEASE_NS)) == [3, 4, 5]
+
+
+async def test_a_partition_with_in_sync_followers_keeps_one_batch_at_a_time(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """Its ack waits for the followers to hold the channel's confirmed offset, which passes the
+    batch only when no earlier batch is out: a shared batch there would be acked too early."""
+    clock = VirtualClock()
+    async with open_broker(BrokerConfig(data_path=tmp_path), clock) as broker:
+        puller = Puller(broker)
+        topic, channel = _setup(broker, clock, 9)
+        shared = puller.take(topic, channel, 3, LEASE_NS)
+        assert shared is not None
+        assert not shared.lease.exclusive
+        partition = topic.partition(0)
+        me = partition.state.placement.leader
+        partition.state.apply(Placement(Role.LEADER, 2, me, (me, "b:1"), (me, "b:1")))
+        assert puller.take(topic, channel, 3, LEASE_NS) is None  # not beside the shared one
+        puller.nack(shared.lease.token, 0)
+        only = puller.take(topic, channel, 3, LEASE_NS)
+        assert _offsets(only) == [0, 1, 2]
+        assert only is not None
+        assert only.lease.exclusive
+        assert puller.take(topic, channel, 3, LEASE_NS) is None
