@@ -35,6 +35,8 @@ def stamped(producer: int, sequence: int, header: bytes = b"") -> bytes:
 def stamps(producer: int, first: int, count: int) -> list[bytes]:
     """The exts of ``count`` records ``producer`` stored as numbers ``first, first + 1, ...``
     (:func:`stamped` of each, with no header)."""
+    if count == 1:  # a synchronous producer's PUB: no comprehension's frame
+        return [_pack(STAMP_MAGIC, producer, first)]
     pack, magic = _pack, STAMP_MAGIC
     return [pack(magic, producer, sequence) for sequence in range(first, first + count)]
 
