@@ -89,6 +89,7 @@ __all__ = [
     "apply",
     "assignment_load",
     "decide",
+    "liveness_key",
 ]
 
 
@@ -128,6 +129,19 @@ class _Health:
             and view.down_since is not None
             and self.now - view.down_since >= self.settings.replace_after
         )
+
+
+def liveness_key(
+    nodes: Mapping[str, NodeView], settings: Settings, now: float, upgrading: bool
+) -> tuple[tuple[str, bool, bool, bool, bool], ...]:
+    """All that :func:`decide` reads of the nodes at ``now``: per node, whether it is up,
+    alive, leaving and replaceable. Equal keys (with the same partitions and the rest of the
+    view) give equal decisions, however the heartbeats moved meanwhile."""
+    health = _Health(nodes, settings, now, upgrading=upgrading)
+    return tuple(
+        (node, health.up(node), health.alive(node), view.leaving, health.replaceable(node))
+        for node, view in sorted(nodes.items())
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,10 +2,13 @@
 (every call takes ``now``), no Trio.
 
 A node (``broadcast_address:tcp_port``) is *connected* while at least one registration
-connection of it is open; its *heartbeat* is its last IDENTIFY, PING or progress report. When
+connection of it is open; its *heartbeat* is its last IDENTIFY, PING, REGISTER, UNREGISTER or
+progress report. When
 lookupd starts, every node its placements name is given one heartbeat at ``start + grace``
 minus the heartbeat timeout: nodes reconnect after a lookupd restart (their backoff reaches
-5 s), and taking them for dead at once would move every leadership for nothing.
+5 s), and taking them for dead at once would move every leadership for nothing. For the same
+reason a stall of lookupd's own event loop is not counted against the nodes
+(:meth:`Liveness.excuse`): their heartbeats were sent, lookupd was not there to read them.
 
 The leaders' progress reports (which followers are caught up, which lag, how many bytes each
 lacks) are kept here too, each with the epoch it was made under; only a report by a
@@ -54,6 +57,8 @@ class Liveness:
         self.start_grace = start_grace
         self._nodes: dict[str, _Node] = {}
         self.progress: dict[tuple[str, int], Progress] = {}
+        #: bumped whenever a report differs from the one it replaces (bytes behind aside)
+        self.reports_changed = 0
 
     def seed(self, nodes: Iterable[str], now: float) -> None:
         """lookupd just started: give the placed nodes ``start_grace`` to reconnect."""
@@ -77,6 +82,15 @@ class Liveness:
         if entry is not None and not entry.seeded:
             entry.last_heartbeat = now
 
+    def excuse(self, seconds: float, now: float) -> None:
+        """lookupd itself did not run for ``seconds`` (its event loop was stalled or starved):
+        the heartbeats that arrived meanwhile were not read, so that time does not count as
+        the nodes' silence. Every heartbeat moves ``seconds`` later (never past ``now``)."""
+        for entry in self._nodes.values():
+            entry.last_heartbeat = min(
+                entry.last_heartbeat + seconds, max(entry.last_heartbeat, now)
+            )
+
     def disconnected(self, node: str, now: float) -> None:
         entry = self._nodes.get(node)
         if entry is None or entry.seeded:
@@ -95,6 +109,8 @@ class Liveness:
 
     def report(self, topic: str, partition: int, progress: Progress) -> None:
         """A leader's report (the caller checked it against the placement)."""
+        if self.progress.get((topic, partition)) != progress:
+            self.reports_changed += 1
         self.progress[(topic, partition)] = progress
 
     def current(self, topic: str, partition: int, leader: str, epoch: int) -> Progress | None:

@@ -3,7 +3,9 @@ puts the placements back (the decision is taken again on the next tick)."""
 
 from __future__ import annotations
 
+import json
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -11,12 +13,14 @@ import pytest
 import trio
 
 from lookupd.core.decide import Settings
+from lookupd.core.liveness import Liveness
 from lookupd.core.placement import TopicMeta, TopicPlacement
 from lookupd.core.views import Timeouts
 from lookupd.state.cluster import Cluster
 from lookupd.state.store import MetadataStore, StoreError
 from lookupd.state.supervisor import Supervisor, view_of
 from protocol.lookup import PartitionAssignment
+from protocol.lookup_v1 import EXT_PARTITIONS, EXTENSIONS_KEY, decode_identify
 
 A, B = "a:1", "b:1"
 
@@ -128,3 +132,139 @@ async def test_with_no_in_sync_copy_left_only_an_unclean_topic_promotes(
     else:  # offline until A returns
         assert (change.leader, change.epoch, change.offline) == (A, 3, True)
         assert cluster.offline == {("t", 0)}
+
+
+class CountingDecide:
+    """Wraps the supervisor's decide() and counts its calls."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import lookupd.state.supervisor as module
+
+        self.calls = 0
+        real = module.decide
+
+        def counted(view: Any, now: float) -> Any:
+            self.calls += 1
+            return real(view, now)
+
+        monkeypatch.setattr(module, "decide", counted)
+
+
+async def test_a_quiet_cluster_is_not_decided_again_on_every_tick(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """decide() costs time in every partition: while nothing it reads changes (heartbeats
+    alone move nothing), the ticks do not run it again."""
+    clock = Clock()
+    cluster = cluster_with_one_partition(tmp_path, clock)
+    supervisor = Supervisor(cluster, Settings())
+    counted = CountingDecide(monkeypatch)
+    for _ in range(20):  # 2 s of ticks, both nodes pinging every 0.5 s
+        clock.now += 0.1
+        if round(clock.now * 10) % 5 == 0:
+            cluster.liveness.heartbeat(A, clock.now)
+            cluster.liveness.heartbeat(B, clock.now)
+        assert await supervisor.step() == []
+    assert counted.calls == 1
+    # the same report again changes nothing either
+    cluster.report_progress(A, [{"topic": "t", "partition": 0, "epoch": 3, "caught_up": [B]}])
+    cluster.report_progress(A, [{"topic": "t", "partition": 0, "epoch": 3, "caught_up": [B]}])
+    assert await supervisor.step() == []
+    assert await supervisor.step() == []
+    assert counted.calls == 2
+
+
+async def test_a_heartbeat_that_stops_is_still_seen_without_any_event(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Time alone changes what decide() reads (a node whose heartbeats stopped is down after
+    the timeout): the tick after the timeout decides, and fails over."""
+    clock = Clock()
+    cluster = cluster_with_one_partition(tmp_path, clock)
+    supervisor = Supervisor(cluster, Settings(heartbeat_timeout=2.0))
+    counted = CountingDecide(monkeypatch)
+    assert await supervisor.step() == []
+    for _ in range(19):  # A hangs: its connection stays open, its pings stop
+        clock.now += 0.1
+        cluster.liveness.heartbeat(B, clock.now)
+        assert await supervisor.step() == []
+    assert counted.calls == 1
+    clock.now += 0.2
+    (change,) = await supervisor.step()
+    assert (change.leader, change.epoch, change.isr) == (B, 4, (B,))
+    assert counted.calls == 2
+
+
+async def test_what_decide_reads_changing_makes_it_decide_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A changed report (the ISR shrinks), a new topic and a node going away each reach
+    decide() at the next step."""
+    clock = Clock()
+    cluster = cluster_with_one_partition(tmp_path, clock)
+    supervisor = Supervisor(cluster, Settings())
+    counted = CountingDecide(monkeypatch)
+    assert await supervisor.step() == []
+    report = {"topic": "t", "partition": 0, "epoch": 3, "lagging": [B]}
+    cluster.report_progress(A, [report])
+    (change,) = await supervisor.step()
+    assert change.isr == (A,)  # B lagged: out of the in-sync set
+    assert counted.calls == 2
+    await cluster.create_topic("u", TopicMeta(1, 1))
+    assert await supervisor.step() == []
+    assert counted.calls == 3
+    cluster.liveness.disconnected(A, clock.now)
+    (change,) = await supervisor.step()
+    assert change.offline  # A, alone in sync, went away
+    assert counted.calls == 4
+
+
+def test_a_stall_of_lookupd_is_not_counted_as_the_nodes_silence() -> None:
+    """Both nodes pinged at 1000; lookupd then did not run for 3 s: at 1003 their heartbeats
+    are 3 s old, but lookupd read nothing in that time. Excused, they are up; a node silent
+    before the stall as well stays down."""
+    liveness = Liveness(heartbeat_timeout=2.0, start_grace=6.0)
+    liveness.connected(A, 1000.0)
+    liveness.connected(B, 997.5)
+    assert not liveness.is_alive(A, 1003.0)
+    liveness.excuse(2.9, 1003.0)
+    assert liveness.is_alive(A, 1003.0)
+    assert not liveness.is_alive(B, 1003.0)  # 5.5 s silent, 2.9 s of it excused
+    liveness.excuse(100.0, 1003.0)
+    assert liveness.views(1003.0)[A].last_heartbeat == 1003.0  # never later than now
+
+
+async def test_a_blocked_event_loop_is_excused_by_the_watch(tmp_path: Path) -> None:
+    """The event loop blocks for 1.2 s (wall clock): the watch sees its timer that late and
+    moves every heartbeat on by it, so the next decision fails nobody over."""
+    cluster = Cluster(MetadataStore(tmp_path), Timeouts())
+    supervisor = Supervisor(cluster, Settings(heartbeat_timeout=1.0))
+    cluster.liveness.connected(A, cluster.clock())
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(supervisor.watch_stalls)
+        await trio.sleep(0.15)
+        beat = cluster.liveness.views(cluster.clock())[A].last_heartbeat
+        time.sleep(1.2)  # the stall under test
+        await trio.sleep(0.2)
+        nursery.cancel_scope.cancel()
+    assert supervisor.stalls == 1
+    now = cluster.clock()
+    assert cluster.liveness.views(now)[A].last_heartbeat >= beat + 1.0
+    assert cluster.liveness.is_alive(A, now)
+
+
+def test_a_pnsq_nodes_registrations_are_heartbeats(tmp_path: Path) -> None:
+    """A node registering hundreds of partitions sends its next PING after them; lookupd
+    busy answering them must not take it for silent meanwhile."""
+    clock = Clock()
+    cluster = Cluster(MetadataStore(tmp_path), Timeouts(), clock=clock)
+    body = {"broadcast_address": "a", "tcp_port": 1, "http_port": 2, "version": "1.3.0"}
+    body[EXTENSIONS_KEY] = [EXT_PARTITIONS]
+    cluster.identify("peer", decode_identify(json.dumps(body).encode()))
+    clock.now += 1.5
+    cluster.register("peer", "t", None, 0)
+    assert cluster.liveness.views(clock.now)[A].last_heartbeat == clock.now
+    clock.now += 1.5
+    cluster.unregister("peer", "t", None, 0)
+    assert cluster.liveness.views(clock.now)[A].last_heartbeat == clock.now
+    assert cluster.liveness.is_alive(A, clock.now + 1.9)
