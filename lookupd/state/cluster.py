@@ -135,8 +135,9 @@ class Cluster(Operations):
             self.liveness.heartbeat(peer.node_id, self.clock())
 
     def report_progress(self, node: str, reports: list[dict[str, object]]) -> None:
-        """A leader's word on its followers; kept when it leads the partition at that epoch."""
-        self.liveness.heartbeat(node, self.clock())
+        """A leader's word on its followers; kept when it leads the partition at that epoch.
+        Not a heartbeat of ``node``: it comes over HTTP, and only the registration connection
+        tells whether the node is up (:mod:`lookupd.core.liveness`)."""
         for entry in reports:
             topic, number, epoch = entry.get("topic"), entry.get("partition"), entry.get("epoch")
             placement = self.placements.get(topic) if isinstance(topic, str) else None

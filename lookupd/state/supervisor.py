@@ -117,10 +117,13 @@ class Supervisor:
         self.stalls = 0  # event loop stalls excused (:meth:`watch_stalls`)
         #: what decide() read when it last answered that nothing must change
         self._settled: tuple[object, ...] | None = None
+        #: when the event loop was last seen running (:meth:`excuse_stall`); None: not watched
+        self._awake: float | None = None
 
     async def run(self) -> None:
         """Decide until cancelled (and excuse the nodes lookupd's own stalls)."""
         self._settled = None  # HA: a new term starts from what the last leader saved
+        self._awake = None  # ... and its watch from now, not from the last term's last look
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self.watch_stalls)
             while True:
@@ -129,27 +132,35 @@ class Supervisor:
                     await self.cluster.events.park()
 
     async def watch_stalls(self) -> None:
-        """Sleep :data:`TICK` at a time; a wake-up later than :data:`STALL` means the event
-        loop did not run meanwhile, and the nodes are excused that time
-        (:meth:`~lookupd.core.liveness.Liveness.excuse`): a hung lookupd must not fail over
-        nodes whose heartbeats it did not read."""
+        """Sleep :data:`TICK` at a time and look for a stall (:meth:`excuse_stall`) on every
+        wake-up: a hung lookupd must not fail over nodes whose heartbeats it did not read."""
         clock = self.cluster.clock
+        self._awake = clock()
         while True:
-            before = clock()
             await trio.sleep(TICK)
-            now = clock()
-            late = now - before - TICK
-            if late > STALL:
-                self.cluster.liveness.excuse(late, now)
-                self.stalls += 1
-                log.warning(
-                    "lookupd did not run for %.1f s: the nodes' heartbeats are excused", late
-                )
+            self.excuse_stall(clock())
+
+    def excuse_stall(self, now: float) -> None:
+        """The event loop, last seen running at the watch's previous look (it looks every
+        :data:`TICK`), is seen running at ``now``: more than :data:`STALL` later than that
+        means it did not run meanwhile, and the nodes up when it stopped are excused the time
+        (:meth:`~lookupd.core.liveness.Liveness.excuse`). :meth:`step` looks too, before it
+        decides: after a stall the watch and the supervisor wake together, in either order,
+        and a decision taken first would fail over the nodes the watch was about to excuse."""
+        if self._awake is None:
+            return  # not watched (a test driving step() alone)
+        late = now - self._awake - TICK
+        self._awake = max(self._awake, now)
+        if late > STALL:
+            self.cluster.liveness.excuse(late, now)
+            self.stalls += 1
+            log.warning("lookupd did not run for %.1f s: the nodes' heartbeats are excused", late)
 
     async def step(self) -> list[Change]:
         """One decision, committed; returns what changed."""
         cluster = self.cluster
         now = cluster.clock()
+        self.excuse_stall(now)
         inputs = inputs_of(cluster, self.settings, now)
         if inputs == self._settled:
             return []

@@ -268,3 +268,124 @@ def test_a_pnsq_nodes_registrations_are_heartbeats(tmp_path: Path) -> None:
     cluster.unregister("peer", "t", None, 0)
     assert cluster.liveness.views(clock.now)[A].last_heartbeat == clock.now
     assert cluster.liveness.is_alive(A, clock.now + 1.9)
+
+
+def two_partitions_led_apart(path: Path, clock: Clock) -> Cluster:
+    """Topic t: partition 0 led by A, partition 1 by B, each with the other as in-sync
+    replica; both nodes connected at ``clock.now``."""
+    store = MetadataStore(path)
+    parts = (
+        PartitionAssignment(A, (B,), 3, (A, B)),
+        PartitionAssignment(B, (A,), 3, (B, A)),
+    )
+    store.save([TopicPlacement("t", TopicMeta(2, 2), parts)])
+    cluster = Cluster(store, Timeouts(), clock=clock)
+    cluster.load()
+    cluster.liveness.connected(A, clock.now)
+    cluster.liveness.connected(B, clock.now)
+    return cluster
+
+
+def caught_up(cluster: Cluster, leader: str, follower: str, epochs: dict[int, int]) -> None:
+    """``leader``'s progress report on the partitions it leads (number -> epoch):
+    ``follower`` caught up and confirmed on each."""
+    entries: list[dict[str, object]] = [
+        {
+            "topic": "t",
+            "partition": number,
+            "epoch": epoch,
+            "caught_up": [follower],
+            "lagging": [],
+            "confirmed": [follower],
+        }
+        for number, epoch in epochs.items()
+    ]
+    cluster.report_progress(leader, entries)
+
+
+async def test_a_leader_cut_off_from_lookupd_stays_down_while_it_reports_over_http(
+    tmp_path: Path,
+) -> None:
+    """The fault test's cut: A's registration link to lookupd goes silent (the connection
+    stays open, nothing passes), while A still reaches lookupd's HTTP port: it learns it now
+    follows B, catches up through a link the cut left open, and keeps sending its progress
+    reports. Its partition fails over to B; B reports A caught up. A must not count as up:
+    taken for up by its reports, it was put back in the ISR and handed its leadership back
+    by balancing (0.2 s after the failover), which it could not serve, and once its reports
+    stopped the partition went offline with no in-sync replica."""
+    clock = Clock()
+    cluster = two_partitions_led_apart(tmp_path, clock)
+    supervisor = Supervisor(cluster, Settings())
+    assert await supervisor.step() == []
+    for _ in range(5):  # A silent since the cut; B pings
+        clock.now += 0.5
+        cluster.liveness.heartbeat(B, clock.now)
+    failover, shrink = await supervisor.step()
+    assert (failover.leader, failover.epoch, failover.isr) == (B, 4, (B,))
+    assert (shrink.leader, shrink.epoch, shrink.isr) == (B, 3, (B,))
+    clock.now += 0.2
+    cluster.liveness.heartbeat(B, clock.now)
+    cluster.report_progress(A, [])  # A leads nothing now; its report still comes
+    caught_up(cluster, B, A, {0: 4, 1: 3})
+    assert await supervisor.step() == []
+    assert not cluster.liveness.is_alive(A, clock.now)
+    for part in cluster.placements["t"].partitions:
+        assert (part.leader, part.isr) == (B, (B,))
+
+
+async def test_a_node_back_after_a_failover_rejoins_the_isr_at_once_and_leads_after_the_grace(
+    tmp_path: Path,
+) -> None:
+    """A, failed over, comes back (its registration link heals: PINGs again) and B reports it
+    caught up: it rejoins the ISR at once, but balancing gives it a leadership back only once
+    it has stayed up for ``balance_grace``."""
+    clock = Clock()
+    cluster = two_partitions_led_apart(tmp_path, clock)
+    settings = Settings(balance_grace=5.0)
+    supervisor = Supervisor(cluster, settings)
+    for _ in range(5):  # A silent, B pings
+        clock.now += 0.5
+        cluster.liveness.heartbeat(B, clock.now)
+    failover, _ = await supervisor.step()
+    assert failover.leader == B
+    clock.now += 1.0
+    for node in (A, B):  # A's PINGs pass again
+        cluster.liveness.heartbeat(node, clock.now)
+    back = clock.now
+    caught_up(cluster, B, A, {0: 4, 1: 3})
+    changes = await supervisor.step()
+    assert [c.isr for c in changes] == [(B, A), (B, A)]
+    assert all("balance" not in c.reason for c in changes)
+    for _ in range(9):  # up to 4.5 s after it came back
+        clock.now += 0.5
+        for node in (A, B):
+            cluster.liveness.heartbeat(node, clock.now)
+        assert await supervisor.step() == []
+    clock.now = back + 5.0
+    for node in (A, B):
+        cluster.liveness.heartbeat(node, clock.now)
+    changes = await supervisor.step()
+    assert any("balance: leader move" in c.reason for c in changes)
+
+
+async def test_a_stall_seen_first_by_a_decision_is_excused_before_it(tmp_path: Path) -> None:
+    """After the event loop blocked, the watch and the supervisor wake together in either
+    order: the decision taken first must not fail over the nodes the watch is about to
+    excuse (and excusing them afterwards would bring them back: a second failover)."""
+    store = MetadataStore(tmp_path)
+    placed = TopicPlacement("t", TopicMeta(1, 2), (PartitionAssignment(A, (B,), 3, (A, B)),))
+    store.save([placed])
+    cluster = Cluster(store, Timeouts(), heartbeat_timeout=1.0)
+    cluster.load()
+    supervisor = Supervisor(cluster, Settings(heartbeat_timeout=1.0))
+    cluster.liveness.connected(A, cluster.clock())
+    cluster.liveness.connected(B, cluster.clock())
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(supervisor.watch_stalls)
+        await trio.sleep(0.15)
+        time.sleep(1.3)  # the stall under test
+        changes = await supervisor.step()  # before the watch's task runs again
+        nursery.cancel_scope.cancel()
+    assert changes == []
+    assert supervisor.stalls == 1
+    assert cluster.placements["t"].partitions[0].leader == A
