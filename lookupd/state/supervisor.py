@@ -141,20 +141,21 @@ class Supervisor:
             self.excuse_stall(clock())
 
     def excuse_stall(self, now: float) -> None:
-        """The event loop, last seen running at the watch's previous look (it looks every
-        :data:`TICK`), is seen running at ``now``: more than :data:`STALL` later than that
-        means it did not run meanwhile, and the nodes up when it stopped are excused the time
-        (:meth:`~lookupd.core.liveness.Liveness.excuse`). :meth:`step` looks too, before it
-        decides: after a stall the watch and the supervisor wake together, in either order,
-        and a decision taken first would fail over the nodes the watch was about to excuse."""
+        """The event loop, last seen running at the previous look (the watch looks every
+        :data:`TICK`), is seen running at ``now``: more than :data:`STALL` later than the watch
+        would have looked means it did not run meanwhile, and the nodes up at the previous
+        look are excused the time since (:meth:`~lookupd.core.liveness.Liveness.excuse`).
+        :meth:`step` looks too, before it decides: after a stall the watch and the supervisor
+        wake together, in either order, and a decision taken first would fail over the nodes
+        the watch was about to excuse (and the excuse would then bring them back)."""
         if self._awake is None:
             return  # not watched (a test driving step() alone)
-        late = now - self._awake - TICK
+        unseen = now - self._awake
         self._awake = max(self._awake, now)
-        if late > STALL:
-            self.cluster.liveness.excuse(late, now)
+        if unseen - TICK > STALL:
+            self.cluster.liveness.excuse(unseen, now)
             self.stalls += 1
-            log.warning("lookupd did not run for %.1f s: the nodes' heartbeats are excused", late)
+            log.warning("lookupd did not run for %.1f s: the nodes' heartbeats are excused", unseen)
 
     async def step(self) -> list[Change]:
         """One decision, committed; returns what changed."""
