@@ -117,13 +117,14 @@ class Supervisor:
         self.stalls = 0  # event loop stalls excused (:meth:`watch_stalls`)
         #: what decide() read when it last answered that nothing must change
         self._settled: tuple[object, ...] | None = None
-        #: when the event loop was last seen running (:meth:`excuse_stall`); None: not watched
-        self._awake: float | None = None
+        #: when the watch is to look next (:meth:`excuse_stall`); None: not watched
+        self._due: float | None = None
+        self._seen = 0.0  # when the event loop was last seen running
 
     async def run(self) -> None:
         """Decide until cancelled (and excuse the nodes lookupd's own stalls)."""
         self._settled = None  # HA: a new term starts from what the last leader saved
-        self._awake = None  # ... and its watch from now, not from the last term's last look
+        self._due = None  # ... and its watch from now, not from the last term's last look
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self.watch_stalls)
             while True:
@@ -135,24 +136,27 @@ class Supervisor:
         """Sleep :data:`TICK` at a time and look for a stall (:meth:`excuse_stall`) on every
         wake-up: a hung lookupd must not fail over nodes whose heartbeats it did not read."""
         clock = self.cluster.clock
-        self._awake = clock()
+        self._seen = clock()
         while True:
+            self._due = clock() + TICK
             await trio.sleep(TICK)
             self.excuse_stall(clock())
 
     def excuse_stall(self, now: float) -> None:
-        """The event loop, last seen running at the previous look (the watch looks every
-        :data:`TICK`), is seen running at ``now``: more than :data:`STALL` later than the watch
-        would have looked means it did not run meanwhile, and the nodes up at the previous
-        look are excused the time since (:meth:`~lookupd.core.liveness.Liveness.excuse`).
+        """The event loop is seen running at ``now``: more than :data:`STALL` after the watch
+        was to look means it did not run meanwhile, and the nodes up when it was last seen
+        running are excused the time since (:meth:`~lookupd.core.liveness.Liveness.excuse`).
         :meth:`step` looks too, before it decides: after a stall the watch and the supervisor
         wake together, in either order, and a decision taken first would fail over the nodes
-        the watch was about to excuse (and the excuse would then bring them back)."""
-        if self._awake is None:
+        the watch was about to excuse (and the excuse would then bring them back). A stall
+        is excused once, by whichever looks first."""
+        if self._due is None:
             return  # not watched (a test driving step() alone)
-        unseen = now - self._awake
-        self._awake = max(self._awake, now)
-        if unseen - TICK > STALL:
+        late = now - self._due
+        unseen = now - self._seen
+        self._seen = max(self._seen, now)
+        if late > STALL:
+            self._due = now  # excused: the other look finds nothing late
             self.cluster.liveness.excuse(unseen, now)
             self.stalls += 1
             log.warning("lookupd did not run for %.1f s: the nodes' heartbeats are excused", unseen)
