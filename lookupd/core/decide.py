@@ -45,9 +45,11 @@ Each partition goes through six steps, in this order:
    acknowledged before it knew), and the source leaves ``replicas`` and the ISR (unless the
    move is a leadership transfer, ``keep_source``, or grows the partition). The move ends.
 6. Balance (:mod:`.balance`), when ``View.balance`` is on and no upgrade is in progress: on a
-   settled cluster (no move, nothing offline, under-replicated or out of sync), moves that even
-   out the copies and leaderships the nodes hold start, one per node, and step 5 takes their
-   first step at once.
+   settled cluster (no move, nothing offline, under-replicated or out of sync, every copy on a
+   node up for ``balance_grace`` at least), moves that even out the copies and leaderships
+   the nodes up that long hold start, one per node, and step 5 takes their first step at once.
+   So a node that comes back after a failover from it (``NodeView.up_since``) gets its
+   leaderships back only once it has stayed up for the grace.
 
 During a rolling upgrade (``View.upgrading``) a down node's replicas are not replaced (step 3):
 the node is restarting.
@@ -89,6 +91,7 @@ __all__ = [
     "apply",
     "assignment_load",
     "decide",
+    "liveness_key",
 ]
 
 
@@ -117,6 +120,12 @@ class _Health:
         """May take a new copy: alive and not being drained."""
         return self.alive(node) and node not in self.removing
 
+    def steady(self, node: str) -> bool:
+        """Spare, and up for ``balance_grace`` at least: balancing may count on it."""
+        return (
+            self.spare(node) and self.now - self.nodes[node].up_since >= self.settings.balance_grace
+        )
+
     def replaceable(self, node: str) -> bool:
         if self.upgrading:
             return False  # it is restarting
@@ -128,6 +137,28 @@ class _Health:
             and view.down_since is not None
             and self.now - view.down_since >= self.settings.replace_after
         )
+
+
+def liveness_key(
+    nodes: Mapping[str, NodeView], settings: Settings, now: float, upgrading: bool
+) -> tuple[tuple[str, bool, bool, bool, bool, bool], ...]:
+    """All that :func:`decide` reads of the nodes at ``now``: per node, whether it is up,
+    alive, leaving, replaceable and steady (up for the balancing grace; a node's
+    ``removing`` aside, which the view's key holds). Equal keys (with the same partitions
+    and the rest of the view) give equal decisions, however the heartbeats moved
+    meanwhile."""
+    health = _Health(nodes, settings, now, upgrading=upgrading)
+    return tuple(
+        (
+            node,
+            health.up(node),
+            health.alive(node),
+            view.leaving,
+            health.replaceable(node),
+            health.steady(node),
+        )
+        for node, view in sorted(nodes.items())
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,12 +369,15 @@ def _plan(
 
 
 def _balancing(view: View, health: _Health) -> dict[tuple[str, int], Move]:
-    """Step 6's moves (:mod:`.balance`): only when balancing is on and the cluster settled."""
+    """Step 6's moves (:mod:`.balance`): only when balancing is on and the cluster settled,
+    every copy on a node up for ``balance_grace`` at least (a node just back, after a
+    failover from it, is not handed its leaderships at once); nodes up for less take
+    nothing yet."""
     if not view.balance or view.upgrading:
         return {}
-    if not settled(view.partitions, health.spare):
+    if not settled(view.partitions, health.steady):
         return {}
-    nodes = [n for n in view.nodes if health.spare(n)]
+    nodes = [n for n in view.nodes if health.steady(n)]
     return plan_balance(view.partitions, nodes, view.racks)
 
 

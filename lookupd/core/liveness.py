@@ -2,10 +2,20 @@
 (every call takes ``now``), no Trio.
 
 A node (``broadcast_address:tcp_port``) is *connected* while at least one registration
-connection of it is open; its *heartbeat* is its last IDENTIFY, PING or progress report. When
-lookupd starts, every node its placements name is given one heartbeat at ``start + grace``
-minus the heartbeat timeout: nodes reconnect after a lookupd restart (their backoff reaches
-5 s), and taking them for dead at once would move every leadership for nothing.
+connection of it is open; its *heartbeat* is its last IDENTIFY, PING, REGISTER or UNREGISTER
+on such a connection. Nothing else is: a leader's progress report comes over HTTP, another
+route than the registration, and a node whose registration went silent (a link cut between it
+and lookupd) would otherwise be taken for up again by a report, given back its place in the
+in-sync sets and then its leaderships, which it cannot serve. When lookupd starts, every node
+its placements name is given one heartbeat at ``start + grace`` minus the heartbeat timeout:
+nodes reconnect after a lookupd restart (their backoff reaches 5 s), and taking them for dead
+at once would move every leadership for nothing. For the same reason a stall of lookupd's own
+event loop is not counted against the nodes that were up when it began
+(:meth:`Liveness.excuse`): their heartbeats were sent, lookupd was not there to read them.
+
+A node is *up since* the time it last went from down (never seen, disconnected, or silent for
+longer than the heartbeat timeout) to up; balancing waits for a node that came back
+(:attr:`lookupd.core.view.Settings.balance_grace`).
 
 The leaders' progress reports (which followers are caught up, which lag, how many bytes each
 lacks) are kept here too, each with the epoch it was made under; only a report by a
@@ -29,6 +39,7 @@ class _Node:
     down_since: float | None
     leaving: bool = False
     seeded: bool = False  # known from the placements only, not connected since the start
+    up_since: float = float("-inf")  # when it last came up (see the module doc)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,28 +65,55 @@ class Liveness:
         self.start_grace = start_grace
         self._nodes: dict[str, _Node] = {}
         self.progress: dict[tuple[str, int], Progress] = {}
+        #: bumped whenever a report differs from the one it replaces (bytes behind aside)
+        self.reports_changed = 0
 
     def seed(self, nodes: Iterable[str], now: float) -> None:
         """lookupd just started: give the placed nodes ``start_grace`` to reconnect."""
         beat = now + self.start_grace - self.heartbeat_timeout
         for node in nodes:
-            self._nodes.setdefault(node, _Node(0, beat, None, seeded=True))
+            self._nodes.setdefault(node, _Node(0, beat, None, seeded=True, up_since=now))
+
+    def _up(self, entry: _Node, now: float) -> bool:
+        return (entry.seeded or entry.connections > 0) and (
+            now - entry.last_heartbeat <= self.heartbeat_timeout
+        )
 
     def connected(self, node: str, now: float) -> None:
         """A registration connection of ``node`` identified itself."""
         entry = self._nodes.get(node)
         if entry is None or entry.seeded:
-            self._nodes[node] = _Node(1, now, None)
+            self._nodes[node] = _Node(1, now, None, up_since=now)
             return
+        if not self._up(entry, now):
+            entry.up_since = now
         entry.connections += 1
         entry.last_heartbeat = now
         entry.down_since = None
         entry.leaving = False
 
     def heartbeat(self, node: str, now: float) -> None:
+        """Traffic on a registration connection of ``node`` (PING, REGISTER, UNREGISTER)."""
         entry = self._nodes.get(node)
-        if entry is not None and not entry.seeded:
-            entry.last_heartbeat = now
+        if entry is None or entry.seeded:
+            return
+        if not self._up(entry, now):
+            entry.up_since = now  # silent past the timeout, and back
+        entry.last_heartbeat = now
+
+    def excuse(self, seconds: float, now: float) -> None:
+        """lookupd itself did not run for ``seconds`` up to ``now`` (its event loop was stalled
+        or starved): the heartbeats that arrived meanwhile were not read, so that time does
+        not count as the silence of the nodes that were up when the stall began: their
+        heartbeats move ``seconds`` later (never past ``now``). A node already down then
+        (disconnected, or silent past the timeout: lookupd may have failed it over) stays
+        down: only its own traffic brings it back."""
+        began = now - seconds
+        for entry in self._nodes.values():
+            if self._up(entry, began):
+                entry.last_heartbeat = min(
+                    entry.last_heartbeat + seconds, max(entry.last_heartbeat, now)
+                )
 
     def disconnected(self, node: str, now: float) -> None:
         entry = self._nodes.get(node)
@@ -95,6 +133,8 @@ class Liveness:
 
     def report(self, topic: str, partition: int, progress: Progress) -> None:
         """A leader's report (the caller checked it against the placement)."""
+        if self.progress.get((topic, partition)) != progress:
+            self.reports_changed += 1
         self.progress[(topic, partition)] = progress
 
     def current(self, topic: str, partition: int, leader: str, epoch: int) -> Progress | None:
@@ -112,16 +152,17 @@ class Liveness:
             if entry.seeded:
                 alive = now - entry.last_heartbeat <= self.heartbeat_timeout
                 down = None if alive else entry.last_heartbeat + self.heartbeat_timeout
-                out[node] = NodeView(alive, entry.last_heartbeat, down)
+                out[node] = NodeView(alive, entry.last_heartbeat, down, up_since=entry.up_since)
             else:
                 out[node] = NodeView(
-                    entry.connections > 0, entry.last_heartbeat, entry.down_since, entry.leaving
+                    entry.connections > 0,
+                    entry.last_heartbeat,
+                    entry.down_since,
+                    entry.leaving,
+                    entry.up_since,
                 )
         return out
 
     def is_alive(self, node: str, now: float) -> bool:
         entry = self._nodes.get(node)
-        if entry is None:
-            return False
-        live = entry.seeded or entry.connections > 0
-        return live and now - entry.last_heartbeat <= self.heartbeat_timeout
+        return entry is not None and self._up(entry, now)

@@ -25,6 +25,9 @@ class NodeView:
     last_heartbeat: float  # time of its last PING / registration traffic
     down_since: float | None = None  # when it was last seen going down; None while up
     leaving: bool = False  # announced a clean shutdown: hand its leaderships over
+    #: when it last came up after being down (connected, or heard from again after a silence
+    #: past the heartbeat timeout); balancing waits ``Settings.balance_grace`` after it
+    up_since: float = float("-inf")
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +65,10 @@ class Settings:
     replace_after: float = 60.0  # a replica down this long is placed elsewhere
     #: ``--auto-balance``: lookupd balances by itself unless ``/cluster/balance`` said otherwise
     auto_balance: bool = True
+    #: balancing starts no move while a node holding a copy came up less than this long ago,
+    #: and gives nothing to such a node: one just back (a link healed, a pause ended) may go
+    #: again, and handing it leaderships at once would fail them over twice
+    balance_grace: float = 5.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -125,9 +125,19 @@ class Cluster(Operations):
             self.liveness.disconnected(peer.node_id, self.clock())
             self.events.unpark_all()
 
+    def unregister(
+        self, peer_id: str, topic: str, channel: str | None, partition: int | None
+    ) -> None:
+        """UNREGISTER (a pnsq node's is a heartbeat too, as its REGISTER)."""
+        self.registry.unregister(peer_id, topic, channel, partition)
+        peer = self.registry.peers.get(peer_id)
+        if peer is not None and peer.partitioned:
+            self.liveness.heartbeat(peer.node_id, self.clock())
+
     def report_progress(self, node: str, reports: list[dict[str, object]]) -> None:
-        """A leader's word on its followers; kept when it leads the partition at that epoch."""
-        self.liveness.heartbeat(node, self.clock())
+        """A leader's word on its followers; kept when it leads the partition at that epoch.
+        Not a heartbeat of ``node``: it comes over HTTP, and only the registration connection
+        tells whether the node is up (:mod:`lookupd.core.liveness`)."""
         for entry in reports:
             topic, number, epoch = entry.get("topic"), entry.get("partition"), entry.get("epoch")
             placement = self.placements.get(topic) if isinstance(topic, str) else None
@@ -176,9 +186,12 @@ class Cluster(Operations):
     def register(
         self, peer_id: str, topic: str, channel: str | None, partition: int | None
     ) -> None:
-        """REGISTER; a partition of a topic lookupd has no placement for is adopted."""
+        """REGISTER; a partition of a topic lookupd has no placement for is adopted. A pnsq
+        node's REGISTER is a heartbeat too (it may send hundreds before its next PING)."""
         self.registry.register(peer_id, topic, channel, partition)
         peer = self.registry.peers[peer_id]
+        if peer.partitioned:
+            self.liveness.heartbeat(peer.node_id, self.clock())
         if partition is None or _is_youzan(peer.identity):
             return
         if not self.leading:  # HA: only the leader adopts (the node registers there too)

@@ -3,10 +3,14 @@
 Whenever something a decision depends on happens (a node connects, drops, reports progress or
 announces it is leaving), and every :data:`TICK` seconds for heartbeats that stop, the
 supervisor builds the view (nodes from :class:`~lookupd.core.liveness.Liveness`, partitions from the
-placements) and asks :func:`decide`. Changes are written into the placements and persisted
-before anyone hears of them: nodes learn them through the assignments long-poll, which only
-hands out what is on disk; if the store fails, the placements are put back and the decision is
-taken again on the next tick.
+placements) and asks :func:`decide` — unless nothing :func:`decide` reads changed since it last
+answered that nothing must change (:func:`inputs_of`: the placements, the leaders' reports, the
+offline partitions, each node's liveness at that moment, racks, drains and switches). Building
+the view and deciding cost time in every partition; telling whether anything changed costs time
+in the topics and nodes only, so a quiet cluster of many partitions costs lookupd nothing.
+Changes are written into the placements and persisted before anyone hears of them: nodes learn
+them through the assignments long-poll, which only hands out what is on disk; if the store
+fails, the placements are put back and the decision is taken again on the next tick.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import trio
 
 from protocol.lookup import PartitionAssignment
 
-from ..core.decide import Change, PartitionView, Settings, View, decide
+from ..core.decide import Change, PartitionView, Settings, View, decide, liveness_key
 from ..core.placement import TopicPlacement
 from .cluster import Cluster
 from .store import StoreError
@@ -25,8 +29,11 @@ from .store import StoreError
 log = logging.getLogger("nsqlookupd.failover")
 
 TICK = 0.1  # seconds between looks when nothing happens (heartbeats are 0.5 s apart)
+#: a timer this late means lookupd's event loop did not run meanwhile (a long computation, or
+#: the machine's other load): the nodes' heartbeats waited unread, and that time is excused
+STALL = 0.5
 
-__all__ = ["Supervisor", "view_of"]
+__all__ = ["Supervisor", "inputs_of", "view_of"]
 
 
 def view_of(cluster: Cluster, settings: Settings, now: float) -> View:
@@ -65,6 +72,40 @@ def view_of(cluster: Cluster, settings: Settings, now: float) -> View:
     )
 
 
+def inputs_of(cluster: Cluster, settings: Settings, now: float) -> tuple[object, ...]:
+    """What :func:`view_of` and :func:`decide` read, in a form that compares in time
+    proportional to the topics and nodes: the placements by identity (a change replaces a
+    topic's :class:`TopicPlacement`), a counter of the reports that changed, the offline
+    partitions, and each node's liveness at ``now`` (:func:`liveness_key`)."""
+    upgrading = cluster.switches.upgrading_since is not None
+    return (
+        cluster.leading,
+        tuple((name, _Same(p)) for name, p in cluster.placements.items()),
+        cluster.liveness.reports_changed,
+        frozenset(cluster.offline),
+        liveness_key(cluster.liveness.views(now), settings, now, upgrading),
+        tuple(sorted(cluster.racks().items())),
+        frozenset(cluster.removing),
+        cluster.switches.balancing(settings.auto_balance),
+        upgrading,
+    )
+
+
+class _Same:
+    """Compares by identity (and holds its object, so the identity is not reused)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: object) -> None:
+        self.value = value
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Same) and other.value is self.value
+
+    def __hash__(self) -> int:
+        return id(self.value)
+
+
 class Supervisor:
     """Runs :func:`decide` and commits its changes (see the module doc)."""
 
@@ -72,21 +113,68 @@ class Supervisor:
         self.cluster = cluster
         self.settings = settings
         self.failovers = 0  # leader changes committed since the start
+        self.decisions = 0  # times decide() ran
+        self.stalls = 0  # event loop stalls excused (:meth:`watch_stalls`)
+        #: what decide() read when it last answered that nothing must change
+        self._settled: tuple[object, ...] | None = None
+        #: when the watch is to look next (:meth:`excuse_stall`); None: not watched
+        self._due: float | None = None
+        self._seen = 0.0  # when the event loop was last seen running
 
     async def run(self) -> None:
-        """Decide until cancelled."""
+        """Decide until cancelled (and excuse the nodes lookupd's own stalls)."""
+        self._settled = None  # HA: a new term starts from what the last leader saved
+        self._due = None  # ... and its watch from now, not from the last term's last look
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.watch_stalls)
+            while True:
+                await self.step()
+                with trio.move_on_after(TICK):
+                    await self.cluster.events.park()
+
+    async def watch_stalls(self) -> None:
+        """Sleep :data:`TICK` at a time and look for a stall (:meth:`excuse_stall`) on every
+        wake-up: a hung lookupd must not fail over nodes whose heartbeats it did not read."""
+        clock = self.cluster.clock
+        self._seen = clock()
         while True:
-            await self.step()
-            with trio.move_on_after(TICK):
-                await self.cluster.events.park()
+            self._due = clock() + TICK
+            await trio.sleep(TICK)
+            self.excuse_stall(clock())
+
+    def excuse_stall(self, now: float) -> None:
+        """The event loop is seen running at ``now``: more than :data:`STALL` after the watch
+        was to look means it did not run meanwhile, and the nodes up when it was last seen
+        running are excused the time since (:meth:`~lookupd.core.liveness.Liveness.excuse`).
+        :meth:`step` looks too, before it decides: after a stall the watch and the supervisor
+        wake together, in either order, and a decision taken first would fail over the nodes
+        the watch was about to excuse (and the excuse would then bring them back). A stall
+        is excused once, by whichever looks first."""
+        if self._due is None:
+            return  # not watched (a test driving step() alone)
+        late = now - self._due
+        unseen = now - self._seen
+        self._seen = max(self._seen, now)
+        if late > STALL:
+            self._due = now  # excused: the other look finds nothing late
+            self.cluster.liveness.excuse(unseen, now)
+            self.stalls += 1
+            log.warning("lookupd did not run for %.1f s: the nodes' heartbeats are excused", unseen)
 
     async def step(self) -> list[Change]:
         """One decision, committed; returns what changed."""
         cluster = self.cluster
         now = cluster.clock()
+        self.excuse_stall(now)
+        inputs = inputs_of(cluster, self.settings, now)
+        if inputs == self._settled:
+            return []
+        self.decisions += 1
         changes = decide(view_of(cluster, self.settings, now), now)
         if not changes:
+            self._settled = inputs
             return []
+        self._settled = None
         before = dict(cluster.placements)
         offline_before = set(cluster.offline)
         for change in changes:

@@ -157,7 +157,7 @@ class LookupTCPServer:
             )
             return b"OK"
         assert isinstance(command, Unregister)
-        cluster.registry.unregister(remote, command.topic, command.channel, command.partition)
+        cluster.unregister(remote, command.topic, command.channel, command.partition)
         log.info(
             "DB: client(%s) UNREGISTER topic:%s partition:%s channel:%s",
             remote,

@@ -74,12 +74,20 @@ def apply_settings(topic: Topic, settings: TopicSettings) -> None:
 
 
 def apply_assignments(
-    registry: TopicRegistry, node: str, assignments: Sequence[TopicAssignment]
+    registry: TopicRegistry,
+    node: str,
+    assignments: Sequence[TopicAssignment],
+    max_opens: int | None = None,
+    wanted: Sequence[TopicPlan] | None = None,
 ) -> tuple[Plan, int]:
     """Make the node's topic table hold what lookupd placed on ``node``; returns what changed
-    and how many partitions changed role here."""
+    and how many partitions changed role here. With ``max_opens``, at most that many
+    partition logs are opened (their files created and fsynced): the plan's ``deferred``
+    says how many wait for the next call with the same document; ``wanted`` is
+    :func:`wanted_topics` of it when the caller has it already (it is the same every call)."""
     role_changes = 0
-    wanted = wanted_topics(node, assignments)
+    if wanted is None:
+        wanted = wanted_topics(node, assignments)
     local = {
         t.name: LocalTopic(
             {p.number: p.state.placement for p in topic.partitions}, topic_settings(topic)
@@ -87,7 +95,7 @@ def apply_assignments(
         for t in wanted
         if (topic := registry.topics.get(t.name)) is not None and not topic.deleted
     }
-    steps = plan(wanted, local)
+    steps = plan(wanted, local, max_opens)
     for wanted_topic in steps.create:
         topic = registry.logs.build_topic(
             wanted_topic.name, wanted_topic.partition_num, {}, dict(wanted_topic.held)

@@ -32,7 +32,7 @@ from ..core.errors import (
     NotWritableError,
     OffsetNotKeptError,
 )
-from ..core.ownership import Plan
+from ..core.ownership import Plan, TopicPlan
 from ..storage.cache import CacheBudget
 from ..storage.checkpoint import DAMAGED_CHECKPOINTS
 from ..storage.disk import is_out_of_space
@@ -125,9 +125,17 @@ class Broker:
         """Checkpoint files found damaged (and moved aside) since the process started."""
         return DAMAGED_CHECKPOINTS.count
 
-    def apply_assignments(self, node: str, assignments: Sequence[TopicAssignment]) -> Plan:
-        """Hold what pnsq's lookupd placed on ``node`` (this node), in the roles it gave."""
-        steps, role_changes = apply_assignments(self.registry, node, assignments)
+    def apply_assignments(
+        self,
+        node: str,
+        assignments: Sequence[TopicAssignment],
+        max_opens: int | None = None,
+        wanted: Sequence[TopicPlan] | None = None,
+    ) -> Plan:
+        """Hold what pnsq's lookupd placed on ``node`` (this node), in the roles it gave;
+        opening at most ``max_opens`` partition logs (``deferred`` in the plan: call again,
+        with ``wanted``, :func:`~.assignments.wanted_topics` of the document, read once)."""
+        steps, role_changes = apply_assignments(self.registry, node, assignments, max_opens, wanted)
         self.role_changes += role_changes
         return steps
 

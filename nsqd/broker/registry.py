@@ -146,9 +146,10 @@ class TopicRegistry:
             channel.add_partition(partition, topic.first_channel_start(partition), [])
             partition.dirty = True
         topic.channels[name] = channel
-        if channel.ordered:  # its first message waits for the followers to hold its state
-            for partition in topic.led:
-                self.replication.appended(partition)
+        # the streams to the followers send its state now (an ordered channel's first
+        # message waits for them to hold it; a topic without channels, its streams sleep)
+        for partition in topic.led:
+            self.replication.appended(partition)
         self.start_timer(channel)
         self.syncs.request(metadata=True)
         self.changes.notify()

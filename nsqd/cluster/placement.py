@@ -22,6 +22,7 @@ import trio
 from protocol.lookup import ACCEPT_V1, ASSIGNMENTS_PATH, parse_assignments, parse_deleted
 
 from ..broker import Broker, StorageError
+from ..broker.assignments import wanted_topics
 from ..core.errors import BrokerError
 from ..replication.progress import ProgressTracker, due
 
@@ -33,6 +34,10 @@ PROGRESS_REPEAT = 5.0
 PROGRESS_PATH = "/pnsq/progress"
 LEAVING_PATH = "/pnsq/leaving"
 ASSIGNMENTS_WAIT = 30.0  # seconds lookupd may hold an assignments long-poll
+#: partition logs opened between two checkpoints of the event loop: opening one creates and
+#: fsyncs files on this thread, and a topic of hundreds of partitions opened at once kept
+#: this node from pinging lookupd for longer than its heartbeat timeout
+OPENS_PER_STEP = 64
 
 
 async def poll_assignments(
@@ -71,11 +76,17 @@ async def poll_assignments(
 
 async def apply_assignments(broker: Broker, node_id: str, document: object) -> None:
     """Hold exactly the partitions lookupd placed on this node, in their roles; delete
-    the topics lookupd deleted (a copy left from before, or made while it was away).
+    the topics lookupd deleted (a copy left from before, or made while it was away). New
+    partitions are opened :data:`OPENS_PER_STEP` at a time, with the event loop free in
+    between; every change of role and epoch goes in the first step.
     Raises ValueError for a document that is not lookupd's."""
     placed, deleted = parse_assignments(document), parse_deleted(document)
     try:
-        broker.apply_assignments(node_id, placed)
+        wanted = wanted_topics(node_id, placed)
+        steps = broker.apply_assignments(node_id, placed, OPENS_PER_STEP, wanted)
+        while steps.deferred:
+            await trio.lowlevel.checkpoint()  # heartbeats, streams and clients between groups
+            steps = broker.apply_assignments(node_id, placed, OPENS_PER_STEP, wanted)
         for name in set(deleted) - {t.name for t in placed}:
             topic = broker.find_topic(name)
             if topic is not None and not topic.deleted:

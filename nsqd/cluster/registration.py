@@ -2,8 +2,9 @@
 the lookupd's REGISTERs equal to the broker's topics and channels.
 
 As nsqd's ``lookupPeer`` does: send ``"  V1"`` and IDENTIFY ``{version, tcp_port, http_port,
-hostname, broadcast_address}``, REGISTER every topic and channel, PING every 15 s; every command
-waits for its reply with a 1 s deadline, and any error ends the registration (the caller,
+hostname, broadcast_address}``, REGISTER every topic and channel, PING every 15 s; every reply
+is due within 1 s (of the command, or of the reply before it; 5 s from pnsq's lookupd once
+registered), and any error ends the registration (the caller,
 :class:`~nsqd.cluster.lookup.LookupClient`, reconnects). Whenever the broker's topics, channels
 or placements change (:class:`~nsqd.broker.changes.Changes`), :func:`keep_registered` compares
 them with what it registered and sends REGISTER/UNREGISTER for the difference at once, not on a
@@ -11,7 +12,11 @@ timer.
 
 pnsq's extension: the IDENTIFY body lists ``"pnsq_extensions": ["partitions"]``; only if the
 lookupd's reply lists it too (:func:`speaks_partitions`) are registrations sent as ``REGISTER
-<topic> <partition> [<channel>]`` (youzan's form), one per partition led here.
+<topic> <partition> [<channel>]`` (youzan's form), one per partition led here. A node leading
+thousands of partitions sends that many lines when it starts or takes a topic on: they go
+:data:`PIPELINE` at a time (sent together, the replies read in order), and a PING that falls
+due goes between two such groups, never after the whole lot (pnsq's lookupd takes a node that
+stays silent for its heartbeat timeout, 2 s, for dead).
 """
 
 from __future__ import annotations
@@ -42,9 +47,15 @@ log = logging.getLogger("nsqd.lookup")
 Key = tuple[str, int | None, str | None]
 
 COMMAND_TIMEOUT = 1.0  # nsqd's lookupPeer: 1 s read/write deadlines per command
+#: to pnsq's lookupd, once registered: a reply later than nsqd's 1 s ended the registration,
+#: and lookupd takes a closed registration for a dead node (it fails it over at once), so a
+#: lookupd slowed down by a burst of work turned its own delay into failovers of every node
+PNSQ_COMMAND_TIMEOUT = 5.0
 PING_INTERVAL = 15.0
 #: to pnsq's lookupd, which takes a node that stops pinging for ~2 s as dead (failover)
 PNSQ_PING_INTERVAL = 0.5
+#: REGISTER/UNREGISTER lines sent together before their replies are read
+PIPELINE = 64
 
 
 class LookupPeerError(Exception):
@@ -141,6 +152,7 @@ class V1Connection:
     def __init__(self, stream: trio.SocketStream) -> None:
         self.stream = stream
         self.reader = ResponseReader()
+        self.timeout = COMMAND_TIMEOUT  # seconds each reply may take
 
     async def prove(self, secret: bytes, node_id: str) -> str:
         """With the cluster credential: the magic, then the dialer's side of the cluster
@@ -159,24 +171,39 @@ class V1Connection:
         return shake.peer_identity
 
     async def command(self, data: bytes) -> bytes:
-        with trio.fail_after(COMMAND_TIMEOUT):
+        with trio.fail_after(self.timeout):
             await self.stream.send_all(data)
-            while True:
-                try:
-                    reply = self.reader.next_response()
-                except ValueError as exc:
-                    raise LookupPeerError(str(exc)) from None
-                if reply is not None:
-                    return reply
-                chunk = await self.stream.receive_some(65536)
-                if not chunk:
-                    raise LookupPeerError("connection closed by lookupd")
-                self.reader.receive_data(chunk)
+            return await self._response()
 
     async def ok(self, data: bytes) -> None:
         reply = await self.command(data)
         if reply != b"OK":
             raise LookupPeerError(f"{data.decode(errors='replace').strip()}: {reply!r}")
+
+    async def ok_all(self, lines: list[bytes]) -> None:
+        """Send ``lines`` together, then read one ``OK`` for each, in order (each within
+        :attr:`timeout` of the one before). Raises :class:`LookupPeerError` for any other
+        reply, trio.TooSlowError when one is late."""
+        with trio.fail_after(self.timeout):
+            await self.stream.send_all(b"".join(lines))
+        for line in lines:
+            with trio.fail_after(self.timeout):
+                reply = await self._response()
+            if reply != b"OK":
+                raise LookupPeerError(f"{line.decode(errors='replace').strip()}: {reply!r}")
+
+    async def _response(self) -> bytes:
+        while True:
+            try:
+                reply = self.reader.next_response()
+            except ValueError as exc:
+                raise LookupPeerError(str(exc)) from None
+            if reply is not None:
+                return reply
+            chunk = await self.stream.receive_some(65536)
+            if not chunk:
+                raise LookupPeerError("connection closed by lookupd")
+            self.reader.receive_data(chunk)
 
     async def identify(
         self, identity: LookupIdentity, *, magic: bool = True, extensions: bool = True
@@ -201,22 +228,33 @@ async def keep_registered(
     """Register everything, then follow the broker's changes and PING, until an error."""
     registered: set[Key] = set()
     interval = PNSQ_PING_INTERVAL if partitioned else PING_INTERVAL
-    next_ping = broker.clock.monotonic() + interval
+    conn.timeout = PNSQ_COMMAND_TIMEOUT if partitioned else COMMAND_TIMEOUT
+    clock = broker.clock
+    next_ping = clock.monotonic() + interval
     changes = broker.changes
-    while True:
-        generation = changes.generation
-        desired = desired_registrations(broker, partitioned)
-        for key, line in registration_commands(registered, desired):
-            log.info("LOOKUPD(%s): %s", address, line.decode(errors="replace").strip())
-            await conn.ok(line)
-            if line.startswith(b"REGISTER"):
-                registered.add(key)
-            else:
-                registered.discard(key)
-        if broker.clock.monotonic() >= next_ping:
+
+    async def ping_if_due() -> None:
+        nonlocal next_ping
+        if clock.monotonic() >= next_ping:
             log.debug("LOOKUPD(%s): sending heartbeat", address)
             await conn.ok(encode_command("PING"))
-            next_ping = broker.clock.monotonic() + interval
+            next_ping = clock.monotonic() + interval
+
+    while True:
+        generation = changes.generation
+        commands = registration_commands(registered, desired_registrations(broker, partitioned))
+        for start in range(0, len(commands), PIPELINE):
+            group = commands[start : start + PIPELINE]
+            for _, line in group:
+                log.info("LOOKUPD(%s): %s", address, line.decode(errors="replace").strip())
+            await conn.ok_all([line for _, line in group])
+            for key, line in group:
+                if line.startswith(b"REGISTER"):
+                    registered.add(key)
+                else:
+                    registered.discard(key)
+            await ping_if_due()
+        await ping_if_due()
         # until the broker's topics, channels or placements change, or the next PING
-        with trio.move_on_after(max(next_ping - broker.clock.monotonic(), 0.0)):
+        with trio.move_on_after(max(next_ping - clock.monotonic(), 0.0)):
             await changes.wait_after(generation)

@@ -13,7 +13,7 @@ publish, subscription and FIN.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .partition_state import STANDALONE, PartitionState, Placement, Role, require_held
 
@@ -70,6 +70,8 @@ class Plan:
     change: list[tuple[str, int, Placement]] = field(default_factory=list)  # role/epoch updates
     drop: list[tuple[str, int]] = field(default_factory=list)  # partitions no longer held
     settings: list[TopicPlan] = field(default_factory=list)  # meta changed (flags, expand)
+    #: partitions left to open in a later step (``max_opens``): not in create or add yet
+    deferred: int = 0
 
     def __bool__(self) -> bool:
         return bool(self.create or self.add or self.change or self.drop or self.settings)
@@ -100,22 +102,42 @@ def placements_for(
     return held
 
 
-def plan(wanted: Sequence[TopicPlan], local: Mapping[str, LocalTopic]) -> Plan:
+def plan(
+    wanted: Sequence[TopicPlan], local: Mapping[str, LocalTopic], max_opens: int | None = None
+) -> Plan:
     """The steps from ``local`` to ``wanted``. Topics lookupd does not list are left alone
     (a topic this node just created is adopted by lookupd, then listed); a listed topic's
     partitions that are no longer placed here are dropped from service, never deleted; a
-    change of meta (flags, retention, partition count after an expand) is one settings step."""
+    change of meta (flags, retention, partition count after an expand) is one settings step.
+
+    ``max_opens`` bounds the partitions the steps open (each costs file creations and
+    fsyncs): the others are counted in ``deferred`` and opened by a later plan of the same
+    document (a topic is then created with its first partitions, the rest added after). Only
+    openings wait: every change of role or epoch, and every drop, is in this plan."""
     out = Plan()
+    budget = -1 if max_opens is None else max_opens
+
+    def take(count: int) -> int:
+        nonlocal budget
+        if budget < 0:
+            return count
+        taken = min(count, budget)
+        budget -= taken
+        out.deferred += count - taken
+        return taken
+
     for topic in wanted:
         have = local.get(topic.name)
         if have is None:
-            if topic.held:
-                out.create.append(topic)
+            if topic.held and (taken := take(len(topic.held))):
+                first = dict(sorted(topic.held.items())[:taken])
+                out.create.append(topic if taken == len(topic.held) else replace(topic, held=first))
             continue
         for number, placement in sorted(topic.held.items()):
             current = have.held.get(number)
             if current is None:
-                out.add.append((topic.name, number, placement))
+                if take(1):
+                    out.add.append((topic.name, number, placement))
             elif current != placement:
                 out.change.append((topic.name, number, placement))
         out.drop.extend((topic.name, n) for n in sorted(have.held) if n not in topic.held)

@@ -6,7 +6,10 @@ follower's log must be cut back to (its end for the follower's last epoch) and t
 high-watermark (``Welcome``), then streams ``Append`` batches from there, pipelined: it does
 not wait for an ``Ack`` before sending the next batch. Each ``Ack`` records the follower's
 progress in the partition state (moving the high-watermark when the follower is in sync).
-Idle, the leader sends the high-watermark every :data:`HEARTBEAT` seconds. A follower whose
+Idle, the leader sends the high-watermark every :data:`HEARTBEAT` seconds; it looks at the
+channels' state every :data:`CURSOR_INTERVAL` seconds, and a stream of a topic with no channel
+sleeps until the next heartbeat unless woken (records, a role change, a channel created, an
+administrative change). A follower whose
 Hello carries ``FEATURE_ADMIN`` also gets the topic's administrative state (``Admin``) at the
 start and on every change, and its ``AdminAck`` is recorded in ``Partition.admin_acks`` (an
 administrative change waits for it: :mod:`nsqd.broker.admin_state`). The stream ends
@@ -248,7 +251,12 @@ async def _stream(
             if state_now != sent_admin:
                 sent_admin = state_now
                 await stream.send_all(encode(state_now))
-        with trio.move_on_after(CURSOR_INTERVAL):
+        # nothing but the heartbeat to send until woken (records, a role change, a channel
+        # created, an admin change) while the topic has no channel and none was sent: a
+        # node holding thousands of such partitions wakes each once a second, not five times
+        quiet = not topic.channels and not cursors and not (repair and held_regions(partition))
+        wait = max(sent_at + HEARTBEAT - now, 0.0) if quiet else CURSOR_INTERVAL
+        with trio.move_on_after(wait):
             await broker.replication.wait_data(partition, at)
     log.info(
         "REPLICATION(%s/%d): %s: stream ends",

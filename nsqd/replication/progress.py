@@ -3,8 +3,11 @@
 lookupd owns the in-sync set (DESIGN.md §5); the leader only reports. For every partition this
 node leads that has replicas, a follower is *caught up* when it holds the whole log now, or did
 within :data:`CAUGHT_UP_WINDOW` (a busy log rarely stands still at the moment of a report); it
-*lags* when it has not held the whole log for ``lag_max`` seconds (counted from when this node
-took the lead under this epoch, so a new leader gives its followers time to connect).
+*lags* when it has not held the whole log for ``lag_max`` seconds: counted from the first
+report that found it short of the log's end (a follower of an idle log acknowledges nothing
+for as long as the log stands still, and is not late the moment a publish arrives), and at
+the earliest from when this node took the lead under this epoch (so a new leader gives its
+followers time to connect).
 A follower is *confirmed* when it is in the in-sync set this leader applies and holds the
 whole log up to the high-watermark: every acknowledged message is on it, and every later
 acknowledgement waits for it (lookupd hands leadership over only to such a follower).
@@ -58,6 +61,8 @@ class ProgressTracker:
 
     lag_max: float
     _led_since: dict[tuple[str, int, int], float] = field(default_factory=dict)
+    #: (topic, partition, epoch, follower) -> the first report that found it short of the end
+    _short_since: dict[tuple[str, int, int, str], float] = field(default_factory=dict)
 
     def reports(self, broker: Broker, now: float) -> list[Report]:
         """One report per led partition with replicas: topic, partition, epoch, caught_up,
@@ -79,9 +84,15 @@ class ProgressTracker:
                 for node in replicas:
                     at = state.caught_up_at(node)
                     whole = state.has_acked(node) and state.acked(node) >= state.log_end
+                    short = (*key, node)
+                    short_since = now
+                    if whole:
+                        self._short_since.pop(short, None)
+                    else:
+                        short_since = self._short_since.setdefault(short, now)
                     if whole or (at is not None and now - at <= CAUGHT_UP_WINDOW):
                         caught_up.append(node)
-                    elif now - max(at or since, since) > self.lag_max:
+                    elif now - max(at or since, since, short_since) > self.lag_max:
                         lagging.append(node)
                 confirmed = [
                     node
@@ -101,4 +112,6 @@ class ProgressTracker:
                 )
         for key in set(self._led_since) - led:
             del self._led_since[key]
+        for short in [s for s in self._short_since if s[:3] not in led]:
+            del self._short_since[short]
         return out

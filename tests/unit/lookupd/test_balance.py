@@ -212,3 +212,31 @@ def test_a_switch_that_is_not_one_is_refused() -> None:
     with pytest.raises(ValueError, match="balance"):
         Switches.from_values({"balance": "maybe"})
     assert Switches.from_values({"newer": "x"}) == Switches()
+
+
+def test_a_node_up_for_less_than_the_grace_is_neither_balanced_to_nor_lets_balancing_start() -> (
+    None
+):
+    """n1 came up at 100 (back after a failover from it, or new): at 104.9 balancing hands it
+    no leadership, and a node that just joined gets no copy; from 105 on, both do."""
+    settings = Settings(balance_grace=5.0)
+    parts = [PartitionView("t", i, "n0", ("n1", "n2"), ("n0", "n1", "n2"), 1) for i in range(6)]
+
+    def at(now: float, up_since: dict[str, float]) -> View:
+        nodes = {
+            n: NodeView(True, now, up_since=up_since.get(n, float("-inf")))
+            for n in ("n0", "n1", "n2")
+        }
+        return View(nodes, tuple(parts), settings, balance=True)
+
+    back = {"n1": 100.0}
+    assert decide(at(104.9, back), 104.9) == []
+    moves = [c.move for c in decide(at(105.0, back), 105.0) if c.move is not None]
+    assert any(m.target == "n1" for m in moves)
+
+    def joined(now: float) -> View:  # n3 came up at 0 and holds nothing yet
+        nodes = {f"n{i}": NodeView(True, now, up_since=0.0 if i == 3 else -1e9) for i in range(4)}
+        return View(nodes, tuple(cluster(3, 12)), settings, balance=True)
+
+    assert decide(joined(4.0), 4.0) == []
+    assert any(c.move and c.move.target == "n3" for c in decide(joined(5.0), 5.0))

@@ -3,7 +3,9 @@ puts the placements back (the decision is taken again on the next tick)."""
 
 from __future__ import annotations
 
+import json
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -11,12 +13,14 @@ import pytest
 import trio
 
 from lookupd.core.decide import Settings
+from lookupd.core.liveness import Liveness
 from lookupd.core.placement import TopicMeta, TopicPlacement
 from lookupd.core.views import Timeouts
 from lookupd.state.cluster import Cluster
 from lookupd.state.store import MetadataStore, StoreError
 from lookupd.state.supervisor import Supervisor, view_of
 from protocol.lookup import PartitionAssignment
+from protocol.lookup_v1 import EXT_PARTITIONS, EXTENSIONS_KEY, decode_identify
 
 A, B = "a:1", "b:1"
 
@@ -128,3 +132,261 @@ async def test_with_no_in_sync_copy_left_only_an_unclean_topic_promotes(
     else:  # offline until A returns
         assert (change.leader, change.epoch, change.offline) == (A, 3, True)
         assert cluster.offline == {("t", 0)}
+
+
+class CountingDecide:
+    """Wraps the supervisor's decide() and counts its calls."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import lookupd.state.supervisor as module
+
+        self.calls = 0
+        real = module.decide
+
+        def counted(view: Any, now: float) -> Any:
+            self.calls += 1
+            return real(view, now)
+
+        monkeypatch.setattr(module, "decide", counted)
+
+
+async def test_a_quiet_cluster_is_not_decided_again_on_every_tick(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """decide() costs time in every partition: while nothing it reads changes (heartbeats
+    alone move nothing), the ticks do not run it again."""
+    clock = Clock()
+    cluster = cluster_with_one_partition(tmp_path, clock)
+    supervisor = Supervisor(cluster, Settings())
+    counted = CountingDecide(monkeypatch)
+    for _ in range(20):  # 2 s of ticks, both nodes pinging every 0.5 s
+        clock.now += 0.1
+        if round(clock.now * 10) % 5 == 0:
+            cluster.liveness.heartbeat(A, clock.now)
+            cluster.liveness.heartbeat(B, clock.now)
+        assert await supervisor.step() == []
+    assert counted.calls == 1
+    # the same report again changes nothing either
+    cluster.report_progress(A, [{"topic": "t", "partition": 0, "epoch": 3, "caught_up": [B]}])
+    cluster.report_progress(A, [{"topic": "t", "partition": 0, "epoch": 3, "caught_up": [B]}])
+    assert await supervisor.step() == []
+    assert await supervisor.step() == []
+    assert counted.calls == 2
+
+
+async def test_a_heartbeat_that_stops_is_still_seen_without_any_event(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Time alone changes what decide() reads (a node whose heartbeats stopped is down after
+    the timeout): the tick after the timeout decides, and fails over."""
+    clock = Clock()
+    cluster = cluster_with_one_partition(tmp_path, clock)
+    supervisor = Supervisor(cluster, Settings(heartbeat_timeout=2.0))
+    counted = CountingDecide(monkeypatch)
+    assert await supervisor.step() == []
+    for _ in range(19):  # A hangs: its connection stays open, its pings stop
+        clock.now += 0.1
+        cluster.liveness.heartbeat(B, clock.now)
+        assert await supervisor.step() == []
+    assert counted.calls == 1
+    clock.now += 0.2
+    (change,) = await supervisor.step()
+    assert (change.leader, change.epoch, change.isr) == (B, 4, (B,))
+    assert counted.calls == 2
+
+
+async def test_what_decide_reads_changing_makes_it_decide_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A changed report (the ISR shrinks), a new topic and a node going away each reach
+    decide() at the next step."""
+    clock = Clock()
+    cluster = cluster_with_one_partition(tmp_path, clock)
+    supervisor = Supervisor(cluster, Settings())
+    counted = CountingDecide(monkeypatch)
+    assert await supervisor.step() == []
+    report = {"topic": "t", "partition": 0, "epoch": 3, "lagging": [B]}
+    cluster.report_progress(A, [report])
+    (change,) = await supervisor.step()
+    assert change.isr == (A,)  # B lagged: out of the in-sync set
+    assert counted.calls == 2
+    await cluster.create_topic("u", TopicMeta(1, 1))
+    assert await supervisor.step() == []
+    assert counted.calls == 3
+    cluster.liveness.disconnected(A, clock.now)
+    (change,) = await supervisor.step()
+    assert change.offline  # A, alone in sync, went away
+    assert counted.calls == 4
+
+
+def test_a_stall_of_lookupd_is_not_counted_as_the_nodes_silence() -> None:
+    """Both nodes pinged at 1000; lookupd then did not run for 3 s: at 1003 their heartbeats
+    are 3 s old, but lookupd read nothing in that time. Excused, they are up; a node silent
+    before the stall as well stays down."""
+    liveness = Liveness(heartbeat_timeout=2.0, start_grace=6.0)
+    liveness.connected(A, 1000.0)
+    liveness.connected(B, 997.5)
+    assert not liveness.is_alive(A, 1003.0)
+    liveness.excuse(2.9, 1003.0)
+    assert liveness.is_alive(A, 1003.0)
+    assert not liveness.is_alive(B, 1003.0)  # 5.5 s silent, 2.9 s of it excused
+    liveness.excuse(100.0, 1003.0)
+    assert liveness.views(1003.0)[A].last_heartbeat == 1003.0  # never later than now
+
+
+async def test_a_blocked_event_loop_is_excused_by_the_watch(tmp_path: Path) -> None:
+    """The event loop blocks for 1.2 s (wall clock): the watch sees its timer that late and
+    moves every heartbeat on by it, so the next decision fails nobody over."""
+    cluster = Cluster(MetadataStore(tmp_path), Timeouts())
+    supervisor = Supervisor(cluster, Settings(heartbeat_timeout=1.0))
+    cluster.liveness.connected(A, cluster.clock())
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(supervisor.watch_stalls)
+        await trio.sleep(0.15)
+        beat = cluster.liveness.views(cluster.clock())[A].last_heartbeat
+        time.sleep(1.2)  # the stall under test
+        await trio.sleep(0.2)
+        nursery.cancel_scope.cancel()
+    assert supervisor.stalls == 1
+    now = cluster.clock()
+    assert cluster.liveness.views(now)[A].last_heartbeat >= beat + 1.0
+    assert cluster.liveness.is_alive(A, now)
+
+
+def test_a_pnsq_nodes_registrations_are_heartbeats(tmp_path: Path) -> None:
+    """A node registering hundreds of partitions sends its next PING after them; lookupd
+    busy answering them must not take it for silent meanwhile."""
+    clock = Clock()
+    cluster = Cluster(MetadataStore(tmp_path), Timeouts(), clock=clock)
+    body = {"broadcast_address": "a", "tcp_port": 1, "http_port": 2, "version": "1.3.0"}
+    body[EXTENSIONS_KEY] = [EXT_PARTITIONS]
+    cluster.identify("peer", decode_identify(json.dumps(body).encode()))
+    clock.now += 1.5
+    cluster.register("peer", "t", None, 0)
+    assert cluster.liveness.views(clock.now)[A].last_heartbeat == clock.now
+    clock.now += 1.5
+    cluster.unregister("peer", "t", None, 0)
+    assert cluster.liveness.views(clock.now)[A].last_heartbeat == clock.now
+    assert cluster.liveness.is_alive(A, clock.now + 1.9)
+
+
+def two_partitions_led_apart(path: Path, clock: Clock) -> Cluster:
+    """Topic t: partition 0 led by A, partition 1 by B, each with the other as in-sync
+    replica; both nodes connected at ``clock.now``."""
+    store = MetadataStore(path)
+    parts = (
+        PartitionAssignment(A, (B,), 3, (A, B)),
+        PartitionAssignment(B, (A,), 3, (B, A)),
+    )
+    store.save([TopicPlacement("t", TopicMeta(2, 2), parts)])
+    cluster = Cluster(store, Timeouts(), clock=clock)
+    cluster.load()
+    cluster.liveness.connected(A, clock.now)
+    cluster.liveness.connected(B, clock.now)
+    return cluster
+
+
+def caught_up(cluster: Cluster, leader: str, follower: str, epochs: dict[int, int]) -> None:
+    """``leader``'s progress report on the partitions it leads (number -> epoch):
+    ``follower`` caught up and confirmed on each."""
+    entries: list[dict[str, object]] = [
+        {
+            "topic": "t",
+            "partition": number,
+            "epoch": epoch,
+            "caught_up": [follower],
+            "lagging": [],
+            "confirmed": [follower],
+        }
+        for number, epoch in epochs.items()
+    ]
+    cluster.report_progress(leader, entries)
+
+
+async def test_a_leader_cut_off_from_lookupd_stays_down_while_it_reports_over_http(
+    tmp_path: Path,
+) -> None:
+    """The fault test's cut: A's registration link to lookupd goes silent (the connection
+    stays open, nothing passes), while A still reaches lookupd's HTTP port: it learns it now
+    follows B, catches up through a link the cut left open, and keeps sending its progress
+    reports. Its partition fails over to B; B reports A caught up. A must not count as up:
+    taken for up by its reports, it was put back in the ISR and handed its leadership back
+    by balancing (0.2 s after the failover), which it could not serve, and once its reports
+    stopped the partition went offline with no in-sync replica."""
+    clock = Clock()
+    cluster = two_partitions_led_apart(tmp_path, clock)
+    supervisor = Supervisor(cluster, Settings())
+    assert await supervisor.step() == []
+    for _ in range(5):  # A silent since the cut; B pings
+        clock.now += 0.5
+        cluster.liveness.heartbeat(B, clock.now)
+    failover, shrink = await supervisor.step()
+    assert (failover.leader, failover.epoch, failover.isr) == (B, 4, (B,))
+    assert (shrink.leader, shrink.epoch, shrink.isr) == (B, 3, (B,))
+    clock.now += 0.2
+    cluster.liveness.heartbeat(B, clock.now)
+    cluster.report_progress(A, [])  # A leads nothing now; its report still comes
+    caught_up(cluster, B, A, {0: 4, 1: 3})
+    assert await supervisor.step() == []
+    assert not cluster.liveness.is_alive(A, clock.now)
+    for part in cluster.placements["t"].partitions:
+        assert (part.leader, part.isr) == (B, (B,))
+
+
+async def test_a_node_back_after_a_failover_rejoins_the_isr_at_once_and_leads_after_the_grace(
+    tmp_path: Path,
+) -> None:
+    """A, failed over, comes back (its registration link heals: PINGs again) and B reports it
+    caught up: it rejoins the ISR at once, but balancing gives it a leadership back only once
+    it has stayed up for ``balance_grace``."""
+    clock = Clock()
+    cluster = two_partitions_led_apart(tmp_path, clock)
+    settings = Settings(balance_grace=5.0)
+    supervisor = Supervisor(cluster, settings)
+    for _ in range(5):  # A silent, B pings
+        clock.now += 0.5
+        cluster.liveness.heartbeat(B, clock.now)
+    failover, _ = await supervisor.step()
+    assert failover.leader == B
+    clock.now += 1.0
+    for node in (A, B):  # A's PINGs pass again
+        cluster.liveness.heartbeat(node, clock.now)
+    back = clock.now
+    caught_up(cluster, B, A, {0: 4, 1: 3})
+    changes = await supervisor.step()
+    assert [c.isr for c in changes] == [(B, A), (B, A)]
+    assert all("balance" not in c.reason for c in changes)
+    for _ in range(9):  # up to 4.5 s after it came back
+        clock.now += 0.5
+        for node in (A, B):
+            cluster.liveness.heartbeat(node, clock.now)
+        assert await supervisor.step() == []
+    clock.now = back + 5.0
+    for node in (A, B):
+        cluster.liveness.heartbeat(node, clock.now)
+    changes = await supervisor.step()
+    assert any("balance: leader move" in c.reason for c in changes)
+
+
+async def test_a_stall_seen_first_by_a_decision_is_excused_before_it(tmp_path: Path) -> None:
+    """After the event loop blocked, the watch and the supervisor wake together in either
+    order: the decision taken first must not fail over the nodes the watch is about to
+    excuse (and excusing them afterwards would bring them back: a second failover)."""
+    store = MetadataStore(tmp_path)
+    placed = TopicPlacement("t", TopicMeta(1, 2), (PartitionAssignment(A, (B,), 3, (A, B)),))
+    store.save([placed])
+    cluster = Cluster(store, Timeouts(), heartbeat_timeout=1.0)
+    cluster.load()
+    supervisor = Supervisor(cluster, Settings(heartbeat_timeout=1.0))
+    cluster.liveness.connected(A, cluster.clock())
+    cluster.liveness.connected(B, cluster.clock())
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(supervisor.watch_stalls)
+        await trio.sleep(0.15)
+        time.sleep(1.3)  # the stall under test
+        changes = await supervisor.step()  # before the watch's task runs again
+        await trio.sleep(0.25)  # the watch wakes, late: the stall is excused already
+        nursery.cancel_scope.cancel()
+    assert changes == []
+    assert supervisor.stalls == 1
+    assert cluster.placements["t"].partitions[0].leader == A

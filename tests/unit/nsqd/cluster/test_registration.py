@@ -2,21 +2,29 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 import pytest
+import trio
+import trio.testing
 
 from nsqd.broker import Broker
+from nsqd.broker.changes import Changes
+from nsqd.broker.clock import VirtualClock
 from nsqd.cluster.registration import (
+    PNSQ_PING_INTERVAL,
     LookupIdentity,
     LookupPeerError,
+    V1Connection,
     desired_registrations,
+    keep_registered,
     lookupd_http_address,
     registration_commands,
 )
-from protocol.lookup_v1 import decode_identify
+from protocol.lookup_v1 import decode_identify, encode_response
 
 
 @dataclass
@@ -38,6 +46,8 @@ class FakeTopic:
 @dataclass
 class FakeBroker:
     topics: dict[str, FakeTopic]
+    clock: VirtualClock = field(default_factory=VirtualClock)
+    changes: Changes = field(default_factory=Changes)
 
     def list_topics(self) -> list[Any]:
         return [_Named(name, t) for name, t in sorted(self.topics.items())]
@@ -123,3 +133,66 @@ def test_identify_body_carries_the_rack_to_pnsq_lookupd_only() -> None:
     assert decoded.rack == "r1"
     stock = decode_identify(json.dumps(identity.identify_body(extensions=False)).encode())
     assert stock.rack == ""
+
+
+async def test_a_thousand_registrations_leave_room_for_the_heartbeats(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A node leading 1,000 partitions registers each; a lookupd answering each line in 5 ms
+    needs 5 s for them all. pnsq's lookupd takes a node silent for 2 s for dead, so PINGs go
+    between the lines at their interval, and the lines go many at a time."""
+    b = broker(t=FakeTopic([FakePartition(n) for n in range(1000)]))
+    near, far = trio.testing.memory_stream_pair()
+    seen: list[tuple[float, bytes]] = []  # (time, command) as the lookupd read them
+    sends: list[int] = []  # commands per chunk the lookupd received
+
+    async def lookupd() -> None:
+        buffer = b""
+        while True:
+            chunk = await far.receive_some(1 << 20)
+            buffer += chunk
+            *lines, buffer = buffer.split(b"\n")
+            sends.append(len(lines))
+            for line in lines:
+                await trio.sleep(0.005)
+                seen.append((trio.current_time(), line))
+                await far.send_all(encode_response(b"OK"))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(lookupd)
+        nursery.start_soon(keep_registered, V1Connection(near), b, "lookupd", True)
+        while sum(line.startswith(b"REGISTER") for _, line in seen) < 1000:
+            await trio.sleep(0.1)
+        nursery.cancel_scope.cancel()
+    pings = [at for at, line in seen if line == b"PING"]
+    assert len(pings) >= 8
+    beats = [0.0, *pings]
+    assert max(b - a for a, b in itertools.pairwise(beats)) < 4 * PNSQ_PING_INTERVAL
+    assert max(sends) > 1  # pipelined, not one round trip per line
+
+
+@pytest.mark.parametrize("partitioned", [True, False])
+async def test_a_slow_pnsq_lookupd_does_not_end_the_registration(
+    autojump_clock: trio.testing.MockClock, partitioned: bool
+) -> None:
+    """pnsq's lookupd takes a registration that closes for a dead node and fails it over: a
+    reply that takes 2 s (a lookupd busy with a burst of work) must not end it. A stock
+    nsqlookupd keeps nsqd's 1 s deadline."""
+    b = broker(t=FakeTopic([FakePartition(0)]))
+    near, far = trio.testing.memory_stream_pair()
+
+    async def lookupd() -> None:
+        while await far.receive_some(1 << 20):
+            await trio.sleep(2.0)
+            await far.send_all(encode_response(b"OK"))
+
+    with trio.move_on_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(lookupd)
+            try:
+                await keep_registered(V1Connection(near), b, "lookupd", partitioned)
+            except trio.TooSlowError:
+                assert not partitioned
+                nursery.cancel_scope.cancel()
+                return
+    assert partitioned  # still registered after 10 s of slow replies

@@ -122,3 +122,35 @@ def test_applying_a_plan_reaches_the_wanted_placement(
     for _, number in steps.drop:
         del result[number]
     assert result == want
+
+
+def test_a_bounded_plan_opens_at_most_max_opens_and_changes_every_role_at_once() -> None:
+    """A node handed topics of hundreds of partitions opens them a group at a time: each
+    plan of the same document opens at most ``max_opens`` more, changes of role and drops
+    are never deferred, and the plans end where the unbounded one does."""
+    many = {n: LEAD0 if n % 2 else REPL1 for n in range(10)}
+    promoted = Placement(Role.LEADER, 1, A)
+    wanted = [_topic("big", many, partition_num=10), _topic("promote", {1: promoted})]
+    local: dict[str, LocalTopic] = {"promote": LocalTopic({1: REPL1, 0: REPL1}, SETTINGS)}
+    steps = plan(wanted, local, max_opens=4)
+    assert [(t.name, sorted(t.held)) for t in steps.create] == [("big", [0, 1, 2, 3])]
+    assert steps.deferred == 6
+    assert steps.change == [("promote", 1, promoted)]
+    assert steps.drop == [("promote", 0)]
+    held = dict(steps.create[0].held)
+    rounds = 1
+    while steps.deferred:
+        local["big"] = LocalTopic(dict(held), TopicSettings(partition_num=10))
+        steps = plan(wanted, local, max_opens=4)
+        assert len(steps.add) <= 4
+        assert not steps.create
+        held.update({number: placement for _, number, placement in steps.add})
+        rounds += 1
+    assert held == many
+    assert rounds == 3
+
+
+def test_a_bound_of_nothing_left_to_open_changes_nothing() -> None:
+    wanted = [_topic("t", {0: LEAD0})]
+    assert plan(wanted, {}, max_opens=None).create == plan(wanted, {}, max_opens=5).create
+    assert plan(wanted, {}, max_opens=5).deferred == 0

@@ -81,3 +81,34 @@ def test_a_report_is_due_when_it_decides_something_or_a_copy_moves_on() -> None:
     jitter = _report([IN_SYNC], {IN_SYNC: 300})
     settled = _report([IN_SYNC], {IN_SYNC: 0})
     assert not due(jitter, settled, 2.0, 5.0)  # an in-sync follower's jitter is not a copy
+
+
+async def test_a_follower_of_an_idle_log_is_not_late_the_moment_a_publish_arrives(
+    tmp_path: Path,
+) -> None:
+    """IN_SYNC acknowledged the whole log at t=10; nothing was published for 30 s, so it had
+    nothing to acknowledge. A publish at t=40 finds it short of the end until its
+    acknowledgement comes: that is not lagging (lookupd would take it out of the in-sync set
+    for nothing). Short of the end for ``lag_max`` from then on, it lags."""
+    async with open_broker(BrokerConfig(data_path=tmp_path)) as broker:
+        _lead_and_append(broker, 1)
+        partition = broker.get_topic("t").partitions[0]
+        partition.state.follower_acked(IN_SYNC, 10, now=10.0)
+        tracker = ProgressTracker(lag_max=5.0)
+        (report,) = tracker.reports(broker, now=10.0)
+        assert report["caught_up"] == [IN_SYNC]
+        (report,) = tracker.reports(broker, now=40.0)  # idle: still holds everything
+        assert report["caught_up"] == [IN_SYNC]
+        assert report["lagging"] == [COPYING, SILENT]  # never acknowledged anything
+        partition.log.append([NewRecord(10, b"m" * BODY)])  # the publish
+        partition.state.appended(partition.log.end_offset)
+        (report,) = tracker.reports(broker, now=40.1)
+        assert IN_SYNC not in report["caught_up"]
+        assert IN_SYNC not in report["lagging"]
+        (report,) = tracker.reports(broker, now=44.0)
+        assert IN_SYNC not in report["lagging"]
+        (report,) = tracker.reports(broker, now=45.2)  # short of the end for 5.1 s
+        assert IN_SYNC in report["lagging"]
+        partition.state.follower_acked(IN_SYNC, 11, now=45.3)
+        (report,) = tracker.reports(broker, now=45.3)
+        assert report["caught_up"] == [IN_SYNC]

@@ -1,0 +1,91 @@
+"""A leader's stream to a follower of a partition whose topic has no channel has nothing but
+its heartbeat to send: it wakes once a second, not every cursor interval (a node holding
+thousands of partitions paid five wake-ups a second for each), and a channel created on the
+topic wakes it at once."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from functools import partial
+from pathlib import Path
+
+import pytest
+import trio
+import trio.testing
+
+import nsqd.replication.leader as leader_module
+from nsqd.broker import Broker, BrokerConfig, open_broker
+from nsqd.broker.clock import VirtualClock
+from nsqd.core.partition_state import Placement, Role
+from nsqd.replication.frames import FrameReader
+from nsqd.replication.leader import CURSOR_INTERVAL, HEARTBEAT, serve_follower
+from pnsq._netio.cluster_link import ClusterLinks
+from protocol.replication import Cursors, Hello, HighWatermark, LeaderFrame, encode
+from protocol.replication_decoder import LeaderFrameDecoder
+
+LEADER, FOLLOWER = "127.0.0.1:1", "127.0.0.1:2"
+
+
+async def _follow(
+    broker: Broker, seconds: float, during: float | None = None
+) -> list[tuple[float, LeaderFrame]]:
+    """The frames (with their times from the start) a follower gets within ``seconds``;
+    with ``during``, channel ``c`` is created that many seconds in."""
+    topic = broker.get_or_create_topic("t", 1)
+    topic.partitions[0].state.apply(
+        Placement(Role.LEADER, 3, LEADER, (FOLLOWER,), (LEADER, FOLLOWER))
+    )
+    here, there = trio.testing.memory_stream_pair()
+    seen: list[tuple[float, LeaderFrame]] = []
+    start = trio.current_time()
+    links = ClusterLinks(lambda: LEADER, trio.current_time, logging.getLogger("test"))
+
+    async def follower() -> None:
+        await here.send_all(encode(Hello(FOLLOWER, "t", 0, 3, 0, 0, 0)))
+        reader = FrameReader(here, LeaderFrameDecoder())
+        while True:
+            frame = await reader.next()
+            seen.append((trio.current_time() - start, frame))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(partial(serve_follower, broker, there, "test", b"", links=links))
+        nursery.start_soon(follower)
+        if during is not None:
+            await trio.sleep(during)
+            broker.get_or_create_channel(topic, "c")
+            await trio.sleep(seconds - during)
+        else:
+            await trio.sleep(seconds)
+        nursery.cancel_scope.cancel()
+    return seen
+
+
+async def test_a_stream_of_a_topic_without_channels_wakes_once_a_second(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    looks = 0
+    real = leader_module._cursor_changes
+
+    def counted(*args: object, **kwargs: object) -> list[Cursors]:
+        nonlocal looks
+        looks += 1
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(leader_module, "_cursor_changes", counted)
+    async with open_broker(BrokerConfig(data_path=tmp_path), VirtualClock()) as broker:
+        seen = await _follow(broker, 10.0)
+    beats = [at for at, frame in seen if isinstance(frame, HighWatermark)]
+    assert len(beats) >= 9  # the heartbeat still goes every second
+    assert max(b - a for a, b in itertools.pairwise(beats)) <= HEARTBEAT + 0.01
+    assert looks <= 10 / HEARTBEAT + 2  # not 10 / CURSOR_INTERVAL = 50
+    assert 2 * looks < 10 / CURSOR_INTERVAL
+
+
+async def test_a_channel_created_on_a_quiet_topic_reaches_the_follower_at_once(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with open_broker(BrokerConfig(data_path=tmp_path), VirtualClock()) as broker:
+        seen = await _follow(broker, 3.0, during=1.5)
+    (sent,) = [at for at, frame in seen if isinstance(frame, Cursors) and frame.channel == "c"]
+    assert 1.5 <= sent < 1.5 + CURSOR_INTERVAL
