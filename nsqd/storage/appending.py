@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import final
 
 from .batch import AppendedBatch, BodyBatch
+from .bodies import encode_bodies
 from .cache import RECORD_OVERHEAD, TailCache
 from .durability import PendingSync
 from .encoded_run import EncodedRun
-from .record import HEADER_SIZE, NewRecord, Record, encode_bodies, encode_run, internal_id_for
+from .record import HEADER_SIZE, NewRecord, Record, encode_run, internal_id_for
 from .segment import Segment
 from .segment_files import SegmentEnv
 

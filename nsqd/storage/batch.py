@@ -4,7 +4,7 @@ An MPUB, a DPUB, an HTTP publish or the single PUBs of one loop turn hand the lo
 :class:`BodyBatch`: bodies with their publish times, for one delivery time, with no trace id
 and no ext but, for a numbered publish's, each body's producer stamp
 (:mod:`~.stamp`). :meth:`PartitionLog.append` encodes them from the bodies
-(:func:`~.record.encode_bodies`) and answers with an :class:`AppendedBatch`: the records
+(:func:`~.bodies.encode_bodies`) and answers with an :class:`AppendedBatch`: the records
 stored, each made only when someone reads it. The tail cache keeps the batch as it is and makes
 a reader the records it reads: a backlog evicted before anyone reads it is never made into
 records at all (making them was a fifth of an MPUB's cost), and the cache holds no object per

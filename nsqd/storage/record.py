@@ -2,7 +2,8 @@
 
 No file I/O of its own: :func:`scan_records` reads through the ``read_at(size, position)``
 callable it is given (``segment.py`` passes ``os.pread`` bound to an fd), so it is testable on
-plain bytes. ``log.py`` encodes each append with :func:`encode_run`; the read path's
+plain bytes. ``log.py`` encodes each append with :func:`encode_run` (a batch of bodies with
+:func:`~.bodies.encode_bodies`); the read path's
 batched decoding is :mod:`.runs`; a follower checks a leader's encoded batch with
 :mod:`.encoded_run`.
 """
@@ -12,7 +13,6 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import count
 from typing import Any, Final, TypeVar, dataclass_transform
 
 import crc32c as _crc32c
@@ -20,7 +20,6 @@ import crc32c as _crc32c
 from protocol.message import make_internal_id
 
 from .errors import CorruptRecordError, corrupt_in_segment
-from .stamp import STAMP_SIZE
 
 # Record v2 => FormatLength u32 | Crc u32 | Offset u64 | TimestampNs i64 | InternalId u64
 #              | TraceId u64 | DeliverAtNs i64 | Epoch u32 | ExtLen u16 | Ext | Body
@@ -90,8 +89,6 @@ _PREFIX: Final = struct.Struct(RECORD_HEADER.format[:3])
 _COVERED: Final = struct.Struct(">" + RECORD_HEADER.format[3:])
 assert _PREFIX.size == CRC_START
 assert _PREFIX.size + _COVERED.size == HEADER_SIZE
-#: the covered half with a producer stamp as its ext (:mod:`.stamp`): packed in one call
-_STAMPED: Final = struct.Struct(f"{_COVERED.format}{STAMP_SIZE}s")
 
 #: body size up to which encoding checksums one copy of header and body (one CRC call is
 #: cheaper than two); a larger body is checksummed where it is, so that it is copied once, into
@@ -101,7 +98,6 @@ CONCATENATED_MAX: Final = 16 * 1024
 _crc: Final = _crc32c.crc32c
 _pack_prefix: Final = _PREFIX.pack
 _pack_covered: Final = _COVERED.pack
-_pack_stamped: Final = _STAMPED.pack
 _unpack_header_from: Final = RECORD_HEADER.unpack_from
 _unpack_header_v0_from: Final = RECORD_HEADER_V0.unpack_from
 _unpack_length_from: Final = struct.Struct(RECORD_HEADER.format[:2]).unpack_from
@@ -203,101 +199,6 @@ def encode_run(records: Sequence[Record]) -> tuple[bytes, list[tuple[int, int]]]
                 add(covered + ext)
                 add(body)
             stamp((r.timestamp_ns, size))
-    except struct.error as exc:  # includes an ext longer than MAX_EXT_LEN
-        raise ValueError(f"record field out of range: {exc}") from exc
-    return b"".join(parts), stamps
-
-
-def encode_bodies(
-    first_offset: int,
-    id_base: int,
-    timestamps: Sequence[int],
-    deliver_at_ns: int,
-    epoch: int,
-    bodies: Sequence[bytes],
-    exts: Sequence[bytes] | None = None,
-) -> tuple[bytes, list[tuple[int, int]]]:
-    """:func:`encode_run` of the records of one batch (:class:`~.batch.AppendedBatch`): body
-    ``i``, at offset ``first_offset + i``, gets internal id ``id_base | (first_offset + i + 1)``
-    and publish time ``timestamps[i]``; all share ``deliver_at_ns`` and ``epoch`` and have no
-    trace id, and no ext unless ``exts`` gives each one (producer stamps). Made from the
-    bodies, without a :class:`Record` each. Raises ``ValueError`` as :func:`encode_run`."""
-    if exts is not None:
-        return _encode_with_exts(
-            first_offset, id_base, timestamps, deliver_at_ns, epoch, bodies, exts
-        )
-    parts: list[bytes] = []
-    add = parts.append
-    stamps: list[tuple[int, int]] = []
-    stamp = stamps.append
-    pack_covered, pack_prefix, crc = _pack_covered, _pack_prefix, _crc
-    format_bits, header, length_size = _FORMAT_BITS, HEADER_SIZE, LENGTH_SIZE
-    copied = CONCATENATED_MAX
-    try:
-        for offset, timestamp_ns, body in zip(count(first_offset), timestamps, bodies):
-            covered = pack_covered(
-                offset, timestamp_ns, id_base | (offset + 1), 0, deliver_at_ns, epoch, 0
-            )
-            size = header + len(body)
-            field = format_bits | (size - length_size)
-            if len(body) <= copied:
-                rest = covered + body  # one CRC call: cheaper than two without the copy
-                add(pack_prefix(field, crc(rest, field)))
-                add(rest)
-            else:  # a large body is not copied to be checksummed
-                add(pack_prefix(field, crc(body, crc(covered, field))))
-                add(covered)
-                add(body)
-            stamp((timestamp_ns, size))
-    except struct.error as exc:
-        raise ValueError(f"record field out of range: {exc}") from exc
-    return b"".join(parts), stamps
-
-
-def _encode_with_exts(
-    first_offset: int,
-    id_base: int,
-    timestamps: Sequence[int],
-    deliver_at_ns: int,
-    epoch: int,
-    bodies: Sequence[bytes],
-    exts: Sequence[bytes],
-) -> tuple[bytes, list[tuple[int, int]]]:
-    """:func:`encode_bodies` of bodies that each have an ext: a producer stamp (packed with
-    the header, one call) or none (a plain run joined with numbered ones)."""
-    parts: list[bytes] = []
-    add = parts.append
-    stamps: list[tuple[int, int]] = []
-    stamp = stamps.append
-    pack_covered, pack_stamped, pack_prefix, crc = _pack_covered, _pack_stamped, _pack_prefix, _crc
-    format_bits, length_size, prefix_size = _FORMAT_BITS, LENGTH_SIZE, _PREFIX.size
-    try:
-        for offset, timestamp_ns, body, ext in zip(
-            count(first_offset), timestamps, bodies, exts, strict=False
-        ):
-            internal_id = id_base | (offset + 1)
-            if len(ext) == STAMP_SIZE:
-                covered = pack_stamped(
-                    offset, timestamp_ns, internal_id, 0, deliver_at_ns, epoch, STAMP_SIZE, ext
-                )
-            else:
-                covered = (
-                    pack_covered(
-                        offset, timestamp_ns, internal_id, 0, deliver_at_ns, epoch, len(ext)
-                    )
-                    + ext
-                )
-            size = prefix_size + len(covered) + len(body)
-            field = format_bits | (size - length_size)
-            if len(body) <= CONCATENATED_MAX:
-                rest = covered + body
-                add(pack_prefix(field, crc(rest, field)))
-                add(rest)
-            else:  # a large body is not copied to be checksummed
-                add(pack_prefix(field, crc(body, crc(covered, field))))
-                add(covered)
-                add(body)
-            stamp((timestamp_ns, size))
     except struct.error as exc:  # includes an ext longer than MAX_EXT_LEN
         raise ValueError(f"record field out of range: {exc}") from exc
     return b"".join(parts), stamps

@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, strategies as st
 
 from nsqd.storage.batch import AppendedBatch, BodyBatch, join, new_records
-from nsqd.storage.record import NewRecord, Record, encode_bodies, encode_run, internal_id_for
+from nsqd.storage.bodies import encode_bodies
+from nsqd.storage.record import NewRecord, Record, encode_run, internal_id_for
 
 ID_BASE = internal_id_for(5, -1)  # partition 5's bits
 

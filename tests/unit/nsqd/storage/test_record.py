@@ -15,6 +15,7 @@ from hypothesis import given, strategies as st
 
 from nsqd.storage import CorruptRecordError, Record, decode_record, encode_record
 from nsqd.storage.batch import new_records
+from nsqd.storage.bodies import encode_bodies
 from nsqd.storage.encoded_run import check_encoded
 from nsqd.storage.record import (
     CONCATENATED_MAX,
@@ -23,7 +24,6 @@ from nsqd.storage.record import (
     RECORD_HEADER,
     RECORD_HEADER_V0,
     NewRecord,
-    encode_bodies,
     encode_run,
     peek_size,
     scan_records,

@@ -1,0 +1,177 @@
+"""A batch of bodies encoded as log records (:data:`~.record.RECORD_HEADER`) without a
+:class:`~.record.Record` each: an MPUB's, a turn's PUBs, a numbered run's with their producer
+stamps (:mod:`.stamp`). The layouts are :mod:`.record`'s; the loops here are the append
+path's hottest, written out per kind of batch (every branch and temporary in them is paid once
+per message).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from itertools import count
+from typing import Final
+
+from .record import (
+    _COVERED,
+    _FORMAT_BITS,
+    _PREFIX,
+    CONCATENATED_MAX,
+    HEADER_SIZE,
+    LENGTH_SIZE,
+    _crc,
+    _pack_covered,
+    _pack_prefix,
+)
+from .stamp import STAMP_SIZE
+
+#: the covered half with a producer stamp as its ext (:mod:`.stamp`): packed in one call
+_STAMPED: Final = struct.Struct(f"{_COVERED.format}{STAMP_SIZE}s")
+_pack_stamped: Final = _STAMPED.pack
+
+
+def encode_bodies(
+    first_offset: int,
+    id_base: int,
+    timestamps: Sequence[int],
+    deliver_at_ns: int,
+    epoch: int,
+    bodies: Sequence[bytes],
+    exts: Sequence[bytes] | None = None,
+) -> tuple[bytes, list[tuple[int, int]]]:
+    """:func:`encode_run` of the records of one batch (:class:`~.batch.AppendedBatch`): body
+    ``i``, at offset ``first_offset + i``, gets internal id ``id_base | (first_offset + i + 1)``
+    and publish time ``timestamps[i]``; all share ``deliver_at_ns`` and ``epoch`` and have no
+    trace id, and no ext unless ``exts`` gives each one (producer stamps). Made from the
+    bodies, without a :class:`Record` each. Raises ``ValueError`` as :func:`encode_run`."""
+    if exts is not None:
+        return _encode_with_exts(
+            first_offset, id_base, timestamps, deliver_at_ns, epoch, bodies, exts
+        )
+    parts: list[bytes] = []
+    add = parts.append
+    stamps: list[tuple[int, int]] = []
+    stamp = stamps.append
+    pack_covered, pack_prefix, crc = _pack_covered, _pack_prefix, _crc
+    format_bits, header, length_size = _FORMAT_BITS, HEADER_SIZE, LENGTH_SIZE
+    copied = CONCATENATED_MAX
+    try:
+        for offset, timestamp_ns, body in zip(count(first_offset), timestamps, bodies):
+            covered = pack_covered(
+                offset, timestamp_ns, id_base | (offset + 1), 0, deliver_at_ns, epoch, 0
+            )
+            size = header + len(body)
+            field = format_bits | (size - length_size)
+            if len(body) <= copied:
+                rest = covered + body  # one CRC call: cheaper than two without the copy
+                add(pack_prefix(field, crc(rest, field)))
+                add(rest)
+            else:  # a large body is not copied to be checksummed
+                add(pack_prefix(field, crc(body, crc(covered, field))))
+                add(covered)
+                add(body)
+            stamp((timestamp_ns, size))
+    except struct.error as exc:
+        raise ValueError(f"record field out of range: {exc}") from exc
+    return b"".join(parts), stamps
+
+
+def _encode_with_exts(
+    first_offset: int,
+    id_base: int,
+    timestamps: Sequence[int],
+    deliver_at_ns: int,
+    epoch: int,
+    bodies: Sequence[bytes],
+    exts: Sequence[bytes],
+) -> tuple[bytes, list[tuple[int, int]]]:
+    """:func:`encode_bodies` of bodies that each have an ext: a producer stamp (packed with
+    the header, one call) or none (a plain run joined with numbered ones)."""
+    if (
+        min(map(len, exts), default=0) == STAMP_SIZE == max(map(len, exts), default=0)
+        and max(map(len, bodies), default=0) <= CONCATENATED_MAX
+    ):
+        return _encode_stamped(
+            first_offset, id_base, timestamps, deliver_at_ns, epoch, bodies, exts
+        )
+    parts: list[bytes] = []
+    add = parts.append
+    stamps: list[tuple[int, int]] = []
+    stamp = stamps.append
+    pack_covered, pack_stamped, pack_prefix, crc = _pack_covered, _pack_stamped, _pack_prefix, _crc
+    format_bits, length_size, prefix_size = _FORMAT_BITS, LENGTH_SIZE, _PREFIX.size
+    try:
+        for offset, timestamp_ns, body, ext in zip(
+            count(first_offset), timestamps, bodies, exts, strict=False
+        ):
+            internal_id = id_base | (offset + 1)
+            if len(ext) == STAMP_SIZE:
+                covered = pack_stamped(
+                    offset, timestamp_ns, internal_id, 0, deliver_at_ns, epoch, STAMP_SIZE, ext
+                )
+            else:
+                covered = (
+                    pack_covered(
+                        offset, timestamp_ns, internal_id, 0, deliver_at_ns, epoch, len(ext)
+                    )
+                    + ext
+                )
+            size = prefix_size + len(covered) + len(body)
+            field = format_bits | (size - length_size)
+            if len(body) <= CONCATENATED_MAX:
+                rest = covered + body
+                add(pack_prefix(field, crc(rest, field)))
+                add(rest)
+            else:  # a large body is not copied to be checksummed
+                add(pack_prefix(field, crc(body, crc(covered, field))))
+                add(covered)
+                add(body)
+            stamp((timestamp_ns, size))
+    except struct.error as exc:  # includes an ext longer than MAX_EXT_LEN
+        raise ValueError(f"record field out of range: {exc}") from exc
+    return b"".join(parts), stamps
+
+
+def _encode_stamped(
+    first_offset: int,
+    id_base: int,
+    timestamps: Sequence[int],
+    deliver_at_ns: int,
+    epoch: int,
+    bodies: Sequence[bytes],
+    exts: Sequence[bytes],
+) -> tuple[bytes, list[tuple[int, int]]]:
+    """:func:`_encode_with_exts` of a numbered run: every ext a producer stamp, every body
+    checksummed in one copy with its header (no branch per record: a fifth cheaper)."""
+    parts: list[bytes] = []
+    add = parts.append
+    stamps: list[tuple[int, int]] = []
+    stamp = stamps.append
+    pack_stamped, pack_prefix, crc = _pack_stamped, _pack_prefix, _crc
+    fixed = _PREFIX.size + _STAMPED.size  # a record's size less its body
+    format_bits = _FORMAT_BITS - LENGTH_SIZE  # the length field counts from after itself
+    try:
+        for offset, timestamp_ns, body, ext in zip(
+            count(first_offset), timestamps, bodies, exts, strict=False
+        ):
+            size = fixed + len(body)
+            field = format_bits + size
+            rest = (
+                pack_stamped(
+                    offset,
+                    timestamp_ns,
+                    id_base | (offset + 1),
+                    0,
+                    deliver_at_ns,
+                    epoch,
+                    STAMP_SIZE,
+                    ext,
+                )
+                + body
+            )
+            add(pack_prefix(field, crc(rest, field)))
+            add(rest)
+            stamp((timestamp_ns, size))
+    except struct.error as exc:
+        raise ValueError(f"record field out of range: {exc}") from exc
+    return b"".join(parts), stamps
