@@ -288,7 +288,7 @@ class Broker:
         topic = self.topics.get(topic_name) or self.auto_create_topic(topic_name, partition)
         target = topic.pick_partition(partition)
         now = self.clock.now()
-        admitted = idempotence.admit(target, runs, now)
+        admitted = idempotence.admit(target, runs)
         taken = [run for run, ok in zip(runs, admitted, strict=True) if ok]
         if taken:
             records = self.publish(topic_name, idempotence.joined(taken), partition)

@@ -27,7 +27,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 
-from ..core.producers import SequenceError, Verdict
+from ..core.producers import Verdict
 from ..storage.batch import BodyBatch, join
 from ..storage.errors import StorageError
 from ..storage.record import NewRecord, Record
@@ -73,27 +73,20 @@ def publish_numbered(
 Run = tuple[BodyBatch, tuple[int, int] | None]
 
 
-def admit(partition: Partition, runs: Sequence[Run], now: float) -> list[bool]:
+def admit(partition: Partition, runs: Sequence[Run]) -> list[bool]:
     """Which of ``runs`` may be appended together as they are: the plain ones, and each
     numbered one whose numbers all come next (one per producer); any other (a retry, a gap, a
     producer's second run) must be judged alone (:func:`publish_numbered`)."""
     producers = partition.producers
     seen: set[int] = set()
     admitted = []
-    for batch, numbering in runs:
+    for _, numbering in runs:
         if numbering is None:
             admitted.append(True)
             continue
         producer, first = numbering
-        follows = False
-        if producer not in seen:
-            seen.add(producer)
-            try:
-                verdict, found = producers.check(producer, first, len(batch.bodies), now)
-            except SequenceError:
-                pass  # refused: alone, once the partition is settled
-            else:
-                follows = verdict is Verdict.APPEND and found == 0
+        follows = producer not in seen and producers.follows(producer, first)
+        seen.add(producer)
         admitted.append(follows)
     return admitted
 

@@ -68,17 +68,11 @@ class Verdict(Enum):
 class Stored(NamedTuple):
     """One publish stored: numbers ``first .. last``, its last message at ``offset`` (a tuple:
     one is made per numbered append, and a frozen dataclass's ``__init__`` cost three times as
-    much; :func:`_stored` makes one without the named tuple's ``__new__`` frame)."""
+    much; :meth:`Producers.record` makes one without the named tuple's ``__new__`` frame)."""
 
     first: int
     last: int
     offset: int
-
-
-def _stored(first: int, last: int, offset: int) -> Stored:
-    """``Stored(first, last, offset)``, built as the tuple it is (a third of the cost: a
-    synchronous producer's PUB makes one per message)."""
-    return tuple.__new__(Stored, (first, last, offset))
 
 
 @dataclass(slots=True)
@@ -129,6 +123,13 @@ class Producers:
             )
         return Verdict.APPEND, stored + 1 - first  # its first ones stored already
 
+    def follows(self, producer: int, first: int) -> bool:
+        """Whether a publish numbered from ``first`` takes ``producer``'s next numbers, none of
+        them stored yet (:meth:`check`'s append of everything, without its verdict: the
+        publish reactor asks it of every run)."""
+        known = self._producers.get(producer)
+        return first == 0 if known is None else first == known.recent[-1].last + 1
+
     def record(self, producer: int, first: int, count: int, offset: int, now: float) -> None:
         """A publish appended: numbers ``first ..`` of ``producer``, its last message at
         ``offset`` (also as a replica, and when the log is read back)."""
@@ -143,7 +144,9 @@ class Producers:
             if recent and first != recent[-1].last + 1:
                 recent.clear()  # a producer that started over (after an expiry elsewhere)
             producers.move_to_end(producer)
-        known.recent.append(_stored(first, first + count - 1, offset))
+        # Stored(...), built as the tuple it is: a third of the cost (a synchronous producer's
+        # PUB makes one per message)
+        known.recent.append(tuple.__new__(Stored, (first, first + count - 1, offset)))
         known.touched = now
 
     def truncate(self, offset: int) -> None:

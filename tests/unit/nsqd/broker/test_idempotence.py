@@ -165,7 +165,7 @@ def test_runs_appended_together_take_only_numbers_that_come_next(tmp_path: Path)
         (BodyBatch(4, [b"q0"]), (q, 0)),  # a new producer starts at 0
         (BodyBatch(5, [b"again"]), (q + 1, 7)),  # unknown, not at 0
     ]
-    admitted = idempotence.admit(p, runs, 1000.0)
+    admitted = idempotence.admit(p, runs)
     assert admitted == [True, True, False, True, False]
     taken = [run for run, ok in zip(runs, admitted, strict=True) if ok]
     records = p.log.append(idempotence.joined(taken), 1)
@@ -178,6 +178,6 @@ def test_runs_appended_together_take_only_numbers_that_come_next(tmp_path: Path)
         (b"q0", (q, 0)),
     ]
     assert publish(p, 1, b"b", b"c") == 3  # both known as stored, at their offsets
-    assert idempotence.admit(p, [(BodyBatch(6, [b"c"]), (P, 2))], 1000.0) == [False]  # a retry
-    assert idempotence.admit(p, [(BodyBatch(6, [b"z"]), (P, 9))], 1000.0) == [False]  # a gap
-    assert idempotence.admit(p, [(BodyBatch(6, [b"d"]), (P, 3))], 1000.0) == [True]
+    assert idempotence.admit(p, [(BodyBatch(6, [b"c"]), (P, 2))]) == [False]  # a retry
+    assert idempotence.admit(p, [(BodyBatch(6, [b"z"]), (P, 9))]) == [False]  # a gap
+    assert idempotence.admit(p, [(BodyBatch(6, [b"d"]), (P, 3))]) == [True]

@@ -105,3 +105,30 @@ def test_every_number_is_stored_once_whatever_is_retried(
             assert verdict is Verdict.DUPLICATE
             assert wait >= log.index(first + count - 1)
     assert log == list(range(number))
+
+
+@given(
+    published=st.lists(st.tuples(st.integers(0, 2), st.integers(1, 3)), max_size=12),
+    producer=st.integers(0, 3),
+    first=st.integers(0, 40),
+    count=st.integers(1, 3),
+)
+def test_follows_is_checks_append_of_everything(
+    published: list[tuple[int, int]], producer: int, first: int, count: int
+) -> None:
+    """The publish reactor's quick question agrees with the full verdict: a publish follows
+    exactly when it would be appended whole (producer 3 is never known)."""
+    producers = Producers(ttl=60, limit=100)
+    following: dict[int, int] = {}  # each producer's next number
+    offset = 0
+    for who, size in published:
+        start = following.get(who, 0)
+        offset += size
+        producers.record(who, start, size, offset - 1, 1.0)
+        following[who] = start + size
+    try:
+        whole = producers.check(producer, first, count, 2.0) == (Verdict.APPEND, 0)
+    except SequenceError:
+        whole = False
+    assert producers.follows(producer, first) == whole
+    assert whole == (first == following.get(producer, 0))
