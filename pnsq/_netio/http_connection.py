@@ -53,20 +53,21 @@ class _GoConnection(h11.Connection):
     LF bytes after a POST are skipped (RFC 9112, section 2.2's tolerance for clients that end
     a body with a line break), and nothing is read after a request that ends the connection.
 
-    Its :meth:`send` gives nothing for a final response's head and gives the head with the
-    bytes of the event after it (the body's first bytes, or the end of the message)."""
+    Its :meth:`send` (through ``send_with_data_passthrough``) gives nothing for a final
+    response's head and gives the head with the bytes of the event after it (the body's first
+    bytes, or the end of the message)."""
 
     _done_reading = False
     _skippable = 0  # CR/LF bytes that may still be skipped before the next request line
-    _head = b""  # a final response's head, not given yet
+    _head: list[bytes] = []  # a final response's head, not given yet (replaced, never mutated)
 
-    def send(self, event: Any) -> bytes | None:
-        data = super().send(event)  # a refused event raises: nothing is held or given
+    def send_with_data_passthrough(self, event: h11.Event) -> list[bytes] | None:
+        data = super().send_with_data_passthrough(event)  # refused: raises, nothing held
         if isinstance(event, h11.Response) and data is not None:
             self._head = data
-            return b""
+            return []
         if self._head:
-            data, self._head = self._head + (data or b""), b""
+            data, self._head = self._head + (data or []), []
         return data
 
     def next_event(self) -> Any:
