@@ -192,13 +192,13 @@ class Puller:
         if not partition.state.leads:
             raise LeaderMovedError(lease.topic)
         observe = self.broker.acking.observe_e2e if self.broker.config.e2e_percentiles else None
-        try:
-            for offset in lease.offsets:
-                record = cursor.finish(offset, lease)
-                if observe is not None:
-                    observe(channel, record.timestamp_ns)
-        except (NotInFlightError, NotOwnerError):
-            raise LeaseEndedError(token) from None
+        stamps: list[int] | None = [] if observe is not None else None
+        _, refused = cursor.finish_run(_as_run(lease.offsets), lease, stamps)
+        if refused:  # NotInFlightError / NotOwnerError: the batch is no longer this lease's
+            raise LeaseEndedError(token)
+        if observe is not None and stamps is not None:
+            for stamp in stamps:
+                observe(channel, stamp)
         lease.state = LeaseState.ACKED
         partition.dirty = True
         channel.notify()  # an ordered partition's next messages, and the unlocked partition
@@ -241,6 +241,14 @@ def exclusive(partition: Partition, cursor: PartitionCursor) -> bool:
     ack waits for them to hold the channel's confirmed offset, which only passes the batch if
     no earlier batch is still out)."""
     return cursor.ordered or bool(partition.state.followers)
+
+
+def _as_run(offsets: tuple[int, ...]) -> Sequence[int]:
+    """``offsets`` (ascending) as a ``range`` when they are one (a batch read in one piece),
+    which :meth:`~nsqd.core.cursor.PartitionCursor.finish_run` finishes flight by flight."""
+    if offsets and offsets[-1] - offsets[0] + 1 == len(offsets):
+        return range(offsets[0], offsets[-1] + 1)
+    return offsets
 
 
 def _checkpointed(partition: Partition, channel: Channel, offsets: Sequence[int]) -> bool:

@@ -5,6 +5,7 @@ responder (``nsqd/http_api``'s ``Respond`` as Go's ``net/http`` sends it).
 * ``None`` or an empty body: no body and no Content-Type;
 * a dict or a :class:`JsonValue`: JSON with ``application/json; charset=utf-8``, encoded as
   Go's ``encoding/json`` does (``<``, ``>``, ``&``, U+2028 and U+2029 escaped);
+* :class:`EncodedJson`: JSON already encoded as :func:`go_json` would, sent as a dict is;
 * :class:`Raw`: a body with its own content type (``/metrics``);
 * :class:`HTTPError`: the status and ``{"message": "<TEXT>"}`` (domain errors become one
   through the :class:`~nsqd.http.errors.ErrorTable` of the endpoint's :class:`Route`);
@@ -35,6 +36,7 @@ from .errors import ErrorTable
 
 __all__ = [
     "ClientGone",
+    "EncodedJson",
     "HTTPError",
     "Handler",
     "JsonValue",
@@ -64,6 +66,14 @@ class JsonValue:
 
 
 @dataclass(frozen=True, slots=True)
+class EncodedJson:
+    """A JSON reply already encoded as :func:`go_json` encodes (``/consume``'s batches, built
+    without a dict per message)."""
+
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class Raw:
     """A body with its own content type and no X-NSQ-Content-Type (``/metrics``)."""
 
@@ -71,7 +81,7 @@ class Raw:
     content_type: bytes
 
 
-Reply = bytes | dict[str, Any] | JsonValue | Raw | None
+Reply = bytes | dict[str, Any] | JsonValue | EncodedJson | Raw | None
 
 
 @dataclass(slots=True)
@@ -140,6 +150,8 @@ async def respond(
     if isinstance(reply, JsonValue):
         body = go_json(reply.value)
         await send_response(send, status, body, JSON_TYPE, nsq_header=nsq_header, extra=extra)
+    elif isinstance(reply, EncodedJson):
+        await send_response(send, status, reply.body, JSON_TYPE, nsq_header=nsq_header, extra=extra)
     elif isinstance(reply, Raw):
         await send_response(
             send, status, reply.body, reply.content_type, nsq_header=False, extra=extra

@@ -17,7 +17,7 @@ answers a partition-aware client at the wrong node; clients go there. The other 
 
 from __future__ import annotations
 
-import base64
+import binascii
 import logging
 
 from protocol.message import MESSAGE_ID
@@ -26,7 +26,7 @@ from ..broker import Channel, Topic
 from ..broker.pull import Batch, LeaderMovedError
 from ..cluster.forwarding import ForwardError, PlacedElsewhereError
 from .args import topic_channel_args, uint_arg
-from .base import HTTPError, Reply, Request, Route, routes_with
+from .base import EncodedJson, HTTPError, Reply, Request, Route, go_json, routes_with
 from .context import HTTPContext
 from .errors import CONSUME_ERRORS
 
@@ -52,26 +52,44 @@ def _token_arg(request: Request) -> str:
     return token
 
 
-def batch_document(batch: Batch | None) -> dict[str, object]:
-    """The ``/consume`` reply for ``batch`` (None: nothing to give)."""
+#: ``/consume``'s reply when there is nothing to give
+NO_BATCH = b'{"token":null,"partition":null,"messages":[]}'
+#: one message of a batch's ``messages``, in the order of docs/http-api.md
+_MESSAGE_JSON = (
+    b'{"id":"%s","partition":%d,"offset":%d,"timestamp":%d,"attempts":%d,"trace_id":%d,"body":"%s"}'
+)
+
+
+def encode_batch(batch: Batch | None) -> bytes:
+    """The ``/consume`` reply for ``batch`` (None: nothing to give), as :func:`go_json` encodes
+    ``{"token", "partition", "messages": [{"id", "partition", "offset", "timestamp",
+    "attempts", "trace_id", "body"}]}`` (the id in hex, the body in base64). Built as bytes
+    from a template: the token, the only free text, goes through :func:`go_json`; hex, base64
+    and integers have nothing to escape."""
     if batch is None:
-        return {"token": None, "partition": None, "messages": []}
-    return {
-        "token": batch.lease.token,
-        "partition": batch.lease.partition,
-        "messages": [
-            {
-                "id": MESSAGE_ID.pack(m.record.internal_id, m.record.trace_id).hex(),
-                "partition": m.partition,
-                "offset": m.offset,
-                "timestamp": m.record.timestamp_ns,
-                "attempts": m.attempts,
-                "trace_id": m.record.trace_id,
-                "body": base64.b64encode(m.record.body).decode("ascii"),
-            }
+        return NO_BATCH
+    pack, hexlify, b64 = MESSAGE_ID.pack, binascii.hexlify, binascii.b2a_base64
+    messages = b",".join(
+        [
+            _MESSAGE_JSON
+            % (
+                hexlify(pack(m.record.internal_id, m.record.trace_id)),
+                m.partition,
+                m.offset,
+                m.record.timestamp_ns,
+                m.attempts,
+                m.record.trace_id,
+                b64(m.record.body, newline=False),
+            )
             for m in batch.messages
-        ],
-    }
+        ]
+    )
+    lease = batch.lease
+    return b'{"token":%s,"partition":%d,"messages":[%s]}' % (
+        go_json(lease.token),
+        lease.partition,
+        messages,
+    )
 
 
 class ConsumeAPI:
@@ -108,7 +126,7 @@ class ConsumeAPI:
             raise await self._not_leader(topic_name)
         puller = self.context.puller
         batch = await puller.wait(topic, channel, limit, lease_ms * 1_000_000, wait_ms / 1000)
-        return batch_document(batch)
+        return EncodedJson(encode_batch(batch))
 
     async def _channel(self, topic_name: str, channel_name: str) -> tuple[Topic, Channel]:
         """The channel, created as a SUB creates it (through lookupd in a cluster)."""

@@ -21,7 +21,13 @@ request that closes the connection (``Connection: close``, HTTP/1.0) made h11 fa
 connection and hypercorn answer ``400`` in place of the response of the request it was already
 serving, which had acted (a publish stored, the client told it failed). And the line break a
 client may send after a POST body (RFC 9112, section 2.2: servers should ignore it; Go does)
-got a ``400`` of its own. :class:`_GoReadingConnection` reads like ``net/http``.
+got a ``400`` of its own. :class:`_GoConnection` reads like ``net/http``.
+
+It also writes like ``net/http``, which buffers a response's head and sends it with the body:
+hypercorn sends the head, the body and the (empty) end of the message each by a ``send_all``
+of its own. :class:`_GoConnection` holds a final response's head until its body (or its end)
+follows, and :class:`_SerialTCPServer` skips the empty sends, so a response with its body in
+one piece is one send on the socket.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ import h11
 import trio
 from hypercorn.app_wrappers import ASGIWrapper
 from hypercorn.config import Config
-from hypercorn.events import Event, Updated
+from hypercorn.events import Event, RawData, Updated
 from hypercorn.protocol.h11 import H11Protocol
 from hypercorn.trio.tcp_server import TCPServer
 from hypercorn.trio.worker_context import WorkerContext
@@ -42,13 +48,27 @@ from .tcp import Handler
 __all__ = ["http_handler"]
 
 
-class _GoReadingConnection(h11.Connection):
+class _GoConnection(h11.Connection):
     """An h11 server connection that reads requests as Go's ``net/http`` does: up to four CR or
     LF bytes after a POST are skipped (RFC 9112, section 2.2's tolerance for clients that end
-    a body with a line break), and nothing is read after a request that ends the connection."""
+    a body with a line break), and nothing is read after a request that ends the connection.
+
+    Its :meth:`send` (through ``send_with_data_passthrough``) gives nothing for a final
+    response's head and gives the head with the bytes of the event after it (the body's first
+    bytes, or the end of the message)."""
 
     _done_reading = False
     _skippable = 0  # CR/LF bytes that may still be skipped before the next request line
+    _head: list[bytes] = []  # a final response's head, not given yet (replaced, never mutated)
+
+    def send_with_data_passthrough(self, event: h11.Event) -> list[bytes] | None:
+        data = super().send_with_data_passthrough(event)  # refused: raises, nothing held
+        if isinstance(event, h11.Response) and data is not None:
+            self._head = data
+            return []
+        if self._head:
+            data, self._head = self._head + (data or []), []
+        return data
 
     def next_event(self) -> Any:
         if self._done_reading:
@@ -88,6 +108,8 @@ class _SerialTCPServer(TCPServer):
     _client_gone = False
 
     async def protocol_send(self, event: Event) -> None:
+        if isinstance(event, RawData) and not event.data:
+            return  # nothing to write (a held head, a Content-Length body's end)
         if isinstance(event, Updated):
             self._idle = event.idle
         await super().protocol_send(event)
@@ -96,7 +118,7 @@ class _SerialTCPServer(TCPServer):
         protocol = self.protocol.protocol
         if isinstance(protocol, H11Protocol):  # nothing received yet: swap in Go's reading
             limit = self.config.h11_max_incomplete_size
-            protocol.connection = _GoReadingConnection(h11.SERVER, max_incomplete_event_size=limit)
+            protocol.connection = _GoConnection(h11.SERVER, max_incomplete_event_size=limit)
         await super()._read_data()  # returns on the client's EOF, a reset or a read timeout
         self._client_gone = True
         if self._idle:

@@ -153,3 +153,33 @@ async def test_a_partition_with_in_sync_followers_keeps_one_batch_at_a_time(
         assert only is not None
         assert only.lease.exclusive
         assert puller.take(topic, channel, 3, LEASE_NS) is None
+
+
+async def test_an_ack_finishes_its_batch_in_one_run_contiguous_or_not(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """A batch read in one piece (a range of offsets) and one of a requeued message and a new
+    one (offsets apart) are both finished whole, each FIN counted in the e2e latency."""
+    clock = VirtualClock()
+    # a window longer than the virtual time the syncs take
+    config = BrokerConfig(data_path=tmp_path, e2e_percentiles=(0.5,), e2e_window=1e12)
+    async with open_broker(config, clock) as broker:
+        puller = Puller(broker)
+        topic, channel = _setup(broker, clock, 6)
+        first = puller.take(topic, channel, 1, LONG_NS)
+        second = puller.take(topic, channel, 2, LONG_NS)
+        assert (_offsets(first), _offsets(second)) == ([0], [1, 2])
+        assert first is not None
+        assert second is not None
+        puller.nack(first.lease.token, 0)
+        apart = puller.take(topic, channel, 2, LONG_NS)
+        assert _offsets(apart) == [0, 3]
+        assert apart is not None
+        await puller.ack(apart.lease.token)
+        await puller.ack(second.lease.token)
+        cursor = channel.cursors[0]
+        assert cursor.confirmed == 4
+        assert not cursor.in_flight
+        window = channel.e2e_latency
+        assert window is not None
+        assert sum(bucket.count for bucket in window.buckets) == 4
