@@ -81,19 +81,44 @@ class Report:
         ]
 
 
+#: /proc/net/tcp's state of a listening socket
+_TCP_LISTEN = "0A"
+
+
 def descriptors(pid: int) -> tuple[int, int]:
-    """(sockets, other descriptors) the process holds."""
-    sockets = other = 0
+    """(sockets, other descriptors) the process holds, less the TCP connections it opened
+    itself: a cluster node's registration and HTTP keep-alive connections to lookupd, whose
+    number follows the machine's load, not the inputs (a leak is a client's connection the
+    server never closed)."""
+    inodes: set[str] = set()
+    other = 0
     for fd in Path(f"/proc/{pid}/fd").iterdir():
         try:
             target = str(fd.readlink())
         except FileNotFoundError:
             continue
-        if target.startswith("socket:"):
-            sockets += 1
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:[") : -1])
         else:
             other += 1
-    return sockets, other
+    listening: set[str] = set()  # local ports the process listens on
+    connected: list[str] = []  # local ports of its other TCP sockets
+    for table in ("tcp", "tcp6"):
+        try:
+            rows = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+        except FileNotFoundError:
+            continue
+        for row in rows:
+            fields = row.split()
+            port, state, inode = fields[1].rsplit(":", 1)[1], fields[3], fields[9]
+            if inode not in inodes:
+                continue
+            if state == _TCP_LISTEN:
+                listening.add(port)
+            else:
+                connected.append(port)
+    outbound = sum(1 for port in connected if port not in listening)
+    return len(inodes) - outbound, other
 
 
 def sockets_settle(pid: int, baseline: int, within: float = 5.0) -> int:
