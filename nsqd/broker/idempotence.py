@@ -31,7 +31,7 @@ from ..core.producers import Verdict
 from ..storage.batch import BodyBatch, join
 from ..storage.errors import StorageError
 from ..storage.record import NewRecord, Record
-from ..storage.stamp import read_stamp, stamped, stamps
+from ..storage.stamp import Stamps, read_stamp, stamped, stamps
 from .partition import Partition
 
 log = logging.getLogger("nsqd.broker")
@@ -121,14 +121,27 @@ def stamped_batch(batch: BodyBatch, producer: int, first: int) -> BodyBatch:
 
 
 def joined(runs: Sequence[Run]) -> BodyBatch:
-    """The messages of ``runs`` (at least one; all for immediate delivery) as one batch, the
-    numbered ones stamped: several producers' publishes appended together. A run's batch is
-    stamped in place (it is this append's alone: a new batch per run cost a synchronous
-    producer's PUB as much as its stamp)."""
+    """The messages of ``runs`` (at least one; all for immediate delivery; none with exts)
+    as one batch, the numbered ones stamped: several producers' publishes appended together.
+    Their stamps are gathered as numbers (:class:`~nsqd.storage.stamp.Stamps`): a stamp made
+    per message, and a batch or stamps object per run, cost a synchronous producer's PUB a
+    third of what numbering it did."""
+    numbers = Stamps()
+    add = numbers.add
+    plain = False
     for batch, numbering in runs:
-        if numbering is not None:
-            batch.exts = stamps(numbering[0], numbering[1], len(batch.bodies))
-    return join([batch for batch, _ in runs])
+        if numbering is None:
+            plain = True
+        else:
+            add(numbering[0], numbering[1], len(batch.bodies))
+    if plain and numbers:  # numbered runs among plain ones: each its stamps, joined as a list
+        for batch, numbering in runs:
+            if numbering is not None:
+                batch.exts = stamps(numbering[0], numbering[1], len(batch.bodies))
+    batch = join([batch for batch, _ in runs])
+    if not plain:
+        batch.exts = numbers  # a run alone is stamped in place (it is this append's alone)
+    return batch
 
 
 def copied(partition: Partition, stamps: Iterable[tuple[int, int, int]], now: float) -> None:

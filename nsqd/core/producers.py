@@ -35,7 +35,7 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import NamedTuple
+from typing import TypeAlias
 
 from .errors import BrokerError
 
@@ -65,18 +65,14 @@ class Verdict(Enum):
     DUPLICATE = "duplicate"
 
 
-class Stored(NamedTuple):
-    """One publish stored: numbers ``first .. last``, its last message at ``offset`` (a tuple:
-    one is made per numbered append, and a frozen dataclass's ``__init__`` cost three times as
-    much; :meth:`Producers.record` makes one without the named tuple's ``__new__`` frame)."""
-
-    first: int
-    last: int
-    offset: int
+#: one publish stored: numbers ``first .. last``, its last message at ``offset`` (a plain
+#: tuple: one is made per numbered append, and a named tuple's cost four times as much)
+Stored: TypeAlias = tuple[int, int, int]
 
 
 @dataclass(slots=True)
 class _Producer:
+    last: int  # the last number stored (``recent[-1]``'s: read by every check)
     recent: deque[Stored] = field(default_factory=lambda: deque(maxlen=RECENT))
     touched: float = 0.0  # last publish (appended or told a duplicate)
 
@@ -106,15 +102,15 @@ class Producers:
                 Refusal.UNKNOWN,
                 0,
             )
-        stored = known.recent[-1].last  # the last number stored
+        stored = known.last
         if first == stored + 1:
             return Verdict.APPEND, 0
         last = first + count - 1
         if last <= stored:  # stored already: acknowledged once what holds ``last`` is
             known.touched = now
             self._producers.move_to_end(producer)
-            holding = next((s for s in known.recent if s.first <= last <= s.last), None)
-            return Verdict.DUPLICATE, (holding or known.recent[0]).offset
+            holding = next((s for s in known.recent if s[0] <= last <= s[1]), known.recent[0])
+            return Verdict.DUPLICATE, holding[2]  # the offset of its last message
         if first > stored:
             raise SequenceError(
                 f"producer {producer:016x} expected sequence {stored + 1}, got {first}",
@@ -128,25 +124,24 @@ class Producers:
         them stored yet (:meth:`check`'s append of everything, without its verdict: the
         publish reactor asks it of every run)."""
         known = self._producers.get(producer)
-        return first == 0 if known is None else first == known.recent[-1].last + 1
+        return first == 0 if known is None else first == known.last + 1
 
     def record(self, producer: int, first: int, count: int, offset: int, now: float) -> None:
         """A publish appended: numbers ``first ..`` of ``producer``, its last message at
         ``offset`` (also as a replica, and when the log is read back)."""
         producers = self._producers
         known = producers.get(producer)
+        last = first + count - 1
         if known is None:
-            known = producers[producer] = _Producer()
+            known = producers[producer] = _Producer(last)
             while len(producers) > self.limit:
                 producers.popitem(last=False)
         else:
-            recent = known.recent
-            if recent and first != recent[-1].last + 1:
-                recent.clear()  # a producer that started over (after an expiry elsewhere)
+            if first != known.last + 1:
+                known.recent.clear()  # a producer that started over (after an expiry elsewhere)
             producers.move_to_end(producer)
-        # Stored(...), built as the tuple it is: a third of the cost (a synchronous producer's
-        # PUB makes one per message)
-        known.recent.append(tuple.__new__(Stored, (first, first + count - 1, offset)))
+            known.last = last
+        known.recent.append((first, last, offset))
         known.touched = now
 
     def truncate(self, offset: int) -> None:
@@ -154,9 +149,12 @@ class Producers:
         the ones before (when none is left it is forgotten: its next publish appends)."""
         for producer in list(self._producers):
             known = self._producers[producer]
-            while known.recent and known.recent[-1].offset >= offset:
-                known.recent.pop()
-            if not known.recent:
+            recent = known.recent
+            while recent and recent[-1][2] >= offset:
+                recent.pop()
+            if recent:
+                known.last = recent[-1][1]
+            else:
                 del self._producers[producer]
 
     def expire(self, now: float) -> int:
@@ -170,7 +168,7 @@ class Producers:
         """Every producer as ``(id, touched, [(first, last, offset), ...])``, least recent
         first: what a checkpoint keeps."""
         return [
-            (producer, known.touched, [(s.first, s.last, s.offset) for s in known.recent])
+            (producer, known.touched, list(known.recent))
             for producer, known in self._producers.items()
         ]
 
@@ -178,7 +176,7 @@ class Producers:
         """Replace the state with a :meth:`snapshot`."""
         self._producers.clear()
         for producer, touched, recent in rows:
-            known = _Producer(touched=touched)
-            known.recent.extend(Stored(*entry) for entry in recent)
-            if known.recent:
+            if recent:
+                known = _Producer(recent[-1][1], touched=touched)
+                known.recent.extend((first, last, offset) for first, last, offset in recent)
                 self._producers[producer] = known

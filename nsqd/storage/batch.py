@@ -19,6 +19,7 @@ from itertools import count, repeat
 from typing import overload
 
 from .record import NEW_RECORD, NewRecord, Record
+from .stamp import Stamps
 
 
 class BodyBatch(Sequence[NewRecord]):
@@ -36,14 +37,15 @@ class BodyBatch(Sequence[NewRecord]):
         bodies: list[bytes],
         deliver_at_ns: int = 0,
         timestamps: list[int] | None = None,
-        exts: list[bytes] | None = None,
+        exts: Sequence[bytes] | None = None,
     ) -> None:
         self.timestamp_ns = timestamp_ns  # the first body's (every body's, unless timestamps)
         self.bodies = bodies
         self.deliver_at_ns = deliver_at_ns
         #: each body's publish time, when they differ (as long as ``bodies``)
         self.timestamps = timestamps
-        #: each body's ext (a numbered publish's producer stamps), when any has one
+        #: each body's ext when any has one: a numbered publish's producer stamps
+        #: (:class:`~.stamp.Stamps`), or a list (a numbered run joined with plain ones)
         self.exts = exts
 
     def publish_times(self) -> list[int]:
@@ -72,7 +74,7 @@ class BodyBatch(Sequence[NewRecord]):
         ext = b"" if exts is None else exts[index]
         return NewRecord(ts, self.bodies[index], 0, self.deliver_at_ns, ext)
 
-    def each_ext(self) -> list[bytes]:
+    def each_ext(self) -> Sequence[bytes]:
         """Each body's ext (``b""`` for none)."""
         return self.exts if self.exts is not None else [b""] * len(self.bodies)
 
@@ -130,7 +132,7 @@ class AppendedBatch(Sequence[Record]):
         deliver_at_ns: int,
         epoch: int,
         bodies: list[bytes],
-        exts: list[bytes] | None = None,
+        exts: Sequence[bytes] | None = None,
     ) -> None:
         self.first_offset = first_offset
         self.id_base = id_base  # the partition's bits of the internal id: | (offset + 1)
@@ -151,10 +153,13 @@ class AppendedBatch(Sequence[Record]):
 
     def extend(self, other: AppendedBatch) -> None:
         """Add ``other``'s records (:meth:`same_kind`, at the offsets after this one's)."""
-        if other.exts is not None and self.exts is None:
-            self.exts = [b""] * len(self.bodies)
-        if self.exts is not None:
-            self.exts += other.exts if other.exts is not None else [b""] * len(other.bodies)
+        mine, theirs = self.exts, other.exts
+        if isinstance(mine, Stamps) and isinstance(theirs, Stamps):
+            mine.extend(theirs)  # numbered runs after numbered runs: stamps kept as numbers
+        elif mine is not None or theirs is not None:
+            exts = [b""] * len(self.bodies) if mine is None else list(mine)
+            exts += [b""] * len(other.bodies) if theirs is None else theirs
+            self.exts = exts
         self.bodies += other.bodies
         self.timestamps += other.timestamps
 
@@ -167,7 +172,7 @@ class AppendedBatch(Sequence[Record]):
             self.deliver_at_ns,
             self.epoch,
             list(self.bodies),
-            None if self.exts is None else list(self.exts),
+            _copied(self.exts),
         )
 
     def records(self) -> list[Record]:
@@ -242,3 +247,10 @@ class AppendedBatch(Sequence[Record]):
 
     def __repr__(self) -> str:
         return f"AppendedBatch({self.records()!r})"
+
+
+def _copied(exts: Sequence[bytes] | None) -> Sequence[bytes] | None:
+    """``exts`` in a container of its own, of the same kind."""
+    if exts is None:
+        return None
+    return exts.copy() if isinstance(exts, Stamps) else list(exts)

@@ -23,11 +23,14 @@ from .record import (
     _pack_covered,
     _pack_prefix,
 )
-from .stamp import STAMP_SIZE
+from .stamp import PRODUCER_STAMP, STAMP_MAGIC, STAMP_SIZE, Stamps
 
 #: the covered half with a producer stamp as its ext (:mod:`.stamp`): packed in one call
 _STAMPED: Final = struct.Struct(f"{_COVERED.format}{STAMP_SIZE}s")
 _pack_stamped: Final = _STAMPED.pack
+#: the same from the stamp's numbers (:class:`~.stamp.Stamps`)
+_NUMBERED: Final = struct.Struct(_COVERED.format + PRODUCER_STAMP.format.lstrip(">"))
+_pack_numbered: Final = _NUMBERED.pack
 
 
 def encode_bodies(
@@ -87,11 +90,8 @@ def _encode_with_exts(
 ) -> tuple[bytes, list[tuple[int, int]]]:
     """:func:`encode_bodies` of bodies that each have an ext: a producer stamp (packed with
     the header, one call) or none (a plain run joined with numbered ones)."""
-    if (
-        min(map(len, exts), default=0) == STAMP_SIZE == max(map(len, exts), default=0)
-        and max(map(len, bodies), default=0) <= CONCATENATED_MAX
-    ):
-        return _encode_stamped(
+    if isinstance(exts, Stamps) and max(map(len, bodies), default=0) <= CONCATENATED_MAX:
+        return _encode_numbered(
             first_offset, id_base, timestamps, deliver_at_ns, epoch, bodies, exts
         )
     parts: list[bytes] = []
@@ -132,32 +132,34 @@ def _encode_with_exts(
     return b"".join(parts), stamps
 
 
-def _encode_stamped(
+def _encode_numbered(
     first_offset: int,
     id_base: int,
     timestamps: Sequence[int],
     deliver_at_ns: int,
     epoch: int,
     bodies: Sequence[bytes],
-    exts: Sequence[bytes],
+    stamps: Stamps,
 ) -> tuple[bytes, list[tuple[int, int]]]:
-    """:func:`_encode_with_exts` of a numbered run: every ext a producer stamp, every body
-    checksummed in one copy with its header (no branch per record: a fifth cheaper)."""
+    """:func:`_encode_with_exts` of a numbered run (every ext a producer stamp, every body
+    checksummed in one copy with its header): each stamp's numbers packed with its header, no
+    stamp made as bytes of its own and no branch per record."""
     parts: list[bytes] = []
     add = parts.append
-    stamps: list[tuple[int, int]] = []
-    stamp = stamps.append
-    pack_stamped, pack_prefix, crc = _pack_stamped, _pack_prefix, _crc
-    fixed = _PREFIX.size + _STAMPED.size  # a record's size less its body
+    sizes: list[tuple[int, int]] = []
+    size_of = sizes.append
+    pack_numbered, pack_prefix, crc = _pack_numbered, _pack_prefix, _crc
+    fixed = _PREFIX.size + _NUMBERED.size  # a record's size less its body
     format_bits = _FORMAT_BITS - LENGTH_SIZE  # the length field counts from after itself
+    magic = STAMP_MAGIC
     try:
-        for offset, timestamp_ns, body, ext in zip(
-            count(first_offset), timestamps, bodies, exts, strict=False
+        for offset, timestamp_ns, body, producer, sequence in zip(
+            count(first_offset), timestamps, bodies, stamps.producers, stamps.sequences
         ):
             size = fixed + len(body)
             field = format_bits + size
             rest = (
-                pack_stamped(
+                pack_numbered(
                     offset,
                     timestamp_ns,
                     id_base | (offset + 1),
@@ -165,13 +167,15 @@ def _encode_stamped(
                     deliver_at_ns,
                     epoch,
                     STAMP_SIZE,
-                    ext,
+                    magic,
+                    producer,
+                    sequence,
                 )
                 + body
             )
             add(pack_prefix(field, crc(rest, field)))
             add(rest)
-            stamp((timestamp_ns, size))
+            size_of((timestamp_ns, size))
     except struct.error as exc:
         raise ValueError(f"record field out of range: {exc}") from exc
-    return b"".join(parts), stamps
+    return b"".join(parts), sizes

@@ -13,7 +13,9 @@ take :func:`header_of` of it.
 from __future__ import annotations
 
 import struct
-from typing import Final
+from collections.abc import Iterator, Sequence
+from itertools import repeat
+from typing import Final, overload
 
 PRODUCER_STAMP: Final = struct.Struct(
     ">B"  # magic: STAMP_MAGIC (JSON, the rest of an ext, never starts with it)
@@ -32,13 +34,72 @@ def stamped(producer: int, sequence: int, header: bytes = b"") -> bytes:
     return _pack(STAMP_MAGIC, producer, sequence) + header
 
 
-def stamps(producer: int, first: int, count: int) -> list[bytes]:
+class Stamps(Sequence[bytes]):
+    """The exts of consecutive records that are each a producer stamp with no header, kept as
+    numbers: a numbered publish's (or several producers' appended together). Read as a
+    sequence it holds each record's :func:`stamped` ext, made when asked for; the log packs
+    the numbers with each record's header instead (:mod:`.bodies`), so a stamp written is never
+    made as bytes of its own (a third of what numbering cost a message). Its lists are its own
+    and grow in place (:meth:`add`, :meth:`extend`)."""
+
+    __slots__ = ("producers", "sequences")
+
+    def __init__(self, producers: list[int] | None = None, sequences: list[int] | None = None):
+        self.producers = producers if producers is not None else []  # each record's producer
+        self.sequences = sequences if sequences is not None else []  # and its number
+
+    def add(self, producer: int, first: int, count: int) -> None:
+        """Stamps for ``count`` more records: ``producer``'s ``first, first + 1, ...``."""
+        if count == 1:  # a synchronous producer's PUB
+            self.producers.append(producer)
+            self.sequences.append(first)
+        else:
+            self.producers += repeat(producer, count)
+            self.sequences += range(first, first + count)
+
+    def extend(self, other: Stamps) -> None:
+        """Add ``other``'s stamps after these."""
+        self.producers += other.producers
+        self.sequences += other.sequences
+
+    def copy(self) -> Stamps:
+        """The same stamps, in lists of their own."""
+        return Stamps(list(self.producers), list(self.sequences))
+
+    def __len__(self) -> int:
+        return len(self.sequences)
+
+    def __iter__(self) -> Iterator[bytes]:
+        return map(_pack, repeat(STAMP_MAGIC), self.producers, self.sequences)
+
+    @overload
+    def __getitem__(self, index: int) -> bytes: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Stamps: ...
+
+    def __getitem__(self, index: int | slice) -> bytes | Stamps:
+        if isinstance(index, slice):
+            return Stamps(self.producers[index], self.sequences[index])
+        return _pack(STAMP_MAGIC, self.producers[index], self.sequences[index])
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence) or isinstance(other, (str, bytes)):
+            return NotImplemented
+        return list(self) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as the list it stands for
+
+    def __repr__(self) -> str:
+        return f"Stamps({self.producers!r}, {self.sequences!r})"
+
+
+def stamps(producer: int, first: int, count: int) -> Stamps:
     """The exts of ``count`` records ``producer`` stored as numbers ``first, first + 1, ...``
     (:func:`stamped` of each, with no header)."""
-    if count == 1:  # a synchronous producer's PUB: no comprehension's frame
-        return [_pack(STAMP_MAGIC, producer, first)]
-    pack, magic = _pack, STAMP_MAGIC
-    return [pack(magic, producer, sequence) for sequence in range(first, first + count)]
+    run = Stamps()
+    run.add(producer, first, count)
+    return run
 
 
 def read_stamp(ext: bytes) -> tuple[int, int] | None:

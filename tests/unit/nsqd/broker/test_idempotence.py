@@ -181,3 +181,23 @@ def test_runs_appended_together_take_only_numbers_that_come_next(tmp_path: Path)
     assert idempotence.admit(p, [(BodyBatch(6, [b"c"]), (P, 2))]) == [False]  # a retry
     assert idempotence.admit(p, [(BodyBatch(6, [b"z"]), (P, 9))]) == [False]  # a gap
     assert idempotence.admit(p, [(BodyBatch(6, [b"d"]), (P, 3))]) == [True]
+
+
+def test_numbered_runs_appended_together_read_back_stamped_from_cache_and_disk(
+    tmp_path: Path,
+) -> None:
+    """Runs all numbered (their stamps gathered as numbers, packed with each record's header)
+    read back with each record's own stamp: from the tail cache and from the segment."""
+    log = PartitionLog.open(tmp_path, partition=0, cache=CacheBudget(1 << 20))
+    runs: list[idempotence.Run] = [
+        (BodyBatch(1, [b"a", b"b"], 0, [1, 2]), (P, 0)),
+        (BodyBatch(3, [b"c"], 0, [3]), (0x99, 5)),
+    ]
+    log.append(idempotence.joined(runs), 1)
+    log.append(idempotence.joined([(BodyBatch(4, [b"d"], 0, [4]), (P, 2))]), 1)
+    expected = [(b"a", (P, 0)), (b"b", (P, 1)), (b"c", (0x99, 5)), (b"d", (P, 2))]
+    assert [(r.body, read_stamp(r.ext)) for r in log.read(0, 10)] == expected  # cached
+    log.close()
+    reopened = PartitionLog.open(tmp_path, partition=0, cache=CacheBudget(0))
+    assert [(r.body, read_stamp(r.ext)) for r in reopened.read(0, 10)] == expected
+    reopened.close()

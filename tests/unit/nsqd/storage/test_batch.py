@@ -8,6 +8,7 @@ from hypothesis import given, strategies as st
 from nsqd.storage.batch import AppendedBatch, BodyBatch, join, new_records
 from nsqd.storage.bodies import encode_bodies
 from nsqd.storage.record import NewRecord, Record, encode_run, internal_id_for
+from nsqd.storage.stamp import Stamps, stamped
 
 ID_BASE = internal_id_for(5, -1)  # partition 5's bits
 
@@ -117,6 +118,48 @@ def test_bodies_with_exts_encode_as_their_records_would(
     assert appended[1:] == records[1:]
 
 
+U64 = st.integers(0, 2**64 - 1)
+
+
+@given(
+    first=st.integers(0, 2**40),
+    runs=st.lists(
+        st.tuples(U64, st.integers(0, 2**63 - 100), st.lists(st.binary(max_size=30), max_size=5)),
+        min_size=1,
+        max_size=4,
+    ),
+    large=st.booleans(),
+)
+def test_bodies_stamped_as_numbers_encode_and_read_as_their_records_would(
+    first: int, runs: list[tuple[int, int, list[bytes]]], large: bool
+) -> None:
+    numbers = Stamps()
+    bodies: list[bytes] = []
+    exts: list[bytes] = []
+    for producer, sequence, run in runs:
+        numbers.add(producer, sequence, len(run))
+        bodies += run
+        exts += [stamped(producer, sequence + i) for i in range(len(run))]
+    if large and bodies:  # a body past the one-copy checksum: the general loop
+        bodies[0] = b"L" * 20_000
+    times = list(range(len(bodies)))
+    records = [
+        Record(offset, ts, ID_BASE | (offset + 1), 0, 0, body, ext, 4)
+        for offset, ts, body, ext in zip(
+            range(first, first + len(bodies)), times, bodies, exts, strict=True
+        )
+    ]
+    assert numbers == exts
+    assert encode_bodies(first, ID_BASE, times, 0, 4, bodies, numbers) == encode_run(records)
+    appended = AppendedBatch(first, ID_BASE, times, 0, 4, bodies, numbers)
+    assert appended == records
+    assert [appended[i] for i in range(len(records))] == records
+    assert appended[1:] == records[1:]
+    part = appended[1:]
+    assert isinstance(part, AppendedBatch)
+    assert isinstance(part.exts, Stamps)  # a slice keeps the numbers
+
+
 def test_an_ext_too_long_is_a_value_error() -> None:
     with pytest.raises(ValueError, match="out of range"):
         encode_bodies(0, ID_BASE, [1], 0, 0, [b"x"], [b"e" * 65536])
@@ -147,3 +190,19 @@ def test_stamped_bodies_keep_their_exts_when_joined_sliced_and_extended() -> Non
     run.extend(AppendedBatch(4, ID_BASE, [5], 0, 3, [b"t"], [b"z"]))
     assert len(copy) == 4
     assert copy.exts == [b"", b"x", b"y", b""]
+
+
+def test_stamps_kept_as_numbers_stay_numbers_until_a_run_mixes_kinds() -> None:
+    first = Stamps()
+    first.add(7, 10, 2)
+    run = AppendedBatch(0, ID_BASE, [1, 2], 0, 3, [b"a", b"b"], first)
+    second = Stamps()
+    second.add(8, 0, 1)
+    run.extend(AppendedBatch(2, ID_BASE, [3], 0, 3, [b"c"], second))
+    assert isinstance(run.exts, Stamps)  # numbered after numbered: no stamp made as bytes
+    copy = run.copy()
+    assert isinstance(copy.exts, Stamps)
+    assert copy.exts is not run.exts
+    run.extend(AppendedBatch(3, ID_BASE, [4], 0, 3, [b"d"]))  # a plain run: exts as a list
+    assert run.exts == [stamped(7, 10), stamped(7, 11), stamped(8, 0), b""]
+    assert copy.exts == [stamped(7, 10), stamped(7, 11), stamped(8, 0)]  # its own lists

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hypothesis import given, strategies as st
 
-from nsqd.storage.stamp import STAMP_SIZE, header_of, read_stamp, stamped, stamps
+from nsqd.storage.stamp import STAMP_SIZE, Stamps, header_of, read_stamp, stamped, stamps
 
 U64 = st.integers(0, 2**64 - 1)
 
@@ -14,6 +14,25 @@ def test_a_runs_stamps_are_each_numbers_stamp(producer: int, first: int, count: 
     run = stamps(producer, first, count)
     assert run == [stamped(producer, n) for n in range(first, first + count)]
     assert [read_stamp(ext) for ext in run] == [(producer, n) for n in range(first, first + count)]
+    assert [run[i] for i in range(count)] == list(run)
+    assert run[1:] == list(run)[1:]
+    assert isinstance(run[1:], Stamps)
+
+
+@given(runs=st.lists(st.tuples(U64, st.integers(0, 2**63 - 100), st.integers(0, 5)), max_size=5))
+def test_stamps_of_several_runs_read_as_each_runs_stamps_in_turn(
+    runs: list[tuple[int, int, int]],
+) -> None:
+    joined = Stamps()
+    copy_before = joined.copy()
+    expected: list[bytes] = []
+    for producer, first, count in runs:
+        part = stamps(producer, first, count)
+        joined.extend(part)
+        expected += [stamped(producer, n) for n in range(first, first + count)]
+    assert joined == expected
+    assert len(joined) == len(expected)
+    assert copy_before == []  # a copy's lists are its own
 
 
 @given(producer=U64, sequence=st.integers(0, 2**63 - 1), header=st.binary(max_size=40))
