@@ -33,6 +33,7 @@ from ..core.errors import (
     OffsetNotKeptError,
 )
 from ..core.ownership import Plan, TopicPlan
+from ..storage.batch import BodyBatch
 from ..storage.cache import CacheBudget
 from ..storage.checkpoint import DAMAGED_CHECKPOINTS
 from ..storage.disk import is_out_of_space
@@ -288,12 +289,11 @@ class Broker:
         topic = self.topics.get(topic_name) or self.auto_create_topic(topic_name, partition)
         target = topic.pick_partition(partition)
         now = self.clock.now()
-        admitted = idempotence.admit(target, runs)
-        taken = [run for run, ok in zip(runs, admitted, strict=True) if ok]
-        if taken:
-            records = self.publish(topic_name, idempotence.joined(taken), partition)
-            idempotence.appended(target, taken, records[0].offset, now)
-        return admitted
+
+        def append(batch: BodyBatch) -> Sequence[Record]:
+            return self.publish(topic_name, batch, partition)
+
+        return idempotence.publish_runs(target, runs, now, append)
 
     async def wait_stored(self, topic_name: str, partition: int, offset: int) -> None:
         """A retried publish, stored at ``offset`` before: return once every in-sync follower

@@ -62,7 +62,12 @@ def publish_numbered(
     if verdict is Verdict.DUPLICATE:
         return found  # the offset to acknowledge it at
     start = first + found  # ``found`` first ones stored already: left out
-    records = append(numbered(entries[found:], producer, start))
+    end = partition.log.end_offset
+    try:
+        records = append(numbered(entries[found:], producer, start))
+    except Exception:
+        written(partition, end, now)
+        raise
     producers.record(producer, start, len(records), records[-1].offset, now)
     partition.producers_changed = True
     return records
@@ -71,6 +76,28 @@ def publish_numbered(
 #: one publish among those appended together: its messages, and its producer and first number
 #: (None: not numbered)
 Run = tuple[BodyBatch, tuple[int, int] | None]
+
+
+def publish_runs(
+    partition: Partition,
+    runs: Sequence[Run],
+    now: float,
+    append: Callable[[BodyBatch], Sequence[Record]],
+) -> list[bool]:
+    """Several publishers' ``runs`` to ``partition`` (led here) appended together by
+    ``append``, numbered ones stamped (the publish reactor's): which were appended; the others
+    (:func:`admit`) were not, and must be judged alone (:func:`publish_numbered`)."""
+    admitted = admit(partition, runs)
+    taken = [run for run, ok in zip(runs, admitted, strict=True) if ok]
+    if taken:
+        end = partition.log.end_offset
+        try:
+            records = append(joined(taken))
+        except Exception:
+            written(partition, end, now)
+            raise
+        appended(partition, taken, records[0].offset, now)
+    return admitted
 
 
 def admit(partition: Partition, runs: Sequence[Run]) -> list[bool]:
@@ -142,6 +169,29 @@ def joined(runs: Sequence[Run]) -> BodyBatch:
     if not plain:
         batch.exts = numbers  # a run alone is stamped in place (it is this append's alone)
     return batch
+
+
+def written(partition: Partition, end: int, now: float) -> None:
+    """An append from ``end`` (the log's end before it) failed: the records it stored before
+    it failed (a batch that crossed into a new segment the disk had no room for keeps its
+    first part) are known by their stamps, as :func:`restore` would read them, so a retry of
+    the publish stores only what they lack. Not acknowledged, they stay stored, as a plain
+    publish's part does."""
+    partition_log = partition.log
+    at = end
+    try:
+        while at < partition_log.end_offset:
+            records = partition_log.read(at, SCAN_BATCH)
+            if not records:
+                break
+            copied(
+                partition,
+                [(r.offset, *stamp) for r in records if (stamp := read_stamp(r.ext)) is not None],
+                now,
+            )
+            at = records[-1].offset + 1
+    except StorageError as exc:  # read back at the next open (restore)
+        log.warning("PARTITION(%s): stamps of a failed append unread: %s", partition.directory, exc)
 
 
 def copied(partition: Partition, stamps: Iterable[tuple[int, int, int]], now: float) -> None:

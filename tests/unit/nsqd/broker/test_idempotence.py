@@ -4,6 +4,7 @@ what it knew (its checkpoint, then the stamps of the records after it)."""
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -16,8 +17,10 @@ from nsqd.core.partition_state import Placement, Role
 from nsqd.core.producers import SequenceError
 from nsqd.storage.batch import BodyBatch
 from nsqd.storage.cache import CacheBudget
+from nsqd.storage.errors import StorageError
 from nsqd.storage.log import PartitionLog
 from nsqd.storage.record import NewRecord, Record
+from nsqd.storage.segment import Segment
 from nsqd.storage.stamp import header_of, read_stamp
 
 LEADER, FOLLOWER = "a:1", "b:1"
@@ -201,3 +204,36 @@ def test_numbered_runs_appended_together_read_back_stamped_from_cache_and_disk(
     reopened = PartitionLog.open(tmp_path, partition=0, cache=CacheBudget(0))
     assert [(r.body, read_stamp(r.ext)) for r in reopened.read(0, 10)] == expected
     reopened.close()
+
+
+@pytest.mark.parametrize("path", ["alone", "reactor"])
+def test_a_numbered_append_that_fails_half_written_is_not_stored_twice_by_its_retry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    """A batch crossing into a new segment the disk has no room for keeps its first part: a
+    retry of the publish stores only the rest (each number once)."""
+    log = PartitionLog.open(tmp_path, partition=0, cache=CacheBudget(0), max_bytes_per_file=400)
+    placement = Placement(Role.LEADER, 1, LEADER, (FOLLOWER,), (LEADER, FOLLOWER))
+    p = Partition(0, log, tmp_path, 0, placement)
+    bodies_ = [b"m%d" % i + b"." * 100 for i in range(6)]  # ~3 a segment
+
+    def no_room(*_: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def append(entries: Sequence[NewRecord]) -> Sequence[Record]:
+        return p.log.append(entries, 1)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(Segment, "create", no_room)
+        batch = BodyBatch(1, list(bodies_))
+        if path == "alone":
+            with pytest.raises(StorageError):
+                idempotence.publish_numbered(p, batch, P, 0, 1000.0, append)
+        else:
+            with pytest.raises(StorageError):
+                idempotence.publish_runs(p, [(batch, (P, 0))], 1000.0, append)
+    kept = p.log.end_offset
+    assert 0 < kept < len(bodies_)  # the first part stored
+    idempotence.publish_numbered(p, BodyBatch(2, bodies_), P, 0, 1001.0, append)  # the retry
+    assert bodies(p) == bodies_
+    assert [read_stamp(r.ext) for r in p.log.read(0, 10)] == [(P, n) for n in range(6)]
