@@ -75,12 +75,19 @@ PNSQ_DURING = {
     ),
 }
 
-# Latency workloads (pnsq-loadgen latency, 200 B bodies): key -> label.
+# Latency workloads (pnsq-loadgen latency, 200 B bodies; _gonsq: with -client go-nsq, go-nsq
+# v1.1.0's Consumer and Producer): key -> label.
 LATENCY = {
     "latency_10k_unbuffered": "10k msgs/s, consumer unbuffered (output_buffer_size -1)",
     "latency_10k_buffered": "10k msgs/s, consumer with go-nsq's default buffering",
     "latency_30k_unbuffered": "30k msgs/s, consumer unbuffered (output_buffer_size -1)",
     "latency_30k_buffered": "30k msgs/s, consumer with go-nsq's default buffering",
+    "latency_1k_unbuffered_gonsq": "go-nsq client, 1k msgs/s, consumer unbuffered",
+    "latency_3k_unbuffered_gonsq": "go-nsq client, 3k msgs/s, consumer unbuffered",
+    "latency_10k_unbuffered_gonsq": "go-nsq client, 10k msgs/s, consumer unbuffered",
+    "latency_10k_buffered_gonsq": "go-nsq client, 10k msgs/s, consumer buffered (defaults)",
+    "latency_30k_unbuffered_gonsq": "go-nsq client, 30k msgs/s, consumer unbuffered",
+    "latency_30k_buffered_gonsq": "go-nsq client, 30k msgs/s, consumer buffered (defaults)",
 }
 # A latency run whose publishers fell this far behind their target rate gets a note.
 RATE_SHORTFALL = 0.95

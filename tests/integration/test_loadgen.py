@@ -89,3 +89,44 @@ def test_pub_mode_counts_one_message_per_ok(loadgen: Path, nsqd: Daemon) -> None
         stored, part = partition_zero(nsqd, topic)
         assert stored == result["msgs"]
         assert part["producers"] == (2 if numbered else 0)
+
+
+@pytest.mark.parametrize("client", ["raw", "go-nsq"])
+def test_latency_mode_receives_every_measured_message(
+    loadgen: Path, nsqd: Daemon, client: str
+) -> None:
+    """The latency mode (scripts/bench's latency rows), with its own connections and with
+    go-nsq's Consumer and Producer: every message sent in the window arrives, and its
+    percentiles are of those messages; the topic holds every message published."""
+    topic = f"lg_latency_{client.replace('-', '')}"
+    done = subprocess.run(
+        [
+            str(loadgen),
+            "latency",
+            "-addr",
+            nsqd.tcp_address,
+            "-topic",
+            topic,
+            "-rate",
+            "2000",
+            "-runfor",
+            "1s",
+            "-warmup",
+            "200ms",
+            "-cooldown",
+            "100ms",
+            "-output-buffer-size=-1",
+            "-client",
+            client,
+        ],
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    result: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
+    assert done.returncode == 0, (result, done.stderr[-2000:])
+    assert result["client"] == client
+    assert 1800 <= result["msgs"] <= 2200  # the window's share of 2,000 msgs/s
+    assert 0 < result["p50_ms"] <= result["p99_ms"] <= result["max_ms"]
+    stored, _ = partition_zero(nsqd, topic)
+    assert stored >= result["msgs"]  # the warm-up's and cool-down's too

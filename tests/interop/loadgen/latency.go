@@ -4,7 +4,7 @@ package main
 //
 //	pnsq-loadgen latency -addr 127.0.0.1:4150 -topic T -rate 10000 -size 200 -runfor 10s \
 //	    [-warmup 1s] [-cooldown 500ms] [-pubconns 1] [-rdy 2500] \
-//	    [-output-buffer-size 16384] [-output-buffer-timeout 250ms]
+//	    [-output-buffer-size 16384] [-output-buffer-timeout 250ms] [-client raw|go-nsq]
 //
 // One consumer connection IDENTIFYs with the given output buffer settings (go-nsq v1.1.0's
 // defaults unless told otherwise; -output-buffer-size -1 asks for unbuffered delivery), SUBs
@@ -15,6 +15,11 @@ package main
 // publishing goes on for -cooldown after that (so that the last measured messages are not left
 // waiting for an output buffer timeout), and every measured message must arrive (within
 // drainMax after publishing stopped) or the run fails.
+//
+// -client go-nsq measures what an application on go-nsq v1.1.0 sees instead (latency_gonsq.go):
+// the consumer is go-nsq's Consumer (its handler takes the receive time; the FIN is go-nsq's
+// own), the publishers go-nsq's Producers (PublishAsync, which writes and flushes each PUB as
+// its own command), paced to the same schedule.
 
 import (
 	"encoding/binary"
@@ -32,6 +37,7 @@ import (
 
 type latencyResult struct {
 	Mode                string  `json:"mode"`
+	Client              string  `json:"client"`
 	TargetRate          int     `json:"target_rate"`
 	Size                int     `json:"size"`
 	PubConns            int     `json:"pubconns"`
@@ -67,14 +73,19 @@ func runLatency(args []string) int {
 	rdy := fs.Int("rdy", 2500, "the consumer's RDY count")
 	obSize := fs.Int("output-buffer-size", 16384, "IDENTIFY output_buffer_size (-1: unbuffered)")
 	obTimeout := fs.Duration("output-buffer-timeout", 250*time.Millisecond, "IDENTIFY output_buffer_timeout")
+	client := fs.String("client", "raw", "raw: this tool's own V2 connections; go-nsq: go-nsq v1.1.0's Consumer and Producers")
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *client != "raw" && *client != "go-nsq" {
+		fmt.Fprintln(os.Stderr, "latency: -client raw|go-nsq")
 		return 2
 	}
 	if *rate < 1 || *size < 8 || *runfor <= 0 || *warmup < 0 || *cooldown < 0 || *pubconns < 1 || *rdy < 1 {
 		fmt.Fprintln(os.Stderr, "latency: need -rate>=1 -size>=8 -runfor>0 -warmup>=0 -cooldown>=0 -pubconns>=1 -rdy>=1")
 		return 2
 	}
-	res := latencyResult{Mode: "latency", TargetRate: *rate, Size: *size, PubConns: *pubconns,
+	res := latencyResult{Mode: "latency", Client: *client, TargetRate: *rate, Size: *size, PubConns: *pubconns,
 		OutputBufferSize: *obSize, OutputBufferTimeout: obTimeout.Milliseconds()}
 	fail := func(err error) int {
 		res.Error = err.Error()
@@ -89,6 +100,18 @@ func runLatency(args []string) int {
 		fail(errors.New("watchdog: run did not finish in time"))
 		os.Exit(1)
 	})
+
+	if *client == "go-nsq" {
+		lat, want, err := runGoNSQLatency(*addr, *topic, *channel, *rate, *size, *pubconns, *rdy,
+			*obSize, *obTimeout, *warmup, *runfor, *cooldown)
+		res.Msgs = want
+		res.Seconds = runfor.Seconds()
+		res.MsgsPerSec = float64(want) / res.Seconds
+		if err != nil {
+			return fail(err)
+		}
+		return report(res, lat)
+	}
 
 	identify, _ := json.Marshal(map[string]any{
 		"client_id": "pnsq-loadgen", "hostname": "pnsq-loadgen", "user_agent": "pnsq-loadgen",
@@ -157,13 +180,18 @@ func runLatency(args []string) int {
 	if int64(len(c.lat)) != want {
 		return fail(fmt.Errorf("consumer received %d measured messages, %d were sent", len(c.lat), want))
 	}
-	sort.Slice(c.lat, func(a, b int) bool { return c.lat[a] < c.lat[b] })
+	return report(res, c.lat)
+}
+
+// report prints the result with the percentiles of lat (ns, sorted here).
+func report(res latencyResult, lat []int64) int {
+	sort.Slice(lat, func(a, b int) bool { return lat[a] < lat[b] })
 	pct := func(q float64) float64 {
-		if len(c.lat) == 0 {
+		if len(lat) == 0 {
 			return 0
 		}
-		i := int(math.Ceil(q*float64(len(c.lat)))) - 1
-		return float64(c.lat[max(i, 0)]) / 1e6
+		i := int(math.Ceil(q*float64(len(lat)))) - 1
+		return float64(lat[max(i, 0)]) / 1e6
 	}
 	res.P50, res.P99, res.P999, res.Max = pct(0.50), pct(0.99), pct(0.999), pct(1)
 	line, _ := json.Marshal(res)
