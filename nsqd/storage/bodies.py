@@ -23,13 +23,13 @@ from .record import (
     _pack_covered,
     _pack_prefix,
 )
-from .stamp import PRODUCER_STAMP, STAMP_MAGIC, STAMP_SIZE, Stamps
+from .stamp import HEADED_STAMP, STAMP_SIZE, Stamps
 
 #: the covered half with a producer stamp as its ext (:mod:`.stamp`): packed in one call
 _STAMPED: Final = struct.Struct(f"{_COVERED.format}{STAMP_SIZE}s")
 _pack_stamped: Final = _STAMPED.pack
-#: the same from the stamp's numbers (:class:`~.stamp.Stamps`)
-_NUMBERED: Final = struct.Struct(_COVERED.format + PRODUCER_STAMP.format.lstrip(">"))
+#: the same from the stamp's head and number (:class:`~.stamp.Stamps`)
+_NUMBERED: Final = struct.Struct(_COVERED.format + HEADED_STAMP.format.lstrip(">"))
 _pack_numbered: Final = _NUMBERED.pack
 
 
@@ -90,7 +90,7 @@ def _encode_with_exts(
 ) -> tuple[bytes, list[tuple[int, int]]]:
     """:func:`encode_bodies` of bodies that each have an ext: a producer stamp (packed with
     the header, one call) or none (a plain run joined with numbered ones)."""
-    if isinstance(exts, Stamps) and max(map(len, bodies), default=0) <= CONCATENATED_MAX:
+    if isinstance(exts, Stamps):
         return _encode_numbered(
             first_offset, id_base, timestamps, deliver_at_ns, epoch, bodies, exts
         )
@@ -141,9 +141,8 @@ def _encode_numbered(
     bodies: Sequence[bytes],
     stamps: Stamps,
 ) -> tuple[bytes, list[tuple[int, int]]]:
-    """:func:`_encode_with_exts` of a numbered run (every ext a producer stamp, every body
-    checksummed in one copy with its header): each stamp's numbers packed with its header, no
-    stamp made as bytes of its own and no branch per record."""
+    """:func:`_encode_with_exts` of a numbered run (every ext a producer stamp): each stamp's
+    head and number packed with its record's header, no stamp made as bytes of its own."""
     parts: list[bytes] = []
     add = parts.append
     sizes: list[tuple[int, int]] = []
@@ -151,30 +150,32 @@ def _encode_numbered(
     pack_numbered, pack_prefix, crc = _pack_numbered, _pack_prefix, _crc
     fixed = _PREFIX.size + _NUMBERED.size  # a record's size less its body
     format_bits = _FORMAT_BITS - LENGTH_SIZE  # the length field counts from after itself
-    magic = STAMP_MAGIC
+    copied = CONCATENATED_MAX
     try:
-        for offset, timestamp_ns, body, producer, sequence in zip(
-            count(first_offset), timestamps, bodies, stamps.producers, stamps.sequences
+        for offset, timestamp_ns, body, head, sequence in zip(
+            count(first_offset), timestamps, bodies, stamps.heads, stamps.sequences
         ):
             size = fixed + len(body)
             field = format_bits + size
-            rest = (
-                pack_numbered(
-                    offset,
-                    timestamp_ns,
-                    id_base | (offset + 1),
-                    0,
-                    deliver_at_ns,
-                    epoch,
-                    STAMP_SIZE,
-                    magic,
-                    producer,
-                    sequence,
-                )
-                + body
+            covered = pack_numbered(
+                offset,
+                timestamp_ns,
+                id_base | (offset + 1),
+                0,
+                deliver_at_ns,
+                epoch,
+                STAMP_SIZE,
+                head,
+                sequence,
             )
-            add(pack_prefix(field, crc(rest, field)))
-            add(rest)
+            if size <= copied:
+                rest = covered + body  # one CRC call: cheaper than two without the copy
+                add(pack_prefix(field, crc(rest, field)))
+                add(rest)
+            else:  # a large body is not copied to be checksummed
+                add(pack_prefix(field, crc(body, crc(covered, field))))
+                add(covered)
+                add(body)
             size_of((timestamp_ns, size))
     except struct.error as exc:
         raise ValueError(f"record field out of range: {exc}") from exc

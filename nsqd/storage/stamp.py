@@ -27,6 +27,14 @@ STAMP_SIZE: Final = PRODUCER_STAMP.size
 
 _pack: Final = PRODUCER_STAMP.pack
 _unpack_from: Final = PRODUCER_STAMP.unpack_from
+#: a stamp's head, the magic and the producer (:data:`PRODUCER_STAMP`'s first two fields): the
+#: same for every record of a producer's run, so packed once per producer (:func:`head_of`)
+STAMP_HEAD: Final = struct.Struct(PRODUCER_STAMP.format[:3])
+#: a stamp as its head's bytes and its sequence (:data:`PRODUCER_STAMP`'s last field)
+HEADED_STAMP: Final = struct.Struct(f">{STAMP_HEAD.size}s{PRODUCER_STAMP.format[3:]}")
+_pack_headed: Final = HEADED_STAMP.pack
+_HEADS: dict[int, bytes] = {}  # head_of's: by producer
+_HEADS_MAX: Final = 4096
 
 
 def stamped(producer: int, sequence: int, header: bytes = b"") -> bytes:
@@ -34,43 +42,56 @@ def stamped(producer: int, sequence: int, header: bytes = b"") -> bytes:
     return _pack(STAMP_MAGIC, producer, sequence) + header
 
 
+def head_of(producer: int) -> bytes:
+    """The head of ``producer``'s stamps (:data:`STAMP_HEAD`), packed once and kept (up to
+    :data:`_HEADS_MAX` producers)."""
+    head = _HEADS.get(producer)
+    if head is None:
+        if len(_HEADS) >= _HEADS_MAX:
+            _HEADS.clear()
+        head = _HEADS[producer] = STAMP_HEAD.pack(STAMP_MAGIC, producer)
+    return head
+
+
 class Stamps(Sequence[bytes]):
     """The exts of consecutive records that are each a producer stamp with no header, kept as
-    numbers: a numbered publish's (or several producers' appended together). Read as a
-    sequence it holds each record's :func:`stamped` ext, made when asked for; the log packs
-    the numbers with each record's header instead (:mod:`.bodies`), so a stamp written is never
-    made as bytes of its own (a third of what numbering cost a message). Its lists are its own
-    and grow in place (:meth:`add`, :meth:`extend`)."""
+    each record's stamp head (one bytes object per producer) and number: a numbered publish's
+    (or several producers' appended together). Read as a sequence it holds each record's
+    :func:`stamped` ext, made when asked for; the log packs head and number with each record's
+    header instead (:mod:`.bodies`), so a stamp written is never made as bytes of its own (a
+    third of what numbering cost a message). Its lists are its own and grow in place
+    (:meth:`add`, :meth:`extend`)."""
 
-    __slots__ = ("producers", "sequences")
+    __slots__ = ("heads", "sequences")
 
-    def __init__(self, producers: list[int] | None = None, sequences: list[int] | None = None):
-        self.producers = producers if producers is not None else []  # each record's producer
+    def __init__(self, heads: list[bytes] | None = None, sequences: list[int] | None = None):
+        self.heads = heads if heads is not None else []  # each record's head (its producer)
         self.sequences = sequences if sequences is not None else []  # and its number
 
     def add(self, producer: int, first: int, count: int) -> None:
         """Stamps for ``count`` more records: ``producer``'s ``first, first + 1, ...``."""
+        head = head_of(producer)
         if count == 1:  # a synchronous producer's PUB
-            self.producers.append(producer)
+            self.heads.append(head)
             self.sequences.append(first)
         else:
-            self.producers += repeat(producer, count)
+            self.heads += repeat(head, count)
             self.sequences += range(first, first + count)
 
     def extend(self, other: Stamps) -> None:
         """Add ``other``'s stamps after these."""
-        self.producers += other.producers
+        self.heads += other.heads
         self.sequences += other.sequences
 
     def copy(self) -> Stamps:
         """The same stamps, in lists of their own."""
-        return Stamps(list(self.producers), list(self.sequences))
+        return Stamps(list(self.heads), list(self.sequences))
 
     def __len__(self) -> int:
         return len(self.sequences)
 
     def __iter__(self) -> Iterator[bytes]:
-        return map(_pack, repeat(STAMP_MAGIC), self.producers, self.sequences)
+        return map(_pack_headed, self.heads, self.sequences)
 
     @overload
     def __getitem__(self, index: int) -> bytes: ...
@@ -80,8 +101,8 @@ class Stamps(Sequence[bytes]):
 
     def __getitem__(self, index: int | slice) -> bytes | Stamps:
         if isinstance(index, slice):
-            return Stamps(self.producers[index], self.sequences[index])
-        return _pack(STAMP_MAGIC, self.producers[index], self.sequences[index])
+            return Stamps(self.heads[index], self.sequences[index])
+        return _pack_headed(self.heads[index], self.sequences[index])
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Sequence) or isinstance(other, (str, bytes)):
@@ -91,7 +112,7 @@ class Stamps(Sequence[bytes]):
     __hash__ = None  # type: ignore[assignment]  # mutable, as the list it stands for
 
     def __repr__(self) -> str:
-        return f"Stamps({self.producers!r}, {self.sequences!r})"
+        return f"Stamps({list(self)!r})"
 
 
 def stamps(producer: int, first: int, count: int) -> Stamps:
