@@ -137,6 +137,30 @@ class Liveness:
             self.reports_changed += 1
         self.progress[(topic, partition)] = progress
 
+    def replicas_changed(self, topic: str, partition: int, stay: frozenset[str]) -> None:
+        """The partition's replicas changed under the same epoch: its report speaks only for
+        the replicas in ``stay`` (those before and after). A node that left, or joined (a copy
+        removed and added again, empty), is no one's caught-up or confirmed follower until the
+        leader says so again: an older report naming it must not put it back in the ISR, nor
+        end a move whose target it is."""
+        progress = self.progress.get((topic, partition))
+        if progress is None:
+            return
+        self.progress[(topic, partition)] = Progress(
+            progress.reporter,
+            progress.epoch,
+            progress.caught_up & stay,
+            progress.lagging & stay,
+            progress.confirmed & stay,
+            {node: size for node, size in progress.behind.items() if node in stay},
+        )
+        self.reports_changed += 1
+
+    def forget(self, topic: str) -> None:
+        """The topic was deleted: its partitions' reports go with it."""
+        for key in [key for key in self.progress if key[0] == topic]:
+            del self.progress[key]
+
     def current(self, topic: str, partition: int, leader: str, epoch: int) -> Progress | None:
         """The report on ``partition`` if ``leader`` made it under ``epoch`` (the partition's
         leader and epoch now), else None: an older leader's word is stale."""

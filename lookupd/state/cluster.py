@@ -291,6 +291,7 @@ class Cluster(Operations):
         :data:`MAX_TOMBSTONES` are kept)."""
         self._check_leading()
         self.registry.delete_topic(name)
+        self.liveness.forget(name)
         if self.placements.pop(name, None) is None and name in self.deleted:
             return
         self.deleted[name] = self.clock()

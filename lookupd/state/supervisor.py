@@ -209,6 +209,9 @@ class Supervisor:
         old = placement.partitions[change.partition]
         if change.epoch != old.epoch:
             self.failovers += 1
+        elif set(change.replicas) != set(old.replicas):  # a new epoch voids the report anyway
+            stay = frozenset(change.replicas) & frozenset(old.replicas)
+            cluster.liveness.replicas_changed(change.topic, change.partition, stay)
         updated = placement.with_partition(
             change.partition,
             PartitionAssignment(change.leader, change.replicas, change.epoch, change.isr),

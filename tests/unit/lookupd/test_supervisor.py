@@ -15,6 +15,7 @@ import trio
 from lookupd.core.decide import Settings
 from lookupd.core.liveness import Liveness
 from lookupd.core.placement import TopicMeta, TopicPlacement
+from lookupd.core.view import Change
 from lookupd.core.views import Timeouts
 from lookupd.state.cluster import Cluster
 from lookupd.state.store import MetadataStore, StoreError
@@ -390,3 +391,35 @@ async def test_a_stall_seen_first_by_a_decision_is_excused_before_it(tmp_path: P
     assert changes == []
     assert supervisor.stalls == 1
     assert cluster.placements["t"].partitions[0].leader == A
+
+
+async def test_a_copy_removed_and_added_again_is_not_in_sync_by_the_report_before(
+    tmp_path: Path,
+) -> None:
+    """A's report said B caught up and confirmed. B's copy is removed (a replicator change, a
+    move) and added again, empty, under the same epoch: that report no longer speaks for B,
+    so B does not rejoin the ISR until A says it caught up again (in the ISR, B could have been
+    promoted without the messages A acknowledged). A deleted topic's reports go with it."""
+    clock = Clock()
+    store = MetadataStore(tmp_path)
+    placed = TopicPlacement("t", TopicMeta(1, 2), (PartitionAssignment(A, (B,), 3, (A,)),))
+    store.save([placed])
+    cluster = Cluster(store, Timeouts(), clock=clock)
+    cluster.load()
+    cluster.liveness.connected(A, clock.now)
+    cluster.liveness.connected(B, clock.now)
+    supervisor = Supervisor(cluster, Settings())
+    caught_up(cluster, A, B, {0: 3})
+    removed = Change("t", 0, A, (), (A,), 3, False, "replica removed")
+    added = Change("t", 0, A, (B,), (A,), 3, False, "replica added")
+    supervisor._apply(removed)
+    supervisor._apply(added)
+    part = view_of(cluster, Settings(), clock.now).partitions[0]
+    assert (part.caught_up, part.confirmed) == (frozenset(), frozenset())
+    assert await supervisor.step() == []  # not put back in the ISR
+    assert cluster.placements["t"].partitions[0].isr == (A,)
+    caught_up(cluster, A, B, {0: 3})  # the leader's word on the new copy
+    (expand,) = await supervisor.step()
+    assert expand.isr == (A, B)
+    await cluster.delete_topic("t")
+    assert cluster.liveness.progress == {}
