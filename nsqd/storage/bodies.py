@@ -8,7 +8,7 @@ per message).
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import count
 from typing import Final
 
@@ -31,6 +31,14 @@ _pack_stamped: Final = _STAMPED.pack
 #: the same from the stamp's head and number (:class:`~.stamp.Stamps`)
 _NUMBERED: Final = struct.Struct(_COVERED.format + HEADED_STAMP.format.lstrip(">"))
 _pack_numbered: Final = _NUMBERED.pack
+
+
+def _add_uncopied(add: Callable[[bytes], object], field: int, covered: bytes, body: bytes) -> None:
+    """Add a record whose body is too large to be copied for its checksum: its prefix (the CRC
+    taken over the covered half and then the body), the covered half, the body."""
+    add(_pack_prefix(field, _crc(body, _crc(covered, field))))
+    add(covered)
+    add(body)
 
 
 def encode_bodies(
@@ -69,10 +77,8 @@ def encode_bodies(
                 rest = covered + body  # one CRC call: cheaper than two without the copy
                 add(pack_prefix(field, crc(rest, field)))
                 add(rest)
-            else:  # a large body is not copied to be checksummed
-                add(pack_prefix(field, crc(body, crc(covered, field))))
-                add(covered)
-                add(body)
+            else:
+                _add_uncopied(add, field, covered, body)
             stamp((timestamp_ns, size))
     except struct.error as exc:
         raise ValueError(f"record field out of range: {exc}") from exc
@@ -122,10 +128,8 @@ def _encode_with_exts(
                 rest = covered + body
                 add(pack_prefix(field, crc(rest, field)))
                 add(rest)
-            else:  # a large body is not copied to be checksummed
-                add(pack_prefix(field, crc(body, crc(covered, field))))
-                add(covered)
-                add(body)
+            else:
+                _add_uncopied(add, field, covered, body)
             stamp((timestamp_ns, size))
     except struct.error as exc:  # includes an ext longer than MAX_EXT_LEN
         raise ValueError(f"record field out of range: {exc}") from exc
@@ -168,14 +172,12 @@ def _encode_numbered(
                 head,
                 sequence,
             )
-            if size <= copied:
+            if len(body) <= copied:
                 rest = covered + body  # one CRC call: cheaper than two without the copy
                 add(pack_prefix(field, crc(rest, field)))
                 add(rest)
-            else:  # a large body is not copied to be checksummed
-                add(pack_prefix(field, crc(body, crc(covered, field))))
-                add(covered)
-                add(body)
+            else:
+                _add_uncopied(add, field, covered, body)
             size_of((timestamp_ns, size))
     except struct.error as exc:
         raise ValueError(f"record field out of range: {exc}") from exc
