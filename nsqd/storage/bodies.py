@@ -8,7 +8,7 @@ per message).
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from itertools import count
 from typing import Final
 
@@ -19,26 +19,17 @@ from .record import (
     CONCATENATED_MAX,
     HEADER_SIZE,
     LENGTH_SIZE,
+    _add_uncopied,
     _crc,
     _pack_covered,
     _pack_prefix,
 )
 from .stamp import HEADED_STAMP, STAMP_SIZE, Stamps
 
-#: the covered half with a producer stamp as its ext (:mod:`.stamp`): packed in one call
-_STAMPED: Final = struct.Struct(f"{_COVERED.format}{STAMP_SIZE}s")
-_pack_stamped: Final = _STAMPED.pack
-#: the same from the stamp's head and number (:class:`~.stamp.Stamps`)
+#: the covered half with a producer stamp as its ext (:mod:`.stamp`), packed in one call from
+#: the stamp's head and number (:class:`~.stamp.Stamps`)
 _NUMBERED: Final = struct.Struct(_COVERED.format + HEADED_STAMP.format.lstrip(">"))
 _pack_numbered: Final = _NUMBERED.pack
-
-
-def _add_uncopied(add: Callable[[bytes], object], field: int, covered: bytes, body: bytes) -> None:
-    """Add a record whose body is too large to be copied for its checksum: its prefix (the CRC
-    taken over the covered half and then the body), the covered half, the body."""
-    add(_pack_prefix(field, _crc(body, _crc(covered, field))))
-    add(covered)
-    add(body)
 
 
 def encode_bodies(
@@ -94,8 +85,9 @@ def _encode_with_exts(
     bodies: Sequence[bytes],
     exts: Sequence[bytes],
 ) -> tuple[bytes, list[tuple[int, int]]]:
-    """:func:`encode_bodies` of bodies that each have an ext: a producer stamp (packed with
-    the header, one call) or none (a plain run joined with numbered ones)."""
+    """:func:`encode_bodies` of bodies that each have an ext: the producer stamps of a numbered
+    run (:class:`~.stamp.Stamps`, packed with each header), or a list (a plain run joined with
+    numbered ones: each stamp, or none)."""
     if isinstance(exts, Stamps):
         return _encode_numbered(
             first_offset, id_base, timestamps, deliver_at_ns, epoch, bodies, exts
@@ -104,24 +96,18 @@ def _encode_with_exts(
     add = parts.append
     stamps: list[tuple[int, int]] = []
     stamp = stamps.append
-    pack_covered, pack_stamped, pack_prefix, crc = _pack_covered, _pack_stamped, _pack_prefix, _crc
+    pack_covered, pack_prefix, crc = _pack_covered, _pack_prefix, _crc
     format_bits, length_size, prefix_size = _FORMAT_BITS, LENGTH_SIZE, _PREFIX.size
     try:
         for offset, timestamp_ns, body, ext in zip(
             count(first_offset), timestamps, bodies, exts, strict=False
         ):
-            internal_id = id_base | (offset + 1)
-            if len(ext) == STAMP_SIZE:
-                covered = pack_stamped(
-                    offset, timestamp_ns, internal_id, 0, deliver_at_ns, epoch, STAMP_SIZE, ext
+            covered = (
+                pack_covered(
+                    offset, timestamp_ns, id_base | (offset + 1), 0, deliver_at_ns, epoch, len(ext)
                 )
-            else:
-                covered = (
-                    pack_covered(
-                        offset, timestamp_ns, internal_id, 0, deliver_at_ns, epoch, len(ext)
-                    )
-                    + ext
-                )
+                + ext
+            )
             size = prefix_size + len(covered) + len(body)
             field = format_bits | (size - length_size)
             if len(body) <= CONCATENATED_MAX:

@@ -166,6 +166,15 @@ def record_size(record: Record) -> int:
     return HEADER_SIZE + len(record.ext) + len(record.body)
 
 
+def _add_uncopied(add: Callable[[bytes], object], field: int, covered: bytes, body: bytes) -> None:
+    """Add a record whose body is too large to be copied for its checksum (above
+    :data:`CONCATENATED_MAX`): its prefix (the CRC taken over the covered half, ext included,
+    and then the body), the covered half, the body."""
+    add(_pack_prefix(field, _crc(body, _crc(covered, field))))
+    add(covered)
+    add(body)
+
+
 def encode_run(records: Sequence[Record]) -> tuple[bytes, list[tuple[int, int]]]:
     """The on-disk bytes of ``records`` (see :data:`RECORD_HEADER`), one after the other, and
     ``(timestamp_ns, size)`` of each, in one loop. Raises ``ValueError`` when a field does not
@@ -194,10 +203,8 @@ def encode_run(records: Sequence[Record]) -> tuple[bytes, list[tuple[int, int]]]
                 rest = covered + ext + body if ext else covered + body  # one CRC call: cheaper
                 add(pack_prefix(field, crc(rest, field)))
                 add(rest)
-            else:  # a large body is not copied to be checksummed
-                add(pack_prefix(field, crc(body, crc(covered + ext, field))))
-                add(covered + ext)
-                add(body)
+            else:
+                _add_uncopied(add, field, covered + ext if ext else covered, body)
             stamp((r.timestamp_ns, size))
     except struct.error as exc:  # includes an ext longer than MAX_EXT_LEN
         raise ValueError(f"record field out of range: {exc}") from exc
