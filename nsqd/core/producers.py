@@ -178,5 +178,5 @@ class Producers:
         for producer, touched, recent in rows:
             if recent:
                 known = _Producer(recent[-1][1], touched=touched)
-                known.recent.extend((first, last, offset) for first, last, offset in recent)
+                known.recent.extend(recent)
                 self._producers[producer] = known
