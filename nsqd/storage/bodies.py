@@ -27,7 +27,7 @@ from .record import (
 from .stamp import HEADED_STAMP, STAMP_SIZE, Stamps
 
 #: the covered half with a producer stamp as its ext (:mod:`.stamp`), packed in one call from
-#: the stamp's head and number (:class:`~.stamp.Stamps`)
+#: the stamp's head and its number's bottom half (:class:`~.stamp.Stamps`)
 _NUMBERED: Final = struct.Struct(_COVERED.format + HEADED_STAMP.format.lstrip(">"))
 _pack_numbered: Final = _NUMBERED.pack
 
@@ -142,8 +142,8 @@ def _encode_numbered(
     format_bits = _FORMAT_BITS - LENGTH_SIZE  # the length field counts from after itself
     copied = CONCATENATED_MAX
     try:
-        for offset, timestamp_ns, body, head, sequence in zip(
-            count(first_offset), timestamps, bodies, stamps.heads, stamps.sequences
+        for offset, timestamp_ns, body, head, bottom in zip(
+            count(first_offset), timestamps, bodies, stamps.heads, stamps.bottoms
         ):
             size = fixed + len(body)
             field = format_bits + size
@@ -156,7 +156,7 @@ def _encode_numbered(
                 epoch,
                 STAMP_SIZE,
                 head,
-                sequence,
+                bottom,
             )
             if len(body) <= copied:
                 rest = covered + body  # one CRC call: cheaper than two without the copy

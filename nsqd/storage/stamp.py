@@ -27,13 +27,23 @@ STAMP_SIZE: Final = PRODUCER_STAMP.size
 
 _pack: Final = PRODUCER_STAMP.pack
 _unpack_from: Final = PRODUCER_STAMP.unpack_from
-#: a stamp's head, the magic and the producer (:data:`PRODUCER_STAMP`'s first two fields): the
-#: same for every record of a producer's run, so packed once per producer (:func:`head_of`)
-STAMP_HEAD: Final = struct.Struct(PRODUCER_STAMP.format[:3])
-#: a stamp as its head's bytes and its sequence (:data:`PRODUCER_STAMP`'s last field)
-HEADED_STAMP: Final = struct.Struct(f">{STAMP_HEAD.size}s{PRODUCER_STAMP.format[3:]}")
+#: a stamp's head, the same for every record of a producer's run (bar a run crossing a multiple
+#: of 2**32), so packed once a run (:func:`head_of`); only the bottom half of the sequence is
+#: packed per record, as a 32-bit field (CPython packs one from a small int for a fraction of
+#: what a 64-bit field costs). Head and bottom half are :data:`PRODUCER_STAMP`'s bytes.
+STAMP_HEAD: Final = struct.Struct(
+    ">B"  # magic: STAMP_MAGIC
+    "Q"  # producer
+    "I"  # top: the sequence's top 32 bits
+)
+HEADED_STAMP: Final = struct.Struct(
+    f">{STAMP_HEAD.size}s"  # head: STAMP_HEAD's bytes
+    "I"  # bottom: the sequence's bottom 32 bits
+)
+assert HEADED_STAMP.size == STAMP_SIZE
 _pack_headed: Final = HEADED_STAMP.pack
-_HEADS: dict[int, bytes] = {}  # head_of's: by producer
+_SPAN: Final = 1 << 32  # sequences under one head
+_HEADS: dict[int, tuple[int, bytes]] = {}  # head_of's: a producer's last top half and head
 _HEADS_MAX: Final = 4096
 
 
@@ -42,56 +52,62 @@ def stamped(producer: int, sequence: int, header: bytes = b"") -> bytes:
     return _pack(STAMP_MAGIC, producer, sequence) + header
 
 
-def head_of(producer: int) -> bytes:
-    """The head of ``producer``'s stamps (:data:`STAMP_HEAD`), packed once and kept (up to
-    :data:`_HEADS_MAX` producers)."""
-    head = _HEADS.get(producer)
-    if head is None:
-        if len(_HEADS) >= _HEADS_MAX:
-            _HEADS.clear()
-        head = _HEADS[producer] = STAMP_HEAD.pack(STAMP_MAGIC, producer)
+def head_of(producer: int, top: int) -> bytes:
+    """The head (:data:`STAMP_HEAD`) of ``producer``'s stamps whose sequence's top half is
+    ``top``, packed once and kept (the last top half of up to :data:`_HEADS_MAX` producers)."""
+    kept = _HEADS.get(producer)
+    if kept is not None and kept[0] == top:
+        return kept[1]
+    if len(_HEADS) >= _HEADS_MAX:
+        _HEADS.clear()
+    head = STAMP_HEAD.pack(STAMP_MAGIC, producer, top)
+    _HEADS[producer] = top, head
     return head
 
 
 class Stamps(Sequence[bytes]):
     """The exts of consecutive records that are each a producer stamp with no header, kept as
-    each record's stamp head (one bytes object per producer) and number: a numbered publish's
-    (or several producers' appended together). Read as a sequence it holds each record's
-    :func:`stamped` ext, made when asked for; the log packs head and number with each record's
-    header instead (:mod:`.bodies`), so a stamp written is never made as bytes of its own (a
-    third of what numbering cost a message). Its lists are its own and grow in place
-    (:meth:`add`, :meth:`extend`)."""
+    each record's stamp head (:func:`head_of`: one bytes object per run) and the bottom half of
+    its number: a numbered publish's (or several producers' appended together). Read as a
+    sequence it holds each record's :func:`stamped` ext, made when asked for; the log packs head
+    and bottom half with each record's header instead (:mod:`.bodies`), so a stamp written is
+    never made as bytes of its own (a third of what numbering cost a message). Its lists are
+    its own and grow in place (:meth:`add`, :meth:`extend`)."""
 
-    __slots__ = ("heads", "sequences")
+    __slots__ = ("bottoms", "heads")
 
-    def __init__(self, heads: list[bytes] | None = None, sequences: list[int] | None = None):
-        self.heads = heads if heads is not None else []  # each record's head (its producer)
-        self.sequences = sequences if sequences is not None else []  # and its number
+    def __init__(self, heads: list[bytes] | None = None, bottoms: list[int] | None = None):
+        self.heads = heads if heads is not None else []  # each record's head
+        self.bottoms = bottoms if bottoms is not None else []  # and its number's bottom half
 
     def add(self, producer: int, first: int, count: int) -> None:
         """Stamps for ``count`` more records: ``producer``'s ``first, first + 1, ...``."""
-        head = head_of(producer)
+        top, bottom = divmod(first, _SPAN)
         if count == 1:  # a synchronous producer's PUB
-            self.heads.append(head)
-            self.sequences.append(first)
-        else:
-            self.heads += repeat(head, count)
-            self.sequences += range(first, first + count)
+            self.heads.append(head_of(producer, top))
+            self.bottoms.append(bottom)
+            return
+        while count:
+            here = min(count, _SPAN - bottom)  # up to the next multiple of 2**32
+            self.heads += repeat(head_of(producer, top), here)
+            self.bottoms += range(bottom, bottom + here)
+            count -= here
+            top, bottom = top + 1, 0
 
     def extend(self, other: Stamps) -> None:
         """Add ``other``'s stamps after these."""
         self.heads += other.heads
-        self.sequences += other.sequences
+        self.bottoms += other.bottoms
 
     def copy(self) -> Stamps:
         """The same stamps, in lists of their own."""
-        return Stamps(list(self.heads), list(self.sequences))
+        return Stamps(list(self.heads), list(self.bottoms))
 
     def __len__(self) -> int:
-        return len(self.sequences)
+        return len(self.bottoms)
 
     def __iter__(self) -> Iterator[bytes]:
-        return map(_pack_headed, self.heads, self.sequences)
+        return map(_pack_headed, self.heads, self.bottoms)
 
     @overload
     def __getitem__(self, index: int) -> bytes: ...
@@ -101,8 +117,8 @@ class Stamps(Sequence[bytes]):
 
     def __getitem__(self, index: int | slice) -> bytes | Stamps:
         if isinstance(index, slice):
-            return Stamps(self.heads[index], self.sequences[index])
-        return _pack_headed(self.heads[index], self.sequences[index])
+            return Stamps(self.heads[index], self.bottoms[index])
+        return _pack_headed(self.heads[index], self.bottoms[index])
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Sequence) or isinstance(other, (str, bytes)):

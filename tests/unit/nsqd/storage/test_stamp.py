@@ -45,3 +45,16 @@ def test_a_stamp_is_read_back_and_stripped_for_clients(
     assert header_of(ext) == b'{"k":' + header
     assert read_stamp(b'{"k":1}') is None
     assert header_of(b'{"k":1}') == b'{"k":1}'
+
+
+@given(
+    producer=U64, top=st.integers(0, 2**31 - 1), before=st.integers(0, 5), count=st.integers(0, 12)
+)
+def test_a_run_across_a_multiple_of_2_to_the_32_is_stamped_number_by_number(
+    producer: int, top: int, before: int, count: int
+) -> None:
+    # a stamp's head carries its number's top half: a run crossing into the next one changes head
+    first = (top << 32) - before if top else 0
+    run = stamps(producer, first, count)
+    assert list(run) == [stamped(producer, n) for n in range(first, first + count)]
+    assert [read_stamp(ext) for ext in run] == [(producer, n) for n in range(first, first + count)]
