@@ -112,3 +112,45 @@ async def test_a_follower_of_an_idle_log_is_not_late_the_moment_a_publish_arrive
         partition.state.follower_acked(IN_SYNC, 11, now=45.3)
         (report,) = tracker.reports(broker, now=45.3)
         assert report["caught_up"] == [IN_SYNC]
+
+
+async def test_a_settled_partitions_report_is_kept_until_what_it_says_changes(
+    tmp_path: Path,
+) -> None:
+    """Every replica holds the whole log: the report is the last one, the same object (a
+    node leading thousands of idle partitions builds none four times a second), and what a
+    tracker that kept nothing builds; an append, or a change of the in-sync set, and it is
+    built again."""
+    async with open_broker(BrokerConfig(data_path=tmp_path)) as broker:
+        _lead_and_append(broker, 2)
+        partition = broker.get_topic("t").partitions[0]
+        state = partition.state
+        for node in (IN_SYNC, COPYING, SILENT):
+            state.follower_acked(node, 20, now=10.0)
+        tracker = ProgressTracker(lag_max=5.0)
+        (first,) = tracker.reports(broker, now=10.0)
+        (again,) = tracker.reports(broker, now=100.0)
+        assert again is first
+        assert [again] == ProgressTracker(lag_max=5.0).reports(broker, now=100.0)
+        assert first["caught_up"] == [IN_SYNC, COPYING, SILENT]
+        assert first["confirmed"] == [IN_SYNC]
+        assert not due([again], [first], 0.3, 5.0)
+
+        partition.log.append([NewRecord(20, b"m" * BODY)])  # a publish: IN_SYNC is short
+        state.appended(partition.log.end_offset)
+        (after,) = tracker.reports(broker, now=100.1)
+        assert after is not first
+        assert after["caught_up"] == []
+        assert after["behind"] == {IN_SYNC: RECORD, COPYING: RECORD, SILENT: RECORD}
+        assert [after] == ProgressTracker(lag_max=5.0).reports(broker, now=100.1)
+
+        for node in (IN_SYNC, COPYING, SILENT):
+            state.follower_acked(node, 21, now=100.2)
+        (settled,) = tracker.reports(broker, now=100.2)
+        replicas = (IN_SYNC, COPYING, SILENT)
+        state.apply(Placement(Role.LEADER, 2, LEADER, replicas, (LEADER, IN_SYNC, COPYING)))
+        (wider,) = tracker.reports(broker, now=100.3)  # COPYING joined the in-sync set
+        assert wider is not settled
+        assert wider["confirmed"] == [IN_SYNC, COPYING]
+        assert due([wider], [settled], 0.1, 5.0)
+        assert [wider] == ProgressTracker(lag_max=5.0).reports(broker, now=100.3)
