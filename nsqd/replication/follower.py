@@ -21,6 +21,7 @@ under that epoch.
 from __future__ import annotations
 
 import logging
+import math
 
 import trio
 
@@ -201,10 +202,16 @@ class Followers:
                 welcome.epoch,
                 partition.log.end_offset,
             )
-            while True:
-                with trio.fail_after(IDLE_TIMEOUT):
+            # one scope for the whole stream, its deadline moved per frame (a scope per frame
+            # was a tenth of an idle node's time with thousands of streams): only the wait
+            # for the next frame is bounded, not what a frame does
+            with trio.CancelScope() as idle:
+                while True:
+                    idle.deadline = trio.current_time() + IDLE_TIMEOUT
                     frame = await reader.next()
-                await self._apply(stream, topic, partition, frame)
+                    idle.deadline = math.inf
+                    await self._apply(stream, topic, partition, frame)
+            raise trio.TooSlowError  # the leader was silent for IDLE_TIMEOUT
 
     async def _apply(
         self,
