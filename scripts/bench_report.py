@@ -8,6 +8,10 @@ Subcommands:
   parse-loadgen FILE             pnsq-loadgen JSON output -> "MSGS_PER_SEC TOTAL_MSGS"
   parse-latency FILE             pnsq-loadgen latency JSON output -> "P99_MS p50=.. p999=..
                                  max=.. rate=.. target=.. msgs=.." (all latencies in ms)
+  parse-scale FILE               scripts/bench_scale.py JSON output -> "WRITABLE_S create=..
+                                 idle=.. lookupd=.. led=.. failover=.. promoted=.. shrink=.."
+                                 (WRITABLE_S "none": not every partition took a PUB in time;
+                                 idle: the busiest nsqd's idle CPU, in cores)
   create-channel NSQD_HTTP TOPIC CHANNEL
                                  create TOPIC and CHANNEL on an nsqd (POST /topic/create,
                                  /channel/create)
@@ -106,6 +110,33 @@ def parse_latency(path: str) -> str:
         f"{res['p99_ms']:.4f} p50={res['p50_ms']:.4f} p999={res['p999_ms']:.4f}"
         f" max={res['max_ms']:.4f} rate={res['msgs_per_sec']:.1f} target={res['target_rate']}"
         f" msgs={res['msgs']}"
+    )
+
+
+def parse_scale(path: str) -> str:
+    """scripts/bench_scale.py's JSON line as scripts/bench records it (see the module doc)."""
+    lines = [ln for ln in Path(path).read_text(errors="replace").splitlines() if ln.startswith("{")]
+    if not lines:
+        raise ValueError("no JSON line from bench_scale.py")
+    r = json.loads(lines[-1])
+    idle = r.get("idle_cpu", {})
+    nodes = [v for k, v in idle.items() if k.startswith("nsqd")]
+    before = r.get("before_kill", {})
+    extras = {
+        "create": r.get("create_s"),
+        "idle": max(nodes) if nodes else None,
+        "lookupd": idle.get("lookupd"),
+        "led": r.get("victim_led"),
+        "failover": r.get("failover_s"),
+        "promoted": before.get("promoted"),
+        "shrink": before.get("isr shrink"),
+    }
+    writable = r.get("writable_s")
+    return " ".join(
+        [
+            "none" if writable is None else str(writable),
+            *(f"{k}={'-' if v is None else v}" for k, v in extras.items()),
+        ]
     )
 
 
@@ -383,6 +414,16 @@ def report(results_path: str, out_path: str, meta_args: list[str]) -> None:
         "  keeps up to --mem-queue-size (10000) messages per topic and channel in memory, pnsq",
         "  writes every message to its log, so the 200 x 1 MB and slow-consumer rows compare",
         "  different designs under the same load. The ratio is pnsq / Go nsqd: lower is better.",
+        "- Partitions at scale (pnsq only, once, last; its own table): scripts/bench_scale.py",
+        "  for each partition count: a fresh pnsq nsqlookupd and three pnsq nsqd, topics of 200",
+        "  partitions with two copies each created on lookupd one after another; 'all writable'",
+        "  is the time from the first /topic/create until every partition answered a PUB at its",
+        "  leader with OK (so its replica held it), probed 50 partitions to a connection,",
+        "  pipelined. Then 3 s to settle and 10 s idle: each daemon's CPU (utime + stime) over",
+        "  them, in cores. Then kill -9 of the node leading the most partitions, and the time",
+        "  until each partition it led answered a PUB at its new leader. Each wait is bounded",
+        "  (scale rows in the header); a cluster not all writable in time shows so and skips the",
+        "  kill. Promotions and ISR shrinks before the kill count healthy nodes failed over.",
         "- The load generators run on the same machine as the daemon and compete for its cores.",
         END,
     ]
@@ -410,6 +451,8 @@ def main(argv: list[str]) -> int:
             parse = parse_bench if cmd == "parse-bench" else parse_loadgen
             rate, total = parse(args[0])
             print(f"{rate:.1f} {total}")
+        elif cmd == "parse-scale":
+            print(parse_scale(args[0]))
         elif cmd == "parse-latency":
             print(parse_latency(args[0]))
         elif cmd == "create-channel":
