@@ -14,7 +14,16 @@ from collections.abc import Sequence
 from protocol.lookup import TopicAssignment
 
 from ..core.errors import StaleEpochError
-from ..core.ownership import LocalTopic, Plan, TopicPlan, TopicSettings, placements_for, plan
+from ..core.ownership import (
+    LocalTopic,
+    Placement,
+    Plan,
+    TopicPlan,
+    TopicSettings,
+    placements_for,
+    plan,
+)
+from .logs import Opened
 from .registry import TopicRegistry
 from .topic import Topic
 
@@ -73,21 +82,7 @@ def apply_settings(topic: Topic, settings: TopicSettings) -> None:
             channel.ordered = True
 
 
-def apply_assignments(
-    registry: TopicRegistry,
-    node: str,
-    assignments: Sequence[TopicAssignment],
-    max_opens: int | None = None,
-    wanted: Sequence[TopicPlan] | None = None,
-) -> tuple[Plan, int]:
-    """Make the node's topic table hold what lookupd placed on ``node``; returns what changed
-    and how many partitions changed role here. With ``max_opens``, at most that many
-    partition logs are opened (their files created and fsynced): the plan's ``deferred``
-    says how many wait for the next call with the same document; ``wanted`` is
-    :func:`wanted_topics` of it when the caller has it already (it is the same every call)."""
-    role_changes = 0
-    if wanted is None:
-        wanted = wanted_topics(node, assignments)
+def _plan(registry: TopicRegistry, wanted: Sequence[TopicPlan], max_opens: int | None) -> Plan:
     local = {
         t.name: LocalTopic(
             {p.number: p.state.placement for p in topic.partitions}, topic_settings(topic)
@@ -95,10 +90,44 @@ def apply_assignments(
         for t in wanted
         if (topic := registry.topics.get(t.name)) is not None and not topic.deleted
     }
-    steps = plan(wanted, local, max_opens)
+    return plan(wanted, local, max_opens)
+
+
+def logs_to_open(
+    registry: TopicRegistry, wanted: Sequence[TopicPlan], max_opens: int | None
+) -> list[tuple[str, int, Placement]]:
+    """``(topic, number, placement)`` of each partition log :func:`apply_assignments` with
+    ``wanted`` and ``max_opens`` would open now: to be opened ahead, off the event loop
+    (:meth:`~.logs.LogOpener.open_all`), and handed to it."""
+    steps = _plan(registry, wanted, max_opens)
+    return [
+        *((t.name, n, p) for t in steps.create for n, p in sorted(t.held.items())),
+        *steps.add,
+    ]
+
+
+def apply_assignments(
+    registry: TopicRegistry,
+    node: str,
+    assignments: Sequence[TopicAssignment],
+    max_opens: int | None = None,
+    wanted: Sequence[TopicPlan] | None = None,
+    opened: Opened | None = None,
+) -> tuple[Plan, int]:
+    """Make the node's topic table hold what lookupd placed on ``node``; returns what changed
+    and how many partitions changed role here. With ``max_opens``, at most that many
+    partition logs are opened (their files created and fsynced): the plan's ``deferred``
+    says how many wait for the next call with the same document; ``wanted`` is
+    :func:`wanted_topics` of it when the caller has it already (it is the same every call).
+    The logs in ``opened`` (:func:`logs_to_open`'s, opened ahead) are taken from it instead of
+    opened here; any the plan no longer wants (its topic deleted meanwhile) are closed."""
+    role_changes = 0
+    if wanted is None:
+        wanted = wanted_topics(node, assignments)
+    steps = _plan(registry, wanted, max_opens)
     for wanted_topic in steps.create:
         topic = registry.logs.build_topic(
-            wanted_topic.name, wanted_topic.partition_num, {}, dict(wanted_topic.held)
+            wanted_topic.name, wanted_topic.partition_num, {}, dict(wanted_topic.held), opened
         )
         apply_settings(topic, wanted_topic.settings)
         topic.managed = True
@@ -114,7 +143,7 @@ def apply_assignments(
         log.info("TOPIC(%s): meta from lookupd: %s", topic.name, wanted_topic.settings)
     for name, number, placement in steps.add:
         topic = registry.topics[name]
-        partition = registry.logs.open_partition(name, number, {}, placement)
+        partition = registry.logs.take_or_open(opened, name, number, placement)
         topic.hold(partition)
         for channel in topic.channels.values():
             channel.add_partition(
@@ -161,9 +190,13 @@ def apply_assignments(
             kept,
         )
     for t in wanted:
-        topic = registry.topics.get(t.name)
-        if topic is not None:
-            topic.managed = True
+        if (managed := registry.topics.get(t.name)) is not None:
+            managed.managed = True
+    for (name, number), partition in (opened or {}).items():
+        log.info("TOPIC(%s): partition %d opened but no longer placed here: closed", name, number)
+        partition.log.close()
+    if opened:
+        opened.clear()
     if steps:
         registry.syncs.request(metadata=True)
         registry.changes.notify()

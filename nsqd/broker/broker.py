@@ -42,7 +42,7 @@ from ..storage.handles import HandleCache
 from ..storage.record import NewRecord, Record
 from . import idempotence
 from .acking import Acking
-from .assignments import apply_assignments
+from .assignments import apply_assignments, logs_to_open
 from .changes import Changes
 from .channel import Channel
 from .clock import Clock
@@ -50,7 +50,7 @@ from .committing import GroupCommit
 from .config import BrokerConfig
 from .copying import ReplicationWaiters
 from .diskguard import DiskGuard
-from .logs import LogOpener
+from .logs import LogOpener, Opened
 from .observer import Discard, Observer
 from .persistence import SyncSchedule
 from .reading import read_records, skipped_records
@@ -132,13 +132,37 @@ class Broker:
         assignments: Sequence[TopicAssignment],
         max_opens: int | None = None,
         wanted: Sequence[TopicPlan] | None = None,
+        opened: Opened | None = None,
     ) -> Plan:
         """Hold what pnsq's lookupd placed on ``node`` (this node), in the roles it gave;
         opening at most ``max_opens`` partition logs (``deferred`` in the plan: call again,
-        with ``wanted``, :func:`~.assignments.wanted_topics` of the document, read once)."""
-        steps, role_changes = apply_assignments(self.registry, node, assignments, max_opens, wanted)
+        with ``wanted``, :func:`~.assignments.wanted_topics` of the document, read once), or
+        taking them from ``opened`` (opened ahead: :meth:`apply_placement`)."""
+        steps, role_changes = apply_assignments(
+            self.registry, node, assignments, max_opens, wanted, opened
+        )
         self.role_changes += role_changes
         return steps
+
+    async def apply_placement(
+        self,
+        node: str,
+        assignments: Sequence[TopicAssignment],
+        wanted: Sequence[TopicPlan],
+        per_step: int,
+    ) -> None:
+        """:meth:`apply_assignments` with the partition logs opened by a worker thread: first
+        every change of role and epoch and every drop, opening nothing (a failover is not held
+        up by new partitions), then ``per_step`` logs at a time opened off the event loop
+        (each new one's files created and fsynced: milliseconds apiece, which a topic of
+        thousands of partitions kept the loop from its heartbeats and streams for) and joined
+        to the topic table on it."""
+        self.apply_assignments(node, assignments, 0, wanted)
+        registry = self.registry
+        while wanted_logs := logs_to_open(registry, wanted, per_step):
+            with registry.opening_logs(name for name, _, _ in wanted_logs):
+                opened = await trio.to_thread.run_sync(registry.logs.open_all, wanted_logs)
+                self.apply_assignments(node, assignments, per_step, wanted, opened)
 
     # ------------------------------------------------------------------ topics and channels
 

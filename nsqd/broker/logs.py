@@ -4,7 +4,8 @@ broker's read-cache budget and segment-descriptor bound."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from typing import TypeAlias
 
 from protocol.names import is_ephemeral
 
@@ -21,6 +22,9 @@ from .journaling import last_generation
 from .partition import Partition
 from .persistence import STATE_FILE, file_stamp, load_state, topic_directory
 from .topic import Topic
+
+#: partition logs opened ahead of joining the topic table, by (topic, partition number)
+Opened: TypeAlias = dict[tuple[str, int], Partition]
 
 
 class LogOpener:
@@ -44,16 +48,49 @@ class LogOpener:
         count: int,
         states: dict[int, dict[str, object]],
         held: Mapping[int, Placement] | None = None,
+        opened: Opened | None = None,
         **flags: bool,
     ) -> Topic:
         """A topic of ``count`` partitions (``flags``: ordered, ext) with the logs of the ones
-        ``held`` here opened (all of them, led, when ``held`` is None: standalone)."""
+        ``held`` here opened (all of them, led, when ``held`` is None: standalone); those in
+        ``opened`` (:meth:`open_all`, as placed) are taken from it."""
         numbers = range(count) if held is None else sorted(held)
         parts = [
-            self.open_partition(name, n, states, STANDALONE if held is None else held[n])
+            self.take_or_open(opened, name, n, STANDALONE if held is None else held[n], states)
             for n in numbers
         ]
         return Topic(name, parts, ephemeral=is_ephemeral(name), partition_num=count, **flags)
+
+    def open_all(self, wanted: Sequence[tuple[str, int, Placement]]) -> Opened:
+        """:meth:`open_partition` of each ``(topic, number, placement)``: blocking file I/O,
+        for a worker thread (nothing here touches the topic table). On an error the ones
+        opened are closed again and the error propagates."""
+        opened: Opened = {}
+        try:
+            for name, number, placement in wanted:
+                opened[name, number] = self.open_partition(name, number, {}, placement)
+        except BaseException:
+            for partition in opened.values():
+                partition.log.close()
+            raise
+        return opened
+
+    def take_or_open(
+        self,
+        opened: Opened | None,
+        topic: str,
+        number: int,
+        placement: Placement,
+        states: Mapping[int, dict[str, object]] | None = None,
+    ) -> Partition:
+        """Partition ``number`` of ``topic`` as ``placement`` has it: from ``opened`` when it
+        was opened so (taken out of it), else opened now."""
+        partition = None if opened is None else opened.pop((topic, number), None)
+        if partition is not None:
+            if partition.state.placement == placement:
+                return partition
+            partition.log.close()  # (not seen) opened for another placement
+        return self.open_partition(topic, number, states or {}, placement)
 
     def open_partition(
         self,

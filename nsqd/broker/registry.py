@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import logging
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import trio
@@ -20,6 +21,7 @@ from ..core.errors import (
     ChannelNotFoundError,
     ConsumerLimitError,
     ExitingError,
+    NotLeaderError,
     PartitionNotFoundError,
     TopicNotFoundError,
 )
@@ -68,6 +70,25 @@ class TopicRegistry:
         self._syncer = syncer  # a log is closed or deleted only under its lock
         self._exiting = exiting  # the broker is closing: nothing new is created
         self._timer_scopes: dict[Channel, trio.CancelScope] = {}
+        #: topics whose partition logs a worker thread opens for lookupd's placement now
+        #: (:meth:`opening_logs`): not created here meanwhile, not deleted under the thread
+        self._opening: set[str] = set()
+        self._opened = trio.Event()  # set when an opening ends (then replaced)
+
+    @contextmanager
+    def opening_logs(self, names: Iterable[str]) -> Iterator[None]:
+        """While a worker thread opens partition logs of the topics ``names`` (their
+        directories created, files fsynced), before they join the table: a topic among them
+        that this node lacks is not created by a client meanwhile (the same directories
+        opened twice), and none of them is deleted under the thread."""
+        names = set(names) - self._opening
+        self._opening |= names
+        try:
+            yield
+        finally:
+            self._opening -= names
+            self._opened.set()
+            self._opened = trio.Event()
 
     def restore(self) -> None:
         """Load topics and channels from ``pnsq.dat`` and the partition directories (startup),
@@ -110,6 +131,8 @@ class TopicRegistry:
             return topic
         if self._exiting():
             raise ExitingError
+        if name in self._opening:  # placed here by lookupd: its logs are being opened
+            raise NotLeaderError(f"topic {name}: not served here yet (its partitions are opening)")
         count = partitions or self.config.default_partitions
         topic = self.logs.build_topic(name, count, {}, ordered=ordered, ext=ext)
         self.topics[name] = topic
@@ -225,6 +248,8 @@ class TopicRegistry:
 
     async def delete_topic(self, name: str) -> None:
         """Delete a topic, its channels and its data on disk."""
+        while name in self._opening:  # not under a worker thread creating its partitions
+            await self._opened.wait()
         topic = self.get_topic(name)
         async with self._syncer.lock:
             self._drop_topic(topic)

@@ -34,9 +34,8 @@ PROGRESS_REPEAT = 5.0
 PROGRESS_PATH = "/pnsq/progress"
 LEAVING_PATH = "/pnsq/leaving"
 ASSIGNMENTS_WAIT = 30.0  # seconds lookupd may hold an assignments long-poll
-#: partition logs opened between two checkpoints of the event loop: opening one creates and
-#: fsyncs files on this thread, and a topic of hundreds of partitions opened at once kept
-#: this node from pinging lookupd for longer than its heartbeat timeout
+#: partition logs a worker thread opens at a time (Broker.apply_placement): each step's are
+#: joined to the topic table together, so the first partitions of a big topic serve early
 OPENS_PER_STEP = 64
 
 
@@ -76,17 +75,14 @@ async def poll_assignments(
 
 async def apply_assignments(broker: Broker, node_id: str, document: object) -> None:
     """Hold exactly the partitions lookupd placed on this node, in their roles; delete
-    the topics lookupd deleted (a copy left from before, or made while it was away). New
-    partitions are opened :data:`OPENS_PER_STEP` at a time, with the event loop free in
-    between; every change of role and epoch goes in the first step.
+    the topics lookupd deleted (a copy left from before, or made while it was away). Every
+    change of role and epoch goes first; new partitions are then opened by a worker thread,
+    :data:`OPENS_PER_STEP` at a time (:meth:`~nsqd.broker.Broker.apply_placement`).
     Raises ValueError for a document that is not lookupd's."""
     placed, deleted = parse_assignments(document), parse_deleted(document)
     try:
         wanted = wanted_topics(node_id, placed)
-        steps = broker.apply_assignments(node_id, placed, OPENS_PER_STEP, wanted)
-        while steps.deferred:
-            await trio.lowlevel.checkpoint()  # heartbeats, streams and clients between groups
-            steps = broker.apply_assignments(node_id, placed, OPENS_PER_STEP, wanted)
+        await broker.apply_placement(node_id, placed, wanted, OPENS_PER_STEP)
         for name in set(deleted) - {t.name for t in placed}:
             topic = broker.find_topic(name)
             if topic is not None and not topic.deleted:
