@@ -30,9 +30,13 @@ def write(tmp_path: Path, lines: list[tuple[str, ...]]) -> str:
     return str(path)
 
 
-def row(rows: list[str], label_start: str) -> list[str]:
+def row_line(rows: list[str], label_start: str) -> str:
     (found,) = [r for r in rows if r.startswith(f"| {label_start}")]
-    return [cell.strip() for cell in found.strip("|").split("|")]
+    return found
+
+
+def row(rows: list[str], label_start: str) -> list[str]:
+    return [cell.strip() for cell in row_line(rows, label_start).strip("|").split("|")]
 
 
 def test_a_rows_ratio_is_the_median_of_its_rounds_ratios(
@@ -286,8 +290,3 @@ def test_scale_rows_show_each_size_once_against_its_goals(
         "not measured",
         "12325 / 16529",
     ]
-
-
-def row_line(rows: list[str], label_start: str) -> str:
-    (found,) = [r for r in rows if r.startswith(f"| {label_start}")]
-    return found
