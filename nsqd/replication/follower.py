@@ -205,9 +205,10 @@ class Followers:
             # one scope for the whole stream, its deadline moved per frame (a scope per frame
             # was a tenth of an idle node's time with thousands of streams): only the wait
             # for the next frame is bounded, not what a frame does
+            clock = self.broker.clock  # Trio's clock: the scope's deadlines are on it
             with trio.CancelScope() as idle:
                 while True:
-                    idle.deadline = trio.current_time() + IDLE_TIMEOUT
+                    idle.deadline = clock.monotonic() + IDLE_TIMEOUT
                     frame = await reader.next()
                     idle.deadline = math.inf
                     await self._apply(stream, topic, partition, frame)
