@@ -50,6 +50,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from bench_scale_table import parse_scale, scale_table
 from bench_tables import build_tables, read_results
 
 T = TypeVar("T")
@@ -110,33 +111,6 @@ def parse_latency(path: str) -> str:
         f"{res['p99_ms']:.4f} p50={res['p50_ms']:.4f} p999={res['p999_ms']:.4f}"
         f" max={res['max_ms']:.4f} rate={res['msgs_per_sec']:.1f} target={res['target_rate']}"
         f" msgs={res['msgs']}"
-    )
-
-
-def parse_scale(path: str) -> str:
-    """scripts/bench_scale.py's JSON line as scripts/bench records it (see the module doc)."""
-    lines = [ln for ln in Path(path).read_text(errors="replace").splitlines() if ln.startswith("{")]
-    if not lines:
-        raise ValueError("no JSON line from bench_scale.py")
-    r = json.loads(lines[-1])
-    idle = r.get("idle_cpu", {})
-    nodes = [v for k, v in idle.items() if k.startswith("nsqd")]
-    before = r.get("before_kill", {})
-    extras = {
-        "create": r.get("create_s"),
-        "idle": max(nodes) if nodes else None,
-        "lookupd": idle.get("lookupd"),
-        "led": r.get("victim_led"),
-        "failover": r.get("failover_s"),
-        "promoted": before.get("promoted"),
-        "shrink": before.get("isr shrink"),
-    }
-    writable = r.get("writable_s")
-    return " ".join(
-        [
-            "none" if writable is None else str(writable),
-            *(f"{k}={'-' if v is None else v}" for k, v in extras.items()),
-        ]
     )
 
 
@@ -301,7 +275,12 @@ def report(results_path: str, out_path: str, meta_args: list[str]) -> None:
     meta = dict(a.split("=", 1) for a in meta_args)
     pnsq_label = meta.pop("pnsq_label", "pnsq")
     idle_conns = meta.pop("idle_conns", "10000")
-    table = build_tables(read_results(results_path), pnsq_label, f"{int(idle_conns):,}")
+    results = read_results(results_path)
+    table = [
+        *build_tables(results, pnsq_label, f"{int(idle_conns):,}"),
+        "",
+        *scale_table(results, pnsq_label),
+    ]
     print("\n".join(table))
 
     section = [

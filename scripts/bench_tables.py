@@ -101,19 +101,6 @@ MEMORY = {
 }
 
 
-# Partitions at scale (pnsq only, once, scripts/bench_scale.py: a lookupd and three nsqd, topics
-# of 200 partitions with 2 copies each): rows "scale_N" for N partitions, the value the seconds
-# from the first /topic/create until every partition took a PUB ("none": not in time), the
-# extras its idle CPU, and the failover of the node leading the most partitions. The goals
-# (issue 38): all writable within SCALE_WRITABLE_GOAL s, idle CPU per nsqd under
-# SCALE_IDLE_GOAL cores at SCALE_GOAL_PARTITIONS, a node leading 1,000 partitions failed over
-# within SCALE_FAILOVER_GOAL s.
-SCALE_PREFIX = "scale_"
-SCALE_WRITABLE_GOAL = 60.0
-SCALE_IDLE_GOAL = 0.1
-SCALE_GOAL_PARTITIONS = 10_000
-SCALE_FAILOVER_GOAL = 1.0
-
 SIDES = (("go", "Go nsqd"), ("pnsq", "pnsq"))
 
 
@@ -383,50 +370,9 @@ def memory_table(
     return rows
 
 
-def scale_table(results: Results, pnsq_label: str) -> list[str]:
-    """pnsq's partitions at scale (see :data:`SCALE_PREFIX`), one row per size, smallest first;
-    each figure against its goal."""
-    rows = [
-        f"| partitions x 2 copies, 3 nodes, {pnsq_label}"
-        f" | all writable, s from the first create (goal ≤ {SCALE_WRITABLE_GOAL:.0f})"
-        " | idle CPU of the busiest nsqd, cores"
-        f" (goal < {SCALE_IDLE_GOAL} at {SCALE_GOAL_PARTITIONS:,})"
-        " | idle CPU of lookupd, cores"
-        " | kill -9 of the node leading the most: partitions it led, all writable again s"
-        f" (goal ≤ {SCALE_FAILOVER_GOAL:.0f} at 1,000 led)"
-        " | lookupd promotions / ISR shrinks before the kill (healthy nodes failed over) |",
-        "|---:|---:|---:|---:|---|---|",
-    ]
-    sizes = sorted(
-        (int(key[len(SCALE_PREFIX) :]), key)
-        for key in results
-        if key.startswith(SCALE_PREFIX) and key[len(SCALE_PREFIX) :].isdigit()
-    )
-    for size, key in sizes:
-        cells = results[key].get("pnsq", [])
-        if not cells:
-            continue
-        cell = cells[0]  # run once
-        extra = cell.extra
-        writable = "not all (timed out)" if cell.value == "none" else number(cell.value, ".1f")
-        if cell.note:
-            writable = f"{writable} ({cell.note})"
-        failover = extra.get("failover", "-")
-        failed_over = (
-            f"{number(extra.get('led', '-'), ',.0f')}: {number(failover, '.2f')}"
-            if failover != "-"
-            else "not measured"
-        )
-        rows.append(
-            f"| {size:,} | {writable} | {number(extra.get('idle', '-'), '.3f')}"
-            f" | {number(extra.get('lookupd', '-'), '.3f')} | {failed_over}"
-            f" | {extra.get('promoted', '-')} / {extra.get('shrink', '-')} |"
-        )
-    return rows
-
-
 def build_tables(results: Results, pnsq_label: str, idle_conns: str) -> list[str]:
-    """The seven tables, then the footnotes of all of them."""
+    """The six tables, then the footnotes of all of them (the scale table is
+    bench_scale_table.py's)."""
     notes = Notes()
     lines = [
         *throughput_table(results, pnsq_label, notes),
@@ -440,8 +386,6 @@ def build_tables(results: Results, pnsq_label: str, idle_conns: str) -> list[str
         *latency_table(results, pnsq_label, notes),
         "",
         *memory_table(results, pnsq_label, notes, idle_conns),
-        "",
-        *scale_table(results, pnsq_label),
     ]
     if notes.lines:
         lines += ["", *notes.render()]

@@ -255,38 +255,3 @@ def test_a_pnsq_only_tables_footnote_names_its_own_column(
         "MPUB replicated as above, with the cluster credential and TLS between nodes,"
         " pnsq without: cluster did not start"
     ]
-
-
-def test_scale_rows_show_each_size_once_against_its_goals(
-    tables: ModuleType, tmp_path: Path
-) -> None:
-    extras = "create=6.3 idle=0.24 lookupd=0.014 led=1000 failover=0.8 promoted=0 shrink=0"
-    path = write(
-        tmp_path,
-        [
-            (
-                "scale_10000",
-                "pnsq",
-                "none",
-                "",
-                "create=75.4 idle=0.544 lookupd=0.398 led=- "
-                "failover=- promoted=12325 shrink=16529 round=1",
-            ),
-            ("scale_3000", "pnsq", "14.3", "", f"{extras} round=1"),
-        ],
-    )
-    rows = tables.build_tables(tables.read_results(path), "pnsq", "10")
-    header = next(r for r in rows if r.startswith("| partitions x 2 copies"))
-    assert "goal ≤ 60" in header
-    assert "goal < 0.1 at 10,000" in header
-    # smallest first: 3,000 above 10,000
-    assert rows.index(row_line(rows, "3,000 |")) < rows.index(row_line(rows, "10,000 |"))
-    assert row(rows, "3,000 |") == ["3,000", "14.3", "0.240", "0.014", "1,000: 0.80", "0 / 0"]
-    assert row(rows, "10,000 |") == [
-        "10,000",
-        "not all (timed out)",
-        "0.544",
-        "0.398",
-        "not measured",
-        "12325 / 16529",
-    ]
