@@ -30,6 +30,7 @@ credential from ``$data/cluster.secret``).
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import signal
@@ -288,6 +289,56 @@ def unread(seed: str, lookupd: str, topic: str, channel: str, acked: list[int]) 
     return missing
 
 
+def locate(nodes: list[Node], topic: str, numbers: set[int]) -> list[str]:
+    """Where each of ``numbers`` (not read back) is: the partition and offset in the log of the
+    leader holding it, or in none; with each leader's offsets and the channel's state there
+    (what tells a message lost from one never delivered)."""
+    found: dict[int, str] = {}
+    lines = []
+    for node in nodes:
+        base = f"http://{node.http}"
+        try:
+            led = _get_json(f"{base}/partitions?topic={topic}")["partitions"]
+            for entry in led:
+                number, earliest, latest = entry["partition"], entry["earliest"], entry["latest"]
+                lines.append(f"nsqd {node.number} leads partition {number}: {earliest}..{latest}")
+                for offset, value in _bodies(base, topic, number, earliest, latest):
+                    if value in numbers:
+                        found[value] = f"partition {number} offset {offset}"
+            stats = _get_json(f"{base}/stats?format=json&topic={topic}&channel={CHANNEL}")
+        except (OSError, ValueError) as exc:
+            lines.append(f"nsqd {node.number}: {exc}")
+            continue
+        for listed in stats.get("topics", []):
+            for channel in listed.get("channels", []):
+                state = {key: channel.get(key) for key in _CHANNEL_STATE}
+                lines.append(f"nsqd {node.number} channel {json.dumps(state)}")
+    nowhere = "in no leader's log"
+    return lines + [f"{n}: {found.get(n, nowhere)}" for n in sorted(numbers)]
+
+
+_CHANNEL_STATE = ("depth", "in_flight_count", "deferred_count", "requeue_count", "timeout_count")
+
+
+def _bodies(base: str, topic: str, number: int, offset: int, end: int) -> list[tuple[int, int]]:
+    """``(offset, message number)`` of partition ``number``'s records in ``[offset, end)``."""
+    found = []
+    while offset < end:
+        query = f"topic={topic}&partition={number}&offset={offset}&format=ndjson"
+        with urllib.request.urlopen(f"{base}/partition/read?{query}", timeout=5) as reply:  # noqa: S310
+            records = [json.loads(line) for line in reply.read().splitlines()]
+        if not records:
+            break
+        found += [(r["offset"], int(base64.b64decode(r["body"]))) for r in records]
+        offset = records[-1]["offset"] + 1
+    return found
+
+
+def _get_json(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=5) as reply:  # noqa: S310
+        return json.loads(reply.read())
+
+
 class Publisher:
     """:func:`publish` in a thread of its own, started and stopped by the restart sequence."""
 
@@ -469,6 +520,9 @@ def main(argv: list[str]) -> int:
         say(f"FAILED: {exc}")
     load = publisher.stop()
     missing = unread(nodes[0].tcp, lookupd.addresses[0], topic, CHANNEL, load.acked)
+    if missing:
+        for line in locate(nodes, topic, missing):
+            say(f"not read back: {line}")
     if not args.keep_topic:
         lookupd.call(f"/topic/delete?topic={topic}", "POST")
     say(

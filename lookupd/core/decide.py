@@ -18,14 +18,20 @@ Each partition goes through six steps, in this order:
    that is dead or reported ``lagging`` leaves the ISR; an alive assigned replica reported
    ``caught_up`` (and not ``lagging``) joins it. The epoch stays.
 2. Leadership. A dead or leaving leader hands over to the first alive ISR member, in
-   ``replicas`` order, at ``epoch + 1``; the new ISR is the old one minus the old leader and the
-   dead. The old leader takes the new leader's place in ``replicas`` (back, it rejoins as an
-   out-of-sync replica). With no alive ISR member: a leaving (still up) leader keeps leading
-   until it exits; otherwise an ``unclean`` partition promotes its first alive assigned replica
-   (ISR = just it), and any other partition is marked ``offline`` once (leader, ISR and epoch
-   kept, recording who holds the data). An offline partition comes back, at ``epoch + 1``,
-   under its old leader if alive, else its first alive ISR member (else, if ``unclean``, its
-   first alive replica).
+   ``replicas`` order, that holds every acknowledged message, at ``epoch + 1``; the new ISR is
+   the old one minus the old leader and the dead. Such a member is one the leader reports
+   ``confirmed`` (in the ISR it applies, holding everything up to its high-watermark), or, for
+   a dead leader, one in the ISR the leader applied: not one lookupd added since
+   (``PartitionView.joined``), which the leader did not wait for before it applied that ISR
+   and which may lack what it acknowledged meanwhile. A leaving leader hands over only to a
+   member it confirmed (it keeps leading until it reports one). The old leader takes the new
+   leader's place in ``replicas`` (back, it rejoins as an out-of-sync replica). With no such
+   member alive: a leaving (still up) leader keeps leading until it exits; otherwise an
+   ``unclean`` partition promotes its first alive assigned replica (ISR = just it), and any
+   other partition is marked ``offline`` once (leader, ISR and epoch kept, recording who holds
+   the data). An offline partition comes back, at ``epoch + 1``, under its old leader if
+   alive, else its first alive ISR member holding every acknowledged message (else, if
+   ``unclean``, its first alive replica).
 3. Re-replication, unless offline: a replica down for ``replace_after`` (``down_since`` old
    enough, or unknown node) is replaced, in place, by the alive node holding no copy of the
    partition on a rack holding no copy of it (while there is one; ``View.racks``), with the
@@ -249,14 +255,19 @@ def _promote(state: _State, leader: str, isr: Iterable[str], reason: str) -> _St
 def _leadership(state: _State, part: PartitionView, health: _Health) -> _State:
     """Step 2: fail over from a dead or leaving leader, or bring an offline partition back."""
     in_sync = [r for r in state.replicas if r in state.isr]
+    # who holds every acknowledged message: a member the leader confirmed, or one in the ISR
+    # the leader applied (not one lookupd added since: the leader may have acknowledged
+    # messages without it before it knew; nor one step 1 adds now)
+    confirmed = part.confirmed.intersection(part.isr)
+    safe = [r for r in in_sync if r in confirmed or (r in part.isr and r not in part.joined)]
     if state.offline:
-        candidates = [state.leader, *in_sync]
+        candidates = [state.leader, *safe]
         if part.unclean:
             candidates += state.replicas
         chosen = next((n for n in candidates if health.alive(n)), None)
         if chosen is None:
             return state
-        clean = chosen in state.isr
+        clean = chosen == state.leader or chosen in safe
         kept = (m for m in state.isr if m != state.leader and health.up(m)) if clean else ()
         kind = "offline partition back" if clean else "offline partition back, unclean"
         return _promote(state, chosen, kept, f"{kind}: {chosen} leads")
@@ -264,7 +275,9 @@ def _leadership(state: _State, part: PartitionView, health: _Health) -> _State:
         return state
     leaving = health.up(state.leader)
     why = f"leader {state.leader} {'leaving' if leaving else 'down'}"
-    successor = next((r for r in in_sync if health.alive(r)), None)
+    # a leaving leader waits for its own word on the successor (it reports within a second)
+    successors = [r for r in in_sync if r in confirmed] if leaving else safe
+    successor = next((r for r in successors if health.alive(r)), None)
     if successor is not None:
         kept = (m for m in state.isr if m != state.leader and health.up(m))
         return _promote(state, successor, kept, f"{why}: {successor} promoted")
@@ -441,17 +454,24 @@ def decide(view: View, now: float) -> list[Change]:
     changes (at most :data:`MAX_PASSES` times), so ``decide(apply(view, decide(view, now)),
     now) == []``."""
     merged: dict[tuple[str, int], Change] = {}
+    dropped: dict[tuple[str, int], set[str]] = {}  # replicas a pass removed, per partition
     current = view
     for _ in range(MAX_PASSES):
         changes = _pass(current, now)
         if not changes:
             break
+        replicas = {(c.topic, c.partition): c.replicas for c in changes}
+        for part in current.partitions:
+            key = (part.topic, part.partition)
+            if key in replicas:
+                dropped.setdefault(key, set()).update(set(part.replicas) - set(replicas[key]))
         for change in changes:
             key = (change.topic, change.partition)
             before = merged.get(key)
             if before is not None:
                 change = replace(change, reason=f"{before.reason}; {change.reason}")
-            merged[key] = change
+            renewed = dropped.get(key, set()).intersection(change.replicas)
+            merged[key] = replace(change, renewed=frozenset(renewed)) if renewed else change
         current = apply(current, changes)
     order = [(p.topic, p.partition) for p in view.partitions]
     return [merged[key] for key in order if key in merged]

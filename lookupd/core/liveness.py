@@ -25,7 +25,7 @@ partition's current leader under its current epoch counts (:meth:`Liveness.curre
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .decide import NodeView
 
@@ -67,6 +67,9 @@ class Liveness:
         self.progress: dict[tuple[str, int], Progress] = {}
         #: bumped whenever a report differs from the one it replaces (bytes behind aside)
         self.reports_changed = 0
+        #: per partition, the ISR members lookupd added under its epoch that the leader has not
+        #: confirmed since (``PartitionView.joined``: not promoted; kept in memory only)
+        self.joined: dict[tuple[str, int], frozenset[str]] = {}
 
     def seed(self, nodes: Iterable[str], now: float) -> None:
         """lookupd just started: give the placed nodes ``start_grace`` to reconnect."""
@@ -133,9 +136,13 @@ class Liveness:
 
     def report(self, topic: str, partition: int, progress: Progress) -> None:
         """A leader's report (the caller checked it against the placement)."""
-        if self.progress.get((topic, partition)) != progress:
+        key = (topic, partition)
+        if self.progress.get(key) != progress:
             self.reports_changed += 1
-        self.progress[(topic, partition)] = progress
+        self.progress[key] = progress
+        joined = self.joined.get(key)
+        if joined is not None and joined & progress.confirmed:
+            self._set_joined(key, joined - progress.confirmed)
 
     def replicas_changed(self, topic: str, partition: int, stay: frozenset[str]) -> None:
         """The partition's replicas changed under the same epoch: its report speaks only for
@@ -156,10 +163,43 @@ class Liveness:
         )
         self.reports_changed += 1
 
+    def isr_changed(
+        self,
+        topic: str,
+        partition: int,
+        before: tuple[str, ...],
+        after: tuple[str, ...],
+        epoch: bool,
+    ) -> None:
+        """The partition's in-sync set went from ``before`` to ``after`` (leader first), under a
+        new epoch if ``epoch``. Under the same epoch, a member that joined is ``joined`` until
+        the leader confirms it (it may lack what the leader acknowledged before it applied the
+        new set), and the report confirms only members in both sets (one naming a member that
+        joined may be older than that: only the leader's next report confirms it). Under a new
+        epoch the kept members carry what they were."""
+        key = (topic, partition)
+        joined = self.joined.get(key, frozenset())
+        if not epoch:
+            joined |= frozenset(after) - frozenset(before)
+            stay = frozenset(after) & frozenset(before)
+            progress = self.progress.get(key)
+            if progress is not None and not progress.confirmed <= stay:
+                self.progress[key] = replace(progress, confirmed=progress.confirmed & stay)
+                self.reports_changed += 1
+        self._set_joined(key, joined & frozenset(after[1:]))
+
+    def _set_joined(self, key: tuple[str, int], joined: frozenset[str]) -> None:
+        if joined:
+            self.joined[key] = joined
+        else:
+            self.joined.pop(key, None)
+
     def forget(self, topic: str) -> None:
         """The topic was deleted: its partitions' reports go with it."""
         for key in [key for key in self.progress if key[0] == topic]:
             del self.progress[key]
+        for key in [key for key in self.joined if key[0] == topic]:
+            del self.joined[key]
 
     def current(self, topic: str, partition: int, leader: str, epoch: int) -> Progress | None:
         """The report on ``partition`` if ``leader`` made it under ``epoch`` (the partition's

@@ -45,6 +45,10 @@ class PartitionView:
     #: replicas the leader reports in the in-sync set it applies and holding every
     #: acknowledged message (only to such a replica can leadership be handed without loss)
     confirmed: frozenset[str] = frozenset()
+    #: ISR members lookupd added under this epoch and the leader has not confirmed since: the
+    #: leader acknowledged without them until it applied that ISR, so they may lack messages
+    #: (lookupd's memory, not persisted: empty after it restarts)
+    joined: frozenset[str] = frozenset()
     unclean: bool = False  # the topic allows promoting an out-of-sync replica
     offline: bool = False
     move: Move | None = None  # a move of this partition in progress
@@ -101,6 +105,9 @@ class Change:
     offline: bool
     reason: str
     move: Move | None = None  # the partition's move in progress after the change (None: none)
+    #: replicas dropped and added again within the change (a decision's later pass gave a
+    #: copy back to a node an earlier one removed): reports from before it do not speak for them
+    renewed: frozenset[str] = frozenset()
 
     def assignment(self) -> PartitionAssignment:
         """The placement form (leader, replicas, epoch) nodes receive."""
@@ -117,9 +124,10 @@ def assignment_load(partitions: Iterable[PartitionView]) -> dict[str, int]:
 
 
 def apply(view: View, changes: Iterable[Change]) -> View:
-    """``view`` with ``changes`` applied. A new epoch voids the old leader's reports, and a node
-    that left or joined ``replicas`` has none. Raises :class:`DecisionError` for a change to a
-    partition the view does not have."""
+    """``view`` with ``changes`` applied. A new epoch voids the old leader's reports, a node
+    that left or joined ``replicas`` (or both: ``Change.renewed``) has none, and one that left
+    or joined the ISR is confirmed by none (one that joined is ``joined``). Raises
+    :class:`DecisionError` for a change to a partition the view does not have."""
     by_key = {(c.topic, c.partition): c for c in changes}
     known = {(p.topic, p.partition) for p in view.partitions}
     missing = sorted(set(by_key) - known)
@@ -131,9 +139,15 @@ def apply(view: View, changes: Iterable[Change]) -> View:
         if change is None:
             partitions.append(part)
             continue
-        stay = set(change.replicas) & set(part.replicas)
-        if change.epoch != part.epoch:
-            stay = set()
+        stay = (set(change.replicas) & set(part.replicas)) - change.renewed
+        # a report confirms only members of the ISR it was made under: one that joined or
+        # left since waits for the leader's next word
+        confirmed = part.confirmed & stay & set(change.isr) & set(part.isr)
+        joined = (part.joined - part.confirmed) | (set(change.isr) - set(part.isr))
+        if change.epoch != part.epoch:  # (the kept members carry what they were)
+            stay, confirmed = set(), frozenset()
+            joined = part.joined - part.confirmed
+        joined &= set(change.isr[1:])
         partitions.append(
             replace(
                 part,
@@ -145,7 +159,8 @@ def apply(view: View, changes: Iterable[Change]) -> View:
                 move=change.move,
                 caught_up=part.caught_up & stay,
                 lagging=part.lagging & stay,
-                confirmed=part.confirmed & stay,
+                confirmed=frozenset(confirmed),
+                joined=frozenset(joined),
             )
         )
     return replace(view, partitions=tuple(partitions))

@@ -55,6 +55,7 @@ def view_of(cluster: Cluster, settings: Settings, now: float) -> View:
                     caught_up=progress.caught_up if current and progress else frozenset(),
                     lagging=progress.lagging if current and progress else frozenset(),
                     confirmed=progress.confirmed if current and progress else frozenset(),
+                    joined=cluster.liveness.joined.get((placement.name, number), frozenset()),
                     unclean=placement.meta.unclean,
                     offline=(placement.name, number) in cluster.offline,
                     move=placement.move(number),
@@ -207,11 +208,15 @@ class Supervisor:
         cluster = self.cluster
         placement: TopicPlacement = cluster.placements[change.topic]
         old = placement.partitions[change.partition]
-        if change.epoch != old.epoch:
+        if change.epoch != old.epoch:  # (a new epoch voids the old leader's report)
             self.failovers += 1
-        elif set(change.replicas) != set(old.replicas):  # a new epoch voids the report anyway
-            stay = frozenset(change.replicas) & frozenset(old.replicas)
+        elif set(change.replicas) != set(old.replicas) or change.renewed:
+            stay = (frozenset(change.replicas) & frozenset(old.replicas)) - change.renewed
             cluster.liveness.replicas_changed(change.topic, change.partition, stay)
+        if change.isr != old.in_sync or change.epoch != old.epoch:
+            new_epoch = change.epoch != old.epoch
+            args = (change.topic, change.partition, old.in_sync, change.isr, new_epoch)
+            cluster.liveness.isr_changed(*args)
         updated = placement.with_partition(
             change.partition,
             PartitionAssignment(change.leader, change.replicas, change.epoch, change.isr),

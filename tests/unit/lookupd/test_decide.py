@@ -47,6 +47,7 @@ def part(
     epoch: int = 3,
     caught_up: frozenset[str] = frozenset(),
     lagging: frozenset[str] = frozenset(),
+    confirmed: frozenset[str] = frozenset(),
     unclean: bool = False,
     offline: bool = False,
 ) -> PartitionView:
@@ -59,6 +60,7 @@ def part(
         epoch=epoch,
         caught_up=caught_up,
         lagging=lagging,
+        confirmed=confirmed,
         unclean=unclean,
         offline=offline,
     )
@@ -126,9 +128,27 @@ def test_hung_leader_fails_over_only_past_the_heartbeat_timeout() -> None:
     assert (change.leader, change.epoch) == ("b", 4)
 
 
+def test_killed_leader_is_not_succeeded_by_a_member_it_may_not_have_waited_for() -> None:
+    """b joined the ISR (lookupd's word) but a never confirmed it: a may have acknowledged
+    messages without b before it applied that ISR. Promoting b could lose them."""
+    joins = part(isr=("a", "c"), caught_up=frozenset({"b"}))
+    (grown,), after = settle(view(everyone_alive("a", "b", "c"), joins))
+    assert (grown.isr, after.partitions[0].joined) == (("a", "b", "c"), frozenset({"b"}))
+    nodes = {**everyone_alive("b", "c"), "a": dead()}
+    change = only(decide(view(nodes, *after.partitions), NOW))
+    assert (change.leader, change.isr) == ("c", ("c", "b"))  # b stays a joiner
+    assert apply(view(nodes, *after.partitions), [change]).partitions[0].joined == {"b"}
+    only_b = replace(after.partitions[0], isr=("a", "b"))
+    offline = only(decide(view(nodes, only_b), NOW))
+    assert (offline.leader, offline.offline) == ("a", True)
+    assert decide(view(nodes, replace(only_b, offline=True)), NOW) == []
+    confirmed = replace(only_b, confirmed=frozenset({"b"}))
+    assert only(decide(view(nodes, confirmed), NOW)).leader == "b"
+
+
 def test_leaving_leader_hands_over_and_leaves_the_isr() -> None:
     nodes = {"a": alive(leaving=True), **everyone_alive("b", "c")}
-    changes, _ = settle(view(nodes, part()))
+    changes, _ = settle(view(nodes, part(confirmed=frozenset({"b", "c"}))))
     change = only(changes)
     assert (change.leader, change.replicas, change.isr, change.epoch) == (
         "b",
@@ -145,12 +165,28 @@ def test_leaving_leader_without_an_in_sync_successor_keeps_leading(unclean: bool
     assert decide(view(nodes, part(isr=("a",), unclean=unclean)), NOW) == []
 
 
-def test_leaving_leader_hands_over_to_a_replica_that_just_caught_up() -> None:
+def test_leaving_leader_hands_over_only_to_a_member_it_confirmed() -> None:
+    """lookupd's ISR may hold a member the leader does not wait for yet (it had not applied
+    that ISR when it acknowledged its last messages): handing over to it could lose them."""
     nodes = {"a": alive(leaving=True), **everyone_alive("b", "c")}
-    current = view(nodes, part(isr=("a",), caught_up=frozenset({"c"})))
-    changes, _ = settle(current)
-    change = only(changes)
+    assert decide(view(nodes, part()), NOW) == []
+    change = only(decide(view(nodes, part(confirmed=frozenset({"c"}))), NOW))
+    assert (change.leader, change.isr, change.epoch) == ("c", ("c", "b"), 4)
+
+
+def test_leaving_leader_waits_for_a_replica_that_just_caught_up_to_be_confirmed() -> None:
+    nodes = {"a": alive(leaving=True), **everyone_alive("b", "c")}
+    # the report names c confirmed too: sent before the leader applied c's leaving the ISR
+    stale = frozenset({"c"})
+    current = view(nodes, part(isr=("a",), caught_up=frozenset({"c"}), confirmed=stale))
+    changes, after = settle(current)
+    change = only(changes)  # c joins the ISR; a keeps leading until it waits for c
+    assert (change.leader, change.isr, change.epoch) == ("a", ("a", "c"), 3)
+    assert after.partitions[0].confirmed == frozenset()  # only a later report confirms c
+    fresh = replace(after.partitions[0], confirmed=frozenset({"c"}))
+    change = only(decide(replace(after, partitions=(fresh,)), NOW))
     assert (change.leader, change.isr, change.epoch) == ("c", ("c",), 4)
+    assert decide(view(nodes, part(isr=("a", "b"), confirmed=stale)), NOW) == []
 
 
 def test_a_leaving_replica_is_not_promoted_but_stays_in_sync() -> None:
@@ -592,11 +628,6 @@ class Cluster(RuleBasedStateMachine):
 
     def settle(self) -> None:
         before = replace(self.view, nodes=dict(self.nodes), removing=self.removing)
-
-        def before_up(n: str) -> bool:
-            node = self.nodes[n]
-            return node.connected and self.now - node.last_heartbeat <= TIMEOUT
-
         changes = decide(before, self.now)
         for change in changes:
             for kind in KINDS:
@@ -611,10 +642,11 @@ class Cluster(RuleBasedStateMachine):
                 (c.reason for c in changes if (c.topic, c.partition) == (new.topic, new.partition)),
                 "",
             )
-            if new.epoch != prev.epoch:  # promoted from the ISR (or one that joined it in
-                # this very decision: a leaving leader reported it caught up), unless unclean
-                joined = prev.caught_up - prev.lagging if before_up(prev.leader) else set()
-                assert new.leader in {*prev.isr, *joined} or prev.unclean
+            if new.epoch != prev.epoch:  # promoted from the ISR, unless unclean: not one that
+                # joined it since the leader last confirmed it (nor in this very decision)
+                holds_all = prev.isr[0], *(n for n in prev.isr if n in prev.confirmed)
+                holds_all += tuple(n for n in prev.isr if n not in prev.joined)
+                assert new.leader in holds_all or prev.unclean
                 if "handed over" in reason:  # a move: only to a replica holding every ack
                     assert new.leader in prev.confirmed
             else:
@@ -655,8 +687,10 @@ class Cluster(RuleBasedStateMachine):
             assert len(set(p.isr)) == len(p.isr)
             assert p.leader not in p.replicas
             assert len(set(p.replicas)) == len(p.replicas)
-            if p.offline:  # offline only while nobody eligible is alive
-                assert not any(alive(n) for n in p.isr)
+            if p.offline:  # offline only while nobody eligible is alive (a member that
+                # joined the ISR and was never confirmed may lack acknowledged messages)
+                eligible = [n for n in p.isr if n not in p.joined or n in p.confirmed]
+                assert not any(alive(n) for n in eligible)
                 assert not (p.unclean and any(alive(n) for n in p.replicas))
             else:  # otherwise led by a serving node, with only serving nodes in sync
                 assert up(p.leader)
@@ -677,3 +711,24 @@ def test_a_replacement_goes_to_a_rack_holding_no_copy() -> None:
     assert only(changes).replicas == ("b", "e")
     without = View(nodes=nodes, partitions=(part(isr=("a", "b")), busy))
     assert only(decide(without, NOW)).replicas == ("b", "d")  # by load alone
+
+
+def test_a_copy_dropped_and_given_back_in_one_decision_is_reported_on_again() -> None:
+    """A move from c to d ends (c dropped) and the topic's replicator, raised to 4, gives the
+    fourth copy back to c in the same decision: c's replicas entry looks unchanged, but the
+    leader's word on its old copy no longer counts (found by the state machine above: the
+    next decision put c back in the ISR, so decide was not a fixed point)."""
+    nodes = everyone_alive("a", "b", "c", "d")
+    moving = replace(
+        part("a", ("b", "c", "d"), ("a", "b", "c"), caught_up=frozenset({"c", "d"})),
+        move=Move(0, "c", "d", leader=False),
+        wanted=4,
+    )
+    changes, after = settle(view(nodes, moving))
+    change = only(changes)
+    assert (change.replicas, change.isr, change.renewed) == (
+        ("b", "d", "c"),
+        ("a", "b", "d"),
+        frozenset({"c"}),
+    )
+    assert after.partitions[0].caught_up == frozenset({"d"})
