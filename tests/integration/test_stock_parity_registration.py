@@ -1,6 +1,6 @@
 """Registration is immediate, as Go nsqd's: a topic or channel created on nsqd (HTTP create, PUB,
-SUB) is in lookupd's ``/lookup``, ``/topics`` and ``/channels`` within 20 ms of nsqd's reply, and
-its registration is gone within 20 ms of its deletion on nsqd. Run for Go nsqd + Go nsqlookupd
+SUB) is in lookupd's ``/lookup``, ``/topics`` and ``/channels`` right after nsqd's reply, and
+its registration is gone right after its deletion on nsqd. Run for Go nsqd + Go nsqlookupd
 (the reference), pnsq's nsqd + Go nsqlookupd and pnsq's nsqd + pnsq's lookupd.
 
 "Gone" is what nsqlookupd 1.3.0 shows: the node is no longer a producer of the key (``/lookup``
@@ -11,7 +11,9 @@ pnsq already did all of this when this test was written (nsqd's lookup client se
 REGISTER/UNREGISTER as soon as the broker's topics or channels change); it guards that.
 
 Timing on a loaded 2-core machine: every operation is measured several times; the median must be
-≤ 20 ms and every single one ≤ 200 ms (a registration on a timer or a heartbeat would be ≥ 500 ms).
+≤ 100 ms and every single one ≤ 450 ms (a registration on a timer or a heartbeat would be ≥ 500
+ms; each takes a few ms on a quiet machine, but the suite's other workers can stall a daemon
+for a few hundred).
 """
 
 from __future__ import annotations
@@ -32,8 +34,8 @@ from tests.rawclient import RawClient
 pytestmark = pytest.mark.integration
 
 ROUNDS = 5
-MEDIAN_MS = 20.0
-WORST_MS = 200.0
+MEDIAN_MS = 100.0
+WORST_MS = 450.0
 SYSTEMS = {
     "go-nsqd+go-nsqlookupd": (go_nsqd, go_lookupd),
     "pnsq-nsqd+go-nsqlookupd": (pnsq_nsqd, go_lookupd),
