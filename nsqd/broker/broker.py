@@ -442,6 +442,7 @@ async def open_broker(config: BrokerConfig, clock: Clock | None = None) -> Async
         nursery.start_soon(broker.commits.run)
         nursery.start_soon(broker.run_retention)
         nursery.start_soon(broker.disk.run)
+        nursery.start_soon(broker.replication.run_ticks)
         try:
             yield broker
         finally:

@@ -240,9 +240,13 @@ async def keep_registered(
             await conn.ok(encode_command("PING"))
             next_ping = clock.monotonic() + interval
 
+    done = None  # the generation of the broker's changes ``registered`` follows
     while True:
         generation = changes.generation
-        commands = registration_commands(registered, desired_registrations(broker, partitioned))
+        # (looked at again only after a change: at thousands of partitions, working out what
+        # to register is a scan of every one, and the PINGs come twice a second)
+        wanted = registered if generation == done else desired_registrations(broker, partitioned)
+        commands = registration_commands(registered, wanted)
         for start in range(0, len(commands), PIPELINE):
             group = commands[start : start + PIPELINE]
             for _, line in group:
@@ -254,6 +258,7 @@ async def keep_registered(
                 else:
                     registered.discard(key)
             await ping_if_due()
+        done = generation
         await ping_if_due()
         # until the broker's topics, channels or placements change, or the next PING
         with trio.move_on_after(max(next_ping - clock.monotonic(), 0.0)):

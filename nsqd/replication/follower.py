@@ -68,7 +68,7 @@ log = logging.getLogger("nsqd.replication")
 
 DIAL_TIMEOUT = 2.0
 WELCOME_TIMEOUT = 10.0
-IDLE_TIMEOUT = 5.0  # the leader sends its high-watermark every second; silence this long: gone
+IDLE_TIMEOUT = 8.0  # the leader sends its high-watermark every 2 s; silence this long: gone
 RETRY = (0.1, 5.0)  # reconnect backoff: first, most
 
 Key = tuple[str, int]  # topic, partition

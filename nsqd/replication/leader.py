@@ -9,10 +9,12 @@ progress in the partition state (moving the high-watermark when the follower is 
 Idle, the leader sends the high-watermark every :data:`HEARTBEAT` seconds; it looks at the
 channels' state every :data:`CURSOR_INTERVAL` seconds, and a stream of a topic with no channel
 sleeps until the next heartbeat unless woken (records, a role change, a channel created, an
-administrative change). A follower whose
-Hello carries ``FEATURE_ADMIN`` also gets the topic's administrative state (``Admin``) at the
-start and on every change, and its ``AdminAck`` is recorded in ``Partition.admin_acks`` (an
-administrative change waits for it: :mod:`nsqd.broker.admin_state`). The stream ends
+administrative change). The broker's one timer wakes idle streams
+(:class:`~nsqd.broker.copying.ReplicationWaiters`): no stream keeps a timeout of its own. A
+follower whose Hello carries ``FEATURE_ADMIN`` also gets the topic's administrative state
+(``Admin``) at the start and on every change, and its ``AdminAck`` is recorded in
+``Partition.admin_acks`` (an administrative change waits for it:
+:mod:`nsqd.broker.admin_state`). The stream ends
 when this node stops leading the partition, or its epoch moves on: a deposed leader has
 nothing to send.
 
@@ -55,6 +57,8 @@ from protocol.replication_decoder import FollowerFrameDecoder
 from ..broker import Broker, StorageError, Topic
 from ..broker.admin_state import admin_frame
 from ..broker.copying import (
+    BEAT_TICKS,
+    STREAM_TICK,
     Batch,
     end_for_epoch,
     follower_acked,
@@ -69,8 +73,8 @@ from .frames import FrameReader, PeerClosed
 
 log = logging.getLogger("nsqd.replication")
 
-HEARTBEAT = 1.0  # seconds between high-watermark frames on an idle stream
-CURSOR_INTERVAL = 0.2  # seconds between looks at the channels' state
+CURSOR_INTERVAL = STREAM_TICK  # seconds between looks at the channels' state
+HEARTBEAT = STREAM_TICK * BEAT_TICKS  # seconds between high-watermark frames on an idle stream
 #: bytes per second a follower outside the in-sync set is fed by default (a new, moved or
 #: returning replica catching up must not starve the partition's publishers and in-sync
 #: followers); nsqd's ``--replica-move-rate``
@@ -216,34 +220,36 @@ async def _stream(
             if first not in asked and first + count <= at:  # sent to it: it may hold them
                 asked.add(first)
                 await stream.send_all(encode(RepairRequest(epoch, first, count)))
-        catching_up = node not in state.placement.isr
-        # catching up: batches of a tenth of a second's budget, so the rate holds for a log
-        # shorter than one full batch too
-        size = max(MIN_CATCHUP_BATCH, int(catchup_rate / 10)) if catching_up else BATCH_BYTES
-        batch = read_for_follower(
-            partition, at, min(size, BATCH_BYTES), as_written=not (first_batch or catching_up)
-        )
-        if batch.count:
-            first_batch = False
-            header = encode_append_header(
-                epoch, batch.base_offset, state.high_watermark, batch.count, len(batch.data)
+        if at < partition.log.end_offset:  # (an idle wake-up reads nothing)
+            catching_up = node not in state.placement.isr
+            # catching up: batches of a tenth of a second's budget, so the rate holds for a log
+            # shorter than one full batch too
+            size = max(MIN_CATCHUP_BATCH, int(catchup_rate / 10)) if catching_up else BATCH_BYTES
+            batch = read_for_follower(
+                partition, at, min(size, BATCH_BYTES), as_written=not (first_batch or catching_up)
             )
-            await stream.send_all(header + batch.data)
-            at += batch.count
-            if at >= partition.log.end_offset:
-                state.sent_to_end(node, at)
-            sent_hw, sent_at = state.high_watermark, clock.monotonic()
-            if catching_up:  # at a bounded rate
-                await trio.sleep(budget.spend(len(batch.data), sent_at))
-            continue
+            if batch.count:
+                first_batch = False
+                header = encode_append_header(
+                    epoch, batch.base_offset, state.high_watermark, batch.count, len(batch.data)
+                )
+                await stream.send_all(header + batch.data)
+                at += batch.count
+                if at >= partition.log.end_offset:
+                    state.sent_to_end(node, at)
+                sent_hw, sent_at = state.high_watermark, clock.monotonic()
+                if catching_up:  # at a bounded rate
+                    await trio.sleep(budget.spend(len(batch.data), sent_at))
+                continue
         now = clock.monotonic()
-        if state.high_watermark != sent_hw or now - sent_at >= HEARTBEAT:
+        # (woken by the ticks: each wake-up a little late, the next one on time)
+        if state.high_watermark != sent_hw or now - sent_at >= HEARTBEAT - CURSOR_INTERVAL:
             sent_hw, sent_at = state.high_watermark, now
             await stream.send_all(encode(HighWatermark(epoch, sent_hw)))
         changed = admin and (sent_admin is None or sent_admin.version != topic.admin_version)
         every = now >= next_cursors or changed  # ordered channels: at once, others every interval
         if every:
-            next_cursors = now + CURSOR_INTERVAL
+            next_cursors = now + CURSOR_INTERVAL / 2
         for frame in _cursor_changes(topic, partition, epoch, cursors, every):
             await stream.send_all(encode(frame))
         if admin and every:
@@ -253,11 +259,9 @@ async def _stream(
                 await stream.send_all(encode(state_now))
         # nothing but the heartbeat to send until woken (records, a role change, a channel
         # created, an admin change) while the topic has no channel and none was sent: a
-        # node holding thousands of such partitions wakes each once a second, not five times
+        # node holding thousands of such partitions wakes each once a heartbeat, not every tick
         quiet = not topic.channels and not cursors and not (repair and held_regions(partition))
-        wait = max(sent_at + HEARTBEAT - now, 0.0) if quiet else CURSOR_INTERVAL
-        with trio.move_on_after(wait):
-            await broker.replication.wait_data(partition, at)
+        await broker.replication.wait_data(partition, at, look=not quiet)
     log.info(
         "REPLICATION(%s/%d): %s: stream ends",
         topic.name,

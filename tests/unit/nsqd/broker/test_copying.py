@@ -3,6 +3,8 @@ follower cuts its log back to its new leader's history; publishers wait for the 
 
 from __future__ import annotations
 
+import itertools
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -10,6 +12,7 @@ import trio
 import trio.testing
 
 from nsqd.broker.copying import (
+    BEAT_TICKS,
     Batch,
     ReplicaStreamError,
     ReplicationWaiters,
@@ -298,3 +301,39 @@ def _position(data: bytearray, offset: int) -> int:
     for _ in range(offset):
         position += 4 + (int.from_bytes(data[position : position + 4], "big") & ((1 << 30) - 1))
     return position
+
+
+async def test_idle_streams_wake_at_the_ticks_their_slots_and_looks_ask_for(
+    tmp_path: Path,
+) -> None:
+    """One timer for every idle stream: a stream that looks at its channels wakes at every
+    tick, the others once every BEAT_TICKS ticks, each partition at a tick of its own (the
+    slots given in turn: heartbeats spread evenly, not one burst); records wake at once."""
+    parts = [partition(tmp_path / str(n), Role.LEADER) for n in range(2 * BEAT_TICKS)]
+    waiters = ReplicationWaiters()
+    woken: dict[int, list[int]] = {n: [] for n in range(len(parts))}
+
+    async def stream(n: int, look: bool) -> None:
+        for _ in range(3 * BEAT_TICKS):
+            await waiters.wait_data(parts[n], parts[n].log.end_offset, look=look)
+            woken[n].append(waiters._ticks)  # the tick that woke it
+
+    async with trio.open_nursery() as nursery:
+        for n in range(len(parts)):
+            nursery.start_soon(stream, n, n == 0)
+        for _ in range(3 * BEAT_TICKS):
+            await trio.testing.wait_all_tasks_blocked()
+            waiters.tick()
+        await trio.testing.wait_all_tasks_blocked()
+        assert woken[0] == list(range(1, 3 * BEAT_TICKS + 1))  # looking: every tick
+        quiet = [woken[n] for n in range(1, len(parts))]
+        assert all(len(ticks) == 3 for ticks in quiet)  # once every BEAT_TICKS ticks
+        assert all(b - a == BEAT_TICKS for ticks in quiet for a, b in itertools.pairwise(ticks))
+        per_slot = Counter(ticks[0] % BEAT_TICKS for ticks in quiet)
+        assert len(per_slot) == BEAT_TICKS  # spread evenly
+        assert max(per_slot.values()) == 2
+        publish(parts[1], b"now")
+        waiters.appended(parts[1])
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(woken[1]) == 4  # records: at once, between ticks
+        nursery.cancel_scope.cancel()
