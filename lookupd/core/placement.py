@@ -141,6 +141,16 @@ def leader_load(placements: Iterable[TopicPlacement]) -> dict[str, int]:
     return load
 
 
+def copy_load(placements: Iterable[TopicPlacement]) -> dict[str, int]:
+    """Copies (partitions led or replicated) per node."""
+    load: dict[str, int] = {}
+    for placement in placements:
+        for part in placement.partitions:
+            for node in (part.leader, *part.replicas):
+                load[node] = load.get(node, 0) + 1
+    return load
+
+
 def place(
     name: str,
     meta: TopicMeta,
@@ -148,11 +158,14 @@ def place(
     load: Mapping[str, int] | None = None,
     prefer: str | None = None,
     racks: Mapping[str, str] | None = None,
+    copies: Mapping[str, int] | None = None,
 ) -> TopicPlacement:
     """Place a new topic on ``nodes`` (pending if there are none); a live ``prefer`` node
     leads the first partition (the node whose publish created the topic); replicas go to
-    other ``racks`` first. Raises :class:`PlacementError` if fewer nodes than
-    ``meta.replica`` are live."""
+    other ``racks`` first, then to the nodes holding the fewest of the topic's partitions,
+    then the fewest ``copies`` over every topic (:func:`copy_load`: without it, the ties went
+    by name, and topic after topic the same node took the odd replica, for balancing to move
+    later). Raises :class:`PlacementError` if fewer nodes than ``meta.replica`` are live."""
     candidates = sorted(set(nodes))
     if not candidates:
         return TopicPlacement(name, meta)
@@ -166,21 +179,24 @@ def place(
         leaders[prefer] = min(leaders.values()) - 1
     replicas = dict.fromkeys(candidates, 0)
     held = dict.fromkeys(candidates, 0)  # partitions of this topic on each node, either role
+    total = {node: (copies or {}).get(node, 0) for node in candidates}  # every topic's
     parts = []
     for _ in range(meta.partition_num):
         leader = min(candidates, key=lambda n: (leaders[n], n))
         leaders[leader] += 1
         held[leader] += 1
+        total[leader] += 1
         chosen = pick_spread(
             candidates,
             (leader,),
             racks or {},
             meta.replica - 1,
-            lambda n: (held[n], replicas[n], n),
+            lambda n: (held[n], total[n], replicas[n], n),
         )
         for node in chosen:
             replicas[node] += 1
             held[node] += 1
+            total[node] += 1
         parts.append(PartitionAssignment(leader, chosen, 0, (leader, *chosen)))  # all empty
     return TopicPlacement(name, meta, tuple(parts))
 
@@ -192,14 +208,16 @@ def place_pending(
 ) -> list[TopicPlacement]:
     """Place every pending topic that ``nodes`` can take; returns the newly placed ones."""
     all_placements = list(placements)
-    load = leader_load(all_placements)
+    load, copies = leader_load(all_placements), copy_load(all_placements)
     placed = []
     for placement in all_placements:
         if not placement.pending or len(set(nodes)) < max(placement.meta.replica, 1):
             continue
-        done = place(placement.name, placement.meta, nodes, load, racks=racks)
+        done = place(placement.name, placement.meta, nodes, load, racks=racks, copies=copies)
         for part in done.partitions:
             load[part.leader] = load.get(part.leader, 0) + 1
+            for node in (part.leader, *part.replicas):
+                copies[node] = copies.get(node, 0) + 1
         placed.append(replace(done, adopted=placement.adopted))
     return placed
 
@@ -218,6 +236,7 @@ def expand(
     nodes: Sequence[str],
     load: Mapping[str, int],
     racks: Mapping[str, str] | None = None,
+    copies: Mapping[str, int] | None = None,
 ) -> TopicPlacement:
     """youzan's ``/topic/partition/expand``: add partitions up to ``partition_num``, placed as
     :func:`place` would (the existing ones stay where they are). Raises
@@ -235,6 +254,7 @@ def expand(
         nodes,
         load,
         racks=racks,
+        copies=copies,
     )
     meta = replace(placement.meta, partition_num=partition_num)
     return replace(placement, meta=meta, partitions=placement.partitions + extra.partitions)

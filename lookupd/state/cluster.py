@@ -29,6 +29,7 @@ from ..core.placement import (
     adopt,
     assignments_for,
     check_recreate,
+    copy_load,
     leader_load,
     place,
     place_pending,
@@ -267,8 +268,9 @@ class Cluster(Operations):
             check_recreate(existing, meta)
             if not existing.adopted:
                 return
-        load = leader_load(self.placements.values())
-        placement = place(name, meta, self.placeable_nodes(), load, prefer, self.racks())
+        load, copies = leader_load(self.placements.values()), copy_load(self.placements.values())
+        nodes = self.placeable_nodes()
+        placement = place(name, meta, nodes, load, prefer, self.racks(), copies)
         self.placements[name] = placement
         tombstone = self.deleted.pop(name, None)
         self._changed()

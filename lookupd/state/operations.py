@@ -15,7 +15,7 @@ from trio.lowlevel import ParkingLot
 
 from ..core.liveness import Liveness
 from ..core.moves import Move, MoveError, check_move
-from ..core.placement import PlacementError, TopicPlacement, expand, leader_load
+from ..core.placement import PlacementError, TopicPlacement, copy_load, expand, leader_load
 from ..core.switches import Switches
 from .metadata import Metadata
 from .store import StoreError
@@ -146,8 +146,9 @@ class Operations(Metadata):
         :class:`StoreError`."""
         self._check_leading()
         placement = self.placements[name]
-        load = leader_load(self.placements.values())
-        updated = expand(placement, partition_num, self.placeable_nodes(), load, self.racks())
+        load, copies = leader_load(self.placements.values()), copy_load(self.placements.values())
+        nodes = self.placeable_nodes()
+        updated = expand(placement, partition_num, nodes, load, self.racks(), copies)
         return await self._commit(placement, updated)
 
     async def start_move(self, topic: str, partition: int, move: Move) -> Move:
