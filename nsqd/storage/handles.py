@@ -9,8 +9,8 @@ A segment is only touched under its log's lock, so closing it needs that lock to
 takes a victim's lock with a non-blocking acquire and skips segments whose log is busy (among
 them every segment of the log asking, whose lock its thread already holds): the bound is
 soft by the few segments in use at that moment (the next use of any segment closes them once
-idle), and no thread ever waits for a second lock while holding one, so there is no
-lock-order deadlock.
+idle), and no thread ever waits for a lock while holding one (the victims' locks are all
+taken without waiting), so there is no lock-order deadlock.
 """
 
 from __future__ import annotations
@@ -75,16 +75,24 @@ class HandleCache:
                 self._open_fds -= entry[1]
 
     def _evict(self) -> None:
-        """Close least recently used segments whose owner is idle until under the bound."""
-        for segment, (owner, fds) in list(self._entries.items()):
-            if self._open_fds <= self.max_fds:
-                return
+        """Close least recently used segments whose owner is idle until under the bound. The
+        victims are found first, from the least recently used end, without copying the table
+        (with thousands of partitions a copy per opening made creating them quadratic)."""
+        excess = self._open_fds - self.max_fds
+        victims: list[tuple[Evictable, threading.Lock, int]] = []
+        for segment, (owner, fds) in self._entries.items():
+            if excess <= 0:
+                break
             if not owner.acquire(blocking=False):
                 continue  # in use right now (maybe by the caller itself): not idle
-            try:
+            victims.append((segment, owner, fds))
+            excess -= fds
+        try:
+            for segment, _, fds in victims:
                 del self._entries[segment]
                 self._open_fds -= fds
                 self.evictions += 1
                 segment.release()
-            finally:
+        finally:
+            for _, owner, _ in victims:
                 owner.release()
