@@ -304,6 +304,19 @@ def caught_up(cluster: Cluster, leader: str, follower: str, epochs: dict[int, in
     cluster.report_progress(leader, entries)
 
 
+def led_by_a_b_out_of_sync(tmp_path: Path) -> tuple[Clock, Cluster, Supervisor]:
+    """One partition led by A at epoch 3, B its replica outside the ISR, both connected."""
+    clock = Clock()
+    store = MetadataStore(tmp_path)
+    placed = TopicPlacement("t", TopicMeta(1, 2), (PartitionAssignment(A, (B,), 3, (A,)),))
+    store.save([placed])
+    cluster = Cluster(store, Timeouts(), clock=clock)
+    cluster.load()
+    cluster.liveness.connected(A, clock.now)
+    cluster.liveness.connected(B, clock.now)
+    return clock, cluster, Supervisor(cluster, Settings())
+
+
 async def test_a_leader_cut_off_from_lookupd_stays_down_while_it_reports_over_http(
     tmp_path: Path,
 ) -> None:
@@ -400,15 +413,7 @@ async def test_a_copy_removed_and_added_again_is_not_in_sync_by_the_report_befor
     move) and added again, empty, under the same epoch: that report no longer speaks for B,
     so B does not rejoin the ISR until A says it caught up again (in the ISR, B could have been
     promoted without the messages A acknowledged). A deleted topic's reports go with it."""
-    clock = Clock()
-    store = MetadataStore(tmp_path)
-    placed = TopicPlacement("t", TopicMeta(1, 2), (PartitionAssignment(A, (B,), 3, (A,)),))
-    store.save([placed])
-    cluster = Cluster(store, Timeouts(), clock=clock)
-    cluster.load()
-    cluster.liveness.connected(A, clock.now)
-    cluster.liveness.connected(B, clock.now)
-    supervisor = Supervisor(cluster, Settings())
+    clock, cluster, supervisor = led_by_a_b_out_of_sync(tmp_path)
     caught_up(cluster, A, B, {0: 3})
     removed = Change("t", 0, A, (), (A,), 3, False, "replica removed")
     added = Change("t", 0, A, (B,), (A,), 3, False, "replica added")
@@ -433,15 +438,7 @@ async def test_a_leaving_leader_hands_over_only_after_it_confirms_a_rejoined_fol
     acknowledged publishes without waiting for B, so B may lack the last of them: A keeps
     leading until a report made after the ISR grew confirms B (the report that put B back
     cannot: seen in a rolling restart under load, one acknowledged message lost)."""
-    clock = Clock()
-    store = MetadataStore(tmp_path)
-    placed = TopicPlacement("t", TopicMeta(1, 2), (PartitionAssignment(A, (B,), 3, (A,)),))
-    store.save([placed])
-    cluster = Cluster(store, Timeouts(), clock=clock)
-    cluster.load()
-    cluster.liveness.connected(A, clock.now)
-    cluster.liveness.connected(B, clock.now)
-    supervisor = Supervisor(cluster, Settings())
+    _, cluster, supervisor = led_by_a_b_out_of_sync(tmp_path)
     caught_up(cluster, A, B, {0: 3})  # caught up, and (by an older ISR) confirmed
     (expand,) = await supervisor.step()
     assert (expand.leader, expand.isr) == (A, (A, B))
@@ -460,15 +457,7 @@ async def test_a_killed_leader_is_not_succeeded_by_a_follower_it_never_confirmed
     confirms B (A acknowledged publishes without waiting for B until it applied the grown
     ISR): the partition goes offline until A is back, as with A alone in sync, rather than
     B leading without the last of them. Once confirmed, B would have been promoted."""
-    clock = Clock()
-    store = MetadataStore(tmp_path)
-    placed = TopicPlacement("t", TopicMeta(1, 2), (PartitionAssignment(A, (B,), 3, (A,)),))
-    store.save([placed])
-    cluster = Cluster(store, Timeouts(), clock=clock)
-    cluster.load()
-    cluster.liveness.connected(A, clock.now)
-    cluster.liveness.connected(B, clock.now)
-    supervisor = Supervisor(cluster, Settings())
+    clock, cluster, supervisor = led_by_a_b_out_of_sync(tmp_path)
     entry = {"topic": "t", "partition": 0, "epoch": 3, "caught_up": [B], "lagging": []}
     cluster.report_progress(A, [{**entry, "confirmed": []}])
     (expand,) = await supervisor.step()
