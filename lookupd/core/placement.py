@@ -76,6 +76,8 @@ class TopicPlacement:
 
     def move(self, partition: int) -> Move | None:
         """The move of ``partition`` in progress, if any."""
+        if not self.moves:  # (asked of every partition by each decision: most have none)
+            return None
         return next((m for m in self.moves if m.partition == partition), None)
 
     def with_partition(self, number: int, part: PartitionAssignment) -> TopicPlacement:
