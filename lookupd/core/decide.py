@@ -70,9 +70,10 @@ decide(view, now)), now) == []``.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from .balance import plan_balance, settled
+from .health import Health, liveness_key
 from .moves import Move
 from .racks import pick_spread
 from .resize import plan
@@ -99,86 +100,6 @@ __all__ = [
     "decide",
     "liveness_key",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class _Health:
-    """Liveness of the nodes at ``now``. Which nodes are up, alive, spare and steady is worked
-    out once, at construction: a decision asks it of every partition's nodes, a few times
-    each (at 3,000 partitions, 68,000 questions a failover)."""
-
-    nodes: Mapping[str, NodeView]
-    settings: Settings
-    now: float
-    removing: frozenset[str] = frozenset()
-    upgrading: bool = False
-    _up: frozenset[str] = field(init=False)
-    _alive: frozenset[str] = field(init=False)
-    _spare: frozenset[str] = field(init=False)
-    _steady: frozenset[str] = field(init=False)
-
-    def __post_init__(self) -> None:
-        timeout, grace, now = self.settings.heartbeat_timeout, self.settings.balance_grace, self.now
-        up = frozenset(
-            node
-            for node, view in self.nodes.items()
-            if view.connected and now - view.last_heartbeat <= timeout
-        )
-        alive = frozenset(node for node in up if not self.nodes[node].leaving)
-        spare = alive - self.removing
-        steady = frozenset(node for node in spare if now - self.nodes[node].up_since >= grace)
-        for name, nodes in (("_up", up), ("_alive", alive), ("_spare", spare), ("_steady", steady)):
-            object.__setattr__(self, name, nodes)
-
-    def up(self, node: str) -> bool:
-        """Connected, and heard from within the heartbeat timeout."""
-        return node in self._up
-
-    def alive(self, node: str) -> bool:
-        """Up and not leaving."""
-        return node in self._alive
-
-    def spare(self, node: str) -> bool:
-        """May take a new copy: alive and not being drained."""
-        return node in self._spare
-
-    def steady(self, node: str) -> bool:
-        """Spare, and up for ``balance_grace`` at least: balancing may count on it."""
-        return node in self._steady
-
-    def replaceable(self, node: str) -> bool:
-        if self.upgrading:
-            return False  # it is restarting
-        view = self.nodes.get(node)
-        if view is None:
-            return True
-        return (
-            not self.up(node)
-            and view.down_since is not None
-            and self.now - view.down_since >= self.settings.replace_after
-        )
-
-
-def liveness_key(
-    nodes: Mapping[str, NodeView], settings: Settings, now: float, upgrading: bool
-) -> tuple[tuple[str, bool, bool, bool, bool, bool], ...]:
-    """All that :func:`decide` reads of the nodes at ``now``: per node, whether it is up,
-    alive, leaving, replaceable and steady (up for the balancing grace; a node's
-    ``removing`` aside, which the view's key holds). Equal keys (with the same partitions
-    and the rest of the view) give equal decisions, however the heartbeats moved
-    meanwhile."""
-    health = _Health(nodes, settings, now, upgrading=upgrading)
-    return tuple(
-        (
-            node,
-            health.up(node),
-            health.alive(node),
-            view.leaving,
-            health.replaceable(node),
-            health.steady(node),
-        )
-        for node, view in sorted(nodes.items())
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,7 +134,7 @@ def _isr(leader: str, members: Iterable[str], replicas: Sequence[str]) -> tuple[
     return (leader, *(r for r in replicas if r in keep and r != leader))
 
 
-def _upkeep(state: _State, part: PartitionView, health: _Health) -> _State:
+def _upkeep(state: _State, part: PartitionView, health: Health) -> _State:
     """Step 1: shrink and expand the ISR of a partition whose leader is up."""
     if state.offline or not health.up(state.leader):
         return state
@@ -252,7 +173,7 @@ def _promote(state: _State, leader: str, isr: Iterable[str], reason: str) -> _St
     )
 
 
-def _leadership(state: _State, part: PartitionView, health: _Health) -> _State:
+def _leadership(state: _State, part: PartitionView, health: Health) -> _State:
     """Step 2: fail over from a dead or leaving leader, or bring an offline partition back."""
     in_sync = [r for r in state.replicas if r in state.isr]
     # who holds every acknowledged message: a member the leader confirmed, or one in the ISR
@@ -291,7 +212,7 @@ def _leadership(state: _State, part: PartitionView, health: _Health) -> _State:
 
 
 def _rereplicate(
-    state: _State, health: _Health, load: dict[str, int], racks: Mapping[str, str]
+    state: _State, health: Health, load: dict[str, int], racks: Mapping[str, str]
 ) -> _State:
     """Step 3: replace replicas down for ``replace_after``; updates ``load``."""
     if state.offline:
@@ -318,7 +239,7 @@ def _rereplicate(
     return replace(state, replicas=new, isr=_isr(state.leader, state.isr, new), reasons=reasons)
 
 
-def _moving(state: _State, part: PartitionView, health: _Health) -> _State:
+def _moving(state: _State, part: PartitionView, health: Health) -> _State:
     """Step 4: one step of the partition's move, if it has one."""
     move = state.move
     if move is None or state.offline:
@@ -357,7 +278,7 @@ def _moving(state: _State, part: PartitionView, health: _Health) -> _State:
 def _plan(
     state: _State,
     part: PartitionView,
-    health: _Health,
+    health: Health,
     load: dict[str, int],
     racks: Mapping[str, str],
     busy: set[str],
@@ -395,7 +316,7 @@ def _plan(
     return replace(state, move=move, reasons=state.note(step.reason))
 
 
-def _balancing(view: View, health: _Health) -> dict[tuple[str, int], Move]:
+def _balancing(view: View, health: Health) -> dict[tuple[str, int], Move]:
     """Step 6's moves (:mod:`.balance`): only when balancing is on and the cluster settled,
     every copy on a node up for ``balance_grace`` at least (a node just back, after a
     failover from it, is not handed its leaderships at once); nodes up for less take
@@ -410,7 +331,7 @@ def _balancing(view: View, health: _Health) -> dict[tuple[str, int], Move]:
 
 def _pass(view: View, now: float) -> list[Change]:
     """One look at every partition: steps 1 to 6 (see the module doc)."""
-    health = _Health(view.nodes, view.settings, now, view.removing, view.upgrading)
+    health = Health(view.nodes, view.settings, now, view.removing, view.upgrading)
     load = assignment_load(view.partitions)
     busy = {p.move.source for p in view.partitions if p.move and p.move.source in view.removing}
     balancing = _balancing(view, health)
