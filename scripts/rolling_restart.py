@@ -30,7 +30,6 @@ credential from ``$data/cluster.secret``).
 from __future__ import annotations
 
 import argparse
-import base64
 import json
 import os
 import signal
@@ -45,8 +44,9 @@ from pathlib import Path
 from typing import Any
 
 import trio
+from rolling_restart_readback import locate, unread
 
-from pnsq.client import open_consumer, open_producer
+from pnsq.client import open_producer
 from pnsq.client.retry import RETRIED, retryable
 from protocol.cluster_auth import http_headers
 
@@ -264,81 +264,6 @@ async def publish(
             await trio.sleep(interval)
 
 
-async def read_back(seed: str, lookupd: str, topic: str, channel: str, missing: set[int]) -> None:
-    """Consume ``channel``, taking each number read out of ``missing``, until it is empty (the
-    caller bounds the time)."""
-    async with open_consumer(
-        seed, topic, channel, lookupd_http_address=lookupd, max_in_flight=500
-    ) as consumer:
-        async for message in consumer:
-            missing.discard(int(message.body))
-            await message.finish()
-            if not missing:
-                return
-
-
-def unread(seed: str, lookupd: str, topic: str, channel: str, acked: list[int]) -> set[int]:
-    """The numbers of ``acked`` not read back from ``channel`` within a minute."""
-    missing = set(acked)
-
-    async def run() -> None:
-        with trio.move_on_after(60):
-            await read_back(seed, lookupd, topic, channel, missing)
-
-    trio.run(run)
-    return missing
-
-
-def locate(nodes: list[Node], topic: str, numbers: set[int]) -> list[str]:
-    """Where each of ``numbers`` (not read back) is: the partition and offset in the log of the
-    leader holding it, or in none; with each leader's offsets and the channel's state there
-    (what tells a message lost from one never delivered)."""
-    found: dict[int, str] = {}
-    lines = []
-    for node in nodes:
-        base = f"http://{node.http}"
-        try:
-            led = _get_json(f"{base}/partitions?topic={topic}")["partitions"]
-            for entry in led:
-                number, earliest, latest = entry["partition"], entry["earliest"], entry["latest"]
-                lines.append(f"nsqd {node.number} leads partition {number}: {earliest}..{latest}")
-                for offset, value in _bodies(base, topic, number, earliest, latest):
-                    if value in numbers:
-                        found[value] = f"partition {number} offset {offset}"
-            stats = _get_json(f"{base}/stats?format=json&topic={topic}&channel={CHANNEL}")
-        except (OSError, ValueError) as exc:
-            lines.append(f"nsqd {node.number}: {exc}")
-            continue
-        for listed in stats.get("topics", []):
-            for channel in listed.get("channels", []):
-                state = {key: channel.get(key) for key in _CHANNEL_STATE}
-                lines.append(f"nsqd {node.number} channel {json.dumps(state)}")
-    nowhere = "in no leader's log"
-    return lines + [f"{n}: {found.get(n, nowhere)}" for n in sorted(numbers)]
-
-
-_CHANNEL_STATE = ("depth", "in_flight_count", "deferred_count", "requeue_count", "timeout_count")
-
-
-def _bodies(base: str, topic: str, number: int, offset: int, end: int) -> list[tuple[int, int]]:
-    """``(offset, message number)`` of partition ``number``'s records in ``[offset, end)``."""
-    found = []
-    while offset < end:
-        query = f"topic={topic}&partition={number}&offset={offset}&format=ndjson"
-        with urllib.request.urlopen(f"{base}/partition/read?{query}", timeout=5) as reply:  # noqa: S310
-            records = [json.loads(line) for line in reply.read().splitlines()]
-        if not records:
-            break
-        found += [(r["offset"], int(base64.b64decode(r["body"]))) for r in records]
-        offset = records[-1]["offset"] + 1
-    return found
-
-
-def _get_json(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=5) as reply:  # noqa: S310
-        return json.loads(reply.read())
-
-
 class Publisher:
     """:func:`publish` in a thread of its own, started and stopped by the restart sequence."""
 
@@ -521,7 +446,7 @@ def main(argv: list[str]) -> int:
     load = publisher.stop()
     missing = unread(nodes[0].tcp, lookupd.addresses[0], topic, CHANNEL, load.acked)
     if missing:
-        for line in locate(nodes, topic, missing):
+        for line in locate({n.number: n.http for n in nodes}, topic, CHANNEL, missing):
             say(f"not read back: {line}")
     if not args.keep_topic:
         lookupd.call(f"/topic/delete?topic={topic}", "POST")
