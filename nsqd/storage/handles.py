@@ -77,22 +77,26 @@ class HandleCache:
     def _evict(self) -> None:
         """Close least recently used segments whose owner is idle until under the bound. The
         victims are found first, from the least recently used end, without copying the table
-        (with thousands of partitions a copy per opening made creating them quadratic)."""
+        (with thousands of partitions a copy per opening made creating them quadratic); the
+        segments of one log share its lock, taken once."""
         excess = self._open_fds - self.max_fds
-        victims: list[tuple[Evictable, threading.Lock, int]] = []
+        victims: list[tuple[Evictable, int]] = []
+        taken: dict[threading.Lock, None] = {}  # the owners' locks this eviction holds
         for segment, (owner, fds) in self._entries.items():
             if excess <= 0:
                 break
-            if not owner.acquire(blocking=False):
-                continue  # in use right now (maybe by the caller itself): not idle
-            victims.append((segment, owner, fds))
+            if owner not in taken:
+                if not owner.acquire(blocking=False):
+                    continue  # in use right now (maybe by the caller itself): not idle
+                taken[owner] = None
+            victims.append((segment, fds))
             excess -= fds
         try:
-            for segment, _, fds in victims:
+            for segment, fds in victims:
                 del self._entries[segment]
                 self._open_fds -= fds
                 self.evictions += 1
                 segment.release()
         finally:
-            for _, owner, _ in victims:
+            for owner in taken:
                 owner.release()

@@ -63,6 +63,27 @@ def test_a_busy_log_is_not_closed_under_its_user(tmp_path: Path) -> None:
     other.close()
 
 
+
+def test_every_idle_segment_of_one_log_goes_in_one_eviction(tmp_path: Path) -> None:
+    """A log with several open segments (its active one and sealed ones read from) holds one
+    lock for all: an eviction taking that lock once closes them all (taking it again for the
+    second segment failed, and it stayed open: found by the log's state machine)."""
+    handles = HandleCache(max_fds=0)
+    log = PartitionLog.open(
+        tmp_path / "log", partition=0, handles=handles, max_bytes_per_file=64, cache=CacheBudget(0)
+    )
+    for n in range(6):
+        log.append([NewRecord(timestamp_ns=n, body=b"%032d" % n)])
+    log.read(0, 10)  # opens the sealed segments to read them
+    assert handles.open_fds > 2  # the active segment's two, and the sealed ones'
+    handles.max_fds = 2
+    neighbour = _open(tmp_path / "neighbour", handles)
+    neighbour.append([NewRecord(timestamp_ns=0, body=b"n")])
+    assert handles.open_fds == 2  # the neighbour's active segment alone
+    assert [r.timestamp_ns for r in log.read(0, 10)] == list(range(6))
+    log.close()
+    neighbour.close()
+
 def test_appends_and_syncs_on_two_threads(tmp_path: Path) -> None:
     """The broker's pattern: appends on one thread, fsyncs in a worker, evictions on both."""
     handles = HandleCache(max_fds=6)
