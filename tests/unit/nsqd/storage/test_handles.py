@@ -63,7 +63,6 @@ def test_a_busy_log_is_not_closed_under_its_user(tmp_path: Path) -> None:
     other.close()
 
 
-
 def test_every_idle_segment_of_one_log_goes_in_one_eviction(tmp_path: Path) -> None:
     """A log with several open segments (its active one and sealed ones read from) holds one
     lock for all: an eviction taking that lock once closes them all (taking it again for the
@@ -83,6 +82,7 @@ def test_every_idle_segment_of_one_log_goes_in_one_eviction(tmp_path: Path) -> N
     assert [r.timestamp_ns for r in log.read(0, 10)] == list(range(6))
     log.close()
     neighbour.close()
+
 
 def test_appends_and_syncs_on_two_threads(tmp_path: Path) -> None:
     """The broker's pattern: appends on one thread, fsyncs in a worker, evictions on both."""
