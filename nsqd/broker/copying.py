@@ -82,8 +82,11 @@ def read_for_follower(
     again, no more than about ``max_bytes`` of them, up to the first one lost to damage: for a
     stream's first batch (bytes that rotted on disk, which the follower refuses, are not sent
     again as they are after it reconnects) and for a follower catching up at a bounded rate.
-    Records lost from ``offset`` on go as a batch of lost-record markers of their own."""
+    Records lost from ``offset`` on go as a batch of lost-record markers of their own; none
+    past the log's end (an idle stream's wake-up reads nothing)."""
     log = partition.log
+    if offset >= log.end_offset:
+        return Batch(offset, 0, b"")
     written = log.read_written(offset, max_bytes, MAX_APPEND_RECORDS_SIZE) if as_written else None
     if written is not None:
         count, data = written

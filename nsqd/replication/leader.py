@@ -220,27 +220,26 @@ async def _stream(
             if first not in asked and first + count <= at:  # sent to it: it may hold them
                 asked.add(first)
                 await stream.send_all(encode(RepairRequest(epoch, first, count)))
-        if at < partition.log.end_offset:  # (an idle wake-up reads nothing)
-            catching_up = node not in state.placement.isr
-            # catching up: batches of a tenth of a second's budget, so the rate holds for a log
-            # shorter than one full batch too
-            size = max(MIN_CATCHUP_BATCH, int(catchup_rate / 10)) if catching_up else BATCH_BYTES
-            batch = read_for_follower(
-                partition, at, min(size, BATCH_BYTES), as_written=not (first_batch or catching_up)
+        catching_up = node not in state.placement.isr
+        # catching up: batches of a tenth of a second's budget, so the rate holds for a log
+        # shorter than one full batch too
+        size = max(MIN_CATCHUP_BATCH, int(catchup_rate / 10)) if catching_up else BATCH_BYTES
+        batch = read_for_follower(
+            partition, at, min(size, BATCH_BYTES), as_written=not (first_batch or catching_up)
+        )
+        if batch.count:
+            first_batch = False
+            header = encode_append_header(
+                epoch, batch.base_offset, state.high_watermark, batch.count, len(batch.data)
             )
-            if batch.count:
-                first_batch = False
-                header = encode_append_header(
-                    epoch, batch.base_offset, state.high_watermark, batch.count, len(batch.data)
-                )
-                await stream.send_all(header + batch.data)
-                at += batch.count
-                if at >= partition.log.end_offset:
-                    state.sent_to_end(node, at)
-                sent_hw, sent_at = state.high_watermark, clock.monotonic()
-                if catching_up:  # at a bounded rate
-                    await trio.sleep(budget.spend(len(batch.data), sent_at))
-                continue
+            await stream.send_all(header + batch.data)
+            at += batch.count
+            if at >= partition.log.end_offset:
+                state.sent_to_end(node, at)
+            sent_hw, sent_at = state.high_watermark, clock.monotonic()
+            if catching_up:  # at a bounded rate
+                await trio.sleep(budget.spend(len(batch.data), sent_at))
+            continue
         now = clock.monotonic()
         # (woken by the ticks: each wake-up a little late, the next one on time)
         if state.high_watermark != sent_hw or now - sent_at >= HEARTBEAT - CURSOR_INTERVAL:
