@@ -175,6 +175,8 @@ def _promote(state: _State, leader: str, isr: Iterable[str], reason: str) -> _St
 
 def _leadership(state: _State, part: PartitionView, health: Health) -> _State:
     """Step 2: fail over from a dead or leaving leader, or bring an offline partition back."""
+    if not state.offline and health.alive(state.leader):
+        return state  # (most partitions of every decision: nothing worked out for them)
     in_sync = [r for r in state.replicas if r in state.isr]
     # who holds every acknowledged message: a member the leader confirmed, or one in the ISR
     # the leader applied (not one lookupd added since: the leader may have acknowledged
@@ -192,8 +194,6 @@ def _leadership(state: _State, part: PartitionView, health: Health) -> _State:
         kept = (m for m in state.isr if m != state.leader and health.up(m)) if clean else ()
         kind = "offline partition back" if clean else "offline partition back, unclean"
         return _promote(state, chosen, kept, f"{kind}: {chosen} leads")
-    if health.alive(state.leader):
-        return state
     leaving = health.up(state.leader)
     why = f"leader {state.leader} {'leaving' if leaving else 'down'}"
     # a leaving leader waits for its own word on the successor (it reports within a second)
