@@ -28,6 +28,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from .decide import NodeView
+from .view import isr_moved
 
 __all__ = ["Liveness", "Progress"]
 
@@ -172,21 +173,17 @@ class Liveness:
         epoch: bool,
     ) -> None:
         """The partition's in-sync set went from ``before`` to ``after`` (leader first), under a
-        new epoch if ``epoch``. Under the same epoch, a member that joined is ``joined`` until
-        the leader confirms it (it may lack what the leader acknowledged before it applied the
-        new set), and the report confirms only members in both sets (one naming a member that
-        joined may be older than that: only the leader's next report confirms it). Under a new
-        epoch the kept members carry what they were."""
+        new epoch if ``epoch``: its joined members and its report's confirmed ones as
+        :func:`~.view.isr_moved` says (a new epoch's report is another leader's: the old one
+        is left to :meth:`current` to void)."""
         key = (topic, partition)
-        joined = self.joined.get(key, frozenset())
-        if not epoch:
-            joined |= frozenset(after) - frozenset(before)
-            stay = frozenset(after) & frozenset(before)
-            progress = self.progress.get(key)
-            if progress is not None and not progress.confirmed <= stay:
-                self.progress[key] = replace(progress, confirmed=progress.confirmed & stay)
-                self.reports_changed += 1
-        self._set_joined(key, joined & frozenset(after[1:]))
+        progress = self.progress.get(key)
+        confirmed = progress.confirmed if progress is not None else frozenset()
+        joined, kept = isr_moved(self.joined.get(key, frozenset()), confirmed, before, after, epoch)
+        if not epoch and progress is not None and kept != progress.confirmed:
+            self.progress[key] = replace(progress, confirmed=kept)
+            self.reports_changed += 1
+        self._set_joined(key, joined)
 
     def _set_joined(self, key: tuple[str, int], joined: frozenset[str]) -> None:
         if joined:

@@ -123,6 +123,26 @@ def assignment_load(partitions: Iterable[PartitionView]) -> dict[str, int]:
     return load
 
 
+def isr_moved(
+    joined: frozenset[str],
+    confirmed: frozenset[str],
+    before: Sequence[str],
+    after: Sequence[str],
+    new_epoch: bool,
+) -> tuple[frozenset[str], frozenset[str]]:
+    """A partition's ``joined`` and ``confirmed`` (:class:`PartitionView`) once its ISR went
+    from ``before`` to ``after`` (leader first), under a new epoch if ``new_epoch``. A report
+    confirms only members of the ISR it was made under: one that joined or left since waits
+    for the leader's next word, and one that joined is ``joined`` until then; a new epoch voids
+    the old leader's reports, and the kept members carry what they were."""
+    joined = joined - confirmed
+    if new_epoch:
+        return joined & frozenset(after[1:]), frozenset()
+    stay = frozenset(after) & frozenset(before)
+    joined = (joined | (frozenset(after) - frozenset(before))) & frozenset(after[1:])
+    return joined, confirmed & stay
+
+
 def apply(view: View, changes: Iterable[Change]) -> View:
     """``view`` with ``changes`` applied. A new epoch voids the old leader's reports, a node
     that left or joined ``replicas`` (or both: ``Change.renewed``) has none, and one that left
@@ -139,15 +159,9 @@ def apply(view: View, changes: Iterable[Change]) -> View:
         if change is None:
             partitions.append(part)
             continue
-        stay = (set(change.replicas) & set(part.replicas)) - change.renewed
-        # a report confirms only members of the ISR it was made under: one that joined or
-        # left since waits for the leader's next word
-        confirmed = part.confirmed & stay & set(change.isr) & set(part.isr)
-        joined = (part.joined - part.confirmed) | (set(change.isr) - set(part.isr))
-        if change.epoch != part.epoch:  # (the kept members carry what they were)
-            stay, confirmed = set(), frozenset()
-            joined = part.joined - part.confirmed
-        joined &= set(change.isr[1:])
+        new_epoch = change.epoch != part.epoch
+        stay = set() if new_epoch else (set(change.replicas) & set(part.replicas)) - change.renewed
+        joined, confirmed = isr_moved(part.joined, part.confirmed, part.isr, change.isr, new_epoch)
         partitions.append(
             replace(
                 part,
@@ -159,8 +173,8 @@ def apply(view: View, changes: Iterable[Change]) -> View:
                 move=change.move,
                 caught_up=part.caught_up & stay,
                 lagging=part.lagging & stay,
-                confirmed=frozenset(confirmed),
-                joined=frozenset(joined),
+                confirmed=confirmed & stay,
+                joined=joined,
             )
         )
     return replace(view, partitions=tuple(partitions))
