@@ -64,11 +64,13 @@ def publish_numbered(
     start = first + found  # ``found`` first ones stored already: left out
     end = partition.log.end_offset
     try:
-        records = append(numbered(entries[found:], producer, start))
+        records = append(numbered(entries[found:] if found else entries, producer, start))
     except Exception:
         written(partition, end, now)
         raise
-    producers.record(producer, start, len(records), records[-1].offset, now)
+    # the append took the log's end on: its last record is at ``end + len - 1`` (read so, not
+    # as ``records[-1]``, which would make that record)
+    producers.record(producer, start, len(records), end + len(records) - 1, now)
     partition.producers_changed = True
     return records
 
@@ -92,11 +94,11 @@ def publish_runs(
     if taken:
         end = partition.log.end_offset
         try:
-            records = append(joined(taken))
+            append(joined(taken))
         except Exception:
             written(partition, end, now)
             raise
-        appended(partition, taken, records[0].offset, now)
+        appended(partition, taken, end, now)  # the append took the log's end on
     return admitted
 
 

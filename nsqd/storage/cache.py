@@ -29,6 +29,7 @@ from collections.abc import Iterable, Sequence
 
 from .batch import AppendedBatch
 from .record import Record
+from .stamp import STAMP_SIZE, Stamps
 
 #: bytes a cached record costs beyond its body and ext (the Record object, its ints, the list
 #: slot); approximate, so that a cache of tiny messages is bounded too
@@ -58,6 +59,8 @@ def record_cost(record: Record) -> int:
 def _record_costs(run: Sequence[Record]) -> Iterable[int]:
     """:func:`record_cost` of each record of ``run``, without making an appended batch's."""
     if isinstance(run, AppendedBatch):
+        if isinstance(run.exts, Stamps):  # each ext a stamp: not made as bytes to be measured
+            return (len(body) + STAMP_SIZE + RECORD_OVERHEAD for body in run.bodies)
         if run.exts is not None:
             return (
                 len(b) + len(e) + RECORD_OVERHEAD for b, e in zip(run.bodies, run.exts, strict=True)

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator, Sequence
-from itertools import repeat
-from typing import Final, overload
+from itertools import chain, repeat
+from typing import Final, TypeAlias, overload
 
 PRODUCER_STAMP: Final = struct.Struct(
     ">B"  # magic: STAMP_MAGIC (JSON, the rest of an ext, never starts with it)
@@ -65,49 +65,64 @@ def head_of(producer: int, top: int) -> bytes:
     return head
 
 
+#: consecutive stamps of one producer under one head: ``(head, bottom, count)``, the stamps of
+#: sequences ``top << 32 | bottom`` .. ``+ count - 1`` (never past the head's last)
+Span: TypeAlias = tuple[bytes, int, int]
+
+
 class Stamps(Sequence[bytes]):
-    """The exts of consecutive records that are each a producer stamp with no header, kept as
-    each record's stamp head (:func:`head_of`: one bytes object per run) and the bottom half of
-    its number: a numbered publish's (or several producers' appended together). Read as a
-    sequence it holds each record's :func:`stamped` ext, made when asked for; the log packs head
-    and bottom half with each record's header instead (:mod:`.bodies`), so a stamp written is
-    never made as bytes of its own (a third of what numbering cost a message). Its lists are
-    its own and grow in place (:meth:`add`, :meth:`extend`)."""
+    """The exts of consecutive records that are each a producer stamp with no header: a numbered
+    publish's (or several producers' appended together), kept as spans of one producer's
+    consecutive numbers (:data:`Span`: one tuple per publish, not a head and a number per
+    record). Read as a sequence it holds each record's :func:`stamped` ext, made when asked for;
+    the log packs a span's head and each number's bottom half with each record's header instead
+    (:mod:`.bodies`), so a stamp written is never made as bytes of its own, and the tail cache
+    keeps a numbered MPUB's stamps as one tuple. Its list is its own and grows in place
+    (:meth:`add`, :meth:`extend`), a span that continues the last one joining it."""
 
-    __slots__ = ("bottoms", "heads")
+    __slots__ = ("_len", "spans")
 
-    def __init__(self, heads: list[bytes] | None = None, bottoms: list[int] | None = None):
-        self.heads = heads if heads is not None else []  # each record's head
-        self.bottoms = bottoms if bottoms is not None else []  # and its number's bottom half
+    def __init__(self, spans: list[Span] | None = None, length: int | None = None) -> None:
+        self.spans: list[Span] = spans if spans is not None else []
+        #: how many stamps the spans hold (counted when not given)
+        self._len = sum(span[2] for span in self.spans) if length is None else length
 
     def add(self, producer: int, first: int, count: int) -> None:
         """Stamps for ``count`` more records: ``producer``'s ``first, first + 1, ...``."""
         top, bottom = divmod(first, _SPAN)
-        if count == 1:  # a synchronous producer's PUB
-            self.heads.append(head_of(producer, top))
-            self.bottoms.append(bottom)
-            return
         while count:
             here = min(count, _SPAN - bottom)  # up to the next multiple of 2**32
-            self.heads += repeat(head_of(producer, top), here)
-            self.bottoms += range(bottom, bottom + here)
+            self._put(head_of(producer, top), bottom, here)
             count -= here
             top, bottom = top + 1, 0
 
+    def _put(self, head: bytes, bottom: int, count: int) -> None:
+        spans = self.spans
+        self._len += count
+        if spans:
+            last_head, last_bottom, last_count = spans[-1]
+            if last_bottom + last_count == bottom and last_head == head:
+                spans[-1] = (last_head, last_bottom, last_count + count)
+                return
+        spans.append((head, bottom, count))
+
     def extend(self, other: Stamps) -> None:
         """Add ``other``'s stamps after these."""
-        self.heads += other.heads
-        self.bottoms += other.bottoms
+        for head, bottom, count in other.spans:
+            self._put(head, bottom, count)
 
     def copy(self) -> Stamps:
-        """The same stamps, in lists of their own."""
-        return Stamps(list(self.heads), list(self.bottoms))
+        """The same stamps, in a list of their own."""
+        return Stamps(list(self.spans), self._len)
 
     def __len__(self) -> int:
-        return len(self.bottoms)
+        return self._len
 
     def __iter__(self) -> Iterator[bytes]:
-        return map(_pack_headed, self.heads, self.bottoms)
+        return chain.from_iterable(
+            map(_pack_headed, repeat(head, count), range(bottom, bottom + count))
+            for head, bottom, count in self.spans
+        )
 
     @overload
     def __getitem__(self, index: int) -> bytes: ...
@@ -117,8 +132,36 @@ class Stamps(Sequence[bytes]):
 
     def __getitem__(self, index: int | slice) -> bytes | Stamps:
         if isinstance(index, slice):
-            return Stamps(self.heads[index], self.bottoms[index])
-        return _pack_headed(self.heads[index], self.bottoms[index])
+            picked = range(self._len)[index]
+            if picked.step != 1:
+                return Stamps([self._span_at(i, 1) for i in picked])
+            return Stamps(self._cut(picked.start, picked.stop))
+        at = index + self._len if index < 0 else index
+        if not 0 <= at < self._len:
+            raise IndexError("stamp index out of range")
+        head, bottom, _ = self._span_at(at, 1)
+        return _pack_headed(head, bottom)
+
+    def _span_at(self, at: int, count: int) -> Span:
+        """The span of the ``count`` stamps from ``at`` (all within one of the spans)."""
+        for head, bottom, here in self.spans:
+            if at < here:
+                return head, bottom + at, count
+            at -= here
+        raise IndexError("stamp index out of range")
+
+    def _cut(self, start: int, stop: int) -> list[Span]:
+        """The spans of stamps ``[start, stop)``."""
+        out: list[Span] = []
+        at = 0  # the first stamp of the span at hand
+        for head, bottom, count in self.spans:
+            lo, hi = max(start - at, 0), min(stop - at, count)
+            if lo < hi:
+                out.append((head, bottom + lo, hi - lo))
+            at += count
+            if at >= stop:
+                break
+        return out
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Sequence) or isinstance(other, (str, bytes)):
@@ -134,6 +177,9 @@ class Stamps(Sequence[bytes]):
 def stamps(producer: int, first: int, count: int) -> Stamps:
     """The exts of ``count`` records ``producer`` stored as numbers ``first, first + 1, ...``
     (:func:`stamped` of each, with no header)."""
+    top, bottom = divmod(first, _SPAN)
+    if count and bottom + count <= _SPAN:  # one span: a numbered publish's, almost always
+        return Stamps([(head_of(producer, top), bottom, count)], count)
     run = Stamps()
     run.add(producer, first, count)
     return run

@@ -58,3 +58,42 @@ def test_a_run_across_a_multiple_of_2_to_the_32_is_stamped_number_by_number(
     run = stamps(producer, first, count)
     assert list(run) == [stamped(producer, n) for n in range(first, first + count)]
     assert [read_stamp(ext) for ext in run] == [(producer, n) for n in range(first, first + count)]
+
+
+@given(
+    runs=st.lists(st.tuples(U64, st.integers(0, 2**63 - 100), st.integers(0, 5)), max_size=5),
+    start=st.integers(-30, 30),
+    stop=st.integers(-30, 30),
+    step=st.sampled_from([None, 1, 2, -1]),
+)
+def test_stamps_index_and_slice_as_the_list_of_their_stamps(
+    runs: list[tuple[int, int, int]], start: int, stop: int, step: int | None
+) -> None:
+    joined = Stamps()
+    for producer, first, count in runs:
+        joined.add(producer, first, count)
+    expected = list(joined)
+    assert len(joined) == len(expected)
+    part = joined[start:stop:step]
+    assert isinstance(part, Stamps)
+    assert part == expected[start:stop:step]
+    assert len(part) == len(expected[start:stop:step])
+    for i in (start, stop):
+        if -len(expected) <= i < len(expected):
+            assert joined[i] == expected[i]
+
+
+def test_a_producers_publishes_one_after_another_are_kept_as_one_span() -> None:
+    # the tail cache keeps a producer's consecutive MPUBs as one tuple, not a stamp per record
+    run = stamps(7, 100, 200)
+    run.extend(stamps(7, 300, 200))
+    run.add(7, 500, 1)
+    assert len(run.spans) == 1
+    assert len(run) == 401
+    run.add(8, 0, 1)  # another producer's
+    run.add(7, 502, 1)  # a gap: number 501 is not here
+    assert len(run.spans) == 3
+    assert list(run) == [stamped(7, n) for n in range(100, 501)] + [
+        stamped(8, 0),
+        stamped(7, 502),
+    ]
