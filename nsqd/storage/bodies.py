@@ -131,10 +131,9 @@ def _encode_numbered(
     bodies: Sequence[bytes],
     stamps: Stamps,
 ) -> tuple[bytes, list[tuple[int, int]]]:
-    """:func:`_encode_with_exts` of a numbered run (every ext a producer stamp): span by span
-    (:data:`~.stamp.Span`), its head and each number's bottom half packed with its record's
-    header, no stamp made as bytes of its own. A record's bottom half is its offset plus the
-    span's shift, so the loop reads no more per record than :func:`encode_bodies`' does."""
+    """:func:`_encode_with_exts` of a numbered run (every ext a producer stamp): each stamp's
+    head and number packed with its record's header (:meth:`~.stamp.Stamps.columns`), no
+    stamp made as bytes of its own."""
     parts: list[bytes] = []
     add = parts.append
     sizes: list[tuple[int, int]] = []
@@ -143,36 +142,31 @@ def _encode_numbered(
     fixed = _PREFIX.size + _NUMBERED.size  # a record's size less its body
     format_bits = _FORMAT_BITS - LENGTH_SIZE  # the length field counts from after itself
     copied = CONCATENATED_MAX
-    times, each_body = iter(timestamps), iter(bodies)
-    at = first_offset  # the span's first record's offset
+    heads, bottoms = stamps.columns()
     try:
-        for head, bottom, span in stamps.spans:
-            shift = bottom - at
-            # the range first: zip stops at its end without taking from the shared iterators
-            for offset, timestamp_ns, body in zip(
-                range(at, at + span), times, each_body, strict=False
-            ):
-                size = fixed + len(body)
-                field = format_bits + size
-                covered = pack_numbered(
-                    offset,
-                    timestamp_ns,
-                    id_base | (offset + 1),
-                    0,
-                    deliver_at_ns,
-                    epoch,
-                    STAMP_SIZE,
-                    head,
-                    offset + shift,
-                )
-                if len(body) <= copied:
-                    rest = covered + body  # one CRC call: cheaper than two without the copy
-                    add(pack_prefix(field, crc(rest, field)))
-                    add(rest)
-                else:
-                    _add_uncopied(add, field, covered, body)
-                size_of((timestamp_ns, size))
-            at += span
+        for offset, timestamp_ns, body, head, bottom in zip(
+            count(first_offset), timestamps, bodies, heads, bottoms
+        ):
+            size = fixed + len(body)
+            field = format_bits + size
+            covered = pack_numbered(
+                offset,
+                timestamp_ns,
+                id_base | (offset + 1),
+                0,
+                deliver_at_ns,
+                epoch,
+                STAMP_SIZE,
+                head,
+                bottom,
+            )
+            if len(body) <= copied:
+                rest = covered + body  # one CRC call: cheaper than two without the copy
+                add(pack_prefix(field, crc(rest, field)))
+                add(rest)
+            else:
+                _add_uncopied(add, field, covered, body)
+            size_of((timestamp_ns, size))
     except struct.error as exc:
         raise ValueError(f"record field out of range: {exc}") from exc
     return b"".join(parts), sizes

@@ -13,7 +13,7 @@ take :func:`header_of` of it.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from itertools import chain, repeat
 from typing import Final, TypeAlias, overload
 
@@ -90,6 +90,9 @@ class Stamps(Sequence[bytes]):
     def add(self, producer: int, first: int, count: int) -> None:
         """Stamps for ``count`` more records: ``producer``'s ``first, first + 1, ...``."""
         top, bottom = divmod(first, _SPAN)
+        if bottom + count <= _SPAN:  # under one head: all but a run across a multiple of 2**32
+            self._put(head_of(producer, top), bottom, count)
+            return
         while count:
             here = min(count, _SPAN - bottom)  # up to the next multiple of 2**32
             self._put(head_of(producer, top), bottom, here)
@@ -100,9 +103,10 @@ class Stamps(Sequence[bytes]):
         spans = self.spans
         self._len += count
         if spans:
-            last_head, last_bottom, last_count = spans[-1]
-            if last_bottom + last_count == bottom and last_head == head:
-                spans[-1] = (last_head, last_bottom, last_count + count)
+            last = spans[-1]
+            # the same head object (head_of's) and the next number: one span goes on
+            if last[0] is head and last[1] + last[2] == bottom:
+                spans[-1] = (head, last[1], last[2] + count)
                 return
         spans.append((head, bottom, count))
 
@@ -110,6 +114,24 @@ class Stamps(Sequence[bytes]):
         """Add ``other``'s stamps after these."""
         for head, bottom, count in other.spans:
             self._put(head, bottom, count)
+
+    def columns(self) -> tuple[Iterable[bytes], Iterable[int]]:
+        """Each stamp's head and its number's bottom half, in order (what the encoding loop
+        packs): made as lists only for stamps of several spans."""
+        spans = self.spans
+        if len(spans) == 1:  # a numbered publish's
+            head, bottom, count = spans[0]
+            return repeat(head, count), range(bottom, bottom + count)
+        heads: list[bytes] = []
+        bottoms: list[int] = []
+        for head, bottom, count in spans:
+            if count == 1:  # a synchronous producer's PUB among others'
+                heads.append(head)
+                bottoms.append(bottom)
+            else:
+                heads += repeat(head, count)
+                bottoms += range(bottom, bottom + count)
+        return heads, bottoms
 
     def copy(self) -> Stamps:
         """The same stamps, in a list of their own."""
