@@ -90,7 +90,7 @@ def publish_runs(
     ``append``, numbered ones stamped (the publish reactor's): which were appended; the others
     (:func:`admit`) were not, and must be judged alone (:func:`publish_numbered`)."""
     admitted = admit(partition, runs)
-    taken = [run for run, ok in zip(runs, admitted, strict=True) if ok]
+    taken = runs if all(admitted) else [run for run, ok in zip(runs, admitted, strict=True) if ok]
     if taken:
         end = partition.log.end_offset
         try:
@@ -106,17 +106,17 @@ def admit(partition: Partition, runs: Sequence[Run]) -> list[bool]:
     """Which of ``runs`` may be appended together as they are: the plain ones, and each
     numbered one whose numbers all come next (one per producer); any other (a retry, a gap, a
     producer's second run) must be judged alone (:func:`publish_numbered`)."""
-    producers = partition.producers
+    follows = partition.producers.follows
     seen: set[int] = set()
-    admitted = []
+    admitted: list[bool] = []
+    admit = admitted.append
     for _, numbering in runs:
         if numbering is None:
-            admitted.append(True)
+            admit(True)
             continue
-        producer, first = numbering
-        follows = producer not in seen and producers.follows(producer, first)
+        producer = numbering[0]
+        admit(producer not in seen and follows(producer, numbering[1]))
         seen.add(producer)
-        admitted.append(follows)
     return admitted
 
 

@@ -83,15 +83,26 @@ class Stamps(Sequence[bytes]):
     __slots__ = ("_len", "spans")
 
     def __init__(self, spans: list[Span] | None = None, length: int | None = None) -> None:
-        self.spans: list[Span] = spans if spans is not None else []
-        #: how many stamps the spans hold (counted when not given)
-        self._len = sum(span[2] for span in self.spans) if length is None else length
+        if spans is None:
+            self.spans: list[Span] = []
+            self._len = 0  # how many stamps the spans hold
+        else:
+            self.spans = spans
+            self._len = sum(span[2] for span in spans) if length is None else length
 
     def add(self, producer: int, first: int, count: int) -> None:
         """Stamps for ``count`` more records: ``producer``'s ``first, first + 1, ...``."""
         top, bottom = divmod(first, _SPAN)
         if bottom + count <= _SPAN:  # under one head: all but a run across a multiple of 2**32
-            self._put(head_of(producer, top), bottom, count)
+            head = head_of(producer, top)
+            spans = self.spans
+            self._len += count
+            if spans:
+                last = spans[-1]
+                if last[0] is head and last[1] + last[2] == bottom:  # (as _put's)
+                    spans[-1] = (head, last[1], last[2] + count)
+                    return
+            spans.append((head, bottom, count))
             return
         while count:
             here = min(count, _SPAN - bottom)  # up to the next multiple of 2**32
