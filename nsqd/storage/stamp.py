@@ -78,7 +78,8 @@ class Stamps(Sequence[bytes]):
     the log packs a span's head and each number's bottom half with each record's header instead
     (:mod:`.bodies`), so a stamp written is never made as bytes of its own, and the tail cache
     keeps a numbered MPUB's stamps as one tuple. Its list is its own and grows in place
-    (:meth:`add`, :meth:`extend`), a span that continues the last one joining it."""
+    (:meth:`add`, :meth:`extend`); spans are not joined (a tuple per publish is cheaper to
+    append than to compare with the last)."""
 
     __slots__ = ("_len", "spans")
 
@@ -93,38 +94,20 @@ class Stamps(Sequence[bytes]):
     def add(self, producer: int, first: int, count: int) -> None:
         """Stamps for ``count`` more records: ``producer``'s ``first, first + 1, ...``."""
         top, bottom = divmod(first, _SPAN)
+        self._len += count
         if bottom + count <= _SPAN:  # under one head: all but a run across a multiple of 2**32
-            head = head_of(producer, top)
-            spans = self.spans
-            self._len += count
-            if spans:
-                last = spans[-1]
-                if last[0] is head and last[1] + last[2] == bottom:  # (as _put's)
-                    spans[-1] = (head, last[1], last[2] + count)
-                    return
-            spans.append((head, bottom, count))
+            self.spans.append((head_of(producer, top), bottom, count))
             return
         while count:
             here = min(count, _SPAN - bottom)  # up to the next multiple of 2**32
-            self._put(head_of(producer, top), bottom, here)
+            self.spans.append((head_of(producer, top), bottom, here))
             count -= here
             top, bottom = top + 1, 0
 
-    def _put(self, head: bytes, bottom: int, count: int) -> None:
-        spans = self.spans
-        self._len += count
-        if spans:
-            last = spans[-1]
-            # the same head object (head_of's) and the next number: one span goes on
-            if last[0] is head and last[1] + last[2] == bottom:
-                spans[-1] = (head, last[1], last[2] + count)
-                return
-        spans.append((head, bottom, count))
-
     def extend(self, other: Stamps) -> None:
         """Add ``other``'s stamps after these."""
-        for head, bottom, count in other.spans:
-            self._put(head, bottom, count)
+        self.spans += other.spans
+        self._len += other._len
 
     def columns(self) -> tuple[Iterable[bytes], Iterable[int]]:
         """Each stamp's head and its number's bottom half, in order (what the encoding loop

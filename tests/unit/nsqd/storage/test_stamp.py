@@ -81,19 +81,3 @@ def test_stamps_index_and_slice_as_the_list_of_their_stamps(
     for i in (start, stop):
         if -len(expected) <= i < len(expected):
             assert joined[i] == expected[i]
-
-
-def test_a_producers_publishes_one_after_another_are_kept_as_one_span() -> None:
-    # the tail cache keeps a producer's consecutive MPUBs as one tuple, not a stamp per record
-    run = stamps(7, 100, 200)
-    run.extend(stamps(7, 300, 200))
-    run.add(7, 500, 1)
-    assert len(run.spans) == 1
-    assert len(run) == 401
-    run.add(8, 0, 1)  # another producer's
-    run.add(7, 502, 1)  # a gap: number 501 is not here
-    assert len(run.spans) == 3
-    assert list(run) == [stamped(7, n) for n in range(100, 501)] + [
-        stamped(8, 0),
-        stamped(7, 502),
-    ]
