@@ -13,8 +13,9 @@ take :func:`header_of` of it.
 from __future__ import annotations
 
 import struct
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator, Sequence
-from itertools import chain, repeat
+from itertools import accumulate, repeat
 from typing import Final, TypeAlias, overload
 
 PRODUCER_STAMP: Final = struct.Struct(
@@ -81,32 +82,42 @@ class Stamps(Sequence[bytes]):
     (:meth:`add`, :meth:`extend`); spans are not joined (a tuple per publish is cheaper to
     append than to compare with the last)."""
 
-    __slots__ = ("_len", "spans")
+    __slots__ = ("_len", "_starts", "spans")
 
-    def __init__(self, spans: list[Span] | None = None, length: int | None = None) -> None:
-        if spans is None:
-            self.spans: list[Span] = []
-            self._len = 0  # how many stamps the spans hold
-        else:
-            self.spans = spans
-            self._len = sum(span[2] for span in spans) if length is None else length
+    def __init__(self, spans: list[Span] | None = None) -> None:
+        self.spans: list[Span] = [] if spans is None else spans
+        #: each span's first stamp's index (found by bisection when sliced), and how many
+        self._starts: list[int] = []
+        self._len = 0
+        if len(spans or ()) == 1:  # a numbered publish's
+            self._starts, self._len = [0], self.spans[0][2]
+        elif spans:
+            self._starts = [0, *accumulate(span[2] for span in spans[:-1])]
+            self._len = self._starts[-1] + spans[-1][2]
 
     def add(self, producer: int, first: int, count: int) -> None:
         """Stamps for ``count`` more records: ``producer``'s ``first, first + 1, ...``."""
         top, bottom = divmod(first, _SPAN)
-        self._len += count
+        if not count:
+            return
         if bottom + count <= _SPAN:  # under one head: all but a run across a multiple of 2**32
             self.spans.append((head_of(producer, top), bottom, count))
+            self._starts.append(self._len)
+            self._len += count
             return
         while count:
             here = min(count, _SPAN - bottom)  # up to the next multiple of 2**32
             self.spans.append((head_of(producer, top), bottom, here))
+            self._starts.append(self._len)
+            self._len += here
             count -= here
             top, bottom = top + 1, 0
 
     def extend(self, other: Stamps) -> None:
         """Add ``other``'s stamps after these."""
+        base = self._len
         self.spans += other.spans
+        self._starts += [base + start for start in other._starts]
         self._len += other._len
 
     def columns(self) -> tuple[Iterable[bytes], Iterable[int]]:
@@ -128,17 +139,16 @@ class Stamps(Sequence[bytes]):
         return heads, bottoms
 
     def copy(self) -> Stamps:
-        """The same stamps, in a list of their own."""
-        return Stamps(list(self.spans), self._len)
+        """The same stamps, in lists of their own."""
+        twin = Stamps()
+        twin.spans, twin._starts, twin._len = list(self.spans), list(self._starts), self._len
+        return twin
 
     def __len__(self) -> int:
         return self._len
 
     def __iter__(self) -> Iterator[bytes]:
-        return chain.from_iterable(
-            map(_pack_headed, repeat(head, count), range(bottom, bottom + count))
-            for head, bottom, count in self.spans
-        )
+        return map(_pack_headed, *self.columns())
 
     @overload
     def __getitem__(self, index: int) -> bytes: ...
@@ -160,23 +170,28 @@ class Stamps(Sequence[bytes]):
 
     def _span_at(self, at: int, count: int) -> Span:
         """The span of the ``count`` stamps from ``at`` (all within one of the spans)."""
-        for head, bottom, here in self.spans:
-            if at < here:
-                return head, bottom + at, count
-            at -= here
-        raise IndexError("stamp index out of range")
+        i = bisect_right(self._starts, at) - 1
+        head, bottom, _ = self.spans[i]
+        return head, bottom + at - self._starts[i], count
 
     def _cut(self, start: int, stop: int) -> list[Span]:
-        """The spans of stamps ``[start, stop)``."""
-        out: list[Span] = []
-        at = 0  # the first stamp of the span at hand
-        for head, bottom, count in self.spans:
-            lo, hi = max(start - at, 0), min(stop - at, count)
-            if lo < hi:
-                out.append((head, bottom + lo, hi - lo))
-            at += count
-            if at >= stop:
-                break
+        """The spans of stamps ``[start, stop)`` (``0 <= start``, ``stop <= len``): the spans
+        between the two found by bisection (a tail cache's run of single PUBs holds a span per
+        record), the first and last trimmed."""
+        if start >= stop:
+            return []
+        starts = self._starts
+        i = bisect_right(starts, start) - 1  # the span holding ``start``
+        j = bisect_left(starts, stop, i)  # past the span holding ``stop - 1``
+        out = self.spans[i:j]
+        head, bottom, count = out[-1]
+        end = starts[j - 1] + count
+        if end > stop:
+            out[-1] = head, bottom, count - (end - stop)
+        cut = start - starts[i]
+        if cut:
+            head, bottom, count = out[0]
+            out[0] = head, bottom + cut, count - cut
         return out
 
     def __eq__(self, other: object) -> bool:
@@ -195,7 +210,7 @@ def stamps(producer: int, first: int, count: int) -> Stamps:
     (:func:`stamped` of each, with no header)."""
     top, bottom = divmod(first, _SPAN)
     if count and bottom + count <= _SPAN:  # one span: a numbered publish's, almost always
-        return Stamps([(head_of(producer, top), bottom, count)], count)
+        return Stamps([(head_of(producer, top), bottom, count)])
     run = Stamps()
     run.add(producer, first, count)
     return run
