@@ -85,12 +85,13 @@ class Stamps(Sequence[bytes]):
     __slots__ = ("_len", "_starts", "spans")
 
     def __init__(self, spans: list[Span] | None = None) -> None:
-        self.spans: list[Span] = [] if spans is None else spans
+        spans = [] if spans is None else spans
+        self.spans = spans
         #: each span's first stamp's index (found by bisection when sliced), and how many
         self._starts: list[int] = []
         self._len = 0
-        if len(spans or ()) == 1:  # a numbered publish's
-            self._starts, self._len = [0], self.spans[0][2]
+        if len(spans) == 1:  # a slice of a numbered publish's
+            self._starts, self._len = [0], spans[0][2]
         elif spans:
             self._starts = [0, *accumulate(span[2] for span in spans[:-1])]
             self._len = self._starts[-1] + spans[-1][2]
@@ -160,19 +161,19 @@ class Stamps(Sequence[bytes]):
         if isinstance(index, slice):
             picked = range(self._len)[index]
             if picked.step != 1:
-                return Stamps([self._span_at(i, 1) for i in picked])
+                return Stamps([self._span_at(i) for i in picked])
             return Stamps(self._cut(picked.start, picked.stop))
         at = index + self._len if index < 0 else index
         if not 0 <= at < self._len:
             raise IndexError("stamp index out of range")
-        head, bottom, _ = self._span_at(at, 1)
+        head, bottom, _ = self._span_at(at)
         return _pack_headed(head, bottom)
 
-    def _span_at(self, at: int, count: int) -> Span:
-        """The span of the ``count`` stamps from ``at`` (all within one of the spans)."""
+    def _span_at(self, at: int) -> Span:
+        """The span of stamp ``at`` alone."""
         i = bisect_right(self._starts, at) - 1
         head, bottom, _ = self.spans[i]
-        return head, bottom + at - self._starts[i], count
+        return head, bottom + at - self._starts[i], 1
 
     def _cut(self, start: int, stop: int) -> list[Span]:
         """The spans of stamps ``[start, stop)`` (``0 <= start``, ``stop <= len``): the spans
@@ -208,9 +209,6 @@ class Stamps(Sequence[bytes]):
 def stamps(producer: int, first: int, count: int) -> Stamps:
     """The exts of ``count`` records ``producer`` stored as numbers ``first, first + 1, ...``
     (:func:`stamped` of each, with no header)."""
-    top, bottom = divmod(first, _SPAN)
-    if count and bottom + count <= _SPAN:  # one span: a numbered publish's, almost always
-        return Stamps([(head_of(producer, top), bottom, count)])
     run = Stamps()
     run.add(producer, first, count)
     return run
