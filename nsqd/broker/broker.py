@@ -306,8 +306,8 @@ class Broker:
     ) -> list[bool]:
         """:meth:`publish` of several publishers' runs as one append, numbered ones stamped
         (the publish reactor's): which were appended; the others, numbered runs that do not
-        simply come next (:func:`.idempotence.admit`), were not, and must be published alone
-        (:meth:`publish_numbered`)."""
+        simply come next (:meth:`~nsqd.core.producers.Producers.admit`), were not, and must
+        be published alone (:meth:`publish_numbered`)."""
         if self.exiting:
             raise ExitingError
         topic = self.topics.get(topic_name) or self.auto_create_topic(topic_name, partition)

@@ -5,8 +5,8 @@ kept in step with its log, as leader and as replica, and across restarts.
   numbers are stamped into the records (:mod:`nsqd.storage.stamp`) and appended (those of a
   publish partly stored already, only the new ones); a retry of numbers all stored appends
   nothing and gives the offset to acknowledge it at. The publish reactor appends the runs of
-  several producers at once (:func:`admit`, :func:`joined`, :func:`appended`): only
-  runs whose numbers all come next; any other is judged alone by :func:`publish_numbered`.
+  several producers at once (:func:`publish_runs`): only runs whose numbers all come next;
+  any other is judged alone by :func:`publish_numbered`.
 * As replica, :func:`copied` reads the stamps of the records a leader's batch brought: when
   this node is promoted, it already knows what every producer stored.
 * :func:`truncated`: a replica's log cut back to a new leader's loses the publishes after the
@@ -27,7 +27,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 
-from ..core.producers import Verdict
+from ..core.producers import Appended, Verdict
 from ..storage.batch import BodyBatch, join
 from ..storage.errors import StorageError
 from ..storage.record import NewRecord, Record
@@ -88,48 +88,23 @@ def publish_runs(
 ) -> list[bool]:
     """Several publishers' ``runs`` to ``partition`` (led here) appended together by
     ``append``, numbered ones stamped (the publish reactor's): which were appended; the others
-    (:func:`admit`) were not, and must be judged alone (:func:`publish_numbered`)."""
-    admitted = admit(partition, runs)
+    (:meth:`~nsqd.core.producers.Producers.admit`) were not, and must be judged alone
+    (:func:`publish_numbered`)."""
+    producers = partition.producers
+    admitted = producers.admit([numbering for _, numbering in runs])
     taken = runs if all(admitted) else [run for run, ok in zip(runs, admitted, strict=True) if ok]
     if taken:
         end = partition.log.end_offset
+        batch, publishes = joined(taken, end)  # the append takes the log's end on
         try:
-            append(joined(taken))
+            append(batch)
         except Exception:
             written(partition, end, now)
             raise
-        appended(partition, taken, end, now)  # the append took the log's end on
-    return admitted
-
-
-def admit(partition: Partition, runs: Sequence[Run]) -> list[bool]:
-    """Which of ``runs`` may be appended together as they are: the plain ones, and each
-    numbered one whose numbers all come next (one per producer); any other (a retry, a gap, a
-    producer's second run) must be judged alone (:func:`publish_numbered`)."""
-    follows = partition.producers.follows
-    seen: set[int] = set()
-    admitted: list[bool] = []
-    admit = admitted.append
-    for _, numbering in runs:
-        if numbering is None:
-            admit(True)
-            continue
-        producer = numbering[0]
-        admit(producer not in seen and follows(producer, numbering[1]))
-        seen.add(producer)
-    return admitted
-
-
-def appended(partition: Partition, runs: Sequence[Run], first_offset: int, now: float) -> None:
-    """``runs`` (:func:`admit`'s) were appended together from ``first_offset``."""
-    record = partition.producers.record
-    offset = first_offset
-    for batch, numbering in runs:
-        count = len(batch.bodies)
-        offset += count
-        if numbering is not None:
-            record(numbering[0], numbering[1], count, offset - 1, now)
+        if publishes:
+            producers.record_all(publishes, now)
             partition.producers_changed = True
+    return admitted
 
 
 def numbered(entries: Sequence[NewRecord], producer: int, first: int) -> Sequence[NewRecord]:
@@ -149,28 +124,36 @@ def stamped_batch(batch: BodyBatch, producer: int, first: int) -> BodyBatch:
     return BodyBatch(batch.timestamp_ns, batch.bodies, batch.deliver_at_ns, batch.timestamps, exts)
 
 
-def joined(runs: Sequence[Run]) -> BodyBatch:
+def joined(runs: Sequence[Run], first_offset: int) -> tuple[BodyBatch, list[Appended]]:
     """The messages of ``runs`` (at least one; all for immediate delivery; none with exts)
-    as one batch, the numbered ones stamped: several producers' publishes appended together.
-    Their stamps are gathered as numbers (:class:`~nsqd.storage.stamp.Stamps`): a stamp made
-    per message, and a batch or stamps object per run, cost a synchronous producer's PUB a
-    third of what numbering it did."""
+    as one batch, the numbered ones stamped (several producers' publishes appended together
+    from ``first_offset``), and each numbered run as appended there. The stamps are gathered
+    as numbers (:class:`~nsqd.storage.stamp.Stamps`): a stamp made per message, and a batch or
+    stamps object per run, cost a synchronous producer's PUB a third of what numbering it
+    did."""
     numbers = Stamps()
     add = numbers.add
+    publishes: list[Appended] = []
+    appended = publishes.append
+    offset = first_offset - 1  # each run's last message's
     plain = False
     for batch, numbering in runs:
+        count = len(batch.bodies)
+        offset += count
         if numbering is None:
             plain = True
-        else:
-            add(numbering[0], numbering[1], len(batch.bodies))
-    if plain and numbers:  # numbered runs among plain ones: each its stamps, joined as a list
+            continue
+        producer, first = numbering
+        add(producer, first, count)
+        appended((producer, first, count, offset))
+    if plain and publishes:  # numbered runs among plain ones: each its stamps, joined as a list
         for batch, numbering in runs:
             if numbering is not None:
                 batch.exts = stamps(numbering[0], numbering[1], len(batch.bodies))
     batch = join([batch for batch, _ in runs])
     if not plain:
         batch.exts = numbers  # a run alone is stamped in place (it is this append's alone)
-    return batch
+    return batch, publishes
 
 
 def written(partition: Partition, end: int, now: float) -> None:

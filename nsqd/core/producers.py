@@ -33,6 +33,7 @@ the least recently used one past ``limit`` producers.
 from __future__ import annotations
 
 from collections import OrderedDict, deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import TypeAlias
@@ -64,6 +65,9 @@ class Verdict(Enum):
     APPEND = "append"
     DUPLICATE = "duplicate"
 
+
+#: a publish appended: its producer, first number, count and the offset of its last message
+Appended: TypeAlias = tuple[int, int, int, int]
 
 #: one publish stored: numbers ``first .. last``, its last message at ``offset`` (a plain
 #: tuple: one is made per numbered append, and a named tuple's cost four times as much)
@@ -119,12 +123,43 @@ class Producers:
             )
         return Verdict.APPEND, stored + 1 - first  # its first ones stored already
 
-    def follows(self, producer: int, first: int) -> bool:
-        """Whether a publish numbered from ``first`` takes ``producer``'s next numbers, none of
-        them stored yet (:meth:`check`'s append of everything, without its verdict: the
-        publish reactor asks it of every run)."""
-        known = self._producers.get(producer)
-        return first == 0 if known is None else first == known.last + 1
+    def admit(self, publishes: Iterable[tuple[int, int] | None]) -> list[bool]:
+        """Which of ``publishes`` (each a producer and its first number, None for a plain one)
+        may be appended together, one after another (the publish reactor's turn): the plain
+        ones, and each producer's first one in them when :meth:`check` would append it whole
+        (its first number comes next, or is 0 for a producer not known here). Any other (a
+        retry, a gap, a producer's second publish) must be judged alone by :meth:`check`."""
+        get = self._producers.get
+        seen: set[int] = set()
+        admitted: list[bool] = []
+        admit = admitted.append
+        for publish in publishes:
+            if publish is None:
+                admit(True)
+                continue
+            producer, first = publish
+            known = get(producer)
+            admit(
+                producer not in seen and (first == 0 if known is None else first == known.last + 1)
+            )
+            seen.add(producer)
+        return admitted
+
+    def record_all(self, publishes: Iterable[Appended], now: float) -> None:
+        """:meth:`record` of each of ``publishes`` (:meth:`admit`'s, appended): a producer's
+        state updated here, without a call for each (the publish reactor's turn)."""
+        producers = self._producers
+        get = producers.get
+        to_end = producers.move_to_end
+        for producer, first, count, offset in publishes:
+            known = get(producer)
+            if known is None or first != known.last + 1:  # new here: its state made
+                self.record(producer, first, count, offset, now)
+                continue
+            to_end(producer)
+            known.last = last = first + count - 1
+            known.recent.append((first, last, offset))
+            known.touched = now
 
     def record(self, producer: int, first: int, count: int, offset: int, now: float) -> None:
         """A publish appended: numbers ``first ..`` of ``producer``, its last message at

@@ -16,6 +16,7 @@ import struct
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import accumulate, repeat
+from operator import itemgetter
 from typing import Final, TypeAlias, overload
 
 PRODUCER_STAMP: Final = struct.Struct(
@@ -44,6 +45,7 @@ HEADED_STAMP: Final = struct.Struct(
 assert HEADED_STAMP.size == STAMP_SIZE
 _pack_headed: Final = HEADED_STAMP.pack
 _SPAN: Final = 1 << 32  # sequences under one head
+_BOTTOM: Final = _SPAN - 1  # a sequence's bottom half
 _HEADS: dict[int, tuple[int, bytes]] = {}  # head_of's: a producer's last top half and head
 _HEADS_MAX: Final = 4096
 
@@ -69,6 +71,20 @@ def head_of(producer: int, top: int) -> bytes:
 #: consecutive stamps of one producer under one head: ``(head, bottom, count)``, the stamps of
 #: sequences ``top << 32 | bottom`` .. ``+ count - 1`` (never past the head's last)
 Span: TypeAlias = tuple[bytes, int, int]
+_count: Final = itemgetter(2)  # a span's count
+
+
+def spans_of(producer: int, first: int, count: int) -> list[Span]:
+    """The spans of ``producer``'s stamps ``first, first + 1, ...``: one per head they cross
+    (one, unless they cross a multiple of 2**32; none for no stamps)."""
+    spans: list[Span] = []
+    top, bottom = divmod(first, _SPAN)
+    while count > 0:
+        here = min(count, _SPAN - bottom)  # up to the next multiple of 2**32
+        spans.append((head_of(producer, top), bottom, here))
+        count -= here
+        top, bottom = top + 1, 0
+    return spans
 
 
 class Stamps(Sequence[bytes]):
@@ -84,41 +100,28 @@ class Stamps(Sequence[bytes]):
 
     __slots__ = ("_len", "_starts", "spans")
 
-    def __init__(self, spans: list[Span] | None = None) -> None:
-        spans = [] if spans is None else spans
-        self.spans = spans
-        #: each span's first stamp's index (found by bisection when sliced), and how many
+    def __init__(self, spans: list[Span] | None = None, length: int | None = None) -> None:
+        """``spans``: the list (this object's own from now on); ``length``: their stamps'
+        count when the caller summed it already."""
+        self.spans: list[Span] = [] if spans is None else spans
+        self._len = sum(map(_count, self.spans)) if length is None else length
+        #: the first stamp's index of each span, up to the last one a read needed (found by
+        #: bisection when sliced; :meth:`_index` lays out the rest only when it is read: a
+        #: numbered publish's append and the tail cache's growth never need it)
         self._starts: list[int] = []
-        self._len = 0
-        if len(spans) == 1:  # a slice of a numbered publish's
-            self._starts, self._len = [0], spans[0][2]
-        elif spans:
-            self._starts = [0, *accumulate(span[2] for span in spans[:-1])]
-            self._len = self._starts[-1] + spans[-1][2]
 
     def add(self, producer: int, first: int, count: int) -> None:
         """Stamps for ``count`` more records: ``producer``'s ``first, first + 1, ...``."""
-        top, bottom = divmod(first, _SPAN)
-        if not count:
-            return
-        if bottom + count <= _SPAN:  # under one head: all but a run across a multiple of 2**32
-            self.spans.append((head_of(producer, top), bottom, count))
-            self._starts.append(self._len)
-            self._len += count
-            return
-        while count:
-            here = min(count, _SPAN - bottom)  # up to the next multiple of 2**32
-            self.spans.append((head_of(producer, top), bottom, here))
-            self._starts.append(self._len)
-            self._len += here
-            count -= here
-            top, bottom = top + 1, 0
+        bottom = first & _BOTTOM
+        if 0 < count <= _SPAN - bottom:  # under one head: all but stamps across 2**32 * n
+            self.spans.append((head_of(producer, first >> 32), bottom, count))
+        else:
+            self.spans += spans_of(producer, first, count)
+        self._len += count
 
     def extend(self, other: Stamps) -> None:
         """Add ``other``'s stamps after these."""
-        base = self._len
         self.spans += other.spans
-        self._starts += [base + start for start in other._starts]
         self._len += other._len
 
     def columns(self) -> tuple[Iterable[bytes], Iterable[int]]:
@@ -128,6 +131,11 @@ class Stamps(Sequence[bytes]):
         if len(spans) == 1:  # a numbered publish's
             head, bottom, count = spans[0]
             return repeat(head, count), range(bottom, bottom + count)
+        if not spans:
+            return (), ()
+        if len(spans) == self._len:  # each span one stamp: a turn's single PUBs
+            heads_column, bottoms_column, _ = zip(*spans, strict=True)
+            return heads_column, bottoms_column
         heads: list[bytes] = []
         bottoms: list[int] = []
         for head, bottom, count in spans:
@@ -141,9 +149,7 @@ class Stamps(Sequence[bytes]):
 
     def copy(self) -> Stamps:
         """The same stamps, in lists of their own."""
-        twin = Stamps()
-        twin.spans, twin._starts, twin._len = list(self.spans), list(self._starts), self._len
-        return twin
+        return Stamps(list(self.spans), self._len)
 
     def __len__(self) -> int:
         return self._len
@@ -161,19 +167,30 @@ class Stamps(Sequence[bytes]):
         if isinstance(index, slice):
             picked = range(self._len)[index]
             if picked.step != 1:
-                return Stamps([self._span_at(i) for i in picked])
-            return Stamps(self._cut(picked.start, picked.stop))
+                return Stamps([self._span_at(i) for i in picked], len(picked))
+            return Stamps(self._cut(picked.start, picked.stop), len(picked))
         at = index + self._len if index < 0 else index
         if not 0 <= at < self._len:
             raise IndexError("stamp index out of range")
         head, bottom, _ = self._span_at(at)
         return _pack_headed(head, bottom)
 
+    def _index(self) -> list[int]:
+        """Each span's first stamp's index, laid out now for the spans added since the last
+        read that needed it."""
+        starts, spans = self._starts, self.spans
+        known = len(starts)
+        if known < len(spans):
+            at = starts[-1] + spans[known - 1][2] if known else 0
+            starts += accumulate(map(_count, spans[known:-1]), initial=at)
+        return starts
+
     def _span_at(self, at: int) -> Span:
         """The span of stamp ``at`` alone."""
-        i = bisect_right(self._starts, at) - 1
+        starts = self._index()
+        i = bisect_right(starts, at) - 1
         head, bottom, _ = self.spans[i]
-        return head, bottom + at - self._starts[i], 1
+        return head, bottom + at - starts[i], 1
 
     def _cut(self, start: int, stop: int) -> list[Span]:
         """The spans of stamps ``[start, stop)`` (``0 <= start``, ``stop <= len``): the spans
@@ -181,7 +198,7 @@ class Stamps(Sequence[bytes]):
         record), the first and last trimmed."""
         if start >= stop:
             return []
-        starts = self._starts
+        starts = self._index()
         i = bisect_right(starts, start) - 1  # the span holding ``start``
         j = bisect_left(starts, stop, i)  # past the span holding ``stop - 1``
         out = self.spans[i:j]

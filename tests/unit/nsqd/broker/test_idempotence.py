@@ -168,11 +168,14 @@ def test_runs_appended_together_take_only_numbers_that_come_next(tmp_path: Path)
         (BodyBatch(4, [b"q0"]), (q, 0)),  # a new producer starts at 0
         (BodyBatch(5, [b"again"]), (q + 1, 7)),  # unknown, not at 0
     ]
-    admitted = idempotence.admit(p, runs)
-    assert admitted == [True, True, False, True, False]
-    taken = [run for run, ok in zip(runs, admitted, strict=True) if ok]
-    records = p.log.append(idempotence.joined(taken), 1)
-    idempotence.appended(p, taken, records[0].offset, 1000.0)
+    appended: list[BodyBatch] = []
+
+    def append(batch: BodyBatch) -> Sequence[Record]:
+        appended.append(batch)
+        return p.log.append(batch, 1)
+
+    assert idempotence.publish_runs(p, runs, 1000.0, append) == [True, True, False, True, False]
+    assert len(appended) == 1  # the admitted ones, as one batch
     assert [(r.body, read_stamp(r.ext)) for r in p.log.read(0, 10)] == [
         (b"a", (P, 0)),
         (b"plain", None),
@@ -181,9 +184,10 @@ def test_runs_appended_together_take_only_numbers_that_come_next(tmp_path: Path)
         (b"q0", (q, 0)),
     ]
     assert publish(p, 1, b"b", b"c") == 3  # both known as stored, at their offsets
-    assert idempotence.admit(p, [(BodyBatch(6, [b"c"]), (P, 2))]) == [False]  # a retry
-    assert idempotence.admit(p, [(BodyBatch(6, [b"z"]), (P, 9))]) == [False]  # a gap
-    assert idempotence.admit(p, [(BodyBatch(6, [b"d"]), (P, 3))]) == [True]
+    assert p.producers.admit([(P, 2)]) == [False]  # a retry
+    assert p.producers.admit([(P, 9)]) == [False]  # a gap
+    assert idempotence.publish_runs(p, [(BodyBatch(6, [b"d"]), (P, 3))], 1001.0, append) == [True]
+    assert publish(p, 3, b"d") == 5  # recorded at its offset
 
 
 def test_numbered_runs_appended_together_read_back_stamped_from_cache_and_disk(
@@ -196,8 +200,10 @@ def test_numbered_runs_appended_together_read_back_stamped_from_cache_and_disk(
         (BodyBatch(1, [b"a", b"b"], 0, [1, 2]), (P, 0)),
         (BodyBatch(3, [b"c"], 0, [3]), (0x99, 5)),
     ]
-    log.append(idempotence.joined(runs), 1)
-    log.append(idempotence.joined([(BodyBatch(4, [b"d"], 0, [4]), (P, 2))]), 1)
+    batch, publishes = idempotence.joined(runs, 0)
+    assert publishes == [(P, 0, 2, 1), (0x99, 5, 1, 2)]  # each run's last message's offset
+    log.append(batch, 1)
+    log.append(idempotence.joined([(BodyBatch(4, [b"d"], 0, [4]), (P, 2))], 3)[0], 1)
     expected = [(b"a", (P, 0)), (b"b", (P, 1)), (b"c", (0x99, 5)), (b"d", (P, 2))]
     assert [(r.body, read_stamp(r.ext)) for r in log.read(0, 10)] == expected  # cached
     log.close()

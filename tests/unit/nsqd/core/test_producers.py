@@ -113,11 +113,12 @@ def test_every_number_is_stored_once_whatever_is_retried(
     first=st.integers(0, 40),
     count=st.integers(1, 3),
 )
-def test_follows_is_checks_append_of_everything(
+def test_admit_is_checks_append_of_everything(
     published: list[tuple[int, int]], producer: int, first: int, count: int
 ) -> None:
-    """The publish reactor's quick question agrees with the full verdict: a publish follows
-    exactly when it would be appended whole (producer 3 is never known)."""
+    """The publish reactor's quick question agrees with the full verdict: a publish is admitted
+    exactly when it would be appended whole (producer 3 is never known); the same producer's
+    second publish in one turn never is."""
     producers = Producers(ttl=60, limit=100)
     following: dict[int, int] = {}  # each producer's next number
     offset = 0
@@ -130,5 +131,32 @@ def test_follows_is_checks_append_of_everything(
         whole = producers.check(producer, first, count, 2.0) == (Verdict.APPEND, 0)
     except SequenceError:
         whole = False
-    assert producers.follows(producer, first) == whole
+    assert producers.admit([None, (producer, first), None]) == [True, whole, True]
+    assert producers.admit([(producer, first), (producer, first + count)]) == [whole, False]
     assert whole == (first == following.get(producer, 0))
+
+
+@given(
+    before=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 6), st.integers(1, 3)), max_size=8),
+    turn=st.lists(st.tuples(st.integers(0, 4), st.integers(0, 6), st.integers(1, 3)), max_size=8),
+)
+def test_record_all_is_record_of_each(
+    before: list[tuple[int, int, int]], turn: list[tuple[int, int, int]]
+) -> None:
+    """A turn's publishes recorded at once leave the state, and every later verdict, as a
+    :meth:`Producers.record` of each would: known producers that follow, new ones, and ones
+    that start over (limit 3: the least recent go)."""
+    one_by_one, at_once = Producers(ttl=60, limit=3), Producers(ttl=60, limit=3)
+    offset = 0
+    for producer, first, count in before:
+        offset += count
+        for producers in (one_by_one, at_once):
+            producers.record(producer, first, count, offset - 1, 1.0)
+    appended = []
+    for producer, first, count in turn:
+        offset += count
+        appended.append((producer, first, count, offset - 1))
+    for producer, first, count, last in appended:
+        one_by_one.record(producer, first, count, last, 2.0)
+    at_once.record_all(appended, 2.0)
+    assert at_once.snapshot() == one_by_one.snapshot()
