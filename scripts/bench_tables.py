@@ -50,14 +50,17 @@ PNSQ_BASELINE = {
 }
 
 # pnsq's idempotent publishing (numbered publishes, docs/compatibility.md) against plain
-# publishing with the same tool and flags, on a fresh single pnsq nsqd each, in the same round:
+# publishing with the same tool and flags, taking turns in slices on one pnsq nsqd a round:
 # key -> (the plain row, label). The goal: numbered at least IDEMPOTENT_GOAL of plain.
 PNSQ_IDEMPOTENT = {
     "pub_pipelined_idempotent": (
-        "pub_pipelined",
+        "pub_pipelined_loadgen",
         "pipelined PUB, 16 conns (window 1000), pnsq-loadgen",
     ),
-    "pub_sync_idempotent": ("pub_sync", "sync PUB, 16 conns (1 outstanding), pnsq-loadgen"),
+    "pub_sync_idempotent": (
+        "pub_sync_loadgen",
+        "sync PUB, 16 conns (1 outstanding), pnsq-loadgen",
+    ),
     "mpub_idempotent": (
         "mpub_loadgen",
         "sync MPUB 200 x 200 B, one conn per core (as bench_writer), pnsq-loadgen",
