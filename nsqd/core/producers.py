@@ -153,7 +153,7 @@ class Producers:
         to_end = producers.move_to_end
         for producer, first, count, offset in publishes:
             known = get(producer)
-            if known is None or first != known.last + 1:  # new here: its state made
+            if known is None or first != known.last + 1:  # new here, or starting over
                 self.record(producer, first, count, offset, now)
                 continue
             to_end(producer)
