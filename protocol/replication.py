@@ -130,7 +130,11 @@ ADMIN_CHANNEL: Final = struct.Struct(
 
 FEATURE_ADMIN: Final = 0x1  # the follower takes Admin frames (and answers AdminAck)
 FEATURE_REPAIR: Final = 0x2  # the follower answers RepairRequest (with RepairRecords)
-FEATURES: Final = FEATURE_ADMIN | FEATURE_REPAIR  # every feature bit this codec knows
+#: the follower counts a leader's silence per leader node, not per stream: one heartbeat to its
+#: node, on any of the streams, keeps them all
+FEATURE_NODE_BEAT: Final = 0x4
+#: every feature bit this codec knows
+FEATURES: Final = FEATURE_ADMIN | FEATURE_REPAIR | FEATURE_NODE_BEAT
 ADMIN_PAUSED: Final = 0x1  # topic or channel paused
 ADMIN_ORDERED: Final = 0x2  # channel ordered (SUB_ORDERED, /channel/setorder)
 ADMIN_SKIPPED: Final = 0x4  # channel skipped (youzan /channel/skip)

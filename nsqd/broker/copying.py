@@ -324,6 +324,9 @@ class ReplicationWaiters:
         self._slots: WeakKeyDictionary[Partition, int] = WeakKeyDictionary()
         self._given = 0  # slots given so far
         self._ticks = 0
+        #: when a frame last went to each follower node, on any of the streams to it (monotonic):
+        #: a stream sends a heartbeat only when none did for a heartbeat interval
+        self.sent_to: dict[str, float] = {}
 
     def _lot(self, partition: Partition) -> ParkingLot:
         lot = self._lots.get(partition)

@@ -8,14 +8,19 @@ of its last record (``Hello``), cuts its log back to where the leader says their
 (``Welcome``), then appends each ``Append`` at the same offsets and acknowledges it (``Ack``).
 It refuses a leader whose epoch is older than the one lookupd gave this node (``Refuse``): that
 is the fence that keeps a deposed leader from gathering acknowledgements. On any error it
-reconnects after a short backoff.
+reconnects after a short backoff; after a dial to a leader node failed, no stream dials it for
+:data:`DOWN_HOLD` seconds. A leader that sent nothing for IDLE_TIMEOUT seconds, counted per
+leader node (its heartbeat goes on one of its streams to this node, not on each), is gone:
+its streams reconnect.
 
 Its Hello says it takes the topic's administrative state (``FEATURE_ADMIN``): it mirrors each
 ``Admin`` frame (paused flags, channels and their flags), saves ``pnsq.dat`` and answers
 ``AdminAck``; and that it answers ``RepairRequest`` (``FEATURE_REPAIR``) with its copy of records
 the leader found damaged (``RepairRecords``). A leader too old to know that Hello answers
 ``E_BAD_FRAME``; the task then dials it with a plain Hello for as long as it follows that leader
-under that epoch.
+under that epoch. Its Hello also says it counts a leader's silence per leader node
+(``FEATURE_NODE_BEAT``); a leader that predates that bit answers ``E_BAD_FRAME`` too, and the
+task dials it again without it first (such a leader sends a heartbeat on every stream).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import trio
 
 from pnsq._netio.cluster_link import ClusterLinks, LinkFailed
 from protocol.replication import (
+    FEATURE_NODE_BEAT,
     FEATURES,
     MAGIC,
     Ack,
@@ -68,7 +74,14 @@ log = logging.getLogger("nsqd.replication")
 
 DIAL_TIMEOUT = 2.0
 WELCOME_TIMEOUT = 10.0
-IDLE_TIMEOUT = 8.0  # the leader sends its high-watermark every 2 s; silence this long: gone
+#: a leader node that sent nothing, on any stream to this node, for this long is gone (it sends
+#: a heartbeat when it sent nothing else for 2 s)
+IDLE_TIMEOUT = 8.0
+WATCH_INTERVAL = 0.5  # seconds between looks for silent leader nodes
+#: seconds no stream dials a leader node after a dial to it failed (each stream's own backoff
+#: goes on meanwhile): a dead node leading thousands of partitions followed here was dialed
+#: thousands of times a second, each failure logged, while lookupd failed it over
+DOWN_HOLD = 0.5
 RETRY = (0.1, 5.0)  # reconnect backoff: first, most
 
 Key = tuple[str, int]  # topic, partition
@@ -76,6 +89,10 @@ Key = tuple[str, int]  # topic, partition
 
 class LeaderRefused(Exception):
     """The leader answered with an error, or this follower refused the leader's epoch."""
+
+
+class LeaderDown(Exception):
+    """A dial to the leader node failed a moment ago (:data:`DOWN_HOLD`): not dialed again."""
 
 
 class LeaderTooOld(LeaderRefused):
@@ -90,11 +107,19 @@ class Followers:
         self.node_id = node_id
         self.links = links  # TLS and the cluster credential, before Hello (see .auth)
         self._tasks: dict[Key, tuple[str, int, trio.CancelScope]] = {}
+        #: when a frame last came from each leader node, on any of its streams (monotonic)
+        self._heard: dict[str, float] = {}
+        #: leader node -> until when no stream dials it (a dial to it failed: :data:`DOWN_HOLD`)
+        self._held: dict[str, float] = {}
+        #: leader node -> the streams from it waiting for a frame (their scopes) -> the end of
+        #: applying each one's last frame (:meth:`watch_silence`)
+        self._waiting: dict[str, dict[trio.CancelScope, float]] = {}
 
     async def run(self) -> None:
         """Follow placements until cancelled."""
         changes = self.broker.changes
         async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.watch_silence)
             while True:
                 generation = changes.generation
                 self._reconcile(nursery)
@@ -135,15 +160,20 @@ class Followers:
                 try:
                     await self._session(topic, leader, partition, features)
                 except* LeaderTooOld:
-                    features = 0
+                    older = features & ~FEATURE_NODE_BEAT if features & FEATURE_NODE_BEAT else 0
                     log.info(
-                        "REPLICATION(%s/%d): leader %s predates admin state replication",
+                        "REPLICATION(%s/%d): leader %s predates feature bits %#x: %#x from now",
                         topic,
                         number,
                         leader,
+                        features,
+                        older,
                     )
+                    features = older
                 except* LinkFailed:
                     pass  # logged by the links, at most once a minute per leader
+                except* LeaderDown:
+                    pass  # another stream's dial failed a moment ago (and was logged)
                 except* (
                     OSError,
                     trio.BrokenResourceError,
@@ -165,7 +195,15 @@ class Followers:
                 delay = min(delay * 2, RETRY[1])
 
     async def _session(self, topic: str, leader: str, partition: Partition, features: int) -> None:
-        stream, rest = await self.links.dial(leader, MAGIC, DIAL_TIMEOUT)
+        clock = self.broker.clock
+        if clock.monotonic() < self._held.get(leader, -math.inf):
+            raise LeaderDown(leader)
+        try:
+            stream, rest = await self.links.dial(leader, MAGIC, DIAL_TIMEOUT)
+        except (OSError, trio.TooSlowError):
+            self._held[leader] = clock.monotonic() + DOWN_HOLD
+            raise
+        self._held.pop(leader, None)
         async with stream:
             state = partition.state
             hello = Hello(
@@ -202,17 +240,54 @@ class Followers:
                 welcome.epoch,
                 partition.log.end_offset,
             )
-            # one scope for the whole stream, its deadline moved per frame (a scope per frame
-            # was a tenth of an idle node's time with thousands of streams): only the wait
-            # for the next frame is bounded, not what a frame does
-            clock = self.broker.clock  # Trio's clock: the scope's deadlines are on it
-            with trio.CancelScope() as idle:
-                while True:
-                    idle.deadline = clock.monotonic() + IDLE_TIMEOUT
+            await self._frames(stream, reader, topic, leader, partition)
+
+    async def _frames(
+        self,
+        stream: trio.abc.Stream,
+        reader: FrameReader[LeaderFrame],
+        topic: str,
+        leader: str,
+        partition: Partition,
+    ) -> None:
+        """Apply the leader's frames as they come; raise ``trio.TooSlowError`` once the watch
+        (:meth:`watch_silence`) gives the stream up while it waits for one. Only the wait
+        for a frame is bounded, not what a frame does."""
+        clock = self.broker.clock
+        heard = self._heard
+        waiting = self._waiting.setdefault(leader, {})
+        last = heard[leader] = clock.monotonic()  # the Welcome
+        with trio.CancelScope() as idle:  # cancelled by the watch, only while waiting
+            while True:
+                waiting[idle] = last
+                try:
                     frame = await reader.next()
-                    idle.deadline = math.inf
-                    await self._apply(stream, topic, partition, frame)
-            raise trio.TooSlowError  # the leader was silent for IDLE_TIMEOUT
+                finally:
+                    del waiting[idle]
+                if idle.cancel_called:
+                    break  # given up as the frame came: it is not applied
+                heard[leader] = clock.monotonic()
+                await self._apply(stream, topic, partition, frame)
+                last = clock.monotonic()
+        raise trio.TooSlowError  # the leader's node was silent for IDLE_TIMEOUT
+
+    async def watch_silence(self) -> None:
+        """Give up the streams that wait for a frame from a leader node that sent nothing, on
+        any of its streams to this node, for IDLE_TIMEOUT seconds, counted for each stream
+        from the end of applying its last frame at the earliest (what a slow frame kept it
+        from reading is not silence). One look every :data:`WATCH_INTERVAL` seconds for every
+        stream: a deadline per stream, moved by each frame, expired every few seconds for
+        each of a node's thousands of idle streams. Runs until cancelled (:meth:`run`)."""
+        clock = self.broker.clock
+        while True:
+            await trio.sleep(WATCH_INTERVAL)
+            now = clock.monotonic()
+            for leader, waiting in self._waiting.items():
+                if now - self._heard.get(leader, -math.inf) < IDLE_TIMEOUT:
+                    continue
+                for scope, last in waiting.items():
+                    if now - last >= IDLE_TIMEOUT:
+                        scope.cancel()
 
     async def _apply(
         self,

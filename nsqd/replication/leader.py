@@ -6,17 +6,18 @@ follower's log must be cut back to (its end for the follower's last epoch) and t
 high-watermark (``Welcome``), then streams ``Append`` batches from there, pipelined: it does
 not wait for an ``Ack`` before sending the next batch. Each ``Ack`` records the follower's
 progress in the partition state (moving the high-watermark when the follower is in sync).
-Idle, the leader sends the high-watermark every :data:`HEARTBEAT` seconds; it looks at the
-channels' state every :data:`CURSOR_INTERVAL` seconds, and a stream of a topic with no channel
-sleeps until the next heartbeat unless woken (records, a role change, a channel created, an
-administrative change). The broker's one timer wakes idle streams
-(:class:`~nsqd.broker.copying.ReplicationWaiters`): no stream keeps a timeout of its own. A
-follower whose Hello carries ``FEATURE_ADMIN`` also gets the topic's administrative state
-(``Admin``) at the start and on every change, and its ``AdminAck`` is recorded in
+Idle, the leader sends the high-watermark when it changed, and as a heartbeat when nothing went
+to the follower for :data:`HEARTBEAT` seconds: to the follower's node on any of its streams
+when the follower counts silence per leader node (``FEATURE_NODE_BEAT``, :mod:`.follower`),
+else on this stream. It looks at the channels' state every :data:`CURSOR_INTERVAL` seconds, and
+a stream of a topic with no channel sleeps until the next heartbeat unless woken (records, a
+role change, a channel created, an administrative change). The broker's one timer wakes idle
+streams (:class:`~nsqd.broker.copying.ReplicationWaiters`): no stream keeps a timeout of its
+own. A follower whose Hello carries ``FEATURE_ADMIN`` also gets the topic's administrative
+state (``Admin``) at the start and on every change, and its ``AdminAck`` is recorded in
 ``Partition.admin_acks`` (an administrative change waits for it:
-:mod:`nsqd.broker.admin_state`). The stream ends
-when this node stops leading the partition, or its epoch moves on: a deposed leader has
-nothing to send.
+:mod:`nsqd.broker.admin_state`). The stream ends when this node stops leading the partition,
+or its epoch moves on: a deposed leader has nothing to send.
 
 With a cluster secret (:class:`~pnsq._netio.cluster_link.ClusterLinks`) the follower proves it
 holds the secret, and which node it is, before anything else; the leader then takes its
@@ -32,6 +33,7 @@ import trio
 from pnsq._netio.cluster_link import ClusterLinks, LinkFailed
 from protocol.replication import (
     FEATURE_ADMIN,
+    FEATURE_NODE_BEAT,
     FEATURE_REPAIR,
     MAGIC,
     Ack,
@@ -74,7 +76,8 @@ from .frames import FrameReader, PeerClosed
 log = logging.getLogger("nsqd.replication")
 
 CURSOR_INTERVAL = STREAM_TICK  # seconds between looks at the channels' state
-HEARTBEAT = STREAM_TICK * BEAT_TICKS  # seconds between high-watermark frames on an idle stream
+#: seconds without a frame to a follower node, on any of its streams, before a heartbeat
+HEARTBEAT = STREAM_TICK * BEAT_TICKS
 #: bytes per second a follower outside the in-sync set is fed by default (a new, moved or
 #: returning replica catching up must not starve the partition's publishers and in-sync
 #: followers); nsqd's ``--replica-move-rate``
@@ -167,6 +170,7 @@ async def _serve(
                 hello.node,
                 admin=admin,
                 repair=bool(hello.features & FEATURE_REPAIR),
+                node_beat=bool(hello.features & FEATURE_NODE_BEAT),
                 catchup_rate=catchup_rate,
             )
             nursery.cancel_scope.cancel()
@@ -196,6 +200,7 @@ async def _stream(
     *,
     admin: bool = False,
     repair: bool = False,
+    node_beat: bool = False,
     catchup_rate: float = CATCHUP_RATE,
 ) -> None:
     """Send what the follower lacks, as it comes, and the channels' state in the partition
@@ -204,11 +209,13 @@ async def _stream(
     follower takes Admin frames) the topic's administrative state follows the channels'
     whenever it changed; an administrative change sends both at once, the cursors first, so
     the follower's AdminAck covers them. With ``repair`` (the follower answers RepairRequest)
-    it is asked for its copy of the leader's damaged records."""
+    it is asked for its copy of the leader's damaged records. With ``node_beat`` (the follower
+    counts silence per leader node) the heartbeat goes only when nothing went to its node."""
     state = partition.state
     epoch = state.epoch
     clock = broker.clock
-    sent_hw, sent_at = -1, clock.monotonic()
+    sent_to = broker.replication.sent_to  # the last frame to each follower node, any stream
+    sent_hw, sent_at = -1, clock.monotonic()  # this stream's last frame
     cursors: dict[str, tuple[int, tuple[tuple[int, int], ...]]] = {}
     next_cursors = 0.0
     sent_admin: Admin | None = None
@@ -236,14 +243,20 @@ async def _stream(
             at += batch.count
             if at >= partition.log.end_offset:
                 state.sent_to_end(node, at)
-            sent_hw, sent_at = state.high_watermark, clock.monotonic()
+            sent_hw = state.high_watermark
+            sent_at = sent_to[node] = clock.monotonic()
             if catching_up:  # at a bounded rate
                 await trio.sleep(budget.spend(len(batch.data), sent_at))
             continue
         now = clock.monotonic()
-        # (woken by the ticks: each wake-up a little late, the next one on time)
-        if state.high_watermark != sent_hw or now - sent_at >= HEARTBEAT - CURSOR_INTERVAL:
+        # the heartbeat: when nothing went to the follower's node, on any stream, for a
+        # heartbeat interval (a node following thousands of partitions from here gets one,
+        # not one per partition), or on this stream, to a follower that counts silence per
+        # stream; woken by the ticks, each wake-up a little late, the next one on time
+        last = sent_to.get(node, sent_at) if node_beat else sent_at
+        if state.high_watermark != sent_hw or now - last >= HEARTBEAT - CURSOR_INTERVAL:
             sent_hw, sent_at = state.high_watermark, now
+            sent_to[node] = now
             await stream.send_all(encode(HighWatermark(epoch, sent_hw)))
         changed = admin and (sent_admin is None or sent_admin.version != topic.admin_version)
         every = now >= next_cursors or changed  # ordered channels: at once, others every interval

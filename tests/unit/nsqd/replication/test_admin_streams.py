@@ -8,6 +8,7 @@ import logging
 from functools import partial
 from pathlib import Path
 
+import pytest
 import trio
 import trio.testing
 
@@ -20,12 +21,13 @@ from nsqd.replication.leader import serve_follower
 from pnsq._netio.cluster_link import ClusterLinks
 from protocol.replication import (
     FEATURE_ADMIN,
+    FEATURE_REPAIR,
+    FEATURES,
     MAGIC,
     Admin,
     AdminAck,
     ChannelAdmin,
     Error,
-    FrameType,
     Hello,
     HighWatermark,
     LeaderFrame,
@@ -120,19 +122,27 @@ async def test_a_change_goes_to_the_follower_at_once_and_waits_for_its_ack(
             nursery.cancel_scope.cancel()
 
 
-async def test_a_follower_falls_back_to_a_plain_hello_for_an_older_leader(
-    tmp_path: Path,
+@pytest.mark.parametrize(
+    ("known", "expected"),
+    [
+        (0, [FEATURES, FEATURE_ADMIN | FEATURE_REPAIR, 0]),  # from before HELLO_EX
+        (FEATURE_ADMIN | FEATURE_REPAIR, [FEATURES, FEATURE_ADMIN | FEATURE_REPAIR]),
+    ],
+    ids=["before-hello-ex", "before-node-beat"],
+)
+async def test_a_follower_falls_back_to_the_features_an_older_leader_knows(
+    tmp_path: Path, known: int, expected: list[int]
 ) -> None:
-    hellos: list[int] = []  # the frame type of each Hello the "old leader" got
+    hellos: list[int] = []  # the feature bits of each Hello the "old leader" got
 
     async def old_leader(stream: trio.SocketStream) -> None:
         assert await stream.receive_some(4) == MAGIC
         reader = FrameReader(stream, FollowerFrameDecoder())
         hello = await reader.next()
         assert isinstance(hello, Hello)
-        hellos.append(FrameType.HELLO_EX if hello.features else FrameType.HELLO)
-        if hello.features:  # what a leader from before HELLO_EX answers to the unknown type
-            text = "unknown frame type 0x06"
+        hellos.append(hello.features)
+        if hello.features & ~known:  # what an older leader's decoder answers to unknown bits
+            text = "unknown frame type 0x06" if not known else "features 0x7: unknown bits"
             await stream.send_all(encode(Error(ReplicationErrorCode.BAD_FRAME, text)))
             return
         await stream.send_all(encode(Welcome(3, 0, 0)))
@@ -151,8 +161,8 @@ async def test_a_follower_falls_back_to_a_plain_hello_for_an_older_leader(
         broker.changes.notify()
         n.start_soon(Followers(broker, FOLLOWER, _links(FOLLOWER)).run)
         with trio.fail_after(5):
-            while len(hellos) < 2:
+            while len(hellos) < len(expected):
                 await trio.sleep(0.02)
-        await trio.sleep(0.5)  # it keeps following: no third Hello
-        assert hellos == [FrameType.HELLO_EX, FrameType.HELLO]
+        await trio.sleep(0.5)  # it keeps following: no further Hello
+        assert hellos == expected
         n.cancel_scope.cancel()

@@ -1,9 +1,11 @@
-"""A follower gives a leader's stream up after IDLE_TIMEOUT seconds without a frame, counted
-from the last frame (a heartbeat moves the deadline), and only while it waits for one: what a
-frame makes it do is not bounded by it."""
+"""A follower gives a leader's stream up after IDLE_TIMEOUT seconds without a frame from the
+leader's node on any stream, counted from the last frame (a heartbeat moves the deadline), and
+only while it waits for one: what a frame makes it do is not bounded by it. A leader node
+that refuses a dial is not dialed again by any stream for a moment."""
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Sequence
 from contextlib import suppress
@@ -16,7 +18,7 @@ import trio.testing
 from nsqd.broker import BrokerConfig, open_broker
 from nsqd.broker.clock import VirtualClock
 from nsqd.core.partition_state import Placement, Role
-from nsqd.replication.follower import IDLE_TIMEOUT, Followers
+from nsqd.replication.follower import DOWN_HOLD, IDLE_TIMEOUT, WATCH_INTERVAL, Followers
 from nsqd.replication.frames import FrameReader, PeerClosed
 from pnsq._netio.cluster_link import ClusterLinks
 from protocol.replication import Admin, Hello, HighWatermark, Welcome, encode
@@ -58,6 +60,7 @@ async def _silent_after(
 
         start = trio.current_time()
         async with trio.open_nursery() as nursery:
+            nursery.start_soon(followers.watch_silence)
             nursery.start_soon(leader)
             with pytest.raises(trio.TooSlowError):
                 await followers._session("t", LEADER, partition, 0)
@@ -69,10 +72,10 @@ async def _silent_after(
 async def test_a_silent_leader_is_given_up_idle_timeout_after_its_last_frame(
     tmp_path: Path, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert await _silent_after(tmp_path, [], monkeypatch) == pytest.approx(IDLE_TIMEOUT)
+    assert _within_a_look(await _silent_after(tmp_path, [], monkeypatch), IDLE_TIMEOUT)
     beats = [(3.0, HighWatermark(3, 0)), (4.0, HighWatermark(3, 0))]
     gave_up = await _silent_after(tmp_path / "beats", beats, monkeypatch)
-    assert gave_up == pytest.approx(7.0 + IDLE_TIMEOUT)  # counted from the last heartbeat
+    assert _within_a_look(gave_up, 7.0 + IDLE_TIMEOUT)  # counted from the last heartbeat
 
 
 async def test_a_frame_that_takes_long_to_apply_is_not_cut_short(
@@ -88,4 +91,96 @@ async def test_a_frame_that_takes_long_to_apply_is_not_cut_short(
     monkeypatch.setattr("nsqd.broker.Broker.wait_durable", slow_sync)
     admin = Admin(3, 1, paused=False)
     gave_up = await _silent_after(tmp_path, [(1.0, admin)], monkeypatch)
-    assert gave_up == pytest.approx(1.0 + slow + IDLE_TIMEOUT)
+    assert _within_a_look(gave_up, 1.0 + slow + IDLE_TIMEOUT)
+
+
+async def test_a_silent_stream_stays_while_another_from_its_leader_node_brings_frames(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two partitions followed from one leader node, which sends its heartbeats on partition
+    0's stream only (one per follower node: FEATURE_NODE_BEAT) for 20 s: partition 1's
+    silent stream is kept as long as they come, and both are given up IDLE_TIMEOUT after the
+    last one."""
+    async with open_broker(BrokerConfig(data_path=tmp_path), VirtualClock()) as broker:
+        topic = broker.get_or_create_topic("t", 2)
+        for partition in topic.partitions:
+            partition.state.apply(
+                Placement(Role.REPLICA, 3, LEADER, (FOLLOWER,), (LEADER, FOLLOWER))
+            )
+        links = ClusterLinks(lambda: FOLLOWER, trio.current_time, logging.getLogger("test"))
+        send, receive = trio.open_memory_channel[trio.abc.Stream](2)
+
+        async def dial(peer: str, link: bytes, timeout: float) -> tuple[trio.abc.Stream, bytes]:
+            here, there = trio.testing.memory_stream_pair()
+            await send.send(there)
+            return here, b""
+
+        monkeypatch.setattr(links, "dial", dial)
+        followers = Followers(broker, FOLLOWER, links)
+
+        async def leader(there: trio.abc.Stream) -> None:
+            reader = FrameReader(there, FollowerFrameDecoder())
+            hello = await reader.next()
+            assert isinstance(hello, Hello)
+            await there.send_all(encode(Welcome(3, 0, 0)))
+            if hello.partition == 0:
+                for _ in range(10):
+                    await trio.sleep(2.0)
+                    await there.send_all(encode(HighWatermark(3, 0)))
+            with suppress(PeerClosed):
+                while True:
+                    await reader.next()
+
+        gave_up: dict[int, float] = {}
+        start = trio.current_time()
+
+        async def follow(number: int) -> None:
+            with pytest.raises(trio.TooSlowError):
+                await followers._session("t", LEADER, topic.partitions[number], 0)
+            gave_up[number] = trio.current_time() - start
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(followers.watch_silence)
+            nursery.start_soon(follow, 0)
+            nursery.start_soon(follow, 1)
+            for _ in range(2):
+                nursery.start_soon(leader, await receive.receive())
+            while len(gave_up) < 2:
+                await trio.sleep(1.0)
+            nursery.cancel_scope.cancel()
+    assert _within_a_look(gave_up[0], 20.0 + IDLE_TIMEOUT)
+    assert _within_a_look(gave_up[1], 20.0 + IDLE_TIMEOUT)
+
+
+def _within_a_look(gave_up: float, silent_since: float) -> bool:
+    """Given up at the silence watch's first look after ``silent_since``."""
+    return silent_since <= gave_up <= silent_since + WATCH_INTERVAL + 1e-6
+
+
+async def test_a_dead_leader_node_is_dialed_once_a_hold_not_once_per_stream(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fifty partitions follow a leader node that refuses connections: after a failed dial no
+    stream dials it for DOWN_HOLD seconds (each stream backs off on its own meanwhile), so it
+    is dialed a few times a second, not fifty times each backoff step."""
+    async with open_broker(BrokerConfig(data_path=tmp_path), VirtualClock()) as broker:
+        topic = broker.get_or_create_topic("t", 50)
+        for partition in topic.partitions:
+            partition.state.apply(
+                Placement(Role.REPLICA, 3, LEADER, (FOLLOWER,), (LEADER, FOLLOWER))
+            )
+        links = ClusterLinks(lambda: FOLLOWER, trio.current_time, logging.getLogger("test"))
+        dialed: list[float] = []
+
+        async def refused(peer: str, link: bytes, timeout: float) -> tuple[trio.abc.Stream, bytes]:
+            dialed.append(trio.current_time())
+            raise ConnectionRefusedError(111, "Connection refused")
+
+        monkeypatch.setattr(links, "dial", refused)
+        async with trio.open_nursery() as nursery:
+            broker.changes.notify()
+            nursery.start_soon(Followers(broker, FOLLOWER, links).run)
+            await trio.sleep(3.0)
+            nursery.cancel_scope.cancel()
+    assert 2 <= len(dialed) <= 3.0 / DOWN_HOLD + 2
+    assert all(b - a >= DOWN_HOLD for a, b in itertools.pairwise(dialed))

@@ -17,11 +17,19 @@ import trio.testing
 import nsqd.replication.leader as leader_module
 from nsqd.broker import Broker, BrokerConfig, open_broker
 from nsqd.broker.clock import VirtualClock
+from nsqd.broker.copying import STREAM_TICK
 from nsqd.core.partition_state import Placement, Role
 from nsqd.replication.frames import FrameReader
 from nsqd.replication.leader import CURSOR_INTERVAL, HEARTBEAT, serve_follower
 from pnsq._netio.cluster_link import ClusterLinks
-from protocol.replication import Cursors, Hello, HighWatermark, LeaderFrame, encode
+from protocol.replication import (
+    FEATURE_NODE_BEAT,
+    Cursors,
+    Hello,
+    HighWatermark,
+    LeaderFrame,
+    encode,
+)
 from protocol.replication_decoder import LeaderFrameDecoder
 
 LEADER, FOLLOWER = "127.0.0.1:1", "127.0.0.1:2"
@@ -89,3 +97,49 @@ async def test_a_channel_created_on_a_quiet_topic_reaches_the_follower_at_once(
         seen = await _follow(broker, 3.0, during=1.5)
     (sent,) = [at for at, frame in seen if isinstance(frame, Cursors) and frame.channel == "c"]
     assert 1.5 <= sent < 1.5 + CURSOR_INTERVAL
+
+
+async def _beats(broker: Broker, features: int, seconds: float) -> list[list[float]]:
+    """The heartbeat times a follower node gets on its streams of two partitions (Hellos with
+    ``features``) within ``seconds``, each stream's own list."""
+    topic = broker.get_or_create_topic("t", 2)
+    for partition in topic.partitions:
+        partition.state.apply(Placement(Role.LEADER, 3, LEADER, (FOLLOWER,), (LEADER, FOLLOWER)))
+    links = ClusterLinks(lambda: LEADER, trio.current_time, logging.getLogger("test"))
+    beats: list[list[float]] = [[], []]
+    start = trio.current_time()
+
+    async def follower(number: int, stream: trio.abc.Stream) -> None:
+        await stream.send_all(encode(Hello(FOLLOWER, "t", number, 3, 0, 0, features)))
+        reader = FrameReader(stream, LeaderFrameDecoder())
+        while True:
+            if isinstance(await reader.next(), HighWatermark):
+                beats[number].append(trio.current_time() - start)
+
+    async with trio.open_nursery() as nursery:
+        for number in (0, 1):
+            here, there = trio.testing.memory_stream_pair()
+            nursery.start_soon(partial(serve_follower, broker, there, "test", b"", links=links))
+            nursery.start_soon(follower, number, here)
+        await trio.sleep(seconds)
+        nursery.cancel_scope.cancel()
+    return beats
+
+
+async def test_a_follower_node_that_counts_silence_per_node_gets_one_heartbeat_for_all(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """Two partitions followed by one node: idle, one heartbeat a heartbeat interval reaches the
+    node, on either stream (not one per stream); a follower that counts silence per stream
+    (no FEATURE_NODE_BEAT, a release before) still gets its own on each."""
+    async with open_broker(BrokerConfig(data_path=tmp_path), VirtualClock()) as broker:
+        shared = await _beats(broker, FEATURE_NODE_BEAT, 20.0)
+    together = sorted(shared[0] + shared[1])
+    assert len(together) <= 20 / HEARTBEAT + 3  # the first high-watermark of each, then 1 each
+    # (a stream's first beat waits for its slot's tick: up to a tick late)
+    assert max(b - a for a, b in itertools.pairwise(together)) <= HEARTBEAT + STREAM_TICK + 0.01
+    async with open_broker(BrokerConfig(data_path=tmp_path / "old"), VirtualClock()) as broker:
+        each = await _beats(broker, 0, 20.0)
+    for beats in each:
+        assert len(beats) >= 20 / HEARTBEAT - 1
+        assert max(b - a for a, b in itertools.pairwise(beats)) <= HEARTBEAT + STREAM_TICK + 0.01
