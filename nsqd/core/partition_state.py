@@ -68,6 +68,10 @@ class PartitionState:
         #: channel -> follower -> the confirmed offset it holds of that channel (an ordered
         #: channel releases its next message only once every in-sync follower holds its FIN)
         self._cursor_acks: dict[str, dict[str, int]] = {}
+        #: moves whenever the placement, the log end, the high-watermark or a follower's
+        #: acknowledgement changes: what a leader's progress report reads is the same while
+        #: it stands still (:mod:`nsqd.replication.progress` keeps a settled one by it)
+        self.revision = 0
 
     # ------------------------------------------------------------------ role
 
@@ -113,6 +117,7 @@ class PartitionState:
                 f"epoch {placement.epoch} is older than the epoch {self.placement.epoch} held"
             )
         changed = placement.role is not self.placement.role
+        self.revision += 1
         if placement.epoch != self.placement.epoch or changed:
             self._acked.clear()
             self._caught_up_at.clear()
@@ -132,12 +137,14 @@ class PartitionState:
         without telling this node of a handover first): it leads nothing, so a publish waiting
         for the in-sync set is refused and the streams to the followers end."""
         self._leads = False
+        self.revision += 1
 
     # ------------------------------------------------------------------ progress
 
     def appended(self, log_end: int) -> int:
         """The local log grew to ``log_end``; returns the high-watermark."""
         self.log_end = log_end
+        self.revision += 1
         if self._leads:
             if self._followers:
                 self._advance()
@@ -148,11 +155,13 @@ class PartitionState:
     def truncated(self, log_end: int) -> None:
         """The local log was cut back to ``log_end`` (a follower matching its new leader)."""
         self.log_end = log_end
+        self.revision += 1
         self.high_watermark = min(self.high_watermark, log_end)
 
     def follower_acked(self, node: str, log_end: int, now: float = 0.0) -> bool:
         """Follower ``node`` holds everything before ``log_end`` (at ``now``); returns
         whether the high-watermark moved. Acknowledgements never move back."""
+        self.revision += 1
         if log_end >= self.log_end or log_end >= self._sent_to_end.get(node, log_end + 1):
             self._caught_up_at[node] = now
         if log_end <= self._acked.get(node, -1):
@@ -193,6 +202,7 @@ class PartitionState:
 
     def leader_high_watermark(self, high_watermark: int) -> None:
         """A follower heard the leader's high-watermark (bounded by what it holds)."""
+        self.revision += 1
         self.high_watermark = max(self.high_watermark, min(high_watermark, self.log_end))
 
     def _advance(self) -> None:

@@ -4,9 +4,14 @@ and reports go out when that is worth telling lookupd (not on every byte)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from nsqd.broker import Broker, BrokerConfig, NewRecord, open_broker
+import pytest
+
+from nsqd.broker import Broker, BrokerConfig, NewRecord, Topic, open_broker
+from nsqd.broker.partition import Partition
 from nsqd.core.partition_state import Placement, Role
+from nsqd.replication import progress
 from nsqd.replication.progress import COPY_REPORT_INTERVAL, ProgressTracker, Report, due
 from nsqd.storage.record import HEADER_SIZE
 
@@ -154,3 +159,74 @@ async def test_a_settled_partitions_report_is_kept_until_what_it_says_changes(
         assert wider["confirmed"] == [IN_SYNC, COPYING]
         assert due([wider], [settled], 0.1, 5.0)
         assert [wider] == ProgressTracker(lag_max=5.0).reports(broker, now=100.3)
+
+
+async def test_a_kept_report_is_given_again_without_looking_at_the_replicas(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While the partition's state stands still (its revision), its settled report is given
+    again without a look at any replica; any change (here a follower's acknowledgement, which
+    moves nothing the report says) makes the tracker look again."""
+    async with open_broker(BrokerConfig(data_path=tmp_path)) as broker:
+        _lead_and_append(broker, 2)
+        state = broker.get_topic("t").partitions[0].state
+        for node in (IN_SYNC, COPYING, SILENT):
+            state.follower_acked(node, 20, now=10.0)
+        looks = 0
+        real = progress._settled
+
+        def counted(*args: Any) -> bool:
+            nonlocal looks
+            looks += 1
+            return real(*args)
+
+        monkeypatch.setattr(progress, "_settled", counted)
+        tracker = ProgressTracker(lag_max=5.0)
+        (first,) = tracker.reports(broker, now=10.0)
+        for tick in range(100):
+            assert tracker.reports(broker, now=10.25 + tick / 4) == [first]
+        assert looks == 1
+        state.follower_acked(IN_SYNC, 20, now=50.0)  # the same end again: a new revision
+        (again,) = tracker.reports(broker, now=50.0)
+        assert again == first
+        assert looks == 2
+
+
+async def test_only_the_partition_that_changed_is_reported_on_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two topics of settled partitions: ticks without a change build no report; an
+    acknowledgement on one partition of one topic builds that partition's alone, and the
+    reports stay what a tracker that kept nothing builds."""
+    async with open_broker(BrokerConfig(data_path=tmp_path)) as broker:
+        replicas = (IN_SYNC, COPYING)
+        for name in ("a", "b"):
+            topic = broker.get_or_create_topic(name, 3)
+            for partition in topic.partitions:
+                partition.state.apply(Placement(Role.LEADER, 2, LEADER, replicas, (LEADER,)))
+                partition.log.append([NewRecord(0, b"m" * BODY)])
+                partition.state.appended(partition.log.end_offset)
+                for node in replicas:
+                    partition.state.follower_acked(node, 1, now=1.0)
+        built: list[tuple[str, int]] = []
+        real = ProgressTracker._report
+
+        def counted(self: ProgressTracker, topic: Topic, partition: Partition, now: float) -> Any:
+            built.append((topic.name, partition.number))
+            return real(self, topic, partition, now)
+
+        monkeypatch.setattr(ProgressTracker, "_report", counted)
+        tracker = ProgressTracker(lag_max=5.0)
+        first = tracker.reports(broker, now=1.0)
+        assert len(first) == 6
+        assert len(built) == 6
+        built.clear()
+        for tick in range(20):
+            assert tracker.reports(broker, now=1.25 + tick / 4) == first
+        assert built == []
+        broker.get_topic("b").partitions[1].state.follower_acked(IN_SYNC, 1, now=7.0)
+        assert tracker.reports(broker, now=7.0) == ProgressTracker(lag_max=5.0).reports(
+            broker, now=7.0
+        )
+        assert built[0] == ("b", 1)
+        assert len(built) == 7  # then the fresh tracker's six
