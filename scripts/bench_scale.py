@@ -137,6 +137,9 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=600)
     parser.add_argument("--per-topic", type=int, default=200)
     parser.add_argument("--idle", type=int, default=10)
+    parser.add_argument(
+        "--settle", type=float, default=3.0, help="seconds between the probe and the idle window"
+    )
     parser.add_argument("--timeout", type=float, default=180.0)
     parser.add_argument("--profile", type=Path, default=None)
     parser.add_argument("--create-profile", type=int, default=10)
@@ -176,7 +179,7 @@ def main() -> None:
         result["before_kill"] = {
             what: text.count(what) for what in ("promoted", "OFFLINE", "isr shrink", "isr expand")
         }
-        time.sleep(3.0)  # let progress reports and ISR settle
+        time.sleep(args.settle)  # let progress reports, ISR and the probe's syncs settle
         before = {name: cpu_seconds(pid) for name, pid in pids.items()}
         spies = []
         if args.profile:
