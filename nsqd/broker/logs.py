@@ -106,6 +106,7 @@ class LogOpener:
             memory = MemoryLog(number, self.config.mem_queue_size)
             return Partition(number, memory, None, 0, placement, producers)
         directory = topic_directory(self.config.data_path, topic) / str(number)
+        created = not directory.exists()
         plog = PartitionLog.open(
             directory,
             partition=number,
@@ -117,6 +118,7 @@ class LogOpener:
         start = state.get("topic_start", plog.start_offset)
         assert isinstance(start, int)
         partition = Partition(number, plog, directory, start, placement, producers)
+        partition.created = created
         partition.journal_generation = last_generation(directory, state)
         idempotence.restore(partition, state, self.now())
         first = idempotence.saved_state(state, partition)

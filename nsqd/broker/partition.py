@@ -69,6 +69,9 @@ class Partition:
         self.unsynced = 0  # records appended since the last fsync
         self.dirty = True  # cursors changed since the last checkpoint
         self.saved_state: dict[str, object] | None = None  # the last checkpoint written
+        #: its directory was created by this node's open: no ``state.json`` is on disk until
+        #: its state differs from a new partition's (:func:`~.persistence.as_new`)
+        self.created = False
         #: the generation of the last checkpoint written (or read) and the size of its cursor
         #: journal (:mod:`nsqd.storage.cursor_journal`)
         self.journal_generation = 0

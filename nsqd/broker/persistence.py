@@ -208,6 +208,25 @@ def partition_state(topic: Topic, partition: Partition) -> dict[str, object]:
     }
 
 
+#: a channel's cursor in a partition that has delivered nothing
+_NEW_CURSOR: dict[str, object] = {"confirmed": 0, "acked": []}
+
+
+def as_new(state: dict[str, object]) -> bool:
+    """Whether ``state`` (:func:`partition_state`) is what a partition restores to with no
+    ``state.json`` at all (:func:`load_state`'s ``{}``; its log's producer stamps read back
+    from its start): a partition created empty needs none written until it differs (a
+    node given thousands of new partitions wrote and fsynced one each)."""
+    channels = state.get("channels")
+    return (
+        state.get("topic_start") == 0
+        and state.get("producers") == {"end": 0, "rows": []}
+        and state.get(JOURNAL_KEY) == 0
+        and isinstance(channels, dict)
+        and all(cursor == _NEW_CURSOR for cursor in channels.values())
+    )
+
+
 def load_state(directory: Path, stamp: str) -> dict[str, object]:
     """A partition's ``state.json``, or its previous generation if it is damaged; ``{}`` if
     there is none (every channel then starts at the earliest retained offset); with the

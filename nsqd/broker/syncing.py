@@ -25,6 +25,7 @@ from .persistence import (
     METADATA_FILE,
     STATE_FILE,
     SyncSchedule,
+    as_new,
     metadata_document,
     partition_state,
 )
@@ -84,15 +85,21 @@ class Syncer:
                     if due and _held(topic, partition):
                         partition.dirty = False
                         state = partition_state(topic, partition)
-                        if state != partition.saved_state:  # keep .prev an older generation
-                            path = partition.directory / STATE_FILE
-                            saved = await save_state(
-                                partition, state, path, self._disk, journal=journal
-                            )
-                            if saved:
-                                idempotence.saved(partition, now)
-                            else:
-                                partition.dirty = True
+                        if state == partition.saved_state:  # keep .prev an older generation
+                            continue
+                        if partition.created and as_new(state):  # what none on disk says
+                            partition.saved_state = state
+                            idempotence.saved(partition, now)
+                            continue
+                        path = partition.directory / STATE_FILE
+                        # a journal record only beside a state.json
+                        logged = journal and not partition.created
+                        saved = await save_state(partition, state, path, self._disk, journal=logged)
+                        if saved:
+                            idempotence.saved(partition, now)
+                            partition.created = False
+                        else:
+                            partition.dirty = True
             if syncs.metadata_dirty:
                 syncs.metadata_dirty = False
                 document = metadata_document(list(topics.values()), self.config.version)

@@ -8,7 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from nsqd.broker import BrokerConfig, NewRecord, open_broker
+from nsqd.broker import BrokerConfig, NewRecord, admin, open_broker
+from nsqd.broker.persistence import STATE_FILE, partition_state
 
 
 async def test_a_partition_dropped_during_its_fsync_is_not_checkpointed(tmp_path: Path) -> None:
@@ -41,3 +42,26 @@ async def test_a_partition_dropped_during_its_fsync_is_not_checkpointed(tmp_path
         assert victim.dirty  # not checkpointed: its cursors are gone
         assert not topic.partition(0).dirty  # the others were, by the same pass
         assert not topic.partition(2).dirty
+
+
+async def test_a_new_partition_writes_no_state_until_it_says_more_than_none_would(
+    tmp_path: Path,
+) -> None:
+    """A partition this node created restores from no ``state.json`` to what it holds: the
+    syncer writes none (a node given thousands of new partitions wrote and fsynced one each)
+    until its state differs from a new partition's; then it does, and a restart reads it."""
+    async with open_broker(BrokerConfig(data_path=tmp_path)) as broker:
+        topic = broker.get_or_create_topic("t", 2)
+        await admin.create_channel(broker, "t", "c")
+        broker.publish("t", [NewRecord(1, b"m")], partition=0)  # records alone: no state
+        await broker.sync_once()
+        assert [(p.directory / STATE_FILE).exists() for p in topic.partitions] == [False, False]
+        before = [partition_state(topic, p) for p in topic.partitions]
+        await admin.empty_channel(broker, "t", "c")  # partition 0's cursor moves past "m"
+        await broker.sync_once()
+        assert [(p.directory / STATE_FILE).exists() for p in topic.partitions] == [True, False]
+        after = [partition_state(topic, p) for p in topic.partitions]
+        assert after[0] != before[0]
+    async with open_broker(BrokerConfig(data_path=tmp_path)) as broker:
+        topic = broker.get_topic("t")
+        assert [partition_state(topic, p) for p in topic.partitions] == after
