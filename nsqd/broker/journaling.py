@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Final
 
+from ..core import offset_runs
 from ..storage.checkpoint import write_checkpoint
 from ..storage.cursor_journal import JOURNAL_FILE, append_record, read_records, reset_journal
 from ..storage.errors import StorageError
@@ -146,4 +147,5 @@ def _valid_cursor(cursor: object) -> bool:
         and confirmed >= 0
         and isinstance(acked, list)
         and all(isinstance(a, int) and a >= 0 for a in acked)
+        and offset_runs.valid(cursor.get("runs", []))
     )

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import trio
 
+from ..core import offset_runs
 from ..core.ownership import Placement, Role
 from ..storage.checkpoint import load_checkpoint
 from . import idempotence
@@ -254,6 +255,8 @@ def valid_state(value: object) -> bool:
             return False
         acked = cursor.get("acked", [])
         if not isinstance(acked, list) or not all(_is_int(a) for a in acked):
+            return False
+        if not offset_runs.valid(cursor.get("runs", [])):
             return False
     return True
 

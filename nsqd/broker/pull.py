@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import trio
 
+from ..core import offset_runs
 from ..core.cursor import PartitionCursor
 from ..core.errors import (
     BrokerError,
@@ -263,5 +264,12 @@ def _checkpointed(partition: Partition, channel: Channel, offsets: Sequence[int]
     if not isinstance(state, dict):
         return False
     confirmed = state.get("confirmed")
+    if not isinstance(confirmed, int):
+        return False
+    ahead = [o for o in offsets if o >= confirmed]
+    if not ahead:
+        return True
     acked = set(state.get("acked") or ())
-    return isinstance(confirmed, int) and all(o < confirmed or o in acked for o in offsets)
+    runs = state.get("runs") or []
+    assert isinstance(runs, list)
+    return all(o in acked or offset_runs.contains(runs, o) for o in ahead)

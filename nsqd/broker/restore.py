@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from ..core import offset_runs
 from .channel import Channel
 from .logs import LogOpener
 from .persistence import (
@@ -77,7 +78,8 @@ def restore_topics(data_path: Path, logs: LogOpener) -> list[Topic]:
                 confirmed = int(cursor.get("confirmed", partition.topic_start))
                 end = partition.log.end_offset  # a checkpoint past a truncated tail: the tail
                 start = min(max(confirmed, partition.log.start_offset), end)
-                acked = [a for a in cursor.get("acked", []) if start <= a < end]
+                finished = offset_runs.expand(cursor.get("acked", []), cursor.get("runs", []))
+                acked = [a for a in finished if start <= a < end]
                 channel.add_partition(partition, start, acked, end)
             topic.channels[channel_name] = channel
         log.info("TOPIC(%s): restored, %d channel(s)", name, len(topic.channels))

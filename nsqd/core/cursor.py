@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 
 from protocol.message import RecordLike
 
+from . import offset_runs
 from .errors import BrokerError, NotInFlightError, NotOwnerError
 from .inflight import Flight, Held, Message
 from .taking import Fetch, Taking
@@ -350,5 +351,10 @@ class PartitionCursor(Taking):
         self.next_read = self.confirmed
 
     def checkpoint(self) -> dict[str, object]:
-        """The durable part: ``confirmed`` and the out-of-order FINs above it."""
-        return {"confirmed": self.confirmed, "acked": sorted(self.acked)}
+        """The durable part: ``confirmed`` and the out-of-order FINs above it, each alone
+        (``acked``) or in a run of consecutive ones (``runs``, when any:
+        :mod:`.offset_runs`)."""
+        alone, runs = offset_runs.split(self.acked)
+        if runs:
+            return {"confirmed": self.confirmed, "acked": alone, "runs": runs}
+        return {"confirmed": self.confirmed, "acked": alone}

@@ -33,7 +33,8 @@ JOURNAL_FILE: Final = "cursors.journal"
 
 # Record => Length u32 | Crc32c u32 | Generation u64 | Payload [Length]
 # The CRC-32C covers Generation and Payload; Payload is the compact JSON object
-# {"<channel>": {"confirmed": <int>, "acked": [<int>, ...]}, ...} of the channels changed.
+# {"<channel>": {"confirmed": <int>, "acked": [<int>, ...], "runs": [[<start>, <stop>], ...]}, ...}
+# of the channels changed ("runs" only when there are any: nsqd.core.offset_runs).
 JOURNAL_RECORD: Final = struct.Struct(
     ">I"  # length of the payload
     "I"  # crc32c of the generation field and the payload
