@@ -128,6 +128,7 @@ class PartitionCursor(Taking):
         in_flight = self.in_flight
         get = in_flight.get
         acked = self.acked
+        added = self._fins_added if self._fin_runs is not None else None
         confirmed = self.confirmed
         done = 0
         refused: list[tuple[int, BrokerError]] = []
@@ -151,6 +152,8 @@ class PartitionCursor(Taking):
                 confirmed += 1
             else:
                 acked.add(offset)
+                if added is not None:
+                    added.append(offset)
         self.confirmed = confirmed
         if acked or self._holes:
             self._advance_confirmed()
@@ -183,6 +186,8 @@ class PartitionCursor(Taking):
                 self.confirmed = piece.stop
             else:
                 self.acked.update(piece)
+                if self._fin_runs is not None:
+                    self._fins_added.append(piece)
             done += len(piece)
             self._note_few(flight)
             start = piece.stop
@@ -221,6 +226,8 @@ class PartitionCursor(Taking):
         """Confirm unsent the message at ``offset`` not taken from the log yet (or not waiting
         anywhere): it is skipped when read. The primitive of :mod:`.confirming`."""
         self.acked.add(offset)
+        if self._fin_runs is not None:
+            self._fins_added.append(offset)
         self._advance_confirmed()
         if self.next_read < self.confirmed:  # confirmed from the read position: not read again
             self.next_read = self.confirmed
@@ -314,6 +321,7 @@ class PartitionCursor(Taking):
         self._timeouts.clear()
         self._few.clear()
         self.acked.clear()
+        self._forget_fin_runs()
         self._holes.clear()
         self._delays.clear()
         self.confirmed = self.next_read = offset
@@ -327,9 +335,15 @@ class PartitionCursor(Taking):
         """Move a cursor forward past data that retention removed."""
         if offset > self.confirmed:
             self.acked = {o for o in self.acked if o >= offset}
+            self._forget_fin_runs()
             self.confirmed = offset
             self._advance_confirmed()
         self.next_read = max(self.next_read, offset)
+
+    def _forget_fin_runs(self) -> None:
+        """``acked`` lost FINs above ``confirmed``: the next checkpoint makes its runs anew."""
+        self._fin_runs = None
+        self._fins_added = []
 
     def replica_state(self) -> tuple[int, tuple[tuple[int, int], ...]]:
         """What a follower needs to take this cursor over: ``confirmed``, and per offset above
@@ -346,6 +360,7 @@ class PartitionCursor(Taking):
         and deferred messages not before their time."""
         self.seek(confirmed)
         self.acked = {offset for offset, due in marks if due == 0 and offset >= confirmed}
+        self._forget_fin_runs()
         self._delays = {offset: due for offset, due in marks if due and offset >= confirmed}
         self._advance_confirmed()
         self.next_read = self.confirmed
@@ -353,8 +368,20 @@ class PartitionCursor(Taking):
     def checkpoint(self) -> dict[str, object]:
         """The durable part: ``confirmed`` and the out-of-order FINs above it, each alone
         (``acked``) or in a run of consecutive ones (``runs``, when any:
-        :mod:`.offset_runs`)."""
-        alone, runs = offset_runs.split(self.acked)
+        :mod:`.offset_runs`). The runs are kept from one checkpoint to the next, the FINs
+        since added to them: a checkpoint costs the runs and those FINs, not every FIN (a
+        consumer that holds a message while later ones are FINed leaves all of them here)."""
+        fin_runs = self._fin_runs
+        if fin_runs is None:
+            fin_runs = self._fin_runs = offset_runs.Runs.of(
+                o for o in self.acked if o >= self.confirmed
+            )
+        else:
+            for added in self._fins_added:
+                fin_runs.add(added)
+            fin_runs.drop_below(self.confirmed)
+        self._fins_added = []
+        alone, runs = fin_runs.parts()
         if runs:
             return {"confirmed": self.confirmed, "acked": alone, "runs": runs}
         return {"confirmed": self.confirmed, "acked": alone}

@@ -12,6 +12,7 @@ from itertools import chain
 
 from sortedcontainers import SortedKeyList
 
+from . import offset_runs
 from .inflight import Flight, FlightTimeouts, Held, Message
 
 __all__ = ["CursorState"]
@@ -29,6 +30,11 @@ class CursorState:
         self.confirmed = start
         self.next_read = start
         self.acked: set[int] = {o for o in acked if o >= start}
+        #: ``acked`` as runs (:meth:`~.cursor.PartitionCursor.checkpoint`), once a checkpoint
+        #: made them (None: made from ``acked`` at the next), and the FINs added to ``acked``
+        #: since (an offset, or a range of them)
+        self._fin_runs: offset_runs.Runs | None = None
+        self._fins_added: list[int | range] = []
         #: offsets ``[start, end)`` the log no longer has (skipped as corrupt), by start:
         #: ``confirmed`` steps over them as over FINed offsets
         self._holes: dict[int, int] = {}

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from itertools import compress, pairwise, repeat
 from operator import add, ne
 
-__all__ = ["contains", "expand", "split", "valid"]
+__all__ = ["Runs", "contains", "expand", "split", "valid"]
 
 
 def split(offsets: Iterable[int]) -> tuple[list[int], list[list[int]]]:
@@ -38,6 +38,79 @@ def split(offsets: Iterable[int]) -> tuple[list[int], list[list[int]]]:
         else:
             runs.append([ordered[first], ordered[end - 1] + 1])
     return alone, runs
+
+
+class Runs:
+    """A set of offsets kept as its runs of consecutive ones, ascending, disjoint and apart
+    (``[start, stop)`` each: a run of one is one offset): what a cursor keeps beside its set of
+    FINs so that a checkpoint costs the runs, not the FINs. Adding finds the place by bisection
+    and joins the neighbours it touches."""
+
+    __slots__ = ("_starts", "_stops")
+
+    def __init__(self) -> None:
+        self._starts: list[int] = []
+        self._stops: list[int] = []  # ``_stops[i]`` ends the run from ``_starts[i]``
+
+    @classmethod
+    def of(cls, offsets: Iterable[int]) -> Runs:
+        """The runs of ``offsets`` (no duplicates), found at once (:func:`split`)."""
+        alone, runs = split(offsets)
+        made = cls()
+        pairs = sorted([*([o, o + 1] for o in alone), *runs])
+        made._starts = [start for start, _ in pairs]
+        made._stops = [stop for _, stop in pairs]
+        return made
+
+    def add(self, offsets: int | range) -> None:
+        """Add one offset, or a ``range`` of them (step 1)."""
+        if isinstance(offsets, int):
+            start, stop = offsets, offsets + 1
+        else:
+            start, stop = offsets.start, offsets.stop
+        if start >= stop:
+            return
+        starts, stops = self._starts, self._stops
+        # the runs it touches: from the last one starting at or before ``start`` if that one
+        # reaches ``start``, through the last one starting at or before ``stop``
+        first = bisect_right(starts, start) - 1
+        if first < 0 or stops[first] < start:
+            first += 1
+        last = bisect_right(starts, stop)  # one past the last run it touches
+        if first < last:  # joined with those
+            start = min(start, starts[first])
+            stop = max(stop, stops[last - 1])
+        starts[first:last] = [start]
+        stops[first:last] = [stop]
+
+    def drop_below(self, offset: int) -> None:
+        """Remove every offset under ``offset``."""
+        starts, stops = self._starts, self._stops
+        cut = bisect_right(stops, offset)  # runs wholly under ``offset``
+        if cut:
+            del starts[:cut], stops[:cut]
+        if starts and starts[0] < offset:
+            starts[0] = offset
+
+    def parts(self) -> tuple[list[int], list[list[int]]]:
+        """As :func:`split` gives them: the offsets alone, and the runs of two or more."""
+        alone: list[int] = []
+        runs: list[list[int]] = []
+        for start, stop in zip(self._starts, self._stops, strict=True):
+            if stop - start == 1:
+                alone.append(start)
+            else:
+                runs.append([start, stop])
+        return alone, runs
+
+    def __contains__(self, offset: object) -> bool:
+        if not isinstance(offset, int):
+            return False
+        at = bisect_right(self._starts, offset) - 1
+        return at >= 0 and offset < self._stops[at]
+
+    def __len__(self) -> int:
+        return sum(self._stops) - sum(self._starts)
 
 
 def expand(alone: Iterable[int], runs: Iterable[Sequence[int]]) -> Iterator[int]:
