@@ -29,6 +29,7 @@ WORKLOADS = {
     "pub_pipelined_replicated": (
         "PUB pipelined as above; pnsq replicated (replicator=2) vs Go unreplicated"
     ),
+    "pub_sync_replicated": "PUB sync as above; pnsq replicated (replicator=2) vs Go unreplicated",
     "http_consume": "HTTP consume max=100, 4 consumers; pnsq vs Go's TCP consume",
 }
 
@@ -37,6 +38,7 @@ WORKLOADS = {
 GO_BASELINE = {
     "mpub_replicated": "mpub",
     "pub_pipelined_replicated": "pub_pipelined",
+    "pub_sync_replicated": "pub_sync",
     "http_consume": "consume",
 }
 
