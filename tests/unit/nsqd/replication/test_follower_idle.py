@@ -15,7 +15,7 @@ import pytest
 import trio
 import trio.testing
 
-from nsqd.broker import BrokerConfig, open_broker
+from nsqd.broker import Broker, BrokerConfig, Topic, open_broker
 from nsqd.broker.clock import VirtualClock
 from nsqd.core.partition_state import Placement, Role
 from nsqd.replication.follower import DOWN_HOLD, IDLE_TIMEOUT, WATCH_INTERVAL, Followers
@@ -102,12 +102,7 @@ async def test_a_silent_stream_stays_while_another_from_its_leader_node_brings_f
     silent stream is kept as long as they come, and both are given up IDLE_TIMEOUT after the
     last one."""
     async with open_broker(BrokerConfig(data_path=tmp_path), VirtualClock()) as broker:
-        topic = broker.get_or_create_topic("t", 2)
-        for partition in topic.partitions:
-            partition.state.apply(
-                Placement(Role.REPLICA, 3, LEADER, (FOLLOWER,), (LEADER, FOLLOWER))
-            )
-        links = ClusterLinks(lambda: FOLLOWER, trio.current_time, logging.getLogger("test"))
+        topic, links = _following(broker, 2)
         send, receive = trio.open_memory_channel[trio.abc.Stream](2)
 
         async def dial(peer: str, link: bytes, timeout: float) -> tuple[trio.abc.Stream, bytes]:
@@ -152,6 +147,15 @@ async def test_a_silent_stream_stays_while_another_from_its_leader_node_brings_f
     assert _within_a_look(gave_up[1], 20.0 + IDLE_TIMEOUT)
 
 
+def _following(broker: Broker, partitions: int) -> tuple[Topic, ClusterLinks]:
+    """Topic ``t`` of ``partitions`` partitions, each held here as LEADER's replica, and this
+    node's links (their ``dial`` for the test to replace)."""
+    topic = broker.get_or_create_topic("t", partitions)
+    for partition in topic.partitions:
+        partition.state.apply(Placement(Role.REPLICA, 3, LEADER, (FOLLOWER,), (LEADER, FOLLOWER)))
+    return topic, ClusterLinks(lambda: FOLLOWER, trio.current_time, logging.getLogger("test"))
+
+
 def _within_a_look(gave_up: float, silent_since: float) -> bool:
     """Given up at the silence watch's first look after ``silent_since``."""
     return silent_since <= gave_up <= silent_since + WATCH_INTERVAL + 1e-6
@@ -164,12 +168,7 @@ async def test_a_dead_leader_node_is_dialed_once_a_hold_not_once_per_stream(
     stream dials it for DOWN_HOLD seconds (each stream backs off on its own meanwhile), so it
     is dialed a few times a second, not fifty times each backoff step."""
     async with open_broker(BrokerConfig(data_path=tmp_path), VirtualClock()) as broker:
-        topic = broker.get_or_create_topic("t", 50)
-        for partition in topic.partitions:
-            partition.state.apply(
-                Placement(Role.REPLICA, 3, LEADER, (FOLLOWER,), (LEADER, FOLLOWER))
-            )
-        links = ClusterLinks(lambda: FOLLOWER, trio.current_time, logging.getLogger("test"))
+        _, links = _following(broker, 50)
         dialed: list[float] = []
 
         async def refused(peer: str, link: bytes, timeout: float) -> tuple[trio.abc.Stream, bytes]:
