@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
-from weakref import WeakKeyDictionary
+from weakref import WeakKeyDictionary, WeakSet
 
 import trio
 from trio.lowlevel import ParkingLot
@@ -319,9 +319,9 @@ class ReplicationWaiters:
         self._data: WeakKeyDictionary[Partition, ParkingLot] = WeakKeyDictionary()
         #: partitions whose streams wait to look at their channels at the next tick
         self._looking: WeakKeyDictionary[Partition, None] = WeakKeyDictionary()
-        #: the tick, of every BEAT_TICKS, at which a partition's idle streams wake (given in
-        #: turn: the slots stay even)
-        self._slots: WeakKeyDictionary[Partition, int] = WeakKeyDictionary()
+        #: the partitions whose idle streams wake at each tick of every BEAT_TICKS (slots given
+        #: in turn, so they stay even; a tick looks at its own slot's, not at every stream)
+        self._slots: list[WeakSet[Partition]] = [WeakSet() for _ in range(BEAT_TICKS)]
         self._given = 0  # slots given so far
         self._ticks = 0
         #: when a frame last went to each follower node, on any of the streams to it (monotonic):
@@ -350,7 +350,7 @@ class ReplicationWaiters:
         lot = self._data.get(partition)
         if lot is None:
             lot = self._data[partition] = ParkingLot()
-            self._slots[partition] = self._given % BEAT_TICKS
+            self._slots[self._given % BEAT_TICKS].add(partition)
             self._given += 1
         if look:
             self._looking[partition] = None
@@ -359,12 +359,14 @@ class ReplicationWaiters:
     def tick(self) -> None:
         """Wake the streams due at this tick (see the class doc)."""
         self._ticks += 1
-        slot = self._ticks % BEAT_TICKS
-        slots, looking = self._slots, self._looking
-        due = [lot for p, lot in self._data.items() if p in looking or slots.get(p) == slot]
+        due = set(self._slots[self._ticks % BEAT_TICKS])
+        due.update(self._looking)
         self._looking.clear()
-        for lot in due:
-            lot.unpark_all()
+        data = self._data
+        for partition in due:
+            lot = data.get(partition)
+            if lot is not None:
+                lot.unpark_all()
 
     async def run_ticks(self) -> None:
         """The streams' one timer (runs until cancelled)."""
