@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Sequence
-from itertools import compress, pairwise, repeat
+from itertools import compress, repeat
 from operator import add, ne
 
 __all__ = ["Runs", "contains", "expand", "split", "valid"]
@@ -21,22 +21,35 @@ __all__ = ["Runs", "contains", "expand", "split", "valid"]
 
 def split(offsets: Iterable[int]) -> tuple[list[int], list[list[int]]]:
     """``offsets`` (no duplicates) as the offsets alone and the runs of two or more
-    (``[start, stop]``), both ascending. The breaks between runs are found by C-level passes
-    over the sorted offsets; the Python loop is per run."""
+    (``[start, stop]``), both ascending."""
+    return _parts(*_bounds(offsets))
+
+
+def _bounds(offsets: Iterable[int]) -> tuple[list[int], list[int]]:
+    """Where each run of ``offsets`` (no duplicates) starts and stops, ascending. The breaks
+    between runs are found by C-level passes over the sorted offsets; the Python work is per
+    run."""
     ordered = sorted(offsets)
     count = len(ordered)
     if not count:
         return [], []
     # where a run starts: the first offset, and each one that does not follow the one before
     follows = map(ne, ordered[1:], map(add, ordered, repeat(1)))
-    starts = [0, *compress(range(1, count), follows), count]
+    breaks = list(compress(range(1, count), follows))
+    starts = [ordered[at] for at in (0, *breaks)]
+    stops = [ordered[at - 1] + 1 for at in (*breaks, count)]
+    return starts, stops
+
+
+def _parts(starts: Sequence[int], stops: Sequence[int]) -> tuple[list[int], list[list[int]]]:
+    """The runs ``starts[i] .. stops[i]`` as the offsets alone and the runs of two or more."""
     alone: list[int] = []
     runs: list[list[int]] = []
-    for first, end in pairwise(starts):
-        if end - first == 1:
-            alone.append(ordered[first])
+    for start, stop in zip(starts, stops, strict=True):
+        if stop - start == 1:
+            alone.append(start)
         else:
-            runs.append([ordered[first], ordered[end - 1] + 1])
+            runs.append([start, stop])
     return alone, runs
 
 
@@ -54,12 +67,9 @@ class Runs:
 
     @classmethod
     def of(cls, offsets: Iterable[int]) -> Runs:
-        """The runs of ``offsets`` (no duplicates), found at once (:func:`split`)."""
-        alone, runs = split(offsets)
+        """The runs of ``offsets`` (no duplicates), found at once."""
         made = cls()
-        pairs = sorted([*([o, o + 1] for o in alone), *runs])
-        made._starts = [start for start, _ in pairs]
-        made._stops = [stop for _, stop in pairs]
+        made._starts, made._stops = _bounds(offsets)
         return made
 
     def add(self, offsets: int | range) -> None:
@@ -94,14 +104,7 @@ class Runs:
 
     def parts(self) -> tuple[list[int], list[list[int]]]:
         """As :func:`split` gives them: the offsets alone, and the runs of two or more."""
-        alone: list[int] = []
-        runs: list[list[int]] = []
-        for start, stop in zip(self._starts, self._stops, strict=True):
-            if stop - start == 1:
-                alone.append(start)
-            else:
-                runs.append([start, stop])
-        return alone, runs
+        return _parts(self._starts, self._stops)
 
     def __contains__(self, offset: object) -> bool:
         if not isinstance(offset, int):
