@@ -186,8 +186,7 @@ class PartitionCursor(Taking):
                 self.confirmed = piece.stop
             else:
                 self.acked.update(piece)
-                if self._fin_runs is not None:
-                    self._fins_added.append(piece)
+                self._note_fins(piece)
             done += len(piece)
             self._note_few(flight)
             start = piece.stop
@@ -226,8 +225,7 @@ class PartitionCursor(Taking):
         """Confirm unsent the message at ``offset`` not taken from the log yet (or not waiting
         anywhere): it is skipped when read. The primitive of :mod:`.confirming`."""
         self.acked.add(offset)
-        if self._fin_runs is not None:
-            self._fins_added.append(offset)
+        self._note_fins(offset)
         self._advance_confirmed()
         if self.next_read < self.confirmed:  # confirmed from the read position: not read again
             self.next_read = self.confirmed
@@ -339,6 +337,12 @@ class PartitionCursor(Taking):
             self.confirmed = offset
             self._advance_confirmed()
         self.next_read = max(self.next_read, offset)
+
+    def _note_fins(self, offsets: int | range) -> None:
+        """``offsets`` were added to ``acked``: the next checkpoint adds them to its runs (the
+        FIN loop of :meth:`finish_run` does the same inline)."""
+        if self._fin_runs is not None:
+            self._fins_added.append(offsets)
 
     def _forget_fin_runs(self) -> None:
         """``acked`` lost FINs above ``confirmed``: the next checkpoint makes its runs anew."""
