@@ -8,6 +8,7 @@ Subcommands:
   parse-loadgen FILE             pnsq-loadgen JSON output -> "MSGS_PER_SEC TOTAL_MSGS"
   parse-latency FILE             pnsq-loadgen latency JSON output -> "P99_MS p50=.. p999=..
                                  max=.. rate=.. target=.. msgs=.." (all latencies in ms)
+  parse-decide FILE              scripts/bench_decide.py JSON output -> "ONE_MS node=.. touched=.."
   parse-scale FILE               scripts/bench_scale.py JSON output -> "WRITABLE_S create=..
                                  idle=.. lookupd=.. led=.. failover=.. promoted=.. shrink=.."
                                  (WRITABLE_S "none": not every partition took a PUB in time;
@@ -50,7 +51,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from bench_scale_table import parse_scale, scale_table
+from bench_scale_table import decide_table, parse_decide, parse_scale, scale_table
 from bench_tables import build_tables, read_results
 
 T = TypeVar("T")
@@ -280,6 +281,8 @@ def report(results_path: str, out_path: str, meta_args: list[str]) -> None:
         *build_tables(results, pnsq_label, f"{int(idle_conns):,}"),
         "",
         *scale_table(results, pnsq_label),
+        "",
+        *decide_table(results),
     ]
     print("\n".join(table))
 
@@ -403,6 +406,13 @@ def report(results_path: str, out_path: str, meta_args: list[str]) -> None:
         "  until each partition it led answered a PUB at its new leader. Each wait is bounded",
         "  (scale rows in the header); a cluster not all writable in time shows so and skips the",
         "  kill. Promotions and ISR shrinks before the kill count healthy nodes failed over.",
+        "- lookupd's cost per decision (pnsq only, once, last; its own table):",
+        "  scripts/bench_decide.py drives lookupd's supervisor in process (no nsqd) over a",
+        "  settled cluster of N partitions in topics of 200, two in-sync copies each on three",
+        "  nodes, its placements saved to a metadata file (fsync included): the median of 21",
+        "  decisions after a leader reports one partition's replica lagging (its ISR shrinks),",
+        "  and of 3 after one of the three nodes disconnects (every partition it led fails",
+        "  over, every ISR it was in shrinks), from the event to the saved placements.",
         "- The load generators run on the same machine as the daemon and compete for its cores.",
         END,
     ]
@@ -432,6 +442,8 @@ def main(argv: list[str]) -> int:
             print(f"{rate:.1f} {total}")
         elif cmd == "parse-scale":
             print(parse_scale(args[0]))
+        elif cmd == "parse-decide":
+            print(parse_decide(args[0]))
         elif cmd == "parse-latency":
             print(parse_latency(args[0]))
         elif cmd == "create-channel":

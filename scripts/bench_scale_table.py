@@ -8,6 +8,11 @@ extras its idle CPU, and the failover of the node leading the most partitions. T
 (issue 38): all writable within SCALE_WRITABLE_GOAL s, idle CPU per nsqd under
 SCALE_IDLE_GOAL cores at SCALE_GOAL_PARTITIONS, a node leading 1,000 partitions failed over
 within SCALE_FAILOVER_GOAL s.
+
+lookupd's cost per decision (pnsq only, once, scripts/bench_decide.py: lookupd's supervisor
+in process over N partitions, its metadata saved to a file): rows "decide_N", the value the
+milliseconds of a decision shrinking one partition's in-sync set, the extras those of a
+node's death and the partitions it changed.
 """
 
 from __future__ import annotations
@@ -15,9 +20,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bench_tables import Results, number
+from bench_tables import Results, as_float, number
 
 SCALE_PREFIX = "scale_"
+DECIDE_PREFIX = "decide_"
+#: a decision on one partition at the largest size may take this many times its time at the
+#: smallest: "flat in the partitions it does not touch" (issue 38), with room for the
+#: metadata file's write, which grows with the cluster
+DECIDE_FLAT_GOAL = 2.0
 SCALE_WRITABLE_GOAL = 60.0
 SCALE_IDLE_GOAL = 0.1
 SCALE_GOAL_PARTITIONS = 10_000
@@ -52,6 +62,50 @@ def parse_scale(path: str) -> str:
             *(f"{k}={'-' if v is None else v}" for k, v in extras.items()),
         ]
     )
+
+
+def parse_decide(path: str) -> str:
+    """scripts/bench_decide.py's JSON line as scripts/bench records it: ``"ONE_MS node=..
+    touched=.."`` (bench_report.py's ``parse-decide``)."""
+    lines = [ln for ln in Path(path).read_text(errors="replace").splitlines() if ln.startswith("{")]
+    if not lines:
+        raise ValueError("no JSON line from bench_decide.py")
+    r = json.loads(lines[-1])
+    return f"{r['one_ms']} node={r['node_ms']} touched={r['node_touched']}"
+
+
+def decide_table(results: Results) -> list[str]:
+    """lookupd's cost per decision (see :data:`DECIDE_PREFIX`), one row per size, smallest
+    first: one partition's decision against the smallest size's (the goal: flat), and a node's
+    death per partition it touched."""
+    sizes = sorted(
+        (int(key[len(DECIDE_PREFIX) :]), key)
+        for key in results
+        if key.startswith(DECIDE_PREFIX) and key[len(DECIDE_PREFIX) :].isdigit()
+    )
+    cells = [(size, results[key]["pnsq"][0]) for size, key in sizes if results[key].get("pnsq")]
+    if not cells:
+        return []
+    rows = [
+        "| partitions x 2 copies, 3 nodes, lookupd in process"
+        " | one partition's ISR shrink, ms"
+        f" | against the smallest size (goal ≤ {DECIDE_FLAT_GOAL:.0f}: flat)"
+        " | a node's death: ms | partitions it changed | µs per partition changed |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
+    base = as_float(cells[0][1].value)
+    for size, cell in cells:
+        one = as_float(cell.value)
+        node, touched = cell.extra.get("node", "-"), cell.extra.get("touched", "-")
+        per = "-"
+        if as_float(node) is not None and as_float(touched):
+            per = format(float(node) * 1e3 / float(touched), ".1f")
+        flat = "-" if one is None or not base else format(one / base, ".2f")
+        rows.append(
+            f"| {size:,} | {number(cell.value, '.2f')} | {flat} | {number(node, '.1f')}"
+            f" | {number(touched, ',.0f')} | {per} |"
+        )
+    return rows
 
 
 def scale_table(results: Results, pnsq_label: str) -> list[str]:

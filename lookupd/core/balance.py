@@ -88,10 +88,12 @@ def plan_balance(
     partitions: Sequence[PartitionView],
     nodes: Iterable[str],
     racks: Mapping[str, str],
+    load: Spread | None = None,
 ) -> dict[tuple[str, int], Move]:
     """The balancing moves to start now, by partition (see the module doc); ``nodes``: those
-    that may hold copies. The caller checks :func:`settled` first."""
-    load = spread(partitions, nodes)
+    that may hold copies; ``load``: their :func:`spread` if the caller has it (it is changed).
+    The caller checks :func:`settled` first."""
+    load = load if load is not None else spread(partitions, nodes)
     if len(load.copies) < 2 or load.even:  # (every tick of a balanced cluster ends here)
         return {}
     busy: set[str] = set()

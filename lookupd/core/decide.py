@@ -72,19 +72,21 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from .balance import plan_balance, settled
+from .balance import Spread, plan_balance, settled
 from .health import Health, liveness_key
 from .moves import Move
 from .racks import pick_spread
 from .resize import plan
 from .view import (
     Change,
+    Counts,
     DecisionError,
     NodeView,
     PartitionView,
     Settings,
     View,
     apply,
+    apply_at,
     assignment_load,
 )
 
@@ -316,27 +318,42 @@ def _plan(
     return replace(state, move=move, reasons=state.note(step.reason))
 
 
-def _balancing(view: View, health: Health) -> dict[tuple[str, int], Move]:
+def _balancing(
+    view: View, health: Health, looked: Sequence[PartitionView]
+) -> dict[tuple[str, int], Move]:
     """Step 6's moves (:mod:`.balance`): only when balancing is on and the cluster settled,
     every copy on a node up for ``balance_grace`` at least (a node just back, after a
     failover from it, is not handed its leaderships at once); nodes up for less take
-    nothing yet."""
+    nothing yet. ``looked``: the partitions the decision looks at (the others are quiet:
+    settled, once every node holding a copy is steady)."""
     if not view.balance or view.upgrading:
         return {}
-    if not settled(view.partitions, health.steady):
+    counts = view.counts or Counts.of(view.partitions)
+    holding = (node for node, copies in counts.copies.items() if copies)
+    if not settled(looked, health.steady) or not all(health.steady(n) for n in holding):
         return {}
-    nodes = [n for n in view.nodes if health.steady(n)]
-    return plan_balance(view.partitions, nodes, view.racks)
+    nodes = sorted(n for n in view.nodes if health.steady(n))
+    load = Spread(
+        {n: counts.copies.get(n, 0) for n in nodes}, {n: counts.leaders.get(n, 0) for n in nodes}
+    )
+    return plan_balance(view.partitions, nodes, view.racks, load)
 
 
-def _pass(view: View, now: float) -> list[Change]:
-    """One look at every partition: steps 1 to 6 (see the module doc)."""
+def _pass(view: View, now: float) -> dict[int, Change]:
+    """One look at the partitions that may change (every one, or ``view.candidates``): steps
+    1 to 6 (see the module doc); the changes by position in ``view.partitions``."""
     health = Health(view.nodes, view.settings, now, view.removing, view.upgrading)
-    load = assignment_load(view.partitions)
-    busy = {p.move.source for p in view.partitions if p.move and p.move.source in view.removing}
-    balancing = _balancing(view, health)
-    changes = []
-    for part in view.partitions:
+    every = view.partitions
+    positions: Sequence[int] = range(len(every)) if view.candidates is None else view.candidates
+    looked = [every[i] for i in positions]
+    load = dict(view.counts.copies) if view.counts is not None else assignment_load(every)
+    busy = {p.move.source for p in looked if p.move and p.move.source in view.removing}
+    balancing = _balancing(view, health, looked)
+    if balancing:  # (balancing picks from every partition: rare, a settled cluster's moves)
+        positions = range(len(every))
+    changes = {}
+    for position in positions:
+        part = every[position]
         start = _State(part.leader, part.replicas, part.isr, part.epoch, part.offline, part.move)
         state = _upkeep(start, part, health)
         state = _leadership(state, part, health)
@@ -348,18 +365,16 @@ def _pass(view: View, now: float) -> list[Change]:
             state = replace(state, move=balance, reasons=state.note(why))
         state = _moving(state, part, health)
         if state.key() != start.key():
-            changes.append(
-                Change(
-                    topic=part.topic,
-                    partition=part.partition,
-                    leader=state.leader,
-                    replicas=state.replicas,
-                    isr=state.isr,
-                    epoch=state.epoch,
-                    offline=state.offline,
-                    reason="; ".join(state.reasons),
-                    move=state.move,
-                )
+            changes[position] = Change(
+                topic=part.topic,
+                partition=part.partition,
+                leader=state.leader,
+                replicas=state.replicas,
+                isr=state.isr,
+                epoch=state.epoch,
+                offline=state.offline,
+                reason="; ".join(state.reasons),
+                move=state.move,
             )
     return changes
 
@@ -373,26 +388,23 @@ def decide(view: View, now: float) -> list[Change]:
     """The changes the partitions of ``view`` need at ``now``, in ``view.partitions`` order;
     ``[]`` when nothing must change. It looks again at the changed view until nothing more
     changes (at most :data:`MAX_PASSES` times), so ``decide(apply(view, decide(view, now)),
-    now) == []``."""
-    merged: dict[tuple[str, int], Change] = {}
-    dropped: dict[tuple[str, int], set[str]] = {}  # replicas a pass removed, per partition
+    now) == []``. With ``view.candidates`` it looks at those only (the others are quiet,
+    :mod:`.quiet`), with the same result."""
+    merged: dict[int, Change] = {}
+    dropped: dict[int, set[str]] = {}  # replicas a pass removed, per partition
     current = view
     for _ in range(MAX_PASSES):
         changes = _pass(current, now)
         if not changes:
             break
-        replicas = {(c.topic, c.partition): c.replicas for c in changes}
-        for part in current.partitions:
-            key = (part.topic, part.partition)
-            if key in replicas:
-                dropped.setdefault(key, set()).update(set(part.replicas) - set(replicas[key]))
-        for change in changes:
-            key = (change.topic, change.partition)
-            before = merged.get(key)
+        for position, change in changes.items():
+            part = current.partitions[position]
+            gone = dropped.setdefault(position, set())
+            gone.update(set(part.replicas) - set(change.replicas))
+            before = merged.get(position)
             if before is not None:
                 change = replace(change, reason=f"{before.reason}; {change.reason}")
-            renewed = dropped.get(key, set()).intersection(change.replicas)
-            merged[key] = replace(change, renewed=frozenset(renewed)) if renewed else change
-        current = apply(current, changes)
-    order = [(p.topic, p.partition) for p in view.partitions]
-    return [merged[key] for key in order if key in merged]
+            renewed = gone.intersection(change.replicas)
+            merged[position] = replace(change, renewed=frozenset(renewed)) if renewed else change
+        current = apply_at(current, changes)
+    return [merged[position] for position in sorted(merged)]

@@ -68,6 +68,8 @@ class Liveness:
         self.progress: dict[tuple[str, int], Progress] = {}
         #: bumped whenever a report differs from the one it replaces (bytes behind aside)
         self.reports_changed = 0
+        #: per topic, bumped whenever its reports or joined members change (:meth:`revision`)
+        self._revisions: dict[str, int] = {}
         #: per partition, the ISR members lookupd added under its epoch that the leader has not
         #: confirmed since (``PartitionView.joined``: not promoted; kept in memory only)
         self.joined: dict[tuple[str, int], frozenset[str]] = {}
@@ -139,7 +141,7 @@ class Liveness:
         """A leader's report (the caller checked it against the placement)."""
         key = (topic, partition)
         if self.progress.get(key) != progress:
-            self.reports_changed += 1
+            self._changed(topic)
         self.progress[key] = progress
         joined = self.joined.get(key)
         if joined is not None and joined & progress.confirmed:
@@ -162,7 +164,7 @@ class Liveness:
             progress.confirmed & stay,
             {node: size for node, size in progress.behind.items() if node in stay},
         )
-        self.reports_changed += 1
+        self._changed(topic)
 
     def isr_changed(
         self,
@@ -182,14 +184,26 @@ class Liveness:
         joined, kept = isr_moved(self.joined.get(key, frozenset()), confirmed, before, after, epoch)
         if not epoch and progress is not None and kept != progress.confirmed:
             self.progress[key] = replace(progress, confirmed=kept)
-            self.reports_changed += 1
+            self._changed(topic)
         self._set_joined(key, joined)
 
     def _set_joined(self, key: tuple[str, int], joined: frozenset[str]) -> None:
+        if joined == self.joined.get(key, frozenset()):
+            return
         if joined:
             self.joined[key] = joined
         else:
             self.joined.pop(key, None)
+        self._revisions[key[0]] = self._revisions.get(key[0], 0) + 1
+
+    def _changed(self, topic: str) -> None:
+        self.reports_changed += 1
+        self._revisions[topic] = self._revisions.get(topic, 0) + 1
+
+    def revision(self, topic: str) -> int:
+        """Moves whenever a report on one of ``topic``'s partitions, or its joined members,
+        change: a caller keeping what it built from them knows when to build again."""
+        return self._revisions.get(topic, 0)
 
     def forget(self, topic: str) -> None:
         """The topic was deleted: its partitions' reports go with it."""
@@ -197,6 +211,7 @@ class Liveness:
             del self.progress[key]
         for key in [key for key in self.joined if key[0] == topic]:
             del self.joined[key]
+        self._revisions[topic] = self._revisions.get(topic, 0) + 1
 
     def current(self, topic: str, partition: int, leader: str, epoch: int) -> Progress | None:
         """The report on ``partition`` if ``leader`` made it under ``epoch`` (the partition's

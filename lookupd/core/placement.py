@@ -17,6 +17,7 @@ PUB/SUB auto-creation) is :func:`adopt`-ed: that node leads every partition it r
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -73,6 +74,17 @@ class TopicPlacement:
     #: nodes that held a copy lookupd took away (a move's source, a replaced replica) and hold
     #: none now: their assignments still list the topic, so they stop serving their copy
     released: tuple[str, ...] = ()
+    #: :meth:`encoded`'s bytes once made (a placement never changes: a change is a new one)
+    _encoded: bytes | None = field(default=None, init=False, repr=False, compare=False)
+
+    def encoded(self) -> bytes:
+        """The stored form: :func:`to_document` as compact JSON, keys sorted. Made once per
+        placement, so a save after a decision encodes only the topics it changed."""
+        if self._encoded is None:
+            document = json.dumps(to_document(self), sort_keys=True, separators=(",", ":"))
+            object.__setattr__(self, "_encoded", document.encode())
+            assert self._encoded is not None
+        return self._encoded
 
     def move(self, partition: int) -> Move | None:
         """The move of ``partition`` in progress, if any."""

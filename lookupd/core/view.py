@@ -5,6 +5,7 @@ I/O, no clock, no Trio."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -90,6 +91,12 @@ class View:
     #: a rolling upgrade is in progress (``/cluster/upgrade/begin``): a down node's replicas
     #: are not replaced (it is restarting), nothing is balanced
     upgrading: bool = False
+    #: the positions in ``partitions`` a decision looks at (None: every one); the caller
+    #: vouches that every other partition is quiet (:mod:`lookupd.core.quiet`): nothing
+    #: about it can change, so a decision costs time in the partitions it may touch only
+    candidates: Sequence[int] | None = None
+    #: copies and leaderships per node over every partition (None: counted from them)
+    counts: Counts | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +130,43 @@ def assignment_load(partitions: Iterable[PartitionView]) -> dict[str, int]:
     return load
 
 
+@dataclass(frozen=True, slots=True)
+class Counts:
+    """Copies (leader and replica assignments) and leaderships per node of some partitions;
+    a node holding none may be missing."""
+
+    copies: Mapping[str, int]
+    leaders: Mapping[str, int]
+
+    @classmethod
+    def of(cls, partitions: Iterable[PartitionView]) -> Counts:
+        copies: Counter[str] = Counter()
+        leaders: Counter[str] = Counter()
+        for part in partitions:
+            leaders[part.leader] += 1
+            copies.update((part.leader, *part.replicas))
+        return cls(copies, leaders)
+
+    @classmethod
+    def total(cls, parts: Iterable[Counts]) -> Counts:
+        copies: Counter[str] = Counter()
+        leaders: Counter[str] = Counter()
+        for counts in parts:
+            copies.update(counts.copies)
+            leaders.update(counts.leaders)
+        return cls(copies, leaders)
+
+    def moved(self, moves: Iterable[tuple[PartitionView, PartitionView]]) -> Counts:
+        """These counts once each ``before`` of ``moves`` became its ``after``."""
+        copies, leaders = Counter(self.copies), Counter(self.leaders)
+        for before, after in moves:
+            copies.subtract((before.leader, *before.replicas))
+            copies.update((after.leader, *after.replicas))
+            leaders[before.leader] -= 1
+            leaders[after.leader] += 1
+        return Counts(+copies, +leaders)
+
+
 def isr_moved(
     joined: frozenset[str],
     confirmed: frozenset[str],
@@ -149,32 +193,40 @@ def apply(view: View, changes: Iterable[Change]) -> View:
     or joined the ISR is confirmed by none (one that joined is ``joined``). Raises
     :class:`DecisionError` for a change to a partition the view does not have."""
     by_key = {(c.topic, c.partition): c for c in changes}
-    known = {(p.topic, p.partition) for p in view.partitions}
-    missing = sorted(set(by_key) - known)
+    at = {(p.topic, p.partition): i for i, p in enumerate(view.partitions)}
+    missing = sorted(set(by_key) - set(at))
     if missing:
         raise DecisionError(f"no such partition: {missing[0][0]}/{missing[0][1]}")
-    partitions = []
-    for part in view.partitions:
-        change = by_key.get((part.topic, part.partition))
-        if change is None:
-            partitions.append(part)
-            continue
+    return apply_at(view, {at[key]: change for key, change in by_key.items()})
+
+
+def apply_at(view: View, changes: Mapping[int, Change]) -> View:
+    """:func:`apply` of changes given by their partitions' positions in ``view.partitions``
+    (what :func:`~lookupd.core.decide.decide` knows): time in the changes, not the view. A
+    changed partition joins ``candidates``: it may no longer be quiet."""
+    partitions = list(view.partitions)
+    moves = []
+    for position, change in changes.items():
+        part = partitions[position]
         new_epoch = change.epoch != part.epoch
         stay = set() if new_epoch else (set(change.replicas) & set(part.replicas)) - change.renewed
         joined, confirmed = isr_moved(part.joined, part.confirmed, part.isr, change.isr, new_epoch)
-        partitions.append(
-            replace(
-                part,
-                leader=change.leader,
-                replicas=change.replicas,
-                isr=change.isr,
-                epoch=change.epoch,
-                offline=change.offline,
-                move=change.move,
-                caught_up=part.caught_up & stay,
-                lagging=part.lagging & stay,
-                confirmed=confirmed & stay,
-                joined=joined,
-            )
+        partitions[position] = replace(
+            part,
+            leader=change.leader,
+            replicas=change.replicas,
+            isr=change.isr,
+            epoch=change.epoch,
+            offline=change.offline,
+            move=change.move,
+            caught_up=part.caught_up & stay,
+            lagging=part.lagging & stay,
+            confirmed=confirmed & stay,
+            joined=joined,
         )
-    return replace(view, partitions=tuple(partitions))
+        moves.append((part, partitions[position]))
+    candidates = view.candidates
+    if candidates is not None:
+        candidates = sorted({*candidates, *changes})
+    counts = None if view.counts is None else view.counts.moved(moves)
+    return replace(view, partitions=tuple(partitions), candidates=candidates, counts=counts)

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.placement import from_document, to_document
+from ..core.placement import from_document
 from ..core.switches import Switches
 from ..state.store import Stored
 
@@ -190,7 +190,7 @@ def encode_stored(stored: Stored) -> dict[str, bytes]:
     """The relative keys and values of a metadata snapshot."""
     keys: dict[str, bytes] = {}
     for name, placement in stored.placements.items():
-        keys[TOPICS + name] = json.dumps(to_document(placement), sort_keys=True).encode()
+        keys[TOPICS + name] = placement.encoded()
     for name, when in stored.deleted.items():
         keys[DELETED + name] = repr(float(when)).encode()
     for node, when in stored.removing.items():

@@ -5,9 +5,12 @@ announces it is leaving), and every :data:`TICK` seconds for heartbeats that sto
 supervisor builds the view (nodes from :class:`~lookupd.core.liveness.Liveness`, partitions from the
 placements) and asks :func:`decide` — unless nothing :func:`decide` reads changed since it last
 answered that nothing must change (:func:`inputs_of`: the placements, the leaders' reports, the
-offline partitions, each node's liveness at that moment, racks, drains and switches). Building
-the view and deciding cost time in every partition; telling whether anything changed costs time
-in the topics and nodes only, so a quiet cluster of many partitions costs lookupd nothing.
+offline partitions, each node's liveness at that moment, racks, drains and switches). Telling
+whether anything changed costs time in the topics and nodes only, so a quiet cluster of many
+partitions costs lookupd nothing; and a decision costs time in the topics and in what it may
+touch: :class:`Views` keeps each topic's partitions from one decision to the next while its
+placement, offline partitions and reports stay the same, and :func:`decide` looks only at the
+partitions that are not quiet (:mod:`lookupd.core.quiet`).
 Changes are written into the placements and persisted before anyone hears of them: nodes learn
 them through the assignments long-poll, which only hands out what is on disk; if the store
 fails, the placements are put back and the decision is taken again on the next tick.
@@ -16,13 +19,18 @@ fails, the placements are put back and the decision is taken again on the next t
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, replace
+from itertools import chain
 
 import trio
 
 from protocol.lookup import PartitionAssignment
 
 from ..core.decide import Change, PartitionView, Settings, View, decide, liveness_key
+from ..core.health import Health
 from ..core.placement import TopicPlacement
+from ..core.quiet import Index, candidates
+from ..core.view import Counts
 from .cluster import Cluster
 from .store import StoreError
 
@@ -33,44 +41,97 @@ TICK = 0.1  # seconds between looks when nothing happens (heartbeats are 0.5 s a
 #: the machine's other load): the nodes' heartbeats waited unread, and that time is excused
 STALL = 0.5
 
-__all__ = ["Supervisor", "inputs_of", "view_of"]
+__all__ = ["Supervisor", "Views", "inputs_of", "view_of"]
+
+
+@dataclass(frozen=True, slots=True)
+class _Topic:
+    """One topic's partitions as :func:`decide` sees them, and their :class:`Index`; kept
+    while the topic's placement (the same object), offline partitions and reports are."""
+
+    placement: TopicPlacement
+    offline: frozenset[int]
+    revision: int  # the topic's reports (:meth:`~lookupd.core.liveness.Liveness.revision`)
+    partitions: tuple[PartitionView, ...]
+    index: Index
+
+
+class Views:
+    """The partitions' views, built per topic and kept from one decision to the next while
+    the topic's inputs stay the same: a decision costs time in the topics and in the
+    partitions it may touch, not in every partition (:mod:`lookupd.core.quiet`)."""
+
+    def __init__(self) -> None:
+        self._topics: dict[str, _Topic] = {}
+
+    def view(self, cluster: Cluster, settings: Settings, now: float) -> View:
+        """What :func:`decide` sees now, with its candidates and counts."""
+        offline: dict[str, set[int]] = {}
+        for name, number in cluster.offline:
+            offline.setdefault(name, set()).add(number)
+        topics = {}
+        for name, placement in cluster.placements.items():
+            kept = self._topics.get(name)
+            down = frozenset(offline.get(name, ()))
+            revision = cluster.liveness.revision(name)
+            if (
+                kept is None
+                or kept.placement is not placement
+                or kept.offline != down
+                or kept.revision != revision
+            ):
+                parts = _partitions(cluster, placement, down)
+                kept = _Topic(placement, down, revision, parts, Index.of(parts))
+            topics[name] = kept
+        self._topics = topics
+        runs, start = [], 0
+        for topic in topics.values():
+            runs.append((start, topic.index))
+            start += len(topic.partitions)
+        view = View(
+            cluster.liveness.views(now),
+            tuple(chain.from_iterable(t.partitions for t in topics.values())),
+            settings,
+            cluster.racks(),
+            frozenset(cluster.removing),
+            balance=cluster.switches.balancing(settings.auto_balance),
+            upgrading=cluster.switches.upgrading_since is not None,
+            counts=Counts.total(t.index.counts for t in topics.values()),
+        )
+        health = Health(view.nodes, settings, now, view.removing, view.upgrading)
+        return replace(view, candidates=candidates(runs, health.spare))
+
+
+def _partitions(
+    cluster: Cluster, placement: TopicPlacement, offline: frozenset[int]
+) -> tuple[PartitionView, ...]:
+    partitions = []
+    for number, part in enumerate(placement.partitions):
+        progress = cluster.liveness.current(placement.name, number, part.leader, part.epoch)
+        partitions.append(
+            PartitionView(
+                topic=placement.name,
+                partition=number,
+                leader=part.leader,
+                replicas=part.replicas,
+                isr=part.in_sync,
+                epoch=part.epoch,
+                caught_up=progress.caught_up if progress else frozenset(),
+                lagging=progress.lagging if progress else frozenset(),
+                confirmed=progress.confirmed if progress else frozenset(),
+                joined=cluster.liveness.joined.get((placement.name, number), frozenset()),
+                unclean=placement.meta.unclean,
+                offline=number in offline,
+                move=placement.move(number),
+                wanted=placement.meta.replica,
+            )
+        )
+    return tuple(partitions)
 
 
 def view_of(cluster: Cluster, settings: Settings, now: float) -> View:
-    """What :func:`decide` sees now."""
-    partitions = []
-    for placement in cluster.placements.values():
-        for number, part in enumerate(placement.partitions):
-            progress = cluster.liveness.progress.get((placement.name, number))
-            current = progress is not None and progress.epoch == part.epoch
-            current = current and progress is not None and progress.reporter == part.leader
-            partitions.append(
-                PartitionView(
-                    topic=placement.name,
-                    partition=number,
-                    leader=part.leader,
-                    replicas=part.replicas,
-                    isr=part.in_sync,
-                    epoch=part.epoch,
-                    caught_up=progress.caught_up if current and progress else frozenset(),
-                    lagging=progress.lagging if current and progress else frozenset(),
-                    confirmed=progress.confirmed if current and progress else frozenset(),
-                    joined=cluster.liveness.joined.get((placement.name, number), frozenset()),
-                    unclean=placement.meta.unclean,
-                    offline=(placement.name, number) in cluster.offline,
-                    move=placement.move(number),
-                    wanted=placement.meta.replica,
-                )
-            )
-    return View(
-        cluster.liveness.views(now),
-        tuple(partitions),
-        settings,
-        cluster.racks(),
-        frozenset(cluster.removing),
-        balance=cluster.switches.balancing(settings.auto_balance),
-        upgrading=cluster.switches.upgrading_since is not None,
-    )
+    """What :func:`decide` sees now (built afresh: :class:`Views` keeps it)."""
+    return Views().view(cluster, settings, now)
 
 
 def inputs_of(cluster: Cluster, settings: Settings, now: float) -> tuple[object, ...]:
@@ -115,6 +176,7 @@ class Supervisor:
         self.settings = settings
         self.failovers = 0  # leader changes committed since the start
         self.decisions = 0  # times decide() ran
+        self.views = Views()
         self.stalls = 0  # event loop stalls excused (:meth:`watch_stalls`)
         #: what decide() read when it last answered that nothing must change
         self._settled: tuple[object, ...] | None = None
@@ -171,7 +233,7 @@ class Supervisor:
         if inputs == self._settled:
             return []
         self.decisions += 1
-        changes = decide(view_of(cluster, self.settings, now), now)
+        changes = decide(self.views.view(cluster, self.settings, now), now)
         if not changes:
             self._settled = inputs
             return []

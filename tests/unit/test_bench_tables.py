@@ -331,3 +331,26 @@ def test_scale_rows_show_each_size_once_against_its_goals(
         "not measured",
         "12325 / 16529",
     ]
+
+
+def test_decide_rows_show_one_partitions_decision_against_the_smallest_size(
+    scale: ModuleType, tables: ModuleType, tmp_path: Path
+) -> None:
+    out = tmp_path / "decide.out"
+    result = {"partitions": 3000, "one_ms": 2.4, "node_ms": 68.5, "node_touched": 2000}
+    out.write_text("a log line\n" + json.dumps(result) + "\n")
+    assert scale.parse_decide(str(out)) == "2.4 node=68.5 touched=2000"
+    path = write(
+        tmp_path,
+        [
+            ("decide_10000", "pnsq", "3.6", "", "node=262.0 touched=6666 round=1"),
+            ("decide_1000", "pnsq", "2.0", "", "node=23.6 touched=666 round=1"),
+        ],
+    )
+    rows = scale.decide_table(tables.read_results(path))
+    header = next(r for r in rows if r.startswith("| partitions x 2 copies"))
+    assert "goal ≤ 2: flat" in header
+    assert rows.index(row_line(rows, "1,000 |")) < rows.index(row_line(rows, "10,000 |"))
+    assert row(rows, "1,000 |") == ["1,000", "2.00", "1.00", "23.6", "666", "35.4"]
+    assert row(rows, "10,000 |") == ["10,000", "3.60", "1.80", "262.0", "6,666", "39.3"]
+    assert scale.decide_table(tables.read_results(write(tmp_path, []))) == []

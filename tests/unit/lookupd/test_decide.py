@@ -19,7 +19,9 @@ from lookupd.core.decide import (
     assignment_load,
     decide,
 )
+from lookupd.core.health import Health
 from lookupd.core.moves import Move, MoveError, check_move
+from lookupd.core.quiet import narrow
 from protocol.lookup import PartitionAssignment
 
 NOW = 1000.0
@@ -634,6 +636,13 @@ class Cluster(RuleBasedStateMachine):
                 if kind in change.reason:
                     event(kind)
         after = apply(before, changes)
+        # looking at the partitions that are not quiet only changes nothing
+        health = Health(before.nodes, before.settings, self.now, before.removing, before.upgrading)
+        narrowed = narrow(before, health.spare)
+        assert decide(narrowed, self.now) == changes
+        applied = apply(narrowed, changes)
+        assert applied.partitions == after.partitions
+        assert applied.counts == narrow(after, health.spare).counts
         old = {(p.topic, p.partition): p for p in before.partitions}
         for new in after.partitions:
             prev = old[(new.topic, new.partition)]

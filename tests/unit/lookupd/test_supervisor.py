@@ -13,13 +13,15 @@ import pytest
 import trio
 
 from lookupd.core.decide import Settings
-from lookupd.core.liveness import Liveness
+from lookupd.core.health import Health
+from lookupd.core.liveness import Liveness, Progress
 from lookupd.core.placement import TopicMeta, TopicPlacement
-from lookupd.core.view import Change
+from lookupd.core.quiet import narrow
+from lookupd.core.view import Change, Counts
 from lookupd.core.views import Timeouts
 from lookupd.state.cluster import Cluster
 from lookupd.state.store import MetadataStore, StoreError
-from lookupd.state.supervisor import Supervisor, view_of
+from lookupd.state.supervisor import Supervisor, Views, view_of
 from protocol.lookup import PartitionAssignment
 from protocol.lookup_v1 import EXT_PARTITIONS, EXTENSIONS_KEY, decode_identify
 
@@ -475,3 +477,81 @@ async def test_a_killed_leader_is_not_succeeded_by_a_follower_it_never_confirmed
     cluster.liveness.disconnected(A, clock.now)
     (failover,) = await supervisor.step()
     assert (failover.leader, failover.epoch) == (B, 5)
+
+
+# ------------------------------------------------- the views kept from one decision to the next
+
+
+def cluster_of_topics(clock: Clock, topics: int, partitions: int) -> Cluster:
+    """``topics`` topics of ``partitions`` partitions over A, B and C, two in-sync copies each."""
+    nodes = (A, B, "c:1")
+    cluster = Cluster(MetadataStore(None), Timeouts(), clock=clock)
+    for t in range(topics):
+        parts = []
+        for p in range(partitions):
+            leader, replica = nodes[p % 3], nodes[(p + 1) % 3]
+            parts.append(PartitionAssignment(leader, (replica,), 1, (leader, replica)))
+        cluster.placements[f"t{t}"] = TopicPlacement(
+            f"t{t}", TopicMeta(partitions, 2), tuple(parts)
+        )
+    for node in nodes:
+        cluster.liveness.connected(node, clock.now)
+    return cluster
+
+
+def test_a_kept_view_is_the_fresh_one_after_each_kind_of_change() -> None:
+    """Views keeps each topic's partitions while its placement, offline partitions and reports
+    stay the same; after every kind of change it gives what a fresh build gives, and looks at
+    the partitions that are not quiet (lookupd.core.quiet)."""
+    clock = Clock()
+    cluster = cluster_of_topics(clock, topics=3, partitions=6)
+    views, settings = Views(), Settings()
+
+    def check() -> list[int]:
+        kept = views.view(cluster, settings, clock.now)
+        fresh = view_of(cluster, settings, clock.now)
+        assert kept.partitions == fresh.partitions
+        assert kept.counts == Counts.of(fresh.partitions)
+        health = Health(fresh.nodes, settings, clock.now, fresh.removing, fresh.upgrading)
+        assert kept.candidates == narrow(fresh, health.spare).candidates
+        assert kept.candidates is not None
+        return list(kept.candidates)
+
+    assert check() == []  # all in sync, every node alive
+    lagging = Progress(A, 1, frozenset(), frozenset({B}))
+    cluster.liveness.report("t1", 0, lagging)  # t1/0: A leads, B lags
+    assert check() == [6]
+    cluster.offline.add(("t2", 1))
+    assert check() == [6, 13]
+    placed = cluster.placements["t0"]
+    cluster.placements["t0"] = placed.with_partition(
+        2, PartitionAssignment("c:1", (A,), 2, ("c:1",))
+    )
+    assert check() == [2, 6, 13]
+    cluster.liveness.isr_changed("t0", 2, ("c:1",), ("c:1", A), False)  # A joins: joined
+    assert views.view(cluster, settings, clock.now).partitions[2].joined == {A}
+    assert check() == [2, 6, 13]
+    cluster.liveness.disconnected(B, clock.now)  # B holds copies of 4 in 6 partitions a topic
+    on_b = [t * 6 + p for t in range(3) for p in range(6) if p % 3 in (0, 1)]
+    assert check() == sorted({*on_b, 2, 6, 13})
+
+
+async def test_a_decision_on_one_partition_takes_the_same_time_in_a_larger_cluster() -> None:
+    """What the supervisor builds and decides for one partition's report is that topic's and
+    that partition's, whatever the other topics hold (counted, not timed: the partitions
+    built afresh and the partitions decide looks at)."""
+    built: list[int] = []
+    for topics in (2, 20):
+        clock = Clock()
+        cluster = cluster_of_topics(clock, topics=topics, partitions=30)
+        supervisor = Supervisor(cluster, Settings())
+        assert await supervisor.step() == []
+        before = {name: t.partitions for name, t in supervisor.views._topics.items()}
+        cluster.liveness.report("t0", 3, Progress(A, 1, frozenset(), frozenset({B})))
+        view = supervisor.views.view(cluster, supervisor.settings, clock.now)
+        assert view.candidates == [3]
+        (change,) = await supervisor.step()
+        assert (change.topic, change.partition, change.isr) == ("t0", 3, (A,))
+        after = supervisor.views._topics
+        built.append(sum(t.partitions is not before.get(n) for n, t in after.items()))
+    assert built == [1, 1]  # only t0 was built again, with 2 topics as with 20
