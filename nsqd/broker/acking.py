@@ -17,7 +17,7 @@ from ..core.latency import LatencyWindow
 from .channel import Channel
 from .clock import Clock
 from .config import BrokerConfig
-from .copying import ReplicationWaiters
+from .waiters import ReplicationWaiters
 
 
 class Acking:

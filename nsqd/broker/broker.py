@@ -17,8 +17,9 @@ On-disk layout under ``data_path``::
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager
+from typing import Literal
 
 import trio
 
@@ -29,6 +30,7 @@ from ..core.errors import (
     BrokerError,
     ExitingError,
     NotEnoughReplicasError,
+    NotLeaderError,
     NotWritableError,
     OffsetNotKeptError,
 )
@@ -48,7 +50,6 @@ from .channel import Channel
 from .clock import Clock
 from .committing import GroupCommit
 from .config import BrokerConfig
-from .copying import ReplicationWaiters
 from .diskguard import DiskGuard
 from .logs import LogOpener, Opened
 from .observer import Discard, Observer
@@ -59,6 +60,7 @@ from .retention import apply_retention
 from .syncing import Syncer
 from .topic import Topic
 from .views import Subscriber
+from .waiters import ReplicationWaiters
 
 log = logging.getLogger("nsqd.broker")
 
@@ -354,6 +356,29 @@ class Broker:
             and not self.durable_acks
             and not any(p.state.followers for p in topic.partitions)
         )
+
+    def acks_without_fsync(self, topic_name: str) -> bool:
+        """Whether a publish to ``topic_name`` is acknowledged once its in-sync followers hold
+        it, without an fsync to wait for (:meth:`when_replicated` tells when): the topic
+        exists here and acks do not wait for fsync."""
+        return topic_name in self.topics and not self.durable_acks
+
+    def when_replicated(
+        self,
+        topic_name: str,
+        records: Sequence[Record],
+        done: Callable[[Exception | None], None],
+    ) -> Literal[True] | NotLeaderError | None:
+        """:meth:`wait_replicated` of ``records`` (with ``durable=False``) without a task: True
+        when it would return at once, the error it would raise at once; else None, and
+        ``done`` is called once it would return (None) or raise (the error)
+        (:meth:`~.waiters.ReplicationWaiters.when_replicated`)."""
+        topic = self.topics.get(topic_name)
+        if not records or topic is None:
+            return True
+        last = records[-1]
+        partition = topic.partition(partition_of(last.internal_id))
+        return self.replication.when_replicated(partition, last.offset + 1, last.epoch, done)
 
     async def wait_replicated(
         self, topic_name: str, records: Sequence[Record], *, durable: bool = True

@@ -8,9 +8,9 @@ follower decodes them, checks them (CRC, offsets, epochs) and appends them at th
 go as lost-record markers, so the follower's offsets stay the leader's; damaged records the
 follower holds are copied back to the leader in their place (:func:`read_for_repair`,
 :func:`repair_from_replica`; docs/replication.md). A publish is acknowledged once every
-in-sync follower holds it: :class:`ReplicationWaiters` parks publishers until the partition's
-high-watermark passes their records (group commit: one acknowledgement from a follower releases
-every publish below it).
+in-sync follower holds it: :class:`~.waiters.ReplicationWaiters` parks publishers until the
+partition's high-watermark passes their records (group commit: one acknowledgement from a
+follower releases every publish below it).
 """
 
 from __future__ import annotations
@@ -18,14 +18,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
-from weakref import WeakKeyDictionary, WeakSet
-
-import trio
-from trio.lowlevel import ParkingLot
 
 from protocol.replication import MAX_APPEND_RECORDS_SIZE
 
-from ..core.errors import BrokerError, NotLeaderError
+from ..core.errors import BrokerError
 from ..storage.encoded_run import check_encoded
 from ..storage.epochs import end_offset_for_epoch
 from ..storage.errors import CorruptRecordError
@@ -36,13 +32,13 @@ from .channel import Channel
 from .clock import Clock
 from .partition import Partition
 from .topic import Topic
+from .waiters import ReplicationWaiters
 
 __all__ = [
     "AckWaiters",
     "Batch",
     "ChannelKeeper",
     "ReplicaStreamError",
-    "ReplicationWaiters",
     "append_from_leader",
     "end_for_epoch",
     "follower_acked",
@@ -293,122 +289,3 @@ def mirror_channel(
     if cursor is not None:
         cursor.mirror(confirmed, marks)
         partition.dirty = True
-
-
-#: seconds between the streams' looks at their channels (see :class:`ReplicationWaiters`)
-STREAM_TICK = 0.2
-#: ticks between two heartbeats of a stream: idle, it sends the high-watermark every 2 s (every
-#: second before: the heartbeats were half of an idle node's work at 1,000 partitions led)
-BEAT_TICKS = 10
-
-
-class ReplicationWaiters:
-    """Publishers waiting for their records to reach every in-sync follower, and the leader's
-    streams to its followers waiting for new records.
-
-    An idle stream also wakes on its own, to send a heartbeat or look at its channels. One
-    timer (:meth:`run_ticks`, every :data:`STREAM_TICK` seconds) wakes them all, instead of a
-    timeout per stream: a node leading thousands of partitions spent a third of its idle time
-    on the timeouts' deadlines and cancellations. A stream that looks at its channels wakes at
-    every tick; any other once every :data:`BEAT_TICKS` ticks, at the tick of its own slot (so
-    the heartbeats of thousands of streams are spread over the ticks, not sent in one burst).
-    """
-
-    def __init__(self) -> None:
-        self._lots: WeakKeyDictionary[Partition, ParkingLot] = WeakKeyDictionary()
-        self._data: WeakKeyDictionary[Partition, ParkingLot] = WeakKeyDictionary()
-        #: partitions whose streams wait to look at their channels at the next tick
-        self._looking: WeakKeyDictionary[Partition, None] = WeakKeyDictionary()
-        #: the partitions whose idle streams wake at each tick of every BEAT_TICKS (slots given
-        #: in turn, so they stay even; a tick looks at its own slot's, not at every stream)
-        self._slots: list[WeakSet[Partition]] = [WeakSet() for _ in range(BEAT_TICKS)]
-        self._given = 0  # slots given so far
-        self._ticks = 0
-        #: when a frame last went to each follower node, on any of the streams to it (monotonic):
-        #: a stream sends a heartbeat only when none did for a heartbeat interval
-        self.sent_to: dict[str, float] = {}
-
-    def _lot(self, partition: Partition) -> ParkingLot:
-        lot = self._lots.get(partition)
-        if lot is None:
-            lot = self._lots[partition] = ParkingLot()
-        return lot
-
-    def appended(self, partition: Partition) -> None:
-        """New records in ``partition``, or an ordered channel's state changed: wakes the
-        streams to its followers."""
-        lot = self._data.get(partition)
-        if lot is not None:
-            lot.unpark_all()
-
-    async def wait_data(self, partition: Partition, offset: int, *, look: bool = False) -> None:
-        """Return once ``partition``'s log reaches past ``offset``, on a role change, or at
-        the next tick (``look``) or the next tick of the partition's slot (otherwise): callers
-        re-check."""
-        if partition.log.end_offset > offset:
-            return
-        lot = self._data.get(partition)
-        if lot is None:
-            lot = self._data[partition] = ParkingLot()
-            self._slots[self._given % BEAT_TICKS].add(partition)
-            self._given += 1
-        if look:
-            self._looking[partition] = None
-        await lot.park()
-
-    def tick(self) -> None:
-        """Wake the streams due at this tick (see the class doc)."""
-        self._ticks += 1
-        due = set(self._slots[self._ticks % BEAT_TICKS])
-        due.update(self._looking)
-        self._looking.clear()
-        data = self._data
-        for partition in due:
-            lot = data.get(partition)
-            if lot is not None:
-                lot.unpark_all()
-
-    async def run_ticks(self) -> None:
-        """The streams' one timer (runs until cancelled)."""
-        while True:
-            await trio.sleep(STREAM_TICK)
-            self.tick()
-
-    async def wait(self, partition: Partition, end: int, epoch: int) -> None:
-        """Return once the high-watermark reaches ``end`` while this node leads the partition
-        under ``epoch`` (the epoch the records before ``end`` were appended in). Raises
-        :class:`NotLeaderError` once it does not: the publish is then not acknowledged (a new
-        leader may not have it)."""
-        state = partition.state
-        while True:
-            if not state.leads or state.epoch != epoch:
-                raise NotLeaderError("leadership moved before the publish was replicated")
-            if state.high_watermark >= end:
-                return
-            await self._lot(partition).park()
-
-    async def wait_cursor(self, partition: Partition, channel: str, confirmed: int) -> None:
-        """Return once every in-sync follower holds ``channel``'s cursor in ``partition`` up
-        to ``confirmed`` (the state is pushed to them at once). Raises
-        :class:`NotLeaderError` if the node stops leading the partition first."""
-        state = partition.state
-        epoch = state.epoch
-        while not state.cursor_replicated(channel, confirmed):
-            if not state.leads or state.epoch != epoch:
-                raise NotLeaderError("leadership moved before the ack was replicated")
-            partition.cursor_push.add(channel)
-            self.appended(partition)
-            await self._lot(partition).park()
-
-    async def wait_change(self, partition: Partition) -> None:
-        """Return at the next :meth:`wake` of ``partition`` (a follower's acknowledgement, a
-        role change); callers bound the wait and re-check."""
-        await self._lot(partition).park()
-
-    def wake(self, partition: Partition, *, streams: bool = True) -> None:
-        """The high-watermark or the role of ``partition`` changed: parked publishes look
-        again, and (unless ``streams`` is False) so do the streams to its followers."""
-        for lots in (self._lots, self._data) if streams else (self._lots,):
-            lot = lots.get(partition)
-            if lot is not None:
-                lot.unpark_all()

@@ -29,7 +29,6 @@ from .changes import Changes
 from .channel import Channel
 from .clock import Clock
 from .config import BrokerConfig
-from .copying import ReplicationWaiters
 from .logs import LogOpener
 from .partition import Partition
 from .persistence import SyncSchedule, topic_directory
@@ -37,6 +36,7 @@ from .restore import restore_topics
 from .syncing import Syncer
 from .topic import Topic
 from .views import Subscriber
+from .waiters import ReplicationWaiters
 
 log = logging.getLogger("nsqd.broker")
 

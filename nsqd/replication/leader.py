@@ -12,7 +12,7 @@ when the follower counts silence per leader node (``FEATURE_NODE_BEAT``, :mod:`.
 else on this stream. It looks at the channels' state every :data:`CURSOR_INTERVAL` seconds, and
 a stream of a topic with no channel sleeps until the next heartbeat unless woken (records, a
 role change, a channel created, an administrative change). The broker's one timer wakes idle
-streams (:class:`~nsqd.broker.copying.ReplicationWaiters`): no stream keeps a timeout of its
+streams (:class:`~nsqd.broker.waiters.ReplicationWaiters`): no stream keeps a timeout of its
 own. A follower whose Hello carries ``FEATURE_ADMIN`` also gets the topic's administrative
 state (``Admin``) at the start and on every change, and its ``AdminAck`` is recorded in
 ``Partition.admin_acks`` (an administrative change waits for it:
@@ -59,8 +59,6 @@ from protocol.replication_decoder import FollowerFrameDecoder
 from ..broker import Broker, StorageError, Topic
 from ..broker.admin_state import admin_frame
 from ..broker.copying import (
-    BEAT_TICKS,
-    STREAM_TICK,
     Batch,
     end_for_epoch,
     follower_acked,
@@ -69,6 +67,7 @@ from ..broker.copying import (
     repair_from_replica,
 )
 from ..broker.partition import Partition
+from ..broker.waiters import BEAT_TICKS, STREAM_TICK
 from ..core.errors import BrokerError
 from .auth import replica_refusal
 from .frames import FrameReader, PeerClosed

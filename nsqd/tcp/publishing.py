@@ -174,9 +174,10 @@ class Publisher:
 
     def take_gathered(self) -> Taken | None:
         """The gathered PUBs, taken, when they go to one (topic, partition) that this node
-        appends and acknowledges at once (:meth:`acks_at_once`); else None, leaving them for
-        :meth:`flush` (more than one target, a forwarded topic, followers or fsync to wait
-        for). Numbered PUBs come with the producer and their first number."""
+        appends and acknowledges without an fsync (:meth:`appends_here`; numbered PUBs only
+        when nothing at all is waited for, :meth:`acks_at_once`); else None, leaving them
+        for :meth:`flush` (more than one target, a forwarded topic, fsync to wait for).
+        Numbered PUBs come with the producer and their first number."""
         run = self._run
         if run is not None:
             topic, partition, first, batch = run
@@ -188,7 +189,7 @@ class Publisher:
         if len(gathered) != 1:
             return None
         (topic, plain_partition), entries = gathered[0]
-        if not self.acks_at_once(topic, plain_partition):
+        if not self.appends_here(topic, plain_partition):
             return None
         self._gathered = []
         return topic, plain_partition, entries, None
@@ -217,18 +218,36 @@ class Publisher:
     def acks_at_once(self, topic: str, partition: int | None) -> bool:
         """Whether a PUB of ``topic`` is appended here and acknowledged as soon as it is:
         not forwarded to a leader elsewhere, with no follower and no fsync to wait for."""
+        return self._here(topic, partition) and self.broker.acks_at_once(topic)
+
+    def appends_here(self, topic: str, partition: int | None) -> bool:
+        """Whether a PUB of ``topic`` is appended here and acknowledged once its in-sync
+        followers hold it (:meth:`~nsqd.broker.Broker.when_replicated`, no fsync to wait
+        for): not forwarded to a leader elsewhere."""
+        return self._here(topic, partition) and self.broker.acks_without_fsync(topic)
+
+    def _here(self, topic: str, partition: int | None) -> bool:
         forwarder = self.forwarder
-        if (
-            forwarder is not None
-            and forwarder.known_here(self.broker, topic, partition) is not False
-        ):
-            return False  # forwarded, or Forwarder.must_forward must ask lookupd
-        return self.broker.acks_at_once(topic)
+        return (
+            forwarder is None or forwarder.known_here(self.broker, topic, partition) is False
+        )  # else forwarded, or Forwarder.must_forward must ask lookupd
 
     def acked(self, topic: str, count: int) -> None:
         """``count`` taken PUBs of ``topic`` are appended: queue their OKs."""
         self.pub_counts[topic] = self.pub_counts.get(topic, 0) + count
         self.output.append(frames.OK * count)
+
+    async def acked_once_replicated(
+        self, topic: str, records: Sequence[Record], count: int
+    ) -> None:
+        """``count`` taken PUBs of ``topic``, appended as (part of) ``records``, were handed
+        back before the in-sync followers held them: queue their OKs once they do; raises
+        the error for them if that cannot be (leadership moved)."""
+        try:
+            await self.path.replicated(topic, records, durable=False)
+        except HANDLED_ERRORS as exc:
+            raise self.failed(exc, count) from exc
+        self.acked(topic, count)
 
     async def publish(
         self,

@@ -12,14 +12,25 @@ queues their OKs and writes each reply straight to its socket. A producer's numb
 (``Broker.publish_runs``); a retry, a gap or a refusal is its own task's to judge. The
 parked command loops do not run at all while their clients only publish.
 
+PUBs to a partition with in-sync followers are appended the same way, and their OKs held until
+the partition's high-watermark passes them: the reactor asks the broker to call it then
+(:meth:`~nsqd.broker.Broker.when_replicated`), and the call, made by the task that took the
+follower's acknowledgement, queues and sends the OKs of every publisher of that append, or
+hands each its own copy of the error (leadership moved). Meanwhile those publishers' sockets
+are not read (a publisher's replies stay in command order); a synchronous publisher has
+nothing to send until its OK anyway. One acknowledgement releases a whole turn's publishers,
+with no task woken per publisher.
+
 Anything else goes back to the connection's own task, which then does exactly what it does
 without the reactor: a command other than PUB (the reactor stops at it, the task handles the
 PUBs before it, then the command), a bad command, the peer's EOF, a socket error, PUBs that
-must wait for a follower, an fsync or a forward to another node (:meth:`Publisher.acks_at_once`),
-and an append that failed (its error, for each publisher that shared it). Replies stay in
-command order, and a PUB is acknowledged only once appended, as on the task path. A connection
-whose PUBs to a topic held here had to wait is not parked again: its own task serves it from
-then on.
+must wait for an fsync or a forward to another node (:meth:`Publisher.appends_here`; numbered
+PUBs also those that wait for a follower, :meth:`Publisher.acks_at_once`), and an append that
+failed (its error, for each publisher that shared it). Replies stay in command order, and a
+PUB is acknowledged only once appended (and held by the in-sync followers), as on the task
+path; a publisher handed back while its OKs wait (the reactor stopping) has its own task wait
+for them first. A connection whose PUBs to a topic held here had to wait is not parked again:
+its own task serves it from then on.
 
 A consumer whose message pump sits idle when a turn's appends give its channel new messages
 (:meth:`PublishReactor.deliver_first`) is served from the same turn, before the OKs go out:
@@ -48,7 +59,7 @@ import enum
 import os
 import select
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 import outcome
@@ -57,6 +68,7 @@ from trio.lowlevel import Abort, RaiseCancelT, Task
 
 from ..broker import BodyBatch, Broker, join_batches
 from ..broker.committing import own_copy
+from ..storage.record import Record
 
 MAX_EVENTS = 1024  # ready sockets taken per turn (the rest come with the next poll)
 DEFAULT_BUSY_POLL = 200e-6  # seconds: --busy-poll's default (see the module)
@@ -69,6 +81,10 @@ Taken = tuple[str, int | None, BodyBatch, tuple[int, int] | None]
 
 #: a client's part of one append: its descriptor, the client, what it took
 _Share = tuple[int, "Client", Taken]
+
+#: a client whose OKs wait for the followers: the client, the topic, the append's records, its
+#: PUBs among them
+_Held = tuple["Client", str, Sequence[Record], int]
 
 
 class Read(enum.Enum):
@@ -106,6 +122,12 @@ class Client(Protocol):
         next): its own task judges them."""
         ...
 
+    def reactor_unreplicated(self, topic: str, records: Sequence[Record], count: int) -> None:
+        """It is handed back while its ``count`` PUBs of ``topic``, appended as (part of)
+        ``records``, wait for the in-sync followers: its own task waits for them, then queues
+        their OKs, before anything else."""
+        ...
+
     def reactor_raise(self, error: Exception) -> None:
         """Its own task must raise ``error`` (from its socket, its parser, or a bug: it ends
         this connection, as it would on the task path, not the reactor)."""
@@ -141,6 +163,8 @@ class PublishReactor:
         self._now = now
         self._epoll = select.epoll()
         self._parked: dict[int, tuple[Client, Task]] = {}  # by descriptor
+        #: parked clients whose OKs wait for the followers (by descriptor; not polled meanwhile)
+        self._held: dict[int, _Held] = {}
         self.running = False
         self.turns = 0  # turns that appended, their appends, the PUBs those acknowledged,
         self.appends = 0  # and the connections handed back to their tasks (tests read these)
@@ -148,6 +172,7 @@ class PublishReactor:
         self.handovers = 0
         self.deliveries = 0  # deliveries made in a turn for idle consumers (tests read it)
         self.sleeps = 0  # waits for a socket to be readable (not polling: tests read it)
+        self.holds = 0  # appends whose OKs waited for the followers (tests read it)
         #: the turn's appends are running: a consumer woken now may deliver from this turn
         self.appending = False
         self._woken: list[Consumer] = []
@@ -195,14 +220,20 @@ class PublishReactor:
 
         await trio.lowlevel.wait_task_rescheduled(abort)
 
-    def _forget(self, fd: int) -> None:
+    def _forget(self, fd: int) -> _Held | None:
+        """Stop serving ``fd``; what it held, if anything (a held socket is not polled)."""
         del self._parked[fd]
-        self._epoll.unregister(fd)
+        held = self._held.pop(fd, None)
+        if held is None:
+            self._epoll.unregister(fd)
+        return held
 
     def _hand_over(self, fd: int) -> None:
         self.handovers += 1
-        task = self._parked[fd][1]
-        self._forget(fd)
+        client, task = self._parked[fd]
+        held = self._forget(fd)
+        if held is not None:
+            client.reactor_unreplicated(*held[1:])
         trio.lowlevel.reschedule(task, outcome.Value(None))
 
     def deliver_first(self, consumer: Consumer) -> None:
@@ -253,34 +284,75 @@ class PublishReactor:
         self, topic: str, partition: int | None, group: list[_Share], acked: list[_Share]
     ) -> None:
         """Append one target's PUBs; queue each publisher's OKs (``acked``: who has them to
-        send), give back numbered PUBs that were not appended, or hand each publisher its own
-        copy of the error."""
+        send) or hold them for the followers, give back numbered PUBs that were not appended,
+        or hand each publisher its own copy of the error."""
         admitted: list[bool] | None = None
+        replicated: bool | Exception | None = True  # None: held for the followers
+        held: list[_Share] = []
         try:
             if all(taken[3] is None for _, _, taken in group):
-                self._broker.publish(topic, join_batches([t[2] for _, _, t in group]), partition)
+                batch = join_batches([t[2] for _, _, t in group])
+                records = self._broker.publish(topic, batch, partition)
+                replicated = self._broker.when_replicated(
+                    topic, records, lambda failure: self._released(topic, held, failure)
+                )
             else:
                 runs = [(taken[2], taken[3]) for _, _, taken in group]
                 admitted = self._broker.publish_runs(topic, partition, runs)
         # As with the group commit: each publisher gets its own copy of the error to report
         # as if it had appended alone, and its own task goes on with it.
         except Exception as exc:  # noqa: BLE001
+            replicated = exc
+        if isinstance(replicated, Exception):  # not appended, or appended under a lost lead
             for fd, client, taken in group:
-                client.reactor_failed(own_copy(exc), len(taken[2]))
+                client.reactor_failed(own_copy(replicated), len(taken[2]))
                 self._hand_over(fd)
             return
         if admitted is None or any(admitted):
             self.appends += 1
+        if replicated is None:
+            self.holds += 1
+            for fd, client, taken in group:
+                self._epoll.unregister(fd)  # its replies wait: nothing more read meanwhile
+                self._held[fd] = (client, topic, records, len(taken[2]))
+                held.append((fd, client, taken))
+            return
         for index, (fd, client, taken) in enumerate(group):
             if admitted is not None and not admitted[index]:
                 client.reactor_return(taken)
                 self._hand_over(fd)
                 continue
-            self.publishes += len(taken[2])
-            try:
-                client.reactor_acked(topic, len(taken[2]))
-            except Exception as exc:  # noqa: BLE001 -- raised by the connection's own task
-                client.reactor_raise(exc)
-                self._hand_over(fd)
-            else:
+            if self._acked(fd, client, topic, len(taken[2])):
                 acked.append((fd, client, taken))
+
+    def _acked(self, fd: int, client: Client, topic: str, count: int) -> bool:
+        """Queue ``client``'s OKs; False when that failed (it is handed back)."""
+        self.publishes += count
+        try:
+            client.reactor_acked(topic, count)
+        except Exception as exc:  # noqa: BLE001 -- raised by the connection's own task
+            client.reactor_raise(exc)
+            self._hand_over(fd)
+            return False
+        return True
+
+    def _released(self, topic: str, held: list[_Share], failure: Exception | None) -> None:
+        """The followers hold the append ``held`` waited for (``failure``: they never will,
+        the node no longer leads under its epoch): each publisher still held gets its OKs,
+        sent now, and is polled again, or its own copy of the error and goes back to its
+        task. Called by the task that moved the high-watermark; raises nothing."""
+        for fd, client, taken in held:
+            mine = self._held.get(fd)
+            if mine is None or mine[0] is not client:
+                continue  # gone meanwhile (its task cancelled, or handed back)
+            del self._held[fd]
+            self._epoll.register(fd, select.EPOLLIN)
+            if failure is not None:
+                client.reactor_failed(own_copy(failure), len(taken[2]))
+                self._hand_over(fd)
+            elif self._acked(fd, client, topic, len(taken[2])):
+                try:
+                    client.reactor_send()
+                except Exception as exc:  # noqa: BLE001 -- raised by the connection's task
+                    client.reactor_raise(exc)
+                    self._hand_over(fd)

@@ -11,12 +11,14 @@ what it cost when this was the connection itself.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from pnsq._netio.plain_stream import PlainSocketStream
 from protocol import NEED_DATA, CommandParser, Pub
 
 from ..broker.clock import Clock
+from ..storage.record import Record
 from .errors import HANDLED_ERRORS
 from .output import OutputBuffer
 from .publishing import Publisher
@@ -37,6 +39,8 @@ class ReactorSide:
         publishes: the connection published a single PUB: the reactor may serve it from now on.
         declined: its PUBs had to wait (followers, fsync, a forward): its own task serves it.
         handed: what the reactor left for the command loop: a command, or an error to raise.
+        unreplicated: PUBs the reactor appended and handed back before their followers held
+            them (topic, records, count): the command loop waits for them first.
         at_eof: the reactor read the peer's EOF.
         last_read: when the client last sent bytes (the command loop's reads count too): the
             connection's read deadline runs from it.
@@ -63,6 +67,7 @@ class ReactorSide:
         self.publishes = False
         self.declined = False
         self.handed: object = None
+        self.unreplicated: tuple[str, Sequence[Record], int] | None = None
         self.at_eof = False
         self.last_read = clock.monotonic()
 
@@ -144,6 +149,9 @@ class ReactorSide:
 
     def reactor_return(self, taken: Taken) -> None:
         self.publisher.put_back(taken)
+
+    def reactor_unreplicated(self, topic: str, records: Sequence[Record], count: int) -> None:
+        self.unreplicated = (topic, records, count)
 
     def reactor_raise(self, error: Exception) -> None:
         self.handed = error

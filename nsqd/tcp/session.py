@@ -163,7 +163,12 @@ class Session:
         parser, output, side = self.parser, self.output, self._side
         while True:
             data: bytes | bytearray | None = None
-            if parser.buffered or side.handed is not None or self.publisher.gathering:
+            if (
+                parser.buffered
+                or side.handed is not None
+                or side.unreplicated is not None
+                or self.publisher.gathering
+            ):
                 if not await self._process():
                     return False
                 stream = self.stream  # IDENTIFY may have upgraded it
@@ -235,6 +240,10 @@ class Session:
         parser, side, consuming = self.parser, self._side, self._consuming
         while True:
             try:
+                unreplicated = side.unreplicated
+                if unreplicated is not None:  # appended by the reactor, their OKs come first
+                    side.unreplicated = None
+                    await self.publisher.acked_once_replicated(*unreplicated)
                 handed = side.handed
                 if handed is not None:  # left by the reactor: the PUBs before it come first
                     side.handed = None

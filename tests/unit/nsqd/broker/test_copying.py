@@ -12,10 +12,8 @@ import trio
 import trio.testing
 
 from nsqd.broker.copying import (
-    BEAT_TICKS,
     Batch,
     ReplicaStreamError,
-    ReplicationWaiters,
     append_from_leader,
     end_for_epoch,
     held_regions,
@@ -27,6 +25,7 @@ from nsqd.broker.copying import (
 )
 from nsqd.broker.partition import Partition
 from nsqd.broker.read_guard import DamagedTail
+from nsqd.broker.waiters import BEAT_TICKS, ReplicationWaiters
 from nsqd.core.errors import NotLeaderError
 from nsqd.core.partition_state import Placement, Role
 from nsqd.storage.cache import CacheBudget

@@ -17,7 +17,7 @@ import trio.testing
 import nsqd.replication.leader as leader_module
 from nsqd.broker import Broker, BrokerConfig, open_broker
 from nsqd.broker.clock import VirtualClock
-from nsqd.broker.copying import STREAM_TICK
+from nsqd.broker.waiters import STREAM_TICK
 from nsqd.core.partition_state import Placement, Role
 from nsqd.replication.frames import FrameReader
 from nsqd.replication.leader import CURSOR_INTERVAL, HEARTBEAT, serve_follower

@@ -5,10 +5,12 @@ task with replies in command order (a real listener on loopback, raw protocol V2
 from __future__ import annotations
 
 import json
+import logging
 import os
 import struct
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -16,9 +18,12 @@ import trio
 import trio.testing
 
 from nsqd.broker import Broker, BrokerConfig, open_broker, read_records
+from nsqd.broker.copying import follower_acked
+from nsqd.broker.partition import Partition
 from nsqd.core.partition_state import Placement, Role
 from nsqd.tcp.server import TCPServer
 from nsqd.tcp.settings import SessionSettings
+from pnsq._netio.tcp import serve_tcp
 
 _HEADER = struct.Struct(">Ii")  # frame size (type + data), frame type
 RESPONSE, ERROR, MESSAGE = 0, 1, 2
@@ -273,22 +278,116 @@ async def test_eof_and_cancellation_release_parked_connections(tmp_path: Path) -
     # leaving the block cancelled the listener while `staying` was parked: no hang
 
 
-async def test_a_pub_with_an_in_sync_follower_waits_for_it(tmp_path: Path) -> None:
+def follow(broker: Broker, topic: str = "t") -> Partition:
+    """lookupd placed a follower (b:1) in sync with partition 0 of ``topic``, led here."""
+    partition = broker.topics[topic].partitions[0]
+    partition.state.apply(Placement(Role.LEADER, 2, "a:1", ("b:1",), ("a:1", "b:1")))
+    broker.replication.wake(partition)
+    return partition
+
+
+def follower_holds(broker: Broker, partition: Partition) -> None:
+    """The follower acknowledges everything the partition's log holds."""
+    topic = broker.topics["t"]
+    follower_acked(broker, topic, partition, "b:1", partition.log.end_offset)
+
+
+async def test_pubs_with_an_in_sync_follower_are_held_until_it_acknowledges(
+    tmp_path: Path,
+) -> None:
+    """The reactor appends PUBs to a partition with an in-sync follower as any other, holds
+    their OKs until the follower holds the records (one acknowledgement releases the turn's
+    publishers) and keeps serving the connections: no task per publisher, no hand-over."""
+    async with listening(tmp_path) as (broker, server, port):
+        clients = [await connect(port) for _ in range(3)]
+        with trio.fail_after(10):
+            for client in clients:
+                assert await client.pub("t", b"alone") == (RESPONSE, b"OK")
+            await trio.testing.wait_all_tasks_blocked()  # parked in the reactor
+        partition = follow(broker)
+        assert broker.acks_at_once("t") is False
+        reactor = server.reactor
+        handovers = reactor.handovers
+        for rnd in range(3):
+            for client in clients:
+                await client.stream.send_all(pub("t", b"replicated %d" % rnd))
+            while partition.log.end_offset < 3 + 3 * (rnd + 1):  # appended by the reactor
+                await trio.sleep(0.005)
+            with trio.move_on_after(0.2) as waited:
+                await clients[0].frame()
+            assert waited.cancelled_caught  # no OK: the follower does not hold them yet
+            follower_holds(broker, partition)
+            with trio.fail_after(10):
+                for client in clients:
+                    assert await client.frame() == (RESPONSE, b"OK")
+        assert reactor.handovers == handovers  # every one stayed in the reactor
+        assert reactor.holds >= 3
+        assert reactor.publishes >= 9
+        bodies = await stored(broker, "t")
+        assert sorted(bodies[3:]) == sorted(
+            b"replicated %d" % r for r in range(3) for _ in range(3)
+        )
+
+
+async def test_a_held_pub_whose_leadership_moves_gets_not_leader_and_the_connection_goes_on(
+    tmp_path: Path,
+) -> None:
     async with listening(tmp_path) as (broker, server, port):
         client = await connect(port)
         with trio.fail_after(10):
             assert await client.pub("t", b"alone") == (RESPONSE, b"OK")
-            await trio.testing.wait_all_tasks_blocked()  # parked in the reactor
-        partition = broker.topics["t"].partitions[0]
-        # lookupd placed a follower in sync meanwhile; it never acknowledges here
-        partition.state.apply(Placement(Role.LEADER, 2, "a:1", ("b:1",), ("a:1", "b:1")))
-        assert broker.acks_at_once("t") is False
-        await client.stream.send_all(pub("t", b"replicated"))
-        with trio.move_on_after(0.5) as waited:
-            await client.frame()
-        assert waited.cancelled_caught  # no OK: the ack waits for the follower
-        assert partition.log.end_offset == 2  # appended by the connection's task, not acked
-        assert server.reactor.publishes == 0
+            await trio.testing.wait_all_tasks_blocked()
+            partition = follow(broker)
+            await client.stream.send_all(pub("t", b"held"))
+            while partition.log.end_offset < 2:
+                await trio.sleep(0.005)
+            assert server.reactor.holds == 1
+            # lookupd moved the leadership to b:1 before it acknowledged
+            partition.state.apply(Placement(Role.REPLICA, 3, "b:1", ("a:1",), ("b:1", "a:1")))
+            broker.replication.wake(partition)
+            kind, data = await client.frame()
+            assert kind == ERROR
+            assert data.startswith(b"E_FAILED_ON_NOT_LEADER"), data
+            await client.stream.send_all(b"NOP\n" + pub("other", b"still served"))
+            assert await client.frame() == (RESPONSE, b"OK")
+
+
+async def test_a_publisher_handed_back_while_held_gets_its_ok_from_its_own_task(
+    tmp_path: Path,
+) -> None:
+    """The reactor stops (the daemon is stopping) while a publisher's OKs wait for the
+    follower: its own task waits for them, and answers in order."""
+    config = BrokerConfig(data_path=tmp_path)
+    async with open_broker(config) as broker, trio.open_nursery() as nursery:
+        server = TCPServer(broker, SessionSettings())
+        reactor_scope = trio.CancelScope()
+
+        async def run_reactor() -> None:
+            with reactor_scope:
+                await server.reactor.run()
+
+        nursery.start_soon(run_reactor)
+        serve = partial(serve_tcp, server._handle, "127.0.0.1", 0, log=logging.getLogger("test"))
+        port = await nursery.start(serve)
+        client = await connect(port)
+        with trio.fail_after(10):
+            assert await client.pub("t", b"alone") == (RESPONSE, b"OK")
+            await trio.testing.wait_all_tasks_blocked()
+            partition = follow(broker)
+            await client.stream.send_all(pub("t", b"held"))
+            while partition.log.end_offset < 2:
+                await trio.sleep(0.005)
+            assert server.reactor.holds == 1
+            reactor_scope.cancel()  # the reactor stops: the publisher goes back to its task
+            await trio.testing.wait_all_tasks_blocked()
+            await client.stream.send_all(pub("other", b"after"))
+            with trio.move_on_after(0.2) as waited:
+                await client.frame()
+            assert waited.cancelled_caught  # the held OK comes first, once replicated
+            follower_holds(broker, partition)
+            assert await client.frame() == (RESPONSE, b"OK")  # the held PUB
+            assert await client.frame() == (RESPONSE, b"OK")  # then "other"
+        nursery.cancel_scope.cancel()
 
 
 async def test_a_parked_publisher_answers_heartbeats_and_stays(tmp_path: Path) -> None:
