@@ -17,8 +17,9 @@ the partition's high-watermark passes them: the reactor asks the broker to call 
 (:meth:`~nsqd.broker.Broker.when_replicated`), and the call, made by the task that took the
 follower's acknowledgement, queues and sends the OKs of every publisher of that append, or
 hands each its own copy of the error (leadership moved). Meanwhile those publishers' sockets
-are not read (a publisher's replies stay in command order); a synchronous publisher has
-nothing to send until its OK anyway. One acknowledgement releases a whole turn's publishers,
+are not read (a publisher's replies stay in command order: one that sends more meanwhile is
+left out of the poll until its OKs went); a synchronous publisher has nothing to send until
+its OK anyway. One acknowledgement releases a whole turn's publishers,
 with no task woken per publisher.
 
 Anything else goes back to the connection's own task, which then does exactly what it does
@@ -163,8 +164,12 @@ class PublishReactor:
         self._now = now
         self._epoll = select.epoll()
         self._parked: dict[int, tuple[Client, Task]] = {}  # by descriptor
-        #: parked clients whose OKs wait for the followers (by descriptor; not polled meanwhile)
+        #: parked clients whose OKs wait for the followers (by descriptor): not read meanwhile
         self._held: dict[int, _Held] = {}
+        #: held ones that became readable meanwhile (a pipelining client, the peer gone): not
+        #: polled until released (a synchronous publisher sends nothing before its OK: no
+        #: epoll change per held publish)
+        self._muted: set[int] = set()
         self.running = False
         self.turns = 0  # turns that appended, their appends, the PUBs those acknowledged,
         self.appends = 0  # and the connections handed back to their tasks (tests read these)
@@ -221,12 +226,13 @@ class PublishReactor:
         await trio.lowlevel.wait_task_rescheduled(abort)
 
     def _forget(self, fd: int) -> _Held | None:
-        """Stop serving ``fd``; what it held, if anything (a held socket is not polled)."""
+        """Stop serving ``fd``; what it held, if anything."""
         del self._parked[fd]
-        held = self._held.pop(fd, None)
-        if held is None:
+        if fd in self._muted:
+            self._muted.discard(fd)
+        else:
             self._epoll.unregister(fd)
-        return held
+        return self._held.pop(fd, None)
 
     def _hand_over(self, fd: int) -> None:
         self.handovers += 1
@@ -247,6 +253,10 @@ class PublishReactor:
         # per (topic, partition): every client's PUBs, in the order read
         targets: dict[tuple[str, int | None], list[_Share]] = {}
         for fd, _ in events:
+            if fd in self._held:  # its replies wait: nothing more read until they went
+                self._epoll.unregister(fd)
+                self._muted.add(fd)
+                continue
             client = self._parked[fd][0]
             try:
                 read = client.reactor_read()
@@ -313,7 +323,6 @@ class PublishReactor:
         if replicated is None:
             self.holds += 1
             for fd, client, taken in group:
-                self._epoll.unregister(fd)  # its replies wait: nothing more read meanwhile
                 self._held[fd] = (client, topic, records, len(taken[2]))
                 held.append((fd, client, taken))
             return
@@ -346,7 +355,9 @@ class PublishReactor:
             if mine is None or mine[0] is not client:
                 continue  # gone meanwhile (its task cancelled, or handed back)
             del self._held[fd]
-            self._epoll.register(fd, select.EPOLLIN)
+            if fd in self._muted:
+                self._muted.discard(fd)
+                self._epoll.register(fd, select.EPOLLIN)
             if failure is not None:
                 client.reactor_failed(own_copy(failure), len(taken[2]))
                 self._hand_over(fd)

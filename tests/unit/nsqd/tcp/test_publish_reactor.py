@@ -329,6 +329,31 @@ async def test_pubs_with_an_in_sync_follower_are_held_until_it_acknowledges(
         )
 
 
+async def test_what_a_held_publisher_sends_meanwhile_waits_and_is_answered_in_order(
+    tmp_path: Path,
+) -> None:
+    async with listening(tmp_path) as (broker, server, port):
+        client = await connect(port)
+        with trio.fail_after(10):
+            assert await client.pub("t", b"alone") == (RESPONSE, b"OK")
+            assert await client.pub("u", b"unreplicated") == (RESPONSE, b"OK")
+            await trio.testing.wait_all_tasks_blocked()
+            partition = follow(broker)
+            await client.stream.send_all(pub("t", b"held"))
+            while partition.log.end_offset < 2:
+                await trio.sleep(0.005)
+            await client.stream.send_all(pub("u", b"meanwhile"))  # acked at once, once read
+            with trio.move_on_after(0.3) as waited:
+                await client.frame()
+            assert waited.cancelled_caught  # nothing answered before the held PUB
+            assert len(await stored(broker, "u")) == 1  # not even read
+            follower_holds(broker, partition)
+            assert await client.frame() == (RESPONSE, b"OK")  # the held PUB
+            assert await client.frame() == (RESPONSE, b"OK")  # then "meanwhile"
+        assert await stored(broker, "u") == [b"unreplicated", b"meanwhile"]
+        assert server.reactor.holds == 1
+
+
 async def test_a_held_pub_whose_leadership_moves_gets_not_leader_and_the_connection_goes_on(
     tmp_path: Path,
 ) -> None:
