@@ -79,6 +79,22 @@ def fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
+def create_directory(directory: Path) -> None:
+    """Create ``directory`` and its missing parents, durably: a directory's entry is on disk
+    only once its parent is fsynced, as a file's (a partition's directory created in a new
+    topic's, its records fsynced, could otherwise vanish with the machine). A directory
+    another thread created meanwhile counts as created here: its parent is fsynced too."""
+    missing = []
+    path = directory
+    while not path.is_dir():
+        missing.append(path)
+        path = path.parent
+    for path in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            path.mkdir()
+        fsync_directory(path.parent)
+
+
 def atomic_write(path: Path, data: bytes, *, keep_previous: bool = False) -> None:
     """Replace ``path`` with ``data``; durable on return.
 

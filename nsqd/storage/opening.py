@@ -9,16 +9,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .checkpoint import fsync_directory
+from .checkpoint import create_directory, fsync_directory
 from .layout import INDEX_NAME, SEGMENT_NAME
 from .segment import Segment
 from .segment_files import SegmentEnv
 
 
 def open_segments(directory: Path, env: SegmentEnv) -> list[Segment]:
-    """The segments of ``directory`` (created if missing) in offset order, the last one active.
-    Raises ``OSError`` (and :class:`~.errors.StorageError` from a recovery)."""
-    directory.mkdir(parents=True, exist_ok=True)
+    """The segments of ``directory`` (created durably if missing) in offset order, the last one
+    active. Raises ``OSError`` (and :class:`~.errors.StorageError` from a recovery)."""
+    create_directory(directory)
     names = [p.name for p in directory.iterdir()]
     bases = sorted(int(m[1]) for m in map(SEGMENT_NAME.match, names) if m)
     for m in map(INDEX_NAME.match, names):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from nsqd.storage import StorageError, atomic_write, read_json, write_json
+from nsqd.storage import StorageError, atomic_write, checkpoint, read_json, write_json
 from nsqd.storage.checkpoint import (
     DAMAGED_CHECKPOINTS,
     checked_value,
@@ -171,3 +171,27 @@ def test_every_single_byte_flip_of_a_checkpoint_is_caught_or_harmless(tmp_path: 
                 aside.unlink()
     assert refused >= 3 * len(data) - 3  # the rare harmless ones parse to the same value
     assert DAMAGED_CHECKPOINTS.count - before == refused
+
+
+def test_a_created_directorys_entry_is_made_durable_in_its_parent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new topic's directory and its first partition's: each parent is fsynced after the
+    directory in it is made (the partition's records, fsynced, are otherwise reachable only
+    through entries that may not be on disk)."""
+    synced: list[Path] = []
+    real = checkpoint.fsync_directory
+
+    def recording(directory: Path) -> None:
+        synced.append(directory)
+        real(directory)
+
+    monkeypatch.setattr(checkpoint, "fsync_directory", recording)
+    partition = tmp_path / "data" / "topic" / "0"
+    checkpoint.create_directory(partition)
+    assert partition.is_dir()
+    assert synced == [tmp_path, tmp_path / "data", tmp_path / "data" / "topic"]
+    synced.clear()
+    checkpoint.create_directory(partition)  # there already: nothing to make durable
+    checkpoint.create_directory(tmp_path / "data" / "topic" / "1")  # a sibling: its parent only
+    assert synced == [tmp_path / "data" / "topic"]
