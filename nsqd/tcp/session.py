@@ -31,18 +31,12 @@ from protocol import (
     Cls,
     CommandParser,
     ConnectionAbort,
-    Dpub,
     ErrorCode,
     Fin,
     Identify,
     InternalCreateTopic,
-    Mpub,
-    MpubExt,
-    MpubTrace,
     Nop,
     Pub,
-    PubExt,
-    PubTrace,
     Rdy,
     Req,
     Sub,
@@ -56,6 +50,7 @@ from .auth import SessionAuth
 from .consuming import Consuming
 from .negotiation import Layer, Negotiated, negotiate, upgrade
 from .output import OutputBuffer
+from .publish_commands import publish_command
 from .publishing import Publisher
 from .reactor import PublishReactor
 from .reactor_side import ReactorSide
@@ -312,52 +307,9 @@ class Session:
     # ------------------------------------------------------------------ commands
 
     async def _handle(self, command: object) -> None:
+        if await publish_command(self.publisher, command, self._authorize):
+            return
         match command:
-            case Pub(topic=topic, body=body, partition=partition, sequence=sequence):
-                await self._authorize("PUB", topic)  # a numbered PUB: not gathered
-                await self.publisher.publish(
-                    topic, [body], partition, "PUB", ErrorCode.PUB_FAILED, sequence=sequence
-                )
-            case Mpub(topic=topic, bodies=bodies, partition=partition, sequence=sequence):
-                await self._authorize("MPUB", topic)  # nsqd: before reading the body
-                await self.publisher.publish(
-                    topic, bodies, partition, "MPUB", ErrorCode.MPUB_FAILED, sequence=sequence
-                )
-            case Dpub(
-                topic=topic, defer_ms=defer_ms, body=body, partition=partition, sequence=sequence
-            ):
-                await self._authorize("DPUB", topic)
-                await self.publisher.publish(
-                    topic,
-                    [body],
-                    partition,
-                    "DPUB",
-                    ErrorCode.DPUB_FAILED,
-                    defer_ms=defer_ms,
-                    sequence=sequence,
-                )
-            case PubTrace(
-                topic=topic, trace_id=trace_id, body=body, partition=partition, sequence=sequence
-            ):
-                await self._authorize("PUB_TRACE", topic)
-                await self.publisher.publish_traced(
-                    topic, [(trace_id, body)], partition, "PUB_TRACE", sequence
-                )
-            case MpubTrace(topic=topic, messages=messages, partition=partition, sequence=sequence):
-                await self._authorize("MPUB_TRACE", topic)
-                await self.publisher.publish_traced(
-                    topic, messages, partition, "MPUB_TRACE", sequence
-                )
-            case PubExt(
-                topic=topic, header=header, body=body, partition=partition, sequence=sequence
-            ):
-                await self._authorize("PUB_EXT", topic)
-                await self.publisher.publish_ext(
-                    topic, [(header, body)], partition, "PUB_EXT", sequence
-                )
-            case MpubExt(topic=topic, messages=messages, partition=partition, sequence=sequence):
-                await self._authorize("MPUB_EXT", topic)
-                await self.publisher.publish_ext(topic, messages, partition, "MPUB_EXT", sequence)
             case Rdy(count=count):
                 self._consuming.set_ready(count)
             case Fin(message_id=message_id):

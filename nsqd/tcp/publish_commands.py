@@ -1,0 +1,63 @@
+"""The PUB family as a V2 session dispatches it (:mod:`nsqd.tcp.session`): each command's
+name for AUTH, then its call on the connection's :class:`~nsqd.tcp.publishing.Publisher`.
+Single PUBs the session gathers do not come here (group commit: the publisher's ``gather``);
+a PUB here is a numbered one, or one handed back by the publish reactor alone."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from protocol import Dpub, ErrorCode, Mpub, MpubExt, MpubTrace, Pub, PubExt, PubTrace
+
+from .publishing import Publisher
+
+#: checks that the client may publish to a topic: ``(command name, topic)``
+Authorize = Callable[[str, str], Awaitable[None]]
+
+
+async def publish_command(publisher: Publisher, command: object, authorize: Authorize) -> bool:
+    """Handle ``command`` if it is of the PUB family (True), once ``authorize`` allowed it;
+    False for any other command."""
+    match command:
+        case Pub(topic=topic, body=body, partition=partition, sequence=sequence):
+            await authorize("PUB", topic)  # a numbered PUB: not gathered
+            await publisher.publish(
+                topic, [body], partition, "PUB", ErrorCode.PUB_FAILED, sequence=sequence
+            )
+        case Mpub(topic=topic, bodies=bodies, partition=partition, sequence=sequence):
+            await authorize("MPUB", topic)  # nsqd: before reading the body
+            await publisher.publish(
+                topic, bodies, partition, "MPUB", ErrorCode.MPUB_FAILED, sequence=sequence
+            )
+        case Dpub(
+            topic=topic, defer_ms=defer_ms, body=body, partition=partition, sequence=sequence
+        ):
+            await authorize("DPUB", topic)
+            await publisher.publish(
+                topic,
+                [body],
+                partition,
+                "DPUB",
+                ErrorCode.DPUB_FAILED,
+                defer_ms=defer_ms,
+                sequence=sequence,
+            )
+        case PubTrace(
+            topic=topic, trace_id=trace_id, body=body, partition=partition, sequence=sequence
+        ):
+            await authorize("PUB_TRACE", topic)
+            await publisher.publish_traced(
+                topic, [(trace_id, body)], partition, "PUB_TRACE", sequence
+            )
+        case MpubTrace(topic=topic, messages=messages, partition=partition, sequence=sequence):
+            await authorize("MPUB_TRACE", topic)
+            await publisher.publish_traced(topic, messages, partition, "MPUB_TRACE", sequence)
+        case PubExt(topic=topic, header=header, body=body, partition=partition, sequence=sequence):
+            await authorize("PUB_EXT", topic)
+            await publisher.publish_ext(topic, [(header, body)], partition, "PUB_EXT", sequence)
+        case MpubExt(topic=topic, messages=messages, partition=partition, sequence=sequence):
+            await authorize("MPUB_EXT", topic)
+            await publisher.publish_ext(topic, messages, partition, "MPUB_EXT", sequence)
+        case _:
+            return False
+    return True
