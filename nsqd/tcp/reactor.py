@@ -67,9 +67,8 @@ import outcome
 import trio
 from trio.lowlevel import Abort, RaiseCancelT, Task
 
-from ..broker import BodyBatch, Broker, join_batches
+from ..broker import BodyBatch, Broker, Record, join_batches
 from ..broker.committing import own_copy
-from ..storage.record import Record
 
 MAX_EVENTS = 1024  # ready sockets taken per turn (the rest come with the next poll)
 DEFAULT_BUSY_POLL = 200e-6  # seconds: --busy-poll's default (see the module)

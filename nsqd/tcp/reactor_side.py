@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 from pnsq._netio.plain_stream import PlainSocketStream
 from protocol import NEED_DATA, CommandParser, Pub
 
+from ..broker import Record
 from ..broker.clock import Clock
-from ..storage.record import Record
 from .errors import HANDLED_ERRORS
 from .output import OutputBuffer
 from .publishing import Publisher
