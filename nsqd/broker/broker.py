@@ -305,21 +305,25 @@ class Broker:
 
     def publish_runs(
         self, topic_name: str, partition: int | None, runs: Sequence[idempotence.Run]
-    ) -> list[bool]:
+    ) -> tuple[list[bool], Sequence[Record]]:
         """:meth:`publish` of several publishers' runs as one append, numbered ones stamped
-        (the publish reactor's): which were appended; the others, numbered runs that do not
-        simply come next (:meth:`~nsqd.core.producers.Producers.admit`), were not, and must
-        be published alone (:meth:`publish_numbered`)."""
+        (the publish reactor's): which were appended, and the records they were appended as;
+        the others, numbered runs that do not simply come next
+        (:meth:`~nsqd.core.producers.Producers.admit`), were not, and must be published alone
+        (:meth:`publish_numbered`)."""
         if self.exiting:
             raise ExitingError
         topic = self.topics.get(topic_name) or self.auto_create_topic(topic_name, partition)
         target = topic.pick_partition(partition)
         now = self.clock.now()
+        appended: Sequence[Record] = ()
 
         def append(batch: BodyBatch) -> Sequence[Record]:
-            return self.publish(topic_name, batch, partition)
+            nonlocal appended
+            appended = self.publish(topic_name, batch, partition)
+            return appended
 
-        return idempotence.publish_runs(target, runs, now, append)
+        return idempotence.publish_runs(target, runs, now, append), appended
 
     async def wait_stored(self, topic_name: str, partition: int, offset: int) -> None:
         """A retried publish, stored at ``offset`` before: return once every in-sync follower
@@ -345,17 +349,6 @@ class Broker:
             return await read_records(target, offset, 1)
         except OffsetNotKeptError:
             return []
-
-    def acks_at_once(self, topic_name: str) -> bool:
-        """Whether a publish to ``topic_name`` is acknowledged as soon as it is appended (what
-        :meth:`wait_replicated` would not wait for): the topic exists here, none of its
-        partitions has an in-sync follower, and acks do not wait for fsync."""
-        topic = self.topics.get(topic_name)
-        return (
-            topic is not None
-            and not self.durable_acks
-            and not any(p.state.followers for p in topic.partitions)
-        )
 
     def acks_without_fsync(self, topic_name: str) -> bool:
         """Whether a publish to ``topic_name`` is acknowledged once its in-sync followers hold

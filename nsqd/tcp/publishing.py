@@ -174,14 +174,13 @@ class Publisher:
 
     def take_gathered(self) -> Taken | None:
         """The gathered PUBs, taken, when they go to one (topic, partition) that this node
-        appends and acknowledges without an fsync (:meth:`appends_here`; numbered PUBs only
-        when nothing at all is waited for, :meth:`acks_at_once`); else None, leaving them
-        for :meth:`flush` (more than one target, a forwarded topic, fsync to wait for).
+        appends and acknowledges without an fsync (:meth:`appends_here`); else None, leaving
+        them for :meth:`flush` (more than one target, a forwarded topic, fsync to wait for).
         Numbered PUBs come with the producer and their first number."""
         run = self._run
         if run is not None:
             topic, partition, first, batch = run
-            if self.producer is None or not self.acks_at_once(topic, partition):
+            if self.producer is None or not self.appends_here(topic, partition):
                 return None
             self._run = None
             return topic, partition, batch, (self.producer, first)
@@ -215,22 +214,18 @@ class Publisher:
         (topic, _), _ = self._gathered[0]
         return self.broker.find_topic(topic) is not None
 
-    def acks_at_once(self, topic: str, partition: int | None) -> bool:
-        """Whether a PUB of ``topic`` is appended here and acknowledged as soon as it is:
-        not forwarded to a leader elsewhere, with no follower and no fsync to wait for."""
-        return self._here(topic, partition) and self.broker.acks_at_once(topic)
-
     def appends_here(self, topic: str, partition: int | None) -> bool:
         """Whether a PUB of ``topic`` is appended here and acknowledged once its in-sync
         followers hold it (:meth:`~nsqd.broker.Broker.when_replicated`, no fsync to wait
-        for): not forwarded to a leader elsewhere."""
-        return self._here(topic, partition) and self.broker.acks_without_fsync(topic)
-
-    def _here(self, topic: str, partition: int | None) -> bool:
+        for): not forwarded to a leader elsewhere (nor to be asked of lookupd,
+        :meth:`~nsqd.cluster.forwarding.Forwarder.known_here`)."""
         forwarder = self.forwarder
-        return (
-            forwarder is None or forwarder.known_here(self.broker, topic, partition) is False
-        )  # else forwarded, or Forwarder.must_forward must ask lookupd
+        if (
+            forwarder is not None
+            and forwarder.known_here(self.broker, topic, partition) is not False
+        ):
+            return False
+        return self.broker.acks_without_fsync(topic)
 
     def acked(self, topic: str, count: int) -> None:
         """``count`` taken PUBs of ``topic`` are appended: queue their OKs."""

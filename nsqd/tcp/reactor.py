@@ -19,19 +19,18 @@ follower's acknowledgement, queues and sends the OKs of every publisher of that 
 hands each its own copy of the error (leadership moved). Meanwhile those publishers' sockets
 are not read (a publisher's replies stay in command order: one that sends more meanwhile is
 left out of the poll until its OKs went); a synchronous publisher has nothing to send until
-its OK anyway. One acknowledgement releases a whole turn's publishers,
-with no task woken per publisher.
+its OK anyway. One acknowledgement releases a whole turn's publishers, numbered or not, with
+no task woken per publisher.
 
 Anything else goes back to the connection's own task, which then does exactly what it does
 without the reactor: a command other than PUB (the reactor stops at it, the task handles the
-PUBs before it, then the command), a bad command, the peer's EOF, a socket error, PUBs that
-must wait for an fsync or a forward to another node (:meth:`Publisher.appends_here`; numbered
-PUBs also those that wait for a follower, :meth:`Publisher.acks_at_once`), and an append that
-failed (its error, for each publisher that shared it). Replies stay in command order, and a
-PUB is acknowledged only once appended (and held by the in-sync followers), as on the task
-path; a publisher handed back while its OKs wait (the reactor stopping) has its own task wait
-for them first. A connection whose PUBs to a topic held here had to wait is not parked again:
-its own task serves it from then on.
+PUBs before it, then the command), a bad command, the peer's EOF, a socket error, PUBs that must
+wait for an fsync or a forward to another node (:meth:`Publisher.appends_here`), and an append
+that failed (its error, for each publisher that shared it). Replies stay in command order, and a
+PUB is acknowledged only once appended (and held by the in-sync followers), as on the task path;
+a publisher handed back while its OKs wait (the reactor stopping) has its own task wait for them
+first. A connection whose PUBs to a topic held here had to wait (for an fsync) is not parked
+again: its own task serves it from then on.
 
 A consumer whose message pump sits idle when a turn's appends give its channel new messages
 (:meth:`PublishReactor.deliver_first`) is served from the same turn, before the OKs go out:
@@ -307,7 +306,10 @@ class PublishReactor:
                 )
             else:
                 runs = [(taken[2], taken[3]) for _, _, taken in group]
-                admitted = self._broker.publish_runs(topic, partition, runs)
+                admitted, records = self._broker.publish_runs(topic, partition, runs)
+                replicated = self._broker.when_replicated(
+                    topic, records, lambda failure: self._released(topic, held, failure)
+                )
         # As with the group commit: each publisher gets its own copy of the error to report
         # as if it had appended alone, and its own task goes on with it.
         except Exception as exc:  # noqa: BLE001
@@ -319,19 +321,17 @@ class PublishReactor:
             return
         if admitted is None or any(admitted):
             self.appends += 1
-        if replicated is None:
-            self.holds += 1
-            for fd, client, taken in group:
-                self._held[fd] = (client, topic, records, len(taken[2]))
-                held.append((fd, client, taken))
-            return
         for index, (fd, client, taken) in enumerate(group):
             if admitted is not None and not admitted[index]:
                 client.reactor_return(taken)
                 self._hand_over(fd)
-                continue
-            if self._acked(fd, client, topic, len(taken[2])):
+            elif replicated is None:  # its OKs wait for the followers (:meth:`_released`)
+                self._held[fd] = (client, topic, records, len(taken[2]))
+                held.append((fd, client, taken))
+            elif self._acked(fd, client, topic, len(taken[2])):
                 acked.append((fd, client, taken))
+        if held:
+            self.holds += 1
 
     def _acked(self, fd: int, client: Client, topic: str, count: int) -> bool:
         """Queue ``client``'s OKs; False when that failed (it is handed back)."""

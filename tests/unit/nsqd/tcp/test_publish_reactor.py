@@ -245,7 +245,7 @@ async def test_publishers_that_must_wait_for_fsync_stay_on_their_task(tmp_path: 
         assert server.reactor.publishes == 0  # every ack waited for its fsync instead
         assert server.reactor.handovers <= 1  # declined once, then its task kept it
         assert len(await stored(broker, "t")) == 5
-        assert broker.acks_at_once("t") is False
+        assert broker.acks_without_fsync("t") is False
 
 
 async def test_a_failed_append_answers_each_of_its_publishers(tmp_path: Path) -> None:
@@ -305,7 +305,6 @@ async def test_pubs_with_an_in_sync_follower_are_held_until_it_acknowledges(
                 assert await client.pub("t", b"alone") == (RESPONSE, b"OK")
             await trio.testing.wait_all_tasks_blocked()  # parked in the reactor
         partition = follow(broker)
-        assert broker.acks_at_once("t") is False
         reactor = server.reactor
         handovers = reactor.handovers
         for rnd in range(3):
@@ -327,6 +326,49 @@ async def test_pubs_with_an_in_sync_follower_are_held_until_it_acknowledges(
         assert sorted(bodies[3:]) == sorted(
             b"replicated %d" % r for r in range(3) for _ in range(3)
         )
+
+
+async def test_numbered_pubs_with_an_in_sync_follower_are_held_and_retries_judged_alone(
+    tmp_path: Path,
+) -> None:
+    """A producer's numbered PUBs to a replicated partition share the reactor's appends and
+    wait for the follower like plain ones; a retry of a number stored but not yet held by the
+    follower goes to the connection's task, which answers DUPLICATE once the follower has it."""
+    async with listening(tmp_path) as (broker, server, port):
+        producers = []
+        for n in range(2):
+            client = await connect(port)
+            await client.stream.send_all(identify_producer(f"p{n}"))
+            assert (await client.frame())[0] == RESPONSE
+            assert await client.pub_raw(numbered("t", 0, b"%d.0" % n)) == (RESPONSE, b"OK")
+            producers.append(client)
+        await trio.testing.wait_all_tasks_blocked()  # parked in the reactor
+        partition = follow(broker)
+        with trio.fail_after(10):
+            for n, client in enumerate(producers):
+                await client.stream.send_all(numbered("t", 1, b"%d.1" % n))
+            while partition.log.end_offset < 4:
+                await trio.sleep(0.005)
+            assert server.reactor.holds >= 1
+            with trio.move_on_after(0.2) as waited:
+                await producers[0].frame()
+            assert waited.cancelled_caught  # held for the follower
+            follower_holds(broker, partition)
+            for client in producers:
+                assert await client.frame() == (RESPONSE, b"OK")
+            await trio.testing.wait_all_tasks_blocked()
+            retry = producers[0]
+            await retry.stream.send_all(numbered("t", 2, b"0.2"))
+            while partition.log.end_offset < 5:
+                await trio.sleep(0.005)
+            await retry.stream.send_all(numbered("t", 2, b"0.2"))  # its OK "lost": sent again
+            with trio.move_on_after(0.2) as waited:
+                await retry.frame()
+            assert waited.cancelled_caught
+            follower_holds(broker, partition)
+            assert await retry.frame() == (RESPONSE, b"OK")
+            assert await retry.frame() == (RESPONSE, b"DUPLICATE 1")
+        assert await stored(broker, "t") == [b"0.0", b"1.0", b"0.1", b"1.1", b"0.2"]
 
 
 async def test_what_a_held_publisher_sends_meanwhile_waits_and_is_answered_in_order(
