@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from bench_scale_table import decide_table, parse_decide, parse_scale, scale_table
-from bench_tables import build_tables, read_results
+from bench_tables import build_tables, last_json, read_results
 
 T = TypeVar("T")
 
@@ -102,10 +102,7 @@ def parse_bench(path: str) -> tuple[float, int]:
 def parse_latency(path: str) -> str:
     """pnsq-loadgen latency's JSON line -> "P99_MS p50=.. p999=.. max=.. rate=.. target=..
     msgs=.." (the value and extras of a latency row in the results file)."""
-    lines = [ln for ln in Path(path).read_text(errors="replace").splitlines() if ln.startswith("{")]
-    if not lines:
-        raise ValueError("no JSON line from pnsq-loadgen")
-    res = json.loads(lines[-1])
+    res = last_json(path, "pnsq-loadgen")
     if res.get("error"):
         raise ValueError(f"pnsq-loadgen: {res['error']}")
     return (
@@ -116,10 +113,7 @@ def parse_latency(path: str) -> str:
 
 
 def parse_loadgen(path: str) -> tuple[float, int]:
-    lines = [ln for ln in Path(path).read_text(errors="replace").splitlines() if ln.startswith("{")]
-    if not lines:
-        raise ValueError("no JSON line from pnsq-loadgen")
-    res = json.loads(lines[-1])
+    res = last_json(path, "pnsq-loadgen")
     if res.get("error"):
         raise ValueError(f"pnsq-loadgen: {res['error']}")
     return float(res["msgs_per_sec"]), int(res["msgs"])

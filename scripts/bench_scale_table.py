@@ -17,10 +17,7 @@ node's death and the partitions it changed.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
-from bench_tables import Results, as_float, number
+from bench_tables import Results, as_float, last_json, number
 
 SCALE_PREFIX = "scale_"
 DECIDE_PREFIX = "decide_"
@@ -39,10 +36,7 @@ def parse_scale(path: str) -> str:
     create=.. idle=.. lookupd=.. led=.. failover=.. promoted=.. shrink=.."`` (``none``: not
     every partition took a PUB in time; ``idle``: the busiest nsqd's, in cores; ``-``: not
     measured), bench_report.py's ``parse-scale``."""
-    lines = [ln for ln in Path(path).read_text(errors="replace").splitlines() if ln.startswith("{")]
-    if not lines:
-        raise ValueError("no JSON line from bench_scale.py")
-    r = json.loads(lines[-1])
+    r = last_json(path, "bench_scale.py")
     idle = r.get("idle_cpu", {})
     nodes = [v for k, v in idle.items() if k.startswith("nsqd")]
     before = r.get("before_kill", {})
@@ -67,10 +61,7 @@ def parse_scale(path: str) -> str:
 def parse_decide(path: str) -> str:
     """scripts/bench_decide.py's JSON line as scripts/bench records it: ``"ONE_MS node=..
     touched=.."`` (bench_report.py's ``parse-decide``)."""
-    lines = [ln for ln in Path(path).read_text(errors="replace").splitlines() if ln.startswith("{")]
-    if not lines:
-        raise ValueError("no JSON line from bench_decide.py")
-    r = json.loads(lines[-1])
+    r = last_json(path, "bench_decide.py")
     return f"{r['one_ms']} node={r['node_ms']} touched={r['node_touched']}"
 
 

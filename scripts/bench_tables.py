@@ -14,10 +14,12 @@ of the same round in the same way.
 
 from __future__ import annotations
 
+import json
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 # Throughput workloads in table order: key -> label. scripts/bench uses the same keys.
 WORKLOADS = {
@@ -121,6 +123,15 @@ Results = dict[str, dict[str, list[Cell]]]
 
 # Extras summarized by their median over the rounds (the others are taken from the first round).
 MEDIAN_EXTRAS = ("p50", "p999", "max", "peak")
+
+
+def last_json(path: str, tool: str) -> Any:
+    """The last line of ``path`` that is a JSON object (what ``tool`` printed last); raises
+    ValueError when it printed none."""
+    lines = [ln for ln in Path(path).read_text(errors="replace").splitlines() if ln.startswith("{")]
+    if not lines:
+        raise ValueError(f"no JSON line from {tool}")
+    return json.loads(lines[-1])
 
 
 def read_results(path: str) -> Results:

@@ -21,6 +21,7 @@ from nsqd.broker import Broker, BrokerConfig, open_broker, read_records
 from nsqd.broker.copying import follower_acked
 from nsqd.broker.partition import Partition
 from nsqd.core.partition_state import Placement, Role
+from nsqd.tcp.reactor import PublishReactor
 from nsqd.tcp.server import TCPServer
 from nsqd.tcp.settings import SessionSettings
 from pnsq._netio.tcp import serve_tcp
@@ -292,6 +293,20 @@ def follower_holds(broker: Broker, partition: Partition) -> None:
     follower_acked(broker, topic, partition, "b:1", partition.log.end_offset)
 
 
+async def held_pub(broker: Broker, reactor: PublishReactor, client: Client) -> Partition:
+    """``client`` publishes once to t (acknowledged at once: it parks in the reactor), then
+    lookupd puts a follower in sync and ``client`` publishes again: the reactor appends that
+    PUB and holds its OK. The partition."""
+    assert await client.pub("t", b"alone") == (RESPONSE, b"OK")
+    await trio.testing.wait_all_tasks_blocked()
+    partition = follow(broker)
+    await client.stream.send_all(pub("t", b"held"))
+    while partition.log.end_offset < 2:
+        await trio.sleep(0.005)
+    assert reactor.holds == 1
+    return partition
+
+
 async def test_pubs_with_an_in_sync_follower_are_held_until_it_acknowledges(
     tmp_path: Path,
 ) -> None:
@@ -377,13 +392,8 @@ async def test_what_a_held_publisher_sends_meanwhile_waits_and_is_answered_in_or
     async with listening(tmp_path) as (broker, server, port):
         client = await connect(port)
         with trio.fail_after(10):
-            assert await client.pub("t", b"alone") == (RESPONSE, b"OK")
             assert await client.pub("u", b"unreplicated") == (RESPONSE, b"OK")
-            await trio.testing.wait_all_tasks_blocked()
-            partition = follow(broker)
-            await client.stream.send_all(pub("t", b"held"))
-            while partition.log.end_offset < 2:
-                await trio.sleep(0.005)
+            partition = await held_pub(broker, server.reactor, client)
             await client.stream.send_all(pub("u", b"meanwhile"))  # acked at once, once read
             with trio.move_on_after(0.3) as waited:
                 await client.frame()
@@ -402,13 +412,7 @@ async def test_a_held_pub_whose_leadership_moves_gets_not_leader_and_the_connect
     async with listening(tmp_path) as (broker, server, port):
         client = await connect(port)
         with trio.fail_after(10):
-            assert await client.pub("t", b"alone") == (RESPONSE, b"OK")
-            await trio.testing.wait_all_tasks_blocked()
-            partition = follow(broker)
-            await client.stream.send_all(pub("t", b"held"))
-            while partition.log.end_offset < 2:
-                await trio.sleep(0.005)
-            assert server.reactor.holds == 1
+            partition = await held_pub(broker, server.reactor, client)
             # lookupd moved the leadership to b:1 before it acknowledged
             partition.state.apply(Placement(Role.REPLICA, 3, "b:1", ("a:1",), ("b:1", "a:1")))
             broker.replication.wake(partition)
@@ -438,13 +442,7 @@ async def test_a_publisher_handed_back_while_held_gets_its_ok_from_its_own_task(
         port = await nursery.start(serve)
         client = await connect(port)
         with trio.fail_after(10):
-            assert await client.pub("t", b"alone") == (RESPONSE, b"OK")
-            await trio.testing.wait_all_tasks_blocked()
-            partition = follow(broker)
-            await client.stream.send_all(pub("t", b"held"))
-            while partition.log.end_offset < 2:
-                await trio.sleep(0.005)
-            assert server.reactor.holds == 1
+            partition = await held_pub(broker, server.reactor, client)
             reactor_scope.cancel()  # the reactor stops: the publisher goes back to its task
             await trio.testing.wait_all_tasks_blocked()
             await client.stream.send_all(pub("other", b"after"))
