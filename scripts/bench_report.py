@@ -395,7 +395,7 @@ def report(results_path: str, out_path: str, meta_args: list[str]) -> None:
         "  partitions with two copies each created on lookupd one after another; 'all writable'",
         "  is the time from the first /topic/create until every partition answered a PUB at its",
         "  leader with OK (so its replica held it), probed 50 partitions to a connection,",
-        "  pipelined. Then 3 s to settle and 10 s idle: each daemon's CPU (utime + stime) over",
+        "  pipelined. Then 10 s to settle and 10 s idle: each daemon's CPU (utime + stime) over",
         "  them, in cores. Then kill -9 of the node leading the most partitions, and the time",
         "  until each partition it led answered a PUB at its new leader. Each wait is bounded",
         "  (scale rows in the header); a cluster not all writable in time shows so and skips the",
