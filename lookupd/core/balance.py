@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 from .moves import Move
 from .racks import rack_of
-from .view import PartitionView
+from .view import Counts, PartitionView
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +46,13 @@ class Spread:
 
     copies: dict[str, int]
     leaders: dict[str, int]
+
+    @classmethod
+    def of(cls, counts: Counts, nodes: Iterable[str]) -> Spread:
+        """``counts`` (of some partitions) for ``nodes`` only, zeros included."""
+        ordered = sorted(nodes)
+        copies, leaders = counts.copies, counts.leaders
+        return cls({n: copies.get(n, 0) for n in ordered}, {n: leaders.get(n, 0) for n in ordered})
 
     @property
     def even(self) -> bool:
@@ -59,15 +66,7 @@ def _gap(counts: Mapping[str, int]) -> int:
 
 def spread(partitions: Iterable[PartitionView], nodes: Iterable[str]) -> Spread:
     """What each of ``nodes`` holds of ``partitions`` (copies on other nodes are not counted)."""
-    copies = dict.fromkeys(sorted(nodes), 0)
-    leaders = dict(copies)
-    for part in partitions:
-        if part.leader in leaders:
-            leaders[part.leader] += 1
-        for node in (part.leader, *part.replicas):
-            if node in copies:
-                copies[node] += 1
-    return Spread(copies, leaders)
+    return Spread.of(Counts.of(partitions), nodes)
 
 
 def settled(partitions: Iterable[PartitionView], usable: Callable[[str], bool]) -> bool:

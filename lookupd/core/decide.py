@@ -319,24 +319,20 @@ def _plan(
 
 
 def _balancing(
-    view: View, health: Health, looked: Sequence[PartitionView]
+    view: View, health: Health, looked: Sequence[PartitionView], counts: Counts
 ) -> dict[tuple[str, int], Move]:
     """Step 6's moves (:mod:`.balance`): only when balancing is on and the cluster settled,
     every copy on a node up for ``balance_grace`` at least (a node just back, after a
     failover from it, is not handed its leaderships at once); nodes up for less take
     nothing yet. ``looked``: the partitions the decision looks at (the others are quiet:
-    settled, once every node holding a copy is steady)."""
+    settled, once every node holding a copy is steady); ``counts``: every partition's."""
     if not view.balance or view.upgrading:
         return {}
-    counts = view.counts or Counts.of(view.partitions)
     holding = (node for node, copies in counts.copies.items() if copies)
     if not settled(looked, health.steady) or not all(health.steady(n) for n in holding):
         return {}
-    nodes = sorted(n for n in view.nodes if health.steady(n))
-    load = Spread(
-        {n: counts.copies.get(n, 0) for n in nodes}, {n: counts.leaders.get(n, 0) for n in nodes}
-    )
-    return plan_balance(view.partitions, nodes, view.racks, load)
+    nodes = [n for n in view.nodes if health.steady(n)]
+    return plan_balance(view.partitions, nodes, view.racks, Spread.of(counts, nodes))
 
 
 def _pass(view: View, now: float) -> dict[int, Change]:
@@ -346,9 +342,10 @@ def _pass(view: View, now: float) -> dict[int, Change]:
     every = view.partitions
     positions: Sequence[int] = range(len(every)) if view.candidates is None else view.candidates
     looked = [every[i] for i in positions]
-    load = dict(view.counts.copies) if view.counts is not None else assignment_load(every)
+    counts = view.counts if view.counts is not None else Counts.of(every)
+    load = dict(counts.copies)
     busy = {p.move.source for p in looked if p.move and p.move.source in view.removing}
-    balancing = _balancing(view, health, looked)
+    balancing = _balancing(view, health, looked, counts)
     if balancing:  # (balancing picks from every partition: rare, a settled cluster's moves)
         positions = range(len(every))
     changes = {}

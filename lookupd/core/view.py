@@ -122,12 +122,8 @@ class Change:
 
 
 def assignment_load(partitions: Iterable[PartitionView]) -> dict[str, int]:
-    """Leader and replica assignments per node."""
-    load: dict[str, int] = {}
-    for part in partitions:
-        for node in (part.leader, *part.replicas):
-            load[node] = load.get(node, 0) + 1
-    return load
+    """Leader and replica assignments per node (:attr:`Counts.copies`)."""
+    return dict(Counts.of(partitions).copies)
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import logging
 
-from ..core.balance import plan_balance, spread
+from ..core.balance import Spread, plan_balance
 from ..core.decide import Settings
 from ..core.stats import NodeCopies, copies, is_stable
 from ..state.cluster import Cluster, PlacementError, StoreError
@@ -162,9 +162,9 @@ def balance_state(cluster: Cluster, auto_balance: bool) -> dict[str, object]:
     switches = cluster.saved_switches
     view = view_of(cluster, Settings(), cluster.clock())
     nodes = cluster.placeable_nodes()
-    balanced = spread(view.partitions, nodes).even or not plan_balance(
-        view.partitions, nodes, cluster.racks()
-    )
+    assert view.counts is not None  # (view_of counts every partition)
+    load = Spread.of(view.counts, nodes)
+    balanced = load.even or not plan_balance(view.partitions, nodes, cluster.racks(), load)
     return {
         "enabled": auto_balance if switches.balance is None else switches.balance,
         "auto_balance": auto_balance,
