@@ -301,15 +301,12 @@ class PublishReactor:
             if all(taken[3] is None for _, _, taken in group):
                 batch = join_batches([t[2] for _, _, t in group])
                 records = self._broker.publish(topic, batch, partition)
-                replicated = self._broker.when_replicated(
-                    topic, records, lambda failure: self._released(topic, held, failure)
-                )
             else:
                 runs = [(taken[2], taken[3]) for _, _, taken in group]
                 admitted, records = self._broker.publish_runs(topic, partition, runs)
-                replicated = self._broker.when_replicated(
-                    topic, records, lambda failure: self._released(topic, held, failure)
-                )
+            replicated = self._broker.when_replicated(
+                topic, records, lambda failure: self._released(topic, held, failure)
+            )
         # As with the group commit: each publisher gets its own copy of the error to report
         # as if it had appended alone, and its own task goes on with it.
         except Exception as exc:  # noqa: BLE001
