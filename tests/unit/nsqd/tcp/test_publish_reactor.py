@@ -287,6 +287,13 @@ def follow(broker: Broker, topic: str = "t") -> Partition:
     return partition
 
 
+async def unanswered(client: Client, seconds: float = 0.2) -> bool:
+    """No frame reaches ``client`` for ``seconds``."""
+    with trio.move_on_after(seconds) as waited:
+        await client.frame()
+    return waited.cancelled_caught
+
+
 def follower_holds(broker: Broker, partition: Partition) -> None:
     """The follower acknowledges everything the partition's log holds."""
     topic = broker.topics["t"]
@@ -327,9 +334,7 @@ async def test_pubs_with_an_in_sync_follower_are_held_until_it_acknowledges(
                 await client.stream.send_all(pub("t", b"replicated %d" % rnd))
             while partition.log.end_offset < 3 + 3 * (rnd + 1):  # appended by the reactor
                 await trio.sleep(0.005)
-            with trio.move_on_after(0.2) as waited:
-                await clients[0].frame()
-            assert waited.cancelled_caught  # no OK: the follower does not hold them yet
+            assert await unanswered(clients[0])  # no OK: the follower does not hold them yet
             follower_holds(broker, partition)
             with trio.fail_after(10):
                 for client in clients:
@@ -365,9 +370,7 @@ async def test_numbered_pubs_with_an_in_sync_follower_are_held_and_retries_judge
             while partition.log.end_offset < 4:
                 await trio.sleep(0.005)
             assert server.reactor.holds >= 1
-            with trio.move_on_after(0.2) as waited:
-                await producers[0].frame()
-            assert waited.cancelled_caught  # held for the follower
+            assert await unanswered(producers[0])  # held for the follower
             follower_holds(broker, partition)
             for client in producers:
                 assert await client.frame() == (RESPONSE, b"OK")
@@ -377,9 +380,7 @@ async def test_numbered_pubs_with_an_in_sync_follower_are_held_and_retries_judge
             while partition.log.end_offset < 5:
                 await trio.sleep(0.005)
             await retry.stream.send_all(numbered("t", 2, b"0.2"))  # its OK "lost": sent again
-            with trio.move_on_after(0.2) as waited:
-                await retry.frame()
-            assert waited.cancelled_caught
+            assert await unanswered(retry)
             follower_holds(broker, partition)
             assert await retry.frame() == (RESPONSE, b"OK")
             assert await retry.frame() == (RESPONSE, b"DUPLICATE 1")
@@ -395,9 +396,7 @@ async def test_what_a_held_publisher_sends_meanwhile_waits_and_is_answered_in_or
             assert await client.pub("u", b"unreplicated") == (RESPONSE, b"OK")
             partition = await held_pub(broker, server.reactor, client)
             await client.stream.send_all(pub("u", b"meanwhile"))  # acked at once, once read
-            with trio.move_on_after(0.3) as waited:
-                await client.frame()
-            assert waited.cancelled_caught  # nothing answered before the held PUB
+            assert await unanswered(client, 0.3)  # nothing answered before the held PUB
             assert len(await stored(broker, "u")) == 1  # not even read
             follower_holds(broker, partition)
             assert await client.frame() == (RESPONSE, b"OK")  # the held PUB
@@ -446,9 +445,7 @@ async def test_a_publisher_handed_back_while_held_gets_its_ok_from_its_own_task(
             reactor_scope.cancel()  # the reactor stops: the publisher goes back to its task
             await trio.testing.wait_all_tasks_blocked()
             await client.stream.send_all(pub("other", b"after"))
-            with trio.move_on_after(0.2) as waited:
-                await client.frame()
-            assert waited.cancelled_caught  # the held OK comes first, once replicated
+            assert await unanswered(client)  # the held OK comes first, once replicated
             follower_holds(broker, partition)
             assert await client.frame() == (RESPONSE, b"OK")  # the held PUB
             assert await client.frame() == (RESPONSE, b"OK")  # then "other"
