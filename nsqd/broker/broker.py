@@ -35,7 +35,7 @@ from ..core.errors import (
     OffsetNotKeptError,
 )
 from ..core.ownership import Plan, TopicPlan
-from ..storage.batch import BodyBatch
+from ..storage.batch import BodyBatch, end_of
 from ..storage.cache import CacheBudget
 from ..storage.checkpoint import DAMAGED_CHECKPOINTS
 from ..storage.disk import is_out_of_space
@@ -369,9 +369,9 @@ class Broker:
         topic = self.topics.get(topic_name)
         if not records or topic is None:
             return True
-        last = records[-1]
-        partition = topic.partition(partition_of(last.internal_id))
-        return self.replication.when_replicated(partition, last.offset + 1, last.epoch, done)
+        internal_id, end, epoch = end_of(records)
+        partition = topic.partition(partition_of(internal_id))
+        return self.replication.when_replicated(partition, end, epoch, done)
 
     async def wait_replicated(
         self, topic_name: str, records: Sequence[Record], *, durable: bool = True
@@ -384,10 +384,10 @@ class Broker:
         not hold them, whatever the in-sync set says now."""
         if records:
             topic = self.topics.get(topic_name)
-            last = records[-1]
             if topic is not None:
-                partition = topic.partition(partition_of(last.internal_id))
-                await self.replication.wait(partition, last.offset + 1, last.epoch)
+                internal_id, end, epoch = end_of(records)
+                partition = topic.partition(partition_of(internal_id))
+                await self.replication.wait(partition, end, epoch)
         if durable and self.durable_acks:
             await self.wait_durable()
 

@@ -31,7 +31,7 @@ from ..core.producers import Appended, Verdict
 from ..storage.batch import BodyBatch, join
 from ..storage.errors import StorageError
 from ..storage.record import NewRecord, Record
-from ..storage.stamp import Stamps, read_stamp, stamped, stamps
+from ..storage.stamp import read_stamp, stamped, stamps, stamps_of
 from .partition import Partition
 
 log = logging.getLogger("nsqd.broker")
@@ -128,11 +128,9 @@ def joined(runs: Sequence[Run], first_offset: int) -> tuple[BodyBatch, list[Appe
     """The messages of ``runs`` (at least one; all for immediate delivery; none with exts)
     as one batch, the numbered ones stamped (several producers' publishes appended together
     from ``first_offset``), and each numbered run as appended there. The stamps are gathered
-    as numbers (:class:`~nsqd.storage.stamp.Stamps`): a stamp made per message, and a batch or
-    stamps object per run, cost a synchronous producer's PUB a third of what numbering it
+    as numbers (:func:`~nsqd.storage.stamp.stamps_of`): a stamp made per message, and a batch
+    or stamps object per run, cost a synchronous producer's PUB a third of what numbering it
     did."""
-    numbers = Stamps()
-    add = numbers.add
     publishes: list[Appended] = []
     appended = publishes.append
     offset = first_offset - 1  # each run's last message's
@@ -142,17 +140,15 @@ def joined(runs: Sequence[Run], first_offset: int) -> tuple[BodyBatch, list[Appe
         offset += count
         if numbering is None:
             plain = True
-            continue
-        producer, first = numbering
-        add(producer, first, count)
-        appended((producer, first, count, offset))
+        else:
+            appended((numbering[0], numbering[1], count, offset))
     if plain and publishes:  # numbered runs among plain ones: each its stamps, joined as a list
         for batch, numbering in runs:
             if numbering is not None:
                 batch.exts = stamps(numbering[0], numbering[1], len(batch.bodies))
     batch = join([batch for batch, _ in runs])
     if not plain:
-        batch.exts = numbers  # a run alone is stamped in place (it is this append's alone)
+        batch.exts = stamps_of(publishes)  # a run alone is stamped in place (this append's)
     return batch, publishes
 
 

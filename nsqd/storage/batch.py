@@ -249,6 +249,17 @@ class AppendedBatch(Sequence[Record]):
         return f"AppendedBatch({self.records()!r})"
 
 
+def end_of(records: Sequence[Record]) -> tuple[int, int, int]:
+    """The internal id of the last of ``records`` (at least one), the offset after it and its
+    epoch: of an :class:`AppendedBatch`, without making that record (its ext may be a stamp to
+    pack)."""
+    if isinstance(records, AppendedBatch):
+        end = records.first_offset + len(records.bodies)
+        return records.id_base | end, end, records.epoch
+    last = records[-1]
+    return last.internal_id, last.offset + 1, last.epoch
+
+
 def _copied(exts: Sequence[bytes] | None) -> Sequence[bytes] | None:
     """``exts`` in a container of its own, of the same kind."""
     if exts is None:

@@ -223,6 +223,32 @@ class Stamps(Sequence[bytes]):
         return f"Stamps({list(self)!r})"
 
 
+def stamps_of(publishes: Iterable[tuple[int, int, int, int]]) -> Stamps:
+    """The stamps of publishes appended one after another, each ``(producer, first, count,
+    _)`` (:data:`~nsqd.core.producers.Appended`): :meth:`Stamps.add` of each, in one loop
+    (the publish reactor's turn: a synchronous producer's PUB each)."""
+    spans: list[Span] = []
+    add = spans.append
+    heads = _HEADS
+    length = 0
+    for producer, first, count, _ in publishes:
+        bottom = first & _BOTTOM
+        length += count
+        if 0 < count <= _SPAN - bottom:  # under one head
+            kept = heads.get(producer)
+            top = first >> 32
+            add(
+                (
+                    kept[1] if kept is not None and kept[0] == top else head_of(producer, top),
+                    bottom,
+                    count,
+                )
+            )
+        else:
+            spans += spans_of(producer, first, count)
+    return Stamps(spans, length)
+
+
 def stamps(producer: int, first: int, count: int) -> Stamps:
     """The exts of ``count`` records ``producer`` stored as numbers ``first, first + 1, ...``
     (:func:`stamped` of each, with no header)."""

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, strategies as st
 
-from nsqd.storage.batch import AppendedBatch, BodyBatch, join, new_records
+from nsqd.storage.batch import AppendedBatch, BodyBatch, end_of, join, new_records
 from nsqd.storage.bodies import encode_bodies
 from nsqd.storage.record import NewRecord, Record, encode_run, internal_id_for
-from nsqd.storage.stamp import Stamps, stamped
+from nsqd.storage.stamp import Stamps, stamped, stamps
 
 ID_BASE = internal_id_for(5, -1)  # partition 5's bits
 
@@ -63,6 +63,16 @@ def test_single_pubs_joined_keep_their_publish_times() -> None:
     assert list(joined[1:3]) == [NewRecord(6, b"b"), NewRecord(8, b"c")]
     assert joined[1:3].timestamp_ns == 6
     assert list(mpub[1:]) == [NewRecord(9, b"e")]
+
+
+@pytest.mark.parametrize("stamped_bodies", [False, True])
+def test_the_end_of_an_appended_batch_is_its_last_records(stamped_bodies: bool) -> None:
+    bodies = [b"a", b"bb", b"ccc"]
+    exts = stamps(0xABC, 7, 3) if stamped_bodies else None
+    batch = AppendedBatch(10, ID_BASE, [7] * 3, 0, 3, bodies, exts)
+    last = batch.records()[-1]
+    assert end_of(batch) == (last.internal_id, last.offset + 1, last.epoch) == end_of([last])
+    assert end_of(batch[:2]) == end_of(batch.records()[:2])
 
 
 def test_an_appended_batch_reads_as_the_list_of_its_records() -> None:

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from hypothesis import given, strategies as st
 
-from nsqd.storage.stamp import STAMP_SIZE, Stamps, header_of, read_stamp, stamped, stamps
+from nsqd.storage.stamp import (
+    STAMP_SIZE,
+    Stamps,
+    header_of,
+    read_stamp,
+    stamped,
+    stamps,
+    stamps_of,
+)
 
 U64 = st.integers(0, 2**64 - 1)
 
@@ -33,6 +41,27 @@ def test_stamps_of_several_runs_read_as_each_runs_stamps_in_turn(
     assert joined == expected
     assert len(joined) == len(expected)
     assert copy_before == []  # a copy's lists are its own
+
+
+@given(
+    runs=st.lists(
+        # first numbers near a multiple of 2**32 too: a run across it is stamped span by span
+        st.tuples(
+            U64, st.integers(0, 2**63 - 100) | st.integers(2**32 - 3, 2**32), st.integers(0, 5)
+        ),
+        max_size=6,
+    )
+)
+def test_stamps_of_publishes_read_as_each_publishs_stamps_in_turn(
+    runs: list[tuple[int, int, int]],
+) -> None:
+    made = stamps_of([(producer, first, count, 0) for producer, first, count in runs])
+    expected = [stamped(p, n) for p, first, count in runs for n in range(first, first + count)]
+    assert made == expected
+    assert len(made) == len(expected)
+    heads, bottoms = made.columns()  # what the log packs with each record's header
+    packed = [head + bottom.to_bytes(4, "big") for head, bottom in zip(heads, bottoms, strict=True)]
+    assert packed == expected
 
 
 @given(producer=U64, sequence=st.integers(0, 2**63 - 1), header=st.binary(max_size=40))
