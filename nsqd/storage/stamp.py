@@ -13,10 +13,10 @@ take :func:`header_of` of it.
 from __future__ import annotations
 
 import struct
+from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import accumulate, repeat
-from operator import itemgetter
 from typing import Final, TypeAlias, overload
 
 PRODUCER_STAMP: Final = struct.Struct(
@@ -71,7 +71,8 @@ def head_of(producer: int, top: int) -> bytes:
 #: consecutive stamps of one producer under one head: ``(head, bottom, count)``, the stamps of
 #: sequences ``top << 32 | bottom`` .. ``+ count - 1`` (never past the head's last)
 Span: TypeAlias = tuple[bytes, int, int]
-_count: Final = itemgetter(2)  # a span's count
+#: the typecode of a span column (bottoms, counts): C unsigned 64-bit ints
+_COLUMN: Final = "Q"
 
 
 def spans_of(producer: int, first: int, count: int) -> list[Span]:
@@ -90,21 +91,34 @@ def spans_of(producer: int, first: int, count: int) -> list[Span]:
 class Stamps(Sequence[bytes]):
     """The exts of consecutive records that are each a producer stamp with no header: a numbered
     publish's (or several producers' appended together), kept as spans of one producer's
-    consecutive numbers (:data:`Span`: one tuple per publish, not a head and a number per
-    record). Read as a sequence it holds each record's :func:`stamped` ext, made when asked for;
-    the log packs a span's head and each number's bottom half with each record's header instead
-    (:mod:`.bodies`), so a stamp written is never made as bytes of its own, and the tail cache
-    keeps a numbered MPUB's stamps as one tuple. Its list is its own and grows in place
-    (:meth:`add`, :meth:`extend`); spans are not joined (a tuple per publish is cheaper to
-    append than to compare with the last)."""
+    consecutive numbers (:data:`Span`: one per publish, not a head and a number per record).
+    Read as a sequence it holds each record's :func:`stamped` ext, made when asked for; the log
+    packs a span's head and each number's bottom half with each record's header instead
+    (:mod:`.bodies`), so a stamp written is never made as bytes of its own.
 
-    __slots__ = ("_len", "_starts", "spans")
+    The spans are kept as three columns — each span's head (a reference to the producer's one
+    head object), bottom and count, the last two as C integers in arrays — not as a tuple per
+    span: the tail cache keeps the stamps of every single PUB it holds, and an object per
+    message (a tuple and its int, allocated at the append and freed at the eviction, cold by
+    then) cost a synchronous producer's PUB more than the rest of its numbering in the cache.
+    The columns are this object's own and grow in place (:meth:`add`, :meth:`extend`); spans
+    are not joined (appending one is cheaper than comparing it with the last)."""
 
-    def __init__(self, spans: list[Span] | None = None, length: int | None = None) -> None:
-        """``spans``: the list (this object's own from now on); ``length``: their stamps'
-        count when the caller summed it already."""
-        self.spans: list[Span] = [] if spans is None else spans
-        self._len = sum(map(_count, self.spans)) if length is None else length
+    __slots__ = ("_bottoms", "_counts", "_heads", "_len", "_starts")
+
+    def __init__(
+        self,
+        heads: list[bytes] | None = None,
+        bottoms: array[int] | None = None,
+        counts: array[int] | None = None,
+        length: int | None = None,
+    ) -> None:
+        """The columns (this object's own from now on; all three or none); ``length``: the
+        stamps' count when the caller summed it already."""
+        self._heads: list[bytes] = [] if heads is None else heads
+        self._bottoms: array[int] = array(_COLUMN) if bottoms is None else bottoms
+        self._counts: array[int] = array(_COLUMN) if counts is None else counts
+        self._len = sum(self._counts) if length is None else length
         #: the first stamp's index of each span, up to the last one a read needed (found by
         #: bisection when sliced; :meth:`_index` lays out the rest only when it is read: a
         #: numbered publish's append and the tail cache's growth never need it)
@@ -114,42 +128,47 @@ class Stamps(Sequence[bytes]):
         """Stamps for ``count`` more records: ``producer``'s ``first, first + 1, ...``."""
         bottom = first & _BOTTOM
         if 0 < count <= _SPAN - bottom:  # under one head: all but stamps across 2**32 * n
-            self.spans.append((head_of(producer, first >> 32), bottom, count))
+            self._heads.append(head_of(producer, first >> 32))
+            self._bottoms.append(bottom)
+            self._counts.append(count)
         else:
-            self.spans += spans_of(producer, first, count)
+            for head, bottom, here in spans_of(producer, first, count):
+                self._heads.append(head)
+                self._bottoms.append(bottom)
+                self._counts.append(here)
         self._len += count
 
     def extend(self, other: Stamps) -> None:
         """Add ``other``'s stamps after these."""
-        self.spans += other.spans
+        self._heads += other._heads
+        self._bottoms += other._bottoms
+        self._counts += other._counts
         self._len += other._len
 
     def columns(self) -> tuple[Iterable[bytes], Iterable[int]]:
         """Each stamp's head and its number's bottom half, in order (what the encoding loop
-        packs): made as lists only for stamps of several spans."""
-        spans = self.spans
-        if len(spans) == 1:  # a numbered publish's
-            head, bottom, count = spans[0]
-            return repeat(head, count), range(bottom, bottom + count)
-        if not spans:
-            return (), ()
-        if len(spans) == self._len:  # each span one stamp: a turn's single PUBs
-            heads_column, bottoms_column, _ = zip(*spans, strict=True)
-            return heads_column, bottoms_column
-        heads: list[bytes] = []
-        bottoms: list[int] = []
-        for head, bottom, count in spans:
+        packs; not to be changed): made as lists only for stamps of several spans, some of
+        more than one stamp."""
+        heads = self._heads
+        if len(heads) == 1:  # a numbered publish's
+            bottom = self._bottoms[0]
+            return repeat(heads[0], self._len), range(bottom, bottom + self._len)
+        if len(heads) == self._len:  # each span one stamp (none at all too): single PUBs
+            return heads, self._bottoms
+        each_head: list[bytes] = []
+        each_bottom: list[int] = []
+        for head, bottom, count in zip(heads, self._bottoms, self._counts, strict=True):
             if count == 1:  # a synchronous producer's PUB among others'
-                heads.append(head)
-                bottoms.append(bottom)
+                each_head.append(head)
+                each_bottom.append(bottom)
             else:
-                heads += repeat(head, count)
-                bottoms += range(bottom, bottom + count)
-        return heads, bottoms
+                each_head += repeat(head, count)
+                each_bottom += range(bottom, bottom + count)
+        return each_head, each_bottom
 
     def copy(self) -> Stamps:
-        """The same stamps, in lists of their own."""
-        return Stamps(list(self.spans), self._len)
+        """The same stamps, in columns of their own."""
+        return Stamps(list(self._heads), self._bottoms[:], self._counts[:], self._len)
 
     def __len__(self) -> int:
         return self._len
@@ -167,50 +186,53 @@ class Stamps(Sequence[bytes]):
         if isinstance(index, slice):
             picked = range(self._len)[index]
             if picked.step != 1:
-                return Stamps([self._span_at(i) for i in picked], len(picked))
-            return Stamps(self._cut(picked.start, picked.stop), len(picked))
+                singles = [self._span_at(i) for i in picked]
+                return Stamps(
+                    [head for head, _ in singles],
+                    array(_COLUMN, [bottom for _, bottom in singles]),
+                    array(_COLUMN, repeat(1, len(singles))),
+                    len(singles),
+                )
+            return self._cut(picked.start, picked.stop)
         at = index + self._len if index < 0 else index
         if not 0 <= at < self._len:
             raise IndexError("stamp index out of range")
-        head, bottom, _ = self._span_at(at)
-        return _pack_headed(head, bottom)
+        return _pack_headed(*self._span_at(at))
 
     def _index(self) -> list[int]:
         """Each span's first stamp's index, laid out now for the spans added since the last
         read that needed it."""
-        starts, spans = self._starts, self.spans
+        starts, counts = self._starts, self._counts
         known = len(starts)
-        if known < len(spans):
-            at = starts[-1] + spans[known - 1][2] if known else 0
-            starts += accumulate(map(_count, spans[known:-1]), initial=at)
+        if known < len(counts):
+            at = starts[-1] + counts[known - 1] if known else 0
+            starts += accumulate(counts[known:-1], initial=at)
         return starts
 
-    def _span_at(self, at: int) -> Span:
-        """The span of stamp ``at`` alone."""
+    def _span_at(self, at: int) -> tuple[bytes, int]:
+        """The head and bottom half of stamp ``at``."""
         starts = self._index()
         i = bisect_right(starts, at) - 1
-        head, bottom, _ = self.spans[i]
-        return head, bottom + at - starts[i], 1
+        return self._heads[i], self._bottoms[i] + at - starts[i]
 
-    def _cut(self, start: int, stop: int) -> list[Span]:
-        """The spans of stamps ``[start, stop)`` (``0 <= start``, ``stop <= len``): the spans
-        between the two found by bisection (a tail cache's run of single PUBs holds a span per
-        record), the first and last trimmed."""
+    def _cut(self, start: int, stop: int) -> Stamps:
+        """Stamps ``[start, stop)`` (``0 <= start``, ``stop <= len``): the spans between the two
+        found by bisection (a tail cache's run of single PUBs holds a span per record), the
+        first and last trimmed."""
         if start >= stop:
-            return []
+            return Stamps()
         starts = self._index()
         i = bisect_right(starts, start) - 1  # the span holding ``start``
         j = bisect_left(starts, stop, i)  # past the span holding ``stop - 1``
-        out = self.spans[i:j]
-        head, bottom, count = out[-1]
-        end = starts[j - 1] + count
+        heads, bottoms, counts = self._heads[i:j], self._bottoms[i:j], self._counts[i:j]
+        end = starts[j - 1] + counts[-1]
         if end > stop:
-            out[-1] = head, bottom, count - (end - stop)
+            counts[-1] -= end - stop
         cut = start - starts[i]
         if cut:
-            head, bottom, count = out[0]
-            out[0] = head, bottom + cut, count - cut
-        return out
+            bottoms[0] += cut
+            counts[0] -= cut
+        return Stamps(heads, bottoms, counts, stop - start)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Sequence) or isinstance(other, (str, bytes)):
@@ -227,26 +249,30 @@ def stamps_of(publishes: Iterable[tuple[int, int, int, int]]) -> Stamps:
     """The stamps of publishes appended one after another, each ``(producer, first, count,
     _)`` (:data:`~nsqd.core.producers.Appended`): :meth:`Stamps.add` of each, in one loop
     (the publish reactor's turn: a synchronous producer's PUB each)."""
-    spans: list[Span] = []
-    add = spans.append
-    heads = _HEADS
+    heads: list[bytes] = []
+    head = heads.append
+    bottoms: list[int] = []
+    bottom_of = bottoms.append
+    counts: list[int] = []
+    count_of = counts.append
+    kept_heads = _HEADS
     length = 0
     for producer, first, count, _ in publishes:
         bottom = first & _BOTTOM
         length += count
         if 0 < count <= _SPAN - bottom:  # under one head
-            kept = heads.get(producer)
+            kept = kept_heads.get(producer)
             top = first >> 32
-            add(
-                (
-                    kept[1] if kept is not None and kept[0] == top else head_of(producer, top),
-                    bottom,
-                    count,
-                )
-            )
+            head(kept[1] if kept is not None and kept[0] == top else head_of(producer, top))
+            bottom_of(bottom)
+            count_of(count)
         else:
-            spans += spans_of(producer, first, count)
-    return Stamps(spans, length)
+            for span_head, span_bottom, here in spans_of(producer, first, count):
+                head(span_head)
+                bottom_of(span_bottom)
+                count_of(here)
+    # the columns kept as arrays: no int object per stamp outlives the append
+    return Stamps(heads, array(_COLUMN, bottoms), array(_COLUMN, counts), length)
 
 
 def stamps(producer: int, first: int, count: int) -> Stamps:
