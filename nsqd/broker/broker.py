@@ -53,6 +53,7 @@ from .config import BrokerConfig
 from .diskguard import DiskGuard
 from .logs import LogOpener, Opened
 from .observer import Discard, Observer
+from .partition import Partition
 from .persistence import SyncSchedule
 from .reading import read_records, skipped_records
 from .registry import TopicRegistry
@@ -255,9 +256,16 @@ class Broker:
         """
         if self.exiting:
             raise ExitingError
-        self.disk.require_writable()
+        self.disk.require_writable()  # before the topic is made: a full disk creates none
         topic = self.topics.get(topic_name) or self.auto_create_topic(topic_name, partition)
-        target = topic.pick_partition(partition)
+        return self._append(topic, topic.pick_partition(partition), entries)
+
+    def _append(
+        self, topic: Topic, target: Partition, entries: Sequence[NewRecord]
+    ) -> Sequence[Record]:
+        """:meth:`publish`'s append to ``target``, a partition of ``topic`` picked already (the
+        numbered publishes append to the partition whose producer state judged them)."""
+        self.disk.require_writable()
         if topic.min_isr > 1 and len(target.state.followers) + 1 < topic.min_isr:
             raise NotEnoughReplicasError(
                 f"{len(target.state.followers) + 1} cop(ies) in sync, min_isr {topic.min_isr}"
@@ -299,7 +307,7 @@ class Broker:
         now = self.clock.now()
 
         def append(numbered: Sequence[NewRecord]) -> Sequence[Record]:
-            return self.publish(topic_name, numbered, partition)
+            return self._append(topic, target, numbered)
 
         return idempotence.publish_numbered(target, entries, producer, first, now, append)
 
@@ -320,7 +328,7 @@ class Broker:
 
         def append(batch: BodyBatch) -> Sequence[Record]:
             nonlocal appended
-            appended = self.publish(topic_name, batch, partition)
+            appended = self._append(topic, target, batch)
             return appended
 
         return idempotence.publish_runs(target, runs, now, append), appended

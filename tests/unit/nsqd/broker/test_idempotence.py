@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from nsqd.broker import idempotence
+from nsqd.broker import BrokerConfig, idempotence, open_broker
+from nsqd.broker.clock import VirtualClock
 from nsqd.broker.copying import append_from_leader, read_for_follower, truncate_for_leader
 from nsqd.broker.partition import Partition
 from nsqd.core.partition_state import Placement, Role
-from nsqd.core.producers import SequenceError
+from nsqd.core.producers import SequenceError, Verdict
 from nsqd.storage.batch import BodyBatch
 from nsqd.storage.cache import CacheBudget
 from nsqd.storage.errors import StorageError
@@ -22,6 +23,7 @@ from nsqd.storage.log import PartitionLog
 from nsqd.storage.record import NewRecord, Record
 from nsqd.storage.segment import Segment
 from nsqd.storage.stamp import header_of, read_stamp
+from protocol.message import partition_of
 
 LEADER, FOLLOWER = "a:1", "b:1"
 P = 0x1234
@@ -243,3 +245,18 @@ def test_a_numbered_append_that_fails_half_written_is_not_stored_twice_by_its_re
     idempotence.publish_numbered(p, BodyBatch(2, bodies_), P, 0, 1001.0, append)  # the retry
     assert bodies(p) == bodies_
     assert [read_stamp(r.ext) for r in p.log.read(0, 10)] == [(P, n) for n in range(6)]
+
+
+async def test_a_turns_runs_are_judged_and_appended_in_one_partition(tmp_path: Path) -> None:
+    """The broker picks the partition once: the runs go to the partition whose producer state
+    admitted them, even for a caller that named none (round-robin: each pick differs)."""
+    clock = VirtualClock()
+    async with open_broker(BrokerConfig(data_path=tmp_path), clock) as broker:
+        broker.get_or_create_topic("t", 2)
+        for producer in range(P, P + 4):
+            batch = BodyBatch(clock.now_ns(), [b"m"])
+            admitted, records = broker.publish_runs("t", None, [(batch, (producer, 0))])
+            assert admitted == [True]
+            number = partition_of(records[0].internal_id)
+            judged = broker.get_topic("t").partition(number).producers
+            assert judged.check(producer, 0, 1, 0.0) == (Verdict.DUPLICATE, records[0].offset)
