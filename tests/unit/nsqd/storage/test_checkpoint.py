@@ -6,6 +6,7 @@ import json
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,17 +29,24 @@ def test_atomic_write_replaces_content_and_leaves_no_tmp(tmp_path: Path) -> None
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cursor.json"]
 
 
+def recorded(monkeypatch: pytest.MonkeyPatch, owner: object, name: str) -> list[Any]:
+    """The arguments of every call of ``owner.name`` (a one-argument function, still called)
+    from now on."""
+    calls: list[Any] = []
+    real = getattr(owner, name)
+
+    def recording(argument: Any) -> None:
+        calls.append(argument)
+        real(argument)
+
+    monkeypatch.setattr(owner, name, recording)
+    return calls
+
+
 def test_atomic_write_syncs_file_and_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    synced: list[int] = []
-    real_fsync = os.fsync
-
-    def recording_fsync(fd: int) -> None:
-        synced.append(fd)
-        real_fsync(fd)
-
-    monkeypatch.setattr(os, "fsync", recording_fsync)
+    synced = recorded(monkeypatch, os, "fsync")
     atomic_write(tmp_path / "x", b"data")
     assert len(synced) == 2  # the temporary file, then the directory
 
@@ -179,14 +187,7 @@ def test_a_created_directorys_entry_is_made_durable_in_its_parent(
     """A new topic's directory and its first partition's: each parent is fsynced after the
     directory in it is made (the partition's records, fsynced, are otherwise reachable only
     through entries that may not be on disk)."""
-    synced: list[Path] = []
-    real = checkpoint.fsync_directory
-
-    def recording(directory: Path) -> None:
-        synced.append(directory)
-        real(directory)
-
-    monkeypatch.setattr(checkpoint, "fsync_directory", recording)
+    synced = recorded(monkeypatch, checkpoint, "fsync_directory")
     partition = tmp_path / "data" / "topic" / "0"
     checkpoint.create_directory(partition)
     assert partition.is_dir()
