@@ -126,17 +126,7 @@ class Stamps(Sequence[bytes]):
 
     def add(self, producer: int, first: int, count: int) -> None:
         """Stamps for ``count`` more records: ``producer``'s ``first, first + 1, ...``."""
-        bottom = first & _BOTTOM
-        if 0 < count <= _SPAN - bottom:  # under one head: all but stamps across 2**32 * n
-            self._heads.append(head_of(producer, first >> 32))
-            self._bottoms.append(bottom)
-            self._counts.append(count)
-        else:
-            for head, bottom, here in spans_of(producer, first, count):
-                self._heads.append(head)
-                self._bottoms.append(bottom)
-                self._counts.append(here)
-        self._len += count
+        self.extend(stamps_of([(producer, first, count, 0)]))
 
     def extend(self, other: Stamps) -> None:
         """Add ``other``'s stamps after these."""
@@ -278,9 +268,7 @@ def stamps_of(publishes: Iterable[tuple[int, int, int, int]]) -> Stamps:
 def stamps(producer: int, first: int, count: int) -> Stamps:
     """The exts of ``count`` records ``producer`` stored as numbers ``first, first + 1, ...``
     (:func:`stamped` of each, with no header)."""
-    run = Stamps()
-    run.add(producer, first, count)
-    return run
+    return stamps_of([(producer, first, count, 0)])
 
 
 def read_stamp(ext: bytes) -> tuple[int, int] | None:
