@@ -72,9 +72,19 @@ async def run_lookupd(
     try:
         await _serve(options, cluster, supervisor, ha, secret, task_status)
     finally:
-        if etcd is not None:
-            with trio.CancelScope(shield=True):
+        with trio.CancelScope(shield=True):
+            if etcd is not None:
                 await etcd.aclose()
+            else:
+                await _compact(store)
+
+
+async def _compact(store: MetadataStore) -> None:
+    """On the way out: the metadata journal folded into its snapshot (:meth:`compact`)."""
+    try:
+        await trio.to_thread.run_sync(store.compact)
+    except StoreError as exc:  # the journal stays, and the next start reads it
+        log.error("metadata journal not folded into %s: %s", store, exc)
 
 
 async def _serve(
