@@ -157,8 +157,9 @@ def _following(broker: Broker, partitions: int) -> tuple[Topic, ClusterLinks]:
 
 
 def _within_a_look(gave_up: float, silent_since: float) -> bool:
-    """Given up at the silence watch's first look after ``silent_since``."""
-    return silent_since <= gave_up <= silent_since + WATCH_INTERVAL + 1e-6
+    """Given up at the silence watch's first look after ``silent_since`` (to within the
+    float error of the clock readings the times are differences of)."""
+    return silent_since - 1e-6 <= gave_up <= silent_since + WATCH_INTERVAL + 1e-6
 
 
 async def test_a_dead_leader_node_is_dialed_once_a_hold_not_once_per_stream(
