@@ -12,8 +12,9 @@ snapshot's ``"journal"`` key), and a new snapshot takes the next one before the 
 emptied. So the records a crash left between a snapshot's rename and the journal's truncation,
 older than that snapshot, are never applied to it. Reading stops at the first record that is
 not whole (a crash cut the last append short: it was never acknowledged) or is of another
-generation; a record that fails its checksum with more after it is damage, not a cut:
-:class:`JournalError`.
+generation. A record whose header fails its checksum, or whose document does with more after
+it, is damage, not a cut: :class:`JournalError`. (An append never writes over old bytes that
+a crash could leave behind it: what it replaces is cut off durably first.)
 
 Blocking file I/O, no Trio (the store runs in a worker thread).
 """
@@ -30,21 +31,28 @@ from typing import Any, Final
 import crc32c
 
 JOURNAL_RECORD: Final = struct.Struct(
-    ">I"  # size: the JSON document's bytes, after this header
+    ">I"  # head_crc: CRC-32C of the rest of this header (a cut record never has a whole
+    #       header that fails it: one that does is damaged)
+    "I"  # size: the JSON document's bytes, after this header
     "Q"  # generation: the snapshot's ("journal" in nsqlookupd.meta.json) this record follows
-    "I"  # crc: CRC-32C of the generation's 8 bytes and the document
+    "I"  # crc: CRC-32C of the document
 )
-_GENERATION: Final = struct.Struct(">Q")  # the generation as the crc covers it
+#: the header's two parts: head_crc, and the fields it covers (``JOURNAL_RECORD``'s own)
+_HEAD_CRC: Final = struct.Struct(JOURNAL_RECORD.format[:2])
+_COVERED: Final = struct.Struct(">" + JOURNAL_RECORD.format[2:])
+_REST_OF_HEAD: Final = _HEAD_CRC.size  # where the fields head_crc covers start
+assert _HEAD_CRC.size + _COVERED.size == JOURNAL_RECORD.size
 
 
 class JournalError(Exception):
-    """The journal is damaged (a record in its middle fails its checksum)."""
+    """The journal is damaged: a record's header fails its checksum, or a record's document
+    does with more records after it."""
 
 
 def record(generation: int, document: bytes) -> bytes:
     """The journal record of one save: ``document`` (JSON bytes) after its header."""
-    crc = crc32c.crc32c(document, crc32c.crc32c(_GENERATION.pack(generation)))
-    return JOURNAL_RECORD.pack(len(document), generation, crc) + document
+    covered = _COVERED.pack(len(document), generation, crc32c.crc32c(document))
+    return _HEAD_CRC.pack(crc32c.crc32c(covered)) + covered + document
 
 
 def document(
@@ -70,12 +78,14 @@ def read(data: bytes, generation: int) -> tuple[list[dict[str, Any]], int]:
     at = 0
     header = JOURNAL_RECORD.size
     while at + header <= len(data):
-        size, written_generation, crc = JOURNAL_RECORD.unpack_from(data, at)
+        head_crc, size, written_generation, crc = JOURNAL_RECORD.unpack_from(data, at)
+        if crc32c.crc32c(data[at + _REST_OF_HEAD : at + header]) != head_crc:
+            raise JournalError(f"record at byte {at}: its header fails its checksum")
         start, stop = at + header, at + header + size
         if stop > len(data):
             break  # cut short by a crash: never acknowledged
         payload = data[start:stop]
-        if crc32c.crc32c(payload, crc32c.crc32c(_GENERATION.pack(written_generation))) != crc:
+        if crc32c.crc32c(payload) != crc:
             if stop < len(data):
                 raise JournalError(f"record at byte {at} fails its checksum")
             break  # the last one, cut short
@@ -90,12 +100,15 @@ def read(data: bytes, generation: int) -> tuple[list[dict[str, Any]], int]:
 
 
 def append(path: Path, data: bytes, at: int) -> None:
-    """Write ``data`` (records) at byte ``at`` of the journal, cutting what followed it (a
-    record a crash cut short), and make it durable. Raises ``OSError``."""
+    """Write ``data`` (records) at byte ``at`` of the journal and make it durable. What
+    followed ``at`` (a record a crash cut short, or records older than the snapshot) is cut
+    off first, durably: a crash during this write then leaves a cut record at the end, never
+    one over the old bytes, which would read as damage. Raises ``OSError``."""
     fd = os.open(path, os.O_WRONLY)
     try:
         if os.fstat(fd).st_size != at:
             os.ftruncate(fd, at)
+            os.fsync(fd)
         view = memoryview(data)
         position = at
         while view:
@@ -108,7 +121,11 @@ def append(path: Path, data: bytes, at: int) -> None:
 
 
 def empty(path: Path) -> None:
-    """Create the journal, or empty it (a new snapshot took in its records). Not made durable
-    here: the caller fsyncs the directory, and records of an older generation are skipped."""
+    """Create the journal, or empty it (a new snapshot took in its records), durably (for
+    the same reason as :func:`append`'s cut); the caller fsyncs the directory for a new one.
+    Raises ``OSError``."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    os.close(fd)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -47,7 +47,7 @@ def records_in(store: MetadataStore) -> list[dict[str, object]]:
     out = []
     at = 0
     while at < len(data):
-        size, _, _ = JOURNAL_RECORD.unpack_from(data, at)
+        _, size, _, _ = JOURNAL_RECORD.unpack_from(data, at)
         out.append(json.loads(data[at + JOURNAL_RECORD.size : at + JOURNAL_RECORD.size + size]))
         at += JOURNAL_RECORD.size + size
     return out
@@ -176,6 +176,23 @@ def test_a_damaged_record_before_others_refuses_to_load(tmp_path: Path) -> None:
     data[JOURNAL_RECORD.size + 5] ^= 0xFF  # inside the first record's document
     store.journal_path.write_bytes(bytes(data))
     with pytest.raises(StoreError, match="journal"):
+        loaded(tmp_path)
+
+
+def test_a_damaged_header_is_damage_not_a_cut(tmp_path: Path) -> None:
+    """A size field hit by damage would read as a record running past the end (a cut one, the
+    saves after it dropped without a word): the header's own checksum tells it apart."""
+    placements = cluster()
+    store = MetadataStore(tmp_path)
+    store.save(placements.values())
+    for epoch in (2, 3):
+        placements["t01"] = topic("t01", epoch=epoch)
+        store.save(placements.values())
+    assert store.journal_path is not None
+    data = bytearray(store.journal_path.read_bytes())
+    data[5] ^= 0x40  # the first record's size: now past the end of the file
+    store.journal_path.write_bytes(bytes(data))
+    with pytest.raises(StoreError, match="header"):
         loaded(tmp_path)
 
 
