@@ -116,11 +116,13 @@ class PartitionCursor(Taking):
 
         A ``range`` of offsets held by flights of ``owner`` (a consumer FINing in delivery
         order) is finished flight by flight in C-level passes, with no step per offset; the
-        loop below takes whatever is left from the first offset no flight of ``owner`` holds."""
+        loop below takes whatever is left from the first offset no flight of ``owner`` holds,
+        and a run of one (a FIN read alone: a stock client's, at a low rate), whose C-level
+        passes would cost twice the loop's one step."""
         if self._few:
             self._compact_few()
         skipped = 0  # offsets finished by whole flights, before the loop
-        if type(offsets) is range and offsets.step == 1:
+        if type(offsets) is range and offsets.step == 1 and len(offsets) > 1:
             skipped = self._finish_flights(offsets, owner, stamps)
             if skipped == len(offsets):
                 return skipped, []
