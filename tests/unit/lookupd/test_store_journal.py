@@ -164,7 +164,17 @@ def test_records_older_than_the_snapshot_are_not_applied(tmp_path: Path) -> None
     assert loaded(tmp_path).placements == placements
 
 
-def test_a_damaged_record_before_others_refuses_to_load(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("at", "flip", "match"),
+    [
+        # inside the first record's document, with a record after it
+        (JOURNAL_RECORD.size + 5, 0xFF, r"byte \d+ fails its checksum"),
+        # the first record's size, now past the end of the file: read as a cut record, the
+        # saves after it would be dropped without a word; the header's checksum refuses it
+        (5, 0x40, "header"),
+    ],
+)
+def test_damage_refuses_to_load(tmp_path: Path, at: int, flip: int, match: str) -> None:
     placements = cluster()
     store = MetadataStore(tmp_path)
     store.save(placements.values())
@@ -173,26 +183,9 @@ def test_a_damaged_record_before_others_refuses_to_load(tmp_path: Path) -> None:
         store.save(placements.values())
     assert store.journal_path is not None
     data = bytearray(store.journal_path.read_bytes())
-    data[JOURNAL_RECORD.size + 5] ^= 0xFF  # inside the first record's document
+    data[at] ^= flip
     store.journal_path.write_bytes(bytes(data))
-    with pytest.raises(StoreError, match="journal"):
-        loaded(tmp_path)
-
-
-def test_a_damaged_header_is_damage_not_a_cut(tmp_path: Path) -> None:
-    """A size field hit by damage would read as a record running past the end (a cut one, the
-    saves after it dropped without a word): the header's own checksum tells it apart."""
-    placements = cluster()
-    store = MetadataStore(tmp_path)
-    store.save(placements.values())
-    for epoch in (2, 3):
-        placements["t01"] = topic("t01", epoch=epoch)
-        store.save(placements.values())
-    assert store.journal_path is not None
-    data = bytearray(store.journal_path.read_bytes())
-    data[5] ^= 0x40  # the first record's size: now past the end of the file
-    store.journal_path.write_bytes(bytes(data))
-    with pytest.raises(StoreError, match="header"):
+    with pytest.raises(StoreError, match=match):
         loaded(tmp_path)
 
 
