@@ -73,7 +73,9 @@ class Stored:
 class _OnDisk:
     """The files as this store last read or wrote them."""
 
-    stored: Stored  # what they hold (the placement objects a save compares with)
+    #: what they hold (the placement objects a save compares with), in dicts of this store's
+    #: own: a save's are made from the caller's arguments, a load's copied from what it returns
+    stored: Stored
     generation: int  # the snapshot's: its journal's records carry it
     snapshot: tuple[int, int, int]  # the snapshot's inode, mtime (ns) and size
     journal_end: int  # where the journal's last record of the generation ends
@@ -215,7 +217,7 @@ class MetadataStore:
         if len(data) * 2 >= snapshot[2] or end > max(snapshot[2], JOURNAL_MIN):
             return False
         journal.append(self.journal_path, data, on_disk.journal_end)
-        on_disk.stored, on_disk.journal_end, on_disk.journal_size = _copy(new), end, end
+        on_disk.stored, on_disk.journal_end, on_disk.journal_size = new, end, end
         log.debug("metadata saved to %s (%d topic(s) changed)", self.journal_path, len(topics))
         return True
 
@@ -254,7 +256,7 @@ class MetadataStore:
         finally:
             os.close(dir_fd)
         snapshot = _identity(self.path.stat())
-        self._on_disk = _OnDisk(_copy(new), generation, snapshot, 0, 0)
+        self._on_disk = _OnDisk(new, generation, snapshot, 0, 0)
         log.debug("metadata saved to %s", self.path)
 
 
@@ -283,7 +285,8 @@ def _take_rest(stored: Stored, document: Mapping[str, Any]) -> None:
 
 
 def _copy(stored: Stored) -> Stored:
-    """``stored`` in dicts of its own (the caller's may change after it saved them)."""
+    """``stored`` in dicts of its own (:meth:`MetadataStore.load` returns its dicts to the
+    caller, who changes them)."""
     return Stored(
         dict(stored.placements), dict(stored.deleted), dict(stored.removing), stored.switches
     )
