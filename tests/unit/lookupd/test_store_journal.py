@@ -36,6 +36,14 @@ def cluster(topics: int = 10) -> dict[str, TopicPlacement]:
     return {f"t{i:02d}": topic(f"t{i:02d}") for i in range(topics)}
 
 
+def saved(directory: Path) -> tuple[dict[str, TopicPlacement], MetadataStore]:
+    """A cluster's placements, and a new store that saved them (its first save: a snapshot)."""
+    placements = cluster()
+    store = MetadataStore(directory)
+    store.save(placements.values())
+    return placements, store
+
+
 def loaded(directory: Path) -> Stored:
     return MetadataStore(directory).load()
 
@@ -73,9 +81,7 @@ def test_a_decision_on_one_topic_appends_that_topic_and_leaves_the_snapshot(
 
 
 def test_deletions_tombstones_drains_and_switches_are_journaled(tmp_path: Path) -> None:
-    placements = cluster()
-    store = MetadataStore(tmp_path)
-    store.save(placements.values())
+    placements, store = saved(tmp_path)
     del placements["t05"]
     store.save(placements.values(), {"t05": 12.5})
     store.save(placements.values(), {"t05": 12.5}, {"n2:4150": 30.0}, Switches(balance=False))
@@ -90,9 +96,7 @@ def test_deletions_tombstones_drains_and_switches_are_journaled(tmp_path: Path) 
 def test_a_save_changing_most_topics_writes_a_snapshot_and_empties_the_journal(
     tmp_path: Path,
 ) -> None:
-    placements = cluster()
-    store = MetadataStore(tmp_path)
-    store.save(placements.values())
+    placements, store = saved(tmp_path)
     placements["t00"] = topic("t00", epoch=2)
     store.save(placements.values())
     assert len(records_in(store)) == 1
@@ -110,9 +114,7 @@ def test_the_journal_never_outgrows_the_snapshot(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(store_module, "JOURNAL_MIN", 0)
-    placements = cluster()
-    store = MetadataStore(tmp_path)
-    store.save(placements.values())
+    placements, store = saved(tmp_path)
     assert store.path is not None
     assert store.journal_path is not None
     for epoch in range(2, 40):
@@ -123,31 +125,27 @@ def test_the_journal_never_outgrows_the_snapshot(
 
 
 def test_a_record_cut_short_by_a_crash_loads_as_the_save_before_it(tmp_path: Path) -> None:
-    placements = cluster()
-    store = MetadataStore(tmp_path)
-    store.save(placements.values())
+    placements, store = saved(tmp_path)
     placements["t01"] = topic("t01", epoch=2)
     store.save(placements.values())
-    saved = dict(placements)
+    returned = dict(placements)
     placements["t02"] = topic("t02", epoch=2)
     store.save(placements.values())
     assert store.journal_path is not None
     whole = store.journal_path.read_bytes()
     os.truncate(store.journal_path, len(whole) - 7)  # the last append did not return
     again = MetadataStore(tmp_path)
-    assert again.load().placements == saved
-    saved["t04"] = topic("t04", epoch=2)  # the next save overwrites the cut record
-    again.save(saved.values())
-    assert loaded(tmp_path).placements == saved
+    assert again.load().placements == returned
+    returned["t04"] = topic("t04", epoch=2)  # the next save overwrites the cut record
+    again.save(returned.values())
+    assert loaded(tmp_path).placements == returned
     assert len(records_in(again)) == 2
 
 
 def test_records_older_than_the_snapshot_are_not_applied(tmp_path: Path) -> None:
     """A crash between a snapshot's rename and the journal's truncation: the old records are
     what the new snapshot already holds (or overrode), never applied over it."""
-    placements = cluster()
-    store = MetadataStore(tmp_path)
-    store.save(placements.values())
+    placements, store = saved(tmp_path)
     placements["t01"] = topic("t01", epoch=2)
     store.save(placements.values())
     assert store.journal_path is not None
@@ -175,9 +173,7 @@ def test_records_older_than_the_snapshot_are_not_applied(tmp_path: Path) -> None
     ],
 )
 def test_damage_refuses_to_load(tmp_path: Path, at: int, flip: int, match: str) -> None:
-    placements = cluster()
-    store = MetadataStore(tmp_path)
-    store.save(placements.values())
+    placements, store = saved(tmp_path)
     for epoch in (2, 3):
         placements["t01"] = topic("t01", epoch=epoch)
         store.save(placements.values())
@@ -190,9 +186,7 @@ def test_damage_refuses_to_load(tmp_path: Path, at: int, flip: int, match: str) 
 
 
 def test_a_store_whose_files_another_wrote_saves_a_snapshot(tmp_path: Path) -> None:
-    placements = cluster()
-    first = MetadataStore(tmp_path)
-    first.save(placements.values())
+    placements, first = saved(tmp_path)
     second = MetadataStore(tmp_path)
     second.load()
     changed = dict(placements, t01=topic("t01", epoch=2))
@@ -207,9 +201,7 @@ def test_a_store_whose_files_another_wrote_saves_a_snapshot(tmp_path: Path) -> N
 def test_compact_folds_the_journal_into_a_snapshot_an_older_release_reads(
     tmp_path: Path,
 ) -> None:
-    placements = cluster()
-    store = MetadataStore(tmp_path)
-    store.save(placements.values())
+    placements, store = saved(tmp_path)
     placements["t07"] = topic("t07", epoch=9)
     store.save(placements.values(), {"gone": 1.0})
     store.compact()
@@ -223,9 +215,7 @@ def test_compact_folds_the_journal_into_a_snapshot_an_older_release_reads(
 
 
 def test_a_file_of_the_release_before_loads_and_starts_a_journal(tmp_path: Path) -> None:
-    placements = cluster()
-    store = MetadataStore(tmp_path)
-    store.save(placements.values())
+    placements, store = saved(tmp_path)
     assert store.path is not None
     assert store.journal_path is not None
     document = json.loads(store.path.read_bytes())
