@@ -313,11 +313,11 @@ class Broker:
 
     def publish_runs(
         self, topic_name: str, partition: int | None, runs: Sequence[idempotence.Run]
-    ) -> tuple[list[bool], Sequence[Record]]:
+    ) -> tuple[list[bool] | None, Sequence[Record]]:
         """:meth:`publish` of several publishers' runs as one append, numbered ones stamped
-        (the publish reactor's): which were appended, and the records they were appended as;
-        the others, numbered runs that do not simply come next
-        (:meth:`~nsqd.core.producers.Producers.admit`), were not, and must be published alone
+        (the publish reactor's): which were appended (None: all), and the records they were
+        appended as; the others, numbered runs that do not simply come next
+        (:meth:`~nsqd.core.producers.Producers.take`), were not, and must be published alone
         (:meth:`publish_numbered`)."""
         if self.exiting:
             raise ExitingError

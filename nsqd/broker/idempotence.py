@@ -85,24 +85,25 @@ def publish_runs(
     runs: Sequence[Run],
     now: float,
     append: Callable[[BodyBatch], Sequence[Record]],
-) -> list[bool]:
+) -> list[bool] | None:
     """Several publishers' ``runs`` to ``partition`` (led here) appended together by
-    ``append``, numbered ones stamped (the publish reactor's): which were appended; the others
-    (:meth:`~nsqd.core.producers.Producers.admit`) were not, and must be judged alone
-    (:func:`publish_numbered`)."""
+    ``append``, numbered ones stamped (the publish reactor's): which were appended (None: all);
+    the others (:meth:`~nsqd.core.producers.Producers.take`) were not, and must be judged
+    alone (:func:`publish_numbered`)."""
     producers = partition.producers
-    admitted = producers.admit([numbering for _, numbering in runs])
-    taken = runs if all(admitted) else [run for run, ok in zip(runs, admitted, strict=True) if ok]
+    end = partition.log.end_offset  # the append takes the log's end on
+    admitted, publishes = producers.take(runs, end, now)
+    taken = (
+        runs if admitted is None else [run for run, ok in zip(runs, admitted, strict=True) if ok]
+    )
     if taken:
-        end = partition.log.end_offset
-        batch, publishes = joined(taken, end)  # the append takes the log's end on
         try:
-            append(batch)
+            append(joined(taken, publishes))
         except Exception:
+            producers.truncate(end)  # taken as appended: not so
             written(partition, end, now)
             raise
         if publishes:
-            producers.record_all(publishes, now)
             partition.producers_changed = True
     return admitted
 
@@ -124,32 +125,22 @@ def stamped_batch(batch: BodyBatch, producer: int, first: int) -> BodyBatch:
     return BodyBatch(batch.timestamp_ns, batch.bodies, batch.deliver_at_ns, batch.timestamps, exts)
 
 
-def joined(runs: Sequence[Run], first_offset: int) -> tuple[BodyBatch, list[Appended]]:
+def joined(runs: Sequence[Run], publishes: Sequence[Appended]) -> BodyBatch:
     """The messages of ``runs`` (at least one; all for immediate delivery; none with exts)
-    as one batch, the numbered ones stamped (several producers' publishes appended together
-    from ``first_offset``), and each numbered run as appended there. The stamps are gathered
-    as numbers (:func:`~nsqd.storage.stamp.stamps_of`): a stamp made per message, and a batch
-    or stamps object per run, cost a synchronous producer's PUB a third of what numbering it
+    as one batch, the numbered ones stamped (several producers' publishes appended together;
+    ``publishes``: the numbered ones among them, as appended). The stamps are gathered as
+    numbers (:func:`~nsqd.storage.stamp.stamps_of`): a stamp made per message, and a batch or
+    stamps object per run, cost a synchronous producer's PUB a third of what numbering it
     did."""
-    publishes: list[Appended] = []
-    appended = publishes.append
-    offset = first_offset - 1  # each run's last message's
-    plain = False
-    for batch, numbering in runs:
-        count = len(batch.bodies)
-        offset += count
-        if numbering is None:
-            plain = True
-        else:
-            appended((numbering[0], numbering[1], count, offset))
-    if plain and publishes:  # numbered runs among plain ones: each its stamps, joined as a list
+    if len(publishes) == len(runs):  # all numbered (a run alone is stamped in place)
+        batch = join([batch for batch, _ in runs])
+        batch.exts = stamps_of(publishes)
+        return batch
+    if publishes:  # numbered runs among plain ones: each its stamps, joined as a list
         for batch, numbering in runs:
             if numbering is not None:
                 batch.exts = stamps(numbering[0], numbering[1], len(batch.bodies))
-    batch = join([batch for batch, _ in runs])
-    if not plain:
-        batch.exts = stamps_of(publishes)  # a run alone is stamped in place (this append's)
-    return batch, publishes
+    return join([batch for batch, _ in runs])
 
 
 def written(partition: Partition, end: int, now: float) -> None:

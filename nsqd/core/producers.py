@@ -33,10 +33,10 @@ the least recently used one past ``limit`` producers.
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from collections.abc import Iterable
+from collections.abc import Sequence, Sized
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TypeAlias
+from typing import Protocol, TypeAlias
 
 from .errors import BrokerError
 
@@ -72,6 +72,13 @@ Appended: TypeAlias = tuple[int, int, int, int]
 #: one publish stored: numbers ``first .. last``, its last message at ``offset`` (a plain
 #: tuple: one is made per numbered append, and a named tuple's cost four times as much)
 Stored: TypeAlias = tuple[int, int, int]
+
+
+class Messages(Protocol):
+    """A publish's messages, as :meth:`Producers.take` counts them (a batch of bodies)."""
+
+    @property
+    def bodies(self) -> Sized: ...
 
 
 @dataclass(slots=True)
@@ -123,43 +130,50 @@ class Producers:
             )
         return Verdict.APPEND, stored + 1 - first  # its first ones stored already
 
-    def admit(self, publishes: Iterable[tuple[int, int] | None]) -> list[bool]:
-        """Which of ``publishes`` (each a producer and its first number, None for a plain one)
-        may be appended together, one after another (the publish reactor's turn): the plain
-        ones, and each producer's first one in them when :meth:`check` would append it whole
-        (its first number comes next, or is 0 for a producer not known here). Any other (a
-        retry, a gap, a producer's second publish) must be judged alone by :meth:`check`."""
-        get = self._producers.get
-        seen: set[int] = set()
-        admitted: list[bool] = []
-        admit = admitted.append
-        for publish in publishes:
-            if publish is None:
-                admit(True)
-                continue
-            producer, first = publish
-            known = get(producer)
-            admit(
-                producer not in seen and (first == 0 if known is None else first == known.last + 1)
-            )
-            seen.add(producer)
-        return admitted
+    def take(
+        self, runs: Sequence[tuple[Messages, tuple[int, int] | None]], first_offset: int, now: float
+    ) -> tuple[list[bool] | None, list[Appended]]:
+        """The publish reactor's turn: ``runs`` (each its messages and, for a numbered one, its
+        producer and first number) to be appended together from ``first_offset``, judged and
+        recorded as appended in one pass. A numbered run is taken when :meth:`check` would
+        append it whole at its place in the turn (its first number comes next, or is 0 for a
+        producer not known here; a producer's second run in the turn follows its first); plain
+        runs always are. Returns which runs were taken (None: all of them) — any other (a
+        retry, a gap) was left as it was, to be judged alone — and each numbered run taken as
+        appended (its last message's offset counts the taken runs before it).
 
-    def record_all(self, publishes: Iterable[Appended], now: float) -> None:
-        """:meth:`record` of each of ``publishes`` (:meth:`admit`'s, appended): a producer's
-        state updated here, without a call for each (the publish reactor's turn)."""
+        Recorded before the append is made: if it fails, :meth:`truncate` at ``first_offset``
+        undoes it (what the failed append stored is then read back from its stamps)."""
         producers = self._producers
         get = producers.get
         to_end = producers.move_to_end
-        for producer, first, count, offset in publishes:
-            known = get(producer)
-            if known is None or first != known.last + 1:  # new here, or starting over
-                self.record(producer, first, count, offset, now)
+        publishes: list[Appended] = []
+        appended = publishes.append
+        taken: list[bool] | None = None
+        offset = first_offset - 1  # the last message's of the runs taken so far
+        for index, (messages, numbering) in enumerate(runs):
+            if numbering is None:
+                offset += len(messages.bodies)
                 continue
-            to_end(producer)
-            known.last = last = first + count - 1
-            known.recent.append((first, last, offset))
-            known.touched = now
+            producer, first = numbering
+            known = get(producer)
+            count = len(messages.bodies)
+            if known is not None and first == known.last + 1:  # a known producer's next
+                offset += count
+                to_end(producer)
+                known.last = last = first + count - 1
+                known.recent.append((first, last, offset))
+                known.touched = now
+            elif known is None and first == 0:  # a producer new here
+                offset += count
+                self.record(producer, 0, count, offset, now)
+            else:
+                if taken is None:
+                    taken = [True] * len(runs)
+                taken[index] = False
+                continue
+            appended((producer, first, count, offset))
+        return taken, publishes
 
     def record(self, producer: int, first: int, count: int, offset: int, now: float) -> None:
         """A publish appended: numbers ``first ..`` of ``producer``, its last message at

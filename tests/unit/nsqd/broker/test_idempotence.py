@@ -158,17 +158,19 @@ def test_a_change_of_the_producer_state_alone_is_saved_once_a_second(tmp_path: P
 
 def test_runs_appended_together_take_only_numbers_that_come_next(tmp_path: Path) -> None:
     """The publish reactor's append of several publishers' runs: plain ones and numbered ones
-    that come next go in one batch, stamped; a producer's second run, a retry, an unknown
-    producer's number and a gap are left to be judged alone."""
+    that come next (a producer's second run after its first too) go in one batch, stamped; a
+    retry, an unknown producer's number and a gap are left to be judged alone."""
     p = partition(tmp_path)
     publish(p, 0, b"a")  # producer P stored 0
     q = 0x99
     runs: list[idempotence.Run] = [
         (BodyBatch(1, [b"plain"]), None),
         (BodyBatch(2, [b"b", b"c"]), (P, 1)),  # comes next
-        (BodyBatch(3, [b"d"]), (P, 3)),  # P's second run: alone
-        (BodyBatch(4, [b"q0"]), (q, 0)),  # a new producer starts at 0
-        (BodyBatch(5, [b"again"]), (q + 1, 7)),  # unknown, not at 0
+        (BodyBatch(3, [b"d"]), (P, 3)),  # P's second run: after its first
+        (BodyBatch(4, [b"c"]), (P, 2)),  # a retry of part of the first: alone
+        (BodyBatch(5, [b"q0"]), (q, 0)),  # a new producer starts at 0
+        (BodyBatch(6, [b"again"]), (q + 1, 7)),  # unknown, not at 0
+        (BodyBatch(7, [b"q9"]), (q, 9)),  # a gap
     ]
     appended: list[BodyBatch] = []
 
@@ -176,20 +178,46 @@ def test_runs_appended_together_take_only_numbers_that_come_next(tmp_path: Path)
         appended.append(batch)
         return p.log.append(batch, 1)
 
-    assert idempotence.publish_runs(p, runs, 1000.0, append) == [True, True, False, True, False]
-    assert len(appended) == 1  # the admitted ones, as one batch
+    taken = idempotence.publish_runs(p, runs, 1000.0, append)
+    assert taken == [True, True, True, False, True, False, False]
+    assert len(appended) == 1  # the taken ones, as one batch
     assert [(r.body, read_stamp(r.ext)) for r in p.log.read(0, 10)] == [
         (b"a", (P, 0)),
         (b"plain", None),
         (b"b", (P, 1)),
         (b"c", (P, 2)),
+        (b"d", (P, 3)),
         (b"q0", (q, 0)),
     ]
-    assert publish(p, 1, b"b", b"c") == 3  # both known as stored, at their offsets
-    assert p.producers.admit([(P, 2)]) == [False]  # a retry
-    assert p.producers.admit([(P, 9)]) == [False]  # a gap
-    assert idempotence.publish_runs(p, [(BodyBatch(6, [b"d"]), (P, 3))], 1001.0, append) == [True]
-    assert publish(p, 3, b"d") == 5  # recorded at its offset
+    assert publish(p, 1, b"b", b"c") == 3  # each known as stored, at its offset
+    assert publish(p, 3, b"d") == 4
+    assert idempotence.publish_runs(p, [(BodyBatch(8, [b"e"]), (P, 4))], 1001.0, append) is None
+    assert publish(p, 4, b"e") == 6  # recorded at its offset
+
+
+def test_a_turn_whose_append_fails_is_not_taken_as_stored(tmp_path: Path) -> None:
+    """The reactor's runs are recorded as appended before the append: one that fails before
+    it stores anything (no room for the first record) leaves each producer where it was, so
+    its retry is appended, not told a duplicate."""
+    p = partition(tmp_path)
+    publish(p, 0, b"a")
+
+    def refused(batch: BodyBatch) -> Sequence[Record]:
+        raise StorageError("no room")
+
+    runs: list[idempotence.Run] = [
+        (BodyBatch(1, [b"b"]), (P, 1)),
+        (BodyBatch(2, [b"n0"]), (0x99, 0)),
+    ]
+    with pytest.raises(StorageError):
+        idempotence.publish_runs(p, runs, 1000.0, refused)
+    assert bodies(p) == [b"a"]
+    assert p.producers.check(P, 1, 1, 1001.0) == (Verdict.APPEND, 0)
+    assert p.producers.check(0x99, 0, 1, 1001.0) == (Verdict.APPEND, 0)
+    with pytest.raises(SequenceError):
+        p.producers.check(0x99, 1, 1, 1001.0)  # forgotten: it never stored anything
+    assert publish(p, 1, b"b") != 1  # appended now, not a duplicate of offset 1
+    assert bodies(p) == [b"a", b"b"]
 
 
 def test_numbered_runs_appended_together_read_back_stamped_from_cache_and_disk(
@@ -202,10 +230,8 @@ def test_numbered_runs_appended_together_read_back_stamped_from_cache_and_disk(
         (BodyBatch(1, [b"a", b"b"], 0, [1, 2]), (P, 0)),
         (BodyBatch(3, [b"c"], 0, [3]), (0x99, 5)),
     ]
-    batch, publishes = idempotence.joined(runs, 0)
-    assert publishes == [(P, 0, 2, 1), (0x99, 5, 1, 2)]  # each run's last message's offset
-    log.append(batch, 1)
-    log.append(idempotence.joined([(BodyBatch(4, [b"d"], 0, [4]), (P, 2))], 3)[0], 1)
+    log.append(idempotence.joined(runs, [(P, 0, 2, 1), (0x99, 5, 1, 2)]), 1)
+    log.append(idempotence.joined([(BodyBatch(4, [b"d"], 0, [4]), (P, 2))], [(P, 2, 1, 3)]), 1)
     expected = [(b"a", (P, 0)), (b"b", (P, 1)), (b"c", (0x99, 5)), (b"d", (P, 2))]
     assert [(r.body, read_stamp(r.ext)) for r in log.read(0, 10)] == expected  # cached
     log.close()
@@ -255,8 +281,8 @@ async def test_a_turns_runs_are_judged_and_appended_in_one_partition(tmp_path: P
         broker.get_or_create_topic("t", 2)
         for producer in range(P, P + 4):
             batch = BodyBatch(clock.now_ns(), [b"m"])
-            admitted, records = broker.publish_runs("t", None, [(batch, (producer, 0))])
-            assert admitted == [True]
+            taken, records = broker.publish_runs("t", None, [(batch, (producer, 0))])
+            assert taken is None  # all of them
             number = partition_of(records[0].internal_id)
             judged = broker.get_topic("t").partition(number).producers
             assert judged.check(producer, 0, 1, 0.0) == (Verdict.DUPLICATE, records[0].offset)
