@@ -254,17 +254,27 @@ class Broker:
         On return the records are in the OS page cache; with ``--sync-every=1`` the caller
         must also ``await wait_durable()`` before acknowledging.
         """
+        topic, target = self._publish_target(topic_name, partition)
+        return self._append(topic, target, entries)
+
+    def _publish_target(self, topic_name: str, partition: int | None) -> tuple[Topic, Partition]:
+        """The topic a publish names (created on first use) and the partition it appends to.
+        Raises ExitingError while the node exits; NotWritableError past the disk's mark for a
+        topic to be made (a full disk creates none; a publish to one that exists is refused
+        by :meth:`_append`, and a numbered one stored already is acknowledged again)."""
         if self.exiting:
             raise ExitingError
-        self.disk.require_writable()  # before the topic is made: a full disk creates none
-        topic = self.topics.get(topic_name) or self.auto_create_topic(topic_name, partition)
-        return self._append(topic, topic.pick_partition(partition), entries)
+        topic = self.topics.get(topic_name)
+        if topic is None:
+            self.disk.require_writable()
+            topic = self.auto_create_topic(topic_name, partition)
+        return topic, topic.pick_partition(partition)
 
     def _append(
         self, topic: Topic, target: Partition, entries: Sequence[NewRecord]
     ) -> Sequence[Record]:
-        """:meth:`publish`'s append to ``target``, a partition of ``topic`` picked already (the
-        numbered publishes append to the partition whose producer state judged them)."""
+        """A publish's append to ``target``, a partition of ``topic`` (:meth:`_publish_target`;
+        the numbered publishes append to the partition whose producer state judged them)."""
         self.disk.require_writable()
         if topic.min_isr > 1 and len(target.state.followers) + 1 < topic.min_isr:
             raise NotEnoughReplicasError(
@@ -300,10 +310,7 @@ class Broker:
         publishing, :mod:`.idempotence`): the records appended, or, when they were stored
         already, the offset to acknowledge them at (:meth:`wait_stored`). Raises
         :class:`~nsqd.core.producers.SequenceError` for numbers that do not follow."""
-        if self.exiting:
-            raise ExitingError
-        topic = self.topics.get(topic_name) or self.auto_create_topic(topic_name, partition)
-        target = topic.pick_partition(partition)
+        topic, target = self._publish_target(topic_name, partition)
         now = self.clock.now()
 
         def append(numbered: Sequence[NewRecord]) -> Sequence[Record]:
@@ -319,10 +326,7 @@ class Broker:
         appended as; the others, numbered runs that do not simply come next
         (:meth:`~nsqd.core.producers.Producers.take`), were not, and must be published alone
         (:meth:`publish_numbered`)."""
-        if self.exiting:
-            raise ExitingError
-        topic = self.topics.get(topic_name) or self.auto_create_topic(topic_name, partition)
-        target = topic.pick_partition(partition)
+        topic, target = self._publish_target(topic_name, partition)
         now = self.clock.now()
         appended: Sequence[Record] = ()
 

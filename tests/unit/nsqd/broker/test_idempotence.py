@@ -14,6 +14,7 @@ from nsqd.broker import BrokerConfig, idempotence, open_broker
 from nsqd.broker.clock import VirtualClock
 from nsqd.broker.copying import append_from_leader, read_for_follower, truncate_for_leader
 from nsqd.broker.partition import Partition
+from nsqd.core.errors import NotWritableError
 from nsqd.core.partition_state import Placement, Role
 from nsqd.core.producers import SequenceError, Verdict
 from nsqd.storage.batch import BodyBatch
@@ -286,3 +287,28 @@ async def test_a_turns_runs_are_judged_and_appended_in_one_partition(tmp_path: P
             number = partition_of(records[0].internal_id)
             judged = broker.get_topic("t").partition(number).producers
             assert judged.check(producer, 0, 1, 0.0) == (Verdict.DUPLICATE, records[0].offset)
+
+
+async def test_past_the_disk_mark_no_publish_makes_a_topic_and_a_stored_one_is_acknowledged(
+    tmp_path: Path,
+) -> None:
+    """A full disk refuses every kind of publish to a new topic before the topic is made (none
+    is created, plain or numbered); a numbered retry of messages stored before the disk filled
+    stores nothing, and is acknowledged again."""
+    clock = VirtualClock()
+    async with open_broker(BrokerConfig(data_path=tmp_path), clock) as broker:
+        stored = broker.publish_numbered("t", BodyBatch(clock.now_ns(), [b"m"]), 0, P, 0)
+        assert not isinstance(stored, int)
+        broker.disk.out_of_space(OSError(errno.ENOSPC, "No space left on device"))
+        batch = BodyBatch(clock.now_ns(), [b"n"])
+        attempts = [
+            lambda: broker.publish("new", batch),
+            lambda: broker.publish_numbered("new", batch, 0, P, 0),
+            lambda: broker.publish_runs("new", 0, [(batch, (P, 0))]),
+            lambda: broker.publish_numbered("t", batch, 0, P, 1),  # new numbers: refused
+        ]
+        for attempt in attempts:
+            with pytest.raises(NotWritableError):
+                attempt()
+        assert broker.find_topic("new") is None
+        assert broker.publish_numbered("t", BodyBatch(clock.now_ns(), [b"m"]), 0, P, 0) == 0
