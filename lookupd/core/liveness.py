@@ -71,7 +71,8 @@ class Liveness:
         #: per topic, bumped whenever its reports or joined members change (:meth:`revision`)
         self._revisions: dict[str, int] = {}
         #: per partition, the ISR members lookupd added under its epoch that the leader has not
-        #: confirmed since (``PartitionView.joined``: not promoted; kept in memory only)
+        #: confirmed since (``PartitionView.joined``: not promoted; saved with the placements,
+        #: :meth:`restore_joined` at a start)
         self.joined: dict[tuple[str, int], frozenset[str]] = {}
 
     def seed(self, nodes: Iterable[str], now: float) -> None:
@@ -186,6 +187,12 @@ class Liveness:
             self.progress[key] = replace(progress, confirmed=kept)
             self._changed(topic)
         self._set_joined(key, joined)
+
+    def restore_joined(self, joined: Mapping[tuple[str, int], frozenset[str]]) -> None:
+        """The joined members as saved replace these (lookupd started, or took over as the
+        leader lookupd)."""
+        for key in self.joined.keys() | joined.keys():
+            self._set_joined(key, joined.get(key, frozenset()))
 
     def _set_joined(self, key: tuple[str, int], joined: frozenset[str]) -> None:
         if joined == self.joined.get(key, frozenset()):

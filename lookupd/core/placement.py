@@ -74,6 +74,11 @@ class TopicPlacement:
     #: nodes that held a copy lookupd took away (a move's source, a replaced replica) and hold
     #: none now: their assignments still list the topic, so they stop serving their copy
     released: tuple[str, ...] = ()
+    #: per partition (its number, its nodes; sorted), the members lookupd added to its ISR
+    #: that its leader has not confirmed since (``PartitionView.joined``: never promoted),
+    #: saved with the ISR that holds them, so a lookupd started later promotes them no more
+    #: than this one would (the live set is :class:`~.liveness.Liveness`'s)
+    joined: tuple[tuple[int, tuple[str, ...]], ...] = ()
     #: :meth:`encoded`'s bytes once made (a placement never changes: a change is a new one)
     _encoded: bytes | None = field(default=None, init=False, repr=False, compare=False)
 
@@ -311,6 +316,7 @@ def assignments_for(
 def to_document(placement: TopicPlacement) -> dict[str, object]:
     """The JSON form kept in lookupd's metadata store."""
     meta = placement.meta
+    joined = dict(placement.joined)
     return {
         "partition_num": meta.partition_num,
         "replica": meta.replica,
@@ -331,8 +337,9 @@ def to_document(placement: TopicPlacement) -> dict[str, object]:
                 "replicas": list(p.replicas),
                 "epoch": p.epoch,
                 "isr": list(p.in_sync),
+                **({"joined": list(joined[number])} if number in joined else {}),
             }
-            for p in placement.partitions
+            for number, p in enumerate(placement.partitions)
         ],
     }
 
@@ -372,11 +379,22 @@ def from_document(name: str, document: Mapping[str, object]) -> TopicPlacement:
         )
         for p in raw
     )
+    joined = tuple(
+        (number, tuple(sorted(str(n) for n in p["joined"])))
+        for number, p in enumerate(raw)
+        if p.get("joined")  # (saved only while it has members)
+    )
     moves = from_documents(name, document.get("moves"))
     adopted = bool(document.get("adopted", False))
     released = document.get("released", [])
     if not isinstance(released, list):
         raise ValueError(f"topic {name}: released is not a list")
     return TopicPlacement(
-        name, meta, parts, adopted=adopted, moves=moves, released=tuple(map(str, released))
+        name,
+        meta,
+        parts,
+        adopted=adopted,
+        moves=moves,
+        released=tuple(map(str, released)),
+        joined=joined,
     )

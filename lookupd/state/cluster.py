@@ -81,6 +81,7 @@ class Cluster(Operations):
         for name in self.placements:
             self.registry.add_topic(name)
         self.liveness.seed(self.placed_nodes(), self.clock())
+        self._restore_joined()
         log.info("metadata: %d topic(s) from %s", len(self.placements), self.store)
 
     def follow(self, stored: Stored) -> None:
@@ -95,7 +96,41 @@ class Cluster(Operations):
         for name in self.placements:
             self.registry.add_topic(name)
         self.liveness.seed(self.placed_nodes(), self.clock())
+        self._restore_joined()
         self.events.unpark_all()
+
+    def _restore_joined(self) -> None:
+        """The ISR members not confirmed yet, as the placements saved them."""
+        self.liveness.restore_joined(
+            {
+                (name, number): frozenset(nodes)
+                for name, placement in self.placements.items()
+                for number, nodes in placement.joined
+            }
+        )
+
+    def keep_joined(self) -> bool:
+        """Give each placement the ISR members not confirmed yet that the live state holds
+        (:attr:`~lookupd.core.placement.TopicPlacement.joined`): saved with the ISR that holds
+        them (the supervisor's flush), and dropped once the leader confirms them. True when a
+        placement changed (noted: the next flush saves it)."""
+        wanted: dict[str, list[tuple[int, tuple[str, ...]]]] = {}
+        for (topic, number), nodes in self.liveness.joined.items():
+            wanted.setdefault(topic, []).append((number, tuple(sorted(nodes))))
+        holding = [name for name, placement in self.placements.items() if placement.joined]
+        changed = False
+        for topic in wanted.keys() | set(holding):
+            placement = self.placements.get(topic)
+            if placement is None:
+                continue
+            count = len(placement.partitions)
+            joined = tuple(sorted(e for e in wanted.get(topic, ()) if e[0] < count))
+            if joined != placement.joined:
+                self.placements[topic] = replace(placement, joined=joined)
+                changed = True
+        if changed:
+            self.note_changed()
+        return changed
 
     # ------------------------------------------------------------------ from the TCP protocol
 

@@ -235,6 +235,14 @@ class Supervisor:
         self.decisions += 1
         changes = decide(self.views.view(cluster, self.settings, now), now)
         if not changes:
+            # a leader's report confirmed members that joined its ISR: saved (below, with
+            # what else changed), so that a lookupd started later knows they hold everything
+            if cluster.keep_joined():
+                try:
+                    await cluster.flush()
+                except StoreError as exc:
+                    log.error("confirmed ISR members not saved (retrying): %s", exc)
+                    return []
             self._settled = inputs
             return []
         self._settled = None
@@ -242,6 +250,7 @@ class Supervisor:
         offline_before = set(cluster.offline)
         for change in changes:
             self._apply(change)
+        cluster.keep_joined()  # members that joined the ISR now: saved with it
         cluster.note_changed()
         try:
             await cluster.flush()

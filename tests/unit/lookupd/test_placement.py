@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -118,6 +119,10 @@ def test_document_round_trip_and_store(tmp_path: Path) -> None:
     meta = TopicMeta(3, 2, extend_support=True, ordered=True, retention_days=7, sync_every=100)
     original = place("t", meta, NODES)
     assert from_document("t", json.loads(json.dumps(to_document(original)))) == original
+    joined = replace(original, joined=((1, (NODES[0], NODES[2])),))  # ISR members unconfirmed
+    document = to_document(joined)
+    assert [p.get("joined") for p in document["partitions"]] == [None, list(NODES[::2]), None]
+    assert from_document("t", json.loads(json.dumps(document))) == joined
     store = MetadataStore(tmp_path / "meta")
     assert store.load() == Stored()
     store.save([original, adopt("u", NODES[1], [0])], {"gone": 1.5})

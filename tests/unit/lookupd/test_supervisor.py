@@ -555,3 +555,47 @@ async def test_a_decision_on_one_partition_takes_the_same_time_in_a_larger_clust
         after = supervisor.views._topics
         built.append(sum(t.partitions is not before.get(n) for n, t in after.items()))
     assert built == [1, 1]  # only t0 was built again, with 2 topics as with 20
+
+
+async def test_a_follower_never_confirmed_stays_unpromotable_across_a_lookupd_restart(
+    tmp_path: Path,
+) -> None:
+    """As above, with lookupd restarted (or another lookupd taking over) between B joining the
+    ISR and A's confirmation: that B is not confirmed is saved with the ISR that holds it, so
+    the next lookupd does not take B, in the ISR it reads, for a member A waited for. A never
+    comes back after the restart: the partition goes offline rather than B leading without
+    what A acknowledged. A's confirmation, once it comes, is saved too: after another restart
+    B is promoted when A dies."""
+    clock, cluster, supervisor = led_by_a_b_out_of_sync(tmp_path)
+    entry = {"topic": "t", "partition": 0, "epoch": 3, "caught_up": [B], "lagging": []}
+    cluster.report_progress(A, [{**entry, "confirmed": []}])
+    (expand,) = await supervisor.step()
+    assert expand.isr == (A, B)
+
+    def restarted() -> tuple[Cluster, Supervisor]:
+        again = Cluster(MetadataStore(tmp_path), Timeouts(), clock=clock)
+        again.load()
+        return again, Supervisor(again, Settings())
+
+    cluster, supervisor = restarted()
+    assert cluster.liveness.joined == {("t", 0): frozenset({B})}
+    cluster.liveness.connected(B, clock.now)
+    clock.now += 60.0  # A never reconnects: dead once the start grace is over
+    cluster.liveness.heartbeat(B, clock.now)
+    (offline,) = await supervisor.step()
+    assert (offline.leader, offline.epoch, offline.offline) == (A, 3, True)
+
+    cluster, supervisor = restarted()  # A back, confirms B; then lookupd restarts again
+    for node in (A, B):
+        cluster.liveness.connected(node, clock.now)
+    assert await supervisor.step() == []  # A leads as saved
+    cluster.report_progress(A, [{**entry, "confirmed": [B]}])
+    assert cluster.liveness.joined == {}
+    assert await supervisor.step() == []  # (the confirmation saved)
+    cluster, supervisor = restarted()
+    assert cluster.liveness.joined == {}
+    cluster.liveness.connected(B, clock.now)
+    clock.now += 60.0
+    cluster.liveness.heartbeat(B, clock.now)
+    (failover,) = await supervisor.step()
+    assert (failover.leader, failover.epoch, failover.isr) == (B, 4, (B,))
