@@ -599,3 +599,20 @@ async def test_a_follower_never_confirmed_stays_unpromotable_across_a_lookupd_re
     cluster.liveness.heartbeat(B, clock.now)
     (failover,) = await supervisor.step()
     assert (failover.leader, failover.epoch, failover.isr) == (B, 4, (B,))
+
+
+async def test_a_lookupd_taking_over_knows_the_members_not_confirmed_yet(tmp_path: Path) -> None:
+    """HA: a follower lookupd takes the leader's saved metadata (:meth:`Cluster.follow`), and
+    with it which ISR members joined unconfirmed: elected next, it promotes them no sooner
+    than the leader lookupd would have; the leader's confirmation, saved, reaches it too."""
+    clock, cluster, supervisor = led_by_a_b_out_of_sync(tmp_path)
+    entry = {"topic": "t", "partition": 0, "epoch": 3, "caught_up": [B], "lagging": []}
+    cluster.report_progress(A, [{**entry, "confirmed": []}])
+    await supervisor.step()
+    follower = Cluster(MetadataStore(None), Timeouts(), clock=clock)
+    follower.follow(MetadataStore(tmp_path).load())
+    assert follower.liveness.joined == {("t", 0): frozenset({B})}
+    cluster.report_progress(A, [{**entry, "confirmed": [B]}])
+    await supervisor.step()
+    follower.follow(MetadataStore(tmp_path).load())
+    assert follower.liveness.joined == {}
