@@ -16,6 +16,9 @@ Subcommands:
   create-channel NSQD_HTTP TOPIC CHANNEL
                                  create TOPIC and CHANNEL on an nsqd (POST /topic/create,
                                  /channel/create)
+  reset-topic NSQD_HTTP TOPIC [CHANNEL]
+                                 delete TOPIC and everything it holds (POST /topic/delete),
+                                 then, with CHANNEL, create TOPIC and CHANNEL again
   wait-nodes LOOKUPD_HTTP N SECS wait until pnsq's nsqlookupd lists N registered nsqd nodes
   replicated-topic LOOKUPD_HTTP TOPIC REPLICATOR SECS [CHANNEL]
                                  create TOPIC (1 partition, REPLICATOR copies) on pnsq's
@@ -162,6 +165,14 @@ def create_channel(daemon_http: str, topic: str, channel: str) -> None:
         f"/channel/create?topic={topic}&channel={channel}",
     ):
         http_json(f"http://{daemon_http}{path}", method="POST")
+
+
+def reset_topic(daemon_http: str, topic: str, channel: str) -> None:
+    """Delete ``topic`` with its data and, given ``channel``, create both again (an
+    idempotent pair's slices: scripts/bench's bench_idempotent)."""
+    http_json(f"http://{daemon_http}/topic/delete?topic={topic}", method="POST")
+    if channel:
+        create_channel(daemon_http, topic, channel)
 
 
 def poll(what: str, seconds: float, check: Callable[[], T | None]) -> T:
@@ -318,10 +329,13 @@ def report(results_path: str, out_path: str, meta_args: list[str]) -> None:
         "- Idempotent publishing (pnsq only, its own table): pnsq-loadgen with -numbered, each",
         "  connection IDENTIFYing as a producer (pnsq_producer) and numbering its messages to",
         "  partition 0 (PUB <topic> 0 <n>; an MPUB carries its first message's number), against",
-        "  plain publishing with the same flags, each on a fresh pnsq nsqd in the same round:",
-        "  the PUB pipelined and sync rows above against pnsq's figures there, and MPUB",
-        "  200 x 200 B (pnsq-loadgen -mpub 200, as bench_writer: one connection per GOMAXPROCS,",
-        "  each waiting for its OK; topic channel ch created first) numbered against plain.",
+        "  plain publishing with the same flags: PUB pipelined and sync as in the PUB rows, and",
+        "  MPUB 200 x 200 B (pnsq-loadgen -mpub 200, as bench_writer: one connection per",
+        "  GOMAXPROCS, each waiting for its OK; topic channel ch created first). Each pair on a",
+        "  fresh pnsq nsqd of its own, plain and numbered taking turns in BENCH_IDEMPOTENT_SLICES",
+        "  slices (ABBA), each kind BENCH_SECONDS in all; between slices both topics are deleted",
+        "  (the MPUB pair's created again with its channel), so that no slice runs with the page",
+        "  cache the ones before filled (this VM's writes slow down once it holds ~3 GB).",
         "  The ratio is numbered / plain, round by round; the goal is at least 0.9.",
         "- Replicated rows (pnsq only; Go nsqd does not replicate): a fresh pnsq nsqlookupd and",
         "  two pnsq nsqd registered with it (--lookupd-tcp-address, --broadcast-address=127.0.0.1,",
@@ -442,6 +456,8 @@ def main(argv: list[str]) -> int:
             print(parse_latency(args[0]))
         elif cmd == "create-channel":
             create_channel(args[0], args[1], args[2])
+        elif cmd == "reset-topic":
+            reset_topic(args[0], args[1], args[2] if len(args) > 2 else "")
         elif cmd == "wait-nodes":
             wait_nodes(args[0], int(args[1]), float(args[2]))
         elif cmd == "replicated-topic":
