@@ -30,6 +30,8 @@ from typing import Any, Final
 
 import crc32c
 
+from .files import write_all
+
 JOURNAL_RECORD: Final = struct.Struct(
     ">I"  # head_crc: CRC-32C of the rest of this header (a cut record never has a whole
     #       header that fails it: one that does is damaged)
@@ -109,12 +111,7 @@ def append(path: Path, data: bytes, at: int) -> None:
         if os.fstat(fd).st_size != at:
             os.ftruncate(fd, at)
             os.fsync(fd)
-        view = memoryview(data)
-        position = at
-        while view:
-            written = os.pwrite(fd, view, position)
-            view = view[written:]
-            position += written
+        write_all(fd, data, at)
         os.fdatasync(fd)
     finally:
         os.close(fd)

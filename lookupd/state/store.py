@@ -36,6 +36,7 @@ from typing import Any
 from ..core.placement import TopicPlacement, from_document
 from ..core.switches import Switches
 from . import journal
+from .files import fsync_directory, write_all
 from .journal import JournalError
 
 log = logging.getLogger("nsqlookupd.store")
@@ -241,20 +242,14 @@ class MetadataStore:
         tmp = self.path.with_name(self.path.name + ".tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
+            write_all(fd, data, 0)
             os.fsync(fd)
         finally:
             os.close(fd)
         tmp.replace(self.path)
         # only now: until the rename, the journal's records are what the old snapshot lacks
         journal.empty(self.journal_path)
-        dir_fd = os.open(self.directory, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)  # the rename, and the journal's creation
-        finally:
-            os.close(dir_fd)
+        fsync_directory(self.directory)  # the rename, and the journal's creation
         snapshot = _identity(self.path.stat())
         self._on_disk = _OnDisk(new, generation, snapshot, 0, 0)
         log.debug("metadata saved to %s", self.path)
