@@ -66,8 +66,9 @@ class Verdict(Enum):
     DUPLICATE = "duplicate"
 
 
-#: a publish appended: its producer, first number, count and the offset of its last message
-Appended: TypeAlias = tuple[int, int, int, int]
+#: a numbered publish taken for an append (:meth:`Producers.take`): its producer, first number
+#: and count (what its records' stamps are made from)
+Appended: TypeAlias = tuple[int, int, int]
 
 #: one publish stored: numbers ``first .. last``, its last message at ``offset`` (a plain
 #: tuple: one is made per numbered append, and a named tuple's cost four times as much)
@@ -139,8 +140,9 @@ class Producers:
         append it whole at its place in the turn (its first number comes next, or is 0 for a
         producer not known here; a producer's second run in the turn follows its first); plain
         runs always are. Returns which runs were taken (None: all of them) — any other (a
-        retry, a gap) was left as it was, to be judged alone — and each numbered run taken as
-        appended (its last message's offset counts the taken runs before it).
+        retry, a gap) was left as it was, to be judged alone — and each numbered run taken, in
+        order (recorded with its last message's offset, which counts the taken runs before
+        it).
 
         Recorded before the append is made: if it fails, :meth:`truncate` at ``first_offset``
         undoes it (what the failed append stored is then read back from its stamps)."""
@@ -172,7 +174,7 @@ class Producers:
                     taken = [True] * len(runs)
                 taken[index] = False
                 continue
-            appended((producer, first, count, offset))
+            appended((producer, first, count))
         return taken, publishes
 
     def record(self, producer: int, first: int, count: int, offset: int, now: float) -> None:

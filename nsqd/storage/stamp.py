@@ -126,7 +126,7 @@ class Stamps(Sequence[bytes]):
 
     def add(self, producer: int, first: int, count: int) -> None:
         """Stamps for ``count`` more records: ``producer``'s ``first, first + 1, ...``."""
-        self.extend(stamps_of([(producer, first, count, 0)]))
+        self.extend(stamps_of([(producer, first, count)]))
 
     def extend(self, other: Stamps) -> None:
         """Add ``other``'s stamps after these."""
@@ -235,9 +235,9 @@ class Stamps(Sequence[bytes]):
         return f"Stamps({list(self)!r})"
 
 
-def stamps_of(publishes: Iterable[tuple[int, int, int, int]]) -> Stamps:
-    """The stamps of publishes appended one after another, each ``(producer, first, count,
-    _)`` (:data:`~nsqd.core.producers.Appended`): :meth:`Stamps.add` of each, in one loop
+def stamps_of(publishes: Iterable[tuple[int, int, int]]) -> Stamps:
+    """The stamps of publishes appended one after another, each ``(producer, first, count)``
+    (:data:`~nsqd.core.producers.Appended`): :meth:`Stamps.add` of each, in one loop
     (the publish reactor's turn: a synchronous producer's PUB each)."""
     heads: list[bytes] = []
     head = heads.append
@@ -247,7 +247,7 @@ def stamps_of(publishes: Iterable[tuple[int, int, int, int]]) -> Stamps:
     count_of = counts.append
     kept_heads = _HEADS
     length = 0
-    for producer, first, count, _ in publishes:
+    for producer, first, count in publishes:
         bottom = first & _BOTTOM
         length += count
         if 0 < count <= _SPAN - bottom:  # under one head
@@ -268,7 +268,7 @@ def stamps_of(publishes: Iterable[tuple[int, int, int, int]]) -> Stamps:
 def stamps(producer: int, first: int, count: int) -> Stamps:
     """The exts of ``count`` records ``producer`` stored as numbers ``first, first + 1, ...``
     (:func:`stamped` of each, with no header)."""
-    return stamps_of([(producer, first, count, 0)])
+    return stamps_of([(producer, first, count)])
 
 
 def read_stamp(ext: bytes) -> tuple[int, int] | None:

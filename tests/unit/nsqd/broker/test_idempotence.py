@@ -231,8 +231,8 @@ def test_numbered_runs_appended_together_read_back_stamped_from_cache_and_disk(
         (BodyBatch(1, [b"a", b"b"], 0, [1, 2]), (P, 0)),
         (BodyBatch(3, [b"c"], 0, [3]), (0x99, 5)),
     ]
-    log.append(idempotence.joined(runs, [(P, 0, 2, 1), (0x99, 5, 1, 2)]), 1)
-    log.append(idempotence.joined([(BodyBatch(4, [b"d"], 0, [4]), (P, 2))], [(P, 2, 1, 3)]), 1)
+    log.append(idempotence.joined(runs, [(P, 0, 2), (0x99, 5, 1)]), 1)
+    log.append(idempotence.joined([(BodyBatch(4, [b"d"], 0, [4]), (P, 2))], [(P, 2, 1)]), 1)
     expected = [(b"a", (P, 0)), (b"b", (P, 1)), (b"c", (0x99, 5)), (b"d", (P, 2))]
     assert [(r.body, read_stamp(r.ext)) for r in log.read(0, 10)] == expected  # cached
     log.close()

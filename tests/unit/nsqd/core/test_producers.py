@@ -158,7 +158,7 @@ def test_take_is_check_then_record_of_each_in_turn(
         if whole:
             at += count
             one_by_one.record(producer, first, count, at, 2.0)
-            expected_publishes.append((producer, first, count, at))
+            expected_publishes.append((producer, first, count))
     taken, publishes = at_once.take(runs, offset, 2.0)
     assert taken == (None if all(expected_taken) else expected_taken)
     assert publishes == expected_publishes

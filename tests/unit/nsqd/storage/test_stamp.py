@@ -57,7 +57,7 @@ def test_stamps_of_several_runs_read_as_each_runs_stamps_in_turn(
 def test_stamps_of_publishes_read_as_each_publishs_stamps_in_turn(
     runs: list[tuple[int, int, int]],
 ) -> None:
-    made = stamps_of([(producer, first, count, 0) for producer, first, count in runs])
+    made = stamps_of(runs)
     expected = [stamped(p, n) for p, first, count in runs for n in range(first, first + count)]
     assert made == expected
     assert len(made) == len(expected)
@@ -70,7 +70,7 @@ def test_single_stamps_are_kept_without_an_object_each() -> None:
     """A turn's single PUBs leave their stamps in the tail cache for as long as it holds their
     records: a tuple and an int per stamp (~100 B, allocated at the append and freed cold at
     the eviction) cost more than the rest of numbering a PUB."""
-    publishes = [(0x1234 + i % 16, 1_000 + i, 1, i) for i in range(10_000)]
+    publishes = [(0x1234 + i % 16, 1_000 + i, 1) for i in range(10_000)]
     tracemalloc.start()
     try:
         made = stamps_of(publishes)
