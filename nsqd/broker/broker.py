@@ -1,11 +1,13 @@
 """The broker: the one place that joins pure state (``nsqd.core``) with the partition logs
-(``nsqd.storage``). This module is its writing side and its life: publishing, the waits for
-followers and fsync before an ack, and the background tasks (sync, retention) from open to
-close. Publishing is synchronous (the append lands in the page cache before the ack, so
-``kill -9`` loses nothing); fsync, checkpoints and retention run in background tasks, with
-fsync in a worker thread (DESIGN.md §4, §6). Topic and channel lifecycle is
+(``nsqd.storage``). This module is its writing side and its life: publishing, the fsync an
+ack may wait for, and the background tasks (sync, retention) from open to close. Publishing
+is synchronous (the append lands in the page cache before the ack, so ``kill -9`` loses
+nothing); fsync, checkpoints and retention run in background tasks, with fsync in a worker
+thread (DESIGN.md §4, §6). Topic and channel lifecycle is
 :mod:`nsqd.broker.registry`, FIN / REQ / TOUCH :mod:`nsqd.broker.acking`: parts the
-:class:`Broker` owns and hands its calls to, so callers ask the broker for everything.
+:class:`Broker` owns and hands its calls to, so callers ask the broker for everything. The
+waits between a publish's append and its ack are the part ``publish_acks``
+(:mod:`nsqd.broker.publish_acks`), which callers use directly.
 
 On-disk layout under ``data_path``::
 
@@ -17,25 +19,21 @@ On-disk layout under ``data_path``::
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Literal
 
 import trio
 
 from protocol.lookup import TopicAssignment
-from protocol.message import partition_of
 
 from ..core.errors import (
     BrokerError,
     ExitingError,
     NotEnoughReplicasError,
-    NotLeaderError,
     NotWritableError,
-    OffsetNotKeptError,
 )
 from ..core.ownership import Plan, TopicPlan
-from ..storage.batch import BodyBatch, end_of
+from ..storage.batch import BodyBatch
 from ..storage.cache import CacheBudget
 from ..storage.checkpoint import DAMAGED_CHECKPOINTS
 from ..storage.disk import is_out_of_space
@@ -55,7 +53,8 @@ from .logs import LogOpener, Opened
 from .observer import Discard, Observer
 from .partition import Partition
 from .persistence import SyncSchedule
-from .reading import read_records, skipped_records
+from .publish_acks import PublishAcks
+from .reading import skipped_records
 from .registry import TopicRegistry
 from .retention import apply_retention
 from .syncing import Syncer
@@ -111,6 +110,10 @@ class Broker:
         self.acking = Acking(config, self.clock, self.replication)
         #: single-message PUBs of one loop turn, from any connections, share one append
         self.commits = GroupCommit(self.publish)
+        #: the waits of a publish before its acknowledgement (followers, fsync)
+        self.publish_acks = PublishAcks(
+            self.registry, self.replication, lambda: self.durable_acks, self.wait_durable
+        )
 
     @property
     def topics(self) -> dict[str, Topic]:
@@ -308,7 +311,7 @@ class Broker:
     ) -> Sequence[Record] | int:
         """:meth:`publish` of ``producer``'s messages numbered from ``first`` (idempotent
         publishing, :mod:`.idempotence`): the records appended, or, when they were stored
-        already, the offset to acknowledge them at (:meth:`wait_stored`). Raises
+        already, the offset to acknowledge them at (:meth:`PublishAcks.wait_stored`). Raises
         :class:`~nsqd.core.producers.SequenceError` for numbers that do not follow."""
         topic, target = self._publish_target(topic_name, partition)
         now = self.clock.now()
@@ -336,72 +339,6 @@ class Broker:
             return appended
 
         return idempotence.publish_runs(target, runs, now, append), appended
-
-    async def wait_stored(self, topic_name: str, partition: int, offset: int) -> None:
-        """A retried publish, stored at ``offset`` before: return once every in-sync follower
-        holds it (and it is fsynced, with ``--sync-every=1``). Raises NotLeaderError when
-        this node does not lead the partition (a new leader answers the retry)."""
-        target = self.get_topic(topic_name).partition(partition)
-        await self.replication.wait(target, offset + 1, target.state.epoch)
-        if self.durable_acks:
-            await self.wait_durable()
-
-    async def wait_settled(self, topic_name: str, partition: int) -> None:
-        """Return once everything the partition's log holds now is acknowledged by its in-sync
-        set under the current epoch. Raises NotLeaderError when this node does not lead it."""
-        target = self.get_topic(topic_name).partition(partition)
-        end = target.log.end_offset
-        await self.replication.wait(target, end, target.state.epoch)
-
-    async def read_stored(self, topic_name: str, partition: int, offset: int) -> list[Record]:
-        """The record at ``offset`` (a retried publish's, :meth:`wait_stored`): ``[]`` when
-        retention took it since."""
-        target = self.get_topic(topic_name).partition(partition)
-        try:
-            return await read_records(target, offset, 1)
-        except OffsetNotKeptError:
-            return []
-
-    def acks_without_fsync(self, topic_name: str) -> bool:
-        """Whether a publish to ``topic_name`` is acknowledged once its in-sync followers hold
-        it, without an fsync to wait for (:meth:`when_replicated` tells when): the topic
-        exists here and acks do not wait for fsync."""
-        return topic_name in self.topics and not self.durable_acks
-
-    def when_replicated(
-        self,
-        topic_name: str,
-        records: Sequence[Record],
-        done: Callable[[Exception | None], None],
-    ) -> Literal[True] | NotLeaderError | None:
-        """:meth:`wait_replicated` of ``records`` (with ``durable=False``) without a task: True
-        when it would return at once, the error it would raise at once; else None, and
-        ``done`` is called once it would return (None) or raise (the error)
-        (:meth:`~.waiters.ReplicationWaiters.when_replicated`)."""
-        topic = self.topics.get(topic_name)
-        if not records or topic is None:
-            return True
-        internal_id, end, epoch = end_of(records)
-        partition = topic.partition(partition_of(internal_id))
-        return self.replication.when_replicated(partition, end, epoch, done)
-
-    async def wait_replicated(
-        self, topic_name: str, records: Sequence[Record], *, durable: bool = True
-    ) -> None:
-        """Return once every in-sync follower of the partition holds ``records`` (at once
-        when the leader is alone in sync); then, with ``--sync-every=1`` (unless ``durable``
-        is False: the caller waits once for several batches), once they are fsynced here.
-        Raises NotLeaderError if this node no longer leads the partition under the epoch the
-        records were appended in, even when that happened before this call: a new leader may
-        not hold them, whatever the in-sync set says now."""
-        if records:
-            topic = self.topics.get(topic_name)
-            if topic is not None:
-                internal_id, end, epoch = end_of(records)
-                partition = topic.partition(partition_of(internal_id))
-                await self.replication.wait(partition, end, epoch)
-        if durable and self.durable_acks:
-            await self.wait_durable()
 
     @property
     def health_problem(self) -> str | None:

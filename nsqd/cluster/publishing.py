@@ -8,7 +8,7 @@ commit, HTTP ``/pub``/``/mpub``, youzan's ``/pub_ext``/``/pubtrace``) goes throu
    partition of goes to a leader (:class:`~nsqd.cluster.forwarding.Forwarder`, pnsq lookupd
    only) and is done once that leader acknowledged; anything else is appended here;
 2. :meth:`PublishPath.replicated` — the appended records are acknowledgeable only once every
-   in-sync replica holds them. :meth:`~nsqd.broker.Broker.wait_replicated` raises
+   in-sync replica holds them. :meth:`~nsqd.broker.publish_acks.PublishAcks.wait_replicated` raises
    :class:`~nsqd.core.errors.NotLeaderError` when leadership moved after the append: that is
    the fence that keeps a deposed leader from acknowledging (DESIGN.md §5), so the caller
    acknowledges nothing when either step raises.
@@ -73,7 +73,7 @@ class PublishPath:
         """Step 2: return once every in-sync replica holds ``records`` (and, with
         ``--sync-every=1`` unless ``durable`` is False, once fsynced). Raises
         :class:`~nsqd.core.errors.NotLeaderError` when this node no longer leads them."""
-        await self.broker.wait_replicated(topic, records, durable=durable)
+        await self.broker.publish_acks.wait_replicated(topic, records, durable=durable)
 
     async def publish_stock(
         self,
@@ -132,15 +132,15 @@ class PublishPath:
             # said only once everything this leader holds is acknowledged by its in-sync set
             # under its epoch: a deposed leader back from the dead (its log past the new
             # leader's, or behind it) never gets to tell a producer what to number next
-            await self.broker.wait_settled(topic, partition)
+            await self.broker.publish_acks.wait_settled(topic, partition)
             raise
         if not isinstance(stored, int):
             if on_appended is not None:
                 on_appended(stored)
             await self.replicated(topic, stored)  # (after the ones stored already: in order)
             return stored, len(entries) - len(stored)
-        await self.broker.wait_stored(topic, partition, stored)
-        return await self.broker.read_stored(topic, partition, stored), len(entries)
+        await self.broker.publish_acks.wait_stored(topic, partition, stored)
+        return await self.broker.publish_acks.read_stored(topic, partition, stored), len(entries)
 
     def _append(
         self,

@@ -216,8 +216,8 @@ class Publisher:
 
     def appends_here(self, topic: str, partition: int | None) -> bool:
         """Whether a PUB of ``topic`` is appended here and acknowledged once its in-sync
-        followers hold it (:meth:`~nsqd.broker.Broker.when_replicated`, no fsync to wait
-        for): not forwarded to a leader elsewhere (nor to be asked of lookupd,
+        followers hold it (:meth:`~nsqd.broker.publish_acks.PublishAcks.when_replicated`, no
+        fsync to wait for): not forwarded to a leader elsewhere (nor to be asked of lookupd,
         :meth:`~nsqd.cluster.forwarding.Forwarder.known_here`)."""
         forwarder = self.forwarder
         if (
@@ -225,7 +225,7 @@ class Publisher:
             and forwarder.known_here(self.broker, topic, partition) is not False
         ):
             return False
-        return self.broker.acks_without_fsync(topic)
+        return self.broker.publish_acks.without_fsync(topic)
 
     def acked(self, topic: str, count: int) -> None:
         """``count`` taken PUBs of ``topic`` are appended: queue their OKs."""

@@ -14,13 +14,13 @@ parked command loops do not run at all while their clients only publish.
 
 PUBs to a partition with in-sync followers are appended the same way, and their OKs held until
 the partition's high-watermark passes them: the reactor asks the broker to call it then
-(:meth:`~nsqd.broker.Broker.when_replicated`), and the call, made by the task that took the
-follower's acknowledgement, queues and sends the OKs of every publisher of that append, or
-hands each its own copy of the error (leadership moved). Meanwhile those publishers' sockets
-are not read (a publisher's replies stay in command order: one that sends more meanwhile is
-left out of the poll until its OKs went); a synchronous publisher has nothing to send until
-its OK anyway. One acknowledgement releases a whole turn's publishers, numbered or not, with
-no task woken per publisher.
+(:meth:`~nsqd.broker.publish_acks.PublishAcks.when_replicated`), and the call, made by the
+task that took the follower's acknowledgement, queues and sends the OKs of every publisher of
+that append, or hands each its own copy of the error (leadership moved). Meanwhile those
+publishers' sockets are not read (a publisher's replies stay in command order: one that sends
+more meanwhile is left out of the poll until its OKs went); a synchronous publisher has
+nothing to send until its OK anyway. One acknowledgement releases a whole turn's publishers,
+numbered or not, with no task woken per publisher.
 
 Anything else goes back to the connection's own task, which then does exactly what it does
 without the reactor: a command other than PUB (the reactor stops at it, the task handles the
@@ -304,7 +304,7 @@ class PublishReactor:
             else:
                 runs = [(taken[2], taken[3]) for _, _, taken in group]
                 admitted, records = self._broker.publish_runs(topic, partition, runs)
-            replicated = self._broker.when_replicated(
+            replicated = self._broker.publish_acks.when_replicated(
                 topic, records, lambda failure: self._released(topic, held, failure)
             )
         # As with the group commit: each publisher gets its own copy of the error to report

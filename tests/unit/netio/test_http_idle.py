@@ -99,6 +99,7 @@ async def test_a_half_closed_connection_closes_once_answered(
         reply = b""
         while data := await stream.receive_some(4096):
             reply += data
-        assert reply.startswith(b"HTTP/1.1 200 ") and reply.endswith(b"OK")
+        assert reply.startswith(b"HTTP/1.1 200 ")
+        assert reply.endswith(b"OK")
         assert 5 <= trio.current_time() - start < 6
         nursery.cancel_scope.cancel()

@@ -45,7 +45,7 @@ async def test_a_publish_is_not_acknowledged_once_its_epoch_is_over(
         records = broker.publish("t", [NewRecord(timestamp_ns=1, body=b"x")])
         broker.apply_assignments(NODE, [TopicAssignment("t", 1, 2, (moved,), {})])
         with pytest.raises(NotLeaderError):
-            await broker.wait_replicated("t", records)
+            await broker.publish_acks.wait_replicated("t", records)
 
 
 async def test_a_publish_waiting_when_its_partition_is_placed_elsewhere_is_refused(
@@ -64,7 +64,7 @@ async def test_a_publish_waiting_when_its_partition_is_placed_elsewhere_is_refus
         async def wait() -> None:
             nonlocal refused
             with pytest.raises(NotLeaderError):
-                await broker.wait_replicated("t", records)
+                await broker.publish_acks.wait_replicated("t", records)
             refused = True
 
         with trio.fail_after(5):
@@ -81,4 +81,4 @@ async def test_a_leader_alone_in_sync_acknowledges_without_waiting(tmp_path: Pat
         broker.apply_assignments(NODE, [TopicAssignment("t", 1, 2, (alone,), {})])
         records = broker.publish("t", [NewRecord(timestamp_ns=1, body=b"x")])
         with trio.testing.assert_no_checkpoints():
-            await broker.wait_replicated("t", records, durable=False)
+            await broker.publish_acks.wait_replicated("t", records, durable=False)

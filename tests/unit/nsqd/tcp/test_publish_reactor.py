@@ -246,7 +246,7 @@ async def test_publishers_that_must_wait_for_fsync_stay_on_their_task(tmp_path: 
         assert server.reactor.publishes == 0  # every ack waited for its fsync instead
         assert server.reactor.handovers <= 1  # declined once, then its task kept it
         assert len(await stored(broker, "t")) == 5
-        assert broker.acks_without_fsync("t") is False
+        assert broker.publish_acks.without_fsync("t") is False
 
 
 async def test_a_failed_append_answers_each_of_its_publishers(tmp_path: Path) -> None:
