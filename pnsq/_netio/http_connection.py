@@ -113,6 +113,7 @@ class _SerialTCPServer(TCPServer):
 
     _idle = True  # hypercorn starts a connection idle
     _client_gone = False
+    _closed = False
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
@@ -146,13 +147,18 @@ class _SerialTCPServer(TCPServer):
         self._idle_watch.deadline = self._idle_deadline()
 
     async def _idle_timeout(self) -> None:
-        # started once, by run(), as the connection's idle watch
+        # started once, by run(), as the connection's idle watch; it ends with the connection
+        # (the connection's task waits for it), whoever closes it
         with self._idle_watch:
             await self.context.terminated.wait()
+        if self._closed:
+            return
         with trio.CancelScope(shield=True):
             await self._initiate_server_close()
 
     async def _close(self) -> None:
+        self._closed = True  # the server closes it (a response that ends it, an error)
+        self._idle_watch.cancel()
         lock: trio.Lock = self.send_lock
         if lock.statistics().owner is trio.lowlevel.current_task():
             await super()._close()  # closing from inside a send (the peer went away)

@@ -103,3 +103,37 @@ async def test_a_half_closed_connection_closes_once_answered(
         assert reply.endswith(b"OK")
         assert 5 <= trio.current_time() - start < 6
         nursery.cancel_scope.cancel()
+
+
+def _connection_tasks(nursery: trio.Nursery) -> int:
+    """Tasks below ``nursery`` that serve one connection (the idle watch among them)."""
+    count = 0
+    for task in nursery.child_tasks:
+        if task.name.endswith("_idle_timeout"):
+            count += 1
+        for child in task.child_nurseries:
+            count += _connection_tasks(child)
+    return count
+
+
+async def test_every_connection_task_ends_with_its_connection(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with trio.open_nursery() as nursery:
+        streams = [await serve(nursery) for _ in range(3)]
+        await exchange(streams[0], "/ping")  # keep-alive: its watch runs until it closes
+        await trio.sleep(1)
+        assert _connection_tasks(nursery) >= 1
+        # closed by the server after a Connection: close request
+        await streams[1].send_all(b"GET /ping HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        while await streams[1].receive_some(4096):
+            pass
+        # closed by the client in the middle of a request
+        await streams[2].send_all(b"GET /sleep?5 HTTP/1.1\r\nHost: x\r\n\r\n")
+        await trio.sleep(1)
+        await streams[2].aclose()
+        await trio.sleep(10)
+        assert _connection_tasks(nursery) == 1  # the keep-alive connection's only
+        await trio.sleep(KEEP_ALIVE)
+        assert _connection_tasks(nursery) == 0
+        nursery.cancel_scope.cancel()
