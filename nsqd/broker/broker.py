@@ -111,9 +111,7 @@ class Broker:
         #: single-message PUBs of one loop turn, from any connections, share one append
         self.commits = GroupCommit(self.publish)
         #: the waits of a publish before its acknowledgement (followers, fsync)
-        self.publish_acks = PublishAcks(
-            self.registry, self.replication, lambda: self.durable_acks, self.wait_durable
-        )
+        self.publish_acks = PublishAcks(config, self.registry, self.replication, self.syncs)
 
     @property
     def topics(self) -> dict[str, Topic]:

@@ -11,7 +11,7 @@ whatever the in-sync set says now, so the publisher is told to go there.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Literal
 
 from protocol.message import partition_of
@@ -19,6 +19,8 @@ from protocol.message import partition_of
 from ..core.errors import NotLeaderError, OffsetNotKeptError
 from ..storage.batch import end_of
 from ..storage.record import Record
+from .config import BrokerConfig
+from .persistence import SyncSchedule
 from .reading import read_records
 from .registry import TopicRegistry
 from .waiters import ReplicationWaiters
@@ -31,15 +33,23 @@ class PublishAcks:
 
     def __init__(
         self,
+        config: BrokerConfig,
         registry: TopicRegistry,
         replication: ReplicationWaiters,
-        durable: Callable[[], bool],
-        wait_durable: Callable[[], Awaitable[None]],
+        syncs: SyncSchedule,
     ) -> None:
+        self._config = config
         self._registry = registry
         self._replication = replication
-        #: whether acks wait for fsync (``--sync-every=1``), and the wait for one
-        self._durable, self._wait_durable = durable, wait_durable
+        self._syncs = syncs
+
+    def _durable(self) -> bool:
+        """Whether acks wait for fsync (``--sync-every=1``; :attr:`Broker.durable_acks`)."""
+        return self._config.sync_every <= 1
+
+    async def _wait_durable(self) -> None:
+        """An fsync that started after this call (:meth:`Broker.wait_durable`)."""
+        await self._syncs.wait_durable()
 
     def without_fsync(self, topic_name: str) -> bool:
         """Whether a publish to ``topic_name`` is acknowledged once its in-sync followers hold
