@@ -213,6 +213,8 @@ class MetadataStore:
         }
         if not topics and not rest:
             return True  # nothing changed
+        if sum(len(entry) for entry in topics.values() if entry) * 2 >= snapshot[2]:
+            return False  # the record would be larger still (a node's death): not built
         data = journal.record(on_disk.generation, journal.document(topics, rest))
         end = on_disk.journal_end + len(data)
         if len(data) * 2 >= snapshot[2] or end > max(snapshot[2], JOURNAL_MIN):
