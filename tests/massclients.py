@@ -35,6 +35,8 @@ class Crowd:
     clients: list[_Client] = field(default_factory=list)
     served: int = 0
     failed: int = 0  # refused or reset before being served
+    #: why each failed client failed (an errno's name, or "eof"), for the caller's message
+    reasons: dict[str, int] = field(default_factory=dict)
 
     def connect_all(self, wait: float) -> float:
         """Start every connection at once, then serve the selector until all are served or
@@ -48,7 +50,7 @@ class Crowd:
             code = sock.connect_ex((host, int(port)))
             if code not in (0, errno.EINPROGRESS):
                 sock.close()
-                self.failed += 1
+                self._count_failure(f"connect {errno.errorcode.get(code, code)}")
                 continue
             client = _Client(sock)
             self.clients.append(client)
@@ -61,7 +63,7 @@ class Crowd:
                 if not client.sent:
                     error = client.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
                     if error:
-                        self._fail(selector, client)
+                        self._fail(selector, client, f"connect {errno.errorcode.get(error, error)}")
                         pending -= 1
                         continue
                     client.sock.send(_IDENTIFY)  # tiny: fits the empty send buffer
@@ -70,10 +72,12 @@ class Crowd:
                     continue
                 try:
                     chunk = client.sock.recv(64)
-                except OSError:
-                    chunk = b""
+                except OSError as exc:
+                    self._fail(selector, client, f"recv {errno.errorcode.get(exc.errno or 0)}")
+                    pending -= 1
+                    continue
                 if not chunk:
-                    self._fail(selector, client)
+                    self._fail(selector, client, f"eof after {len(client.received)} bytes")
                     pending -= 1
                     continue
                 client.received += chunk
@@ -85,9 +89,13 @@ class Crowd:
         selector.close()
         return time.monotonic() - started
 
-    def _fail(self, selector: selectors.BaseSelector, client: _Client) -> None:
+    def _fail(self, selector: selectors.BaseSelector, client: _Client, reason: str) -> None:
         selector.unregister(client.sock)
+        self._count_failure(reason)
+
+    def _count_failure(self, reason: str) -> None:
         self.failed += 1
+        self.reasons[reason] = self.reasons.get(reason, 0) + 1
 
     def close_all(self) -> None:
         """Close every connection (FIN), as fast as one thread can."""

@@ -132,7 +132,10 @@ def _crowd_comes_and_goes(daemon: Daemon) -> int:
     crowd = Crowd(daemon.tcp_address, CROWD)
     try:
         crowd.connect_all(SERVE_WAIT)
-        assert (crowd.served, crowd.failed) == (CROWD, 0)
+        assert (crowd.served, crowd.failed) == (CROWD, 0), (
+            crowd.reasons,
+            daemon.log_text()[-3000:],
+        )
         assert _open_fds(daemon) > CROWD  # every client holds one (give or take a transient one)
     finally:
         crowd.close_all()
