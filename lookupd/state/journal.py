@@ -30,7 +30,7 @@ from typing import Any, Final
 
 import crc32c
 
-from .files import write_all
+from pnsq._fileio import write_all
 
 JOURNAL_RECORD: Final = struct.Struct(
     ">I"  # head_crc: CRC-32C of the rest of this header (a cut record never has a whole

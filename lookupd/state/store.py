@@ -33,10 +33,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pnsq._fileio import fsync_directory, write_all
+
 from ..core.placement import TopicPlacement, from_document
 from ..core.switches import Switches
 from . import journal
-from .files import fsync_directory, write_all
 from .journal import JournalError
 
 log = logging.getLogger("nsqlookupd.store")

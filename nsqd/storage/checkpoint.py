@@ -28,6 +28,8 @@ from typing import Final
 
 import crc32c as _crc32c
 
+from pnsq._fileio import fsync_directory, write_all
+
 from .errors import StorageError
 
 _O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
@@ -49,34 +51,6 @@ class DamagedCheckpoints:
 
 #: the process's count (``pnsq_corrupt_checkpoints_total``)
 DAMAGED_CHECKPOINTS: Final = DamagedCheckpoints()
-
-
-def write_all(fd: int, data: bytes, position: int) -> None:
-    """``pwrite`` all of ``data`` at ``position``, looping on short writes. Raises ``OSError``."""
-    view = memoryview(data)
-    while view:
-        written = os.pwrite(fd, view, position)
-        view = view[written:]
-        position += written
-
-
-def read_all(fd: int) -> bytes:
-    """The whole content of the file behind ``fd`` (``pread`` from 0). Raises ``OSError``."""
-    parts = []
-    position = 0
-    while data := os.pread(fd, 1 << 20, position):
-        parts.append(data)
-        position += len(data)
-    return b"".join(parts)
-
-
-def fsync_directory(directory: Path) -> None:
-    """fsync ``directory`` so file creations, renames and unlinks in it are durable."""
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | _O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def create_directory(directory: Path) -> None:

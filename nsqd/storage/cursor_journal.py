@@ -26,7 +26,8 @@ from typing import Final
 
 import crc32c as _crc32c
 
-from .checkpoint import fsync_directory, read_all, write_all
+from pnsq._fileio import fsync_directory, read_all, write_all
+
 from .errors import StorageError
 
 JOURNAL_FILE: Final = "cursors.journal"

@@ -15,7 +15,8 @@ from contextlib import suppress
 from pathlib import Path
 from typing import final
 
-from .checkpoint import fsync_directory
+from pnsq._fileio import fsync_directory
+
 from .errors import StorageError
 from .segment import Segment
 

@@ -21,9 +21,10 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Final, final
 
+from pnsq._fileio import fsync_directory
+
 from .appending import Appender
 from .cache import CacheBudget
-from .checkpoint import fsync_directory
 from .corruption import SkippedRegions
 from .durability import PendingSync
 from .encoded_run import EncodedRun

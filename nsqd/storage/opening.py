@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .checkpoint import create_directory, fsync_directory
+from pnsq._fileio import fsync_directory
+
+from .checkpoint import create_directory
 from .layout import INDEX_NAME, SEGMENT_NAME
 from .segment import Segment
 from .segment_files import SegmentEnv

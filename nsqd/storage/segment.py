@@ -15,7 +15,9 @@ from operator import attrgetter
 from pathlib import Path
 from typing import Final, final
 
-from .checkpoint import atomic_write, write_all
+from pnsq._fileio import write_all
+
+from .checkpoint import atomic_write
 from .frame_runs import FrameLayout, FrameRun, read_frame_run
 from .index import ENTRY_SIZE, INDEX_ENTRY, SparseIndex
 from .recent_runs import RecentRuns

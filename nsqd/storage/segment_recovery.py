@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import final
 
-from .checkpoint import read_all, write_all
+from pnsq._fileio import read_all, write_all
+
 from .corruption import ReadAt, SkippedRegions, resync
 from .encoded_run import check_encoded
 from .errors import CorruptRecordError

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from bisect import bisect_left
 
-from .checkpoint import fsync_directory
+from pnsq._fileio import fsync_directory
+
 from .durability import PendingSync
 from .segment import Segment, base_offset_of
 
