@@ -3,8 +3,10 @@
 The leases themselves are pure (:mod:`nsqd.core.leases`); this module takes the messages from
 the channel's cursors, waits for them (long poll), and makes an ack durable before it is
 answered: the FINs are in the channel's cursor on disk (its partition's checkpoint or cursor
-journal, :mod:`.journaling`) and, with followers, in every in-sync follower's copy of it.
-See ``docs/http-api.md``.
+journal, :mod:`.journaling`) and, with followers, every in-sync follower's copy of the cursor
+holds its confirmed offset as it stands after the ack (past the batch unless an earlier message
+is still out or deferred: FINs above that offset reach the followers with the next cursor
+push). See ``docs/http-api.md``.
 
 A partition gives several batches at once (the acks of concurrent consumers share one sync
 pass), except where a batch must be its partition's only one (:func:`exclusive`).
