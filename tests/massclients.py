@@ -35,7 +35,7 @@ class Crowd:
     clients: list[_Client] = field(default_factory=list)
     served: int = 0
     failed: int = 0  # refused or reset before being served
-    #: why each failed client failed (an errno's name, or "eof"), for the caller's message
+    #: how many clients failed each way ("connect ECONNRESET", "recv ...", "eof after N bytes")
     reasons: dict[str, int] = field(default_factory=dict)
 
     def connect_all(self, wait: float) -> float:
@@ -73,7 +73,7 @@ class Crowd:
                 try:
                     chunk = client.sock.recv(64)
                 except OSError as exc:
-                    self._fail(selector, client, f"recv {errno.errorcode.get(exc.errno or 0)}")
+                    self._fail(selector, client, f"recv {errno.errorcode.get(exc.errno or 0, exc)}")
                     pending -= 1
                     continue
                 if not chunk:
