@@ -12,7 +12,8 @@ log one line each per 10 s, no traceback, and serve again once clients leave.
 Ten thousand clients: all connect at once and each gets its IDENTIFY answered, then all close at
 once; two seconds later pnsq must hold no more of their descriptors than the Go nsqd does in the
 same test. (The listen queue is capped by ``net.core.somaxconn``; a client whose SYN it dropped
-retries 1 s, 3 s, ... later, so "served" is checked after a bounded wait, not at once.)
+retries 1 s, 3 s, ... later, so "served" is checked after a bounded wait, not at once. A client
+reset before any reply connects once more, and at most :data:`RECONNECTS` may.)
 """
 
 from __future__ import annotations
@@ -36,6 +37,10 @@ LIMIT = 1024  # RLIMIT_NOFILE of the daemon under test, soft and hard
 CROWD = 10_000  # clients connecting (then closing) at once
 SERVE_WAIT = 60.0  # seconds for every client of the crowd to be served (SYN retries included)
 RELEASE_WAIT = 2.0  # seconds after the crowd closed when the daemons' descriptors are counted
+#: clients of the crowd that may be reset before any reply and connect again: one of 10,000 was
+#: seen reset twice in six full parallel runs (nothing in the daemon's log; never alone, nor
+#: under two cores of busy loops); a daemon that resets clients resets more than this
+RECONNECTS = 10
 
 
 def _open_fds(daemon: Daemon) -> int:
@@ -129,13 +134,14 @@ def _crowd_comes_and_goes(daemon: Daemon) -> int:
     """Connect :data:`CROWD` clients at once (all must be served), close them all at once and
     return how many of their descriptors the daemon still holds :data:`RELEASE_WAIT` later."""
     before = _open_fds(daemon)
-    crowd = Crowd(daemon.tcp_address, CROWD)
+    crowd = Crowd(daemon.tcp_address, CROWD, reconnects=True)
     try:
         crowd.connect_all(SERVE_WAIT)
         assert (crowd.served, crowd.failed) == (CROWD, 0), (
             crowd.reasons,
             daemon.log_text()[-3000:],
         )
+        assert crowd.reconnected <= RECONNECTS, daemon.log_text()[-3000:]
         assert _open_fds(daemon) > CROWD  # every client holds one (give or take a transient one)
     finally:
         crowd.close_all()
