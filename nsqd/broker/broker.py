@@ -345,8 +345,8 @@ class Broker:
 
     @property
     def durable_acks(self) -> bool:
-        """True when acks wait for fsync (``--sync-every=1``)."""
-        return self.config.sync_every <= 1
+        """True when acks wait for fsync (``--sync-every=1``: :attr:`BrokerConfig.durable_acks`)."""
+        return self.config.durable_acks
 
     async def wait_durable(self) -> None:
         """Wait for an fsync that started after this call (group commit: waiters share one)."""

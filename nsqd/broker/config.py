@@ -32,3 +32,8 @@ class BrokerConfig:
     e2e_window: float = 600.0
     producer_state_ttl: float = 24 * 3600.0  # a numbering producer idle this long is forgotten
     max_producers: int = 10_000  # numbering producers a partition keeps (least recent go)
+
+    @property
+    def durable_acks(self) -> bool:
+        """True when acks wait for fsync (``--sync-every=1``)."""
+        return self.sync_every <= 1

@@ -43,19 +43,11 @@ class PublishAcks:
         self._replication = replication
         self._syncs = syncs
 
-    def _durable(self) -> bool:
-        """Whether acks wait for fsync (``--sync-every=1``; :attr:`Broker.durable_acks`)."""
-        return self._config.sync_every <= 1
-
-    async def _wait_durable(self) -> None:
-        """An fsync that started after this call (:meth:`Broker.wait_durable`)."""
-        await self._syncs.wait_durable()
-
     def without_fsync(self, topic_name: str) -> bool:
         """Whether a publish to ``topic_name`` is acknowledged once its in-sync followers hold
         it, without an fsync to wait for (:meth:`when_replicated` tells when): the topic
         exists here and acks do not wait for fsync."""
-        return topic_name in self._registry.topics and not self._durable()
+        return topic_name in self._registry.topics and not self._config.durable_acks
 
     def when_replicated(
         self,
@@ -88,8 +80,8 @@ class PublishAcks:
                 internal_id, end, epoch = end_of(records)
                 partition = topic.partition(partition_of(internal_id))
                 await self._replication.wait(partition, end, epoch)
-        if durable and self._durable():
-            await self._wait_durable()
+        if durable and self._config.durable_acks:
+            await self._syncs.wait_durable()
 
     async def wait_stored(self, topic_name: str, partition: int, offset: int) -> None:
         """A retried publish, stored at ``offset`` before: return once every in-sync follower
@@ -97,8 +89,8 @@ class PublishAcks:
         this node does not lead the partition (a new leader answers the retry)."""
         target = self._registry.get_topic(topic_name).partition(partition)
         await self._replication.wait(target, offset + 1, target.state.epoch)
-        if self._durable():
-            await self._wait_durable()
+        if self._config.durable_acks:
+            await self._syncs.wait_durable()
 
     async def wait_settled(self, topic_name: str, partition: int) -> None:
         """Return once everything the partition's log holds now is acknowledged by its in-sync
