@@ -51,9 +51,9 @@ from protocol.replication import (
     ReplicationErrorCode,
     ReplicationProtocolError,
     Welcome,
-    encode,
 )
 from protocol.replication_decoder import LeaderFrameDecoder
+from protocol.replication_encoder import encode
 
 from ..broker import Broker, StorageError
 from ..broker.admin_state import mirror_admin

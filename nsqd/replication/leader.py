@@ -51,10 +51,9 @@ from protocol.replication import (
     ReplicationErrorCode,
     ReplicationProtocolError,
     Welcome,
-    encode,
-    encode_append_header,
 )
 from protocol.replication_decoder import FollowerFrameDecoder
+from protocol.replication_encoder import encode, encode_append_header
 
 from ..broker import Broker, StorageError, Topic
 from ..broker.admin_state import admin_frame

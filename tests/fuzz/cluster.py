@@ -27,7 +27,8 @@ from pathlib import Path
 
 from protocol.cluster_auth import DIALER, LISTENER, NONCE_SIZE, Handshake
 from protocol.lookup_v1 import MAGIC_V1, encode_command, encode_identify
-from protocol.replication import MAGIC as MAGIC_R1, Ack, Hello, encode
+from protocol.replication import MAGIC as MAGIC_R1, Ack, Hello
+from protocol.replication_encoder import encode
 from tests.daemons import Daemon, cluster_secret_flag, pnsq_lookupd, pnsq_nsqd
 from tests.fuzz.driver import Engine, Stats
 from tests.fuzz.mutate import Input, Mutator, Seed, Target

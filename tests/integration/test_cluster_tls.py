@@ -26,7 +26,8 @@ from protocol import Pub
 from protocol.cluster_auth import FrameType as AuthFrame
 from protocol.cluster_links import FORWARDING, TLS
 from protocol.encode import encode_command
-from protocol.replication import MAGIC, Hello, encode
+from protocol.replication import MAGIC, Hello
+from protocol.replication_encoder import encode
 from tests.authserver import AuthServer
 from tests.daemons import Daemon, cluster_secret_flag, pnsq_lookupd, pnsq_nsqd
 from tests.integration.lookupd_helpers import get_json, post, roles, wait_for

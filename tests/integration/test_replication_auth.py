@@ -21,7 +21,8 @@ from protocol import Pub
 from protocol.cluster_auth import FrameType as AuthFrame
 from protocol.cluster_links import FORWARDING
 from protocol.encode import encode_command
-from protocol.replication import MAGIC, Ack, FrameType, Hello, encode
+from protocol.replication import MAGIC, Ack, FrameType, Hello
+from protocol.replication_encoder import encode
 from tests.daemons import Daemon, cluster_secret_flag, pnsq_lookupd, pnsq_nsqd
 from tests.integration.lookupd_helpers import get_json, post, roles, wait_for
 from tests.integration.test_replication import partition_view

@@ -31,8 +31,9 @@ from protocol.ext import parse_json_header
 from protocol.lookup_v1 import MAGIC_V1
 from protocol.mpub import MpubFormatError, split_mpub_body
 from protocol.parser import NEED_DATA
-from protocol.replication import MAGIC as MAGIC_R1, Frame, ReplicationProtocolError, encode
+from protocol.replication import MAGIC as MAGIC_R1, Frame, ReplicationProtocolError
 from protocol.replication_decoder import FollowerFrameDecoder, LeaderFrameDecoder
+from protocol.replication_encoder import encode
 from tests import strategies as S
 from tests.unit.protocol.test_replication import (
     _follower_frames,

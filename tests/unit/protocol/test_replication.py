@@ -40,10 +40,9 @@ from protocol.replication import (
     ReplicationErrorCode,
     ReplicationProtocolError,
     Welcome,
-    encode,
-    encode_append_header,
 )
 from protocol.replication_decoder import FollowerFrameDecoder, FrameDecoder, LeaderFrameDecoder
+from protocol.replication_encoder import encode, encode_append_header
 
 U16, U32, U64 = 2**16 - 1, 2**32 - 1, 2**64 - 1
 

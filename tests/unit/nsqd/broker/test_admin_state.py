@@ -22,8 +22,9 @@ from nsqd.broker.admin_state import (
 )
 from nsqd.broker.persistence import METADATA_FILE
 from nsqd.core.partition_state import Placement, Role
-from protocol.replication import Admin, ChannelAdmin, encode
+from protocol.replication import Admin, ChannelAdmin
 from protocol.replication_decoder import LeaderFrameDecoder
+from protocol.replication_encoder import encode
 
 LEADER, FOLLOWER = "a:1", "b:1"
 

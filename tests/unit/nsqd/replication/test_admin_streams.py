@@ -33,9 +33,9 @@ from protocol.replication import (
     LeaderFrame,
     ReplicationErrorCode,
     Welcome,
-    encode,
 )
 from protocol.replication_decoder import FollowerFrameDecoder, LeaderFrameDecoder
+from protocol.replication_encoder import encode
 
 LEADER, FOLLOWER = "127.0.0.1:1", "127.0.0.1:2"
 

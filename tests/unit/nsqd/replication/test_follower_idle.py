@@ -21,8 +21,9 @@ from nsqd.core.partition_state import Placement, Role
 from nsqd.replication.follower import DOWN_HOLD, IDLE_TIMEOUT, WATCH_INTERVAL, Followers
 from nsqd.replication.frames import FrameReader, PeerClosed
 from pnsq._netio.cluster_link import ClusterLinks
-from protocol.replication import Admin, Hello, HighWatermark, Welcome, encode
+from protocol.replication import Admin, Hello, HighWatermark, Welcome
 from protocol.replication_decoder import FollowerFrameDecoder
+from protocol.replication_encoder import encode
 
 LEADER, FOLLOWER = "127.0.0.1:1", "127.0.0.1:2"
 

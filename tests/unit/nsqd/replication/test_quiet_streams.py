@@ -22,15 +22,9 @@ from nsqd.core.partition_state import Placement, Role
 from nsqd.replication.frames import FrameReader
 from nsqd.replication.leader import CURSOR_INTERVAL, HEARTBEAT, serve_follower
 from pnsq._netio.cluster_link import ClusterLinks
-from protocol.replication import (
-    FEATURE_NODE_BEAT,
-    Cursors,
-    Hello,
-    HighWatermark,
-    LeaderFrame,
-    encode,
-)
+from protocol.replication import FEATURE_NODE_BEAT, Cursors, Hello, HighWatermark, LeaderFrame
 from protocol.replication_decoder import LeaderFrameDecoder
+from protocol.replication_encoder import encode
 
 LEADER, FOLLOWER = "127.0.0.1:1", "127.0.0.1:2"
 
