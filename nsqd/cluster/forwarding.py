@@ -7,11 +7,12 @@ the producer's ``OK`` still means "stored by the partition's leader". Leaders co
 lookupd's ``GET /lookup?topic=&access=w`` (youzan's ``partitions`` map), cached for a second;
 one connection per leader is kept and reused, one publish at a time on it.
 
-That connection is the forwarding link (``"  F2"``, :mod:`protocol.cluster_links`), opened
-through :class:`~pnsq._netio.cluster_link.ClusterLinks`: over TLS when this node has a
-certificate, then, with a cluster secret, the handshake that proves it to the leader, which
-then takes the link as a trusted cluster node's (no AUTH asked: the publish was authorized
-here, where the client connected; docs/security.md). After that it speaks protocol V2.
+That connection is the forwarding link (``"  F2"``, :mod:`protocol.cluster_links`;
+:mod:`.leader_links`), opened through :class:`~pnsq._netio.cluster_link.ClusterLinks`: over TLS
+when this node has a certificate, then, with a cluster secret, the handshake that proves it to
+the leader, which then takes the link as a trusted cluster node's (no AUTH asked: the publish
+was authorized here, where the client connected; docs/security.md). After that it speaks
+protocol V2.
 
 A stock publish of a topic nobody has asks lookupd to create it (``--default-partitions``, the
 asking node leading its first partition), so two nodes publishing a new topic at once cannot
@@ -33,14 +34,12 @@ import trio
 
 from pnsq._netio.cluster_link import ClusterLinks
 from protocol import Dpub, Mpub, ProtocolError, Pub
-from protocol.client_frames import ErrorFrame, FrameDecoder, MessageFrame, Response
 from protocol.cluster_auth import http_headers
-from protocol.cluster_links import FORWARDING
 from protocol.encode import encode_command
 from protocol.lookup import ACCEPT_V1, unwrap
-from protocol.parser import NEED_DATA
 
 from ..broker import Broker
+from .leader_links import LeaderLinks
 
 log = logging.getLogger("nsqd.forward")
 
@@ -74,13 +73,6 @@ class _Leaders:
     next: int = 0
 
 
-@dataclass(slots=True)
-class _Peer:
-    stream: trio.abc.Stream
-    decoder: FrameDecoder = field(default_factory=FrameDecoder)
-    lock: trio.Lock = field(default_factory=trio.Lock)
-
-
 class Forwarder:
     """Forwards publishes for topics this node leads no partition of (see the module doc).
 
@@ -101,12 +93,11 @@ class Forwarder:
         links: ClusterLinks | None = None,
     ) -> None:
         self._lookupd_http = lookupd_http
-        self._links = links or ClusterLinks(self_id, monotonic, log)
+        self._links = LeaderLinks(links or ClusterLinks(self_id, monotonic, log), TIMEOUT)
         self._auth = http_headers(secret)
         self._monotonic = monotonic
         self._self_id = self_id
         self._leaders: dict[str, _Leaders] = {}
-        self._peers: dict[tuple[str, int], _Peer] = {}
         self._http: httpx.AsyncClient | None = None
 
     @property
@@ -304,7 +295,9 @@ class Forwarder:
         try:
             with trio.fail_after(TIMEOUT):
                 for command in commands:
-                    await self._exchange(address, command)
+                    refused = await self._links.exchange(address, command)
+                    if refused is not None:
+                        raise ForwardError(f"leader {address[0]}:{address[1]}: {refused}")
         except (
             OSError,
             trio.BrokenResourceError,
@@ -312,50 +305,10 @@ class Forwarder:
             trio.TooSlowError,
             ProtocolError,  # the link was refused (TLS, the credential), or not V2 framing
         ) as exc:
-            await self._drop(address)
+            await self._links.drop(address)
             self._leaders.pop(topic, None)
             reason = str(exc) or type(exc).__name__
             raise ForwardError(f"forwarding to {address[0]}:{address[1]}: {reason}") from exc
-
-    async def _exchange(self, address: tuple[str, int], command: bytes) -> None:
-        peer = await self._peer(address)
-        async with peer.lock:
-            await peer.stream.send_all(command)
-            while True:
-                frame = peer.decoder.next_frame()
-                if frame is NEED_DATA:
-                    data = await peer.stream.receive_some(65536)
-                    if not data:
-                        raise trio.BrokenResourceError("leader closed the connection")
-                    peer.decoder.receive_data(data)
-                    continue
-                if isinstance(frame, Response) and frame.data == b"_heartbeat_":
-                    await peer.stream.send_all(b"NOP\n")
-                    continue
-                if isinstance(frame, Response) and frame.data == b"OK":
-                    return
-                if isinstance(frame, ErrorFrame):
-                    if frame.fatal:
-                        await self._drop(address)
-                    raise ForwardError(f"leader {address[0]}:{address[1]}: {frame.text}")
-                assert not isinstance(frame, MessageFrame)  # nothing subscribes here
-                raise ForwardError(f"leader {address[0]}:{address[1]}: unexpected {frame!r}")
-
-    async def _peer(self, address: tuple[str, int]) -> _Peer:
-        peer = self._peers.get(address)
-        if peer is None:
-            host, port = address
-            node = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-            stream, rest = await self._links.dial(node, FORWARDING, TIMEOUT)
-            peer = self._peers[address] = _Peer(stream)
-            peer.decoder.receive_data(rest)
-            log.info("FORWARD: connected to leader %s:%d", *address)
-        return peer
-
-    async def _drop(self, address: tuple[str, int]) -> None:
-        peer = self._peers.pop(address, None)
-        if peer is not None:
-            await peer.stream.aclose()
 
     async def _lookup(self, topic: str) -> tuple[dict[int, tuple[str, int]], dict[int, str]]:
         addresses = list(self._lookupd_http())
@@ -388,8 +341,7 @@ class Forwarder:
 
     async def aclose(self) -> None:
         """Close the leader connections and the HTTP client."""
-        for address in list(self._peers):
-            await self._drop(address)
+        await self._links.aclose()
         if self._http is not None:
             await self._http.aclose()
 
