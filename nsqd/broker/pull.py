@@ -3,10 +3,9 @@
 The leases themselves are pure (:mod:`nsqd.core.leases`); this module takes the messages from
 the channel's cursors, waits for them (long poll), and makes an ack durable before it is
 answered: the FINs are in the channel's cursor on disk (its partition's checkpoint or cursor
-journal, :mod:`.journaling`) and, with followers, every in-sync follower's copy of the cursor
-holds its confirmed offset as it stands after the ack (past the batch unless an earlier message
-is still out or deferred: FINs above that offset reach the followers with the next cursor
-push). See ``docs/http-api.md``.
+journal, :mod:`.journaling`) and, with followers, every in-sync follower applied a state of the
+channel's cursor built after the FINs (:mod:`nsqd.core.cursor_frames`): it holds them whether
+or not the confirmed offset passed them. See ``docs/http-api.md``.
 
 A partition gives several batches at once (the acks of concurrent consumers share one sync
 pass), except where a batch must be its partition's only one (:func:`exclusive`).
@@ -98,7 +97,7 @@ class Puller:
             for partition, cursor in channel.iter_cursors()
             if channel.releasable(partition, cursor)
             and not leases.locked(
-                *names, partition.number, now_ns, exclusive=exclusive(partition, cursor)
+                *names, partition.number, now_ns, exclusive=exclusive(cursor)
             )
         ]
         self._rr += 1
@@ -145,7 +144,7 @@ class Puller:
             channel.name,
             partition.number,
             now_ns + lease_ns,
-            exclusive=exclusive(partition, cursor),
+            exclusive=exclusive(cursor),
         )
         cursor.start_flights(got, lease, lease.deadline_ns, now_ns)
         lease.offsets = tuple(m.offset for m in got)
@@ -205,13 +204,13 @@ class Puller:
         lease.state = LeaseState.ACKED
         partition.dirty = True
         channel.notify()  # an ordered partition's next messages, and the unlocked partition
-        confirmed = cursor.confirmed
+        replicated = partition.state.cursor_frames.mark(channel.name)  # a state with the FINs
         await self.broker.wait_durable()
         if not _checkpointed(partition, channel, lease.offsets):
             raise AckNotDurableError(self.broker.health_problem or "checkpoint not written")
         if partition.state.followers and not channel.ephemeral:
             try:
-                await self.broker.replication.wait_cursor(partition, channel.name, confirmed)
+                await self.broker.replication.wait_cursor(partition, channel.name, replicated)
             except NotLeaderError:
                 raise LeaderMovedError(lease.topic) from None
         return lease
@@ -238,12 +237,11 @@ class Puller:
         return lease
 
 
-def exclusive(partition: Partition, cursor: PartitionCursor) -> bool:
+def exclusive(cursor: PartitionCursor) -> bool:
     """Whether a batch of ``cursor`` must be its partition's only open one: on an ordered
-    channel (one run at a time, in order), and where the partition has in-sync followers (an
-    ack waits for them to hold the channel's confirmed offset, which only passes the batch if
-    no earlier batch is still out)."""
-    return cursor.ordered or bool(partition.state.followers)
+    channel (one run at a time, in order). A partition with in-sync followers gives several
+    at once too: an ack waits for them to hold its FINs, whatever is still out before it."""
+    return cursor.ordered
 
 
 def _as_run(offsets: tuple[int, ...]) -> Sequence[int]:

@@ -128,13 +128,15 @@ class ReplicationWaiters:
         watches.append((end, epoch, done))
         return None
 
-    async def wait_cursor(self, partition: Partition, channel: str, confirmed: int) -> None:
-        """Return once every in-sync follower holds ``channel``'s cursor in ``partition`` up
-        to ``confirmed`` (the state is pushed to them at once). Raises
-        :class:`NotLeaderError` if the node stops leading the partition first."""
+    async def wait_cursor(self, partition: Partition, channel: str, mark: dict[str, int]) -> None:
+        """Return once every in-sync follower applied a state of ``channel`` in ``partition``
+        built after ``mark`` was taken (:meth:`~nsqd.core.cursor_frames.CursorFrames.mark`;
+        the state is pushed to them at once). Raises :class:`NotLeaderError` if the node
+        stops leading the partition first."""
         state = partition.state
         epoch = state.epoch
-        while not state.cursor_replicated(channel, confirmed):
+        frames = state.cursor_frames
+        while not frames.applied_since(channel, mark, state.followers):
             if not state.leads or state.epoch != epoch:
                 raise NotLeaderError("leadership moved before the ack was replicated")
             partition.cursor_push.add(channel)

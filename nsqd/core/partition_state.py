@@ -17,6 +17,7 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from .cursor_frames import CursorFrames
 from .errors import NotLeaderError, PartitionNotFoundError, StaleEpochError
 
 __all__ = ["STANDALONE", "PartitionState", "Placement", "Role", "require_held"]
@@ -68,6 +69,9 @@ class PartitionState:
         #: channel -> follower -> the confirmed offset it holds of that channel (an ordered
         #: channel releases its next message only once every in-sync follower holds its FIN)
         self._cursor_acks: dict[str, dict[str, int]] = {}
+        #: the Cursors frames sent to each follower and which it applied (an HTTP consume
+        #: ack waits for a frame built after its FINs)
+        self.cursor_frames = CursorFrames()
         #: moves whenever the placement, the log end, the high-watermark or a follower's
         #: acknowledgement changes: what a leader's progress report reads is the same while
         #: it stands still (:mod:`nsqd.replication.progress` keeps a settled one by it)
@@ -123,6 +127,7 @@ class PartitionState:
             self._caught_up_at.clear()
             self._sent_to_end.clear()
             self._cursor_acks.clear()
+            self.cursor_frames.clear()
         self._placement = placement
         self._followers = _followers(placement)
         self._leads = placement.role is Role.LEADER

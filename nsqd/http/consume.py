@@ -2,12 +2,11 @@
 
 * ``POST /consume?topic=&channel=&max=&wait_ms=&lease_ms=`` — a batch of at most ``max``
   messages of ONE partition, leased to the batch's token until it is acked, nacked or its
-  lease ends (several batches of a partition may be out at once; ordered channels and
-  replicated partitions give one at a time: :func:`~nsqd.broker.pull.exclusive`); waits up to
+  lease ends (several batches of a partition may be out at once; ordered channels give one at
+  a time: :func:`~nsqd.broker.pull.exclusive`); waits up to
   ``wait_ms`` for messages;
 * ``POST /consume/ack?token=`` — FIN the batch; ``200 OK`` once that is on disk and every
-  in-sync follower holds the channel's confirmed offset after it (past the batch unless an
-  earlier message is still out or deferred: docs/http-api.md);
+  in-sync follower holds the FINs (docs/http-api.md);
 * ``POST /consume/nack?token=&delay_ms=`` — requeue the batch after ``delay_ms``.
 
 A node that leads none of the topic's partitions answers ``400 E_FAILED_ON_NOT_LEADER`` with

@@ -156,16 +156,17 @@ async def _serve(
     admin = bool(hello.features & FEATURE_ADMIN)
     if admin:
         partition.admin_acks[hello.node] = -1
+    number = state.cursor_frames.start(hello.node)
     try:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(_read_acks, broker, reader, topic, partition, hello.node)
+            nursery.start_soon(_read_acks, broker, reader, topic, partition, hello.node, number)
             await _stream(
                 broker,
                 stream,
                 topic,
                 partition,
                 start,
-                hello.node,
+                (hello.node, number),
                 admin=admin,
                 repair=bool(hello.features & FEATURE_REPAIR),
                 node_beat=bool(hello.features & FEATURE_NODE_BEAT),
@@ -194,7 +195,7 @@ async def _stream(
     topic: Topic,
     partition: Partition,
     at: int,
-    node: str,
+    to: tuple[str, int],
     *,
     admin: bool = False,
     repair: bool = False,
@@ -208,7 +209,10 @@ async def _stream(
     whenever it changed; an administrative change sends both at once, the cursors first, so
     the follower's AdminAck covers them. With ``repair`` (the follower answers RepairRequest)
     it is asked for its copy of the leader's damaged records. With ``node_beat`` (the follower
-    counts silence per leader node) the heartbeat goes only when nothing went to its node."""
+    counts silence per leader node) the heartbeat goes only when nothing went to its node.
+    ``to`` is the follower's node and the stream's number (:class:`~nsqd.core.cursor_frames.
+    CursorFrames`)."""
+    node = to[0]
     state = partition.state
     epoch = state.epoch
     clock = broker.clock
@@ -260,7 +264,7 @@ async def _stream(
         every = now >= next_cursors or changed  # ordered channels: at once, others every interval
         if every:
             next_cursors = now + CURSOR_INTERVAL / 2
-        for frame in _cursor_changes(topic, partition, epoch, cursors, every):
+        for frame in _cursor_changes(topic, partition, epoch, to, cursors, every):
             await stream.send_all(encode(frame))
         if admin and every:
             state_now = admin_frame(topic, epoch)
@@ -299,12 +303,14 @@ def _cursor_changes(
     topic: Topic,
     partition: Partition,
     epoch: int,
+    to: tuple[str, int],
     sent: dict[str, tuple[int, tuple[tuple[int, int], ...]]],
     every: bool,
 ) -> list[Cursors]:
     """Cursors frames for the channels whose state in ``partition`` changed since ``sent``
     (updated), and for the channels deleted since; unless ``every``, only the ordered channels
-    and those pushed (:attr:`Partition.cursor_push`)."""
+    and those pushed (:attr:`Partition.cursor_push`). Each state frame is counted as built
+    for the follower and stream ``to``, the moment it is built."""
     frames = []
     pushed, partition.cursor_push = partition.cursor_push, set()
     for name, channel in topic.channels.items():
@@ -316,6 +322,7 @@ def _cursor_changes(
         if sent.get(name) != now:
             sent[name] = now
             frames.append(Cursors(epoch, name, now[0], now[1]))
+            partition.state.cursor_frames.sent(to[0], name, to[1])
     for name in [n for n in sent if n not in topic.channels] if every else []:
         del sent[name]
         frames.append(Cursors(epoch, name, 0, (), deleted=True))
@@ -328,7 +335,9 @@ async def _read_acks(
     topic: Topic,
     partition: Partition,
     node: str,
+    number: int,
 ) -> None:
+    """Take the follower's answers on stream ``number`` to ``node`` (see :func:`_stream`)."""
     while True:
         frame = await reader.next()
         if isinstance(frame, Refuse):
@@ -347,6 +356,7 @@ async def _read_acks(
         if isinstance(frame, CursorsAck):
             if frame.epoch == partition.state.epoch:
                 partition.state.cursor_acked(node, frame.channel, frame.confirmed)
+                partition.state.cursor_frames.acked(node, frame.channel, number)
                 broker.replication.wake(partition, streams=False)  # HTTP consume acks look
                 channel = topic.channels.get(frame.channel)
                 if channel is not None and channel.ordered:

@@ -70,3 +70,66 @@ def test_acked_batches_are_not_delivered_again_after_a_failover(cluster: Cluster
     assert len(acked) == 60
     assert not set(acked) & set(seen)
     assert len(seen) == 41  # the 40 left and the one published after the failover
+
+
+def test_a_batch_acked_while_an_earlier_one_waits_is_not_delivered_again(
+    cluster: Cluster,
+) -> None:
+    """The ack of a batch above the confirmed offset (an earlier batch nacked with a delay,
+    waiting) returns only once the followers hold its FINs: kill -9 of the leader right after
+    it never brings the acknowledged batches back."""
+    leader, replica, _ = _create(cluster, "hcooo")
+    _publish(leader, "hcooo", [b"m%03d" % i for i in range(60)])
+    status, held = _post(leader, "/consume", topic="hcooo", channel="c", max=20)
+    assert status == 200
+    nacked = _post(leader, "/consume/nack", token=held["token"], delay_ms=60_000)
+    assert nacked == (200, b"OK")
+    acked: list[str] = []
+    for _ in range(2):
+        status, batch = _post(leader, "/consume", topic="hcooo", channel="c", max=20)
+        assert status == 200
+        assert batch["messages"][0]["offset"] >= 20  # past the waiting batch
+        assert _post(leader, "/consume/ack", token=batch["token"]) == (200, b"OK")
+        acked.extend(m["id"] for m in batch["messages"])
+    leader.kill()  # the waiting batch keeps the confirmed offset below the acked ones
+    wait_for(lambda: _try_publish(replica, "hcooo", b"after"), timeout=20, what="failover")
+    seen: list[str] = []
+    while True:
+        status, batch = _post(replica, "/consume", topic="hcooo", channel="c", max=50)
+        assert status == 200, batch
+        if batch["token"] is None:
+            break
+        seen.extend(m["id"] for m in batch["messages"])
+        assert _post(replica, "/consume/ack", token=batch["token"]) == (200, b"OK")
+    assert len(acked) == 40
+    assert not set(acked) & set(seen)
+    assert len(seen) == 1  # the one published after the failover (the nacked batch waits)
+
+
+def test_a_batch_acked_while_an_earlier_one_is_out_is_not_delivered_again(
+    cluster: Cluster,
+) -> None:
+    """A replicated partition gives several batches at once; the ack of a later one returns
+    only once the followers hold its FINs: kill -9 of the leader right after it brings back
+    the batch still out, never the acknowledged one."""
+    leader, replica, _ = _create(cluster, "hcout")
+    _publish(leader, "hcout", [b"m%03d" % i for i in range(60)])
+    status, held = _post(leader, "/consume", topic="hcout", channel="c", max=20)
+    assert status == 200
+    status, batch = _post(leader, "/consume", topic="hcout", channel="c", max=20)
+    assert status == 200
+    assert [m["offset"] for m in batch["messages"]] == list(range(20, 40))
+    assert _post(leader, "/consume/ack", token=batch["token"]) == (200, b"OK")
+    leader.kill()  # the held batch is out: the confirmed offset is still below the acked one
+    wait_for(lambda: _try_publish(replica, "hcout", b"after"), timeout=20, what="failover")
+    seen: list[str] = []
+    while True:
+        status, got = _post(replica, "/consume", topic="hcout", channel="c", max=50)
+        assert status == 200, got
+        if got["token"] is None:
+            break
+        seen.extend(m["id"] for m in got["messages"])
+        assert _post(replica, "/consume/ack", token=got["token"]) == (200, b"OK")
+    assert not {m["id"] for m in batch["messages"]} & set(seen)
+    assert set(seen) >= {m["id"] for m in held["messages"]}  # never acknowledged: again
+    assert len(seen) == 41  # the held 20, the 20 never taken, the one after the failover

@@ -158,3 +158,16 @@ def test_an_ordered_channel_waits_for_every_in_sync_follower_to_hold_its_fin() -
     state.apply(leader(isr=(A, C), epoch=2))  # a new epoch: acknowledged under the old one
     assert not state.cursor_replicated("c", 4)
     assert PartitionState(leader(isr=(A,))).cursor_replicated("c", 99)  # alone in sync
+
+
+def test_a_new_epoch_forgets_the_cursor_frames_the_followers_applied() -> None:
+    state = PartitionState(leader(isr=(A, B)), log_end=10)
+    stream = state.cursor_frames.start(B)
+    mark = state.cursor_frames.mark("c")
+    state.cursor_frames.sent(B, "c", stream)
+    state.cursor_frames.acked(B, "c", stream)
+    assert state.cursor_frames.applied_since("c", mark, state.followers)
+    state.apply(leader(isr=(A, B)))  # the same epoch: kept
+    assert state.cursor_frames.applied_since("c", mark, state.followers)
+    state.apply(leader(isr=(A, B), epoch=2))  # applied under the old leader's epoch
+    assert not state.cursor_frames.applied_since("c", mark, state.followers)
