@@ -96,9 +96,7 @@ class Puller:
             (partition, cursor)
             for partition, cursor in channel.iter_cursors()
             if channel.releasable(partition, cursor)
-            and not leases.locked(
-                *names, partition.number, now_ns, exclusive=exclusive(cursor)
-            )
+            and not leases.locked(*names, partition.number, now_ns, exclusive=exclusive(cursor))
         ]
         self._rr += 1
         count = len(served)

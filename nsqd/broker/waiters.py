@@ -54,6 +54,8 @@ class ReplicationWaiters:
         self.sent_to: dict[str, float] = {}
         #: per partition, the calls waiting for its high-watermark (:meth:`when_replicated`)
         self._watches: WeakKeyDictionary[Partition, deque[_Watch]] = WeakKeyDictionary()
+        #: per partition, the waiting streams' offers to send new records themselves
+        self._pushes: WeakKeyDictionary[Partition, set[Callable[[], bool]]] = WeakKeyDictionary()
 
     def _lot(self, partition: Partition) -> ParkingLot:
         lot = self._lots.get(partition)
@@ -63,15 +65,31 @@ class ReplicationWaiters:
 
     def appended(self, partition: Partition) -> None:
         """New records in ``partition``, or an ordered channel's state changed: wakes the
-        streams to its followers."""
+        streams to its followers, unless each of them sent the new records itself (see
+        :meth:`wait_data`)."""
         lot = self._data.get(partition)
-        if lot is not None:
-            lot.unpark_all()
+        if lot is None:
+            return
+        pushes = self._pushes.get(partition)
+        if pushes:
+            sent = [push() for push in list(pushes)]  # offered to every stream, none skipped
+            if all(sent) and len(sent) == len(lot):  # and no stream waits without a push
+                return
+        lot.unpark_all()
 
-    async def wait_data(self, partition: Partition, offset: int, *, look: bool = False) -> None:
+    async def wait_data(
+        self,
+        partition: Partition,
+        offset: int,
+        *,
+        look: bool = False,
+        push: Callable[[], bool] | None = None,
+    ) -> None:
         """Return once ``partition``'s log reaches past ``offset``, on a role change, or at
         the next tick (``look``) or the next tick of the partition's slot (otherwise): callers
-        re-check."""
+        re-check. With ``push``, records appended meanwhile are first offered to it, from the
+        appending task (:meth:`appended`): when it returns True (it sent them) the waiting
+        stream is not woken for them."""
         if partition.log.end_offset > offset:
             return
         lot = self._data.get(partition)
@@ -81,7 +99,17 @@ class ReplicationWaiters:
             self._given += 1
         if look:
             self._looking[partition] = None
-        await lot.park()
+        if push is None:
+            await lot.park()
+            return
+        pushes = self._pushes.get(partition)
+        if pushes is None:
+            pushes = self._pushes[partition] = set()
+        pushes.add(push)
+        try:
+            await lot.park()
+        finally:
+            pushes.discard(push)
 
     def tick(self) -> None:
         """Wake the streams due at this tick (see the class doc)."""

@@ -3,18 +3,11 @@
 The follower says who it is, which epoch it follows and where its log ends (``Hello``). A
 leader of that partition under an epoch at least the follower's answers with where the
 follower's log must be cut back to (its end for the follower's last epoch) and the
-high-watermark (``Welcome``), then streams ``Append`` batches from there, pipelined: it does
-not wait for an ``Ack`` before sending the next batch. Each ``Ack`` records the follower's
-progress in the partition state (moving the high-watermark when the follower is in sync).
-Idle, the leader sends the high-watermark when it changed, and as a heartbeat when nothing went
-to the follower for :data:`HEARTBEAT` seconds: to the follower's node on any of its streams
-when the follower counts silence per leader node (``FEATURE_NODE_BEAT``, :mod:`.follower`),
-else on this stream. It looks at the channels' state every :data:`CURSOR_INTERVAL` seconds, and
-a stream of a topic with no channel sleeps until the next heartbeat unless woken (records, a
-role change, a channel created, an administrative change). The broker's one timer wakes idle
-streams (:class:`~nsqd.broker.waiters.ReplicationWaiters`): no stream keeps a timeout of its
-own. A follower whose Hello carries ``FEATURE_ADMIN`` also gets the topic's administrative
-state (``Admin``) at the start and on every change, and its ``AdminAck`` is recorded in
+high-watermark (``Welcome``), then streams from there (:mod:`.stream`: ``Append`` batches,
+pipelined, the high-watermark, the channels' state). Each ``Ack`` records the follower's
+progress in the partition state (moving the high-watermark when the follower is in sync); each
+``CursorsAck`` the channel state it applied. A follower whose Hello carries ``FEATURE_ADMIN``
+also gets the topic's administrative state (``Admin``), and its ``AdminAck`` is recorded in
 ``Partition.admin_acks`` (an administrative change waits for it:
 :mod:`nsqd.broker.admin_state`). The stream ends when this node stops leading the partition,
 or its epoch moves on: a deposed leader has nothing to send.
@@ -37,51 +30,35 @@ from protocol.replication import (
     FEATURE_REPAIR,
     MAGIC,
     Ack,
-    Admin,
     AdminAck,
-    Cursors,
     CursorsAck,
     Error,
     FollowerFrame,
     Hello,
-    HighWatermark,
     Refuse,
     RepairRecords,
-    RepairRequest,
     ReplicationErrorCode,
     ReplicationProtocolError,
     Welcome,
 )
 from protocol.replication_decoder import FollowerFrameDecoder
-from protocol.replication_encoder import encode, encode_append_header
+from protocol.replication_encoder import encode
 
 from ..broker import Broker, StorageError, Topic
-from ..broker.admin_state import admin_frame
 from ..broker.copying import (
     Batch,
     end_for_epoch,
     follower_acked,
-    held_regions,
-    read_for_follower,
     repair_from_replica,
 )
 from ..broker.partition import Partition
-from ..broker.waiters import BEAT_TICKS, STREAM_TICK
 from ..core.errors import BrokerError
 from .auth import replica_refusal
 from .frames import FrameReader, PeerClosed
+from .stream import CATCHUP_RATE, FollowerStream
 
 log = logging.getLogger("nsqd.replication")
 
-CURSOR_INTERVAL = STREAM_TICK  # seconds between looks at the channels' state
-#: seconds without a frame to a follower node, on any of its streams, before a heartbeat
-HEARTBEAT = STREAM_TICK * BEAT_TICKS
-#: bytes per second a follower outside the in-sync set is fed by default (a new, moved or
-#: returning replica catching up must not starve the partition's publishers and in-sync
-#: followers); nsqd's ``--replica-move-rate``
-CATCHUP_RATE = 32 << 20
-BATCH_BYTES = 1 << 20  # about this much per Append
-MIN_CATCHUP_BATCH = 4096  # bytes: the smallest Append to a follower catching up
 HELLO_TIMEOUT = 10.0
 
 
@@ -160,18 +137,19 @@ async def _serve(
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_read_acks, broker, reader, topic, partition, hello.node, number)
-            await _stream(
+            await FollowerStream(
                 broker,
                 stream,
                 topic,
                 partition,
                 start,
-                (hello.node, number),
+                hello.node,
+                number,
                 admin=admin,
                 repair=bool(hello.features & FEATURE_REPAIR),
                 node_beat=bool(hello.features & FEATURE_NODE_BEAT),
                 catchup_rate=catchup_rate,
-            )
+            ).run()
             nursery.cancel_scope.cancel()
     finally:
         if admin:
@@ -187,146 +165,6 @@ def _led_partition(broker: Broker, hello: Hello) -> tuple[Topic | None, Partitio
     except BrokerError:
         return None, None
     return (topic, partition) if partition.state.leads else (None, None)
-
-
-async def _stream(
-    broker: Broker,
-    stream: trio.abc.Stream,
-    topic: Topic,
-    partition: Partition,
-    at: int,
-    to: tuple[str, int],
-    *,
-    admin: bool = False,
-    repair: bool = False,
-    node_beat: bool = False,
-    catchup_rate: float = CATCHUP_RATE,
-) -> None:
-    """Send what the follower lacks, as it comes, and the channels' state in the partition
-    (every :data:`CURSOR_INTERVAL` seconds when it changed), while this node leads under
-    one epoch and the topic is not deleted (its logs are closed then). With ``admin`` (the
-    follower takes Admin frames) the topic's administrative state follows the channels'
-    whenever it changed; an administrative change sends both at once, the cursors first, so
-    the follower's AdminAck covers them. With ``repair`` (the follower answers RepairRequest)
-    it is asked for its copy of the leader's damaged records. With ``node_beat`` (the follower
-    counts silence per leader node) the heartbeat goes only when nothing went to its node.
-    ``to`` is the follower's node and the stream's number (:class:`~nsqd.core.cursor_frames.
-    CursorFrames`)."""
-    node = to[0]
-    state = partition.state
-    epoch = state.epoch
-    clock = broker.clock
-    sent_to = broker.replication.sent_to  # the last frame to each follower node, any stream
-    sent_hw, sent_at = -1, clock.monotonic()  # this stream's last frame
-    cursors: dict[str, tuple[int, tuple[tuple[int, int], ...]]] = {}
-    next_cursors = 0.0
-    sent_admin: Admin | None = None
-    budget = CatchUpBudget(catchup_rate, clock.monotonic())
-    asked: set[int] = set()  # damaged regions this follower was asked for (first offsets)
-    first_batch = True
-    while state.leads and state.epoch == epoch and not topic.deleted:
-        for first, count in held_regions(partition) if repair else ():
-            if first not in asked and first + count <= at:  # sent to it: it may hold them
-                asked.add(first)
-                await stream.send_all(encode(RepairRequest(epoch, first, count)))
-        catching_up = node not in state.placement.isr
-        # catching up: batches of a tenth of a second's budget, so the rate holds for a log
-        # shorter than one full batch too
-        size = max(MIN_CATCHUP_BATCH, int(catchup_rate / 10)) if catching_up else BATCH_BYTES
-        batch = read_for_follower(
-            partition, at, min(size, BATCH_BYTES), as_written=not (first_batch or catching_up)
-        )
-        if batch.count:
-            first_batch = False
-            header = encode_append_header(
-                epoch, batch.base_offset, state.high_watermark, batch.count, len(batch.data)
-            )
-            await stream.send_all(header + batch.data)
-            at += batch.count
-            if at >= partition.log.end_offset:
-                state.sent_to_end(node, at)
-            sent_hw = state.high_watermark
-            sent_at = sent_to[node] = clock.monotonic()
-            if catching_up:  # at a bounded rate
-                await trio.sleep(budget.spend(len(batch.data), sent_at))
-            continue
-        now = clock.monotonic()
-        # the heartbeat: when nothing went to the follower's node, on any stream, for a
-        # heartbeat interval (a node following thousands of partitions from here gets one,
-        # not one per partition), or on this stream, to a follower that counts silence per
-        # stream; woken by the ticks, each wake-up a little late, the next one on time
-        last = sent_to.get(node, sent_at) if node_beat else sent_at
-        if state.high_watermark != sent_hw or now - last >= HEARTBEAT - CURSOR_INTERVAL:
-            sent_hw, sent_at = state.high_watermark, now
-            sent_to[node] = now
-            await stream.send_all(encode(HighWatermark(epoch, sent_hw)))
-        changed = admin and (sent_admin is None or sent_admin.version != topic.admin_version)
-        every = now >= next_cursors or changed  # ordered channels: at once, others every interval
-        if every:
-            next_cursors = now + CURSOR_INTERVAL / 2
-        for frame in _cursor_changes(topic, partition, epoch, to, cursors, every):
-            await stream.send_all(encode(frame))
-        if admin and every:
-            state_now = admin_frame(topic, epoch)
-            if state_now != sent_admin:
-                sent_admin = state_now
-                await stream.send_all(encode(state_now))
-        # nothing but the heartbeat to send until woken (records, a role change, a channel
-        # created, an admin change) while the topic has no channel and none was sent: a
-        # node holding thousands of such partitions wakes each once a heartbeat, not every tick
-        quiet = not topic.channels and not cursors and not (repair and held_regions(partition))
-        await broker.replication.wait_data(partition, at, look=not quiet)
-    log.info(
-        "REPLICATION(%s/%d): %s: stream ends",
-        topic.name,
-        partition.number,
-        "topic deleted" if topic.deleted else f"no longer leading under epoch {epoch}",
-    )
-
-
-class CatchUpBudget:
-    """A token bucket of ``rate`` bytes per second (one second of burst)."""
-
-    def __init__(self, rate: float, now: float) -> None:
-        self.rate = rate
-        self.tokens = rate
-        self.at = now
-
-    def spend(self, size: int, now: float) -> float:
-        """Take ``size`` bytes; returns the seconds to wait before sending more."""
-        self.tokens = min(self.rate, self.tokens + (now - self.at) * self.rate) - size
-        self.at = now
-        return max(0.0, -self.tokens / self.rate)
-
-
-def _cursor_changes(
-    topic: Topic,
-    partition: Partition,
-    epoch: int,
-    to: tuple[str, int],
-    sent: dict[str, tuple[int, tuple[tuple[int, int], ...]]],
-    every: bool,
-) -> list[Cursors]:
-    """Cursors frames for the channels whose state in ``partition`` changed since ``sent``
-    (updated), and for the channels deleted since; unless ``every``, only the ordered channels
-    and those pushed (:attr:`Partition.cursor_push`). Each state frame is counted as built
-    for the follower and stream ``to``, the moment it is built."""
-    frames = []
-    pushed, partition.cursor_push = partition.cursor_push, set()
-    for name, channel in topic.channels.items():
-        cursor = channel.cursors.get(partition.number)
-        urgent = cursor is not None and (cursor.ordered or name in pushed)
-        if channel.ephemeral or cursor is None or not (every or urgent):
-            continue
-        now = cursor.replica_state()
-        if sent.get(name) != now:
-            sent[name] = now
-            frames.append(Cursors(epoch, name, now[0], now[1]))
-            partition.state.cursor_frames.sent(to[0], name, to[1])
-    for name in [n for n in sent if n not in topic.channels] if every else []:
-        del sent[name]
-        frames.append(Cursors(epoch, name, 0, (), deleted=True))
-    return frames
 
 
 async def _read_acks(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nsqd.replication.leader import CatchUpBudget
+from nsqd.replication.stream import CatchUpBudget
 
 
 def test_a_burst_of_one_second_then_the_rate() -> None:

@@ -14,13 +14,14 @@ import pytest
 import trio
 import trio.testing
 
-import nsqd.replication.leader as leader_module
+import nsqd.replication.stream as stream_module
 from nsqd.broker import Broker, BrokerConfig, open_broker
 from nsqd.broker.clock import VirtualClock
 from nsqd.broker.waiters import STREAM_TICK
 from nsqd.core.partition_state import Placement, Role
 from nsqd.replication.frames import FrameReader
-from nsqd.replication.leader import CURSOR_INTERVAL, HEARTBEAT, serve_follower
+from nsqd.replication.leader import serve_follower
+from nsqd.replication.stream import CURSOR_INTERVAL, HEARTBEAT
 from pnsq._netio.cluster_link import ClusterLinks
 from protocol.replication import FEATURE_NODE_BEAT, Cursors, Hello, HighWatermark, LeaderFrame
 from protocol.replication_decoder import LeaderFrameDecoder
@@ -67,14 +68,14 @@ async def test_a_stream_of_a_topic_without_channels_wakes_once_a_heartbeat(
     tmp_path: Path, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     looks = 0
-    real = leader_module._cursor_changes
+    real = stream_module._cursor_changes
 
     def counted(*args: object, **kwargs: object) -> list[Cursors]:
         nonlocal looks
         looks += 1
         return real(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(leader_module, "_cursor_changes", counted)
+    monkeypatch.setattr(stream_module, "_cursor_changes", counted)
     async with open_broker(BrokerConfig(data_path=tmp_path), VirtualClock()) as broker:
         seen = await _follow(broker, 10.0)
     beats = [at for at, frame in seen if isinstance(frame, HighWatermark)]
