@@ -207,8 +207,10 @@ class Puller:
         if not _checkpointed(partition, channel, lease.offsets):
             raise AckNotDurableError(self.broker.health_problem or "checkpoint not written")
         if partition.state.followers and not channel.ephemeral:
+            wait = self.broker.replication.wait_cursor
             try:
-                await self.broker.replication.wait_cursor(partition, channel.name, replicated)
+                if not await wait(partition, channel.name, replicated, lambda: channel.deleted):
+                    raise LeaseEndedError(token)  # the channel was deleted meanwhile
             except NotLeaderError:
                 raise LeaderMovedError(lease.topic) from None
         return lease

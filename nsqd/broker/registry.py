@@ -228,6 +228,7 @@ class TopicRegistry:
                 partition.topic_start = partition.log.end_offset
         for partition in topic.partitions:
             partition.dirty = True
+            self.replication.wake(partition, streams=False)  # its acks waiting for followers
         self.syncs.request(metadata=True)
         self.changes.notify()
         if topic.ephemeral and not topic.channels and not topic.deleted:
@@ -243,6 +244,7 @@ class TopicRegistry:
                 scope.cancel()
         for partition in topic.partitions:
             partition.log.close()
+            self.replication.wake(partition, streams=False)  # its acks waiting for followers
         self.syncs.metadata_dirty = True
         self.changes.notify()
 

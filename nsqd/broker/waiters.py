@@ -156,20 +156,27 @@ class ReplicationWaiters:
         watches.append((end, epoch, done))
         return None
 
-    async def wait_cursor(self, partition: Partition, channel: str, mark: dict[str, int]) -> None:
-        """Return once every in-sync follower applied a state of ``channel`` in ``partition``
-        built after ``mark`` was taken (:meth:`~nsqd.core.cursor_frames.CursorFrames.mark`;
-        the state is pushed to them at once). Raises :class:`NotLeaderError` if the node
-        stops leading the partition first."""
+    async def wait_cursor(
+        self, partition: Partition, channel: str, mark: dict[str, int], gone: Callable[[], bool]
+    ) -> bool:
+        """Return True once every in-sync follower applied a state of ``channel`` in
+        ``partition`` built after ``mark`` was taken
+        (:meth:`~nsqd.core.cursor_frames.CursorFrames.mark`; the state is pushed to them at
+        once), False once ``gone()`` says the channel was deleted meanwhile (its deletion
+        wakes the wait: :meth:`wake`). Raises :class:`NotLeaderError` if the node stops leading
+        the partition first."""
         state = partition.state
         epoch = state.epoch
         frames = state.cursor_frames
         while not frames.applied_since(channel, mark, state.followers):
+            if gone():
+                return False
             if not state.leads or state.epoch != epoch:
                 raise NotLeaderError("leadership moved before the ack was replicated")
             partition.cursor_push.add(channel)
             self.appended(partition)
             await self._lot(partition).park()
+        return True
 
     async def wait_change(self, partition: Partition) -> None:
         """Return at the next :meth:`wake` of ``partition`` (a follower's acknowledgement, a

@@ -17,6 +17,7 @@ from nsqd.broker.journaling import Disk
 from nsqd.broker.partition import Partition
 from nsqd.broker.persistence import load_state
 from nsqd.broker.pull import Batch, Puller
+from nsqd.core.leases import LeaseEndedError
 from nsqd.core.partition_state import Placement, Role
 
 LEASE_NS = 1_000_000_000
@@ -204,3 +205,40 @@ async def test_out_of_order_acks_are_saved_as_runs_and_restored_after_a_restart(
         topic = broker.get_topic("t")
         again = puller.take(topic, topic.channels["c"], 1000, LONG_NS)
         assert _offsets(again) == list(range(10))
+
+
+async def test_an_ack_waiting_for_the_followers_ends_when_its_channel_is_deleted(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """A follower that never answers holds a replicated ack; deleting the channel ends the wait
+    (the lease ended with its channel), not the next request's timeout."""
+    clock = VirtualClock()
+    async with open_broker(BrokerConfig(data_path=tmp_path), clock) as broker:
+        puller = Puller(broker)
+        topic, channel = _setup(broker, clock, 3)
+        partition = topic.partition(0)
+        me = partition.state.placement.leader
+        partition.state.apply(Placement(Role.LEADER, 2, me, (me, "b:1"), (me, "b:1")))
+        batch = puller.take(topic, channel, 3, LONG_NS)
+        assert batch is not None
+        outcome: list[object] = []
+
+        async def ack() -> None:
+            try:
+                await puller.ack(batch.lease.token)
+                outcome.append("acked")
+            except LeaseEndedError as exc:
+                outcome.append(exc)
+
+        with trio.fail_after(60):  # virtual seconds: a wait the deletion does not end fails
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(ack)
+                while "c" not in partition.cursor_push:  # on disk, now waiting for the follower
+                    await trio.sleep(0.01)
+                await trio.sleep(5)
+                assert outcome == []  # the follower never answers
+                started = trio.current_time()
+                broker.delete_channel(topic, "c")
+        assert trio.current_time() == started  # at once
+        assert len(outcome) == 1
+        assert isinstance(outcome[0], LeaseEndedError)
