@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from tests.daemons import Daemon
 from tests.integration.lookupd_helpers import lookup, post, wait_for
 from tests.integration.test_failover import (
     Cluster,
@@ -46,6 +47,19 @@ def test_a_node_leading_none_of_the_partitions_names_the_leaders(cluster: Cluste
     assert len(reply["messages"]) == 1
 
 
+def _consume_all(node: Daemon, topic: str) -> list[str]:
+    """Consume and ack channel ``c`` of ``topic`` on ``node`` until it gives nothing more; the
+    ids given."""
+    seen: list[str] = []
+    while True:
+        status, batch = _post(node, "/consume", topic=topic, channel="c", max=50)
+        assert status == 200, batch
+        if batch["token"] is None:
+            return seen
+        seen.extend(m["id"] for m in batch["messages"])
+        assert _post(node, "/consume/ack", token=batch["token"]) == (200, b"OK")
+
+
 def test_acked_batches_are_not_delivered_again_after_a_failover(cluster: Cluster) -> None:
     leader, replica, _ = _create(cluster, "hcfo")
     _publish(leader, "hcfo", [b"m%03d" % i for i in range(100)])
@@ -59,14 +73,7 @@ def test_acked_batches_are_not_delivered_again_after_a_failover(cluster: Cluster
     killed = time.monotonic()
     wait_for(lambda: _try_publish(replica, "hcfo", b"after"), timeout=20, what="failover")
     print(f"writable again {time.monotonic() - killed:.2f} s after kill -9")
-    seen: list[str] = []
-    while True:
-        status, batch = _post(replica, "/consume", topic="hcfo", channel="c", max=50)
-        assert status == 200, batch
-        if batch["token"] is None:
-            break
-        seen.extend(m["id"] for m in batch["messages"])
-        assert _post(replica, "/consume/ack", token=batch["token"]) == (200, b"OK")
+    seen = _consume_all(replica, "hcfo")
     assert len(acked) == 60
     assert not set(acked) & set(seen)
     assert len(seen) == 41  # the 40 left and the one published after the failover
@@ -93,14 +100,7 @@ def test_a_batch_acked_while_an_earlier_one_waits_is_not_delivered_again(
         acked.extend(m["id"] for m in batch["messages"])
     leader.kill()  # the waiting batch keeps the confirmed offset below the acked ones
     wait_for(lambda: _try_publish(replica, "hcooo", b"after"), timeout=20, what="failover")
-    seen: list[str] = []
-    while True:
-        status, batch = _post(replica, "/consume", topic="hcooo", channel="c", max=50)
-        assert status == 200, batch
-        if batch["token"] is None:
-            break
-        seen.extend(m["id"] for m in batch["messages"])
-        assert _post(replica, "/consume/ack", token=batch["token"]) == (200, b"OK")
+    seen = _consume_all(replica, "hcooo")
     assert len(acked) == 40
     assert not set(acked) & set(seen)
     assert len(seen) == 1  # the one published after the failover (the nacked batch waits)
@@ -122,14 +122,7 @@ def test_a_batch_acked_while_an_earlier_one_is_out_is_not_delivered_again(
     assert _post(leader, "/consume/ack", token=batch["token"]) == (200, b"OK")
     leader.kill()  # the held batch is out: the confirmed offset is still below the acked one
     wait_for(lambda: _try_publish(replica, "hcout", b"after"), timeout=20, what="failover")
-    seen: list[str] = []
-    while True:
-        status, got = _post(replica, "/consume", topic="hcout", channel="c", max=50)
-        assert status == 200, got
-        if got["token"] is None:
-            break
-        seen.extend(m["id"] for m in got["messages"])
-        assert _post(replica, "/consume/ack", token=got["token"]) == (200, b"OK")
+    seen = _consume_all(replica, "hcout")
     assert not {m["id"] for m in batch["messages"]} & set(seen)
     assert set(seen) >= {m["id"] for m in held["messages"]}  # never acknowledged: again
     assert len(seen) == 41  # the held 20, the 20 never taken, the one after the failover
