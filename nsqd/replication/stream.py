@@ -107,6 +107,11 @@ class FollowerStream:
         self._rest: memoryview | None = None  # an Append frame a push did not send whole
         self._sent_hw = -1  # the high-watermark the follower was last sent
         self._sent_at = broker.clock.monotonic()  # this stream's last frame
+        self._cursors: dict[str, _SentState] = {}  # each channel's state as last sent
+        self._next_cursors = 0.0  # when the next look at every channel is due
+        self._sent_admin: Admin | None = None  # the administrative state last sent
+        self._budget = CatchUpBudget(catchup_rate, broker.clock.monotonic())
+        self._asked: set[int] = set()  # damaged regions asked for (their first offsets)
 
     def _current(self) -> bool:
         state = self._partition.state
@@ -114,83 +119,94 @@ class FollowerStream:
 
     async def run(self) -> None:
         """Send until this node no longer leads the partition under the stream's epoch."""
-        broker, stream, partition, node = self._broker, self._stream, self._partition, self._node
-        state, epoch, topic, clock = partition.state, self._epoch, self._topic, broker.clock
-        sent_to = broker.replication.sent_to  # the last frame to each follower node, any stream
-        cursors: dict[str, _SentState] = {}
-        next_cursors = 0.0
-        sent_admin: Admin | None = None
-        budget = CatchUpBudget(self._catchup_rate, clock.monotonic())
-        asked: set[int] = set()  # damaged regions this follower was asked for (first offsets)
+        partition, topic = self._partition, self._topic
         while self._current():
             if self._rest is not None:  # the part of a pushed Append the socket did not take
                 rest, self._rest = self._rest, None
-                await stream.send_all(rest)
-            for first, count in held_regions(partition) if self._repair else ():
-                if first not in asked and first + count <= self.at:  # sent to it: it may hold them
-                    asked.add(first)
-                    await stream.send_all(encode(RepairRequest(epoch, first, count)))
-            catching_up = node not in state.placement.isr
-            # catching up: batches of a tenth of a second's budget, so the rate holds for a log
-            # shorter than one full batch too
-            rate = self._catchup_rate
-            size = max(MIN_CATCHUP_BATCH, int(rate / 10)) if catching_up else BATCH_BYTES
-            # the first batch is read again from the log: bytes that rotted on disk, which
-            # the follower refused before it reconnected, are not sent again as they are
-            as_written = not (self._first_batch or catching_up)
-            batch = read_for_follower(
-                partition, self.at, min(size, BATCH_BYTES), as_written=as_written
-            )
-            if batch.count:
-                self._first_batch = False
-                await stream.send_all(self._append_frame(batch))
-                self._sent(batch)
-                if catching_up:  # at a bounded rate
-                    await trio.sleep(budget.spend(len(batch.data), self._sent_at))
+                await self._stream.send_all(rest)
+            await self._ask_for_repairs()
+            if await self._send_records():
                 continue
-            now = clock.monotonic()
-            # the heartbeat: when nothing went to the follower's node, on any stream, for a
-            # heartbeat interval (a node following thousands of partitions from here gets one,
-            # not one per partition), or on this stream, to a follower that counts silence per
-            # stream; woken by the ticks, each wake-up a little late, the next one on time
-            last = sent_to.get(node, self._sent_at) if self._node_beat else self._sent_at
-            if state.high_watermark != self._sent_hw or now - last >= HEARTBEAT - CURSOR_INTERVAL:
-                self._sent_hw, self._sent_at = state.high_watermark, now
-                sent_to[node] = now
-                await stream.send_all(encode(HighWatermark(epoch, self._sent_hw)))
-            admin = self._admin
-            changed = admin and (sent_admin is None or sent_admin.version != topic.admin_version)
-            every = (
-                now >= next_cursors or changed
-            )  # ordered channels: at once, others every interval
-            if every:
-                next_cursors = now + CURSOR_INTERVAL / 2
-            for frame in _cursor_changes(
-                topic, partition, epoch, (node, self._number), cursors, every
-            ):
-                await stream.send_all(encode(frame))
-            if admin and every:
-                state_now = admin_frame(topic, epoch)
-                if state_now != sent_admin:
-                    sent_admin = state_now
-                    await stream.send_all(encode(state_now))
+            await self._send_state()
             # nothing but the heartbeat to send until woken (records, a role change, a channel
             # created, an admin change) while the topic has no channel and none was sent: a
             # node holding thousands of such partitions wakes each once a heartbeat, not every
             # tick
             quiet = (
                 not topic.channels
-                and not cursors
+                and not self._cursors
                 and not (self._repair and held_regions(partition))
             )
             push = self.push_appended if self._plain is not None else None
-            await broker.replication.wait_data(partition, self.at, look=not quiet, push=push)
+            await self._broker.replication.wait_data(partition, self.at, look=not quiet, push=push)
         log.info(
             "REPLICATION(%s/%d): %s: stream ends",
             topic.name,
             partition.number,
-            "topic deleted" if topic.deleted else f"no longer leading under epoch {epoch}",
+            "topic deleted" if topic.deleted else f"no longer leading under epoch {self._epoch}",
         )
+
+    async def _ask_for_repairs(self) -> None:
+        """Ask the follower for its copy of each damaged region of the log it may hold (one
+        sent to it), once."""
+        if not self._repair:
+            return
+        for first, count in held_regions(self._partition):
+            if first not in self._asked and first + count <= self.at:
+                self._asked.add(first)
+                await self._stream.send_all(encode(RepairRequest(self._epoch, first, count)))
+
+    async def _send_records(self) -> bool:
+        """Send the next batch the follower lacks, if any (whether it did)."""
+        partition = self._partition
+        catching_up = self._node not in partition.state.placement.isr
+        # catching up: batches of a tenth of a second's budget, so the rate holds for a log
+        # shorter than one full batch too
+        rate = self._catchup_rate
+        size = max(MIN_CATCHUP_BATCH, int(rate / 10)) if catching_up else BATCH_BYTES
+        # the first batch is read again from the log: bytes that rotted on disk, which the
+        # follower refused before it reconnected, are not sent again as they are
+        as_written = not (self._first_batch or catching_up)
+        batch = read_for_follower(partition, self.at, min(size, BATCH_BYTES), as_written=as_written)
+        if not batch.count:
+            return False
+        self._first_batch = False
+        await self._stream.send_all(self._append_frame(batch))
+        self._sent(batch)
+        if catching_up:  # at a bounded rate
+            await trio.sleep(self._budget.spend(len(batch.data), self._sent_at))
+        return True
+
+    async def _send_state(self) -> None:
+        """With no records to send: the high-watermark (when it changed, or as the heartbeat),
+        the channels' changed state, the topic's administrative state."""
+        stream, epoch, topic, node = self._stream, self._epoch, self._topic, self._node
+        high_watermark = self._partition.state.high_watermark
+        sent_to = self._broker.replication.sent_to
+        now = self._broker.clock.monotonic()
+        # the heartbeat: when nothing went to the follower's node, on any stream, for a
+        # heartbeat interval (a node following thousands of partitions from here gets one,
+        # not one per partition), or on this stream, to a follower that counts silence per
+        # stream; woken by the ticks, each wake-up a little late, the next one on time
+        last = sent_to.get(node, self._sent_at) if self._node_beat else self._sent_at
+        if high_watermark != self._sent_hw or now - last >= HEARTBEAT - CURSOR_INTERVAL:
+            self._sent_hw, self._sent_at = high_watermark, now
+            sent_to[node] = now
+            await stream.send_all(encode(HighWatermark(epoch, high_watermark)))
+        admin, sent_admin = self._admin, self._sent_admin
+        changed = admin and (sent_admin is None or sent_admin.version != topic.admin_version)
+        # ordered (and pushed) channels at once, the others every interval
+        every = now >= self._next_cursors or changed
+        if every:
+            self._next_cursors = now + CURSOR_INTERVAL / 2
+        to = (node, self._number)
+        for frame in _cursor_changes(topic, self._partition, epoch, to, self._cursors, every):
+            await stream.send_all(encode(frame))
+        if admin and every:
+            state_now = admin_frame(topic, epoch)
+            if state_now != sent_admin:
+                self._sent_admin = state_now
+                await stream.send_all(encode(state_now))
 
     def push_appended(self) -> bool:
         """Send the records just appended from the calling (appending) task, while the stream's

@@ -52,8 +52,9 @@ def _crc(record: bytes | memoryview) -> int:
 def append_record(path: Path, generation: int, payload: bytes) -> int:
     """Append one record; durable on return (``fdatasync``, and the directory's fsync when this
     created the file). Returns the journal's size after it. Raises :class:`StorageError`."""
-    body = JOURNAL_RECORD.pack(len(payload), 0, generation)[_CRC_START:] + payload
-    record = JOURNAL_RECORD.pack(len(payload), _crc(body), generation) + payload
+    covered = JOURNAL_RECORD.pack(len(payload), 0, generation)[_CRC_START:]  # the generation
+    crc = int(_crc32c.crc32c(payload, _crc32c.crc32c(covered)))  # then the payload, uncopied
+    record = JOURNAL_RECORD.pack(len(payload), crc, generation) + payload
     try:
         created = not path.exists()
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | _O_CLOEXEC, 0o644)
