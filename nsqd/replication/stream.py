@@ -33,7 +33,7 @@ from pnsq._netio.plain_stream import PlainSocketStream
 from protocol.replication import Admin, Cursors, HighWatermark, RepairRequest
 from protocol.replication_encoder import encode, encode_append_header
 
-from ..broker import Broker, Topic
+from ..broker import Broker, StorageError, Topic
 from ..broker.admin_state import admin_frame
 from ..broker.copying import Batch, held_regions, read_for_follower
 from ..broker.partition import Partition
@@ -223,7 +223,10 @@ class FollowerStream:
             or (self._repair and held_regions(partition))
         ):
             return False
-        batch = read_for_follower(partition, self.at, BATCH_BYTES, as_written=True)
+        try:
+            batch = read_for_follower(partition, self.at, BATCH_BYTES, as_written=True)
+        except StorageError:
+            return False  # the task reads them again, and meets the error where it is handled
         if not batch.count:
             return False  # woken for something else than records (a channel's state)
         frame = self._append_frame(batch)

@@ -15,12 +15,15 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
+from typing import Any
 
+import pytest
 import trio
 import trio.testing
 
 import nsqd.replication.stream as stream_module
-from nsqd.broker import Broker, BrokerConfig, NewRecord, open_broker
+from nsqd.broker import Broker, BrokerConfig, NewRecord, StorageError, open_broker
+from nsqd.broker.copying import Batch
 from nsqd.core.partition_state import Placement, Role
 from nsqd.replication.frames import FrameReader
 from nsqd.replication.leader import serve_follower
@@ -112,22 +115,22 @@ async def _leading(
             nursery.cancel_scope.cancel()
 
 
-def _counting_runs(monkeypatch: object) -> Callable[[], int]:
+def _counting_runs(monkeypatch: pytest.MonkeyPatch) -> Callable[[], int]:
     """Count the times a stream's task looks for records to send (its loop turns)."""
     calls = 0
     real = stream_module.read_for_follower
 
-    def counted(*args: object, **kwargs: object) -> object:
+    def counted(*args: Any, **kwargs: Any) -> Batch:
         nonlocal calls
         calls += 1
-        return real(*args, **kwargs)  # type: ignore[arg-type]
+        return real(*args, **kwargs)
 
-    monkeypatch.setattr(stream_module, "read_for_follower", counted)  # type: ignore[attr-defined]
+    monkeypatch.setattr(stream_module, "read_for_follower", counted)
     return lambda: calls
 
 
 async def test_records_appended_while_the_stream_waits_are_in_the_socket_when_publish_returns(
-    tmp_path: Path, mock_clock: trio.testing.MockClock, monkeypatch: object
+    tmp_path: Path, mock_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     here, there = _socket_pair()
     async with _leading(tmp_path, {FOLLOWER: (here, there)}, (FOLLOWER,)) as (broker, followers):
@@ -179,3 +182,24 @@ async def test_a_stream_without_a_socket_of_its_own_still_wakes_beside_a_pushed_
         await trio.testing.wait_all_tasks_blocked()  # no tick comes: the clock stands still
         assert followers[OTHER].received == 11
         assert followers[FOLLOWER].received == 11
+
+
+async def test_a_push_that_cannot_read_the_records_leaves_them_to_the_task(
+    tmp_path: Path, mock_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The publish that appended them is not failed by the push's read: the task reads again
+    (where a read error is handled as it always was)."""
+    here, there = _socket_pair()
+    async with _leading(tmp_path, {FOLLOWER: (here, there)}, (FOLLOWER,)) as (broker, followers):
+        real = stream_module.read_for_follower
+        failures = [StorageError("read failed")]
+
+        def flaky(*args: Any, **kwargs: Any) -> Batch:
+            if failures:
+                raise failures.pop()
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(stream_module, "read_for_follower", flaky)
+        broker.publish("t", _records(10), 0)  # the push's read fails: no exception here
+        assert not failures
+        await followers[FOLLOWER].wait_for(11)
