@@ -36,6 +36,15 @@ def _setup(broker: Broker, clock: VirtualClock, count: int) -> tuple[Topic, Chan
     return topic, broker.get_or_create_channel(topic, "c")
 
 
+def _with_a_follower(topic: Topic) -> Partition:
+    """Partition 0 of ``topic``, led here (epoch 2) with an in-sync follower that never
+    answers."""
+    partition = topic.partition(0)
+    me = partition.state.placement.leader
+    partition.state.apply(Placement(Role.LEADER, 2, me, (me, "b:1"), (me, "b:1")))
+    return partition
+
+
 def _saved_cursor(tmp_path: Path) -> object:
     """The channel's cursor as a restart would read it (checkpoint and cursor journal)."""
     (directory,) = tmp_path.glob("topics/t-t/*/")
@@ -141,9 +150,7 @@ async def test_a_partition_with_in_sync_followers_gives_several_batches_at_once_
     async with open_broker(BrokerConfig(data_path=tmp_path), clock) as broker:
         puller = Puller(broker)
         topic, channel = _setup(broker, clock, 9)
-        partition = topic.partition(0)
-        me = partition.state.placement.leader
-        partition.state.apply(Placement(Role.LEADER, 2, me, (me, "b:1"), (me, "b:1")))
+        _with_a_follower(topic)
         first = puller.take(topic, channel, 3, LEASE_NS)
         second = puller.take(topic, channel, 3, LEASE_NS)
         assert first is not None
@@ -216,9 +223,7 @@ async def test_an_ack_waiting_for_the_followers_ends_when_its_channel_is_deleted
     async with open_broker(BrokerConfig(data_path=tmp_path), clock) as broker:
         puller = Puller(broker)
         topic, channel = _setup(broker, clock, 3)
-        partition = topic.partition(0)
-        me = partition.state.placement.leader
-        partition.state.apply(Placement(Role.LEADER, 2, me, (me, "b:1"), (me, "b:1")))
+        partition = _with_a_follower(topic)
         batch = puller.take(topic, channel, 3, LONG_NS)
         assert batch is not None
         outcome: list[object] = []
