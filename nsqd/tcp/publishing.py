@@ -2,8 +2,9 @@
 publishes.
 
 Consecutive PUBs are gathered and appended as one batch per (topic, partition) run, then
-acknowledged together (DESIGN.md §6); the session flushes them before any other command, so
-replies stay in command order. PUB_EXT / MPUB_EXT headers follow :mod:`protocol.ext`: stored
+acknowledged together (DESIGN.md §6); so are consecutive stock MPUBs (a run of their own: a
+refusal names its command). The session flushes them before any other command, so replies
+stay in command order. PUB_EXT / MPUB_EXT headers follow :mod:`protocol.ext`: stored
 with the message on ext topics, dropped on others when they hold only reserved ``##`` keys.
 
 In a pnsq cluster a stock PUB/MPUB/DPUB (no partition) for a topic this node leads no
@@ -17,14 +18,14 @@ lookupd reachable it is refused rather than created behind the cluster's back. B
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 
-from protocol import ClientError, ErrorCode, Pub, frames
+from protocol import ClientError, ErrorCode, Mpub, Pub, frames
 from protocol.ext import ext_not_supported, parse_json_header
 from protocol.tracing import traced_response
 
-from ..broker import BodyBatch, Broker, NewRecord, Record, ext_header, new_records
+from ..broker import BodyBatch, Broker, NewRecord, Record, ext_header, join_batches, new_records
 from ..cluster.forwarding import Forwarder
 from ..cluster.publishing import PublishPath
 from ..core.errors import BadPartitionError
@@ -32,6 +33,22 @@ from .delivery import raw_size
 from .errors import HANDLED_ERRORS, client_error_for
 from .output import OutputBuffer
 from .reactor import Taken
+
+#: the error code of a gathered publish's refusal, by its command
+_FAILED = {"PUB": ErrorCode.PUB_FAILED, "MPUB": ErrorCode.MPUB_FAILED}
+
+
+class _Gathered:
+    """Publishes gathered for one append to one target: consecutive single PUBs (an OK each)
+    or consecutive MPUBs (an OK each, for all its messages), never both: a refusal names its
+    command."""
+
+    __slots__ = ("batch", "key", "replies")
+
+    def __init__(self, key: tuple[str, int | None, str], batch: BodyBatch) -> None:
+        self.key = key  # topic, partition (None: the broker picks), PUB or MPUB
+        self.batch = batch
+        self.replies = 1
 
 
 def acknowledged(already: int) -> bytes:
@@ -51,9 +68,9 @@ class Publisher:
         self.output = output
         self.forwarder = forwarder
         self.path = PublishPath(broker, forwarder)
-        #: single PUBs not appended yet: per run of one (topic, partition), their bodies and
-        #: publish times (one batch: no object per message)
-        self._gathered: list[tuple[tuple[str, int | None], BodyBatch]] = []
+        #: PUBs and MPUBs not appended yet, in runs of one kind to one (topic, partition): their
+        #: bodies and publish times (one batch: no object per message)
+        self._gathered: list[_Gathered] = []
         self.pub_counts: dict[str, int] = {}  # messages published per topic (/stats producers)
         #: pnsq: the id of the producer this connection named in IDENTIFY (``pnsq_producer``):
         #: its numbered publishes are stored once however often they are retried
@@ -115,57 +132,93 @@ class Publisher:
         self.output.append(acknowledged(1) * already + frames.OK * (count - already))
 
     def gather(self, command: Pub) -> None:
-        key = (command.topic, command.partition)
+        """A single PUB, added to the gathered run when it continues it (same target, PUBs)."""
+        key = (command.topic, command.partition, "PUB")
         now = self.broker.clock.now_ns()
         gathered = self._gathered
-        if gathered and gathered[-1][0] == key:
-            batch = gathered[-1][1]
-            batch.bodies.append(command.body)
-            assert batch.timestamps is not None
-            batch.timestamps.append(now)
+        if gathered and gathered[-1].key == key:
+            run = gathered[-1]
+            run.batch.bodies.append(command.body)
+            assert run.batch.timestamps is not None
+            run.batch.timestamps.append(now)
+            run.replies += 1
         else:
-            gathered.append((key, BodyBatch(now, [command.body], 0, [now])))
+            gathered.append(_Gathered(key, BodyBatch(now, [command.body], 0, [now])))
+
+    def gather_mpub(self, command: Mpub) -> None:
+        """A stock MPUB (not numbered), added to the gathered run when it continues it (same
+        target, MPUBs): appended in one piece with it, as atomically as alone."""
+        key = (command.topic, command.partition, "MPUB")
+        batch = new_records(self.broker.clock.now_ns(), command.bodies)
+        gathered = self._gathered
+        if gathered and gathered[-1].key == key:
+            run = gathered[-1]
+            run.batch = join_batches([run.batch, batch])
+            run.replies += 1
+        else:
+            gathered.append(_Gathered(key, batch))
 
     async def flush(self) -> None:
-        """Append the gathered PUBs, one batch per (topic, partition) run, and ack them once
-        every run reached its in-sync replicas (the runs' waits overlap: one group commit);
-        or the run of numbered PUBs (gathered alone: one kind waits for the other)."""
+        """Append the gathered publishes, one batch per run, and ack them once every run
+        reached its in-sync replicas (the runs' waits overlap: one group commit); or the run
+        of numbered PUBs (gathered alone: one kind waits for the other)."""
         await self._flush_run()
         if not self._gathered:
             return
         gathered, self._gathered = self._gathered, []
-        stored: list[tuple[str, Sequence[Record], int]] = []  # topic, records (none: forwarded), n
+        stored: list[tuple[str, Sequence[Record]]] = []  # topic, records (none: forwarded)
         failure: Exception | None = None
-        for (topic, partition), entries in gathered:
-            # appended with the other connections' PUBs of this turn (one append), or forwarded
-            append = partial(self.broker.commits.publish, topic, entries, partition)
+        for run in gathered:
+            topic, partition, name = run.key
+            entries = run.batch
+            append: Callable[[], Awaitable[Sequence[Record]]]
+            if name == "PUB":  # with the other connections' PUBs of this turn (one append)
+                append = partial(self.broker.commits.publish, topic, entries, partition)
+            else:  # an MPUB is a batch already: appended at once
+                append = partial(self._append_now, topic, entries, partition)
             try:
                 records = await self.path.store(topic, partition, entries.bodies, append)
             except HANDLED_ERRORS as exc:
                 failure = exc
                 break
-            stored.append((topic, () if records is None else records, len(entries)))
+            stored.append((topic, () if records is None else records))
             self.pub_counts[topic] = self.pub_counts.get(topic, 0) + len(entries)
-        acked = 0
-        for topic, records, count in stored:  # the stored runs are acked once replicated
+        acked = 0  # the runs acknowledged
+        for topic, records in stored:  # the stored runs are acked once replicated
             try:
                 await self.path.replicated(topic, records, durable=False)
             except HANDLED_ERRORS as exc:
                 failure = exc
                 break
-            acked += count
+            acked += 1
         if acked and self.broker.durable_acks:
             await self.broker.wait_durable()  # one fsync for every run
-        self.output.append(frames.OK * acked)
+        self.output.append(frames.OK * sum(run.replies for run in gathered[:acked]))
         if failure is not None:
-            unanswered = sum(len(entries) for _, entries in gathered) - acked
-            raise self.failed(failure, unanswered) from failure
+            raise self._refused(failure, gathered[acked:]) from failure
 
-    def failed(self, failure: Exception, unanswered: int) -> ClientError:
-        """The error for ``unanswered`` gathered PUBs that ``failure`` stopped; when it leaves
-        the connection open, every one but the last (whose reply is the error raised) gets its
-        error reply queued here."""
-        error = client_error_for(failure, "PUB", ErrorCode.PUB_FAILED)
+    async def _append_now(
+        self, topic: str, entries: BodyBatch, partition: int | None
+    ) -> Sequence[Record]:
+        return self.broker.publish(topic, entries, partition)
+
+    def _refused(self, failure: Exception, runs: Sequence[_Gathered]) -> ClientError:
+        """The error for the gathered ``runs`` that ``failure`` stopped (:meth:`failed`, each
+        run's replies naming its command)."""
+        for run in runs[:-1]:
+            name = run.key[2]
+            error = client_error_for(failure, name, _FAILED[name])
+            if error.fatal:
+                return error
+            self.output.append(frames.encode_error(error.text) * run.replies)
+        last = runs[-1]
+        return self.failed(failure, last.replies, last.key[2])
+
+    def failed(self, failure: Exception, unanswered: int, name: str = "PUB") -> ClientError:
+        """The error for ``unanswered`` gathered publishes (``name``: PUB or MPUB) that
+        ``failure`` stopped; when it leaves the connection open, every one but the last (whose
+        reply is the error raised) gets its error reply queued here."""
+        error = client_error_for(failure, name, _FAILED[name])
         if not error.fatal:
             self.output.append(frames.encode_error(error.text) * (unanswered - 1))
         return error
@@ -173,34 +226,34 @@ class Publisher:
     # ------------------------------------------------------------ the publish reactor's side
 
     def take_gathered(self) -> Taken | None:
-        """The gathered PUBs, taken, when they go to one (topic, partition) that this node
-        appends and acknowledges without an fsync (:meth:`appends_here`); else None, leaving
-        them for :meth:`flush` (more than one target, a forwarded topic, fsync to wait for).
-        Numbered PUBs come with the producer and their first number."""
+        """The gathered publishes, taken, when they are one run to one (topic, partition) that
+        this node appends and acknowledges without an fsync (:meth:`appends_here`); else None,
+        leaving them for :meth:`flush` (more than one run, a forwarded topic, fsync to wait
+        for). Numbered PUBs come with the producer and their first number."""
         run = self._run
         if run is not None:
             topic, partition, first, batch = run
             if self.producer is None or not self.appends_here(topic, partition):
                 return None
             self._run = None
-            return topic, partition, batch, (self.producer, first)
+            return Taken(topic, partition, batch, (self.producer, first), len(batch), "PUB")
         gathered = self._gathered
         if len(gathered) != 1:
             return None
-        (topic, plain_partition), entries = gathered[0]
-        if not self.appends_here(topic, plain_partition):
+        only = gathered[0]
+        topic, partition_, name = only.key
+        if not self.appends_here(topic, partition_):
             return None
         self._gathered = []
-        return topic, plain_partition, entries, None
+        return Taken(topic, partition_, only.batch, None, only.replies, name)
 
     def put_back(self, taken: Taken) -> None:
         """Numbered PUBs :meth:`take_gathered` gave that were not appended: gathered again,
         for :meth:`flush` to judge."""
-        topic, partition, batch, numbering = taken
-        assert partition is not None
-        assert numbering is not None
+        assert taken.partition is not None
+        assert taken.numbering is not None
         assert not self.gathering
-        self._run = (topic, partition, numbering[1], batch)
+        self._run = (taken.topic, taken.partition, taken.numbering[1], taken.batch)
 
     def keeps_waiting(self) -> bool:
         """After :meth:`take_gathered` left the PUBs: whether this connection's PUBs will go
@@ -211,8 +264,7 @@ class Publisher:
             return self.producer is not None and self.broker.find_topic(self._run[0]) is not None
         if len(self._gathered) != 1:
             return False
-        (topic, _), _ = self._gathered[0]
-        return self.broker.find_topic(topic) is not None
+        return self.broker.find_topic(self._gathered[0].key[0]) is not None
 
     def appends_here(self, topic: str, partition: int | None) -> bool:
         """Whether a PUB of ``topic`` is appended here and acknowledged once its in-sync
@@ -227,22 +279,26 @@ class Publisher:
             return False
         return self.broker.publish_acks.without_fsync(topic)
 
-    def acked(self, topic: str, count: int) -> None:
-        """``count`` taken PUBs of ``topic`` are appended: queue their OKs."""
-        self.pub_counts[topic] = self.pub_counts.get(topic, 0) + count
-        self.output.append(frames.OK * count)
+    def acked(self, taken: Taken) -> None:
+        """The publishes ``taken`` are appended (and held by the in-sync followers): queue
+        their OKs."""
+        topic = taken.topic
+        self.pub_counts[topic] = self.pub_counts.get(topic, 0) + len(taken.batch)
+        self.output.append(frames.OK * taken.replies)
 
-    async def acked_once_replicated(
-        self, topic: str, records: Sequence[Record], count: int
-    ) -> None:
-        """``count`` taken PUBs of ``topic``, appended as (part of) ``records``, were handed
-        back before the in-sync followers held them: queue their OKs once they do; raises
-        the error for them if that cannot be (leadership moved)."""
+    def refused(self, failure: Exception, taken: Taken) -> ClientError:
+        """The error for the publishes ``taken`` that ``failure`` stopped (:meth:`failed`)."""
+        return self.failed(failure, taken.replies, taken.name)
+
+    async def acked_once_replicated(self, records: Sequence[Record], taken: Taken) -> None:
+        """The publishes ``taken``, appended as (part of) ``records``, were handed back before
+        the in-sync followers held them: queue their OKs once they do; raises the error for
+        them if that cannot be (leadership moved)."""
         try:
-            await self.path.replicated(topic, records, durable=False)
+            await self.path.replicated(taken.topic, records, durable=False)
         except HANDLED_ERRORS as exc:
-            raise self.failed(exc, count) from exc
-        self.acked(topic, count)
+            raise self.refused(exc, taken) from exc
+        self.acked(taken)
 
     async def publish(
         self,

@@ -1,4 +1,4 @@
-"""The publish reactor: connections that send single PUBs are served from one task.
+"""The publish reactor: connections that send single PUBs (or MPUBs) are served from one task.
 
 A client that waits for each PUB's reply costs the task-per-connection loop three steps of
 its task per message (woken to read, woken with the append's records, woken after the send)
@@ -9,8 +9,11 @@ those sockets, and for each turn in which some are readable it reads every one, 
 PUBs, appends each (topic, partition)'s PUBs of all of them with one ``Broker.publish``,
 queues their OKs and writes each reply straight to its socket. A producer's numbered PUBs
 (idempotent publishing) join that append when their numbers come next
-(``Broker.publish_runs``); a retry, a gap or a refusal is its own task's to judge. The
-parked command loops do not run at all while their clients only publish.
+(``Broker.publish_runs``); a retry, a gap or a refusal is its own task's to judge. Stock
+MPUBs are served the same way (an OK each, for all its messages; their messages stay together,
+in the append they join), so a producer that waits for each MPUB's reply, such as NSQ's
+bench_writer, costs no task wake-up per batch either. The parked command loops do not run at
+all while their clients only publish.
 
 PUBs to a partition with in-sync followers are appended the same way, and their OKs held until
 the partition's high-watermark passes them: the reactor asks the broker to call it then
@@ -60,7 +63,7 @@ import os
 import select
 import time
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import outcome
 import trio
@@ -73,17 +76,25 @@ MAX_EVENTS = 1024  # ready sockets taken per turn (the rest come with the next p
 DEFAULT_BUSY_POLL = 200e-6  # seconds: --busy-poll's default (see the module)
 
 
-#: PUBs a client read for one append: topic, partition (None: the broker picks), entries, and
-#: for a producer's numbered PUBs (idempotent publishing) its id and their first number
-Taken = tuple[str, int | None, BodyBatch, tuple[int, int] | None]
+class Taken(NamedTuple):
+    """The publishes a client read for one append (:meth:`~nsqd.tcp.publishing.Publisher.
+    take_gathered`): single PUBs, or MPUBs, to one target."""
+
+    topic: str
+    partition: int | None  # None: the broker picks
+    batch: BodyBatch  # every message, in the order read
+    #: a producer's numbered PUBs (idempotent publishing): its id and their first number
+    numbering: tuple[int, int] | None
+    replies: int  # the OKs they get: one per PUB, one per MPUB
+    name: str  # ``PUB`` or ``MPUB``: the command a refusal of theirs names
 
 
 #: a client's part of one append: its descriptor, the client, what it took
 _Share = tuple[int, "Client", Taken]
 
-#: a client whose OKs wait for the followers: the client, the topic, the append's records, its
-#: PUBs among them
-_Held = tuple["Client", str, Sequence[Record], int]
+#: a client whose OKs wait for the followers: the client, the append's records, its
+#: publishes among them
+_Held = tuple["Client", Sequence[Record], Taken]
 
 
 class Read(enum.Enum):
@@ -104,16 +115,17 @@ class Client(Protocol):
         """Read what its socket holds and parse it."""
         ...
 
-    def reactor_acked(self, topic: str, count: int) -> None:
-        """Its ``count`` PUBs of ``topic`` are appended: queue the replies."""
+    def reactor_acked(self, taken: Taken) -> None:
+        """Its publishes ``taken`` are appended (and held by the in-sync followers): queue
+        their replies."""
         ...
 
     def reactor_send(self) -> None:
         """Send the replies queued (without waiting: the rest is its writer task's)."""
         ...
 
-    def reactor_failed(self, failure: Exception, count: int) -> None:
-        """The append of its ``count`` PUBs failed with ``failure`` (its own copy)."""
+    def reactor_failed(self, failure: Exception, taken: Taken) -> None:
+        """The append of its publishes ``taken`` failed with ``failure`` (its own copy)."""
         ...
 
     def reactor_return(self, taken: Taken) -> None:
@@ -121,10 +133,10 @@ class Client(Protocol):
         next): its own task judges them."""
         ...
 
-    def reactor_unreplicated(self, topic: str, records: Sequence[Record], count: int) -> None:
-        """It is handed back while its ``count`` PUBs of ``topic``, appended as (part of)
-        ``records``, wait for the in-sync followers: its own task waits for them, then queues
-        their OKs, before anything else."""
+    def reactor_unreplicated(self, records: Sequence[Record], taken: Taken) -> None:
+        """It is handed back while its publishes ``taken``, appended as (part of) ``records``,
+        wait for the in-sync followers: its own task waits for them, then queues their OKs,
+        before anything else."""
         ...
 
     def reactor_raise(self, error: Exception) -> None:
@@ -237,7 +249,7 @@ class PublishReactor:
         client, task = self._parked[fd]
         held = self._forget(fd)
         if held is not None:
-            client.reactor_unreplicated(*held[1:])
+            client.reactor_unreplicated(held[1], held[2])
         trio.lowlevel.reschedule(task, outcome.Value(None))
 
     def deliver_first(self, consumer: Consumer) -> None:
@@ -266,7 +278,7 @@ class PublishReactor:
             if read is Read.HAND_OVER:
                 self._hand_over(fd)
                 continue
-            targets.setdefault((read[0], read[1]), []).append((fd, client, read))
+            targets.setdefault((read.topic, read.partition), []).append((fd, client, read))
         if not targets:
             return
         self.turns += 1
@@ -298,14 +310,14 @@ class PublishReactor:
         replicated: bool | Exception | None = True  # None: held for the followers
         held: list[_Share] = []
         try:
-            if all(taken[3] is None for _, _, taken in group):
-                batch = join_batches([t[2] for _, _, t in group])
+            if all(taken.numbering is None for _, _, taken in group):
+                batch = join_batches([taken.batch for _, _, taken in group])
                 records = self._broker.publish(topic, batch, partition)
             else:
-                runs = [(taken[2], taken[3]) for _, _, taken in group]
+                runs = [(taken.batch, taken.numbering) for _, _, taken in group]
                 admitted, records = self._broker.publish_runs(topic, partition, runs)
             replicated = self._broker.publish_acks.when_replicated(
-                topic, records, lambda failure: self._released(topic, held, failure)
+                topic, records, lambda failure: self._released(held, failure)
             )
         # As with the group commit: each publisher gets its own copy of the error to report
         # as if it had appended alone, and its own task goes on with it.
@@ -313,7 +325,7 @@ class PublishReactor:
             replicated = exc
         if isinstance(replicated, Exception):  # not appended, or appended under a lost lead
             for fd, client, taken in group:
-                client.reactor_failed(own_copy(replicated), len(taken[2]))
+                client.reactor_failed(own_copy(replicated), taken)
                 self._hand_over(fd)
             return
         if admitted is None or any(admitted):
@@ -323,25 +335,25 @@ class PublishReactor:
                 client.reactor_return(taken)
                 self._hand_over(fd)
             elif replicated is None:  # its OKs wait for the followers (:meth:`_released`)
-                self._held[fd] = (client, topic, records, len(taken[2]))
+                self._held[fd] = (client, records, taken)
                 held.append((fd, client, taken))
-            elif self._acked(fd, client, topic, len(taken[2])):
+            elif self._acked(fd, client, taken):
                 acked.append((fd, client, taken))
         if held:
             self.holds += 1
 
-    def _acked(self, fd: int, client: Client, topic: str, count: int) -> bool:
+    def _acked(self, fd: int, client: Client, taken: Taken) -> bool:
         """Queue ``client``'s OKs; False when that failed (it is handed back)."""
-        self.publishes += count
+        self.publishes += taken.replies
         try:
-            client.reactor_acked(topic, count)
+            client.reactor_acked(taken)
         except Exception as exc:  # noqa: BLE001 -- raised by the connection's own task
             client.reactor_raise(exc)
             self._hand_over(fd)
             return False
         return True
 
-    def _released(self, topic: str, held: list[_Share], failure: Exception | None) -> None:
+    def _released(self, held: list[_Share], failure: Exception | None) -> None:
         """The followers hold the append ``held`` waited for (``failure``: they never will,
         the node no longer leads under its epoch): each publisher still held gets its OKs,
         sent now, and is polled again, or its own copy of the error and goes back to its
@@ -355,9 +367,9 @@ class PublishReactor:
                 self._muted.discard(fd)
                 self._epoll.register(fd, select.EPOLLIN)
             if failure is not None:
-                client.reactor_failed(own_copy(failure), len(taken[2]))
+                client.reactor_failed(own_copy(failure), taken)
                 self._hand_over(fd)
-            elif self._acked(fd, client, topic, len(taken[2])):
+            elif self._acked(fd, client, taken):
                 try:
                     client.reactor_send()
                 except Exception as exc:  # noqa: BLE001 -- raised by the connection's task

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from pnsq._netio.plain_stream import PlainSocketStream
-from protocol import NEED_DATA, CommandParser, Pub
+from protocol import NEED_DATA, CommandParser, Mpub, Pub
 
 from ..broker import Record
 from ..broker.clock import Clock
@@ -36,11 +36,13 @@ class ReactorSide:
     """What the reactor calls on a connection, and what it leaves for the command loop.
 
     Attributes:
-        publishes: the connection published a single PUB: the reactor may serve it from now on.
+        publishes: the connection published a single PUB or a stock MPUB: the reactor may
+            serve it from now on.
         declined: its PUBs had to wait (followers, fsync, a forward): its own task serves it.
         handed: what the reactor left for the command loop: a command, or an error to raise.
-        unreplicated: PUBs the reactor appended and handed back before their followers held
-            them (topic, records, count): the command loop waits for them first.
+        unreplicated: publishes the reactor appended and handed back before their followers
+            held them (the append's records, the publishes): the command loop waits for them
+            first.
         at_eof: the reactor read the peer's EOF.
         last_read: when the client last sent bytes (the command loop's reads count too): the
             connection's read deadline runs from it.
@@ -67,7 +69,7 @@ class ReactorSide:
         self.publishes = False
         self.declined = False
         self.handed: object = None
-        self.unreplicated: tuple[str, Sequence[Record], int] | None = None
+        self.unreplicated: tuple[Sequence[Record], Taken] | None = None
         self.at_eof = False
         self.last_read = clock.monotonic()
 
@@ -95,8 +97,9 @@ class ReactorSide:
         return self._socket.fileno()
 
     def reactor_read(self) -> Taken | Read:
-        """Read and parse what the socket holds: PUBs for one target that acknowledges at
-        once are taken for the reactor's append; anything else is left for the command loop."""
+        """Read and parse what the socket holds: PUBs or stock MPUBs for one target that
+        acknowledges at once are taken for the reactor's append; anything else is left for the
+        command loop."""
         assert isinstance(self.stream, PlainSocketStream)
         data = self.stream.receive_nowait(RECEIVE_SIZE)
         if data is None:
@@ -118,6 +121,11 @@ class ReactorSide:
                 if not publisher.gather_numbered(command):
                     self.handed = command
                     return Read.HAND_OVER
+            elif isinstance(command, Mpub) and command.sequence is None:
+                if publisher.numbered_pending:
+                    self.handed = command
+                    return Read.HAND_OVER
+                publisher.gather_mpub(command)
             elif command is NEED_DATA:
                 break
             else:
@@ -133,15 +141,15 @@ class ReactorSide:
             return Read.HAND_OVER
         return taken
 
-    def reactor_acked(self, topic: str, count: int) -> None:
-        self.publisher.acked(topic, count)
+    def reactor_acked(self, taken: Taken) -> None:
+        self.publisher.acked(taken)
 
     def reactor_send(self) -> None:
         self.output.send_now()
 
-    def reactor_failed(self, failure: Exception, count: int) -> None:
+    def reactor_failed(self, failure: Exception, taken: Taken) -> None:
         if isinstance(failure, HANDLED_ERRORS):
-            error = self.publisher.failed(failure, count)
+            error = self.publisher.refused(failure, taken)
             error.__cause__ = failure
             self.handed = error
         else:
@@ -150,8 +158,8 @@ class ReactorSide:
     def reactor_return(self, taken: Taken) -> None:
         self.publisher.put_back(taken)
 
-    def reactor_unreplicated(self, topic: str, records: Sequence[Record], count: int) -> None:
-        self.unreplicated = (topic, records, count)
+    def reactor_unreplicated(self, records: Sequence[Record], taken: Taken) -> None:
+        self.unreplicated = (records, taken)
 
     def reactor_raise(self, error: Exception) -> None:
         self.handed = error

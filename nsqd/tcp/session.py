@@ -35,6 +35,7 @@ from protocol import (
     Fin,
     Identify,
     InternalCreateTopic,
+    Mpub,
     Nop,
     Pub,
     Rdy,
@@ -257,10 +258,7 @@ class Session:
                     await self.publisher.flush()  # the commands before the bad one still count
                     raise
                 if isinstance(command, Pub):
-                    auth = self.auth
-                    if auth is not None and not auth.permits(command.topic, ""):
-                        await self._flush()  # acks before a possible auth error
-                        await auth.check("PUB", command.topic, "")
+                    await self._may_publish("PUB", command.topic)
                     if command.sequence is not None:  # numbered: runs of their own
                         if not self.publisher.gather_numbered(command):
                             await self._flush()
@@ -270,6 +268,13 @@ class Session:
                     if self.publisher.numbered_pending:
                         await self._flush()  # their replies come first
                     self.publisher.gather(command)
+                    side.publishes = True
+                    continue
+                if isinstance(command, Mpub) and command.sequence is None:
+                    await self._may_publish("MPUB", command.topic)
+                    if self.publisher.numbered_pending:
+                        await self._flush()  # their replies come first
+                    self.publisher.gather_mpub(command)
                     side.publishes = True
                     continue
                 if isinstance(command, Fin):  # the consumer hot path: no coroutine per FIN
@@ -290,6 +295,14 @@ class Session:
                 log.info("[%s] closing: %s", self.remote_address, exc)
                 self.output.flush()
                 return False
+
+    async def _may_publish(self, command: str, topic: str) -> None:
+        """AUTH's check of a publish the session gathers (after the acks of the publishes
+        gathered before it, when it may fail)."""
+        auth = self.auth
+        if auth is not None and not auth.permits(topic, ""):
+            await self._flush()
+            await auth.check(command, topic, "")
 
     async def _flush(self) -> None:
         """Flush the gathered PUBs before the command at hand. A refusal of theirs that leaves

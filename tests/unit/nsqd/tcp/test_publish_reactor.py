@@ -630,3 +630,82 @@ async def test_a_turn_close_to_the_last_one_is_followed_by_busy_poll(
             assert reactor.sleeps == asleep + 1  # the poll ended
         assert reactor.turns == 2
         assert await stored(broker, "t") == [b"1", b"2", b"3"]
+
+
+async def test_mpub_publishers_are_served_by_the_reactor(tmp_path: Path) -> None:
+    """Stock MPUBs park their connection in the reactor as PUBs do: one OK per MPUB, each
+    MPUB's messages stored together and in the order sent."""
+    clients, rounds = 3, 15
+    async with listening(tmp_path) as (broker, server, port):
+
+        async def publisher(n: int) -> None:
+            client = await connect(port)
+            for i in range(rounds):
+                bodies = [b"%d.%d.%d" % (n, i, k) for k in range(3)]
+                assert await client.pub_raw(mpub("t", *bodies)) == (RESPONSE, b"OK")
+
+        with trio.fail_after(20):
+            async with trio.open_nursery() as nursery:
+                for n in range(clients):
+                    nursery.start_soon(publisher, n)
+        reactor = server.reactor
+        # each connection's first MPUB takes the task path; the rest are the reactor's
+        assert clients * rounds // 2 < reactor.publishes <= clients * (rounds - 1)
+        bodies = await stored(broker, "t")
+        assert len(bodies) == clients * rounds * 3
+        for n in range(clients):
+            mine = [b for b in bodies if b.startswith(b"%d." % n)]
+            assert mine == [b"%d.%d.%d" % (n, i, k) for i in range(rounds) for k in range(3)]
+        for at in range(0, len(bodies), 3):  # no MPUB split by another's messages
+            assert len({b.rsplit(b".", 1)[0] for b in bodies[at : at + 3]}) == 1
+
+
+async def test_mpubs_with_an_in_sync_follower_are_held_until_it_acknowledges(
+    tmp_path: Path,
+) -> None:
+    async with listening(tmp_path) as (broker, server, port):
+        client = await connect(port)
+        with trio.fail_after(10):
+            assert await client.pub_raw(mpub("t", b"a", b"b")) == (RESPONSE, b"OK")
+            await trio.testing.wait_all_tasks_blocked()  # parked in the reactor
+        partition = follow(broker)
+        reactor = server.reactor
+        handovers = reactor.handovers
+        for rnd in range(3):
+            await client.stream.send_all(mpub("t", b"%d.1" % rnd, b"%d.2" % rnd))
+            while partition.log.end_offset < 2 + 2 * (rnd + 1):  # appended by the reactor
+                await trio.sleep(0.005)
+            assert await unanswered(client)  # no OK: the follower does not hold them yet
+            follower_holds(broker, partition)
+            with trio.fail_after(10):
+                assert await client.frame() == (RESPONSE, b"OK")
+        assert reactor.handovers == handovers
+        assert reactor.holds == 3
+        assert reactor.publishes == 3
+        assert await stored(broker, "t") == [b"a", b"b"] + [
+            b"%d.%d" % (r, k) for r in range(3) for k in (1, 2)
+        ]
+
+
+async def test_refused_mpubs_and_pubs_get_one_error_each_in_order(tmp_path: Path) -> None:
+    """A refused append answers each publish once, in order, and the connection goes on:
+    MPUBs and a PUB read together (two runs, appended by the task), and an MPUB the reactor
+    took, whose refusal names MPUB."""
+    async with listening(tmp_path) as (broker, _, port):
+        mixed, alone = await connect(port), await connect(port)
+        with trio.fail_after(10):
+            for client in (mixed, alone):
+                assert await client.pub_raw(mpub("t", b"x")) == (RESPONSE, b"OK")
+            await trio.testing.wait_all_tasks_blocked()  # both parked in the reactor
+            topic = broker.topics["t"]
+            topic.min_isr = 2  # too few copies in sync: refused, not fatal
+            await mixed.stream.send_all(mpub("t", b"1") + mpub("t", b"2") + pub("t", b"3"))
+            replies = [await mixed.frame() for _ in range(3)]
+            assert replies == [(ERROR, b"E_FAILED_ON_NOT_WRITABLE ")] * 3  # youzan's, text and all
+            topic.min_isr = 1
+            assert await mixed.pub_raw(mpub("t", b"4", b"5")) == (RESPONSE, b"OK")
+            topic.partitions[0].log.close()  # appending to it now fails
+            await alone.stream.send_all(mpub("t", b"y", b"z"))
+            kind, data = await alone.frame()
+        assert kind == ERROR
+        assert data.startswith(b"E_MPUB_FAILED MPUB failed"), data
