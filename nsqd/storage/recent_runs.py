@@ -1,5 +1,7 @@
 """Where a segment's latest appended runs lie in its file, so that a leader ships them to its
-followers as they were written (one ``pread``) instead of encoding its records a second time.
+followers as they were written (one ``pread``) instead of encoding its records a second time;
+and the newest run's bytes themselves, so that a follower keeping up gets the last append
+without even that read.
 
 A run is what one append wrote with one ``pwrite``: consecutive records ``[first, end)`` at
 bytes ``[start, stop)`` of the segment file. Only the active segment's newest runs are
@@ -27,12 +29,25 @@ class RecentRuns:
 
     def __init__(self) -> None:
         self._runs: deque[Run] = deque(maxlen=REMEMBERED)
+        self._newest: bytes | None = None  # the newest run's bytes, when kept
 
-    def add(self, first: int, end: int, start: int, stop: int) -> None:
+    def add(self, first: int, end: int, start: int, stop: int, data: object = None) -> None:
+        """Remember the run just written; ``data``, its bytes, are kept until the next run
+        (only an immutable ``bytes``: a view of a buffer its owner reuses is not)."""
         self._runs.append(Run(first, end, start, stop))
+        self._newest = data if type(data) is bytes and len(data) == stop - start else None
 
     def clear(self) -> None:
         self._runs.clear()
+        self._newest = None
+
+    def newest_bytes(self, span: Run) -> bytes | None:
+        """The bytes of ``span`` (:meth:`span`) when it is the newest run, as written; else
+        None (read them from the file)."""
+        newest = self._newest
+        if newest is None or span != self._runs[-1]:
+            return None
+        return newest
 
     def position(self, offset: int) -> int | None:
         """The byte position of the record at ``offset`` when a remembered run starts or ends

@@ -169,7 +169,7 @@ class Segment(SegmentFiles):
             raise
         for e in entries:
             self.index.append(*e)
-        self._recent.add(first_offset, first_offset + len(stamps), self.size, pos)
+        self._recent.add(first_offset, first_offset + len(stamps), self.size, pos, data)
         self.size = pos
         self._max_ts = max_ts
         self._last_index_pos = last_index_pos
@@ -279,9 +279,13 @@ class Segment(SegmentFiles):
         there (:meth:`RecentRuns.span`); None otherwise (read and encode them instead)."""
         if not self.base_offset <= offset < self.next_offset:
             return None
-        span = self._recent.span(offset, max_bytes, hard_limit)
+        recent = self._recent
+        span = recent.span(offset, max_bytes, hard_limit)
         if span is None:
             return None
+        data = recent.newest_bytes(span)
+        if data is not None:  # the last append's, as it went to the file
+            return span.end - offset, data
         with self._reader() as read_at:
             data = read_at(span.stop - span.start, span.start)
         if len(data) != span.stop - span.start:

@@ -3,6 +3,7 @@ and ``PartitionLog.read_written`` against the records read and encoded again."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import hypothesis.strategies as st
@@ -40,6 +41,39 @@ def test_the_latest_runs_are_read_as_written_and_match_the_records(tmp_path: Pat
         assert log.read_written(5, 1 << 20, 1 << 20) == (2, _encoded(log, 5, 7))
     finally:
         log.close()
+
+
+def test_the_newest_run_is_given_from_memory_and_older_spans_from_the_file(
+    tmp_path: Path,
+) -> None:
+    """The last append's bytes are kept (a follower keeping up asks for them right after):
+    given without a read; a span of older runs, or of several, is read from the file."""
+    log = PartitionLog.open(tmp_path / "p", partition=0)
+    try:
+        log.append(_batch(3, 1))
+        log.append(_batch(2, 2))
+        newest, older = _encoded(log, 3, 5), _encoded(log, 0, 3)
+        segment = log._segments[-1]
+        assert segment.fd is not None
+        # the file's copy of every record altered (same length): only a read would see it
+        os.pwrite(segment.fd, bytes(segment.size), 0)
+        assert log.read_written(3, 1 << 20, 1 << 20) == (2, newest)
+        assert log.read_written(0, len(older), 1 << 20) == (3, bytes(len(older)))
+        assert log.read_written(0, 1 << 20, 1 << 20) == (5, bytes(segment.size))
+        log.truncate(4)  # forgets the kept bytes with the runs
+        assert log.read_written(3, 1 << 20, 1 << 20) is None
+    finally:
+        log.close()
+
+
+def test_bytes_a_caller_may_reuse_are_not_kept() -> None:
+    runs = RecentRuns()
+    runs.add(0, 2, 0, 4, b"abcd")
+    assert runs.newest_bytes(Run(0, 2, 0, 4)) == b"abcd"
+    runs.add(2, 3, 4, 6, bytearray(b"ef"))  # a buffer: its owner may write over it
+    assert runs.newest_bytes(Run(2, 3, 4, 6)) is None
+    runs.add(3, 4, 6, 8, memoryview(b"gh"))
+    assert runs.newest_bytes(Run(3, 4, 6, 8)) is None
 
 
 def test_a_rotated_segment_and_a_reopened_log_remember_nothing(tmp_path: Path) -> None:
