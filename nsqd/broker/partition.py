@@ -85,9 +85,9 @@ class Partition:
             skipped.healing = lambda: state.leads and bool(state.followers)
             self.read_guard.settle = skipped.settle
         self.message_bytes = 0
-        #: channels whose state goes to the followers at once, not at the next interval
-        #: (an HTTP consume ack waits for it)
-        self.cursor_push: set[str] = set()
+        #: per in-sync follower node, the channels whose state goes to it at once, not at the
+        #: next interval (an HTTP consume ack waits for it); each stream takes its node's
+        self.cursor_push: dict[str, set[str]] = {}
         #: follower node -> the topic's admin version it acknowledged (-1: none yet), for the
         #: followers whose stream takes Admin frames (:mod:`.admin_state`)
         self.admin_acks: dict[str, int] = {}

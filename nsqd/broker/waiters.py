@@ -173,7 +173,7 @@ class ReplicationWaiters:
                 return False
             if not state.leads or state.epoch != epoch:
                 raise NotLeaderError("leadership moved before the ack was replicated")
-            partition.cursor_push.add(channel)
+            _push_cursor(partition, channel)
             self.appended(partition)
             await self._lot(partition).park()
         return True
@@ -199,6 +199,19 @@ class ReplicationWaiters:
                 break
             watches.popleft()
             done(None if outcome is True else outcome)
+
+
+def _push_cursor(partition: Partition, channel: str) -> None:
+    """``channel``'s state in ``partition`` goes to every in-sync follower at once (each
+    stream takes its node's share: :attr:`Partition.cursor_push`); the shares of nodes no
+    longer in sync are dropped."""
+    followers = partition.state.followers
+    push = partition.cursor_push
+    for node in followers:
+        push.setdefault(node, set()).add(channel)
+    if len(push) > len(followers):
+        for node in [n for n in push if n not in followers]:
+            del push[node]
 
 
 #: a call waiting for a high-watermark: the end it waits for, under which epoch, the call

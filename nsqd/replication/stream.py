@@ -276,6 +276,9 @@ class CatchUpBudget:
         return max(0.0, -self.tokens / self.rate)
 
 
+_NONE: frozenset[str] = frozenset()
+
+
 def _cursor_changes(
     topic: Topic,
     partition: Partition,
@@ -286,10 +289,10 @@ def _cursor_changes(
 ) -> list[Cursors]:
     """Cursors frames for the channels whose state in ``partition`` changed since ``sent``
     (updated), and for the channels deleted since; unless ``every``, only the ordered channels
-    and those pushed (:attr:`Partition.cursor_push`). Each state frame is counted as built
-    for the follower and stream ``to``, the moment it is built."""
+    and those pushed to this follower (:attr:`Partition.cursor_push`). Each state frame is
+    counted as built for the follower and stream ``to``, the moment it is built."""
     frames = []
-    pushed, partition.cursor_push = partition.cursor_push, set()
+    pushed = partition.cursor_push.pop(to[0], _NONE)
     for name, channel in topic.channels.items():
         cursor = channel.cursors.get(partition.number)
         urgent = cursor is not None and (cursor.ordered or name in pushed)

@@ -19,6 +19,7 @@ from nsqd.broker.persistence import load_state
 from nsqd.broker.pull import Batch, Puller
 from nsqd.core.leases import LeaseEndedError
 from nsqd.core.partition_state import Placement, Role
+from nsqd.replication.stream import _cursor_changes
 
 LEASE_NS = 1_000_000_000
 LONG_NS = 1_000_000 * LEASE_NS  # virtual time jumps while a sync waits for its worker thread
@@ -238,7 +239,9 @@ async def test_an_ack_waiting_for_the_followers_ends_when_its_channel_is_deleted
         with trio.fail_after(60):  # virtual seconds: a wait the deletion does not end fails
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(ack)
-                while "c" not in partition.cursor_push:  # on disk, now waiting for the follower
+                while "c" not in partition.cursor_push.get(
+                    "b:1", ()
+                ):  # on disk, now waiting for the follower
                     await trio.sleep(0.01)
                 await trio.sleep(5)
                 assert outcome == []  # the follower never answers
@@ -247,3 +250,43 @@ async def test_an_ack_waiting_for_the_followers_ends_when_its_channel_is_deleted
         assert trio.current_time() == started  # at once
         assert len(outcome) == 1
         assert isinstance(outcome[0], LeaseEndedError)
+
+
+async def test_an_acks_state_goes_at_once_to_every_in_sync_follower(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """With two in-sync followers, the channel's state an ack waits for is pushed on both
+    streams (each takes its own share), not on the first stream that looks only: the ack
+    returns once both applied it, without waiting for the next interval."""
+    clock = VirtualClock()
+    async with open_broker(BrokerConfig(data_path=tmp_path), clock) as broker:
+        puller = Puller(broker)
+        topic, channel = _setup(broker, clock, 3)
+        partition = topic.partition(0)
+        me = partition.state.placement.leader
+        followers = ("b:1", "c:1")
+        partition.state.apply(Placement(Role.LEADER, 2, me, (me, *followers), (me, *followers)))
+        frames = partition.state.cursor_frames
+        streams = [frames.start(node) for node in followers]  # each follower's stream
+        batch = puller.take(topic, channel, 3, LONG_NS)
+        assert batch is not None
+        acked: list[float] = []
+
+        async def ack() -> None:
+            await puller.ack(batch.lease.token)
+            acked.append(trio.current_time())
+
+        with trio.fail_after(60):  # virtual seconds
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(ack)
+                while set(partition.cursor_push) != set(followers):
+                    await trio.sleep(0.001)
+                for node, stream in zip(followers, streams, strict=True):  # each one's look
+                    sent = _cursor_changes(topic, partition, 2, (node, stream), {}, False)
+                    assert [frame.channel for frame in sent] == ["c"], node
+                assert partition.cursor_push == {}
+                pushed = trio.current_time()
+                for node, stream in zip(followers, streams, strict=True):
+                    frames.acked(node, "c", stream)
+                broker.replication.wake(partition, streams=False)
+        assert acked == [pushed]
