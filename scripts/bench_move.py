@@ -28,19 +28,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench_report import _LOOKUP_ACCEPT, _cluster_auth, http_json, poll
+from bench_cluster import LOOKUP_ACCEPT, cluster_auth, http_json, poll
 
 
 def control(lookupd_http: str, path: str, method: str = "GET") -> Any:
     """A cluster-control request (with the credential when the cluster has one)."""
-    headers = {**_LOOKUP_ACCEPT, **_cluster_auth()}
+    headers = {**LOOKUP_ACCEPT, **cluster_auth()}
     return http_json(f"http://{lookupd_http}{path}", method=method, headers=headers)
 
 
 def placement(lookupd_http: str, topic: str) -> dict[int, dict[str, Any]]:
     """Each partition of ``topic``: its ``leader``, ``replicas`` and ``isr`` (node ids), from
     the assignments of every registered node."""
-    nodes = http_json(f"http://{lookupd_http}/nodes", headers=_LOOKUP_ACCEPT)["producers"]
+    nodes = http_json(f"http://{lookupd_http}/nodes", headers=LOOKUP_ACCEPT)["producers"]
     found: dict[int, dict[str, Any]] = {}
     for node in nodes:
         node_id = f"{node['broadcast_address']}:{node['tcp_port']}"
@@ -51,7 +51,7 @@ def placement(lookupd_http: str, topic: str) -> dict[int, dict[str, Any]]:
 
 
 def node_ids(lookupd_http: str) -> list[str]:
-    nodes = http_json(f"http://{lookupd_http}/nodes", headers=_LOOKUP_ACCEPT)["producers"]
+    nodes = http_json(f"http://{lookupd_http}/nodes", headers=LOOKUP_ACCEPT)["producers"]
     return sorted(f"{n['broadcast_address']}:{n['tcp_port']}" for n in nodes)
 
 
