@@ -1,7 +1,8 @@
 """The PUB family as a V2 session dispatches it (:mod:`nsqd.tcp.session`): each command's
 name for AUTH, then its call on the connection's :class:`~nsqd.tcp.publishing.Publisher`.
-Single PUBs the session gathers do not come here (group commit: the publisher's ``gather``);
-a PUB here is a numbered one, or one handed back by the publish reactor alone."""
+Single PUBs and stock MPUBs the session gathers do not come here (group commit: the
+publisher's ``gather`` and ``gather_mpub``); a PUB or MPUB here is a numbered one, or one
+handed back by the publish reactor alone."""
 
 from __future__ import annotations
 
