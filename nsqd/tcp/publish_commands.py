@@ -1,8 +1,8 @@
 """The PUB family as a V2 session dispatches it (:mod:`nsqd.tcp.session`): each command's
 name for AUTH, then its call on the connection's :class:`~nsqd.tcp.publishing.Publisher`.
-Single PUBs and stock MPUBs the session gathers do not come here (group commit: the
-publisher's ``gather`` and ``gather_mpub``); a PUB or MPUB here is a numbered one, or one
-handed back by the publish reactor alone."""
+PUBs and MPUBs the session gathers do not come here (group commit: the publisher's
+``gather``, ``gather_mpub`` and ``gather_numbered``); a PUB or MPUB here is one handed back by
+the publish reactor alone."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ async def publish_command(publisher: Publisher, command: object, authorize: Auth
     False for any other command."""
     match command:
         case Pub(topic=topic, body=body, partition=partition, sequence=sequence):
-            await authorize("PUB", topic)  # a numbered PUB: not gathered
+            await authorize("PUB", topic)  # handed back by the reactor alone
             await publisher.publish(
                 topic, [body], partition, "PUB", ErrorCode.PUB_FAILED, sequence=sequence
             )

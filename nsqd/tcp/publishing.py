@@ -3,7 +3,8 @@ publishes.
 
 Consecutive PUBs are gathered and appended as one batch per (topic, partition) run, then
 acknowledged together (DESIGN.md §6); so are consecutive stock MPUBs (a run of their own: a
-refusal names its command). The session flushes them before any other command, so replies
+refusal names its command), and a producer's numbered PUBs (a run of consecutive numbers) or
+numbered MPUB. The session flushes them before any other command, so replies
 stay in command order. PUB_EXT / MPUB_EXT headers follow :mod:`protocol.ext`: stored
 with the message on ext topics, dropped on others when they hold only reserved ``##`` keys.
 
@@ -75,31 +76,36 @@ class Publisher:
         #: pnsq: the id of the producer this connection named in IDENTIFY (``pnsq_producer``):
         #: its numbered publishes are stored once however often they are retried
         self.producer: int | None = None
-        #: numbered PUBs not appended yet: one run of consecutive numbers to one (topic,
-        #: partition), appended as one numbered publish (the group commit of a producer's
-        #: pipelined PUBs): topic, partition, the first number, the bodies
-        self._run: tuple[str, int, int, BodyBatch] | None = None
+        #: numbered publishes not appended yet, appended as one numbered publish: a run of
+        #: numbered PUBs (consecutive numbers to one (topic, partition): the group commit of a
+        #: producer's pipelined PUBs), or one numbered MPUB: topic, partition, the first
+        #: number, the bodies, PUB or MPUB
+        self._run: tuple[str, int, int, BodyBatch, str] | None = None
 
     @property
     def gathering(self) -> bool:
-        """Whether PUBs are gathered and not yet flushed."""
+        """Whether publishes are gathered and not yet flushed."""
         return bool(self._gathered) or self._run is not None
 
     @property
     def numbered_pending(self) -> bool:
-        """Whether numbered PUBs are gathered (plain ones must wait for them: reply order)."""
+        """Whether numbered publishes are gathered (plain ones must wait for them: reply
+        order)."""
         return self._run is not None
 
-    def gather_numbered(self, command: Pub) -> bool:
-        """A numbered PUB: added to the gathered run when it continues it (same topic and
-        partition, the next number), or starting a run when nothing is gathered; False,
-        nothing added, when other PUBs are gathered: the caller flushes them first."""
+    def gather_numbered(self, command: Pub | Mpub) -> bool:
+        """A numbered PUB, added to the gathered run when it continues it (same topic and
+        partition, the next number), or a numbered MPUB; either starts a run when nothing is
+        gathered. False, nothing added, when other publishes are gathered (an MPUB is a run
+        of its own): the caller flushes them first."""
         run = self._run
         if run is not None:
-            topic, partition, first, batch = run
+            topic, partition, first, batch, name = run
             bodies = batch.bodies
             if (
-                first + len(bodies) != command.sequence
+                isinstance(command, Mpub)
+                or name != "PUB"
+                or first + len(bodies) != command.sequence
                 or partition != command.partition
                 or topic != command.topic
             ):
@@ -113,23 +119,30 @@ class Publisher:
         assert command.partition is not None  # the parser takes a number only after one
         assert command.sequence is not None
         now = self.broker.clock.now_ns()
-        batch = BodyBatch(now, [command.body], 0, [now])
-        self._run = (command.topic, command.partition, command.sequence, batch)
+        if isinstance(command, Mpub):
+            batch, name = new_records(now, command.bodies), "MPUB"
+        else:
+            batch, name = BodyBatch(now, [command.body], 0, [now]), "PUB"
+        self._run = (command.topic, command.partition, command.sequence, batch, name)
         return True
 
     async def _flush_run(self) -> None:
-        """Append the run of numbered PUBs as one numbered publish; each PUB is answered: ``OK``,
-        ``DUPLICATE 1`` for one an earlier try stored, or the run's refusal."""
+        """Append the gathered numbered publishes as one numbered publish. Each PUB of a run is
+        answered ``OK``, or ``DUPLICATE 1`` when an earlier try stored it; an MPUB ``OK``, or
+        ``DUPLICATE <n>`` when an earlier try stored n of its messages; or the refusal."""
         run, self._run = self._run, None
         if run is None:
             return
-        topic, partition, first, batch = run
+        topic, partition, first, batch, name = run
         count = len(batch.bodies)
         try:
-            _, already = await self._numbered(topic, batch, partition, first, "PUB")
+            _, already = await self._numbered(topic, batch, partition, first, name)
         except HANDLED_ERRORS as exc:
-            raise self.failed(exc, count) from exc
-        self.output.append(acknowledged(1) * already + frames.OK * (count - already))
+            raise self.failed(exc, count if name == "PUB" else 1, name) from exc
+        if name == "PUB":
+            self.output.append(acknowledged(1) * already + frames.OK * (count - already))
+        else:
+            self.output.append(acknowledged(already))
 
     def gather(self, command: Pub) -> None:
         """A single PUB, added to the gathered run when it continues it (same target, PUBs)."""
@@ -232,11 +245,12 @@ class Publisher:
         for). Numbered PUBs come with the producer and their first number."""
         run = self._run
         if run is not None:
-            topic, partition, first, batch = run
+            topic, partition, first, batch, name = run
             if self.producer is None or not self.appends_here(topic, partition):
                 return None
             self._run = None
-            return Taken(topic, partition, batch, (self.producer, first), len(batch), "PUB")
+            replies = len(batch) if name == "PUB" else 1
+            return Taken(topic, partition, batch, (self.producer, first), replies, name)
         gathered = self._gathered
         if len(gathered) != 1:
             return None
@@ -248,12 +262,12 @@ class Publisher:
         return Taken(topic, partition_, only.batch, None, only.replies, name)
 
     def put_back(self, taken: Taken) -> None:
-        """Numbered PUBs :meth:`take_gathered` gave that were not appended: gathered again,
-        for :meth:`flush` to judge."""
+        """Numbered publishes :meth:`take_gathered` gave that were not appended: gathered
+        again, for :meth:`flush` to judge."""
         assert taken.partition is not None
         assert taken.numbering is not None
         assert not self.gathering
-        self._run = (taken.topic, taken.partition, taken.numbering[1], taken.batch)
+        self._run = (taken.topic, taken.partition, taken.numbering[1], taken.batch, taken.name)
 
     def keeps_waiting(self) -> bool:
         """After :meth:`take_gathered` left the PUBs: whether this connection's PUBs will go

@@ -36,7 +36,7 @@ class ReactorSide:
     """What the reactor calls on a connection, and what it leaves for the command loop.
 
     Attributes:
-        publishes: the connection published a single PUB or a stock MPUB: the reactor may
+        publishes: the connection published a single PUB or an MPUB: the reactor may
             serve it from now on.
         declined: its PUBs had to wait (followers, fsync, a forward): its own task serves it.
         handed: what the reactor left for the command loop: a command, or an error to raise.
@@ -97,7 +97,7 @@ class ReactorSide:
         return self._socket.fileno()
 
     def reactor_read(self) -> Taken | Read:
-        """Read and parse what the socket holds: PUBs or stock MPUBs for one target that
+        """Read and parse what the socket holds: PUBs or MPUBs for one target that
         acknowledges at once are taken for the reactor's append; anything else is left for the
         command loop."""
         assert isinstance(self.stream, PlainSocketStream)
@@ -112,25 +112,22 @@ class ReactorSide:
         parser.receive_data(data)
         while True:
             command = parser.next_event()  # a protocol error: the loop raises it
-            if isinstance(command, Pub) and command.sequence is None:
-                if publisher.numbered_pending:  # one kind at a time (reply order)
-                    self.handed = command
-                    return Read.HAND_OVER
-                publisher.gather(command)
-            elif isinstance(command, Pub):  # numbered: a run of consecutive numbers
+            if command is NEED_DATA:
+                break
+            if not isinstance(command, (Pub, Mpub)):
+                self.handed = command
+                return Read.HAND_OVER
+            if command.sequence is not None:  # numbered: a run of consecutive numbers
                 if not publisher.gather_numbered(command):
                     self.handed = command
                     return Read.HAND_OVER
-            elif isinstance(command, Mpub) and command.sequence is None:
-                if publisher.numbered_pending:
-                    self.handed = command
-                    return Read.HAND_OVER
-                publisher.gather_mpub(command)
-            elif command is NEED_DATA:
-                break
-            else:
+            elif publisher.numbered_pending:  # one kind at a time (reply order)
                 self.handed = command
                 return Read.HAND_OVER
+            elif isinstance(command, Pub):
+                publisher.gather(command)
+            else:
+                publisher.gather_mpub(command)
         if not publisher.gathering:
             return Read.WAIT
         taken = publisher.take_gathered()

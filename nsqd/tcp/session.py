@@ -270,11 +270,16 @@ class Session:
                     self.publisher.gather(command)
                     side.publishes = True
                     continue
-                if isinstance(command, Mpub) and command.sequence is None:
+                if isinstance(command, Mpub):
                     await self._may_publish("MPUB", command.topic)
-                    if self.publisher.numbered_pending:
-                        await self._flush()  # their replies come first
-                    self.publisher.gather_mpub(command)
+                    if command.sequence is not None:  # numbered: a run of its own
+                        if not self.publisher.gather_numbered(command):
+                            await self._flush()
+                            self.publisher.gather_numbered(command)
+                    else:
+                        if self.publisher.numbered_pending:
+                            await self._flush()  # their replies come first
+                        self.publisher.gather_mpub(command)
                     side.publishes = True
                     continue
                 if isinstance(command, Fin):  # the consumer hot path: no coroutine per FIN

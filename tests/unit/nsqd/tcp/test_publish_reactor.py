@@ -40,6 +40,13 @@ def numbered(topic: str, sequence: int, body: bytes) -> bytes:
     return b"PUB %s 0 %d\n" % (topic.encode(), sequence) + struct.pack(">I", len(body)) + body
 
 
+def numbered_mpub(topic: str, sequence: int, *bodies: bytes) -> bytes:
+    """pnsq's numbered MPUB to partition 0 (its first message numbered ``sequence``)."""
+    parts = b"".join(struct.pack(">I", len(b)) + b for b in bodies)
+    head = b"MPUB %s 0 %d\n" % (topic.encode(), sequence)
+    return head + struct.pack(">II", len(parts) + 4, len(bodies)) + parts
+
+
 def identify_producer(name: str) -> bytes:
     body = json.dumps({"pnsq_producer": name}).encode()
     return b"IDENTIFY\n" + struct.pack(">I", len(body)) + body
@@ -709,3 +716,48 @@ async def test_refused_mpubs_and_pubs_get_one_error_each_in_order(tmp_path: Path
             kind, data = await alone.frame()
         assert kind == ERROR
         assert data.startswith(b"E_MPUB_FAILED MPUB failed"), data
+
+
+async def test_producers_numbered_mpubs_are_served_by_the_reactor_and_retries_judged_alone(
+    tmp_path: Path,
+) -> None:
+    """A producer's numbered MPUBs park in the reactor as its numbered PUBs do (one OK each;
+    two producers' MPUBs may share an append); a retry of stored numbers, whole or in part,
+    goes to the connection's task, which answers ``DUPLICATE <n>`` and stores only the rest."""
+    producers, rounds = 2, 10
+    async with listening(tmp_path) as (broker, server, port):
+        clients = []
+        for n in range(producers):
+            client = await connect(port)
+            await client.stream.send_all(identify_producer(f"p{n}"))
+            assert (await client.frame())[0] == RESPONSE
+            clients.append(client)
+
+        async def publisher(n: int) -> None:
+            for i in range(rounds):
+                command = numbered_mpub("t", 3 * i, *(b"%d.%d" % (n, 3 * i + k) for k in range(3)))
+                assert await clients[n].pub_raw(command) == (RESPONSE, b"OK")
+
+        with trio.fail_after(20):
+            async with trio.open_nursery() as nursery:
+                for n in range(producers):
+                    nursery.start_soon(publisher, n)
+            reactor = server.reactor
+            assert producers * rounds // 2 < reactor.publishes <= producers * (rounds - 1)
+            await trio.testing.wait_all_tasks_blocked()  # parked again
+            first = clients[0]
+            end = 3 * rounds
+            retry = numbered_mpub("t", end - 3, b"x", b"y", b"z")  # the last one, all stored
+            assert await first.pub_raw(retry) == (RESPONSE, b"DUPLICATE 3")
+            await trio.testing.wait_all_tasks_blocked()
+            partly = numbered_mpub("t", end - 1, b"again", b"0.%d" % end)  # one stored, one new
+            assert await first.pub_raw(partly) == (RESPONSE, b"DUPLICATE 1")
+            await trio.testing.wait_all_tasks_blocked()
+            after = numbered_mpub("t", end + 1, b"0.%d" % (end + 1))
+            assert await first.pub_raw(after) == (RESPONSE, b"OK")
+        bodies = await stored(broker, "t")
+        for n in range(producers):  # each producer's messages once, in order
+            mine = [b for b in bodies if b.startswith(b"%d." % n)]
+            count = 3 * rounds + (2 if n == 0 else 0)
+            assert mine == [b"%d.%d" % (n, i) for i in range(count)]
+        assert len(bodies) == 3 * rounds * producers + 2
