@@ -12,8 +12,8 @@ queues their OKs and writes each reply straight to its socket. A producer's numb
 (``Broker.publish_runs``); a retry, a gap or a refusal is its own task's to judge. MPUBs are
 served the same way (an OK each, for all its messages; their messages stay together, in the
 append they join; a numbered one is a run of its own), so a producer that waits for each
-MPUB's reply, such as NSQ's bench_writer, costs no task wake-up per batch either. The parked command loops do not run at
-all while their clients only publish.
+MPUB's reply, such as NSQ's bench_writer, costs no task wake-up per batch either. The parked
+command loops do not run at all while their clients only publish.
 
 PUBs to a partition with in-sync followers are appended the same way, and their OKs held until
 the partition's high-watermark passes them: the reactor asks the broker to call it then
