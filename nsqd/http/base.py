@@ -17,7 +17,9 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
+
+import trio
 
 from pnsq._netio.http import (
     JSON_TYPE,
@@ -55,7 +57,11 @@ __all__ = [
 
 
 class ClientGone(Exception):
-    """The connection ended before the request's body was complete."""
+    """The connection ended before the request was answered: its body cut short, or a long
+    poll's client gone while it waited."""
+
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +118,26 @@ class Request(QueryArgs):
             chunks += message.get("body", b"")
             more = bool(message.get("more_body", False))
         return bytes(chunks[: limit + 1])
+
+    async def while_connected(self, wait: Callable[[], Awaitable[T]]) -> T:
+        """``wait()``'s result, or :class:`ClientGone` as soon as the client disconnects
+        meanwhile: a long poll whose client left must not hold its connection, nor take a batch
+        nobody will read. ``wait`` must be safe to cancel. The request's body is read and
+        dropped."""
+        done: list[T] = []
+        async with trio.open_nursery() as nursery:
+
+            async def watch() -> None:
+                while (await self.receive())["type"] != "http.disconnect":
+                    pass
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(watch)
+            done.append(await wait())
+            nursery.cancel_scope.cancel()
+        if not done:
+            raise ClientGone
+        return done[0]
 
     @property
     def content_length(self) -> int | None:

@@ -125,7 +125,14 @@ class ConsumeAPI:
         if topic.managed and not topic.led:
             raise await self._not_leader(topic_name)
         puller = self.context.puller
-        batch = await puller.wait(topic, channel, limit, lease_ms * 1_000_000, wait_ms / 1000)
+        lease_ns = lease_ms * 1_000_000
+        batch = await puller.wait(topic, channel, limit, lease_ns, 0)  # what is there now
+        if (
+            batch is None and wait_ms and not puller.stopping
+        ):  # a long poll, ended if the client leaves
+            batch = await request.while_connected(
+                lambda: puller.wait(topic, channel, limit, lease_ns, wait_ms / 1000)
+            )
         return EncodedJson(encode_batch(batch))
 
     async def _channel(self, topic_name: str, channel_name: str) -> tuple[Topic, Channel]:

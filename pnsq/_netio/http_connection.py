@@ -14,7 +14,9 @@ And once the client has closed its side, hypercorn still keeps an idle connectio
 ``keep_alive_timeout`` (60 s here) ends its idle timer: a client that connects and half-closes
 without a request, or after a keep-alive response, holds a descriptor for a minute (Go's
 ``net/http`` closes at once). :class:`_SerialTCPServer` closes an idle connection as soon as the
-client's EOF is read, and a busy one as soon as its response is out.
+client's EOF is read, and a busy one as soon as its response is out, or as soon as the app
+ends without one (a long poll that gave up when its client left: hypercorn tells the app, but
+would keep the connection until the server stops).
 
 hypercorn times an idle connection with a task of its own per idle period: at the end of every
 response it cancels the last one and starts another (``TrioSingleTask.restart``: a lock, a
@@ -137,6 +139,12 @@ class _SerialTCPServer(TCPServer):
             return
         await super().protocol_send(event)
 
+    def app_ended(self) -> None:
+        """The app has finished a request (answered or not): with the client gone there is
+        nothing left to answer."""
+        if self._client_gone:
+            self._idle_watch.deadline = -math.inf
+
     async def _read_data(self) -> None:
         protocol = self.protocol.protocol
         if isinstance(protocol, H11Protocol):  # nothing received yet: swap in Go's reading
@@ -170,7 +178,6 @@ class _SerialTCPServer(TCPServer):
 def http_handler(app: Any, config: Config) -> Handler:
     """A :data:`pnsq._netio.tcp.Handler` serving ``app`` (ASGI) with ``config`` on each connection,
     over TLS when ``config`` has a certificate."""
-    wrapped = ASGIWrapper(app)
     context = WorkerContext(None)
     ssl_context = config.create_ssl_context()
 
@@ -180,6 +187,15 @@ def http_handler(app: Any, config: Config) -> Handler:
         served: Any = stream
         if ssl_context is not None:
             served = trio.SSLStream(stream, ssl_context, server_side=True, https_compatible=True)
-        await _SerialTCPServer(wrapped, config, context, {}, served).run()
+        server: _SerialTCPServer
+
+        async def serve(scope: Any, receive: Any, send: Any) -> None:
+            try:
+                await app(scope, receive, send)
+            finally:
+                server.app_ended()
+
+        server = _SerialTCPServer(ASGIWrapper(serve), config, context, {}, served)
+        await server.run()
 
     return handle

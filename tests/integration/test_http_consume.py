@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import socket
 import subprocess
 import threading
 import time
@@ -374,3 +375,39 @@ def test_sigterm_answers_a_parked_long_poll_with_an_empty_batch(tmp_path: Path) 
         assert answers == [(200, {"token": None, "partition": None, "messages": []})]
     finally:
         daemon.stop()
+
+
+def _server_side_open(daemon: Daemon, client_port: int) -> bool:
+    """Whether nsqd's HTTP side of the connection from ``client_port`` is still open (the
+    client closed its side: the server's is in CLOSE_WAIT until it closes too)."""
+    for row in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        local, remote, state = row.split()[1:4]
+        if (
+            int(local.rsplit(":", 1)[1], 16) == daemon.http_port
+            and int(remote.rsplit(":", 1)[1], 16) == client_port
+            and state == "08"  # CLOSE_WAIT
+        ):
+            return True
+    return False
+
+
+def test_a_long_poll_whose_client_left_ends_and_takes_nothing(nsqd: Daemon) -> None:
+    _create(nsqd, "gone", 1)
+    client = socket.create_connection(("127.0.0.1", nsqd.http_port))
+    client_port = client.getsockname()[1]
+    client.sendall(
+        b"POST /consume?topic=gone&channel=c&wait_ms=30000 HTTP/1.1\r\n"
+        b"Host: pnsq\r\nContent-Length: 0\r\n\r\n"
+    )
+    while not _stats(nsqd, "gone")["channels"]:  # parked
+        time.sleep(0.01)
+    client.close()
+    time.sleep(0.1)
+    deadline = time.monotonic() + 5
+    while _server_side_open(nsqd, client_port):
+        assert time.monotonic() < deadline, "the left long poll still holds its connection"
+        time.sleep(0.05)
+    # and a message published now goes to the next consumer, not to the poll nobody reads
+    _publish(nsqd, "gone", 0, [b"for the next one"])
+    batch = _consume(nsqd, "gone", "c", wait_ms=2000)
+    assert _bodies(batch) == [b"for the next one"]

@@ -26,6 +26,10 @@ async def app(scope: Scope, receive: Receive, send: Send) -> None:
         await lifespan(receive, send)
         return
     await receive()
+    if scope["path"] == "/poll":  # a long poll that gives up, unanswered, when its client leaves
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        return
     if scope["path"] == "/sleep":
         await trio.sleep(float(scope["query_string"]))
     await send_response(send, 200, b"OK", b"text/plain")
@@ -102,6 +106,19 @@ async def test_a_half_closed_connection_closes_once_answered(
         assert reply.startswith(b"HTTP/1.1 200 ")
         assert reply.endswith(b"OK")
         assert 5 <= trio.current_time() - start < 6
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_request_left_unanswered_after_the_client_went_closes_at_once(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with trio.open_nursery() as nursery:
+        stream = await serve(nursery)
+        await stream.send_all(b"GET /poll HTTP/1.1\r\nHost: x\r\n\r\n")
+        await trio.sleep(1)
+        await stream.send_eof()  # the app sees its client go and ends without a reply
+        with trio.fail_after(3 * KEEP_ALIVE):  # before the fix: held until the server stops
+            assert await closed_after(stream) < 1
         nursery.cancel_scope.cancel()
 
 
