@@ -140,8 +140,10 @@ class _SerialTCPServer(TCPServer):
         await super().protocol_send(event)
 
     def app_ended(self) -> None:
-        """The app has finished a request (answered or not): with the client gone there is
-        nothing left to answer."""
+        """The app has finished a request, answered or not (hypercorn marks the connection
+        idle only after a response it completed): with the client gone, whether it left
+        before or after this, nothing is left to answer."""
+        self._idle = True
         if self._client_gone:
             self._idle_watch.deadline = -math.inf
 

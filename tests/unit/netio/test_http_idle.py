@@ -9,6 +9,8 @@ One idle watch per connection, its deadline moved by each request and response
 from __future__ import annotations
 
 import logging
+import socket
+import struct
 from typing import Any
 
 import trio
@@ -119,6 +121,21 @@ async def test_a_request_left_unanswered_after_the_client_went_closes_at_once(
         await stream.send_eof()  # the app sees its client go and ends without a reply
         with trio.fail_after(3 * KEEP_ALIVE):  # before the fix: held until the server stops
             assert await closed_after(stream) < 1
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_connection_reset_before_its_reply_closes_once_the_app_ends(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with trio.open_nursery() as nursery:
+        stream = await serve(nursery)
+        await stream.send_all(b"GET /sleep?5 HTTP/1.1\r\nHost: x\r\n\r\n")
+        await trio.sleep(1)
+        # a reset, not a FIN: the reply's send fails, so no response completes
+        stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        await stream.aclose()
+        await trio.sleep(10)
+        assert _connection_tasks(nursery) == 0
         nursery.cancel_scope.cancel()
 
 
