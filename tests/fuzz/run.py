@@ -43,6 +43,7 @@ class Report:
     files_after: int = 0
     clients_after: int = 0
     round_trip: bool = False
+    open_connections: list[str] = field(default_factory=list)  # clients' connections left open
     nsqd_cpu: float = 0.0  # CPU seconds nsqd spent during the inputs
     saved: list[Path] = field(default_factory=list)
 
@@ -75,6 +76,7 @@ class Report:
             f"tracebacks in log: {self.tracebacks}",
             f"leaked descriptors: {self.leaked_sockets} (sockets {self.sockets_before} -> "
             f"{self.sockets_after}; {self.files_after} other descriptors open)",
+            *(f"  left open: {row}" for row in self.open_connections),
             f"leaked tasks: {self.clients_after} (clients and producers left in /stats)",
             f"round trip after the run: {'ok' if self.round_trip else 'FAILED'}",
             *(f"saved: {p}" for p in self.saved),
@@ -119,6 +121,46 @@ def descriptors(pid: int) -> tuple[int, int]:
                 connected.append(port)
     outbound = sum(1 for port in connected if port not in listening)
     return len(inodes) - outbound, other
+
+
+_TCP_STATES = {
+    "01": "ESTABLISHED", "04": "FIN_WAIT1", "05": "FIN_WAIT2", "06": "TIME_WAIT", "07": "CLOSE",
+    "08": "CLOSE_WAIT", "09": "LAST_ACK", "0B": "CLOSING",
+}  # fmt: skip
+
+
+def inbound_connections(pid: int) -> list[str]:
+    """The process's connections accepted on its listening ports, as ``STATE local <- peer``
+    (none is left once every client has gone and the server closed its side)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = str(fd.readlink())
+        except FileNotFoundError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:[") : -1])
+    listening: set[str] = set()
+    connected: list[tuple[str, str, str]] = []  # (local port, peer port, state)
+    for table in ("tcp", "tcp6"):
+        try:
+            rows = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+        except FileNotFoundError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if fields[9] not in inodes:
+                continue
+            (local, peer), state = (f.rsplit(":", 1)[1] for f in fields[1:3]), fields[3]
+            if state == _TCP_LISTEN:
+                listening.add(local)
+            else:
+                connected.append((local, peer, state))
+    return [
+        f"{_TCP_STATES.get(state, state)} :{int(local, 16)} <- :{int(peer, 16)}"
+        for local, peer, state in connected
+        if local in listening
+    ]
 
 
 def sockets_settle(pid: int, baseline: int, within: float = 5.0) -> int:
@@ -228,7 +270,8 @@ def fuzz(
     """Run the inputs against the started ``nsqd`` and check it afterwards."""
     assert nsqd.proc is not None
     pid = nsqd.proc.pid
-    sockets_before, _ = descriptors(pid)
+    # a connection of ours (priming) the server has not closed yet is not part of the baseline
+    sockets_before = descriptors(pid)[0] - len(inbound_connections(pid))
     cpu_before = cpu_seconds(pid)
     log_offset = nsqd.log_path.stat().st_size
     engine = Engine(
@@ -260,6 +303,7 @@ def fuzz(
             if report.leaked_sockets == 0 and report.clients_after == 0:
                 break
             if time.monotonic() > deadline:
+                report.open_connections = inbound_connections(pid)
                 break
             time.sleep(0.2)
         report.round_trip = round_trip(nsqd)
