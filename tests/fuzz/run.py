@@ -25,6 +25,7 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from protocol import Fin, Pub, Rdy, Sub, SubMode
 from tests.daemons import Daemon, pnsq_nsqd
@@ -87,11 +88,16 @@ class Report:
 _TCP_LISTEN = "0A"
 
 
-def descriptors(pid: int) -> tuple[int, int]:
-    """(sockets, other descriptors) the process holds, less the TCP connections it opened
-    itself: a cluster node's registration and HTTP keep-alive connections to lookupd, whose
-    number follows the machine's load, not the inputs (a leak is a client's connection the
-    server never closed)."""
+class _Sockets(NamedTuple):
+    """A process's socket descriptors, and what /proc/net/tcp{,6} says of its TCP ones."""
+
+    count: int  # socket descriptors
+    other: int  # descriptors that are not sockets
+    listening: set[str]  # local ports it listens on (hex)
+    connected: list[tuple[str, str, str]]  # its other TCP sockets: (local port, peer port, state)
+
+
+def _sockets(pid: int) -> _Sockets:
     inodes: set[str] = set()
     other = 0
     for fd in Path(f"/proc/{pid}/fd").iterdir():
@@ -103,45 +109,7 @@ def descriptors(pid: int) -> tuple[int, int]:
             inodes.add(target[len("socket:[") : -1])
         else:
             other += 1
-    listening: set[str] = set()  # local ports the process listens on
-    connected: list[str] = []  # local ports of its other TCP sockets
-    for table in ("tcp", "tcp6"):
-        try:
-            rows = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
-        except FileNotFoundError:
-            continue
-        for row in rows:
-            fields = row.split()
-            port, state, inode = fields[1].rsplit(":", 1)[1], fields[3], fields[9]
-            if inode not in inodes:
-                continue
-            if state == _TCP_LISTEN:
-                listening.add(port)
-            else:
-                connected.append(port)
-    outbound = sum(1 for port in connected if port not in listening)
-    return len(inodes) - outbound, other
-
-
-_TCP_STATES = {
-    "01": "ESTABLISHED", "04": "FIN_WAIT1", "05": "FIN_WAIT2", "06": "TIME_WAIT", "07": "CLOSE",
-    "08": "CLOSE_WAIT", "09": "LAST_ACK", "0B": "CLOSING",
-}  # fmt: skip
-
-
-def inbound_connections(pid: int) -> list[str]:
-    """The process's connections accepted on its listening ports, as ``STATE local <- peer``
-    (none is left once every client has gone and the server closed its side)."""
-    inodes = set()
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        try:
-            target = str(fd.readlink())
-        except FileNotFoundError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[len("socket:[") : -1])
-    listening: set[str] = set()
-    connected: list[tuple[str, str, str]] = []  # (local port, peer port, state)
+    found = _Sockets(len(inodes), other, set(), [])
     for table in ("tcp", "tcp6"):
         try:
             rows = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
@@ -153,13 +121,36 @@ def inbound_connections(pid: int) -> list[str]:
                 continue
             (local, peer), state = (f.rsplit(":", 1)[1] for f in fields[1:3]), fields[3]
             if state == _TCP_LISTEN:
-                listening.add(local)
+                found.listening.add(local)
             else:
-                connected.append((local, peer, state))
+                found.connected.append((local, peer, state))
+    return found
+
+
+def descriptors(pid: int) -> tuple[int, int]:
+    """(sockets, other descriptors) the process holds, less the TCP connections it opened
+    itself: a cluster node's registration and HTTP keep-alive connections to lookupd, whose
+    number follows the machine's load, not the inputs (a leak is a client's connection the
+    server never closed)."""
+    found = _sockets(pid)
+    outbound = sum(1 for local, _, _ in found.connected if local not in found.listening)
+    return found.count - outbound, found.other
+
+
+_TCP_STATES = {
+    "01": "ESTABLISHED", "04": "FIN_WAIT1", "05": "FIN_WAIT2", "06": "TIME_WAIT", "07": "CLOSE",
+    "08": "CLOSE_WAIT", "09": "LAST_ACK", "0B": "CLOSING",
+}  # fmt: skip
+
+
+def inbound_connections(pid: int) -> list[str]:
+    """The process's connections accepted on its listening ports, as ``STATE local <- peer``
+    (none is left once every client has gone and the server closed its side)."""
+    found = _sockets(pid)
     return [
         f"{_TCP_STATES.get(state, state)} :{int(local, 16)} <- :{int(peer, 16)}"
-        for local, peer, state in connected
-        if local in listening
+        for local, peer, state in found.connected
+        if local in found.listening
     ]
 
 
