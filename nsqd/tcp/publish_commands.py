@@ -1,5 +1,6 @@
 """The PUB family as a V2 session dispatches it (:mod:`nsqd.tcp.session`): each command's
-name for AUTH, then its call on the connection's :class:`~nsqd.tcp.publishing.Publisher`.
+name for AUTH, then its call on the connection's :class:`~nsqd.tcp.publishing.Publisher` (youzan's
+traced and ext publishes through :mod:`nsqd.tcp.youzan_publishing`).
 PUBs and MPUBs the session gathers do not come here (group commit: the publisher's
 ``gather``, ``gather_mpub`` and ``gather_numbered``); a PUB or MPUB here is one handed back by
 the publish reactor alone."""
@@ -11,6 +12,7 @@ from collections.abc import Awaitable, Callable
 from protocol import Dpub, ErrorCode, Mpub, MpubExt, MpubTrace, Pub, PubExt, PubTrace
 
 from .publishing import Publisher
+from .youzan_publishing import publish_ext, publish_traced
 
 #: checks that the client may publish to a topic: ``(command name, topic)``
 Authorize = Callable[[str, str], Awaitable[None]]
@@ -47,18 +49,18 @@ async def publish_command(publisher: Publisher, command: object, authorize: Auth
             topic=topic, trace_id=trace_id, body=body, partition=partition, sequence=sequence
         ):
             await authorize("PUB_TRACE", topic)
-            await publisher.publish_traced(
-                topic, [(trace_id, body)], partition, "PUB_TRACE", sequence
+            await publish_traced(
+                publisher, topic, [(trace_id, body)], partition, "PUB_TRACE", sequence
             )
         case MpubTrace(topic=topic, messages=messages, partition=partition, sequence=sequence):
             await authorize("MPUB_TRACE", topic)
-            await publisher.publish_traced(topic, messages, partition, "MPUB_TRACE", sequence)
+            await publish_traced(publisher, topic, messages, partition, "MPUB_TRACE", sequence)
         case PubExt(topic=topic, header=header, body=body, partition=partition, sequence=sequence):
             await authorize("PUB_EXT", topic)
-            await publisher.publish_ext(topic, [(header, body)], partition, "PUB_EXT", sequence)
+            await publish_ext(publisher, topic, [(header, body)], partition, "PUB_EXT", sequence)
         case MpubExt(topic=topic, messages=messages, partition=partition, sequence=sequence):
             await authorize("MPUB_EXT", topic)
-            await publisher.publish_ext(topic, messages, partition, "MPUB_EXT", sequence)
+            await publish_ext(publisher, topic, messages, partition, "MPUB_EXT", sequence)
         case _:
             return False
     return True

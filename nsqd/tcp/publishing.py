@@ -1,12 +1,11 @@
-"""A connection's PUB family: group commit for PUB, MPUB/DPUB and youzan's traced and ext
-publishes.
+"""A connection's PUB family: group commit for PUB, MPUB and DPUB (youzan's traced and ext
+publishes build on it in :mod:`nsqd.tcp.youzan_publishing`).
 
 Consecutive PUBs are gathered and appended as one batch per (topic, partition) run, then
 acknowledged together (DESIGN.md §6); so are consecutive stock MPUBs (a run of their own: a
 refusal names its command), and a producer's numbered PUBs (a run of consecutive numbers) or
 numbered MPUB. The session flushes them before any other command, so replies
-stay in command order. PUB_EXT / MPUB_EXT headers follow :mod:`protocol.ext`: stored
-with the message on ext topics, dropped on others when they hold only reserved ``##`` keys.
+stay in command order.
 
 In a pnsq cluster a stock PUB/MPUB/DPUB (no partition) for a topic this node leads no
 partition of goes to a leader through :class:`~nsqd.cluster.forwarding.Forwarder` and is
@@ -23,14 +22,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 
 from protocol import ClientError, ErrorCode, Mpub, Pub, frames
-from protocol.ext import ext_not_supported, parse_json_header
-from protocol.tracing import traced_response
 
-from ..broker import BodyBatch, Broker, NewRecord, Record, ext_header, join_batches, new_records
+from ..broker import BodyBatch, Broker, NewRecord, Record, join_batches, new_records
 from ..cluster.forwarding import Forwarder
 from ..cluster.publishing import PublishPath
-from ..core.errors import BadPartitionError
-from .delivery import raw_size
 from .errors import HANDLED_ERRORS, client_error_for
 from .output import OutputBuffer
 from .reactor import Taken
@@ -368,7 +363,7 @@ class Publisher:
             on_appended=partial(self._count, topic),
         )
 
-    async def _partitioned(
+    async def publish_partitioned(
         self,
         topic: str,
         entries: Sequence[NewRecord],
@@ -376,8 +371,9 @@ class Publisher:
         sequence: int | None,
         name: str,
     ) -> tuple[Sequence[Record], int]:
-        """A partition-aware publish (traced, ext): numbered or not; with how many were stored
-        by an earlier try."""
+        """A partition-aware publish (youzan's traced and ext,
+        :mod:`nsqd.tcp.youzan_publishing`): numbered or not; with how many were stored by an
+        earlier try."""
         if sequence is not None:
             return await self._numbered(topic, entries, partition, sequence, name)
         records = await self.path.publish(
@@ -388,89 +384,3 @@ class Publisher:
     def _count(self, topic: str, records: Sequence[Record]) -> None:
         """``records`` of ``topic`` were appended here (/stats' ``pub_counts``)."""
         self.pub_counts[topic] = self.pub_counts.get(topic, 0) + len(records)
-
-    async def publish_traced(
-        self,
-        topic: str,
-        messages: list[tuple[int, bytes]],
-        partition: int | None,
-        name: str,
-        sequence: int | None = None,
-    ) -> None:
-        now = self.broker.clock.now_ns()
-        entries = [NewRecord(timestamp_ns=now, body=b, trace_id=t) for t, b in messages]
-        try:
-            records, already = await self._partitioned(topic, entries, partition, sequence, name)
-        except HANDLED_ERRORS as exc:
-            raise client_error_for(exc, name, ErrorCode.PUB_FAILED) from exc
-        if not records:  # a retry of a publish retention has deleted since: nothing to name
-            self.output.append(acknowledged(already))
-            return
-        first = records[0]
-        trace = first.trace_id if name == "PUB_TRACE" else 0
-        size = sum(raw_size(r, ext_header(r.ext)) for r in records)
-        self.output.append(
-            frames.encode_response(traced_response(first.internal_id, trace, first.offset, size))
-        )
-
-    async def publish_ext(
-        self,
-        topic: str,
-        messages: list[tuple[bytes, bytes]],
-        partition: int | None,
-        name: str,
-        sequence: int | None = None,
-    ) -> None:
-        """PUB_EXT (one message; a ``##trace_id`` asks for the traced reply) or MPUB_EXT
-        (``OK``; an element with an empty header is a plain message)."""
-        single = name == "PUB_EXT"
-        code = ErrorCode.PUB_FAILED if single else ErrorCode.MPUB_FAILED
-        try:
-            ext_topic = self._check_target(topic, partition)
-        except HANDLED_ERRORS as exc:
-            raise client_error_for(exc, name, code) from exc
-        now = self.broker.clock.now_ns()
-        entries = []
-        traced = False
-        for header, body in messages:
-            trace_id, ext = 0, b""
-            if header or single:
-                parsed = parse_json_header(header)
-                if parsed.trace_id is not None:
-                    trace_id, traced = parsed.trace_id, single
-                if ext_topic:
-                    ext = header
-                elif not parsed.ignorable:
-                    raise ext_not_supported(topic)
-            entries.append(NewRecord(timestamp_ns=now, body=body, trace_id=trace_id, ext=ext))
-        try:
-            records, already = await self._partitioned(topic, entries, partition, sequence, name)
-        except HANDLED_ERRORS as exc:
-            raise client_error_for(exc, name, code) from exc
-        if not traced or not records:
-            self.output.append(acknowledged(already))
-            return
-        record = records[0]
-        self.output.append(
-            frames.encode_response(
-                traced_response(
-                    record.internal_id,
-                    record.trace_id,
-                    record.offset,
-                    raw_size(record, ext_header(record.ext)),
-                )
-            )
-        )
-
-    def _check_target(self, topic: str, partition: int | None) -> bool:
-        """Whether ``topic`` is ext; the topic and partition refusals come first, as youzan
-        checks them before the header (a topic not created yet will be a plain one)."""
-        existing = self.broker.find_topic(topic)
-        if existing is None:
-            return False
-        if partition is None or partition == -1:
-            if existing.ordered:
-                raise BadPartitionError(topic)
-        else:
-            existing.partition(partition)
-        return existing.ext

@@ -181,8 +181,9 @@ class PublishReactor:
         #: epoll change per held publish)
         self._muted: set[int] = set()
         self.running = False
-        self.turns = 0  # turns that appended, their appends, the PUBs those acknowledged,
-        self.appends = 0  # and the connections handed back to their tasks (tests read these)
+        self.turns = 0  # turns that appended, their appends, the publishes (PUB or MPUB
+        self.appends = 0  # commands) those acknowledged, and the connections handed back to
+        # their tasks (tests read these)
         self.publishes = 0
         self.handovers = 0
         self.deliveries = 0  # deliveries made in a turn for idle consumers (tests read it)
