@@ -127,9 +127,8 @@ class ConsumeAPI:
         puller = self.context.puller
         lease_ns = lease_ms * 1_000_000
         batch = await puller.wait(topic, channel, limit, lease_ns, 0)  # what is there now
-        if (
-            batch is None and wait_ms and not puller.stopping
-        ):  # a long poll, ended if the client leaves
+        if batch is None and wait_ms and not puller.stopping:
+            # a long poll, given up as soon as its client leaves
             batch = await request.while_connected(
                 lambda: puller.wait(topic, channel, limit, lease_ns, wait_ms / 1000)
             )

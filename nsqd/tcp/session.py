@@ -257,29 +257,20 @@ class Session:
                 except (ClientError, ConnectionAbort):
                     await self.publisher.flush()  # the commands before the bad one still count
                     raise
-                if isinstance(command, Pub):
-                    await self._may_publish("PUB", command.topic)
+                if isinstance(command, (Pub, Mpub)):
+                    name = "PUB" if isinstance(command, Pub) else "MPUB"
+                    await self._may_publish(name, command.topic)
                     if command.sequence is not None:  # numbered: runs of their own
                         if not self.publisher.gather_numbered(command):
                             await self._flush()
                             self.publisher.gather_numbered(command)  # starts a run
-                        side.publishes = True
-                        continue
-                    if self.publisher.numbered_pending:
-                        await self._flush()  # their replies come first
-                    self.publisher.gather(command)
-                    side.publishes = True
-                    continue
-                if isinstance(command, Mpub):
-                    await self._may_publish("MPUB", command.topic)
-                    if command.sequence is not None:  # numbered: a run of its own
-                        if not self.publisher.gather_numbered(command):
-                            await self._flush()
-                            self.publisher.gather_numbered(command)
                     else:
                         if self.publisher.numbered_pending:
                             await self._flush()  # their replies come first
-                        self.publisher.gather_mpub(command)
+                        if isinstance(command, Pub):
+                            self.publisher.gather(command)
+                        else:
+                            self.publisher.gather_mpub(command)
                     side.publishes = True
                     continue
                 if isinstance(command, Fin):  # the consumer hot path: no coroutine per FIN
