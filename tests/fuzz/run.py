@@ -143,15 +143,21 @@ _TCP_STATES = {
 }  # fmt: skip
 
 
-def inbound_connections(pid: int) -> list[str]:
-    """The process's connections accepted on its listening ports, as ``STATE local <- peer``
-    (none is left once every client has gone and the server closed its side)."""
+def accepted(pid: int) -> list[tuple[int, int, str]]:
+    """The process's connections accepted on its listening ports and not closed by it yet:
+    (local port, peer port, TCP state)."""
     found = _sockets(pid)
     return [
-        f"{_TCP_STATES.get(state, state)} :{int(local, 16)} <- :{int(peer, 16)}"
+        (int(local, 16), int(peer, 16), _TCP_STATES.get(state, state))
         for local, peer, state in found.connected
         if local in found.listening
     ]
+
+
+def inbound_connections(pid: int) -> list[str]:
+    """:func:`accepted`'s connections as ``STATE :local <- :peer`` (none is left once every
+    client has gone and the server closed its side)."""
+    return [f"{state} :{local} <- :{peer}" for local, peer, state in accepted(pid)]
 
 
 def sockets_settle(pid: int, baseline: int, within: float = 5.0) -> int:

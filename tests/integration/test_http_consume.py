@@ -20,6 +20,7 @@ import pytest
 
 from protocol import Fin, Rdy, Sub
 from tests.daemons import Daemon, pnsq_nsqd
+from tests.fuzz.run import accepted
 from tests.rawclient import RawClient
 
 pytestmark = pytest.mark.integration
@@ -377,20 +378,6 @@ def test_sigterm_answers_a_parked_long_poll_with_an_empty_batch(tmp_path: Path) 
         daemon.stop()
 
 
-def _server_side_open(daemon: Daemon, client_port: int) -> bool:
-    """Whether nsqd's HTTP side of the connection from ``client_port`` is still open (the
-    client closed its side: the server's is in CLOSE_WAIT until it closes too)."""
-    for row in Path("/proc/net/tcp").read_text().splitlines()[1:]:
-        local, remote, state = row.split()[1:4]
-        if (
-            int(local.rsplit(":", 1)[1], 16) == daemon.http_port
-            and int(remote.rsplit(":", 1)[1], 16) == client_port
-            and state == "08"  # CLOSE_WAIT
-        ):
-            return True
-    return False
-
-
 def test_a_long_poll_whose_client_left_ends_and_takes_nothing(nsqd: Daemon) -> None:
     _create(nsqd, "gone", 1)
     client = socket.create_connection(("127.0.0.1", nsqd.http_port))
@@ -404,7 +391,8 @@ def test_a_long_poll_whose_client_left_ends_and_takes_nothing(nsqd: Daemon) -> N
     client.close()
     time.sleep(0.1)
     deadline = time.monotonic() + 5
-    while _server_side_open(nsqd, client_port):
+    assert nsqd.proc is not None
+    while any(peer == client_port for _, peer, _ in accepted(nsqd.proc.pid)):  # server side open
         assert time.monotonic() < deadline, "the left long poll still holds its connection"
         time.sleep(0.05)
     # and a message published now goes to the next consumer, not to the poll nobody reads
