@@ -44,6 +44,12 @@ from tests.rawclient import RawClient  # noqa: E402
 
 PY_SPY = Path(sys.executable).parent / "py-spy"
 CHUNK = 50  # partitions probed on one connection (pipelined); chunks run in parallel
+#: seconds the probe waits for each reply before it sends its chunk's PUBs again. It was 2 s:
+#: on some days' hosts the 10,000 first PUBs (each a first append, a
+#: follower's, an acknowledgement) outlasted it, every chunk was sent again while the first
+#: copies were still being served, and the rounds fed on themselves (9,966 of 10,000
+#: partitions not yet answered after 15 s; with 30 s, all of them in 4.9 s)
+REPLY_WAIT = 10.0
 TICKS = os.sysconf("SC_CLK_TCK")
 STAMP = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}")
 
@@ -101,9 +107,10 @@ class Prober:
 
     def _probe(self, address: str, keys: list[tuple[str, int]]) -> None:
         """One connection to ``address``: every PUB sent at once (pipelined), the replies read
-        in order; a partition answered with an error, or not within 2 s, is tried again."""
+        in order; a partition answered with an error, or not within :data:`REPLY_WAIT`, is
+        tried again."""
         try:
-            client = RawClient(address, timeout=2.0)
+            client = RawClient(address, timeout=REPLY_WAIT)
         except OSError:
             return
         try:

@@ -24,7 +24,7 @@ from protocol.lookup import ACCEPT_V1, ASSIGNMENTS_PATH, parse_assignments, pars
 from ..broker import Broker, StorageError
 from ..broker.assignments import wanted_topics
 from ..core.errors import BrokerError
-from ..replication.progress import ProgressTracker, due
+from ..replication.progress import Outbox, ProgressTracker
 
 log = logging.getLogger("nsqd.lookup")
 
@@ -101,24 +101,25 @@ async def report_progress(
     auth: dict[str, str],
 ) -> None:
     """Tell lookupd, as a leader, which followers are caught up and which lag and how many
-    bytes each lacks (when that changes, every second while a copy catches up, and every
-    :data:`PROGRESS_REPEAT` seconds: :func:`~nsqd.replication.progress.due`)."""
+    bytes each lacks: a partition's report when it changes (every second while a copy
+    catches up), and all of them every :data:`PROGRESS_REPEAT` seconds and after a failed
+    post (:class:`~nsqd.replication.progress.Outbox`)."""
     url = f"http://{http_address}{PROGRESS_PATH}"
     clock = broker.clock
-    last: list[dict[str, object]] | None = None
-    sent_at = 0.0
+    outbox = Outbox(PROGRESS_REPEAT)
     async with httpx.AsyncClient(timeout=httpx.Timeout(2.0, connect=1.0)) as client:
         while True:
             now = clock.monotonic()
-            reports = progress.reports(broker, now)
-            if due(reports, last, now - sent_at, PROGRESS_REPEAT):
+            reports, every = outbox.take(progress.reports(broker, now), now)
+            if reports or every:
                 body = {"node": node_id, "partitions": reports}
                 try:
                     response = await client.post(url, json=body, headers=auth)
                     response.raise_for_status()
-                    last, sent_at = reports, now
+                    outbox.posted(reports, every, now)
                 except httpx.HTTPError as exc:
                     log.warning("LOOKUPD(%s): progress: %s", address, exc)
+                    outbox.failed()
             await trio.sleep(PROGRESS_INTERVAL)
 
 

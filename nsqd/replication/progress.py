@@ -23,7 +23,7 @@ whole log reads the same until its log, high-watermark, in-sync set or replicas 
 alone changes nothing there), so its last report is kept and given again, the same object,
 for as long as the partition's state is at the same revision (``PartitionState.revision``;
 looking at the replicas again cost a node leading 3,333 idle partitions a third of its idle
-time): telling whether anything decisive changed (:func:`due`) then skips it by identity.
+time): telling whether anything decisive changed (:class:`Outbox`) then skips it by identity.
 """
 
 from __future__ import annotations
@@ -43,38 +43,64 @@ COPY_REPORT_INTERVAL = 1.0
 Report = dict[str, object]
 
 
-def due(reports: list[Report], last: list[Report] | None, since_sent: float, repeat: float) -> bool:
-    """Whether ``reports`` should go to lookupd now, ``since_sent`` seconds after ``last`` went:
-    when anything but the bytes behind changed, every ``repeat`` seconds, and every
-    :data:`COPY_REPORT_INTERVAL` seconds while a replica not caught up has bytes left."""
-    if last is None or since_sent >= repeat or _decisive_change(reports, last):
-        return True
-    return since_sent >= COPY_REPORT_INTERVAL and reports != last and _copying(reports)
+@dataclass
+class Outbox:
+    """Which of a leader's reports one lookupd gets next. lookupd keeps each partition's last
+    report (a report speaks for its partition only), so a post carries the reports that
+    changed since that lookupd last got them: at once when anything but the bytes behind
+    changed, every :data:`COPY_REPORT_INTERVAL` seconds while a replica not caught up has
+    bytes left; and all of them every ``repeat`` seconds, and after a post that failed (a
+    lookupd that restarted holds none). A node leading thousands of partitions posted them
+    all at every change: while topics were created, four times a second, and lookupd spent
+    most of its time reading them."""
 
+    repeat: float
+    #: (topic, partition) -> the report this lookupd last got
+    _sent: dict[tuple[object, object], Report] = field(default_factory=dict)
+    _all_at: float = float("-inf")  # when every report last went
+    _bytes_at: float = float("-inf")  # when a copy's bytes last went
 
-def _decisive_change(reports: list[Report], last: list[Report]) -> bool:
-    """Whether anything but the bytes behind differs (a report kept and given again is the
-    same object: skipped without a look)."""
-    if len(reports) != len(last):
-        return True
-    return any(
-        now is not then and _decisive(now) != _decisive(then)
-        for now, then in zip(reports, last, strict=True)
-    )
+    def take(self, reports: list[Report], now: float) -> tuple[list[Report], bool]:
+        """The reports to post at ``now`` (possibly none), and whether they are all of them."""
+        if now - self._all_at >= self.repeat:
+            return reports, True
+        bytes_due = now - self._bytes_at >= COPY_REPORT_INTERVAL
+        sent = self._sent
+        out = []
+        for report in reports:
+            before = sent.get((report["topic"], report["partition"]))
+            if before is report:  # a kept report given again (ProgressTracker)
+                continue
+            decisive = before is None or _decisive(report) != _decisive(before)
+            if decisive or (bytes_due and report != before and _copying(report)):
+                out.append(report)
+        return out, False
+
+    def posted(self, reports: list[Report], every: bool, now: float) -> None:
+        """lookupd took ``reports`` (all of this node's when ``every``)."""
+        if every:
+            self._sent.clear()
+            self._all_at = now
+        for report in reports:
+            self._sent[(report["topic"], report["partition"])] = report
+        if any(_copying(report) for report in reports):
+            self._bytes_at = now
+
+    def failed(self) -> None:
+        """A post failed: the next one carries every report."""
+        self._all_at = float("-inf")
 
 
 def _decisive(report: Report) -> Report:
     return {k: v for k, v in report.items() if k != "behind"}
 
 
-def _copying(reports: list[Report]) -> bool:
-    for report in reports:
-        behind, caught_up = report.get("behind"), report.get("caught_up")
-        if not (isinstance(behind, dict) and isinstance(caught_up, list)):
-            continue
-        if any(n > 0 and node not in caught_up for node, n in behind.items()):
-            return True
-    return False
+def _copying(report: Report) -> bool:
+    """Whether a replica not caught up has bytes left to copy."""
+    behind, caught_up = report.get("behind"), report.get("caught_up")
+    if not (isinstance(behind, dict) and isinstance(caught_up, list)):
+        return False
+    return any(n > 0 and node not in caught_up for node, n in behind.items())
 
 
 @dataclass

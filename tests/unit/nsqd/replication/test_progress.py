@@ -12,7 +12,7 @@ from nsqd.broker import Broker, BrokerConfig, NewRecord, Topic, open_broker
 from nsqd.broker.partition import Partition
 from nsqd.core.partition_state import Placement, Role
 from nsqd.replication import progress
-from nsqd.replication.progress import COPY_REPORT_INTERVAL, ProgressTracker, Report, due
+from nsqd.replication.progress import COPY_REPORT_INTERVAL, Outbox, ProgressTracker, Report
 from nsqd.storage.record import HEADER_SIZE
 
 LEADER, IN_SYNC, COPYING, SILENT = "127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3", "127.0.0.1:4"
@@ -59,33 +59,51 @@ async def test_a_replica_node_reports_nothing(tmp_path: Path) -> None:
         assert stats.replication.replica_lag_bytes == ()
 
 
-def _report(caught_up: list[str], behind: dict[str, int]) -> list[Report]:
-    return [
-        {
-            "topic": "t",
-            "partition": 0,
-            "epoch": 2,
-            "caught_up": caught_up,
-            "lagging": [],
-            "confirmed": caught_up,
-            "behind": behind,
-        }
-    ]
+def _report(caught_up: list[str], behind: dict[str, int], partition: int = 0) -> Report:
+    return {
+        "topic": "t",
+        "partition": partition,
+        "epoch": 2,
+        "caught_up": caught_up,
+        "lagging": [],
+        "confirmed": caught_up,
+        "behind": behind,
+    }
 
 
-def test_a_report_is_due_when_it_decides_something_or_a_copy_moves_on() -> None:
+def _posted(outbox: Outbox, reports: list[Report], now: float) -> list[Report]:
+    """What ``outbox`` posts at ``now`` (and takes as posted)."""
+    out, every = outbox.take(reports, now)
+    outbox.posted(out, every, now)
+    return out
+
+
+def test_a_report_goes_when_it_decides_something_or_a_copy_moves_on() -> None:
+    other = _report([IN_SYNC], {IN_SYNC: 0}, partition=1)
     start = _report([IN_SYNC], {IN_SYNC: 0, COPYING: 9000})
-    assert due(start, None, 0.0, 5.0)  # the first one
-    assert not due(start, start, 0.1, 5.0)  # nothing changed
-    assert due(start, start, 5.0, 5.0)  # the repeat
+    outbox = Outbox(repeat=5.0)
+    assert _posted(outbox, [start, other], 0.0) == [start, other]  # the first: all of them
+    assert _posted(outbox, [start, other], 0.1) == []  # nothing changed
     copied = _report([IN_SYNC], {IN_SYNC: 0, COPYING: 4000})
-    assert not due(copied, start, 0.3, 5.0)  # bytes alone: not four times a second
-    assert due(copied, start, COPY_REPORT_INTERVAL, 5.0)  # but every second while copying
+    assert _posted(outbox, [copied, other], 0.3) == []  # bytes alone: not 4 times a second
+    assert _posted(outbox, [copied, other], COPY_REPORT_INTERVAL) == [copied]  # every second
     caught_up = _report([COPYING, IN_SYNC], {IN_SYNC: 0, COPYING: 0})
-    assert due(caught_up, copied, 0.1, 5.0)  # caught up: at once
-    jitter = _report([IN_SYNC], {IN_SYNC: 300})
-    settled = _report([IN_SYNC], {IN_SYNC: 0})
-    assert not due(jitter, settled, 2.0, 5.0)  # an in-sync follower's jitter is not a copy
+    assert _posted(outbox, [caught_up, other], 1.1) == [caught_up]  # caught up: at once
+    jitter = _report([IN_SYNC], {IN_SYNC: 300}, partition=1)
+    assert _posted(outbox, [caught_up, jitter], 3.0) == []  # an in-sync follower's jitter
+    assert _posted(outbox, [caught_up, jitter], 5.0) == [caught_up, jitter]  # the repeat
+
+
+def test_after_a_failed_post_every_report_goes_again() -> None:
+    """A post that failed may have met a lookupd that restarted (and holds no report): the
+    next carries them all, unchanged ones too."""
+    one, two = _report([IN_SYNC], {IN_SYNC: 0}), _report([IN_SYNC], {IN_SYNC: 0}, partition=1)
+    outbox = Outbox(repeat=5.0)
+    _posted(outbox, [one, two], 0.0)
+    lagging = {**two, "caught_up": [], "lagging": [IN_SYNC]}
+    assert outbox.take([one, lagging], 0.5) == ([lagging], False)
+    outbox.failed()
+    assert outbox.take([one, lagging], 0.75) == ([one, lagging], True)
 
 
 async def test_a_follower_of_an_idle_log_is_not_late_the_moment_a_publish_arrives(
@@ -139,7 +157,9 @@ async def test_a_settled_partitions_report_is_kept_until_what_it_says_changes(
         assert [again] == ProgressTracker(lag_max=5.0).reports(broker, now=100.0)
         assert first["caught_up"] == [IN_SYNC, COPYING, SILENT]
         assert first["confirmed"] == [IN_SYNC]
-        assert not due([again], [first], 0.3, 5.0)
+        outbox = Outbox(repeat=5.0)
+        _posted(outbox, [first], 99.9)
+        assert _posted(outbox, [again], 100.0) == []  # the same object: not even compared
 
         partition.log.append([NewRecord(20, b"m" * BODY)])  # a publish: IN_SYNC is short
         state.appended(partition.log.end_offset)
@@ -157,7 +177,8 @@ async def test_a_settled_partitions_report_is_kept_until_what_it_says_changes(
         (wider,) = tracker.reports(broker, now=100.3)  # COPYING joined the in-sync set
         assert wider is not settled
         assert wider["confirmed"] == [IN_SYNC, COPYING]
-        assert due([wider], [settled], 0.1, 5.0)
+        _posted(outbox, [settled], 100.2)
+        assert _posted(outbox, [wider], 100.3) == [wider]
         assert [wider] == ProgressTracker(lag_max=5.0).reports(broker, now=100.3)
 
 
