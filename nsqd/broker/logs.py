@@ -12,7 +12,7 @@ from protocol.names import is_ephemeral
 from ..core.ownership import STANDALONE, Placement
 from ..core.producers import Producers
 from ..storage.cache import CacheBudget
-from ..storage.checkpoint import write_checkpoint
+from ..storage.checkpoint import create_directories, write_checkpoint
 from ..storage.handles import HandleCache
 from ..storage.log import PartitionLog
 from ..storage.memory import MemoryLog
@@ -63,12 +63,21 @@ class LogOpener:
 
     def open_all(self, wanted: Sequence[tuple[str, int, Placement]]) -> Opened:
         """:meth:`open_partition` of each ``(topic, number, placement)``: blocking file I/O,
-        for a worker thread (nothing here touches the topic table). On an error the ones
-        opened are closed again and the error propagates."""
+        for a worker thread (nothing here touches the topic table). The new partitions'
+        directories are made first, their topic's directory fsynced once for all of them.
+        On an error the ones opened are closed again and the error propagates."""
+        directories = {
+            (name, number): topic_directory(self.config.data_path, name) / str(number)
+            for name, number, _ in wanted
+            if not is_ephemeral(name)
+        }
+        new = {key for key, directory in directories.items() if not directory.exists()}
+        create_directories(directories[key] for key in new)
         opened: Opened = {}
         try:
             for name, number, placement in wanted:
-                opened[name, number] = self.open_partition(name, number, {}, placement)
+                created = (name, number) in new
+                opened[name, number] = self.open_partition(name, number, {}, placement, created)
         except BaseException:
             for partition in opened.values():
                 partition.log.close()
@@ -98,15 +107,18 @@ class LogOpener:
         number: int,
         states: Mapping[int, dict[str, object]],
         placement: Placement = STANDALONE,
+        created: bool | None = None,
     ) -> Partition:
-        """Partition ``number`` of ``topic`` with its log opened (created if new)."""
+        """Partition ``number`` of ``topic`` with its log opened (created if new; ``created``
+        says whether it is when its directory was made already, :meth:`open_all`)."""
         config = self.config
         producers = Producers(config.producer_state_ttl, config.max_producers)
         if is_ephemeral(topic):
             memory = MemoryLog(number, self.config.mem_queue_size)
             return Partition(number, memory, None, 0, placement, producers)
         directory = topic_directory(self.config.data_path, topic) / str(number)
-        created = not directory.exists()
+        if created is None:
+            created = not directory.exists()
         plog = PartitionLog.open(
             directory,
             partition=number,

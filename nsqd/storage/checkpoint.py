@@ -22,7 +22,7 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Final
 
@@ -58,15 +58,26 @@ def create_directory(directory: Path) -> None:
     only once its parent is fsynced, as a file's (a partition's directory created in a new
     topic's, its records fsynced, could otherwise vanish with the machine). A directory
     another thread created meanwhile counts as created here: its parent is fsynced too."""
-    missing = []
-    path = directory
-    while not path.is_dir():
-        missing.append(path)
-        path = path.parent
-    for path in reversed(missing):
-        with contextlib.suppress(FileExistsError):
-            path.mkdir()
-        fsync_directory(path.parent)
+    create_directories([directory])
+
+
+def create_directories(directories: Iterable[Path]) -> None:
+    """:func:`create_directory` of each of ``directories``, each parent fsynced once for all
+    the entries made in it (a new topic's partitions: one fsync of the topic's directory, not
+    one per partition)."""
+    parents: dict[Path, None] = {}  # in the order made (a dict: no parent twice)
+    for directory in directories:
+        missing = []
+        path = directory
+        while not path.is_dir():
+            missing.append(path)
+            path = path.parent
+        for path in reversed(missing):
+            with contextlib.suppress(FileExistsError):
+                path.mkdir()
+            parents[path.parent] = None
+    for parent in parents:
+        fsync_directory(parent)
 
 
 def atomic_write(path: Path, data: bytes, *, keep_previous: bool = False) -> None:

@@ -14,8 +14,10 @@ import trio
 from nsqd.broker import Broker, BrokerConfig, StorageError, open_broker
 from nsqd.broker.assignments import apply_assignments, wanted_topics
 from nsqd.broker.logs import LogOpener, Opened
+from nsqd.broker.persistence import topic_directory
 from nsqd.core.errors import NotLeaderError
 from nsqd.core.ownership import Placement, Role
+from nsqd.storage import checkpoint
 from protocol.lookup import PartitionAssignment, TopicAssignment
 
 NODE, OTHER = "127.0.0.1:4150", "127.0.0.1:4250"
@@ -128,3 +130,31 @@ async def test_a_log_opened_for_a_placement_gone_is_closed(tmp_path: Path) -> No
         with pytest.raises(StorageError):  # closed
             partition.log.read(0, 1)
         assert broker.find_topic("gone") is None
+
+
+async def test_a_new_topics_partitions_are_opened_with_one_fsync_of_its_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Opening a new topic's partitions makes their directories first, the topic's directory
+    fsynced once for all of them; each is known as created (the syncer's first pass reads
+    that), one opened again is not."""
+    async with open_broker(BrokerConfig(data_path=tmp_path)) as broker:
+        logs = broker.registry.logs
+        synced: list[Path] = []
+        real = checkpoint.fsync_directory
+
+        def fsync_directory(directory: Path) -> None:
+            synced.append(directory)
+            real(directory)
+
+        monkeypatch.setattr(checkpoint, "fsync_directory", fsync_directory)
+        placement = Placement(Role.LEADER, 1, NODE)
+        opened = logs.open_all([("t", n, placement) for n in range(4)])
+        topic = topic_directory(tmp_path, "t")
+        assert synced.count(topic) == 1
+        assert all(p.created for p in opened.values())
+        for partition in opened.values():
+            partition.log.close()
+        again = logs.open_all([("t", 0, placement)])
+        assert not again["t", 0].created
+        again["t", 0].log.close()

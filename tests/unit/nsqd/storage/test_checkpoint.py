@@ -196,3 +196,18 @@ def test_a_created_directorys_entry_is_made_durable_in_its_parent(
     checkpoint.create_directory(partition)  # there already: nothing to make durable
     checkpoint.create_directory(tmp_path / "data" / "topic" / "1")  # a sibling: its parent only
     assert synced == [tmp_path / "data" / "topic"]
+
+
+def test_directories_made_together_fsync_each_parent_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new topic's partitions opened together: one fsync of the topic's directory for all
+    of their entries (it was one per partition), every parent still fsynced."""
+    synced = recorded(monkeypatch, checkpoint, "fsync_directory")
+    topic = tmp_path / "data" / "topic"
+    checkpoint.create_directories([topic / "0", topic / "1", topic / "2"])
+    assert all((topic / n).is_dir() for n in "012")
+    assert synced == [tmp_path, tmp_path / "data", topic]
+    synced.clear()
+    checkpoint.create_directories([topic / "1", tmp_path / "data" / "other" / "0", topic / "3"])
+    assert synced == [tmp_path / "data", tmp_path / "data" / "other", topic]
