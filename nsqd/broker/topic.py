@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..core.errors import BadPartitionError, NotLeaderError, PartitionNotFoundError
+from ..core.partition_state import Revision
 from ..storage.batch import BodyBatch
 from ..storage.record import NewRecord, Record
 from .channel import Channel
@@ -42,6 +43,8 @@ class Topic:
         self.name = name
         self.partitions: list[Partition] = []  # held here, by number
         self._by_number: dict[int, Partition] = {}
+        #: moves whenever the state of any partition held here changes
+        self.revision = Revision()
         self.partition_num = partition_num if partition_num is not None else len(partitions)
         for partition in partitions:
             self.hold(partition)
@@ -71,6 +74,7 @@ class Topic:
 
     def hold(self, partition: Partition) -> None:
         """Add a partition placed on this node."""
+        partition.state.shared = self.revision
         self._by_number[partition.number] = partition
         self.partitions = sorted(self._by_number.values(), key=lambda p: p.number)
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from .cursor_frames import CursorFrames
 from .errors import NotLeaderError, PartitionNotFoundError, StaleEpochError
 
-__all__ = ["STANDALONE", "PartitionState", "Placement", "Role", "require_held"]
+__all__ = ["STANDALONE", "PartitionState", "Placement", "Revision", "Role", "require_held"]
 
 
 class Role(enum.Enum):
@@ -44,6 +44,16 @@ class Placement:
 
 #: a standalone node's placement of every partition it has
 STANDALONE = Placement(Role.LEADER)
+
+
+class Revision:
+    """A count that moves whenever any of the states sharing it changes (see
+    ``PartitionState.shared``)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = 0
 
 
 class PartitionState:
@@ -76,6 +86,13 @@ class PartitionState:
         #: acknowledgement changes: what a leader's progress report reads is the same while
         #: it stands still (:mod:`nsqd.replication.progress` keeps a settled one by it)
         self.revision = 0
+        #: moves with ``revision``; shared by the partitions of one topic (``Topic.hold``),
+        #: so that one look tells whether any of them changed
+        self.shared = Revision()
+
+    def _changed(self) -> None:
+        self.revision += 1
+        self.shared.value += 1
 
     # ------------------------------------------------------------------ role
 
@@ -121,7 +138,7 @@ class PartitionState:
                 f"epoch {placement.epoch} is older than the epoch {self.placement.epoch} held"
             )
         changed = placement.role is not self.placement.role
-        self.revision += 1
+        self._changed()
         if placement.epoch != self.placement.epoch or changed:
             self._acked.clear()
             self._caught_up_at.clear()
@@ -142,14 +159,14 @@ class PartitionState:
         without telling this node of a handover first): it leads nothing, so a publish waiting
         for the in-sync set is refused and the streams to the followers end."""
         self._leads = False
-        self.revision += 1
+        self._changed()
 
     # ------------------------------------------------------------------ progress
 
     def appended(self, log_end: int) -> int:
         """The local log grew to ``log_end``; returns the high-watermark."""
         self.log_end = log_end
-        self.revision += 1
+        self._changed()
         if self._leads:
             if self._followers:
                 self._advance()
@@ -160,13 +177,13 @@ class PartitionState:
     def truncated(self, log_end: int) -> None:
         """The local log was cut back to ``log_end`` (a follower matching its new leader)."""
         self.log_end = log_end
-        self.revision += 1
+        self._changed()
         self.high_watermark = min(self.high_watermark, log_end)
 
     def follower_acked(self, node: str, log_end: int, now: float = 0.0) -> bool:
         """Follower ``node`` holds everything before ``log_end`` (at ``now``); returns
         whether the high-watermark moved. Acknowledgements never move back."""
-        self.revision += 1
+        self._changed()
         if log_end >= self.log_end or log_end >= self._sent_to_end.get(node, log_end + 1):
             self._caught_up_at[node] = now
         if log_end <= self._acked.get(node, -1):
@@ -207,7 +224,7 @@ class PartitionState:
 
     def leader_high_watermark(self, high_watermark: int) -> None:
         """A follower heard the leader's high-watermark (bounded by what it holds)."""
-        self.revision += 1
+        self._changed()
         self.high_watermark = max(self.high_watermark, min(high_watermark, self.log_end))
 
     def _advance(self) -> None:

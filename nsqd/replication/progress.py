@@ -23,13 +23,14 @@ whole log reads the same until its log, high-watermark, in-sync set or replicas 
 alone changes nothing there), so its last report is kept and given again, the same object,
 for as long as the partition's state is at the same revision (``PartitionState.revision``;
 looking at the replicas again cost a node leading 3,333 idle partitions a third of its idle
-time): telling whether anything decisive changed (:class:`Outbox`) then skips it by identity.
+time), and a topic none of whose partitions' states moved (``Topic.revision``) gives all of its
+reports again without a look at any partition: telling whether anything decisive changed
+(:class:`Outbox`) then skips them by identity.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from operator import attrgetter
 
 from ..broker import Broker, Topic, bytes_behind
 from ..broker.partition import Partition
@@ -115,15 +116,15 @@ class ProgressTracker:
     #: (:func:`_settled`), the revision of the state it was built from, and its key in
     #: ``_led_since``
     _kept: dict[Partition, _Kept] = field(default_factory=dict)
-    #: topic -> its partitions and their states' revisions when each partition it led was
-    #: settled, and their reports and keys
+    #: topic -> its partitions and its revision when each partition it led was settled, and
+    #: their reports and keys
     _topics: dict[Topic, _Topic] = field(default_factory=dict)
 
     def reports(self, broker: Broker, now: float) -> list[Report]:
         """One report per led partition with replicas: topic, partition, epoch, caught_up,
         lagging, confirmed (node ids, sorted) and behind (node id -> bytes). A topic whose
-        partitions' states are all at the revisions of its last reports, all settled then,
-        gets them again without a look at any partition (one ``map`` over its partitions)."""
+        partitions' states have not changed since its last reports (its ``revision``), all
+        settled then, gets them again without a look at any partition."""
         out: list[Report] = []
         led: set[tuple[str, int, int]] = set()
         topics_before, topics = self._topics, {}
@@ -132,9 +133,9 @@ class ProgressTracker:
             if topic.deleted:
                 continue
             partitions = topic.partitions
-            revisions = tuple(map(_revision, partitions))
+            revision = topic.revision.value
             cached = topics_before.get(topic)
-            if cached is not None and cached[1] == revisions and cached[0] == partitions:
+            if cached is not None and cached[1] == revision and cached[0] == partitions:
                 topics[topic] = cached
                 out += cached[2]
                 led.update(cached[3])
@@ -158,7 +159,7 @@ class ProgressTracker:
             out += reports
             led.update(keys)
             if whole:
-                topics[topic] = list(partitions), revisions, reports, keys
+                topics[topic] = list(partitions), revision, reports, keys
         self._topics = topics
         if len(kept) > len(led):  # partitions no longer led here, or gone
             self._kept = {p: found for p, found in kept.items() if found[2] in led}
@@ -211,10 +212,9 @@ class ProgressTracker:
 #: a report as kept: the revision of the state it was built from (-1: not to be kept), the
 #: report, and its key in ``_led_since``
 _Kept = tuple[int, Report, tuple[str, int, int]]
-#: a topic's reports as kept: its partitions, their states' revisions, the led ones' reports
-#: and their keys
-_Topic = tuple[list[Partition], tuple[int, ...], list[Report], list[tuple[str, int, int]]]
-_revision = attrgetter("state.revision")
+#: a topic's reports as kept: its partitions, the topic's revision (``Topic.revision``), the
+#: led ones' reports and their keys
+_Topic = tuple[list[Partition], int, list[Report], list[tuple[str, int, int]]]
 
 
 def _settled(state: PartitionState, replicas: tuple[str, ...]) -> bool:

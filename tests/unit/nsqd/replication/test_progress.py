@@ -251,3 +251,18 @@ async def test_only_the_partition_that_changed_is_reported_on_again(
         )
         assert built[0] == ("b", 1)
         assert len(built) == 7  # then the fresh tracker's six
+
+
+async def test_a_topics_revision_moves_with_any_of_its_partitions_states(tmp_path: Path) -> None:
+    """The tracker gives a topic's kept reports again while the topic's revision stands still
+    (one look for the topic, none per partition): any partition's change must move it."""
+    async with open_broker(BrokerConfig(data_path=tmp_path)) as broker:
+        topic = broker.get_or_create_topic("t", 2)
+        first, second = topic.partitions
+        before = topic.revision.value
+        second.state.follower_acked(IN_SYNC, 0, now=1.0)
+        assert topic.revision.value > before
+        before = topic.revision.value
+        first.state.appended(5)
+        assert topic.revision.value > before
+        assert first.state.shared is second.state.shared is topic.revision
