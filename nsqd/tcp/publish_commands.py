@@ -2,7 +2,7 @@
 name for AUTH, then its call on the connection's :class:`~nsqd.tcp.publishing.Publisher` (youzan's
 traced and ext publishes through :mod:`nsqd.tcp.youzan_publishing`).
 PUBs and MPUBs the session gathers do not come here (group commit: the publisher's
-``gather``, ``gather_mpub`` and ``gather_numbered``); a PUB or MPUB here is one handed back by
+``gather`` and ``gather_numbered``); a PUB or MPUB here is one handed back by
 the publish reactor alone."""
 
 from __future__ import annotations

@@ -139,8 +139,12 @@ class Publisher:
         else:
             self.output.append(acknowledged(already))
 
-    def gather(self, command: Pub) -> None:
-        """A single PUB, added to the gathered run when it continues it (same target, PUBs)."""
+    def gather(self, command: Pub | Mpub) -> None:
+        """A stock PUB or MPUB (not numbered: :meth:`gather_numbered`), added to the gathered
+        run when it continues it (same target, same command)."""
+        if isinstance(command, Mpub):
+            self._gather_mpub(command)
+            return
         key = (command.topic, command.partition, "PUB")
         now = self.broker.clock.now_ns()
         gathered = self._gathered
@@ -153,9 +157,9 @@ class Publisher:
         else:
             gathered.append(_Gathered(key, BodyBatch(now, [command.body], 0, [now])))
 
-    def gather_mpub(self, command: Mpub) -> None:
-        """A stock MPUB (not numbered), added to the gathered run when it continues it (same
-        target, MPUBs): appended in one piece with it, as atomically as alone."""
+    def _gather_mpub(self, command: Mpub) -> None:
+        """An MPUB's share of :meth:`gather`: appended in one piece with the run it continues
+        (same target, MPUBs), as atomically as alone."""
         key = (command.topic, command.partition, "MPUB")
         batch = new_records(self.broker.clock.now_ns(), command.bodies)
         gathered = self._gathered

@@ -124,10 +124,8 @@ class ReactorSide:
             elif publisher.numbered_pending:  # one kind at a time (reply order)
                 self.handed = command
                 return Read.HAND_OVER
-            elif isinstance(command, Pub):
-                publisher.gather(command)
             else:
-                publisher.gather_mpub(command)
+                publisher.gather(command)
         if not publisher.gathering:
             return Read.WAIT
         taken = publisher.take_gathered()

@@ -267,10 +267,7 @@ class Session:
                     else:
                         if self.publisher.numbered_pending:
                             await self._flush()  # their replies come first
-                        if isinstance(command, Pub):
-                            self.publisher.gather(command)
-                        else:
-                            self.publisher.gather_mpub(command)
+                        self.publisher.gather(command)
                     side.publishes = True
                     continue
                 if isinstance(command, Fin):  # the consumer hot path: no coroutine per FIN
