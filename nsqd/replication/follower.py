@@ -8,8 +8,10 @@ of its last record (``Hello``), cuts its log back to where the leader says their
 (``Welcome``), then appends each ``Append`` at the same offsets and acknowledges it (``Ack``).
 It refuses a leader whose epoch is older than the one lookupd gave this node (``Refuse``): that
 is the fence that keeps a deposed leader from gathering acknowledgements. On any error it
-reconnects after a short backoff; after a dial to a leader node failed, no stream dials it for
-:data:`DOWN_HOLD` seconds. A leader that sent nothing for IDLE_TIMEOUT seconds, counted per
+reconnects after a short backoff; a leader node not reached since its streams failed is dialed
+by one stream while the others wait for the outcome, and after a dial to it failed, no stream
+dials it for :data:`DOWN_HOLD` seconds. Failures are logged at most once a second per leader
+node (:class:`StreamFailures`): a node's death fails all the streams it leads here at once. A leader that sent nothing for IDLE_TIMEOUT seconds, counted per
 leader node (its heartbeat goes on one of its streams to this node, not on each), is gone:
 its streams reconnect.
 
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 
 import trio
 
@@ -83,6 +86,9 @@ WATCH_INTERVAL = 0.5  # seconds between looks for silent leader nodes
 #: thousands of times a second, each failure logged, while lookupd failed it over
 DOWN_HOLD = 0.5
 RETRY = (0.1, 5.0)  # reconnect backoff: first, most
+#: seconds between two warnings about the streams from one leader node: its death fails every
+#: stream it leads here at once (a thousand warnings took a fifth of a second of a failover)
+FAILURE_LOG_INTERVAL = 1.0
 
 Key = tuple[str, int]  # topic, partition
 
@@ -99,6 +105,25 @@ class LeaderTooOld(LeaderRefused):
     """The leader refused a Hello with feature bits: it predates them (dial it plainly)."""
 
 
+class StreamFailures:
+    """The failures of the streams from each leader node, logged at most once per
+    :data:`FAILURE_LOG_INTERVAL` per node; the next line counts those not logged since."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self._clock = clock
+        self._last: dict[str, tuple[float, int]] = {}  # leader: (logged at, failures since)
+
+    def failed(self, topic: str, number: int, leader: str, reason: str) -> None:
+        now = self._clock()
+        logged_at, unlogged = self._last.get(leader, (-math.inf, 0))
+        if now - logged_at < FAILURE_LOG_INTERVAL:
+            self._last[leader] = (logged_at, unlogged + 1)
+            return
+        self._last[leader] = (now, 0)
+        more = f" ({unlogged} more of its streams failed since the last report)" if unlogged else ""
+        log.warning("REPLICATION(%s/%d): following %s: %s%s", topic, number, leader, reason, more)
+
+
 class Followers:
     """One follow task per partition held here as replica (see the module doc)."""
 
@@ -111,6 +136,11 @@ class Followers:
         self._heard: dict[str, float] = {}
         #: leader node -> until when no stream dials it (a dial to it failed: :data:`DOWN_HOLD`)
         self._held: dict[str, float] = {}
+        #: leader nodes dialed since their last failure (stream lost or dial failed); a node
+        #: not in it is dialed by one stream at a time, the others wait for that dial's outcome
+        self._reachable: set[str] = set()
+        self._dialing: dict[str, trio.Event] = {}  # leader node -> its one dial under way
+        self._failures = StreamFailures(broker.clock.monotonic)
         #: leader node -> the streams from it waiting for a frame (their scopes) -> the end of
         #: applying each one's last frame (:meth:`watch_silence`)
         self._waiting: dict[str, dict[trio.CancelScope, float]] = {}
@@ -183,27 +213,39 @@ class Followers:
                     ReplicationProtocolError,
                     ReplicaStreamError,
                 ) as group:
+                    self._reachable.discard(leader)  # its next dial goes alone
                     for exc in group.exceptions:
-                        log.warning(
-                            "REPLICATION(%s/%d): following %s: %s",
-                            topic,
-                            number,
-                            leader,
-                            str(exc) or type(exc).__name__,
-                        )
+                        reason = str(exc) or type(exc).__name__
+                        self._failures.failed(topic, number, leader, reason)
                 await trio.sleep(delay)
                 delay = min(delay * 2, RETRY[1])
 
-    async def _session(self, topic: str, leader: str, partition: Partition, features: int) -> None:
+    async def _dial(self, leader: str) -> tuple[trio.abc.Stream, bytes]:
+        """A link to ``leader``. Raises :class:`LeaderDown` while a dial to it failed a moment
+        ago, or when another stream's dial that this one waited for failed: a leader node not
+        reached since its streams failed is dialed by one stream, not by each of thousands."""
         clock = self.broker.clock
+        while leader not in self._reachable and leader in self._dialing:
+            await self._dialing[leader].wait()
         if clock.monotonic() < self._held.get(leader, -math.inf):
             raise LeaderDown(leader)
+        alone = leader not in self._reachable
+        if alone:
+            self._dialing[leader] = trio.Event()
         try:
-            stream, rest = await self.links.dial(leader, MAGIC, DIAL_TIMEOUT)
-        except (OSError, trio.TooSlowError):
+            dialed = await self.links.dial(leader, MAGIC, DIAL_TIMEOUT)
+        except (OSError, trio.TooSlowError, trio.BrokenResourceError, LinkFailed):
             self._held[leader] = clock.monotonic() + DOWN_HOLD
             raise
+        finally:
+            if alone:
+                self._dialing.pop(leader).set()
         self._held.pop(leader, None)
+        self._reachable.add(leader)
+        return dialed
+
+    async def _session(self, topic: str, leader: str, partition: Partition, features: int) -> None:
+        stream, rest = await self._dial(leader)
         async with stream:
             state = partition.state
             hello = Hello(

@@ -1,7 +1,8 @@
 """A follower gives a leader's stream up after IDLE_TIMEOUT seconds without a frame from the
 leader's node on any stream, counted from the last frame (a heartbeat moves the deadline), and
 only while it waits for one: what a frame makes it do is not bounded by it. A leader node
-that refuses a dial is not dialed again by any stream for a moment."""
+that refuses a dial is not dialed again by any stream for a moment, and one not reached since
+its streams failed is dialed by one stream first."""
 
 from __future__ import annotations
 
@@ -185,3 +186,68 @@ async def test_a_dead_leader_node_is_dialed_once_a_hold_not_once_per_stream(
             nursery.cancel_scope.cancel()
     assert 2 <= len(dialed) <= 3.0 / DOWN_HOLD + 2
     assert all(b - a >= DOWN_HOLD for a, b in itertools.pairwise(dialed))
+
+
+async def test_a_leader_node_not_reached_yet_is_dialed_by_one_stream_first(
+    tmp_path: Path,
+    autojump_clock: trio.testing.MockClock,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Fifty partitions follow a leader node whose dials take 50 ms and are refused (a node
+    that just died): one stream dials it while the others wait for the outcome, so it is
+    dialed once, not fifty times at once, and the failures make one warning a second for
+    that node, not one per stream."""
+    async with open_broker(BrokerConfig(data_path=tmp_path), VirtualClock()) as broker:
+        _, links = _following(broker, 50)
+        dialed: list[float] = []
+
+        async def refused(peer: str, link: bytes, timeout: float) -> tuple[trio.abc.Stream, bytes]:
+            dialed.append(trio.current_time())
+            await trio.sleep(0.05)
+            raise ConnectionRefusedError(111, "Connection refused")
+
+        monkeypatch.setattr(links, "dial", refused)
+        with caplog.at_level(logging.WARNING, "nsqd.replication"):
+            async with trio.open_nursery() as nursery:
+                broker.changes.notify()
+                nursery.start_soon(Followers(broker, FOLLOWER, links).run)
+                await trio.sleep(DOWN_HOLD)
+                first = len(dialed)
+                await trio.sleep(3.0 - DOWN_HOLD)
+                nursery.cancel_scope.cancel()
+    assert first == 1
+    assert len(dialed) <= 3.0 / DOWN_HOLD + 2
+    warned = [r.getMessage() for r in caplog.records if "following" in r.getMessage()]
+    assert 1 <= len(warned) <= 4, warned
+    assert "more of its streams failed since the last report" in warned[-1]
+
+
+async def test_once_one_stream_reached_a_leader_node_the_others_dial_it_together(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first dial to a leader node goes alone; once it connected, the other streams dial
+    at once (not one after another)."""
+    async with open_broker(BrokerConfig(data_path=tmp_path), VirtualClock()) as broker:
+        _, links = _following(broker, 50)
+        dialed: list[float] = []
+        leaders: list[trio.abc.Stream] = []  # kept open: no Welcome comes
+
+        async def connected(
+            peer: str, link: bytes, timeout: float
+        ) -> tuple[trio.abc.Stream, bytes]:
+            dialed.append(trio.current_time())
+            await trio.sleep(0.05)
+            here, there = trio.testing.memory_stream_pair()
+            leaders.append(there)
+            return here, b""
+
+        monkeypatch.setattr(links, "dial", connected)
+        async with trio.open_nursery() as nursery:
+            broker.changes.notify()
+            nursery.start_soon(Followers(broker, FOLLOWER, links).run)
+            await trio.sleep(1.0)
+            nursery.cancel_scope.cancel()
+    assert len(dialed) == 50
+    start = dialed[0]
+    assert all(start + 0.05 <= when <= start + 0.06 for when in dialed[1:])
