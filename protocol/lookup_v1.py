@@ -154,7 +154,7 @@ class LookupV1Parser:
         #: REGISTER/UNREGISTER carry a partition (set by the server when it grants the extension)
         self.partitioned = False
 
-    def receive_data(self, data: bytes) -> None:
+    def receive_data(self, data: bytes | bytearray) -> None:
         """Buffer ``data``; ``b""`` means the peer closed its side."""
         if data:
             self._buf += data
@@ -384,7 +384,7 @@ class ResponseReader:
         self._buf = bytearray()
         self.max_size = max_size
 
-    def receive_data(self, data: bytes) -> None:
+    def receive_data(self, data: bytes | bytearray) -> None:
         """Buffer ``data``."""
         self._buf += data
 

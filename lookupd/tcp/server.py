@@ -71,7 +71,7 @@ class LookupTCPServer:
         """Listen on ``host:port`` (port 0: any free port); reports the bound port when ready."""
         await serve_tcp(self._handle, host, port, log=log, task_status=task_status)
 
-    async def _handle(self, stream: trio.SocketStream, remote: str) -> None:
+    async def _handle(self, stream: trio.abc.Stream, remote: str) -> None:
         log.info("TCP: new client(%s)", remote)
         parser = LookupV1Parser()
         try:  # errors are logged and the stream closed by pnsq._netio.tcp.serve_tcp
@@ -88,15 +88,23 @@ class LookupTCPServer:
                 log.info("CLIENT(%s): closed, registrations removed", remote)
 
     async def _serve(
-        self, stream: trio.SocketStream, parser: LookupV1Parser, remote: str, proved: str | None
+        self, stream: trio.abc.Stream, parser: LookupV1Parser, remote: str, proved: str | None
     ) -> None:
+        """Answer each command in order; the replies to the commands of one read go out in
+        one send (a node registering thousands of partitions pipelines its REGISTERs: one
+        send and one scheduler round each cost ~0.2 ms a REGISTER on a busy lookupd)."""
+        replies: list[bytes] = []
         while True:
             try:
                 event = parser.next_event()
             except LookupV1Error as exc:
                 log.error("CLIENT(%s): %s", remote, exc)
-                await stream.send_all(exc.reply)
+                await stream.send_all(b"".join([*replies, exc.reply]))
                 return
+            waits = event is NEED_DATA or isinstance(event, (Closed, Identify))
+            if waits and replies:  # sent before waiting on the peer, or on our own ports
+                await stream.send_all(b"".join(replies))
+                replies.clear()
             if event is NEED_DATA:
                 parser.receive_data(await stream.receive_some(RECEIVE_SIZE))
                 continue
@@ -108,9 +116,9 @@ class LookupTCPServer:
                 reply = self._execute(event, parser, remote, proved)
             except LookupV1Error as exc:
                 log.error("CLIENT(%s): %s", remote, exc)
-                await stream.send_all(exc.reply)
+                await stream.send_all(b"".join([*replies, exc.reply]))
                 return
-            await stream.send_all(encode_response(reply))
+            replies.append(encode_response(reply))
 
     def _execute(
         self, command: LookupCommand, parser: LookupV1Parser, remote: str, proved: str | None
