@@ -92,7 +92,7 @@ class Broker:
         #: opens partition logs with the shared cache budget and descriptor bound
         self.logs = LogOpener(config, self.read_cache, self.handles, self.clock.now)
         #: publishers waiting for followers, streams to followers waiting for records
-        self.replication = ReplicationWaiters()
+        self.replication = ReplicationWaiters(self.clock.monotonic)
         self.role_changes = 0  # partitions whose role here changed by lookupd's word
         #: topics and channels: finding, creating, subscribing, deleting, channel timers
         self.registry = TopicRegistry(

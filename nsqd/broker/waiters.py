@@ -6,7 +6,9 @@ tick.
 
 from __future__ import annotations
 
-from collections import deque
+import math
+import time
+from collections import Counter, deque
 from collections.abc import Callable
 from typing import Literal
 from weakref import WeakKeyDictionary, WeakSet
@@ -17,7 +19,7 @@ from trio.lowlevel import ParkingLot
 from ..core.errors import NotLeaderError
 from .partition import Partition
 
-__all__ = ["BEAT_TICKS", "STREAM_TICK", "ReplicationWaiters"]
+__all__ = ["BEAT_DUE", "BEAT_TICKS", "STREAM_TICK", "ReplicationWaiters"]
 
 
 #: seconds between the streams' looks at their channels (see :class:`ReplicationWaiters`)
@@ -25,6 +27,9 @@ STREAM_TICK = 0.2
 #: ticks between two heartbeats of a stream: idle, it sends the high-watermark every 2 s (every
 #: second before: the heartbeats were half of an idle node's work at 1,000 partitions led)
 BEAT_TICKS = 10
+#: seconds without a frame to a follower node after which a stream to it sends a heartbeat (a
+#: tick short of the interval: woken by the ticks, each wake-up a little late, the next on time)
+BEAT_DUE = STREAM_TICK * (BEAT_TICKS - 1)
 
 
 class ReplicationWaiters:
@@ -37,9 +42,14 @@ class ReplicationWaiters:
     on the timeouts' deadlines and cancellations. A stream that looks at its channels wakes at
     every tick; any other once every :data:`BEAT_TICKS` ticks, at the tick of its own slot (so
     the heartbeats of thousands of streams are spread over the ticks, not sent in one burst).
+    A stream whose follower counts silence per node (``beats_for``) is woken at its slot only
+    when that node is due a heartbeat, and then only one such stream per node and tick: an
+    idle node leading thousands of partitions followed by a few nodes woke every stream once a
+    heartbeat interval for the one heartbeat each node needed.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock  # the clock of :attr:`sent_to`
         self._lots: WeakKeyDictionary[Partition, ParkingLot] = WeakKeyDictionary()
         self._data: WeakKeyDictionary[Partition, ParkingLot] = WeakKeyDictionary()
         #: partitions whose streams wait to look at their channels at the next tick
@@ -56,6 +66,9 @@ class ReplicationWaiters:
         self._watches: WeakKeyDictionary[Partition, deque[_Watch]] = WeakKeyDictionary()
         #: per partition, the waiting streams' offers to send new records themselves
         self._pushes: WeakKeyDictionary[Partition, set[Callable[[], bool]]] = WeakKeyDictionary()
+        #: per partition, its parked streams by the follower node their heartbeats count for
+        #: (None: a stream that sends its own)
+        self._parked: WeakKeyDictionary[Partition, Counter[str | None]] = WeakKeyDictionary()
 
     def _lot(self, partition: Partition) -> ParkingLot:
         lot = self._lots.get(partition)
@@ -84,12 +97,14 @@ class ReplicationWaiters:
         *,
         look: bool = False,
         push: Callable[[], bool] | None = None,
+        beats_for: str | None = None,
     ) -> None:
         """Return once ``partition``'s log reaches past ``offset``, on a role change, or at
         the next tick (``look``) or the next tick of the partition's slot (otherwise): callers
         re-check. With ``push``, records appended meanwhile are first offered to it, from the
         appending task (:meth:`appended`): when it returns True (it sent them) the waiting
-        stream is not woken for them."""
+        stream is not woken for them. With ``beats_for`` (a follower node that counts silence
+        per node), the slot's tick wakes it only when that node is due a heartbeat."""
         if partition.log.end_offset > offset:
             return
         lot = self._data.get(partition)
@@ -99,29 +114,57 @@ class ReplicationWaiters:
             self._given += 1
         if look:
             self._looking[partition] = None
-        if push is None:
-            await lot.park()
-            return
-        pushes = self._pushes.get(partition)
-        if pushes is None:
-            pushes = self._pushes[partition] = set()
-        pushes.add(push)
+        parked = self._parked.get(partition)
+        if parked is None:
+            parked = self._parked[partition] = Counter()
+        parked[beats_for] += 1
+        pushes = None
+        if push is not None:
+            pushes = self._pushes.get(partition)
+            if pushes is None:
+                pushes = self._pushes[partition] = set()
+            pushes.add(push)
         try:
             await lot.park()
         finally:
-            pushes.discard(push)
+            parked[beats_for] -= 1
+            if not parked[beats_for]:
+                del parked[beats_for]
+            if pushes is not None:
+                pushes.discard(push)
+
+    def beat_due(self, node: str, since: float, now: float) -> bool:
+        """Whether a stream to ``node`` that last sent at ``since`` sends its heartbeat at
+        ``now``: nothing went to the node, on any stream, for :data:`BEAT_DUE` seconds."""
+        return now - self.sent_to.get(node, since) >= BEAT_DUE
 
     def tick(self) -> None:
         """Wake the streams due at this tick (see the class doc)."""
         self._ticks += 1
-        due = set(self._slots[self._ticks % BEAT_TICKS])
-        due.update(self._looking)
-        self._looking.clear()
-        data = self._data
-        for partition in due:
+        data, looking, parked = self._data, self._looking, self._parked
+        for partition in looking:
             lot = data.get(partition)
             if lot is not None:
                 lot.unpark_all()
+        now = self._clock()
+        claimed: set[str] = set()  # nodes whose heartbeat a stream woken at this tick sends
+        for partition in self._slots[self._ticks % BEAT_TICKS]:
+            nodes = parked.get(partition)
+            if partition in looking or not nodes:
+                continue
+            if None in nodes or self._claim(nodes, now, claimed):
+                data[partition].unpark_all()
+        looking.clear()
+
+    def _claim(self, nodes: Counter[str | None], now: float, claimed: set[str]) -> bool:
+        """Whether a node of ``nodes`` is due a heartbeat that no stream woken at this tick
+        sends yet (it is then claimed)."""
+        woken = False
+        for node in nodes:
+            if node is not None and node not in claimed and self.beat_due(node, -math.inf, now):
+                claimed.add(node)
+                woken = True
+        return woken
 
     async def run_ticks(self) -> None:
         """The streams' one timer (runs until cancelled)."""

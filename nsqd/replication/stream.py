@@ -37,7 +37,7 @@ from ..broker import Broker, StorageError, Topic
 from ..broker.admin_state import admin_frame
 from ..broker.copying import Batch, held_regions, read_for_follower
 from ..broker.partition import Partition
-from ..broker.waiters import BEAT_TICKS, STREAM_TICK
+from ..broker.waiters import BEAT_DUE, BEAT_TICKS, STREAM_TICK
 
 __all__ = [
     "BATCH_BYTES",
@@ -138,7 +138,10 @@ class FollowerStream:
                 and not (self._repair and held_regions(partition))
             )
             push = self.push_appended if self._plain is not None else None
-            await self._broker.replication.wait_data(partition, self.at, look=not quiet, push=push)
+            beats_for = self._node if self._node_beat else None
+            await self._broker.replication.wait_data(
+                partition, self.at, look=not quiet, push=push, beats_for=beats_for
+            )
         log.info(
             "REPLICATION(%s/%d): %s: stream ends",
             topic.name,
@@ -188,8 +191,11 @@ class FollowerStream:
         # heartbeat interval (a node following thousands of partitions from here gets one,
         # not one per partition), or on this stream, to a follower that counts silence per
         # stream; woken by the ticks, each wake-up a little late, the next one on time
-        last = sent_to.get(node, self._sent_at) if self._node_beat else self._sent_at
-        if high_watermark != self._sent_hw or now - last >= HEARTBEAT - CURSOR_INTERVAL:
+        if self._node_beat:
+            beat = self._broker.replication.beat_due(node, self._sent_at, now)
+        else:
+            beat = now - self._sent_at >= BEAT_DUE
+        if high_watermark != self._sent_hw or beat:
             self._sent_hw, self._sent_at = high_watermark, now
             sent_to[node] = now
             await stream.send_all(encode(HighWatermark(epoch, high_watermark)))

@@ -25,7 +25,7 @@ from nsqd.broker.copying import (
 )
 from nsqd.broker.partition import Partition
 from nsqd.broker.read_guard import DamagedTail
-from nsqd.broker.waiters import BEAT_TICKS, ReplicationWaiters
+from nsqd.broker.waiters import BEAT_TICKS, STREAM_TICK, ReplicationWaiters
 from nsqd.core.errors import NotLeaderError
 from nsqd.core.partition_state import Placement, Role
 from nsqd.storage.cache import CacheBudget
@@ -336,3 +336,50 @@ async def test_idle_streams_wake_at_the_ticks_their_slots_and_looks_ask_for(
         await trio.testing.wait_all_tasks_blocked()
         assert len(woken[1]) == 4  # records: at once, between ticks
         nursery.cancel_scope.cancel()
+
+
+async def test_idle_streams_to_a_node_that_counts_silence_per_node_wake_once_per_heartbeat(
+    tmp_path: Path,
+) -> None:
+    """Thirty partitions' idle streams to one follower node that counts silence per node, ten
+    to another: each tick wakes one stream per node due a heartbeat, none while the node was
+    sent something within BEAT_DUE, so each node gets its heartbeat on time from about one
+    wake-up an interval (not a wake-up of every stream); a stream that counts its own silence
+    still wakes at its slot."""
+    parts = [partition(tmp_path / str(n), Role.LEADER) for n in range(41)]
+    now = [0.0]
+    waiters = ReplicationWaiters(lambda: now[0])
+    nodes = ["a"] * 30 + ["b"] * 10 + [None]
+    woken: list[tuple[int, float]] = []
+    beats: dict[str, list[float]] = {"a": [], "b": []}
+
+    async def stream(n: int) -> None:
+        node, since = nodes[n], 0.0
+        if node is not None:
+            waiters.sent_to[node] = since  # its first frame (a stream's first look sends one)
+        while True:
+            await waiters.wait_data(parts[n], parts[n].log.end_offset, beats_for=node)
+            woken.append((n, now[0]))
+            if node is not None and waiters.beat_due(node, since, now[0]):
+                since = waiters.sent_to[node] = now[0]  # the stream's heartbeat
+                beats[node].append(now[0])
+
+    ticks = 6 * BEAT_TICKS
+    async with trio.open_nursery() as nursery:
+        for n in range(len(parts)):
+            nursery.start_soon(stream, n)
+        for _ in range(ticks):
+            await trio.testing.wait_all_tasks_blocked()
+            now[0] += STREAM_TICK
+            waiters.tick()
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.cancel_scope.cancel()
+    interval = STREAM_TICK * BEAT_TICKS
+    for node in ("a", "b"):
+        assert len(beats[node]) >= 5
+        assert max(b - a for a, b in itertools.pairwise(beats[node])) <= interval + 1e-9
+    per_node = [n for n, _ in woken if nodes[n] is not None]
+    assert len(per_node) <= len(beats["a"]) + len(beats["b"]) + 2  # not 40 every interval
+    own = [at for n, at in woken if n == 40]  # at its slot, every BEAT_TICKS ticks
+    assert len(own) == ticks // BEAT_TICKS
+    assert all(b - a == pytest.approx(interval) for a, b in itertools.pairwise(own))
