@@ -29,23 +29,17 @@ from protocol.cluster_auth import (
     HandshakeRefused,
 )
 from protocol.lookup_v1 import MAGIC_V1, encode_command, encode_identify
+from tests.unit.lookupd.tcp_helpers import LOOKUPD_INFO
 from tests.v1client import v1_replies
 
 SECRET = b"s3cret"
 NODE = {"broadcast_address": "10.0.0.7", "tcp_port": 4150, "http_port": 4151, "version": "1.3.0"}
 NODE_ID = "10.0.0.7:4150"
-INFO: dict[str, str | int] = {
-    "broadcast_address": "127.0.0.1",
-    "hostname": "lookupd-host",
-    "http_port": 4161,
-    "tcp_port": 4160,
-    "version": "1.3.0",
-}
 
 
 async def _serve(tmp_path: Path, secret: bytes) -> AsyncIterator[tuple[LookupTCPServer, int]]:
     server = LookupTCPServer(Cluster(MetadataStore(tmp_path / "meta"), Timeouts()), secret)
-    server.set_reply_info(INFO)
+    server.set_reply_info(LOOKUPD_INFO)
     async with trio.open_nursery() as nursery:
         port = await nursery.start(server.serve, "127.0.0.1", 0)
         yield server, port

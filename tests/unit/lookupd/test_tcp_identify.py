@@ -16,17 +16,10 @@ from lookupd.state.cluster import Cluster
 from lookupd.state.store import MetadataStore
 from lookupd.tcp.server import LookupTCPServer
 from protocol.lookup_v1 import MAGIC_V1, encode_identify
+from tests.unit.lookupd.tcp_helpers import LOOKUPD_INFO
 
 #: a node's IDENTIFY (the fields nsqlookupd requires)
 NODE = {"broadcast_address": "node", "tcp_port": 4150, "http_port": 4151, "version": "1.3.0"}
-#: the lookupd's own, for its replies
-INFO: dict[str, str | int] = {
-    "broadcast_address": "127.0.0.1",
-    "hostname": "lookupd-host",
-    "http_port": 4161,
-    "tcp_port": 4160,
-    "version": "1.3.0",
-}
 
 
 async def _reply(stream: trio.SocketStream) -> dict[str, object]:
@@ -58,7 +51,7 @@ async def test_an_identify_before_the_ports_are_known_waits_for_them(tmp_path: P
             with trio.move_on_after(0.2):
                 early = await stream.receive_some(4096)
                 raise AssertionError(f"IDENTIFY answered before the ports were known: {early!r}")
-            server.set_reply_info(INFO)
+            server.set_reply_info(LOOKUPD_INFO)
             with trio.fail_after(5):
                 reply = await _reply(stream)
         nursery.cancel_scope.cancel()
@@ -69,7 +62,7 @@ async def test_an_identify_before_the_ports_are_known_waits_for_them(tmp_path: P
 
 async def test_once_the_ports_are_known_identify_is_answered_at_once(tmp_path: Path) -> None:
     server = _server(tmp_path)
-    server.set_reply_info(INFO)
+    server.set_reply_info(LOOKUPD_INFO)
     async with trio.open_nursery() as nursery:
         async with await _identify(nursery, server) as stream:
             with trio.fail_after(5):

@@ -14,6 +14,7 @@ from lookupd.state.cluster import Cluster
 from lookupd.state.store import MetadataStore
 from lookupd.tcp.server import LookupTCPServer
 from protocol.lookup_v1 import MAGIC_V1, ResponseReader, encode_command, encode_identify
+from tests.unit.lookupd.tcp_helpers import LOOKUPD_INFO
 
 NODE = {
     "broadcast_address": "node",
@@ -23,13 +24,6 @@ NODE = {
     "pnsq_extensions": ["partitions"],
 }
 REMOTE = "127.0.0.1:5000"
-INFO: dict[str, str | int] = {
-    "broadcast_address": "127.0.0.1",
-    "hostname": "lookupd-host",
-    "http_port": 4161,
-    "tcp_port": 4160,
-    "version": "1.3.0",
-}
 
 
 class CountingStream(trio.abc.Stream):
@@ -74,7 +68,7 @@ async def _session(
     server's sends for them, and the partitions then registered per topic."""
     cluster = Cluster(MetadataStore(tmp_path / "meta"), Timeouts())
     server = LookupTCPServer(cluster)
-    server.set_reply_info(INFO)
+    server.set_reply_info(LOOKUPD_INFO)
     client, server_end = trio.testing.memory_stream_pair()
     counted = CountingStream(server_end)
     reader = ResponseReader()

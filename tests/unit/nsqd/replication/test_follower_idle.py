@@ -158,6 +158,15 @@ def _following(broker: Broker, partitions: int) -> tuple[Topic, ClusterLinks]:
     return topic, ClusterLinks(lambda: FOLLOWER, trio.current_time, logging.getLogger("test"))
 
 
+async def _run_followers(broker: Broker, links: ClusterLinks, seconds: float) -> None:
+    """This node's followers, started at once, for ``seconds``."""
+    async with trio.open_nursery() as nursery:
+        broker.changes.notify()
+        nursery.start_soon(Followers(broker, FOLLOWER, links).run)
+        await trio.sleep(seconds)
+        nursery.cancel_scope.cancel()
+
+
 def _within_a_look(gave_up: float, silent_since: float) -> bool:
     """Given up at the silence watch's first look after ``silent_since`` (to within the
     float error of the clock readings the times are differences of)."""
@@ -179,11 +188,7 @@ async def test_a_dead_leader_node_is_dialed_once_a_hold_not_once_per_stream(
             raise ConnectionRefusedError(111, "Connection refused")
 
         monkeypatch.setattr(links, "dial", refused)
-        async with trio.open_nursery() as nursery:
-            broker.changes.notify()
-            nursery.start_soon(Followers(broker, FOLLOWER, links).run)
-            await trio.sleep(3.0)
-            nursery.cancel_scope.cancel()
+        await _run_followers(broker, links, 3.0)
     assert 2 <= len(dialed) <= 3.0 / DOWN_HOLD + 2
     assert all(b - a >= DOWN_HOLD for a, b in itertools.pairwise(dialed))
 
@@ -208,15 +213,10 @@ async def test_a_leader_node_not_reached_yet_is_dialed_by_one_stream_first(
             raise ConnectionRefusedError(111, "Connection refused")
 
         monkeypatch.setattr(links, "dial", refused)
+        start = trio.current_time()
         with caplog.at_level(logging.WARNING, "nsqd.replication"):
-            async with trio.open_nursery() as nursery:
-                broker.changes.notify()
-                nursery.start_soon(Followers(broker, FOLLOWER, links).run)
-                await trio.sleep(DOWN_HOLD)
-                first = len(dialed)
-                await trio.sleep(3.0 - DOWN_HOLD)
-                nursery.cancel_scope.cancel()
-    assert first == 1
+            await _run_followers(broker, links, 3.0)
+    assert sum(1 for when in dialed if when - start < DOWN_HOLD) == 1
     assert len(dialed) <= 3.0 / DOWN_HOLD + 2
     warned = [r.getMessage() for r in caplog.records if "following" in r.getMessage()]
     assert 1 <= len(warned) <= 4, warned
@@ -243,11 +243,7 @@ async def test_once_one_stream_reached_a_leader_node_the_others_dial_it_together
             return here, b""
 
         monkeypatch.setattr(links, "dial", connected)
-        async with trio.open_nursery() as nursery:
-            broker.changes.notify()
-            nursery.start_soon(Followers(broker, FOLLOWER, links).run)
-            await trio.sleep(1.0)
-            nursery.cancel_scope.cancel()
+        await _run_followers(broker, links, 1.0)
     assert len(dialed) == 50
     start = dialed[0]
     assert all(start + 0.05 <= when <= start + 0.06 for when in dialed[1:])
