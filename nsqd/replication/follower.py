@@ -11,9 +11,9 @@ is the fence that keeps a deposed leader from gathering acknowledgements. On any
 reconnects after a short backoff; a leader node not reached since its streams failed is dialed
 by one stream while the others wait for the outcome, and after a dial to it failed, no stream
 dials it for :data:`DOWN_HOLD` seconds. Failures are logged at most once a second per leader
-node (:class:`StreamFailures`): a node's death fails all the streams it leads here at once. A leader that sent nothing for IDLE_TIMEOUT seconds, counted per
-leader node (its heartbeat goes on one of its streams to this node, not on each), is gone:
-its streams reconnect.
+node (:class:`StreamFailures`): a node's death fails all the streams it leads here at once.
+A leader that sent nothing for IDLE_TIMEOUT seconds, counted per leader node (its heartbeat
+goes on one of its streams to this node, not on each), is gone: its streams reconnect.
 
 Its Hello says it takes the topic's administrative state (``FEATURE_ADMIN``): it mirrors each
 ``Admin`` frame (paused flags, channels and their flags), saves ``pnsq.dat`` and answers
