@@ -1,8 +1,6 @@
 """The endpoints pnsq's nodes use on lookupd, and its ``/metrics``.
 
-* ``GET /pnsq/assignments?node=`` — what a node must hold (a long-poll with ``after=``; with
-  ``if_changed=1`` and the ``instance`` of the answer before, a poll that ends with nothing
-  newer is answered ``{"version", "instance", "unchanged": true}``, not with the whole list);
+* ``GET /pnsq/assignments?node=`` — what a node must hold (a long-poll with ``after=``);
 * ``POST /pnsq/progress`` — a leader's report on its followers (JSON body);
 * ``POST /pnsq/leaving?node=`` — a node shuts down cleanly: move its leaderships;
 * ``GET /metrics`` — Prometheus text (:mod:`lookupd.http.metrics`).
@@ -11,7 +9,6 @@
 from __future__ import annotations
 
 import json
-import secrets
 from collections.abc import Callable
 
 import trio
@@ -34,9 +31,6 @@ class PnsqEndpoints:
     def __init__(self, cluster: Cluster, metrics: Callable[[], bytes] | None = None) -> None:
         self.cluster = cluster
         self.render_metrics = metrics
-        #: this process's name for its versions (they count from its start): a node may take
-        #: "unchanged" only from the lookupd process whose version it holds
-        self.instance = secrets.token_hex(8)
 
     async def metrics(self, request: Request) -> Reply:
         """pnsq: Prometheus text exposition (see :mod:`lookupd.http.metrics`)."""
@@ -47,10 +41,7 @@ class PnsqEndpoints:
     async def assignments(self, request: Request) -> Reply:
         """pnsq: the topics ``node`` must hold. A long-poll with ``after=<version>``: answered
         once placements newer than that version are on disk, or after ``wait`` seconds
-        (default 30, at most 60); the reply's ``version`` is the one to send next. With
-        ``if_changed=1`` and this process's ``instance``, a poll that ends with no placement
-        saved after ``after`` is answered ``"unchanged": true`` without the topics: a node
-        leading thousands of partitions was sent, and parsed, its whole list every 30 s."""
+        (default 30, at most 60); the reply's ``version`` is the one to send next."""
         node = request.arg("node")
         if not node:
             raise HTTPError(400, "MISSING_ARG_NODE")
@@ -60,18 +51,10 @@ class PnsqEndpoints:
             with trio.move_on_after(wait):
                 await self.cluster.wait_saved_after(go_atoi(after))
         version = self.cluster.saved_version
-        unchanged = (
-            after is not None
-            and request.arg("if_changed") == "1"
-            and request.arg("instance") == self.instance
-            and go_atoi(after) == version
-        )
-        if unchanged:
-            return {"node": node, "version": version, "instance": self.instance, "unchanged": True}
         payload = assignments_payload(
             node, self.cluster.assignments(node), list(self.cluster.saved_deleted)
         )
-        return {**payload, "version": version, "instance": self.instance}
+        return {**payload, "version": version}
 
     async def progress(self, request: Request) -> Reply:
         """pnsq: a leader's report on its followers, ``{"node", "partitions": [{"topic",

@@ -49,66 +49,36 @@ async def poll_assignments(
 ) -> None:
     """Long-poll lookupd's assignments: each request returns as soon as lookupd has saved
     a newer decision (or after :data:`ASSIGNMENTS_WAIT`), so a change reaches this node
-    within a round trip of being persisted. A poll that ends with nothing newer is answered
-    "unchanged" by a lookupd that names its ``instance`` (the process the version is from),
-    unless the last document could not be applied here: then the whole one comes again."""
+    within a round trip of being persisted."""
     url = f"http://{http_address}{ASSIGNMENTS_PATH}"
     headers = {"Accept": ACCEPT_V1, **auth}
     version: int | None = None
-    instance: str | None = None  # the lookupd process ``version`` is from, if it says
     timeout = httpx.Timeout(ASSIGNMENTS_WAIT + 5.0, connect=1.0)
     async with httpx.AsyncClient(timeout=timeout) as client:
         while True:
             params: dict[str, str | int] = {"node": node_id}
             if version is not None:
                 params.update(after=version, wait=int(ASSIGNMENTS_WAIT))
-                if instance is not None:
-                    params.update(if_changed=1, instance=instance)
             try:
                 response = await client.get(url, params=params, headers=headers)
                 response.raise_for_status()
                 document = response.json()
-                if not unchanged(document, version, instance):
-                    applied = await apply_assignments(broker, node_id, document)
-                    version, instance = document_version(document)
-                    if not applied:
-                        instance = None  # the whole document again at the next poll's end
+                await apply_assignments(broker, node_id, document)
+                found = document.get("version") if isinstance(document, dict) else None
+                version = found if isinstance(found, int) else None
             except (httpx.HTTPError, ValueError) as exc:
                 log.warning("LOOKUPD(%s): assignments: %s", address, exc)
-                version = instance = None
+                version = None
             if version is None:  # after an error, or an older lookupd without long-polls
                 await trio.sleep(poll_interval)
 
 
-def unchanged(document: object, version: int | None, instance: str | None) -> bool:
-    """Whether ``document`` is lookupd's "unchanged" answer to a poll after ``version`` of
-    ``instance`` (raises ValueError for one that names another version or instance)."""
-    if not isinstance(document, dict) or document.get("unchanged") is not True:
-        return False
-    if instance is None or document_version(document) != (version, instance):
-        raise ValueError("an unchanged answer to another version")
-    return True
-
-
-def document_version(document: object) -> tuple[int | None, str | None]:
-    """The ``version`` and ``instance`` of an assignments answer (None for one missing: an
-    older lookupd names no instance, a stock one no version)."""
-    if not isinstance(document, dict):
-        return None, None
-    version, instance = document.get("version"), document.get("instance")
-    return (
-        version if isinstance(version, int) and not isinstance(version, bool) else None,
-        instance if isinstance(instance, str) else None,
-    )
-
-
-async def apply_assignments(broker: Broker, node_id: str, document: object) -> bool:
+async def apply_assignments(broker: Broker, node_id: str, document: object) -> None:
     """Hold exactly the partitions lookupd placed on this node, in their roles; delete
     the topics lookupd deleted (a copy left from before, or made while it was away). Every
     change of role and epoch goes first; new partitions are then opened by a worker thread,
     :data:`OPENS_PER_STEP` at a time (:meth:`~nsqd.broker.Broker.apply_placement`).
-    Whether it was all applied (what failed is logged); raises ValueError for a document
-    that is not lookupd's."""
+    Raises ValueError for a document that is not lookupd's."""
     placed, deleted = parse_assignments(document), parse_deleted(document)
     try:
         wanted = wanted_topics(node_id, placed)
@@ -120,8 +90,6 @@ async def apply_assignments(broker: Broker, node_id: str, document: object) -> b
                 await broker.delete_topic(name)
     except (BrokerError, StorageError, OSError) as exc:
         log.error("cannot apply lookupd's assignments: %s", exc)
-        return False
-    return True
 
 
 async def report_progress(

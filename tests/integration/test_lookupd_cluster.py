@@ -249,28 +249,3 @@ def test_listlookup_names_this_lookupd(cluster: Cluster) -> None:
         "Epoch": 0,
     }
     assert listed == {"lookupdnodes": [me], "lookupdleader": me}
-
-
-def test_an_assignments_poll_with_nothing_newer_is_answered_unchanged(cluster: Cluster) -> None:
-    """A node that asks (``if_changed=1`` and the instance of the answer before) gets a line,
-    not its whole list again, when its long-poll ends with nothing newer saved; a poll
-    naming another lookupd process, or not asking, gets the whole document."""
-    node = f"127.0.0.1:{cluster.nodes[0].tcp_port}"
-    path = f"/pnsq/assignments?node={node}"
-
-    def quiet_poll() -> tuple[dict[str, object], dict[str, object]] | None:
-        whole = get_json(cluster.lookupd, path)
-        version, instance = whole["version"], whole["instance"]
-        answer = get_json(
-            cluster.lookupd, f"{path}&after={version}&wait=1&if_changed=1&instance={instance}"
-        )
-        return (whole, answer) if answer.get("version") == version else None  # none saved
-
-    whole, answer = wait_for(quiet_poll, what="a poll with nothing newer saved")
-    assert TOPIC in whole["topics"]  # type: ignore[operator]
-    version, instance = whole["version"], whole["instance"]
-    assert answer == {"node": node, "version": version, "instance": instance, "unchanged": True}
-    for query in (f"&after={version}&wait=1", f"&after={version}&wait=1&if_changed=1&instance=x"):
-        again = get_json(cluster.lookupd, path + query)
-        assert TOPIC in again["topics"], query
-        assert "unchanged" not in again
