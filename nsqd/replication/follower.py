@@ -85,7 +85,7 @@ WATCH_INTERVAL = 0.5  # seconds between looks for silent leader nodes
 #: goes on meanwhile): a dead node leading thousands of partitions followed here was dialed
 #: thousands of times a second, each failure logged, while lookupd failed it over
 DOWN_HOLD = 0.5
-RETRY = (0.1, 5.0)  # reconnect backoff: first, most
+RETRY = (0.1, 5.0)  # reconnect backoff: first, most (first again after a session that held)
 #: seconds between two warnings about the streams from one leader node: its death fails every
 #: stream it leads here at once (a thousand warnings took a fifth of a second of a failover)
 FAILURE_LOG_INTERVAL = 1.0
@@ -185,8 +185,10 @@ class Followers:
         topic, number = key
         delay = RETRY[0]
         features = FEATURES
+        clock = self.broker.clock
         with scope:
             while True:
+                started = clock.monotonic()
                 try:
                     await self._session(topic, leader, partition, features)
                 except* LeaderTooOld:
@@ -217,6 +219,8 @@ class Followers:
                     for exc in group.exceptions:
                         reason = str(exc) or type(exc).__name__
                         self._failures.failed(topic, number, leader, reason)
+                if clock.monotonic() - started >= RETRY[1]:
+                    delay = RETRY[0]  # a session that held: this is no retry of a failing one
                 await trio.sleep(delay)
                 delay = min(delay * 2, RETRY[1])
 

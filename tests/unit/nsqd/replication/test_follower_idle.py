@@ -19,7 +19,7 @@ import trio.testing
 from nsqd.broker import Broker, BrokerConfig, Topic, open_broker
 from nsqd.broker.clock import VirtualClock
 from nsqd.core.partition_state import Placement, Role
-from nsqd.replication.follower import DOWN_HOLD, IDLE_TIMEOUT, WATCH_INTERVAL, Followers
+from nsqd.replication.follower import DOWN_HOLD, IDLE_TIMEOUT, RETRY, WATCH_INTERVAL, Followers
 from nsqd.replication.frames import FrameReader, PeerClosed
 from pnsq._netio.cluster_link import ClusterLinks
 from protocol.replication import Admin, Hello, HighWatermark, Welcome
@@ -247,3 +247,40 @@ async def test_once_one_stream_reached_a_leader_node_the_others_dial_it_together
     assert len(dialed) == 50
     start = dialed[0]
     assert all(start + 0.05 <= when <= start + 0.06 for when in dialed[1:])
+
+
+async def test_after_a_session_that_held_a_stream_reconnects_at_once_again(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A leader node whose streams each hold 6 s and then close (a link that flaps now and
+    then): the follower dials again RETRY's first step after each, not after a backoff that
+    doubled with every session it ever lost."""
+    async with open_broker(BrokerConfig(data_path=tmp_path), VirtualClock()) as broker:
+        _, links = _following(broker, 1)
+        dialed: list[float] = []
+        closed: list[float] = []
+
+        async def leader(there: trio.abc.Stream) -> None:
+            reader = FrameReader(there, FollowerFrameDecoder())
+            assert isinstance(await reader.next(), Hello)
+            await there.send_all(encode(Welcome(3, 0, 0)))
+            for _ in range(6):
+                await trio.sleep(1.0)
+                await there.send_all(encode(HighWatermark(3, 0)))
+            closed.append(trio.current_time())
+            await there.aclose()
+
+        async with trio.open_nursery() as nursery:
+
+            async def dial(peer: str, link: bytes, timeout: float) -> tuple[trio.abc.Stream, bytes]:
+                dialed.append(trio.current_time())
+                here, there = trio.testing.memory_stream_pair()
+                nursery.start_soon(leader, there)
+                return here, b""
+
+            monkeypatch.setattr(links, "dial", dial)
+            await _run_followers(broker, links, 45.0)
+            nursery.cancel_scope.cancel()
+    assert len(closed) >= 5
+    waits = [dial_at - close_at for close_at, dial_at in zip(closed, dialed[1:], strict=False)]
+    assert all(0 < wait <= RETRY[0] + 0.01 for wait in waits), waits
