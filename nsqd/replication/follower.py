@@ -11,7 +11,7 @@ is the fence that keeps a deposed leader from gathering acknowledgements. On any
 reconnects after a short backoff; a leader node not reached since its streams failed is dialed
 by one stream while the others wait for the outcome, and after a dial to it failed, no stream
 dials it for :data:`DOWN_HOLD` seconds. Failures are logged at most once a second per leader
-node (:class:`StreamFailures`): a node's death fails all the streams it leads here at once.
+node (:data:`FAILURE_LOG_INTERVAL`): a node's death fails all the streams it leads here at once.
 A leader that sent nothing for IDLE_TIMEOUT seconds, counted per leader node (its heartbeat
 goes on one of its streams to this node, not on each), is gone: its streams reconnect.
 
@@ -29,11 +29,11 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
 
 import trio
 
 from pnsq._netio.cluster_link import ClusterLinks, LinkFailed
+from pnsq._netio.handshake import FailureLog
 from protocol.replication import (
     FEATURE_NODE_BEAT,
     FEATURES,
@@ -105,25 +105,6 @@ class LeaderTooOld(LeaderRefused):
     """The leader refused a Hello with feature bits: it predates them (dial it plainly)."""
 
 
-class StreamFailures:
-    """The failures of the streams from each leader node, logged at most once per
-    :data:`FAILURE_LOG_INTERVAL` per node; the next line counts those not logged since."""
-
-    def __init__(self, clock: Callable[[], float]) -> None:
-        self._clock = clock
-        self._last: dict[str, tuple[float, int]] = {}  # leader: (logged at, failures since)
-
-    def failed(self, topic: str, number: int, leader: str, reason: str) -> None:
-        now = self._clock()
-        logged_at, unlogged = self._last.get(leader, (-math.inf, 0))
-        if now - logged_at < FAILURE_LOG_INTERVAL:
-            self._last[leader] = (logged_at, unlogged + 1)
-            return
-        self._last[leader] = (now, 0)
-        more = f" ({unlogged} more of its streams failed since the last report)" if unlogged else ""
-        log.warning("REPLICATION(%s/%d): following %s: %s%s", topic, number, leader, reason, more)
-
-
 class Followers:
     """One follow task per partition held here as replica (see the module doc)."""
 
@@ -140,7 +121,8 @@ class Followers:
         #: not in it is dialed by one stream at a time, the others wait for that dial's outcome
         self._reachable: set[str] = set()
         self._dialing: dict[str, trio.Event] = {}  # leader node -> its one dial under way
-        self._failures = StreamFailures(broker.clock.monotonic)
+        #: the streams' failures per leader node, logged once per FAILURE_LOG_INTERVAL
+        self._failures = FailureLog(log, broker.clock.monotonic, FAILURE_LOG_INTERVAL)
         #: leader node -> the streams from it waiting for a frame (their scopes) -> the end of
         #: applying each one's last frame (:meth:`watch_silence`)
         self._waiting: dict[str, dict[trio.CancelScope, float]] = {}
@@ -217,12 +199,18 @@ class Followers:
                 ) as group:
                     self._reachable.discard(leader)  # its next dial goes alone
                     for exc in group.exceptions:
-                        reason = str(exc) or type(exc).__name__
-                        self._failures.failed(topic, number, leader, reason)
+                        self._log_failure(topic, number, leader, str(exc) or type(exc).__name__)
                 if clock.monotonic() - started >= RETRY[1]:
                     delay = RETRY[0]  # a session that held: this is no retry of a failing one
                 await trio.sleep(delay)
                 delay = min(delay * 2, RETRY[1])
+
+    def _log_failure(self, topic: str, number: int, leader: str, reason: str) -> None:
+        unlogged = self._failures.due(leader)
+        if unlogged is None:
+            return
+        more = f" ({unlogged} more of its streams failed since the last report)" if unlogged else ""
+        log.warning("REPLICATION(%s/%d): following %s: %s%s", topic, number, leader, reason, more)
 
     async def _dial(self, leader: str) -> tuple[trio.abc.Stream, bytes]:
         """A link to ``leader``. Raises :class:`LeaderDown` while a dial to it failed a moment

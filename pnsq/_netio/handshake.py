@@ -111,13 +111,21 @@ class FailureLog:
 
     def failed(self, address: str, reason: str) -> None:
         """Record a failed handshake with ``address``; log it unless one was logged lately."""
+        unlogged = self.due(address)
+        if unlogged is None:
+            return
+        more = f" ({unlogged} more since the last report)" if unlogged else ""
+        self._log.warning("cluster handshake with %s failed: %s%s", address, reason, more)
+
+    def due(self, address: str) -> int | None:
+        """Record one failure of ``address``: when it is to be logged (none was within the
+        interval), how many were not logged since the last line; None when it is not."""
         now = self._clock()
         if len(self._last) > 10_000:  # forget old addresses (a scan of many sources)
             self._last = {a: v for a, v in self._last.items() if now - v[0] < self._interval}
         logged_at, unlogged = self._last.get(address, (float("-inf"), 0))
         if now - logged_at < self._interval:
             self._last[address] = (logged_at, unlogged + 1)
-            return
+            return None
         self._last[address] = (now, 0)
-        more = f" ({unlogged} more since the last report)" if unlogged else ""
-        self._log.warning("cluster handshake with %s failed: %s%s", address, reason, more)
+        return unlogged
