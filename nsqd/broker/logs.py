@@ -71,8 +71,8 @@ class LogOpener:
             for name, number, _ in wanted
             if not is_ephemeral(name)
         }
-        new = {key for key, directory in directories.items() if not directory.exists()}
-        create_directories(directories[key] for key in new)
+        made = create_directories(directories.values())
+        new = {key for key, directory in directories.items() if directory in made}
         opened: Opened = {}
         try:
             for name, number, placement in wanted:

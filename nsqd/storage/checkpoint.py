@@ -61,10 +61,12 @@ def create_directory(directory: Path) -> None:
     create_directories([directory])
 
 
-def create_directories(directories: Iterable[Path]) -> None:
+def create_directories(directories: Iterable[Path]) -> set[Path]:
     """:func:`create_directory` of each of ``directories``, each parent fsynced once for all
     the entries made in it (a new topic's partitions: one fsync of the topic's directory, not
-    one per partition)."""
+    one per partition); returns those of ``directories`` that were missing (made here, or by
+    another thread meanwhile)."""
+    made: set[Path] = set()
     parents: dict[Path, None] = {}  # in the order made (a dict: no parent twice)
     for directory in directories:
         missing = []
@@ -72,12 +74,15 @@ def create_directories(directories: Iterable[Path]) -> None:
         while not path.is_dir():
             missing.append(path)
             path = path.parent
+        if missing:
+            made.add(directory)
         for path in reversed(missing):
             with contextlib.suppress(FileExistsError):
                 path.mkdir()
             parents[path.parent] = None
     for parent in parents:
         fsync_directory(parent)
+    return made
 
 
 def atomic_write(path: Path, data: bytes, *, keep_previous: bool = False) -> None:

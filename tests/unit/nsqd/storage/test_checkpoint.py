@@ -205,9 +205,13 @@ def test_directories_made_together_fsync_each_parent_once(
     of their entries (it was one per partition), every parent still fsynced."""
     synced = recorded(monkeypatch, checkpoint, "fsync_directory")
     topic = tmp_path / "data" / "topic"
-    checkpoint.create_directories([topic / "0", topic / "1", topic / "2"])
+    made = checkpoint.create_directories([topic / "0", topic / "1", topic / "2"])
+    assert made == {topic / "0", topic / "1", topic / "2"}
     assert all((topic / n).is_dir() for n in "012")
     assert synced == [tmp_path, tmp_path / "data", topic]
     synced.clear()
-    checkpoint.create_directories([topic / "1", tmp_path / "data" / "other" / "0", topic / "3"])
+    made = checkpoint.create_directories(
+        [topic / "1", tmp_path / "data" / "other" / "0", topic / "3"]
+    )
+    assert made == {tmp_path / "data" / "other" / "0", topic / "3"}  # not the one there already
     assert synced == [tmp_path / "data", tmp_path / "data" / "other", topic]
