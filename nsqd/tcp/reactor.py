@@ -22,8 +22,17 @@ task that took the follower's acknowledgement, queues and sends the OKs of every
 that append, or hands each its own copy of the error (leadership moved). Meanwhile those
 publishers' sockets are not read (a publisher's replies stay in command order: one that sends
 more meanwhile is left out of the poll until its OKs went); a synchronous publisher has
-nothing to send until its OK anyway. One acknowledgement releases a whole turn's publishers,
-numbered or not, with no task woken per publisher.
+nothing to send until its OK anyway. One acknowledgement releases all the publishers of an
+append, numbered or not, with no task woken per publisher.
+
+A turn's publishes to one target are appended in parts of at least :data:`APPEND_PART`
+messages, each publisher's whole and in the order read: the single PUBs of many synchronous
+publishers still share one append, while the MPUBs (or pipelined runs) of several publishers
+go in appends of their own. With a follower in sync each part is pushed to it as soon as it is
+appended, so the follower checks and writes one part while the leader encodes the next, and
+the first part's publishers get their OKs (and send again) sooner; joined, the follower waited
+for the whole turn. Measured by hand against one append per target (docs/benchmarks.md):
+replicated MPUB +4 %, replicated pipelined PUB +10 %, pipelined PUB +5 %, MPUB unchanged.
 
 Anything else goes back to the connection's own task, which then does exactly what it does
 without the reactor: a command other than PUB (the reactor stops at it, the task handles the
@@ -74,6 +83,9 @@ from ..broker.committing import own_copy
 
 MAX_EVENTS = 1024  # ready sockets taken per turn (the rest come with the next poll)
 DEFAULT_BUSY_POLL = 200e-6  # seconds: --busy-poll's default (see the module)
+#: a target's publishes of one turn go in appends of at least this many messages (the last
+#: may hold fewer; see the module): more than a turn's synchronous PUBs, less than an MPUB
+APPEND_PART = 64
 
 
 class Taken(NamedTuple):
@@ -259,8 +271,8 @@ class PublishReactor:
         self._woken.append(consumer)
 
     def _serve(self, events: list[tuple[int, int]]) -> None:
-        """Read every ready client, then one append per target, then deliveries for the idle
-        consumers those appends woke, then the replies."""
+        """Read every ready client, then each target's appends (:func:`parts`), then
+        deliveries for the idle consumers those appends woke, then the replies."""
         # per (topic, partition): every client's PUBs, in the order read
         targets: dict[tuple[str, int | None], list[_Share]] = {}
         for fd, _ in events:
@@ -287,7 +299,8 @@ class PublishReactor:
         self.appending = True
         try:
             for (topic, partition), group in targets.items():
-                self._append(topic, partition, group, acked)
+                for part in parts(group):
+                    self._append(topic, partition, part, acked)
         finally:
             self.appending = False
         woken, self._woken = self._woken, []
@@ -376,3 +389,20 @@ class PublishReactor:
                 except Exception as exc:  # noqa: BLE001 -- raised by the connection's task
                     client.reactor_raise(exc)
                     self._hand_over(fd)
+
+
+def parts(group: list[_Share]) -> list[list[_Share]]:
+    """``group`` cut into consecutive parts of at least :data:`APPEND_PART` messages (the last
+    may hold fewer), each share whole, the order kept."""
+    cut: list[list[_Share]] = []
+    part: list[_Share] = []
+    size = 0
+    for share in group:
+        part.append(share)
+        size += len(share[2].batch)
+        if size >= APPEND_PART:
+            cut.append(part)
+            part, size = [], 0
+    if part:
+        cut.append(part)
+    return cut

@@ -12,16 +12,17 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
 import trio.testing
 
-from nsqd.broker import Broker, BrokerConfig, open_broker, read_records
+from nsqd.broker import BodyBatch, Broker, BrokerConfig, open_broker, read_records
 from nsqd.broker.copying import follower_acked
 from nsqd.broker.partition import Partition
 from nsqd.core.partition_state import Placement, Role
-from nsqd.tcp.reactor import PublishReactor
+from nsqd.tcp.reactor import APPEND_PART, PublishReactor, Taken, parts
 from nsqd.tcp.server import TCPServer
 from nsqd.tcp.settings import SessionSettings
 from pnsq._netio.tcp import serve_tcp
@@ -692,6 +693,61 @@ async def test_mpubs_with_an_in_sync_follower_are_held_until_it_acknowledges(
         assert await stored(broker, "t") == [b"a", b"b"] + [
             b"%d.%d" % (r, k) for r in range(3) for k in (1, 2)
         ]
+
+
+def test_a_turns_publishes_to_one_target_are_cut_into_parts_of_whole_publishers() -> None:
+    """Single PUBs of many publishers stay one append; MPUBs go one by one; a part closes
+    once it holds APPEND_PART messages, each publisher's whole, the order kept."""
+
+    def shares(*sizes: int) -> list[tuple[int, Any, Taken]]:
+        return [
+            (fd, None, Taken("t", None, BodyBatch(0, [b"m"] * size), None, 1, "MPUB"))
+            for fd, size in enumerate(sizes)
+        ]
+
+    def cut(*sizes: int) -> list[list[int]]:
+        return [[fd for fd, _, _ in part] for part in parts(shares(*sizes))]
+
+    assert cut(*[1] * 16) == [list(range(16))]
+    assert cut(200, 200) == [[0], [1]]
+    assert cut(APPEND_PART - 1, 1, 1) == [[0, 1], [2]]
+    assert cut(30, 40, 1, 100, 5) == [[0, 1], [2, 3], [4]]
+    assert cut() == []
+
+
+async def test_a_turns_mpubs_are_appended_one_by_one_and_each_released_by_its_own_ack(
+    tmp_path: Path,
+) -> None:
+    """Two publishers' MPUBs read in one turn, to a partition with an in-sync follower, are
+    two appends: the follower's acknowledgement of the first releases its publisher while the
+    second still waits (joined, both waited for the whole turn)."""
+    size = APPEND_PART + 10
+    async with listening(tmp_path) as (broker, server, port):
+        clients = [await connect(port) for _ in range(2)]
+        with trio.fail_after(10):
+            for n, client in enumerate(clients):
+                assert await client.pub_raw(mpub("t", b"%d first" % n)) == (RESPONSE, b"OK")
+            await trio.testing.wait_all_tasks_blocked()  # parked in the reactor
+        partition = follow(broker)
+        reactor = server.reactor
+        turns, appends, base = reactor.turns, reactor.appends, partition.log.end_offset
+        for n, client in enumerate(clients):  # no checkpoint between: one turn reads both
+            command = mpub("t", *(b"%d.%d" % (n, i) for i in range(size)))
+            assert os.write(client.stream.socket.fileno(), command) == len(command)
+        with trio.fail_after(10):
+            while partition.log.end_offset < base + 2 * size:
+                await trio.sleep(0.005)
+        assert (reactor.turns, reactor.appends) == (turns + 1, appends + 2)
+        bodies = await stored(broker, "t")
+        first = int(bodies[base].split(b".")[0])  # whose MPUB the turn read first
+        assert bodies[base : base + size] == [b"%d.%d" % (first, i) for i in range(size)]
+        follower_acked(broker, broker.topics["t"], partition, "b:1", base + size)
+        with trio.fail_after(10):
+            assert await clients[first].frame() == (RESPONSE, b"OK")
+        assert await unanswered(clients[1 - first])  # its records are not held yet
+        follower_holds(broker, partition)
+        with trio.fail_after(10):
+            assert await clients[1 - first].frame() == (RESPONSE, b"OK")
 
 
 async def test_refused_mpubs_and_pubs_get_one_error_each_in_order(tmp_path: Path) -> None:
