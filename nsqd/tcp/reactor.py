@@ -31,8 +31,7 @@ publishers still share one append, while the MPUBs (or pipelined runs) of severa
 go in appends of their own. With a follower in sync each part is pushed to it as soon as it is
 appended, so the follower checks and writes one part while the leader encodes the next, and
 the first part's publishers get their OKs (and send again) sooner; joined, the follower waited
-for the whole turn. Measured by hand against one append per target (docs/benchmarks.md):
-replicated MPUB +4 %, replicated pipelined PUB +10 %, pipelined PUB +5 %, MPUB unchanged.
+for the whole turn (measured in docs/benchmarks.md, twelfth pass).
 
 Anything else goes back to the connection's own task, which then does exactly what it does
 without the reactor: a command other than PUB (the reactor stops at it, the task handles the
@@ -47,22 +46,17 @@ again: its own task serves it from then on.
 A consumer whose message pump sits idle when a turn's appends give its channel new messages
 (:meth:`PublishReactor.deliver_first`) is served from the same turn, before the OKs go out:
 its next delivery is written to its socket at once instead of waiting for its pump's task to
-be scheduled behind the replies. At 10 k single-message PUBs a second on this 2-core machine
-that took the publish→deliver p90 from 0.6 to 0.45 ms and p99 from 1.0-1.3 to 0.75-1.1 ms
-(docs/benchmarks.md). The pump is woken only when that delivery leaves something for it.
+be scheduled behind the replies (at 10 k PUBs a second, p99 1.0-1.3 → 0.75-1.1 ms:
+docs/benchmarks.md). The pump is woken only when that delivery leaves something for it.
 
 The busy poll: after a turn that came within ``busy_poll`` of the one before it, the reactor
 does not go to sleep at once but keeps yielding to Trio, which polls every socket without
-blocking meanwhile, for up to ``busy_poll`` (``--busy-poll``, 200 µs). A thread that sleeps
+blocking meanwhile, for up to ``busy_poll`` (``--busy-poll``, 200 µs): a thread that sleeps
 between messages arriving every 100 µs pays, on each, the wake-up of an idle CPU and a cold
-run of the whole publish→deliver path: on this 2-core VM a 1,000 msgs/s PUB stream cost
-≈ 330 µs of CPU a message, six times what the same path costs warm. At 10 k msgs/s with an
-unbuffered consumer, in runs alternating with the reactor that slept at once, the poll took
-the publish→deliver p50 from 0.30-0.46 to 0.24-0.40 ms (this VM is noisy; docs/benchmarks.md)
-and the daemon from ≈ 0.93 to ≈ 1 core. Each round of polling first gives the CPU to any
-other thread waiting for it (``sched_yield``): on a 2-core machine the clients' threads wait
-for the core the poll holds, and without it their p99 rose. Turns further apart than
-``busy_poll`` (a slower stream) never start it, so a trickle costs no polling.
+run of the whole publish→deliver path (docs/benchmarks.md). Each round of polling first gives
+the CPU to any other thread waiting for it (``sched_yield``): on a 2-core machine the clients'
+threads wait for the core the poll holds. Turns further apart than ``busy_poll`` (a slower
+stream) never start it, so a trickle costs no polling.
 """
 
 from __future__ import annotations
@@ -83,9 +77,7 @@ from ..broker.committing import own_copy
 
 MAX_EVENTS = 1024  # ready sockets taken per turn (the rest come with the next poll)
 DEFAULT_BUSY_POLL = 200e-6  # seconds: --busy-poll's default (see the module)
-#: a target's publishes of one turn go in appends of at least this many messages (the last
-#: may hold fewer; see the module): more than a turn's synchronous PUBs, less than an MPUB
-APPEND_PART = 64
+APPEND_PART = 64  # messages an append of a turn's publishes to one target holds at least
 
 
 class Taken(NamedTuple):
