@@ -28,7 +28,7 @@ from ..cluster.forwarding import Forwarder
 from ..cluster.publishing import PublishPath
 from .errors import HANDLED_ERRORS, client_error_for
 from .output import OutputBuffer
-from .reactor import Taken
+from .reactor_contract import Taken
 
 #: the error code of a gathered publish's refusal, by its command
 _FAILED = {"PUB": ErrorCode.PUB_FAILED, "MPUB": ErrorCode.MPUB_FAILED}

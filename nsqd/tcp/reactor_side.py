@@ -1,12 +1,12 @@
 """A V2 connection's side of the publish reactor (:mod:`nsqd.tcp.reactor`).
 
 :class:`ReactorSide` is a part owned by :class:`~nsqd.tcp.session.Session`, and the
-:class:`~nsqd.tcp.reactor.Client` the reactor serves: while the connection only publishes
-single PUBs, its command loop waits in the reactor, which reads and parses for it through these
-methods; whatever the reactor leaves (:attr:`ReactorSide.handed`, or PUBs still gathered) the
-command loop takes up exactly where the reactor stopped. It holds the connection's parser,
-publisher and output (the same objects the command loop uses), so a PUB served here costs
-what it cost when this was the connection itself.
+:class:`~nsqd.tcp.reactor_contract.Client` the reactor serves: while the connection only
+publishes single PUBs, its command loop waits in the reactor, which reads and parses for it
+through these methods; whatever the reactor leaves (:attr:`ReactorSide.handed`, or PUBs
+still gathered) the command loop takes up exactly where the reactor stopped. It holds the
+connection's parser, publisher and output (the same objects the command loop uses), so a PUB
+served here costs what it cost when this was the connection itself.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from ..broker.clock import Clock
 from .errors import HANDLED_ERRORS
 from .output import OutputBuffer
 from .publishing import Publisher
-from .reactor import PublishReactor, Read, Taken
+from .reactor import PublishReactor
+from .reactor_contract import Read, Taken
 from .settings import RECEIVE_SIZE
 
 if TYPE_CHECKING:

@@ -22,7 +22,8 @@ from nsqd.broker import BodyBatch, Broker, BrokerConfig, open_broker, read_recor
 from nsqd.broker.copying import follower_acked
 from nsqd.broker.partition import Partition
 from nsqd.core.partition_state import Placement, Role
-from nsqd.tcp.reactor import APPEND_PART, PublishReactor, Taken, parts
+from nsqd.tcp.reactor import APPEND_PART, PublishReactor, parts
+from nsqd.tcp.reactor_contract import Taken
 from nsqd.tcp.server import TCPServer
 from nsqd.tcp.settings import SessionSettings
 from pnsq._netio.tcp import serve_tcp
