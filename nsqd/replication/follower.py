@@ -33,7 +33,7 @@ import math
 import trio
 
 from pnsq._netio.cluster_link import ClusterLinks, LinkFailed
-from pnsq._netio.handshake import FailureLog
+from pnsq._netio.handshake import FailureLog, unlogged_since
 from protocol.replication import (
     FEATURE_NODE_BEAT,
     FEATURES,
@@ -209,7 +209,7 @@ class Followers:
         unlogged = self._failures.due(leader)
         if unlogged is None:
             return
-        more = f" ({unlogged} more of its streams failed since the last report)" if unlogged else ""
+        more = unlogged_since(unlogged, "of its streams failed")
         log.warning("REPLICATION(%s/%d): following %s: %s%s", topic, number, leader, reason, more)
 
     async def _dial(self, leader: str) -> tuple[trio.abc.Stream, bytes]:

@@ -18,6 +18,7 @@ __all__ = [
     "peer_host",
     "refuse",
     "run_handshake",
+    "unlogged_since",
 ]
 
 #: seconds a handshake may take, both sides together (two round trips on a healthy link)
@@ -94,6 +95,14 @@ def peer_host(remote: str) -> str:
     return host if sep and port.isdigit() else remote
 
 
+def unlogged_since(unlogged: int, what: str = "") -> str:
+    """The end of a line logged after ``unlogged`` failures were not (:meth:`FailureLog.due`):
+    `` (N more[ what] since the last report)``, or nothing when none were left out."""
+    if not unlogged:
+        return ""
+    return f" ({unlogged} more{' ' + what if what else ''} since the last report)"
+
+
 class FailureLog:
     """Failed handshakes, logged at most once per :data:`FAILURE_LOG_INTERVAL` per address
     (the next line counts the failures not logged since)."""
@@ -114,7 +123,7 @@ class FailureLog:
         unlogged = self.due(address)
         if unlogged is None:
             return
-        more = f" ({unlogged} more since the last report)" if unlogged else ""
+        more = unlogged_since(unlogged)
         self._log.warning("cluster handshake with %s failed: %s%s", address, reason, more)
 
     def due(self, address: str) -> int | None:
