@@ -174,6 +174,10 @@ class Broker:
         """The topic ``name`` if this node has it (nothing is created)."""
         return self.registry.find_topic(name)
 
+    def is_opening(self, name: str) -> bool:
+        """Whether lookupd placed the topic ``name`` here and its logs are being opened."""
+        return self.registry.is_opening(name)
+
     def list_topics(self) -> list[Topic]:
         """Every topic this node has, by name."""
         return self.registry.list_topics()

@@ -90,6 +90,10 @@ class TopicRegistry:
             self._opened.set()
             self._opened = trio.Event()
 
+    def is_opening(self, name: str) -> bool:
+        """Whether lookupd placed ``name`` here and its partition logs are being opened."""
+        return name in self._opening
+
     def restore(self) -> None:
         """Load topics and channels from ``pnsq.dat`` and the partition directories (startup),
         and start the channels' timers."""

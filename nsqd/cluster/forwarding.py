@@ -20,7 +20,9 @@ both create their own copy of it.
 
 Only the stock publishes are forwarded (``PUB``, ``MPUB``, ``DPUB``); partition-aware ones
 (``PUB <topic> <partition>``, the ``_TRACE`` and ``_EXT`` families) get youzan's
-``E_FAILED_ON_NOT_LEADER`` and look the leader up themselves, as youzan's clients do.
+``E_FAILED_ON_NOT_LEADER`` and look the leader up themselves, as youzan's clients do; naming a
+topic this node does not hold, they get ``E_TOPIC_NOT_EXIST`` and create nothing
+(:meth:`Forwarder.refuses`).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from protocol.encode import encode_command
 from protocol.lookup import ACCEPT_V1, unwrap
 
 from ..broker import Broker
+from ..core.errors import NotLeaderError, TopicNotFoundError
 from .leader_links import LeaderLinks
 
 log = logging.getLogger("nsqd.forward")
@@ -108,9 +111,10 @@ class Forwarder:
     def known_here(self, broker: Broker, topic: str, partition: int | None) -> bool | None:
         """:meth:`must_forward`'s answer when this node knows it without asking lookupd (a
         named partition, no pnsq lookupd, or a topic held here), None when lookupd must be
-        asked. The topic is looked at before :attr:`active`: the publish path asks this."""
+        asked, or the publish refused (:meth:`refuses`). The topic is looked at before
+        :attr:`active`: the publish path asks this."""
         if partition is not None:
-            return False
+            return None if self.refuses(broker, topic, partition) else False
         local = broker.find_topic(topic)
         if local is not None and not local.deleted:
             return local.managed and not local.led and self.active
@@ -124,6 +128,7 @@ class Forwarder:
         known = self.known_here(broker, topic, partition)
         if known is not None:
             return known
+        self.check_held(broker, topic, partition)
         if await self.leaders(topic):
             return True
         await self._create(broker, topic)
@@ -132,6 +137,28 @@ class Forwarder:
             return False  # placed here: publish locally
         self._leaders.pop(topic, None)
         return True
+
+    def refuses(self, broker: Broker, topic: str, partition: int | None) -> bool:
+        """Whether a publish naming ``partition`` of ``topic`` is refused here: in a cluster a
+        topic comes to a node only by lookupd's placement, never by a publish that names a
+        partition of a topic the node does not hold (it would make a copy lookupd does not
+        place: unreplicated, and deleted or stranded later with the messages acknowledged to
+        it). youzan's nsqd creates none either."""
+        if partition is None or not self.active:
+            return False
+        local = broker.find_topic(topic)
+        return local is None or local.deleted
+
+    def check_held(self, broker: Broker, topic: str, partition: int | None) -> None:
+        """When :meth:`refuses` says so, raise :class:`~nsqd.core.errors.TopicNotFoundError`
+        (``E_TOPIC_NOT_EXIST``: look the topic up again), or
+        :class:`~nsqd.core.errors.NotLeaderError` while lookupd's placement of the topic here
+        is being opened (try again)."""
+        if not self.refuses(broker, topic, partition):
+            return
+        if broker.is_opening(topic):
+            raise NotLeaderError(f"topic {topic}: not served here yet (its partitions are opening)")
+        raise TopicNotFoundError(f"topic {topic} partition {partition} is not held here")
 
     async def ensure_local(self, broker: Broker, topic: str) -> None:
         """Before a SUB of ``topic``: a topic unknown here and to lookupd is created through

@@ -106,6 +106,7 @@ class PublishPath:
     ) -> Sequence[Record]:
         """Both steps for a partition-aware publish (traced, ext, youzan's HTTP), never
         forwarded: acknowledgeable when this returns."""
+        self._check_held(topic, partition)
         records = self._append(topic, entries, partition, on_appended)
         await self.replicated(topic, records)
         return records
@@ -126,6 +127,7 @@ class PublishPath:
         for a retry of numbers all stored, which appends nothing, the stored record holding
         its last number (once that is replicated). Raises
         :class:`~nsqd.core.producers.SequenceError` for numbers that do not follow."""
+        self._check_held(topic, partition)
         try:
             stored = self.broker.publish_numbered(topic, entries, partition, producer, first)
         except SequenceError:
@@ -141,6 +143,12 @@ class PublishPath:
             return stored, len(entries) - len(stored)
         await self.broker.publish_acks.wait_stored(topic, partition, stored)
         return await self.broker.publish_acks.read_stored(topic, partition, stored), len(entries)
+
+    def _check_held(self, topic: str, partition: int | None) -> None:
+        """In a cluster, a publish naming a partition of a topic not held here is refused
+        (:meth:`~nsqd.cluster.forwarding.Forwarder.refuses`), never made into a topic here."""
+        if self.forwarder is not None:
+            self.forwarder.check_held(self.broker, topic, partition)
 
     def _append(
         self,

@@ -8,13 +8,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from protocol import Pub, Rdy, Sub
+from protocol import Mpub, Pub, PubTrace, Rdy, Sub
 from tests.daemons import Daemon
 from tests.integration.lookupd_helpers import (
     get_json,
     lookup,
     pnsq_cluster,
     post,
+    request,
     roles,
     wait_for,
 )
@@ -105,3 +106,40 @@ def test_sub_of_a_topic_placed_elsewhere_only_is_refused(
     assert consumer.read().data == b"E_TOPIC_NOT_EXIST "
     assert consumer.closed_by_server()
     assert roles(b, "yonder") is None  # no copy made on b
+
+
+def _refused(node: Daemon, command: Pub | Mpub | PubTrace, **identify: object) -> None:
+    """``command`` (naming a partition) gets the fatal E_TOPIC_NOT_EXIST and stores nothing."""
+    client = RawClient(node.tcp_address)
+    if identify:
+        client.identify(**identify)
+    client.send(command)
+    assert client.read().data == b"E_TOPIC_NOT_EXIST "
+    assert client.closed_by_server()
+
+
+def test_a_publish_naming_a_partition_never_makes_a_topic_lookupd_does_not_place(
+    nodes: tuple[Daemon, list[Daemon]],
+) -> None:
+    """A partition-aware publish of a topic no node holds (deleted, or never created) is
+    refused; it would have made a copy lookupd does not place, and the messages acknowledged
+    to it were deleted (or stranded) later."""
+    lookupd, (a, b) = nodes
+    assert post(lookupd, "/topic/create?topic=ended&partition_num=2&replicator=2") == (200, b"")
+    wait_for(lambda: roles(a, "ended") and roles(b, "ended"), what="placed on both")
+    assert post(lookupd, "/topic/delete?topic=ended&partition=**") == (200, b"")
+    wait_for(lambda: roles(a, "ended") is None and roles(b, "ended") is None, what="deleted")
+    for node in (a, b):
+        for topic in ("ended", "never"):
+            _refused(node, Pub(topic, b"x", 0))
+            _refused(node, Pub(topic, b"x", -1))
+            _refused(node, Mpub(topic, [b"x", b"y"], 1))
+            _refused(node, PubTrace(topic, 7, b"x", 0))
+            _refused(node, Pub(topic, b"x", 0, 1), pnsq_producer=f"p-{topic}")  # numbered
+            url = f"http://{node.http_address}/pub?topic={topic}&partition=0"
+            status, body, _ = request(url, "POST", {}, b"x")
+            assert (status, body) == (404, b'{"message":"E_TOPIC_NOT_EXIST"}')
+            assert roles(node, topic) is None  # nothing made here
+    for topic in ("ended", "never"):
+        assert not (lookup(lookupd, topic) or {}).get("producers")
+    assert "ended" in get_json(lookupd, "/pnsq/assignments?node=x:1")["deleted"]
