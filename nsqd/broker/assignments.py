@@ -154,6 +154,7 @@ def apply_assignments(
     for name, number, placement in steps.change:
         topic = registry.topics[name]
         partition = topic.partition(number)
+        led = partition.state.leads
         try:
             if partition.state.apply(placement):
                 role_changes += 1
@@ -168,12 +169,16 @@ def apply_assignments(
             log.warning(
                 "TOPIC(%s): partition %d: ignoring lookupd's placement: %s", name, number, exc
             )
+        if led and not partition.state.leads:
+            topic.leads_lost += 1
         registry.replication.wake(partition)  # parked publishes and follower streams re-check
         for channel in topic.channels.values():
             channel.notify()
     for name, number in steps.drop:
         topic = registry.topics[name]
         partition = topic.release(number)
+        if partition.state.leads:
+            topic.leads_lost += 1
         partition.state.drop()
         registry.replication.wake(partition)  # parked publishes are refused, streams end
         for channel in topic.channels.values():

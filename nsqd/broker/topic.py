@@ -61,6 +61,10 @@ class Topic:
         self.recently_deleted: dict[str, float] = {}
         #: placed by pnsq's lookupd: only ``partitions`` are held here, in their roles
         self.managed = False
+        #: how many times one of its partitions stopped being led here (lookupd moved it, failed
+        #: it over, or took it away): a consumer of every partition led here (a stock ``SUB``)
+        #: that saw it change looks the topic up again
+        self.leads_lost = 0
         #: lookupd's topic meta (youzan): SUB may create channels; retention (seconds) and
         #: fsync interval (messages) instead of nsqd's --retention / --sync-every when set
         self.channel_auto_create = True

@@ -234,9 +234,14 @@ class Consuming:
         only = self.partition
         owner = self.owner
         max_pending = self.settings.max_pending_output_bytes
+        topic = channel.topic
+        leads_lost = topic.leads_lost
         while not self._ended:
             if only is not None and not _leads(channel, only):
-                await self._lost_partition(only)
+                await self._lost_lead(f"partition {only} no longer led here")
+                return
+            if topic.leads_lost != leads_lost:  # (only None: it consumes every one led here)
+                await self._lost_lead("a partition of its topic no longer led here")
                 return
             room = self.ready_count - self.in_flight
             if room <= 0 or not channel.has_ready(only, owner):
@@ -256,14 +261,17 @@ class Consuming:
             self._deliver(channel, room, space)
             await output.send_pending()
 
-    async def _lost_partition(self, number: int) -> None:
-        """The partition this connection consumes is no longer led here (lookupd moved or
-        failed it over; the channels wake on every change): the client gets the fatal
-        ``E_FAILED_ON_NOT_LEADER``, which makes it look the leader up again (youzan go-nsq,
-        pnsq's consumer), and the connection closes. Its messages in flight are delivered again
-        by the new leader."""
+    async def _lost_lead(self, why: str) -> None:
+        """A partition this connection consumes is no longer led here (lookupd moved or
+        failed it over; the channels wake on every change): the one it named (``SUB t c p``),
+        or one of those a stock ``SUB t c`` reads. The client gets the fatal
+        ``E_FAILED_ON_NOT_LEADER`` and the connection closes, which makes it look the topic up
+        again at once (youzan go-nsq, pnsq's consumer, and go-nsq's consumer when a connection
+        it found through lookupd closes) and reach the new leader, instead of at its next
+        lookupd poll (a minute, by default). Its messages in flight are delivered again (by
+        this node, or the new leader)."""
         error = ClientError(ErrorCode.FAILED_ON_NOT_LEADER, "", fatal=True)
-        log.info("[%s] partition %d no longer led here: %s", self.remote_address, number, error)
+        log.info("[%s] %s: %s", self.remote_address, why, error)
         self.output.write(frames.encode_error(error.text))
         with trio.move_on_after(1):
             await self.output.drain()

@@ -14,6 +14,7 @@ nothing acknowledged is lost."""
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,7 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from protocol import Dpub, Fin, Pub, Rdy, Req, Sub
 from protocol.frames import FrameType
-from tests.daemons import Daemon
+from tests.daemons import TOOLS, Daemon
 from tests.integration import cluster_load
 from tests.integration.cluster_load import BODY_SIZE, Load, RackedCluster, report
 from tests.integration.lookupd_helpers import get_json, post, request, roles, wait_for
@@ -255,6 +256,55 @@ def test_channel_state_delays_and_pauses_move_with_the_leader(cluster: Cluster) 
     ]
     assert [c["paused"] for c in paused] == [True]
     assert cluster.placement("mv")["replicas"] == [replica_id]
+
+
+def test_a_stock_consumer_through_lookupd_follows_a_leader_move_at_once(cluster: Cluster) -> None:
+    """A stock SUB (every partition the node leads) on the old leader is closed when the
+    partition moves, after a fatal E_FAILED_ON_NOT_LEADER: nsq_tail (go-nsq, lookupd polled
+    every minute) asks lookupd again at once and reads the rest from the new leader; left
+    open, it heard nothing until its next poll."""
+    leader_id, _, spare_id, _ = cluster.create()
+    leader, spare = cluster.by_id(leader_id), cluster.by_id(spare_id)
+    assert post(leader, "/channel/create?topic=mv&channel=stock") == (200, b"")
+    tail = subprocess.Popen(
+        [
+            str(TOOLS / "nsq-1.3.0" / "bin" / "nsq_tail"),
+            f"--lookupd-http-address={cluster.lookupd.http_address}",
+            "--topic=mv",
+            "--channel=stock",
+            "-n=20",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        wait_for(lambda: _clients(leader, "stock") == 1, what="nsq_tail subscribed")
+        for node, bodies in ((leader, range(10)), (None, range(10, 20))):
+            if node is None:
+                move(cluster, leader_id, spare_id, leader=True)
+                node = spare
+            producer = RawClient(node.tcp_address)
+            for i in bodies:
+                producer.send(Pub("mv", b"m%d" % i, 0))
+                assert producer.read().data == b"OK"
+            producer.close()
+        out, err = tail.communicate(timeout=20)  # its next lookupd poll: 60 s
+    finally:
+        if tail.poll() is None:
+            tail.kill()
+            tail.communicate()
+    assert tail.returncode == 0, err
+    assert {b"m%d" % i for i in range(20)} <= set(out.splitlines())  # at least once
+
+
+def _clients(node: Daemon, channel: str) -> int:
+    stats = get_json(node, "/stats?format=json&topic=mv")
+    return sum(
+        c["client_count"]
+        for t in stats["topics"] or ()
+        for c in t["channels"] or ()
+        if c["channel_name"] == channel
+    )
 
 
 @pytest.mark.fault
