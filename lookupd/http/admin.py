@@ -67,7 +67,7 @@ class AdminEndpoints:
         partition_num = _bounded(request, "partition_num", 1, 1, MAX_PARTITION_NUM)
         replica = _bounded(request, "replicator", 1, 1, MAX_REPLICATOR, "REPLICATOR")
         _bounded(request, "suggestload", 0, 0, 10000, "LOAD_FACTOR")
-        sync_every = _int_arg(request, "syncdisk", "INVALID_ARG_TOPIC_SYNC_DISK")
+        sync_every = _count_arg(request, "syncdisk", "INVALID_ARG_TOPIC_SYNC_DISK")
         min_isr = _bounded(request, "min_isr", 1, 1, replica, "MIN_ISR")
         meta = TopicMeta(
             partition_num=partition_num,
@@ -76,7 +76,7 @@ class AdminEndpoints:
             ordered=request.arg("orderedmulti") == "true",
             multi_part=request.arg("multipart") == "true",
             disable_channel_auto_create=request.arg("disable_channel_auto_create") == "true",
-            retention_days=go_atoi(request.arg("retention") or "0"),
+            retention_days=_retention(request.arg("retention") or "0"),
             sync_every=sync_every,
             min_isr=min_isr,
             unclean=request.arg("unclean") == "true",
@@ -128,8 +128,8 @@ class AdminEndpoints:
                 topic,
                 sync_every=None
                 if sync in (None, "")
-                else _int_arg(request, "syncdisk", "INVALID_ARG_TOPIC_SYNC_DISK"),
-                retention_days=None if retention in (None, "") else go_atoi(retention),
+                else _count_arg(request, "syncdisk", "INVALID_ARG_TOPIC_SYNC_DISK"),
+                retention_days=None if retention in (None, "") else _retention(retention),
                 extend_support=True if request.arg("upgradeext") == "true" else None,
                 disable_channel_auto_create=None if disable is None else disable == "true",
                 min_isr=None
@@ -152,6 +152,8 @@ class AdminEndpoints:
         topic = _topic_arg(request)
         if topic not in self.cluster.placements:
             raise HTTPError(404, "TOPIC_NOT_FOUND")
+        if not request.arg("partition_num"):  # youzan: Atoi("") fails
+            raise HTTPError(400, "INVALID_ARG_TOPIC_PARTITION_NUM")
         count = _bounded(request, "partition_num", 1, 1, MAX_PARTITION_NUM)
         try:
             await self.cluster.expand_topic(topic, count)
@@ -290,6 +292,22 @@ def _int_arg(request: Request, name: str, error: str) -> int:
     if not _ATOI.fullmatch(raw) or not -_INT64 <= int(raw) < _INT64:
         raise HTTPError(400, error)
     return int(raw)
+
+
+def _count_arg(request: Request, name: str, error: str) -> int:
+    """:func:`_int_arg` that is not negative (0: the node's own default)."""
+    value = _int_arg(request, name, error)
+    if value < 0:
+        raise HTTPError(400, error)
+    return value
+
+
+def _retention(text: str) -> int:
+    """``retention`` (days; 0: the nodes' ``--retention``): Go's Atoi, not negative."""
+    days = go_atoi(text)
+    if days < 0:
+        raise HTTPError(400, "INVALID_ARG_TOPIC_RETENTION")
+    return days
 
 
 def _bounded(

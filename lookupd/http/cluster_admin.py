@@ -5,11 +5,14 @@
   background (its states ``marked``, ``pending``, ``data_transferred``, ``done``); pnsq answers
   ``200`` with how far the drain is, so the same request asked again tells when it is over::
 
-      {"remove_node": "<id>", "state": "pending" | "done", "drained": false | true,
-       "leaders": N, "replicas": N, "incoming": N}
+      {"remove_node": "<id>", "removing": true | false, "state": "pending" | "done",
+       "drained": false | true, "leaders": N, "replicas": N, "incoming": N}
 
-  ``drained`` (state ``done``): the node leads and replicates nothing and no move brings it a
-  copy, as saved (what the nodes are told): it can be stopped with nothing lost.
+  ``removing``: the node is being drained (false after ``restore=true``); ``drained`` (state
+  ``done``): the node leads and replicates nothing and no move brings it a copy, as saved
+  (what the nodes are told): it can be stopped with nothing lost. ``restore`` other than
+  ``true`` or ``false`` is ``400 INVALID_ARG_RESTORE``; a node lookupd does not know, drained
+  or restored, ``400 REMOVE_NODE_NOT_FOUND``.
 * ``GET /cluster/stats`` — youzan's ``{"stable", "node_stat_list"}``: every node lookupd knows,
   with youzan's fields (``leader_load_factor`` and ``node_load_factor`` are here the partitions
   it leads, and leads or replicates) plus pnsq's ``node_id``, ``leaders``, ``replicas`` and
@@ -64,8 +67,11 @@ class ClusterEndpoints:
         node = request.arg("remove_node")
         if not node:
             raise HTTPError(400, "MISSING_ARG_REMOVE_NODE")
+        restore = request.arg("restore")
+        if restore not in (None, "", "true", "false"):
+            raise HTTPError(400, "INVALID_ARG_RESTORE: true or false")
         try:
-            await self.cluster.remove_node(node, restore=request.arg("restore") == "true")
+            await self.cluster.remove_node(node, restore=restore == "true")
         except PlacementError as exc:
             raise HTTPError(400, str(exc)) from None
         except StoreError as exc:
@@ -73,6 +79,7 @@ class ClusterEndpoints:
         held = copies(self.cluster.saved_placements.values()).get(node, NodeCopies())
         return {
             "remove_node": node,
+            "removing": node in self.cluster.saved_removing,
             "state": "done" if held.empty else "pending",
             "drained": held.empty,
             "leaders": held.leaders,

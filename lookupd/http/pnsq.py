@@ -61,7 +61,7 @@ class PnsqEndpoints:
         "partition", "epoch", "caught_up": [...], "lagging": [...]}]}``."""
         try:
             document = json.loads(request.body or b"null")
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             raise HTTPError(400, "INVALID_BODY") from exc
         if not isinstance(document, dict):
             raise HTTPError(400, "INVALID_BODY")

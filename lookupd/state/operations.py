@@ -95,12 +95,13 @@ class Operations(Metadata):
         does not know, :class:`StoreError`."""
         self._check_leading()
         before = dict(self.removing)
+        known = node in self.removing or node in self.live_nodes() or node in self.placed_nodes()
+        if not known:
+            raise PlacementError("REMOVE_NODE_NOT_FOUND")
         if restore:
             if self.removing.pop(node, None) is None:
                 return
         elif node not in self.removing:
-            if node not in self.live_nodes() and node not in self.placed_nodes():
-                raise PlacementError("REMOVE_NODE_NOT_FOUND")
             self.removing[node] = self.clock()
         else:
             return

@@ -198,6 +198,8 @@ CREATE_CASES = [
     ("topic=c1&suggestload=10001", 400, "INVALID_ARG_TOPIC_LOAD_FACTOR"),
     ("topic=c1&syncdisk=x", 400, "INVALID_ARG_TOPIC_SYNC_DISK"),
     ("topic=c1&retention=x", 400, 'strconv.Atoi: parsing "x": invalid syntax'),
+    ("topic=c1&syncdisk=-3", 400, "INVALID_ARG_TOPIC_SYNC_DISK"),
+    ("topic=c1&retention=-5", 400, "INVALID_ARG_TOPIC_RETENTION"),
     ("topic=a!", 400, "INVALID_ARG_TOPIC"),
 ]  # fmt: skip
 
@@ -206,6 +208,34 @@ CREATE_CASES = [
 def test_topic_create_refusals(cluster: Cluster, query: str, status: int, message: str) -> None:
     got, raw = post(cluster.lookupd, f"/topic/create?{query}")
     assert (got, json.loads(raw)) == (status, {"message": message})
+
+
+CHANGE_CASES = [
+    ("/topic/meta/update?topic=chg&retention=-5", "INVALID_ARG_TOPIC_RETENTION"),
+    ("/topic/meta/update?topic=chg&syncdisk=-3", "INVALID_ARG_TOPIC_SYNC_DISK"),
+    ("/topic/meta/update?topic=chg&replicator=0", "INVALID_ARG_TOPIC_REPLICATOR"),
+    ("/topic/partition/expand?topic=chg", "INVALID_ARG_TOPIC_PARTITION_NUM"),
+    ("/topic/partition/expand?topic=chg&partition_num=", "INVALID_ARG_TOPIC_PARTITION_NUM"),
+    ("/cluster/node/remove?remove_node={node}&restore=maybe", "INVALID_ARG_RESTORE: true or false"),
+    ("/cluster/node/remove?remove_node={node}&restore=1", "INVALID_ARG_RESTORE: true or false"),
+    ("/cluster/node/remove?remove_node=127.0.0.1:1&restore=true", "REMOVE_NODE_NOT_FOUND"),
+]
+
+
+@pytest.mark.parametrize(("path", "message"), CHANGE_CASES)
+def test_topic_and_node_change_refusals(cluster: Cluster, path: str, message: str) -> None:
+    """A bad value is one 400 and changes nothing (a negative retention or fsync interval
+    was saved, ``restore=`` anything but ``true`` drained the node)."""
+    assert post(cluster.lookupd, "/topic/create?topic=chg&partition_num=1")[0] == 200
+    node = f"127.0.0.1:{cluster.nodes[0].tcp_port}"
+    got, raw = post(cluster.lookupd, path.format(node=node))
+    assert (got, json.loads(raw)) == (400, {"message": message})
+    meta = lookup(cluster.lookupd, "chg", "&metainfo=true")["meta"]
+    assert (meta["partition_num"], meta["replica"]) == (1, 1)
+    stats = get_json(cluster.lookupd, "/cluster/stats")["node_stat_list"]
+    assert not any(n["removing"] for n in stats)  # nothing drained
+    placed = get_json(cluster.lookupd, f"/pnsq/assignments?node={node}")["topics"]["chg"]
+    assert (placed["meta"]["retention_days"], placed["meta"]["sync_every"]) == (0, 0)
 
 
 def test_topic_create_with_youzans_parameters(cluster: Cluster) -> None:
