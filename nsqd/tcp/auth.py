@@ -120,7 +120,7 @@ def parse_auth_reply(body: bytes, now: float) -> AuthState:
     """
     try:
         raw = json.loads(body)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # too deep nesting: a decode error too
         raise AuthError(f"invalid JSON reply: {exc}") from exc
     if not isinstance(raw, dict):
         raise AuthError("json: cannot unmarshal the reply into an object")
@@ -201,17 +201,23 @@ class AuthClient:
             address = self.addresses[(start + i) % len(self.addresses)]
             try:
                 return await self._query_one(address, values)
-            except (AuthError, httpx.HTTPError) as exc:
+            # InvalidURL: a request too long to make (a secret of tens of KB); not an HTTPError
+            except (AuthError, httpx.HTTPError, httpx.InvalidURL) as exc:
                 errors.append(f"failed to auth against {address} - {exc}")
         raise AuthError("; ".join(errors))
 
     async def _query_one(self, address: str, values: dict[str, str]) -> AuthState:
         url = address if "://" in address else f"http://{address}/auth"
         headers = {"Accept": ACCEPT}
-        if self.method == "post":
-            response = await self._http.post(url, json=values, headers=headers)
-        else:
-            response = await self._http.get(f"{url}?{urlencode(values)}", headers=headers)
+        if self.method == "post":  # Go's JSON encoding: invalid UTF-8 as U+FFFD
+            body = {
+                k: v.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+                for k, v in values.items()
+            }
+            response = await self._http.post(url, json=body, headers=headers)
+        else:  # the secret's bytes as they came, percent-encoded (Go's url.Values)
+            query = urlencode({k: v.encode("utf-8", "surrogateescape") for k, v in values.items()})
+            response = await self._http.get(f"{url}?{query}", headers=headers)
         if response.status_code != 200:
             raise AuthError(f"got response {response.status_code} {response.text!r}")
         return parse_auth_reply(response.content, self.monotonic())

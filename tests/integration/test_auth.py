@@ -136,6 +136,12 @@ CASES = [
         (), auth("empty"), b"E_UNAUTHORIZED AUTH no authorizations found", id="no-authorizations"
     ),
     pytest.param(
+        (), command(b"AUTH", b"\xff\xfe"), b"E_AUTH_FAILED AUTH failed", id="secret-not-utf-8"
+    ),
+    pytest.param(
+        (), command(b"AUTH", b"s" * 66_000), b"E_AUTH_FAILED AUTH failed", id="secret-of-66-kb"
+    ),
+    pytest.param(
         ((auth("pub-sub"), reply_for("pub-sub")),),
         auth("pub-sub"),
         b"E_INVALID AUTH already set",
@@ -238,6 +244,17 @@ def test_what_the_auth_server_is_asked(daemon: Daemon, auth_server: AuthServer) 
         "common_name=&remote_ip=127.0.0.1&secret=s+p%26c%3Dd%2F%C3%A9&tls=false"
     )
     assert request.headers["Accept"] == "application/vnd.nsq; version=1.0"
+
+
+def test_a_secret_that_is_not_utf_8_is_sent_as_its_bytes(
+    daemon: Daemon, auth_server: AuthServer
+) -> None:
+    before = len(auth_server.requests)
+    with UpgradingClient(daemon.tcp_port) as c:
+        c.send(command(b"AUTH", b"a\xffb"))
+        assert c.read_frame() == (ERROR, b"E_AUTH_FAILED AUTH failed")  # (403: unknown)
+    (request,) = auth_server.requests[before:]
+    assert "&secret=a%FFb&" in request.raw_query
 
 
 def test_expired_authorization_is_asked_again(daemon: Daemon, auth_server: AuthServer) -> None:
