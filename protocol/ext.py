@@ -50,7 +50,7 @@ def parse_json_header(header: bytes) -> JsonHeader:
     text = header.decode("utf-8", "replace").lstrip(" \t\r\n")
     try:
         value, _ = _DECODER.raw_decode(text)  # Go's json.Decoder reads one value
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # too deep nesting: a decode error too
         raise ClientError(ErrorCode.INVALID_JSON_HEADER, YouzanText.INVALID_JSON_HEADER) from exc
     if not isinstance(value, dict):
         return JsonHeader(None, True)

@@ -278,7 +278,7 @@ def decode_identify(body: bytes) -> PeerIdentity:
     try:
         text = body.decode("utf-8", "replace")  # Go replaces invalid UTF-8 with U+FFFD
         document = json.loads(text, parse_constant=_reject_constant)
-    except ValueError:
+    except (ValueError, RecursionError):  # too deep nesting: a decode error too
         raise bad_json from None
     if document is None:
         document = {}

@@ -215,7 +215,7 @@ class V1Connection:
         reply = await self.command(MAGIC_V1 + command if magic else command)
         try:
             info = json.loads(reply)
-        except ValueError:
+        except (ValueError, RecursionError):
             raise LookupPeerError(f"IDENTIFY: {reply!r}") from None
         if not isinstance(info, dict):
             raise LookupPeerError(f"IDENTIFY: {reply!r}")

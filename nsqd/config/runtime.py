@@ -191,7 +191,7 @@ class RuntimeConfig:
         if name == "nsqlookupd_tcp_addresses":
             try:
                 value = json.loads(body)
-            except ValueError as exc:  # also bad UTF-8
+            except (ValueError, RecursionError) as exc:  # also bad UTF-8, too deep nesting
                 raise InvalidValueError(name) from exc
             if value is not None and not (
                 isinstance(value, list) and all(isinstance(v, str) for v in value)

@@ -106,7 +106,7 @@ def header_of(ext: bytes) -> dict[str, object]:
         return {}
     try:
         value = json.loads(ext)
-    except ValueError:
+    except (ValueError, RecursionError):
         return {}
     return value if isinstance(value, dict) else {}
 

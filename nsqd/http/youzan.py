@@ -100,7 +100,7 @@ class YouzanAPI:
         topic, partition = self._target(request)
         try:
             header = json.loads(request.arg("ext") or "")
-        except ValueError:
+        except (ValueError, RecursionError):  # too deep nesting: not a header either
             header = None
         if not isinstance(header, dict):
             raise HTTPError(400, "E_INVALID_JSON_HEADER")

@@ -120,6 +120,11 @@ def test_youzan_http_endpoints(node: Daemon) -> None:
     reply2 = json.loads(body)
     assert (status, reply2["trace_id"], reply2["queue_offset"]) == (200, "88", 1)
     assert post(node.http_address, "/pubtrace?topic=yzt&trace_id=x", b"u")[0] == 400
+    nested = "%5B" * 5000  # a header too deep to decode: one 400, no 500
+    assert post(node.http_address, f"/pub_ext?topic=yzt&partition=0&ext={nested}", b"u") == (
+        400,
+        b'{"message":"E_INVALID_JSON_HEADER"}',
+    )
     got = get_json(
         node.http_address, f"/message/get?topic=yzt&search_mode=id&search_pos={reply['id']}"
     )

@@ -218,7 +218,7 @@ def test_identify_extensions_and_nulls() -> None:
 @pytest.mark.parametrize(
     "raw",
     [b"", b"[]", b'"x"', b"1", b"{", b'{"tcp_port": NaN}', b'{"tcp_port": true}',
-     b'{"tcp_port": 9223372036854775808}', b'{"version": {}}'],
+     b'{"tcp_port": 9223372036854775808}', b'{"version": {}}', b"[" * 100_000],
 )  # fmt: skip
 def test_identify_bodies_go_cannot_decode(raw: bytes) -> None:
     with pytest.raises(LookupV1Error) as caught:

@@ -70,6 +70,7 @@ def test_json_headers(header: bytes, expected: JsonHeader) -> None:
     [
         (b"", "E_INVALID_JSON_HEADER fail to parse json header"),
         (b"{", "E_INVALID_JSON_HEADER fail to parse json header"),
+        (b"[" * 100_000, "E_INVALID_JSON_HEADER fail to parse json header"),  # too deep
         (b'{"##trace_id":1}', "INVALID_TRACE_ID passin trace id should be string"),
         (b'{"##trace_id":"x"}', "INVALID_TRACE_ID invalid trace id"),
         (b'{"##trace_id":"18446744073709551616"}', "INVALID_TRACE_ID invalid trace id"),

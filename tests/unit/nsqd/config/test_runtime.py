@@ -75,7 +75,7 @@ def test_put_lookupd_addresses() -> None:
     assert c.get("nsqlookupd_tcp_addresses") == ["h:1", "h:2"]
     assert c.put("nsqlookupd_tcp_addresses", b"null") is None  # Go's nil slice
     assert seen == [["h:1", "h:2"], []]
-    for bad in (b'"x"', b"[1]", b"{}", b"[", b"\xff"):
+    for bad in (b'"x"', b"[1]", b"{}", b"[", b"\xff", b"[" * 100_000):  # (too deep)
         with pytest.raises(InvalidValueError):
             c.put("nsqlookupd_tcp_addresses", bad)
 
