@@ -26,6 +26,7 @@ from protocol.parser import ParserLimits
 
 from . import replication
 from .allocator import tune_malloc
+from .auth import AuthClient
 from .broker import Broker, BrokerConfig, open_broker
 from .cluster.forwarding import Forwarder
 from .cluster.lookup import LookupClient
@@ -35,7 +36,6 @@ from .config.runtime import expand_statsd_prefix
 from .http.api import NsqdHTTP, serve_http
 from .http.context import HTTPContext, HTTPSettings
 from .observe.statsd_push import StatsdPusher, StatsdSettings
-from .tcp.auth import AuthClient
 from .tcp.server import TCPServer
 from .tcp.settings import SessionSettings
 from .tcp.streams import tls_server_context
@@ -288,6 +288,7 @@ async def _start_servers(
         options=options,
         on_lookupd_change=lookup.set_addresses,
         forwarder=forwarder,
+        auth=settings.auth,  # the endpoints that hand out messages ask it too
     )
     app = NsqdHTTP(context)
     secure = None

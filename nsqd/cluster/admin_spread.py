@@ -14,7 +14,10 @@ channel deleted a moment ago may be deleted again, see :mod:`nsqd.broker.admin`)
 
 Who may use it: the calls are nsqd's own HTTP admin API, open as on nsqd (no credential); the
 header only stops the carrying, which anybody may ask for (a call then acts on one node, as
-before). A leader that cannot be reached is logged; the answer to the caller is this node's.
+before). The one that asks AUTH with ``--auth-http-address`` (``/channel/setoffset``,
+:mod:`nsqd.http.auth`) is carried with the caller's ``Authorization`` header, and each leader
+asks its own auth server. A leader that cannot be reached is logged; the answer to the caller
+is this node's.
 """
 
 from __future__ import annotations
@@ -49,10 +52,12 @@ class AdminSpread:
         raw_query: str,
         body: bytes = b"",
         partition: int | None = None,
+        authorization: bytes = b"",
     ) -> list[str]:
         """POST ``path?raw_query`` with ``body`` to the leader of each partition of ``topic``
-        (only ``partition`` when given) that this node does not lead; returns the addresses
-        it reached (failures are logged)."""
+        (only ``partition`` when given) that this node does not lead, with the caller's
+        ``Authorization`` header if it sent one (a leader with an auth server asks it too);
+        returns the addresses it reached (failures are logged)."""
         forwarder = self.forwarder
         if forwarder is None or not forwarder.active:
             return []
@@ -78,7 +83,10 @@ class AdminSpread:
         ):
             for address in targets:
                 url = f"http://{address}{path}{url_query}"
-                nursery.start_soon(self._post, client, url, body, address, reached)
+                headers = {HOP_HEADER: "1"}
+                if authorization:
+                    headers["Authorization"] = authorization.decode("latin-1")
+                nursery.start_soon(self._post, client, url, body, headers, address, reached)
         return sorted(reached)
 
     def _leads(self, topic: str, number: int) -> bool:
@@ -91,10 +99,16 @@ class AdminSpread:
         )
 
     async def _post(
-        self, client: httpx.AsyncClient, url: str, body: bytes, address: str, reached: list[str]
+        self,
+        client: httpx.AsyncClient,
+        url: str,
+        body: bytes,
+        headers: dict[str, str],
+        address: str,
+        reached: list[str],
     ) -> None:
         try:
-            reply = await client.post(url, content=body, headers={HOP_HEADER: "1"})
+            reply = await client.post(url, content=body, headers=headers)
         except httpx.HTTPError as exc:
             log.warning("ADMIN: carrying %s: %s", url, str(exc) or type(exc).__name__)
             return

@@ -129,7 +129,17 @@ class NsqdHTTP:
             error = HTTPError(405, "METHOD_NOT_ALLOWED")
             await respond_error(send, error, extra=[(b"Allow", allow)])
             return
-        request = Request(method, path, raw_query, dict(scope.get("headers", [])), receive, params)
+        client = scope.get("client")
+        request = Request(
+            method,
+            path,
+            raw_query,
+            dict(scope.get("headers", [])),
+            receive,
+            params,
+            remote_ip=str(client[0]) if client else "",
+            tls=scope.get("scheme") == "https",
+        )
         self._busy += 1
         try:
             try:

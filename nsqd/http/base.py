@@ -102,6 +102,8 @@ class Request(QueryArgs):
     headers: dict[bytes, bytes]
     receive: Receive
     params: dict[str, str] = field(default_factory=dict)  # path parameters (``:opt``)
+    remote_ip: str = ""  # the client's address (for the auth server)
+    tls: bool = False  # it came over HTTPS
     _query: dict[str, list[str]] | None = None
 
     async def body(self, limit: int) -> bytes:

@@ -115,6 +115,7 @@ class ConsumeAPI:
         if self.context.puller.stopping:
             raise HTTPError(503, "EXITING")
         topic_name, channel_name = topic_channel_args(request)
+        await self.context.auth.require(request, topic_name, channel_name)
         settings = self.context.settings
         limit = _bounded_arg(request, "max", 1, 1, settings.max_rdy_count)
         wait_ms = _bounded_arg(request, "wait_ms", 0, 0, MAX_WAIT_MS)

@@ -14,6 +14,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import final
 
+from ..auth import AuthClient
 from ..broker import Broker
 from ..broker.pull import Puller
 from ..cluster.admin_spread import AdminSpread
@@ -23,6 +24,7 @@ from ..config.options import Options
 from ..config.runtime import RuntimeConfig
 from ..observe.metrics import Metrics
 from ..observe.stats import SessionLike
+from .auth import HTTPAuth
 
 __all__ = ["HTTPContext", "HTTPSettings"]
 
@@ -67,6 +69,7 @@ class HTTPContext:
         options: Options | None = None,
         on_lookupd_change: Callable[[list[str]], None] | None = None,
         forwarder: Forwarder | None = None,
+        auth: AuthClient | None = None,
     ) -> None:
         self.broker = broker
         self.settings = settings
@@ -79,6 +82,8 @@ class HTTPContext:
         #: HTTP consume's leases (one table for the HTTP and HTTPS listeners)
         self.puller = Puller(broker)
         self.metrics = Metrics(broker, sessions, settings.version)
+        #: --auth-http-address: the endpoints that hand out messages ask it (:mod:`.auth`)
+        self.auth = HTTPAuth(auth)
         self.runtime = RuntimeConfig(
             options or Options(),
             lambda: (self.settings.tcp_port, self.settings.http_port),

@@ -96,6 +96,7 @@ class PartitionsAPI:
 
     async def read(self, request: Request) -> Reply:
         """The records ``[offset, offset + n)``, ``n <= max``, within the byte cap."""
+        await self.context.auth.require(request, request.arg("topic") or "", None)
         topic = self._topic(request)
         number = uint_arg(request, "partition")
         partition = topic.partition(number)

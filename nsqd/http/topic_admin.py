@@ -46,7 +46,14 @@ async def spread(
     carried here (:data:`~nsqd.cluster.admin_spread.HOP_HEADER`)."""
     if HOP_HEADER.lower().encode() in request.headers:
         return
-    await context.spread.spread(topic, request.path, request.raw_query, body, partition)
+    await context.spread.spread(
+        topic,
+        request.path,
+        request.raw_query,
+        body,
+        partition,
+        request.headers.get(b"authorization", b""),
+    )
 
 
 def _flag_arg(request: Request, name: str) -> bool | None:
@@ -175,6 +182,7 @@ class AdminAPI:
         """youzan's ``/channel/setoffset?topic=&channel=[&partition=]``, body
         ``timestamp:<s>`` | ``msgcount:<n>`` | ``virtual_queue:<offset>`` | ``special:-1``."""
         topic, channel = topic_channel_args(request)
+        await self.context.auth.require(request, topic, channel)
         raw = request.arg("partition") or ""
         partition = None
         if raw:
@@ -205,7 +213,12 @@ class AdminAPI:
             return False
         body = await request.body(self.context.settings.max_msg_size)
         reached = await self.context.spread.spread(
-            topic, request.path, request.raw_query, body, partition
+            topic,
+            request.path,
+            request.raw_query,
+            body,
+            partition,
+            request.headers.get(b"authorization", b""),
         )
         return bool(reached)
 

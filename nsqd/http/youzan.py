@@ -145,6 +145,7 @@ class YouzanAPI:
 
     async def message_get(self, request: Request) -> Reply:
         """One stored message by message count, internal id or log offset."""
+        await self.context.auth.require(request, request.arg("topic") or "", None)
         topic = self.broker.find_topic(request.arg("topic") or "")
         mode = request.arg("search_mode") or ""
         raw_pos = request.arg("search_pos") or ""
@@ -187,6 +188,9 @@ class YouzanAPI:
 
     async def message_finish(self, request: Request) -> Reply:
         """Finish message ``msgid`` (internal id) of a channel, in flight or not yet."""
+        await self.context.auth.require(
+            request, request.arg("topic") or "", request.arg("channel") or ""
+        )
         channel = self._channel(request)
         raw = request.arg("msgid") or ""
         if not _INT.fullmatch(raw):

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from protocol import ParserLimits
 from protocol.identify import IdentifyLimits
 
+from ..auth import AuthClient
 from ..cluster.forwarding import Forwarder
-from .auth import AuthClient
 from .reactor import DEFAULT_BUSY_POLL
 
 RECEIVE_SIZE = 256 * 1024  # bytes a connection asks of its socket per read

@@ -35,9 +35,14 @@ _STALE: Final = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPip
 class HTTPNode:
     """Requests to one nsqd's HTTP address over a kept-alive connection."""
 
-    def __init__(self, address: str, timeout: float = DEFAULT_TIMEOUT) -> None:
+    def __init__(
+        self, address: str, timeout: float = DEFAULT_TIMEOUT, auth_secret: str = ""
+    ) -> None:
         self.address = address
         self.timeout = timeout
+        #: sent as ``Authorization: Bearer`` (an nsqd with ``--auth-http-address`` asks it
+        #: for the endpoints that hand out messages, such as ``/partition/read``)
+        self._auth = {"Authorization": f"Bearer {auth_secret}"} if auth_secret else {}
         self._host, self._port = parse_address(address)
         self._conn: http.client.HTTPConnection | None = None
 
@@ -63,7 +68,7 @@ class HTTPNode:
             )
             self._conn = conn
             try:
-                conn.request(method, target, body=body, headers=dict(headers or {}))
+                conn.request(method, target, body=body, headers={**self._auth, **(headers or {})})
                 response = conn.getresponse()
                 data = response.read()
             except _STALE:

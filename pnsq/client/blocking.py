@@ -86,9 +86,13 @@ class BlockingClient:
         idempotent: bool = True,
         producer_name: str | None = None,
         numbering: Numbering | None = None,
+        http_auth_secret: str = "",
     ) -> None:
         self.tcp_address = tcp_address
         self.http_address = http_address
+        #: the AUTH secret sent on nsqd's HTTP API (``Authorization: Bearer``), which an nsqd
+        #: with ``--auth-http-address`` asks of range reads
+        self.http_auth_secret = http_auth_secret
         self.timeout = timeout
         self.max_attempts = max(1, max_attempts)
         self.retry_backoff = retry_backoff
@@ -130,7 +134,7 @@ class BlockingClient:
             raise PartitionsUnknownError("this needs nsqd's HTTP address")
         node = self._http.get(address)
         if node is None:
-            node = self._http[address] = HTTPNode(address, self.timeout)
+            node = self._http[address] = HTTPNode(address, self.timeout, self.http_auth_secret)
         return node
 
     def partitions(self, topic: str) -> TopicPartitions:

@@ -43,6 +43,8 @@ class Endpoints:
     lookupd: tuple[str, ...] = ()
     timeout: float = DEFAULT_TIMEOUT_MS / 1000
     retry_timeout: float = DEFAULT_RETRY_TIMEOUT_MS / 1000
+    #: ``authSecret``: the AUTH secret range reads send (nodes with ``--auth-http-address``)
+    auth_secret: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +126,8 @@ def _endpoints(opts: Mapping[str, str]) -> Endpoints:
     timeout_ms = _int(opts, "requestTimeoutMs", minimum=1) or DEFAULT_TIMEOUT_MS
     retry_ms = _int(opts, "retryTimeoutMs")
     retry_ms = DEFAULT_RETRY_TIMEOUT_MS if retry_ms is None else retry_ms
-    return Endpoints(nsqd, lookupd, timeout_ms / 1000, retry_ms / 1000)
+    secret = opts.get("authsecret", "")
+    return Endpoints(nsqd, lookupd, timeout_ms / 1000, retry_ms / 1000, secret)
 
 
 def _topic(opts: Mapping[str, str]) -> str:

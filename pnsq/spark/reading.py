@@ -44,7 +44,11 @@ def read_range(r: OffsetRange, opts: ReadOptions) -> Iterator[list[RangeRecord]]
     """
     address = r.address or _leader(r, opts) or ""
     offset, deadline, delay = r.start, time.monotonic() + opts.endpoints.retry_timeout, 0.0
-    nsq = BlockingClient(http_address=address or None, timeout=opts.endpoints.timeout)
+    nsq = BlockingClient(
+        http_address=address or None,
+        timeout=opts.endpoints.timeout,
+        http_auth_secret=opts.endpoints.auth_secret,
+    )
     try:
         while offset < r.end:
             want = min(opts.fetch_size, r.end - offset)
@@ -98,7 +102,11 @@ def read_range(r: OffsetRange, opts: ReadOptions) -> Iterator[list[RangeRecord]]
             time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
             address = _leader(r, opts) or address
             nsq.close()
-            nsq = BlockingClient(http_address=address or None, timeout=opts.endpoints.timeout)
+            nsq = BlockingClient(
+                http_address=address or None,
+                timeout=opts.endpoints.timeout,
+                http_auth_secret=opts.endpoints.auth_secret,
+            )
     finally:
         nsq.close()
 

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from pnsq.client import BlockingClient, NsqHTTPError
 from tests.authserver import AuthServer
 from tests.daemons import Daemon, go_nsqd, pnsq_nsqd
 from tests.interop.drivers import Driver
@@ -413,3 +415,84 @@ def test_pynsq_refused_without_permission(pnsq_auth: Daemon) -> None:
     errors = published.summary["errors"]
     assert isinstance(errors, list)
     assert any("E_UNAUTHORIZED" in str(e) for e in errors), published.lines
+
+
+# --------------------------------------------------------------------------- pnsq's HTTP reads
+
+
+def _http(
+    daemon: Daemon, method: str, path: str, secret: str | None = None, body: bytes | None = None
+) -> tuple[int, bytes]:
+    headers = {} if secret is None else {"Authorization": f"Bearer {secret}"}
+    request = urllib.request.Request(
+        f"http://{daemon.http_address}{path}", data=body, method=method, headers=headers
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+READS = [
+    ("POST", "/consume?topic={topic}&channel=ch&max=10", None),
+    ("GET", "/partition/read?topic={topic}&partition=0&offset=0&format=ndjson", None),
+    ("GET", "/message/get?topic={topic}&partition=0&search_mode=count&search_pos=0", None),
+    ("POST", "/message/finish?topic={topic}&channel=ch&msgid=1", None),
+    ("POST", "/channel/setoffset?topic={topic}&channel=ch&partition=0", b"special:-1"),
+]
+
+
+def test_http_reads_ask_the_auth_server(pnsq_auth: Daemon, auth_server: AuthServer) -> None:
+    """pnsq's HTTP endpoints that hand out messages or move a channel ask what the TCP SUB asks
+    (nsqd's own HTTP API reads no messages): no secret, a refused one, or one without
+    ``subscribe`` on the topic gets nothing; the secret that may subscribe reads."""
+    topic = "allowed-http"
+    auth_server.replies["http-reader"] = REPLIES["pub-sub"]
+    auth_server.replies["narrow"] = (
+        200,
+        {"ttl": 30, "authorizations": [{"topic": "^allowed", "channels": ["^ch$"],
+                                        "permissions": ["subscribe"]}]},
+    )  # fmt: skip
+    assert _http(pnsq_auth, "POST", f"/pub?topic={topic}", body=b"secret body") == (200, b"OK")
+    assert _http(pnsq_auth, "POST", f"/channel/create?topic={topic}&channel=ch")[0] == 200
+    for method, path, body in READS:
+        url = path.format(topic=topic)
+        assert _http(pnsq_auth, method, url, body=body) == (401, b'{"message":"AUTH_REQUIRED"}')
+        assert _http(pnsq_auth, method, url, "unknown", body) == (
+            401,
+            b'{"message":"AUTH_FAILED"}',
+        )
+        for secret in ("publish-unanchored", "sub-only"):  # no subscribe here, or not this topic
+            assert _http(pnsq_auth, method, url, secret, body) == (
+                403,
+                b'{"message":"UNAUTHORIZED"}',
+            )
+        other = path.format(topic="other-http")
+        assert _http(pnsq_auth, method, other, "http-reader", body)[0] == 403
+    # a channel pattern that names one channel: that channel's endpoints, not the whole topic
+    read = READS[1][1].format(topic=topic)
+    assert _http(pnsq_auth, "GET", read, "narrow")[0] == 403
+    status, got = _http(pnsq_auth, "GET", read, "http-reader")
+    assert status == 200
+    assert b"c2VjcmV0IGJvZHk=" in got  # base64 of the body
+    status, got = _http(pnsq_auth, "POST", READS[0][1].format(topic=topic), "narrow")
+    assert status == 200
+    assert json.loads(got)["messages"][0]["body"] == "c2VjcmV0IGJvZHk="
+    asked = [r for r in auth_server.requests if r.query.get("secret") == "narrow"]
+    assert len(asked) == 1  # kept for its ttl
+    # pnsq's blocking client (and with it the Spark source's range reads) sends its secret
+    with BlockingClient(http_address=pnsq_auth.http_address, http_auth_secret="http-reader") as c:
+        assert [r.body for r in c.read_range(topic, 0, 0, 10).records] == [b"secret body"]
+    with BlockingClient(http_address=pnsq_auth.http_address) as c, pytest.raises(NsqHTTPError):
+        c.read_range(topic, 0, 0, 10)
+
+
+def test_http_reads_need_no_secret_without_an_auth_server(tmp_path: Path) -> None:
+    made = pnsq_nsqd(tmp_path / "data").start()
+    try:
+        assert _http(made, "POST", "/pub?topic=open", body=b"x") == (200, b"OK")
+        status, _ = _http(made, "GET", "/partition/read?topic=open&partition=0&offset=0")
+        assert status == 200
+    finally:
+        made.stop()

@@ -55,6 +55,9 @@ def test_read_option_defaults() -> None:
     opts = read_options({"lookupd": "127.0.0.1:4161", "topic": "t"})
     assert opts.endpoints.lookupd == ("127.0.0.1:4161",)
     assert opts.endpoints.nsqd == ()
+    assert opts.endpoints.auth_secret == ""  # no Authorization header
+    secret = read_options({"lookupd": "127.0.0.1:4161", "topic": "t", "authSecret": "s3"})
+    assert secret.endpoints.auth_secret == "s3"
     assert opts.starting_offsets is None
     assert opts.ending_offsets == "latest"
     assert opts.max_offsets_per_trigger is None

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from nsqd.tcp.auth import AuthError, parse_auth_reply
+from nsqd.auth import AuthError, parse_auth_reply
 
 
 def reply(**fields: object) -> bytes:
