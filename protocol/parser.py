@@ -97,6 +97,15 @@ class CommandParser(PublishReader, AckReader):
         """Number of unparsed bytes."""
         return len(self._buf) - self._pos
 
+    def pending_line(self) -> list[bytes]:
+        """After :data:`NEED_DATA`: the words of the command whose line is buffered whole but
+        whose body is not (``[b"MPUB", b"topic"]``), or ``[]``. For a check that nsqd makes
+        before it reads a body (AUTH of an MPUB); not on any hot path."""
+        end = self._buf.find(b"\n", self._pos)
+        if end < 0:
+            return []
+        return bytes(self._buf[self._pos : end]).rstrip(b"\r").split(b" ")
+
     # ---------------------------------------------------------------- events
 
     def end_of_input(self) -> None:

@@ -16,6 +16,9 @@ from ..auth import AuthClient, AuthError, AuthState
 
 log = logging.getLogger("nsqd.auth")
 
+#: the publishes whose AUTH nsqd checks before reading their body (:meth:`SessionAuth.before_body`)
+CHECKED_BEFORE_BODY = frozenset({b"MPUB", b"MPUB_TRACE", b"MPUB_EXT"})
+
 
 class SessionAuth:
     """One connection's AUTH: the secret it gave and what the auth server allowed."""
@@ -85,6 +88,20 @@ class SessionAuth:
                 f"AUTH failed for {command} on {_quote(topic)} {_quote(channel)}",
             )
         self._allowed.add((topic, channel))
+
+    async def before_body(self, words: list[bytes]) -> None:
+        """nsqd checks an MPUB's AUTH before it reads the body (a PUB's after): ``words``, the
+        line of the command whose body is not read yet
+        (:meth:`~protocol.parser.CommandParser.pending_line`), so that a client that may not
+        publish there is refused before megabytes of its body are buffered.
+
+        Raises:
+            ClientError: as :meth:`check`.
+        """
+        if len(words) >= 2 and words[0] in CHECKED_BEFORE_BODY:
+            topic = words[1].decode("utf-8", "surrogateescape")
+            if not self.permits(topic, ""):
+                await self.check(words[0].decode(), topic, "")
 
     async def _refresh(self) -> None:
         try:

@@ -275,6 +275,8 @@ class Session:
                     continue
                 await self._flush()
                 if command is NEED_DATA:
+                    if self.auth is not None:  # an MPUB's check comes before its body
+                        await self.auth.before_body(parser.pending_line())
                     return True  # the read loop sends the replies (OutputBuffer.send_pending)
                 await self._handle(command)
             except ClientError as exc:

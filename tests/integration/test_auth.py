@@ -121,6 +121,12 @@ CASES = [
     pytest.param((), b"SUB allowed ch\n", b"E_AUTH_FIRST AUTH required before SUB", id="sub-first"),
     pytest.param((), pub(b"allowed"), b"E_AUTH_FIRST AUTH required before PUB", id="pub-first"),
     pytest.param((), mpub(b"allowed"), b"E_AUTH_FIRST AUTH required before MPUB", id="mpub-first"),
+    pytest.param(  # refused before its body is read: the 5 MB never come
+        (),
+        b"MPUB allowed\n" + (5_000_000).to_bytes(4, "big") + bytes(1000),
+        b"E_AUTH_FIRST AUTH required before MPUB",
+        id="mpub-first-before-its-body",
+    ),
     pytest.param(
         (),
         command(b"DPUB allowed 10", b"m"),
@@ -172,6 +178,12 @@ CASES = [
         mpub(b"other"),
         b'E_UNAUTHORIZED AUTH failed for MPUB on "other" ""',
         id="mpub-wrong-topic",
+    ),
+    pytest.param(
+        ((auth("pub-sub"), reply_for("pub-sub")),),
+        b"MPUB other\n" + (5_000_000).to_bytes(4, "big") + bytes(1000),
+        b'E_UNAUTHORIZED AUTH failed for MPUB on "other" ""',
+        id="mpub-wrong-topic-before-its-body",
     ),
     pytest.param(
         ((auth("pub-sub"), reply_for("pub-sub")), (pub(b"allowed-1"), b"OK")),

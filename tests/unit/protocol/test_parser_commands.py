@@ -235,3 +235,14 @@ def test_a_run_of_pubs_reads_as_each_would_alone(
     except ClientError as exc:
         read.append(exc.text)
     assert read == alone
+
+
+def test_pending_line_names_a_command_waiting_for_its_body() -> None:
+    parser = parser_in()
+    parser.receive_data(b"NO")  # a line not whole yet
+    assert parser.next_event() is NEED_DATA
+    assert parser.pending_line() == []
+    parser = parser_in()
+    parser.receive_data(b"MPUB events 3\r\n" + (5_000_000).to_bytes(4, "big") + b"xyz")
+    assert parser.next_event() is NEED_DATA
+    assert parser.pending_line() == [b"MPUB", b"events", b"3"]
