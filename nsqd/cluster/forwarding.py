@@ -319,12 +319,24 @@ class Forwarder:
             commands = [encode_command(Pub(topic, bodies[0], number))]
         else:
             commands = [encode_command(Mpub(topic, bodies, number))]
+        sent = 0  # commands the leader acknowledged
         try:
             with trio.fail_after(TIMEOUT):
-                for command in commands:
-                    refused = await self._links.exchange(address, command)
+                while sent < len(commands):
+                    kept = self._links.is_open(address)
+                    try:
+                        refused = await self._links.exchange(address, commands[sent])
+                    except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
+                        if not kept:
+                            raise
+                        # a kept link the leader closed while it was idle (it restarted, or
+                        # dropped it): the command goes again once, on a new link
+                        await self._links.drop(address)
+                        log.info("FORWARD: link to %s:%d was closed: sending again", *address)
+                        refused = await self._links.exchange(address, commands[sent])
                     if refused is not None:
                         raise ForwardError(f"leader {address[0]}:{address[1]}: {refused}")
+                    sent += 1
         except (
             OSError,
             trio.BrokenResourceError,

@@ -65,6 +65,10 @@ class LeaderLinks:
                 assert not isinstance(frame, MessageFrame)  # nothing subscribes here
                 return f"unexpected {frame!r}"
 
+    def is_open(self, address: tuple[str, int]) -> bool:
+        """Whether a link to ``address`` is kept open (the next exchange reuses it)."""
+        return address in self._peers
+
     async def drop(self, address: tuple[str, int]) -> None:
         """Close the link to ``address``, if open (the next exchange opens another)."""
         peer = self._peers.pop(address, None)

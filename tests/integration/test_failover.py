@@ -326,3 +326,29 @@ def test_an_ordered_channel_goes_on_exactly_after_the_last_fin(cluster: Cluster)
     assert again.read().data == b"OK"
     first = again.read(skip_heartbeats=True)
     assert first.data.endswith(b"m3")  # not m2 (finished before m3 was released), not m4
+
+
+def test_a_forwarding_link_the_leader_closed_is_opened_again(cluster: Cluster) -> None:
+    """The link a node keeps to a leader it forwards stock publishes to is dead once that
+    leader restarted: the next forwarded publish goes again on a new link and is acknowledged,
+    instead of a fatal E_PUB_FAILED for the stock client."""
+    assert post(cluster.lookupd, "/topic/create?topic=relink&partition_num=1")[0] == 200
+    leader = cluster.by_id(wait_for(lambda: cluster.placement("relink")["leader"]))
+    outsider = next(n for n in cluster.nodes if n is not leader)
+    wait_for(lambda: lookup(cluster.lookupd, "relink")["partitions"].get("0"), what="registered")
+    client = RawClient(outsider.tcp_address)
+    client.send(Pub("relink", b"before"))
+    assert client.read().data == b"OK"  # forwarded: the link is kept
+    leader.stop()  # (its only copy: it leads it again once back)
+    leader.start()
+    wait_for(
+        lambda: (
+            (lookup(cluster.lookupd, "relink")["partitions"].get("0") or {}).get("tcp_port")
+            == leader.tcp_port
+        ),
+        timeout=30,
+        what="relink led again",
+    )
+    client.send(Pub("relink", b"after"))
+    assert client.read().data == b"OK"
+    client.close()
