@@ -100,6 +100,7 @@ class Forwarder:
         self._auth = http_headers(secret)
         self._monotonic = monotonic
         self._self_id = self_id
+        self._fallback_next = 0  # round-robin over the leaders of lookupd-less publishes
         self._leaders: dict[str, _Leaders] = {}
         self._http: httpx.AsyncClient | None = None
 
@@ -117,7 +118,8 @@ class Forwarder:
             return None if self.refuses(broker, topic, partition) else False
         local = broker.find_topic(topic)
         if local is not None and not local.deleted:
-            return local.managed and not local.led and self.active
+            # placed here by lookupd (reachable now or not): forwarded unless led here
+            return local.managed and not local.led
         return None if self.active else False
 
     async def must_forward(self, broker: Broker, topic: str, partition: int | None) -> bool:
@@ -299,10 +301,23 @@ class Forwarder:
             raise ForwardError(f"leader {address} of {topic}/{partition}: {exc}") from exc
         return reply.status_code, reply.content
 
-    async def publish(self, topic: str, bodies: list[bytes], defer_ms: int = 0) -> None:
+    async def publish(
+        self, topic: str, bodies: list[bytes], defer_ms: int = 0, broker: Broker | None = None
+    ) -> None:
         """Publish ``bodies`` (one DPUB when ``defer_ms``) at a leader of ``topic``, round-robin
-        over its partitions; returns once that leader acknowledged. Raises ForwardError."""
-        leaders = await self.leaders(topic)
+        over its partitions; returns once that leader acknowledged. While no lookupd answers,
+        the leaders this node's own placement names (``broker``'s: the partitions of ``topic``
+        it holds as a replica) stand in for lookupd's. Raises ForwardError."""
+        try:
+            leaders = await self.leaders(topic)
+        except NoLookupdError:
+            leaders = placed_leaders(broker, topic) if broker is not None else {}
+            if not leaders:
+                raise
+            # the topic is held here: its leaders are known (lookupd's word, kept)
+            stale = self._monotonic() - LOOKUP_TTL  # lookupd is asked again next time
+            self._leaders[topic] = _Leaders(leaders, stale, {}, self._fallback_next)
+            self._fallback_next += 1
         if not leaders:
             raise NoLeaderError(f"topic {topic} has no partition leader")
         entry = self._leaders[topic]
@@ -383,6 +398,21 @@ class Forwarder:
         await self._links.aclose()
         if self._http is not None:
             await self._http.aclose()
+
+
+def placed_leaders(broker: Broker, topic: str) -> dict[int, tuple[str, int]]:
+    """Partition -> leader address, for the partitions of ``topic`` this node holds led by
+    another node, as lookupd last placed them here."""
+    local = broker.find_topic(topic)
+    if local is None or local.deleted:
+        return {}
+    found = {}
+    for partition in local.partitions:
+        state = partition.state
+        host, _, port = state.placement.leader.rpartition(":")
+        if not state.leads and host and port.isdigit():
+            found[partition.number] = (host, int(port))
+    return found
 
 
 def _leads(broker: Broker, topic: str, number: int) -> bool:

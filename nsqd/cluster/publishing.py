@@ -63,7 +63,7 @@ class PublishPath:
         here (the records, to pass to :meth:`replicated` before acknowledging)."""
         if await self.elsewhere(topic, partition):
             assert self.forwarder is not None
-            await self.forwarder.publish(topic, bodies, defer_ms)
+            await self.forwarder.publish(topic, bodies, defer_ms, self.broker)
             return None
         return await append()
 

@@ -352,3 +352,27 @@ def test_a_forwarding_link_the_leader_closed_is_opened_again(cluster: Cluster) -
     client.send(Pub("relink", b"after"))
     assert client.read().data == b"OK"
     client.close()
+
+
+def test_a_replica_forwards_stock_publishes_to_its_leader_while_lookupd_is_down(
+    cluster: Cluster,
+) -> None:
+    """A node that holds a topic only as a replica knows its leader from lookupd's placement:
+    with lookupd down, a stock publish there is forwarded to that leader, as with lookupd up
+    (it was refused: "lookupd unreachable")."""
+    assert post(cluster.lookupd, "/topic/create?topic=held&partition_num=1&replicator=2")[0] == 200
+    wait_for(lambda: len(cluster.placement("held")["isr"]) == 2, what="both in sync")
+    leader = cluster.by_id(cluster.placement("held")["leader"])
+    replica = next(n for n in cluster.nodes if n is not leader)
+    cluster.lookupd.stop()
+    client = RawClient(replica.tcp_address)
+    client.send(Pub("held", b"tcp"))
+    assert client.read().data == b"OK"
+    client.close()
+    status, body, _ = request(f"http://{replica.http_address}/pub?topic=held", "POST", {}, b"h")
+    assert (status, body) == (200, b"OK")
+    consumer = RawClient(leader.tcp_address, timeout=5)
+    consumer.send(Sub("held", "c", 0), Rdy(10))
+    assert consumer.read().data == b"OK"
+    got = {consumer.read(skip_heartbeats=True).body for _ in range(2)}
+    assert got == {b"tcp", b"h"}  # stored on the leader
