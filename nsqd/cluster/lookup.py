@@ -48,6 +48,11 @@ log = logging.getLogger("nsqd.lookup")
 DIAL_TIMEOUT = 1.0  # nsqd's lookupPeer: net.DialTimeout(..., time.Second)
 
 
+class _AsStock(LookupPeerError):
+    """The lookupd answered no cluster handshake: the session starts again as with a stock
+    nsqlookupd (not an error)."""
+
+
 class LookupClient:
     """Keeps this nsqd registered with every lookupd in ``addresses`` (see the module
     docstring). Run :meth:`run` in a nursery; :meth:`set_addresses` changes the list.
@@ -145,7 +150,9 @@ class LookupClient:
                     LookupPeerError,
                 ) as g:
                     for exc in g.exceptions:
-                        log.error("LOOKUPD(%s): %s", address, str(exc) or type(exc).__name__)
+                        # (taking a lookupd for a stock one is no error: its WARNING said why)
+                        level = logging.INFO if isinstance(exc, _AsStock) else logging.ERROR
+                        log.log(level, "LOOKUPD(%s): %s", address, str(exc) or type(exc).__name__)
                 except* Exception:  # a lookupd problem must never take nsqd down
                     log.exception("LOOKUPD(%s): unexpected error", address)
                 if self.broker.clock.monotonic() - started > 5.0:
@@ -203,7 +210,7 @@ class LookupClient:
                     address,
                     str(exc) or "no answer in time",
                 )
-                raise LookupPeerError("reconnecting as to a stock nsqlookupd") from exc
+                raise _AsStock("reconnecting as to a stock nsqlookupd") from exc
             log.info("LOOKUPD(%s): proved the cluster credential as %s", address, proved)
             return await conn.identify(self.identity, magic=False), True
         try:

@@ -376,6 +376,7 @@ def test_a_node_with_the_secret_registers_with_a_stock_nsqlookupd_as_go_nsqd_doe
         assert [p["tcp_port"] for p in found] == [node.tcp_port]
         assert "registering with it as with a stock nsqlookupd" in node.log_text()
         assert "assignments" not in node.log_text()  # no pnsq HTTP call went to it
+        assert "ERROR" not in node.log_text()  # a stock lookupd is no error
     finally:
         node.stop()
         stock.stop()
