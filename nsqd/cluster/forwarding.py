@@ -177,16 +177,43 @@ class Forwarder:
             raise PlacedElsewhereError(topic)
         await self._create(broker, topic)
 
-    async def _create(self, broker: Broker, topic: str) -> None:
+    async def create_topic(
+        self,
+        broker: Broker,
+        topic: str,
+        partitions: int | None,
+        ordered: bool | None,
+        ext: bool | None,
+    ) -> None:
+        """nsqd's ``/topic/create`` on a node placed by lookupd: a topic lookupd does not know
+        is created through it (``partitions`` or ``--default-partitions``, youzan's
+        ``orderedmulti`` and ``extend`` as asked, this node leading its first partition); one
+        it knows is left as it is (held here or not: a node never makes a copy lookupd did
+        not place). Raises :class:`NoLookupdError`, :class:`ForwardError`."""
+        if await self.leaders(topic):
+            return
+        extra: dict[str, str | int] = {}
+        if partitions is not None:
+            extra["partition_num"] = partitions
+        if ordered:
+            extra["orderedmulti"] = "true"
+        if ext:
+            extra["extend"] = "true"
+        await self._create(broker, topic, extra)
+
+    async def _create(
+        self, broker: Broker, topic: str, extra: dict[str, str | int] | None = None
+    ) -> None:
         """Ask lookupd to create ``topic`` (``--default-partitions``, this node leading its
-        first partition), then wait until its assignment reached this node. Raises
-        ForwardError if lookupd refuses."""
+        first partition; ``extra`` parameters over those), then wait until its assignment
+        reached this node. Raises ForwardError if lookupd refuses."""
         addresses = list(self._lookupd_http())
         params: dict[str, str | int] = {
             "topic": topic,
             "partition_num": broker.config.default_partitions,
             "replicator": broker.config.default_replicator,
             "prefer": self._self_id(),
+            **(extra or {}),
         }
         problems = []
         for http in addresses:

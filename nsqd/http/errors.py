@@ -137,6 +137,8 @@ ADMIN_ERRORS: Final = ErrorTable(
         ConsumeStartError: ErrorReply(400, "{exc}"),
         InvalidOptionError: ErrorReply(400, "INVALID_OPTION"),
         InvalidValueError: ErrorReply(400, "INVALID_VALUE"),
+        NoLookupdError: ErrorReply(503, "LOOKUPD_UNREACHABLE"),  # a topic to create: asked
+        ForwardError: ErrorReply(500, "TOPIC_CREATE_FAILED", reason=True),  # lookupd refused
         BrokerError: _INTERNAL,
         StorageError: _INTERNAL,
         OSError: _INTERNAL,

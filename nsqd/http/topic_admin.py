@@ -131,6 +131,12 @@ class AdminAPI:
             if not 1 <= partitions < MAX_PARTITIONS:
                 raise HTTPError(400, "INVALID_ARG_TOPIC_PARTITION_NUM")
         ordered, ext = _flag_arg(request, "orderedmulti"), _flag_arg(request, "extend")
+        forwarder = self.context.forwarder
+        if forwarder is not None and forwarder.active and self.broker.find_topic(name) is None:
+            # placed by lookupd: created through it, never as a copy of this node's own
+            await forwarder.create_topic(self.broker, name, partitions, ordered, ext)
+            if self.broker.find_topic(name) is None:
+                return None  # lookupd holds it on other nodes
         await admin.create_topic(self.broker, name, partitions, ordered, ext)
         return None
 

@@ -143,3 +143,31 @@ def test_a_publish_naming_a_partition_never_makes_a_topic_lookupd_does_not_place
     for topic in ("ended", "never"):
         assert not (lookup(lookupd, topic) or {}).get("producers")
     assert "ended" in get_json(lookupd, "/pnsq/assignments?node=x:1")["deleted"]
+
+
+def test_topic_create_on_a_node_goes_through_lookupd_with_its_flags(
+    nodes: tuple[Daemon, list[Daemon]],
+) -> None:
+    """nsqd's ``/topic/create`` on a cluster node has lookupd place the topic, with youzan's
+    flags: made locally, lookupd adopted it without them (``extend`` was lost) and nothing
+    else placed it."""
+    lookupd, (a, b) = nodes
+    assert post(a, "/topic/create?topic=made_here&partition_num=2&extend=true") == (200, b"")
+    meta = get_json(lookupd, "/pnsq/assignments?node=x:1")
+    wait_for(lambda: roles(a, "made_here"), what="placed here")
+    node = f"127.0.0.1:{a.tcp_port}"
+    placed = get_json(lookupd, f"/pnsq/assignments?node={node}")["topics"]["made_here"]
+    assert (placed["partition_num"], placed["meta"]["extend_support"]) == (2, True)
+    assert "made_here" not in meta["deleted"]
+    partitions = get_json(a, "/partitions?topic=made_here")
+    assert partitions["ext"] is True
+    # known to lookupd now: asking another node creates no copy of its own there
+    assert post(b, "/topic/create?topic=made_here") == (200, b"")
+    b_id = f"127.0.0.1:{b.tcp_port}"
+    placed_b = get_json(lookupd, f"/pnsq/assignments?node={b_id}")["topics"]
+    parts = placed_b.get("made_here", {"partitions": {}})  # (perhaps none on b)
+    wanted = sorted(
+        int(n) for n, p in parts["partitions"].items() if b_id in (p["leader"], *p["replicas"])
+    )
+    wait_for(lambda: sorted(roles(b, "made_here") or {}) == wanted, what="b holds its placement")
+    assert sorted(roles(b, "made_here") or {}) == wanted  # and nothing of its own
