@@ -133,8 +133,14 @@ FEATURE_REPAIR: Final = 0x2  # the follower answers RepairRequest (with RepairRe
 #: the follower counts a leader's silence per leader node, not per stream: one heartbeat to its
 #: node, on any of the streams, keeps them all
 FEATURE_NODE_BEAT: Final = 0x4
+#: the follower takes the Cursors frames of ``#ephemeral`` channels as marks, not channels: where
+#: each one is, so that its consumer, back on a new leader, goes on from there
+FEATURE_EPHEMERAL: Final = 0x8
 #: every feature bit this codec knows
-FEATURES: Final = FEATURE_ADMIN | FEATURE_REPAIR | FEATURE_NODE_BEAT
+FEATURES: Final = FEATURE_ADMIN | FEATURE_REPAIR | FEATURE_NODE_BEAT | FEATURE_EPHEMERAL
+#: the bits a follower gives up, newest first, for a leader that refuses its Hello's bits
+#: (a release before them); after them, none at all (a leader from before ``HELLO_EX``)
+FEATURES_NEWEST_FIRST: Final = (FEATURE_EPHEMERAL, FEATURE_NODE_BEAT)
 ADMIN_PAUSED: Final = 0x1  # topic or channel paused
 ADMIN_ORDERED: Final = 0x2  # channel ordered (SUB_ORDERED, /channel/setorder)
 ADMIN_SKIPPED: Final = 0x4  # channel skipped (youzan /channel/skip)

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from protocol.names import is_ephemeral
 from protocol.replication import MAX_APPEND_RECORDS_SIZE
 
 from ..core.errors import BrokerError
@@ -278,7 +279,15 @@ def mirror_channel(
     deleted: bool,
 ) -> None:
     """A follower takes over its leader's channel state in ``partition`` (the channel is
-    created here if new; ``deleted``: the leader deleted it)."""
+    created here if new; ``deleted``: the leader deleted it). An ``#ephemeral`` channel (of a
+    topic that is not) is only marked (:attr:`Partition.ephemeral_marks`): made here, with no
+    client, it would never be deleted, and it would hold back retention."""
+    if is_ephemeral(name) and not topic.ephemeral:
+        if deleted:
+            partition.ephemeral_marks.pop(name, None)
+        else:
+            partition.ephemeral_marks[name] = confirmed
+        return
     if deleted:
         if name in topic.channels:
             broker.delete_channel(topic, name)

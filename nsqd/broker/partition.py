@@ -88,6 +88,10 @@ class Partition:
         #: per in-sync follower node, the channels whose state goes to it at once, not at the
         #: next interval (an HTTP consume ack waits for it); each stream takes its node's
         self.cursor_push: dict[str, set[str]] = {}
+        #: on a follower: where each ``#ephemeral`` channel of the leader's is (its confirmed
+        #: offset; not saved, as the channel is not); once this node leads, a consumer that
+        #: makes the channel again here goes on from there (``FEATURE_EPHEMERAL``)
+        self.ephemeral_marks: dict[str, int] = {}
         #: follower node -> the topic's admin version it acknowledged (-1: none yet), for the
         #: followers whose stream takes Admin frames (:mod:`.admin_state`)
         self.admin_acks: dict[str, int] = {}

@@ -170,7 +170,7 @@ class TopicRegistry:
         channel = Channel(topic, name, ephemeral=is_ephemeral(name) or topic.ephemeral)
         channel.ordered = topic.ordered  # an ordered topic has only ordered channels
         for partition in topic.partitions:
-            channel.add_partition(partition, topic.first_channel_start(partition), [])
+            channel.add_partition(partition, _channel_start(topic, partition, name), [])
             partition.dirty = True
         topic.channels[name] = channel
         # the streams to the followers send its state now (an ordered channel's first
@@ -262,3 +262,14 @@ class TopicRegistry:
             if not topic.ephemeral:
                 await trio.to_thread.run_sync(shutil.rmtree, self._topic_dir(name), True)
         self.syncs.request()
+
+
+def _channel_start(topic: Topic, partition: Partition, name: str) -> int:
+    """Where a new channel ``name`` starts in ``partition``: where the ephemeral channel of that
+    name was on the leader this node followed (its consumer is back, on this node now leading),
+    else as nsqd starts a channel (:meth:`Topic.first_channel_start`)."""
+    mark = partition.ephemeral_marks.pop(name, None)
+    if mark is None:
+        return topic.first_channel_start(partition)
+    log_ = partition.log
+    return min(max(mark, log_.start_offset), log_.end_offset)

@@ -21,8 +21,11 @@ Its Hello says it takes the topic's administrative state (``FEATURE_ADMIN``): it
 the leader found damaged (``RepairRecords``). A leader too old to know that Hello answers
 ``E_BAD_FRAME``; the task then dials it with a plain Hello for as long as it follows that leader
 under that epoch. Its Hello also says it counts a leader's silence per leader node
-(``FEATURE_NODE_BEAT``); a leader that predates that bit answers ``E_BAD_FRAME`` too, and the
-task dials it again without it first (such a leader sends a heartbeat on every stream).
+(``FEATURE_NODE_BEAT``), and that it takes the state of ``#ephemeral`` channels as marks
+(``FEATURE_EPHEMERAL``, :func:`~nsqd.broker.copying.mirror_channel`); a leader that predates
+such a bit answers ``E_BAD_FRAME`` too, and the task dials it again without the newest bit
+first (:data:`~protocol.replication.FEATURES_NEWEST_FIRST`; such a leader sends a heartbeat
+on every stream, and no ephemeral channel's state).
 """
 
 from __future__ import annotations
@@ -35,8 +38,8 @@ import trio
 from pnsq._netio.cluster_link import ClusterLinks, LinkFailed
 from pnsq._netio.handshake import FailureLog, unlogged_since
 from protocol.replication import (
-    FEATURE_NODE_BEAT,
     FEATURES,
+    FEATURES_NEWEST_FIRST,
     MAGIC,
     Ack,
     Admin,
@@ -174,7 +177,8 @@ class Followers:
                 try:
                     await self._session(topic, leader, partition, features)
                 except* LeaderTooOld:
-                    older = features & ~FEATURE_NODE_BEAT if features & FEATURE_NODE_BEAT else 0
+                    newest = next((b for b in FEATURES_NEWEST_FIRST if features & b), 0)
+                    older = features & ~newest if newest else 0
                     log.info(
                         "REPLICATION(%s/%d): leader %s predates feature bits %#x: %#x from now",
                         topic,

@@ -26,6 +26,7 @@ import trio
 from pnsq._netio.cluster_link import ClusterLinks, LinkFailed
 from protocol.replication import (
     FEATURE_ADMIN,
+    FEATURE_EPHEMERAL,
     FEATURE_NODE_BEAT,
     FEATURE_REPAIR,
     MAGIC,
@@ -148,6 +149,7 @@ async def _serve(
                 admin=admin,
                 repair=bool(hello.features & FEATURE_REPAIR),
                 node_beat=bool(hello.features & FEATURE_NODE_BEAT),
+                ephemeral=bool(hello.features & FEATURE_EPHEMERAL),
                 catchup_rate=catchup_rate,
             ).run()
             nursery.cancel_scope.cancel()

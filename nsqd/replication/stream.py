@@ -87,6 +87,7 @@ class FollowerStream:
         admin: bool = False,
         repair: bool = False,
         node_beat: bool = False,
+        ephemeral: bool = False,
         catchup_rate: float = CATCHUP_RATE,
     ) -> None:
         self._broker = broker
@@ -102,6 +103,7 @@ class FollowerStream:
         self._admin = admin
         self._repair = repair
         self._node_beat = node_beat
+        self._ephemeral = ephemeral  # the follower takes #ephemeral channels' state as marks
         self._catchup_rate = catchup_rate
         self._first_batch = True  # read again from the log, not as written (see run)
         self._rest: memoryview | None = None  # an Append frame a push did not send whole
@@ -206,7 +208,10 @@ class FollowerStream:
         if every:
             self._next_cursors = now + CURSOR_INTERVAL / 2
         to = (node, self._number)
-        for frame in _cursor_changes(topic, self._partition, epoch, to, self._cursors, every):
+        changes = _cursor_changes(
+            topic, self._partition, epoch, to, self._cursors, every, self._ephemeral
+        )
+        for frame in changes:
             await stream.send_all(encode(frame))
         if admin and every:
             state_now = admin_frame(topic, epoch)
@@ -292,17 +297,19 @@ def _cursor_changes(
     to: tuple[str, int],
     sent: dict[str, _SentState],
     every: bool,
+    ephemeral: bool = False,
 ) -> list[Cursors]:
     """Cursors frames for the channels whose state in ``partition`` changed since ``sent``
     (updated), and for the channels deleted since; unless ``every``, only the ordered channels
-    and those pushed to this follower (:attr:`Partition.cursor_push`). Each state frame is
-    counted as built for the follower and stream ``to``, the moment it is built."""
+    and those pushed to this follower (:attr:`Partition.cursor_push`); ``#ephemeral`` channels
+    only with ``ephemeral`` (the follower's ``FEATURE_EPHEMERAL``). Each state frame is counted
+    as built for the follower and stream ``to``, the moment it is built."""
     frames = []
     pushed = partition.cursor_push.pop(to[0], _NONE)
     for name, channel in topic.channels.items():
         cursor = channel.cursors.get(partition.number)
         urgent = cursor is not None and (cursor.ordered or name in pushed)
-        if channel.ephemeral or cursor is None or not (every or urgent):
+        if (channel.ephemeral and not ephemeral) or cursor is None or not (every or urgent):
             continue
         now = cursor.replica_state()
         if sent.get(name) != now:

@@ -376,3 +376,31 @@ def test_a_replica_forwards_stock_publishes_to_its_leader_while_lookupd_is_down(
     assert consumer.read().data == b"OK"
     got = {consumer.read(skip_heartbeats=True).body for _ in range(2)}
     assert got == {b"tcp", b"h"}  # stored on the leader
+
+
+def test_an_ephemeral_channel_goes_on_where_it_was_after_a_failover(cluster: Cluster) -> None:
+    """The replica keeps where each #ephemeral channel of its leader is (a mark, not a
+    channel): the consumer back on the new leader (nsq_tail's reconnect) goes on from there,
+    not from the partition's first message."""
+    leader, survivor, _ = _create(cluster, "tail")
+    _publish(leader, "tail", [b"old %d" % i for i in range(20)])
+    name = "tail123#ephemeral"
+    consumer = RawClient(leader.tcp_address, timeout=5)
+    consumer.send(Sub("tail", name, 0), Rdy(100))
+    assert consumer.read().data == b"OK"
+    for _ in range(20):
+        consumer.send(Fin(consumer.read(skip_heartbeats=True).message_id))
+    time.sleep(1.0)  # the channel's state reaches the replica (every 0.2 s)
+    leader.kill()
+    wait_for(lambda: _try_publish(survivor, "tail", b"new"), timeout=20, what="writable")
+    again = RawClient(survivor.tcp_address, timeout=2)
+    again.send(Sub("tail", name, 0), Rdy(100))
+    assert again.read().data == b"OK"
+    got = []
+    while True:
+        try:
+            got.append(again.read(skip_heartbeats=True).body)
+        except TimeoutError:
+            break
+    assert got == [b"new"]  # not the 20 it had finished
+    # (a channel made for the first time still gets the partition's kept messages, as in nsqd)

@@ -479,14 +479,14 @@ def test_hello_with_features_is_hello_ex_and_a_plain_hello_stays_plain() -> None
     assert data[5 : 5 + HELLO_EX.size] == HELLO_EX.pack(2, 5, 10, 4, FEATURE_ADMIN)
     assert _decode_one(data, FollowerFrameDecoder()) == featured
     with pytest.raises(ValueError, match="unknown feature bits"):
-        encode(Hello("n", "t", 0, 0, 0, 0, 0x8))
+        encode(Hello("n", "t", 0, 0, 0, 0, 0x10))
 
 
 @pytest.mark.parametrize(
     ("frame_type", "body", "match", "leader_side"),
     [
         (FrameType.HELLO_EX, HELLO_EX.pack(0, 0, 0, 0, 0) + _s(b"n") + _s(b"t"), "none", True),
-        (FrameType.HELLO_EX, HELLO_EX.pack(0, 0, 0, 0, 9) + _s(b"n") + _s(b"t"), "unknown", True),
+        (FrameType.HELLO_EX, HELLO_EX.pack(0, 0, 0, 0, 17) + _s(b"n") + _s(b"t"), "unknown", True),
         (FrameType.ADMIN_ACK, b"\x00" * 11, "ADMIN_ACK frame: body truncated", True),
         (FrameType.ADMIN, ADMIN.pack(1, 1, 0x2, 0), "topic flags 0x2", False),
         (FrameType.ADMIN, ADMIN.pack(1, 1, 0, 1) + b"\x10" + _s(b"c"), "flags 0x10", False),

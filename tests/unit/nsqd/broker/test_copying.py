@@ -11,6 +11,8 @@ import pytest
 import trio
 import trio.testing
 
+from nsqd.broker import BrokerConfig, open_broker
+from nsqd.broker.clock import VirtualClock
 from nsqd.broker.copying import (
     Batch,
     ReplicaStreamError,
@@ -18,6 +20,7 @@ from nsqd.broker.copying import (
     end_for_epoch,
     held_regions,
     last_epoch,
+    mirror_channel,
     read_for_follower,
     read_for_repair,
     repair_from_replica,
@@ -383,3 +386,25 @@ async def test_idle_streams_to_a_node_that_counts_silence_per_node_wake_once_per
     own = [at for n, at in woken if n == 40]  # at its slot, every BEAT_TICKS ticks
     assert len(own) == ticks // BEAT_TICKS
     assert all(b - a == pytest.approx(interval) for a, b in itertools.pairwise(own))
+
+
+async def test_a_followers_ephemeral_channel_is_a_mark_its_consumer_goes_on_from(
+    tmp_path: Path,
+) -> None:
+    """On a follower an #ephemeral channel of the leader's is no channel (no client would ever
+    leave it, and it would keep the partition's messages for good): a mark, from which the
+    channel made again here (this node leading now) starts; the leader's delete drops it."""
+    async with open_broker(BrokerConfig(data_path=tmp_path), VirtualClock()) as broker:
+        topic = broker.get_or_create_topic("t", 1)
+        part = topic.partitions[0]
+        broker.publish("t", [NewRecord(1, b"m%d" % i) for i in range(10)], 0)
+        mirror_channel(broker, topic, part, "tail#ephemeral", 7, (), False)
+        mirror_channel(broker, topic, part, "gone#ephemeral", 3, (), False)
+        mirror_channel(broker, topic, part, "gone#ephemeral", 0, (), True)
+        assert topic.channels == {}
+        assert part.ephemeral_marks == {"tail#ephemeral": 7}
+        channel = broker.get_or_create_channel(topic, "tail#ephemeral")
+        assert channel.cursors[0].confirmed == 7
+        assert part.ephemeral_marks == {}
+        other = broker.get_or_create_channel(topic, "new#ephemeral")
+        assert other.cursors[0].confirmed == 10  # a channel made for the first time: at the end

@@ -21,6 +21,7 @@ from nsqd.replication.leader import serve_follower
 from pnsq._netio.cluster_link import ClusterLinks
 from protocol.replication import (
     FEATURE_ADMIN,
+    FEATURE_EPHEMERAL,
     FEATURE_REPAIR,
     FEATURES,
     MAGIC,
@@ -125,10 +126,14 @@ async def test_a_change_goes_to_the_follower_at_once_and_waits_for_its_ack(
 @pytest.mark.parametrize(
     ("known", "expected"),
     [
-        (0, [FEATURES, FEATURE_ADMIN | FEATURE_REPAIR, 0]),  # from before HELLO_EX
-        (FEATURE_ADMIN | FEATURE_REPAIR, [FEATURES, FEATURE_ADMIN | FEATURE_REPAIR]),
+        (0, [FEATURES, FEATURES & ~FEATURE_EPHEMERAL, FEATURE_ADMIN | FEATURE_REPAIR, 0]),
+        (
+            FEATURE_ADMIN | FEATURE_REPAIR,
+            [FEATURES, FEATURES & ~FEATURE_EPHEMERAL, FEATURE_ADMIN | FEATURE_REPAIR],
+        ),
+        (FEATURES & ~FEATURE_EPHEMERAL, [FEATURES, FEATURES & ~FEATURE_EPHEMERAL]),
     ],
-    ids=["before-hello-ex", "before-node-beat"],
+    ids=["before-hello-ex", "before-node-beat", "before-ephemeral"],
 )
 async def test_a_follower_falls_back_to_the_features_an_older_leader_knows(
     tmp_path: Path, known: int, expected: list[int]

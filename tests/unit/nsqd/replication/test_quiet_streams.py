@@ -23,7 +23,14 @@ from nsqd.replication.frames import FrameReader
 from nsqd.replication.leader import serve_follower
 from nsqd.replication.stream import CURSOR_INTERVAL, HEARTBEAT
 from pnsq._netio.cluster_link import ClusterLinks
-from protocol.replication import FEATURE_NODE_BEAT, Cursors, Hello, HighWatermark, LeaderFrame
+from protocol.replication import (
+    FEATURE_EPHEMERAL,
+    FEATURE_NODE_BEAT,
+    Cursors,
+    Hello,
+    HighWatermark,
+    LeaderFrame,
+)
 from protocol.replication_decoder import LeaderFrameDecoder
 from protocol.replication_encoder import encode
 
@@ -31,10 +38,14 @@ LEADER, FOLLOWER = "127.0.0.1:1", "127.0.0.1:2"
 
 
 async def _follow(
-    broker: Broker, seconds: float, during: float | None = None
+    broker: Broker,
+    seconds: float,
+    during: float | None = None,
+    channel: str = "c",
+    features: int = 0,
 ) -> list[tuple[float, LeaderFrame]]:
-    """The frames (with their times from the start) a follower gets within ``seconds``;
-    with ``during``, channel ``c`` is created that many seconds in."""
+    """The frames (with their times from the start) a follower whose Hello has ``features``
+    gets within ``seconds``; with ``during``, ``channel`` is created that many seconds in."""
     topic = broker.get_or_create_topic("t", 1)
     topic.partitions[0].state.apply(
         Placement(Role.LEADER, 3, LEADER, (FOLLOWER,), (LEADER, FOLLOWER))
@@ -45,7 +56,7 @@ async def _follow(
     links = ClusterLinks(lambda: LEADER, trio.current_time, logging.getLogger("test"))
 
     async def follower() -> None:
-        await here.send_all(encode(Hello(FOLLOWER, "t", 0, 3, 0, 0, 0)))
+        await here.send_all(encode(Hello(FOLLOWER, "t", 0, 3, 0, 0, features)))
         reader = FrameReader(here, LeaderFrameDecoder())
         while True:
             frame = await reader.next()
@@ -56,7 +67,7 @@ async def _follow(
         nursery.start_soon(follower)
         if during is not None:
             await trio.sleep(during)
-            broker.get_or_create_channel(topic, "c")
+            broker.get_or_create_channel(topic, channel)
             await trio.sleep(seconds - during)
         else:
             await trio.sleep(seconds)
@@ -92,6 +103,20 @@ async def test_a_channel_created_on_a_quiet_topic_reaches_the_follower_at_once(
         seen = await _follow(broker, 3.0, during=1.5)
     (sent,) = [at for at, frame in seen if isinstance(frame, Cursors) and frame.channel == "c"]
     assert 1.5 <= sent < 1.5 + CURSOR_INTERVAL
+
+
+@pytest.mark.parametrize("features", [FEATURE_EPHEMERAL, 0])
+async def test_an_ephemeral_channel_goes_only_to_a_follower_that_marks_it(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock, features: int
+) -> None:
+    """An #ephemeral channel's state goes to a follower whose Hello says it keeps it as a mark
+    (FEATURE_EPHEMERAL); a follower of a release before would make it a channel that no
+    client ever leaves, and keep the partition's messages for it for good."""
+    name = "tail#ephemeral"
+    async with open_broker(BrokerConfig(data_path=tmp_path), VirtualClock()) as broker:
+        seen = await _follow(broker, 3.0, during=1.0, channel=name, features=features)
+    sent = [f for _, f in seen if isinstance(f, Cursors) and f.channel == name]
+    assert bool(sent) == bool(features)
 
 
 async def _beats(broker: Broker, features: int, seconds: float) -> list[list[float]]:
