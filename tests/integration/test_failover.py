@@ -333,9 +333,9 @@ def test_a_forwarding_link_the_leader_closed_is_opened_again(cluster: Cluster) -
     leader restarted: the next forwarded publish goes again on a new link and is acknowledged,
     instead of a fatal E_PUB_FAILED for the stock client."""
     assert post(cluster.lookupd, "/topic/create?topic=relink&partition_num=1")[0] == 200
-    leader = cluster.by_id(wait_for(lambda: cluster.placement("relink")["leader"]))
+    placed = wait_for(lambda: lookup(cluster.lookupd, "relink")["partitions"].get("0"))
+    leader = next(n for n in cluster.nodes if n.tcp_port == placed["tcp_port"])
     outsider = next(n for n in cluster.nodes if n is not leader)
-    wait_for(lambda: lookup(cluster.lookupd, "relink")["partitions"].get("0"), what="registered")
     client = RawClient(outsider.tcp_address)
     client.send(Pub("relink", b"before"))
     assert client.read().data == b"OK"  # forwarded: the link is kept

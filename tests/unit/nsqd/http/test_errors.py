@@ -64,6 +64,8 @@ CASES = [
     ("admin", ConsumeStartError("bad start"), 400, "bad start"),
     ("admin", InvalidOptionError("x"), 400, "INVALID_OPTION"),
     ("admin", InvalidValueError("x"), 400, "INVALID_VALUE"),
+    ("admin", NoLookupdError("down"), 503, "LOOKUPD_UNREACHABLE"),  # /topic/create in a cluster
+    ("admin", ForwardError("refused"), 500, "TOPIC_CREATE_FAILED"),
     ("admin", NotLeaderError("t"), 500, "INTERNAL_ERROR"),
     ("admin", StorageError("disk"), 500, "INTERNAL_ERROR"),
     ("admin", OSError(5, "EIO"), 500, "INTERNAL_ERROR"),
