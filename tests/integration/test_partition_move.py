@@ -297,6 +297,35 @@ def test_a_stock_consumer_through_lookupd_follows_a_leader_move_at_once(cluster:
     assert {b"m%d" % i for i in range(20)} <= set(out.splitlines())  # at least once
 
 
+def test_a_stock_producer_of_the_old_leader_is_forwarded_after_a_leader_move(
+    cluster: Cluster,
+) -> None:
+    """A stock producer's connection to the leader (served by the publish reactor) keeps
+    getting OK after a leader move: once the node leads no partition of the topic, its PUBs
+    go to the new leader, as on a node that never led it."""
+    leader_id, _, spare_id, _ = cluster.create()
+    leader, spare = cluster.by_id(leader_id), cluster.by_id(spare_id)
+    producer = RawClient(leader.tcp_address)
+    for i in range(5):
+        producer.send(Pub("mv", b"a%d" % i))
+        assert producer.read().data == b"OK"
+    move(cluster, leader_id, spare_id, leader=True)
+    for i in range(5):
+        producer.send(Pub("mv", b"b%d" % i))
+        assert producer.read().data == b"OK"
+    producer.close()
+    consumer = RawClient(spare.tcp_address, timeout=2.0)
+    consumer.send(Sub("mv", "c", 0), Rdy(100))
+    assert consumer.read().data == b"OK"
+    bodies = set()
+    while True:
+        try:
+            bodies.add(consumer.read(skip_heartbeats=True).body)
+        except TimeoutError:
+            break
+    assert {b"a%d" % i for i in range(5)} | {b"b%d" % i for i in range(5)} <= bodies
+
+
 def _clients(node: Daemon, channel: str) -> int:
     stats = get_json(node, "/stats?format=json&topic=mv")
     return sum(
