@@ -4,8 +4,10 @@ NSQ's usual layout puts an nsqd beside every producer, and stock producers (go-n
 no partition. In a pnsq cluster a node may lead none of a topic's partitions; such a node
 forwards the publish to a leader lookupd names and acknowledges only once that leader did, so
 the producer's ``OK`` still means "stored by the partition's leader". Leaders come from pnsq
-lookupd's ``GET /lookup?topic=&access=w`` (youzan's ``partitions`` map), cached for a second;
-one connection per leader is kept and reused, one publish at a time on it.
+lookupd's ``GET /lookup?topic=&access=w`` (youzan's ``partitions`` map), cached for a second
+(:mod:`.leader_cache`; while lookupd still names this node, a move or hand-over a moment ago,
+it is asked again for a while); one connection per leader is kept and reused, one publish at
+a time on it.
 
 That connection is the forwarding link (``"  F2"``, :mod:`protocol.cluster_links`;
 :mod:`.leader_links`), opened through :class:`~pnsq._netio.cluster_link.ClusterLinks`: over TLS
@@ -29,7 +31,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 
 import httpx
 import trio
@@ -38,42 +39,24 @@ from pnsq._netio.cluster_link import ClusterLinks
 from protocol import Dpub, Mpub, ProtocolError, Pub
 from protocol.cluster_auth import http_headers
 from protocol.encode import encode_command
-from protocol.lookup import ACCEPT_V1, unwrap
 
 from ..broker import Broker
 from ..core.errors import NotLeaderError, TopicNotFoundError
+from .leader_cache import (  # the errors are this module's to its callers
+    ForwardError as ForwardError,
+    LeaderCache,
+    NoLeaderError as NoLeaderError,
+    NoLookupdError as NoLookupdError,
+    PlacedElsewhereError as PlacedElsewhereError,
+    placed_leaders,
+)
 from .leader_links import LeaderLinks
 
 log = logging.getLogger("nsqd.forward")
 
-LOOKUP_TTL = 1.0  # seconds a topic's leaders are reused before asking lookupd again
 TIMEOUT = 5.0  # one forwarded publish, connecting included
 CREATE_WAIT = 2.0  # seconds a publish waits for a topic it had lookupd create to be placed
-
-
-class ForwardError(Exception):
-    """The publish could not be forwarded (``str()`` says why; the client gets it)."""
-
-
-class PlacedElsewhereError(ForwardError):
-    """A SUB of a topic this node holds no partition of, placed on other nodes by lookupd."""
-
-
-class NoLookupdError(ForwardError):
-    """No pnsq lookupd answered: the cluster's view of the topic is unknown."""
-
-
-class NoLeaderError(ForwardError):
-    """lookupd names no leader of the topic to forward to right now (a lookupd just restarted,
-    whose nodes have not registered again; a failover under way): a client may retry."""
-
-
-@dataclass(slots=True)
-class _Leaders:
-    partitions: dict[int, tuple[str, int]]  # partition -> (host, tcp port) of its leader
-    fetched: float
-    http: dict[int, str] = field(default_factory=dict)  # partition -> its leader's host:http
-    next: int = 0
+RELOOK = 0.05  # seconds between lookups while lookupd still names this node as the leader
 
 
 class Forwarder:
@@ -100,8 +83,7 @@ class Forwarder:
         self._auth = http_headers(secret)
         self._monotonic = monotonic
         self._self_id = self_id
-        self._fallback_next = 0  # round-robin over the leaders of lookupd-less publishes
-        self._leaders: dict[str, _Leaders] = {}
+        self._cache = LeaderCache(lookupd_http, monotonic, self._client)
         self._http: httpx.AsyncClient | None = None
 
     @property
@@ -137,7 +119,7 @@ class Forwarder:
         local = broker.find_topic(topic)
         if local is not None and local.led:
             return False  # placed here: publish locally
-        self._leaders.pop(topic, None)
+        self._cache.forget(topic)
         return True
 
     def refuses(self, broker: Broker, topic: str, partition: int | None) -> bool:
@@ -243,7 +225,7 @@ class Forwarder:
         ForwardError when lookupd refuses or places the partition elsewhere."""
         if _leads(broker, topic, number):
             return
-        self._leaders.pop(topic, None)
+        self._cache.forget(topic)
         leaders = await self.leaders(topic)
         if not leaders:
             count = max(broker.config.default_partitions, number + 1)
@@ -264,7 +246,7 @@ class Forwarder:
                 generation = broker.changes.generation
                 await broker.changes.wait_after(generation)
         if not _leads(broker, topic, number):
-            self._leaders.pop(topic, None)
+            self._cache.forget(topic)
             where = (await self.leaders(topic)).get(number)
             elsewhere = f"{where[0]}:{where[1]}" if where else "no node yet"
             raise ForwardError(f"partition {number} of topic {topic} is led by {elsewhere}")
@@ -286,22 +268,12 @@ class Forwarder:
         raise NoLookupdError("lookupd unreachable: " + "; ".join(problems))
 
     async def leaders(self, topic: str) -> dict[int, tuple[str, int]]:
-        """Partition -> leader address for ``topic`` as lookupd says ({} if it does not know
-        the topic). Raises :class:`NoLookupdError` if no lookupd answers."""
-        cached = self._leaders.get(topic)
-        now = self._monotonic()
-        if cached is not None and now - cached.fetched < LOOKUP_TTL:
-            return cached.partitions
-        partitions, http = await self._lookup(topic)
-        self._leaders[topic] = _Leaders(partitions, now, http, cached.next if cached else 0)
-        return partitions
+        """:meth:`LeaderCache.get` (raises :class:`NoLookupdError`)."""
+        return await self._cache.get(topic)
 
     async def leaders_http(self, topic: str) -> dict[int, str]:
-        """Partition -> ``host:http_port`` of its leader, as lookupd says ({} if it does not
-        know the topic). Raises :class:`NoLookupdError` if no lookupd answers."""
-        await self.leaders(topic)
-        cached = self._leaders.get(topic)
-        return dict(cached.http) if cached is not None else {}
+        """:meth:`LeaderCache.http` (raises :class:`NoLookupdError`)."""
+        return await self._cache.http(topic)
 
     async def post_to_leader(
         self,
@@ -335,23 +307,8 @@ class Forwarder:
         over its partitions; returns once that leader acknowledged. While no lookupd answers,
         the leaders this node's own placement names (``broker``'s: the partitions of ``topic``
         it holds as a replica) stand in for lookupd's. Raises ForwardError."""
-        try:
-            leaders = await self.leaders(topic)
-        except NoLookupdError:
-            leaders = placed_leaders(broker, topic) if broker is not None else {}
-            if not leaders:
-                raise
-            # the topic is held here: its leaders are known (lookupd's word, kept)
-            stale = self._monotonic() - LOOKUP_TTL  # lookupd is asked again next time
-            self._leaders[topic] = _Leaders(leaders, stale, {}, self._fallback_next)
-            self._fallback_next += 1
-        if not leaders:
-            raise NoLeaderError(f"topic {topic} has no partition leader")
-        entry = self._leaders[topic]
-        me = self._self_id()
-        numbers = sorted(n for n, (host, port) in leaders.items() if f"{host}:{port}" != me)
-        if not numbers:  # lookupd already placed a partition here; its word is on the way
-            raise NoLeaderError(f"topic {topic}: this node's assignment is pending")
+        leaders, numbers = await self._targets(topic, broker)
+        entry = self._cache.entry(topic)
         number = numbers[entry.next % len(numbers)]
         entry.next += 1
         address = leaders[number]
@@ -387,32 +344,36 @@ class Forwarder:
             ProtocolError,  # the link was refused (TLS, the credential), or not V2 framing
         ) as exc:
             await self._links.drop(address)
-            self._leaders.pop(topic, None)
+            self._cache.forget(topic)
             reason = str(exc) or type(exc).__name__
             raise ForwardError(f"forwarding to {address[0]}:{address[1]}: {reason}") from exc
 
-    async def _lookup(self, topic: str) -> tuple[dict[int, tuple[str, int]], dict[int, str]]:
-        addresses = list(self._lookupd_http())
-        if not addresses:
-            raise NoLookupdError("no pnsq lookupd connected")
-        problems = []
-        for http in addresses:
-            url = f"http://{http}/lookup"
-            params = {"topic": topic, "access": "w"}
-            try:
-                reply = await self._client().get(url, params=params, headers={"Accept": ACCEPT_V1})
-            except httpx.HTTPError as exc:
-                problems.append(f"{http}: {exc}")
-                continue
-            if reply.status_code == 404:
-                return {}, {}  # lookupd does not know the topic
-            try:
-                reply.raise_for_status()
-                document = unwrap(reply.json())
-                return _partition_leaders(document)
-            except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
-                problems.append(f"{http}: {exc}")
-        raise NoLookupdError("lookupd unreachable: " + "; ".join(problems))
+    async def _targets(
+        self, topic: str, broker: Broker | None
+    ) -> tuple[dict[int, tuple[str, int]], list[int]]:
+        """``topic``'s leaders and the partitions led elsewhere, for :meth:`publish`. While
+        lookupd still names this node for the partitions it leads no more (a move or a
+        hand-over a moment ago: the registrations it answers from follow its decision) or
+        does not lead yet (a new topic placed here), it is asked again, for up to
+        :data:`CREATE_WAIT` seconds, before :class:`NoLeaderError`."""
+        me = self._self_id()
+        with trio.move_on_after(CREATE_WAIT):
+            while True:
+                try:
+                    leaders = await self.leaders(topic)
+                except NoLookupdError:
+                    leaders = placed_leaders(broker, topic) if broker is not None else {}
+                    if not leaders:
+                        raise
+                    self._cache.keep(topic, leaders)  # (lookupd's word, kept here)
+                if not leaders:
+                    raise NoLeaderError(f"topic {topic} has no partition leader")
+                numbers = sorted(n for n, (h, p) in leaders.items() if f"{h}:{p}" != me)
+                if numbers:
+                    return leaders, numbers
+                self._cache.forget(topic)
+                await trio.sleep(RELOOK)
+        raise NoLeaderError(f"topic {topic}: lookupd names this node, which leads no partition")
 
     def _client(self) -> httpx.AsyncClient:
         """The HTTP client for lookupd, made on first use."""
@@ -427,21 +388,6 @@ class Forwarder:
             await self._http.aclose()
 
 
-def placed_leaders(broker: Broker, topic: str) -> dict[int, tuple[str, int]]:
-    """Partition -> leader address, for the partitions of ``topic`` this node holds led by
-    another node, as lookupd last placed them here."""
-    local = broker.find_topic(topic)
-    if local is None or local.deleted:
-        return {}
-    found = {}
-    for partition in local.partitions:
-        state = partition.state
-        host, _, port = state.placement.leader.rpartition(":")
-        if not state.leads and host and port.isdigit():
-            found[partition.number] = (host, int(port))
-    return found
-
-
 def _leads(broker: Broker, topic: str, number: int) -> bool:
     local = broker.find_topic(topic)
     return (
@@ -450,22 +396,3 @@ def _leads(broker: Broker, topic: str, number: int) -> bool:
         and local.holds(number)
         and local.partition(number).state.leads
     )
-
-
-def _partition_leaders(
-    document: dict[str, object],
-) -> tuple[dict[int, tuple[str, int]], dict[int, str]]:
-    """Partition -> its leader's ``(host, tcp_port)``, and -> ``host:http_port`` (where the
-    lookupd names one), from a ``/lookup`` reply's ``partitions``."""
-    partitions = document.get("partitions") or {}
-    if not isinstance(partitions, dict):
-        raise ValueError("partitions is not an object")
-    tcp: dict[int, tuple[str, int]] = {}
-    http: dict[int, str] = {}
-    for number, peer in partitions.items():
-        if isinstance(peer, dict):
-            host = str(peer["broadcast_address"])
-            tcp[int(number)] = (host, int(peer["tcp_port"]))
-            if "http_port" in peer:
-                http[int(number)] = f"{host}:{int(peer['http_port'])}"
-    return tcp, http
