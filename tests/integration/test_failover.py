@@ -8,6 +8,7 @@ import os
 import signal
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -60,14 +61,21 @@ class Cluster:
         self.lookupd.stop()
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    started = Cluster(tmp_path)
+@contextmanager
+def two_nodes(work: Path) -> Iterator[Cluster]:
+    """A :class:`Cluster`, both nodes registered; stopped after."""
+    started = Cluster(work)
     try:
         wait_for(lambda: len(get_json(started.lookupd, "/nodes")["producers"]) == 2, what="nodes")
         yield started
     finally:
         started.stop()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    with two_nodes(tmp_path) as started:
+        yield started
 
 
 def _metrics(daemon: Daemon) -> dict[str, float]:
@@ -82,7 +90,7 @@ def _metrics(daemon: Daemon) -> dict[str, float]:
     return samples
 
 
-def _publish(node: Daemon, topic: str, bodies: list[bytes]) -> None:
+def publish(node: Daemon, topic: str, bodies: list[bytes]) -> None:
     client = RawClient(node.tcp_address)
     for body in bodies:
         client.send(Pub(topic, body, 0))
@@ -90,7 +98,7 @@ def _publish(node: Daemon, topic: str, bodies: list[bytes]) -> None:
     client.close()
 
 
-def _try_publish(node: Daemon, topic: str, body: bytes) -> bool:
+def try_publish(node: Daemon, topic: str, body: bytes) -> bool:
     try:
         client = RawClient(node.tcp_address, timeout=2.0)
         client.send(Pub(topic, body, 0))
@@ -123,12 +131,12 @@ def test_kill_9_of_a_leader_loses_no_acknowledged_message(cluster: Cluster) -> N
     leader = cluster.by_id(first["leader"])
     survivor = next(n for n in cluster.nodes if n is not leader)
     acked = [b"before %d" % i for i in range(200)]
-    _publish(leader, "fo", acked)
+    publish(leader, "fo", acked)
 
     leader.kill()
     killed = time.monotonic()
     wait_for(
-        lambda: _try_publish(survivor, "fo", b"after the kill"),
+        lambda: try_publish(survivor, "fo", b"after the kill"),
         timeout=20,
         what="the survivor writable",
     )
@@ -152,7 +160,7 @@ def test_kill_9_of_a_leader_loses_no_acknowledged_message(cluster: Cluster) -> N
     # the old leader returns: it follows the new leader at the new epoch and catches up
     leader.start()
     wait_for(lambda: len(cluster.placement("fo")["isr"]) == 2, timeout=30, what="back in sync")
-    _publish(survivor, "fo", [b"with both again"])
+    publish(survivor, "fo", [b"with both again"])
     view = {
         p["partition"]: p
         for t in get_json(leader, "/stats?format=json&topic=fo")["topics"]
@@ -163,7 +171,7 @@ def test_kill_9_of_a_leader_loses_no_acknowledged_message(cluster: Cluster) -> N
     assert view["end_offset"] == len(acked) + 2
 
 
-def _create(cluster: Cluster, topic: str) -> tuple[Daemon, Daemon, dict[str, Any]]:
+def create(cluster: Cluster, topic: str) -> tuple[Daemon, Daemon, dict[str, Any]]:
     query = f"/topic/create?topic={topic}&partition_num=1&replicator=2"
     assert post(cluster.lookupd, query) == (200, b"")
     wait_for(lambda: len(cluster.placement(topic)["isr"]) == 2, what="both in sync")
@@ -173,25 +181,25 @@ def _create(cluster: Cluster, topic: str) -> tuple[Daemon, Daemon, dict[str, Any
 
 
 def test_sigterm_hands_leadership_over_before_exiting(cluster: Cluster) -> None:
-    leader, replica, placed = _create(cluster, "handed")
-    _publish(leader, "handed", [b"one", b"two"])
+    leader, replica, placed = create(cluster, "handed")
+    publish(leader, "handed", [b"one", b"two"])
     assert leader.stop() == 0
     after = cluster.placement("handed")
     # the handover was decided and pushed before the old leader exited: no wait for a
     # heartbeat timeout, the replica leads at once
     assert after["leader"] == f"127.0.0.1:{replica.tcp_port}"
     assert after["epoch"] == placed["epoch"] + 1
-    wait_for(lambda: _try_publish(replica, "handed", b"three"), timeout=5, what="writable")
+    wait_for(lambda: try_publish(replica, "handed", b"three"), timeout=5, what="writable")
     assert "handing over handed/0" in leader.log_text()
     assert set(_drain(replica, "handed", 3)) == {b"one", b"two", b"three"}
 
 
 def test_a_dead_replica_leaves_the_isr_and_writes_go_on(cluster: Cluster) -> None:
-    leader, replica, placed = _create(cluster, "lonely")
-    _publish(leader, "lonely", [b"both"])
+    leader, replica, placed = create(cluster, "lonely")
+    publish(leader, "lonely", [b"both"])
     replica.kill()
     # acks wait for the in-sync replica until lookupd takes it out (its connection dropped)
-    wait_for(lambda: _try_publish(leader, "lonely", b"alone"), timeout=10, what="writable")
+    wait_for(lambda: try_publish(leader, "lonely", b"alone"), timeout=10, what="writable")
     after = cluster.placement("lonely")
     assert (after["leader"], after["epoch"]) == (placed["leader"], placed["epoch"])
     assert after["isr"] == [placed["leader"]]
@@ -200,8 +208,8 @@ def test_a_dead_replica_leaves_the_isr_and_writes_go_on(cluster: Cluster) -> Non
 
 
 def test_a_paused_leader_is_replaced_and_cannot_acknowledge_after(cluster: Cluster) -> None:
-    leader, replica, placed = _create(cluster, "paused")
-    _publish(leader, "paused", [b"before"])
+    leader, replica, placed = create(cluster, "paused")
+    publish(leader, "paused", [b"before"])
     pending = RawClient(leader.tcp_address, timeout=20.0)
     assert leader.proc is not None
     os.kill(leader.proc.pid, signal.SIGSTOP)
@@ -213,7 +221,7 @@ def test_a_paused_leader_is_replaced_and_cannot_acknowledge_after(cluster: Clust
             what="failover past the heartbeat timeout",
         )
         # the decision is on lookupd; the new leader hears of it a few ms later
-        wait_for(lambda: _try_publish(replica, "paused", b"to the new leader"), what="writable")
+        wait_for(lambda: try_publish(replica, "paused", b"to the new leader"), what="writable")
     finally:
         os.kill(leader.proc.pid, signal.SIGCONT)
     # back, the old leader learns it was deposed: the publish it held is refused, not acked
@@ -224,8 +232,8 @@ def test_a_paused_leader_is_replaced_and_cannot_acknowledge_after(cluster: Clust
 
 
 def test_channel_state_and_delays_survive_a_failover(cluster: Cluster) -> None:
-    leader, replica, _ = _create(cluster, "resumed")
-    _publish(leader, "resumed", [b"m%d" % i for i in range(10)])
+    leader, replica, _ = create(cluster, "resumed")
+    publish(leader, "resumed", [b"m%d" % i for i in range(10)])
     producer = RawClient(leader.tcp_address)
     producer.send(Dpub("resumed", 60_000, b"deferred a minute"))
     assert producer.read().data == b"OK"
@@ -239,7 +247,7 @@ def test_channel_state_and_delays_survive_a_failover(cluster: Cluster) -> None:
     consumer.send(Req(got[3].message_id, 60_000))  # held back a minute
     time.sleep(1.0)  # the channel state reaches the replica (every 0.2 s)
     leader.kill()
-    wait_for(lambda: _try_publish(replica, "resumed", b"m10"), timeout=20, what="failover")
+    wait_for(lambda: try_publish(replica, "resumed", b"m10"), timeout=20, what="failover")
     again = RawClient(replica.tcp_address, timeout=2.0)
     again.send(Sub("resumed", "c", 0), Rdy(20))
     assert again.read().data == b"OK"
@@ -260,7 +268,7 @@ def test_min_isr_refuses_publishes_while_too_few_copies_are_in_sync(cluster: Clu
     wait_for(lambda: len(cluster.placement("strict")["isr"]) == 2, what="both in sync")
     leader = cluster.by_id(cluster.placement("strict")["leader"])
     replica = next(n for n in cluster.nodes if n is not leader)
-    _publish(leader, "strict", [b"with both"])
+    publish(leader, "strict", [b"with both"])
     replica.kill()
     wait_for(lambda: len(cluster.placement("strict")["isr"]) == 1, what="the replica out")
     client = RawClient(leader.tcp_address)
@@ -280,10 +288,10 @@ def test_min_isr_refuses_publishes_while_too_few_copies_are_in_sync(cluster: Clu
 def test_a_stock_reader_through_lookupd_follows_the_new_leader(cluster: Cluster) -> None:
     """pynsq's Reader (lookupd polled every second) loses its connection with the leader and
     finds the new one through /lookup: it gets every message, before and after the kill."""
-    leader, replica, _ = _create(cluster, "followed")
+    leader, replica, _ = create(cluster, "followed")
     assert post(leader, "/channel/create?topic=followed&channel=r")[0] == 200
     time.sleep(0.5)  # the channel reaches the replica with the channel state
-    _publish(leader, "followed", [b"before-%d" % i for i in range(50)])
+    publish(leader, "followed", [b"before-%d" % i for i in range(50)])
     reader = Driver("pynsq")
     try:
         argv = reader.sub_argv(
@@ -292,8 +300,8 @@ def test_a_stock_reader_through_lookupd_follows_the_new_leader(cluster: Cluster)
         proc = reader.start(argv)
         time.sleep(2.0)
         leader.kill()
-        wait_for(lambda: _try_publish(replica, "followed", b"after-0"), timeout=20)
-        _publish(replica, "followed", [b"after-%d" % i for i in range(1, 50)])
+        wait_for(lambda: try_publish(replica, "followed", b"after-0"), timeout=20)
+        publish(replica, "followed", [b"after-%d" % i for i in range(1, 50)])
         run = reader.finish(proc, timeout=90)
     finally:
         reader.cleanup()
@@ -310,7 +318,7 @@ def test_an_ordered_channel_goes_on_exactly_after_the_last_fin(cluster: Cluster)
     wait_for(lambda: len(cluster.placement("inorder")["isr"]) == 2, what="both in sync")
     leader = cluster.by_id(cluster.placement("inorder")["leader"])
     replica = next(n for n in cluster.nodes if n is not leader)
-    _publish(leader, "inorder", [b"m%d" % i for i in range(10)])
+    publish(leader, "inorder", [b"m%d" % i for i in range(10)])
     consumer = RawClient(leader.tcp_address)
     consumer.send(Sub("inorder", "c", 0, SubMode.ORDERED), Rdy(1))
     assert consumer.read().data == b"OK"
@@ -320,87 +328,9 @@ def test_an_ordered_channel_goes_on_exactly_after_the_last_fin(cluster: Cluster)
         if i < 3:
             consumer.send(Fin(frame.message_id))
     leader.kill()  # m3 is in flight: m0..m2 finished, the last FIN just before m3 went out
-    wait_for(lambda: _try_publish(replica, "inorder", b"m10"), timeout=20, what="failover")
+    wait_for(lambda: try_publish(replica, "inorder", b"m10"), timeout=20, what="failover")
     again = RawClient(replica.tcp_address)
     again.send(Sub("inorder", "c", 0, SubMode.ORDERED), Rdy(1))
     assert again.read().data == b"OK"
     first = again.read(skip_heartbeats=True)
     assert first.data.endswith(b"m3")  # not m2 (finished before m3 was released), not m4
-
-
-def test_a_forwarding_link_the_leader_closed_is_opened_again(cluster: Cluster) -> None:
-    """The link a node keeps to a leader it forwards stock publishes to is dead once that
-    leader restarted: the next forwarded publish goes again on a new link and is acknowledged,
-    instead of a fatal E_PUB_FAILED for the stock client."""
-    assert post(cluster.lookupd, "/topic/create?topic=relink&partition_num=1")[0] == 200
-    placed = wait_for(lambda: lookup(cluster.lookupd, "relink")["partitions"].get("0"))
-    leader = next(n for n in cluster.nodes if n.tcp_port == placed["tcp_port"])
-    outsider = next(n for n in cluster.nodes if n is not leader)
-    client = RawClient(outsider.tcp_address)
-    client.send(Pub("relink", b"before"))
-    assert client.read().data == b"OK"  # forwarded: the link is kept
-    leader.stop()  # (its only copy: it leads it again once back)
-    leader.start()
-    wait_for(
-        lambda: (
-            (lookup(cluster.lookupd, "relink")["partitions"].get("0") or {}).get("tcp_port")
-            == leader.tcp_port
-        ),
-        timeout=30,
-        what="relink led again",
-    )
-    client.send(Pub("relink", b"after"))
-    assert client.read().data == b"OK"
-    client.close()
-
-
-def test_a_replica_forwards_stock_publishes_to_its_leader_while_lookupd_is_down(
-    cluster: Cluster,
-) -> None:
-    """A node that holds a topic only as a replica knows its leader from lookupd's placement:
-    with lookupd down, a stock publish there is forwarded to that leader, as with lookupd up
-    (it was refused: "lookupd unreachable")."""
-    assert post(cluster.lookupd, "/topic/create?topic=held&partition_num=1&replicator=2")[0] == 200
-    wait_for(lambda: len(cluster.placement("held")["isr"]) == 2, what="both in sync")
-    leader = cluster.by_id(cluster.placement("held")["leader"])
-    replica = next(n for n in cluster.nodes if n is not leader)
-    cluster.lookupd.stop()
-    client = RawClient(replica.tcp_address)
-    client.send(Pub("held", b"tcp"))
-    assert client.read().data == b"OK"
-    client.close()
-    status, body, _ = request(f"http://{replica.http_address}/pub?topic=held", "POST", {}, b"h")
-    assert (status, body) == (200, b"OK")
-    consumer = RawClient(leader.tcp_address, timeout=5)
-    consumer.send(Sub("held", "c", 0), Rdy(10))
-    assert consumer.read().data == b"OK"
-    got = {consumer.read(skip_heartbeats=True).body for _ in range(2)}
-    assert got == {b"tcp", b"h"}  # stored on the leader
-
-
-def test_an_ephemeral_channel_goes_on_where_it_was_after_a_failover(cluster: Cluster) -> None:
-    """The replica keeps where each #ephemeral channel of its leader is (a mark, not a
-    channel): the consumer back on the new leader (nsq_tail's reconnect) goes on from there,
-    not from the partition's first message."""
-    leader, survivor, _ = _create(cluster, "tail")
-    _publish(leader, "tail", [b"old %d" % i for i in range(20)])
-    name = "tail123#ephemeral"
-    consumer = RawClient(leader.tcp_address, timeout=5)
-    consumer.send(Sub("tail", name, 0), Rdy(100))
-    assert consumer.read().data == b"OK"
-    for _ in range(20):
-        consumer.send(Fin(consumer.read(skip_heartbeats=True).message_id))
-    time.sleep(1.0)  # the channel's state reaches the replica (every 0.2 s)
-    leader.kill()
-    wait_for(lambda: _try_publish(survivor, "tail", b"new"), timeout=20, what="writable")
-    again = RawClient(survivor.tcp_address, timeout=2)
-    again.send(Sub("tail", name, 0), Rdy(100))
-    assert again.read().data == b"OK"
-    got = []
-    while True:
-        try:
-            got.append(again.read(skip_heartbeats=True).body)
-        except TimeoutError:
-            break
-    assert got == [b"new"]  # not the 20 it had finished
-    # (a channel made for the first time still gets the partition's kept messages, as in nsqd)

@@ -12,10 +12,10 @@ from tests.daemons import Daemon
 from tests.integration.lookupd_helpers import lookup, post, wait_for
 from tests.integration.test_failover import (
     Cluster,
-    _create,
-    _publish,
-    _try_publish,
     cluster as cluster,
+    create,
+    publish,
+    try_publish,
 )
 from tests.integration.test_http_consume import _post
 
@@ -35,7 +35,7 @@ def test_a_node_leading_none_of_the_partitions_names_the_leaders(cluster: Cluste
     placed = wait_for(leader_of_0, what="placed")
     leader = cluster.by_id(f"{placed['broadcast_address']}:{placed['tcp_port']}")
     other = next(n for n in cluster.nodes if n is not leader)
-    wait_for(lambda: _try_publish(leader, "one", b"x"), what="the leader writable")
+    wait_for(lambda: try_publish(leader, "one", b"x"), what="the leader writable")
     status, reply = _post(other, "/consume", topic="one", channel="c")
     assert (status, reply) == (
         400,
@@ -61,8 +61,8 @@ def _consume_all(node: Daemon, topic: str) -> list[str]:
 
 
 def test_acked_batches_are_not_delivered_again_after_a_failover(cluster: Cluster) -> None:
-    leader, replica, _ = _create(cluster, "hcfo")
-    _publish(leader, "hcfo", [b"m%03d" % i for i in range(100)])
+    leader, replica, _ = create(cluster, "hcfo")
+    publish(leader, "hcfo", [b"m%03d" % i for i in range(100)])
     acked: list[str] = []
     for _ in range(3):
         status, batch = _post(leader, "/consume", topic="hcfo", channel="c", max=20)
@@ -71,7 +71,7 @@ def test_acked_batches_are_not_delivered_again_after_a_failover(cluster: Cluster
         acked.extend(m["id"] for m in batch["messages"])
     leader.kill()  # at once: the acks' 200 promised the followers hold the offsets
     killed = time.monotonic()
-    wait_for(lambda: _try_publish(replica, "hcfo", b"after"), timeout=20, what="failover")
+    wait_for(lambda: try_publish(replica, "hcfo", b"after"), timeout=20, what="failover")
     print(f"writable again {time.monotonic() - killed:.2f} s after kill -9")
     seen = _consume_all(replica, "hcfo")
     assert len(acked) == 60
@@ -85,8 +85,8 @@ def test_a_batch_acked_while_an_earlier_one_waits_is_not_delivered_again(
     """The ack of a batch above the confirmed offset (an earlier batch nacked with a delay,
     waiting) returns only once the followers hold its FINs: kill -9 of the leader right after
     it never brings the acknowledged batches back."""
-    leader, replica, _ = _create(cluster, "hcooo")
-    _publish(leader, "hcooo", [b"m%03d" % i for i in range(60)])
+    leader, replica, _ = create(cluster, "hcooo")
+    publish(leader, "hcooo", [b"m%03d" % i for i in range(60)])
     status, held = _post(leader, "/consume", topic="hcooo", channel="c", max=20)
     assert status == 200
     nacked = _post(leader, "/consume/nack", token=held["token"], delay_ms=60_000)
@@ -99,7 +99,7 @@ def test_a_batch_acked_while_an_earlier_one_waits_is_not_delivered_again(
         assert _post(leader, "/consume/ack", token=batch["token"]) == (200, b"OK")
         acked.extend(m["id"] for m in batch["messages"])
     leader.kill()  # the waiting batch keeps the confirmed offset below the acked ones
-    wait_for(lambda: _try_publish(replica, "hcooo", b"after"), timeout=20, what="failover")
+    wait_for(lambda: try_publish(replica, "hcooo", b"after"), timeout=20, what="failover")
     seen = _consume_all(replica, "hcooo")
     assert len(acked) == 40
     assert not set(acked) & set(seen)
@@ -112,8 +112,8 @@ def test_a_batch_acked_while_an_earlier_one_is_out_is_not_delivered_again(
     """A replicated partition gives several batches at once; the ack of a later one returns
     only once the followers hold its FINs: kill -9 of the leader right after it brings back
     the batch still out, never the acknowledged one."""
-    leader, replica, _ = _create(cluster, "hcout")
-    _publish(leader, "hcout", [b"m%03d" % i for i in range(60)])
+    leader, replica, _ = create(cluster, "hcout")
+    publish(leader, "hcout", [b"m%03d" % i for i in range(60)])
     status, held = _post(leader, "/consume", topic="hcout", channel="c", max=20)
     assert status == 200
     status, batch = _post(leader, "/consume", topic="hcout", channel="c", max=20)
@@ -121,7 +121,7 @@ def test_a_batch_acked_while_an_earlier_one_is_out_is_not_delivered_again(
     assert [m["offset"] for m in batch["messages"]] == list(range(20, 40))
     assert _post(leader, "/consume/ack", token=batch["token"]) == (200, b"OK")
     leader.kill()  # the held batch is out: the confirmed offset is still below the acked one
-    wait_for(lambda: _try_publish(replica, "hcout", b"after"), timeout=20, what="failover")
+    wait_for(lambda: try_publish(replica, "hcout", b"after"), timeout=20, what="failover")
     seen = _consume_all(replica, "hcout")
     assert not {m["id"] for m in batch["messages"]} & set(seen)
     assert set(seen) >= {m["id"] for m in held["messages"]}  # never acknowledged: again

@@ -1,0 +1,101 @@
+"""Clients across a failover or a lookupd outage, on pnsq lookupd and two nsqd on fixed ports
+(the cluster of test_failover.py): a forwarding link to a leader that restarted, a replica that
+forwards stock publishes while lookupd is down, an #ephemeral channel that goes on where it
+was on the new leader."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from protocol import Fin, Pub, Rdy, Sub
+from tests.integration.lookupd_helpers import lookup, post, request, wait_for
+from tests.integration.test_failover import (
+    Cluster,
+    cluster as cluster,
+    create,
+    publish,
+    try_publish,
+)
+from tests.rawclient import RawClient
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_forwarding_link_the_leader_closed_is_opened_again(cluster: Cluster) -> None:
+    """The link a node keeps to a leader it forwards stock publishes to is dead once that
+    leader restarted: the next forwarded publish goes again on a new link and is acknowledged,
+    instead of a fatal E_PUB_FAILED for the stock client."""
+    assert post(cluster.lookupd, "/topic/create?topic=relink&partition_num=1")[0] == 200
+    placed = wait_for(lambda: lookup(cluster.lookupd, "relink")["partitions"].get("0"))
+    leader = next(n for n in cluster.nodes if n.tcp_port == placed["tcp_port"])
+    outsider = next(n for n in cluster.nodes if n is not leader)
+    client = RawClient(outsider.tcp_address)
+    client.send(Pub("relink", b"before"))
+    assert client.read().data == b"OK"  # forwarded: the link is kept
+    leader.stop()  # (its only copy: it leads it again once back)
+    leader.start()
+    wait_for(
+        lambda: (
+            (lookup(cluster.lookupd, "relink")["partitions"].get("0") or {}).get("tcp_port")
+            == leader.tcp_port
+        ),
+        timeout=30,
+        what="relink led again",
+    )
+    client.send(Pub("relink", b"after"))
+    assert client.read().data == b"OK"
+    client.close()
+
+
+def test_a_replica_forwards_stock_publishes_to_its_leader_while_lookupd_is_down(
+    cluster: Cluster,
+) -> None:
+    """A node that holds a topic only as a replica knows its leader from lookupd's placement:
+    with lookupd down, a stock publish there is forwarded to that leader, as with lookupd up
+    (it was refused: "lookupd unreachable")."""
+    assert post(cluster.lookupd, "/topic/create?topic=held&partition_num=1&replicator=2")[0] == 200
+    wait_for(lambda: len(cluster.placement("held")["isr"]) == 2, what="both in sync")
+    leader = cluster.by_id(cluster.placement("held")["leader"])
+    replica = next(n for n in cluster.nodes if n is not leader)
+    cluster.lookupd.stop()
+    client = RawClient(replica.tcp_address)
+    client.send(Pub("held", b"tcp"))
+    assert client.read().data == b"OK"
+    client.close()
+    status, body, _ = request(f"http://{replica.http_address}/pub?topic=held", "POST", {}, b"h")
+    assert (status, body) == (200, b"OK")
+    consumer = RawClient(leader.tcp_address, timeout=5)
+    consumer.send(Sub("held", "c", 0), Rdy(10))
+    assert consumer.read().data == b"OK"
+    got = {consumer.read(skip_heartbeats=True).body for _ in range(2)}
+    assert got == {b"tcp", b"h"}  # stored on the leader
+
+
+def test_an_ephemeral_channel_goes_on_where_it_was_after_a_failover(cluster: Cluster) -> None:
+    """The replica keeps where each #ephemeral channel of its leader is (a mark, not a
+    channel): the consumer back on the new leader (nsq_tail's reconnect) goes on from there,
+    not from the partition's first message."""
+    leader, survivor, _ = create(cluster, "tail")
+    publish(leader, "tail", [b"old %d" % i for i in range(20)])
+    name = "tail123#ephemeral"
+    consumer = RawClient(leader.tcp_address, timeout=5)
+    consumer.send(Sub("tail", name, 0), Rdy(100))
+    assert consumer.read().data == b"OK"
+    for _ in range(20):
+        consumer.send(Fin(consumer.read(skip_heartbeats=True).message_id))
+    time.sleep(1.0)  # the channel's state reaches the replica (every 0.2 s)
+    leader.kill()
+    wait_for(lambda: try_publish(survivor, "tail", b"new"), timeout=20, what="writable")
+    again = RawClient(survivor.tcp_address, timeout=2)
+    again.send(Sub("tail", name, 0), Rdy(100))
+    assert again.read().data == b"OK"
+    got = []
+    while True:
+        try:
+            got.append(again.read(skip_heartbeats=True).body)
+        except TimeoutError:
+            break
+    assert got == [b"new"]  # not the 20 it had finished
+    # (a channel made for the first time still gets the partition's kept messages, as in nsqd)
