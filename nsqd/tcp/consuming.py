@@ -240,7 +240,7 @@ class Consuming:
             if only is not None and not _leads(channel, only):
                 await self._lost_lead(f"partition {only} no longer led here")
                 return
-            if topic.leads_lost != leads_lost:  # (only None: it consumes every one led here)
+            if only is None and topic.leads_lost != leads_lost:  # it reads every one led here
                 await self._lost_lead("a partition of its topic no longer led here")
                 return
             room = self.ready_count - self.in_flight
