@@ -100,7 +100,8 @@ class CommandParser(PublishReader, AckReader):
     def pending_line(self) -> list[bytes]:
         """After :data:`NEED_DATA`: the words of the command whose line is buffered whole but
         whose body is not (``[b"MPUB", b"topic"]``), or ``[]``. For a check that nsqd makes
-        before it reads a body (AUTH of an MPUB); not on any hot path."""
+        before it reads a body (AUTH of an MPUB), at each ``NEED_DATA`` of a connection with
+        AUTH: a search for the end of that line, and a copy of the line only."""
         end = self._buf.find(b"\n", self._pos)
         if end < 0:
             return []

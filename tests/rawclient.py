@@ -91,6 +91,16 @@ class RawClient(BlockingSocket):
         self.sock.sendall(b"IDENTIFY\n" + struct.pack(">I", len(body)) + body)
         return self.read()
 
+    def bodies_until_quiet(self) -> list[bytes]:
+        """The bodies of the messages that come until none comes within the timeout
+        (heartbeats skipped)."""
+        bodies = []
+        while True:
+            try:
+                bodies.append(self.read(skip_heartbeats=True).body)
+            except TimeoutError:
+                return bodies
+
     def read(self, skip_heartbeats: bool = False) -> Frame:
         while True:
             size, kind = _HEADER.unpack(self._exactly(8))

@@ -23,7 +23,6 @@ logged, as in nsqd; the client sees nsqd's texts.
 from __future__ import annotations
 
 import json
-import logging
 import random
 import re
 import ssl
@@ -35,8 +34,6 @@ import httpx
 import trio
 
 from protocol.gostr import go_quote
-
-log = logging.getLogger("nsqd.auth")
 
 ACCEPT = "application/vnd.nsq; version=1.0"
 PERMISSIONS = frozenset({"subscribe", "publish"})

@@ -71,7 +71,6 @@ class LeaderCache:
         self._monotonic = monotonic
         self._client = client
         self._topics: dict[str, Leaders] = {}
-        self._fallback_next = 0  # round-robin start of the lookupd-less entries
 
     async def get(self, topic: str) -> dict[int, tuple[str, int]]:
         """Partition -> leader address for ``topic`` as lookupd says ({} if it does not know
@@ -103,8 +102,8 @@ class LeaderCache:
         """While no lookupd answers: ``partitions``, known otherwise (:func:`placed_leaders`),
         stand in until the next lookup, which is made next time."""
         stale = self._monotonic() - LOOKUP_TTL
-        self._topics[topic] = Leaders(partitions, stale, {}, self._fallback_next)
-        self._fallback_next += 1
+        cached = self._topics.get(topic)
+        self._topics[topic] = Leaders(partitions, stale, {}, cached.next if cached else 0)
 
     async def _lookup(self, topic: str) -> tuple[dict[int, tuple[str, int]], dict[int, str]]:
         addresses = list(self._lookupd_http())

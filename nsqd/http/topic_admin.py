@@ -41,12 +41,13 @@ async def spread(
     topic: str,
     body: bytes = b"",
     partition: int | None = None,
-) -> None:
-    """Carry an applied admin call to the topic's other partition leaders, unless it was
-    carried here (:data:`~nsqd.cluster.admin_spread.HOP_HEADER`)."""
+) -> list[str]:
+    """Carry an applied admin call to the topic's other partition leaders (only
+    ``partition``'s when given), unless it was carried here
+    (:data:`~nsqd.cluster.admin_spread.HOP_HEADER`); the leaders it reached."""
     if HOP_HEADER.lower().encode() in request.headers:
-        return
-    await context.spread.spread(
+        return []
+    return await context.spread.spread(
         topic,
         request.path,
         request.raw_query,
@@ -215,18 +216,10 @@ class AdminAPI:
     async def _carry_setoffset(self, request: Request, topic: str, partition: int | None) -> bool:
         """A setoffset of a partition of a held topic that this node does not hold: carried to
         that partition's leader (a pnsq cluster); whether it was done there."""
-        if partition is None or HOP_HEADER.lower().encode() in request.headers:
+        if partition is None:
             return False
         body = await request.body(self.context.settings.max_msg_size)
-        reached = await self.context.spread.spread(
-            topic,
-            request.path,
-            request.raw_query,
-            body,
-            partition,
-            request.headers.get(b"authorization", b""),
-        )
-        return bool(reached)
+        return bool(await spread(self.context, request, topic, body, partition))
 
     # ------------------------------------------------------------------ config
 

@@ -44,11 +44,7 @@ def read_range(r: OffsetRange, opts: ReadOptions) -> Iterator[list[RangeRecord]]
     """
     address = r.address or _leader(r, opts) or ""
     offset, deadline, delay = r.start, time.monotonic() + opts.endpoints.retry_timeout, 0.0
-    nsq = BlockingClient(
-        http_address=address or None,
-        timeout=opts.endpoints.timeout,
-        http_auth_secret=opts.endpoints.auth_secret,
-    )
+    nsq = _client(address, opts)
     try:
         while offset < r.end:
             want = min(opts.fetch_size, r.end - offset)
@@ -102,17 +98,22 @@ def read_range(r: OffsetRange, opts: ReadOptions) -> Iterator[list[RangeRecord]]
             time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
             address = _leader(r, opts) or address
             nsq.close()
-            nsq = BlockingClient(
-                http_address=address or None,
-                timeout=opts.endpoints.timeout,
-                http_auth_secret=opts.endpoints.auth_secret,
-            )
+            nsq = _client(address, opts)
     finally:
         nsq.close()
 
 
 class _NoLeader(LookupError):
     """The partition has no leader to read from right now."""
+
+
+def _client(address: str, opts: ReadOptions) -> BlockingClient:
+    """A client of the node at ``address`` ("": none known) for range reads."""
+    return BlockingClient(
+        http_address=address or None,
+        timeout=opts.endpoints.timeout,
+        http_auth_secret=opts.endpoints.auth_secret,
+    )
 
 
 def _leader(r: OffsetRange, opts: ReadOptions) -> str | None:

@@ -251,12 +251,7 @@ def test_channel_state_and_delays_survive_a_failover(cluster: Cluster) -> None:
     again = RawClient(replica.tcp_address, timeout=2.0)
     again.send(Sub("resumed", "c", 0), Rdy(20))
     assert again.read().data == b"OK"
-    bodies = []
-    while True:
-        try:
-            bodies.append(again.read(skip_heartbeats=True).body)
-        except TimeoutError:
-            break
+    bodies = again.bodies_until_quiet()
     # finished ones are not redelivered, the REQ'd and DPUB'd ones wait for their time; m4
     # was in flight on the dead leader (redelivered: at least once)
     assert bodies == [b"m4", b"m5", b"m6", b"m7", b"m8", b"m9", b"m10"]
