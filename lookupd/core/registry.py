@@ -46,9 +46,19 @@ class Peer:
         """``broadcast_address:http_port``, the name ``/topic/tombstone`` uses."""
         return f"{self.identity.broadcast_address}:{self.identity.http_port}"
 
+    @property
+    def placed(self) -> bool:
+        """A pnsq node: it holds what lookupd places on it (and deletes what lookupd deleted)."""
+        return self.partitioned and not is_youzan(self.identity)
+
     def is_active(self, now: float, inactive_timeout: float) -> bool:
         """Pinged (or identified) at most ``inactive_timeout`` seconds ago."""
         return now - self.last_update <= inactive_timeout
+
+
+def is_youzan(identity: PeerIdentity) -> bool:
+    """A youzan nsqd registers ``<topic> <partition>``; its placement is not lookupd's."""
+    return bool(identity.distributed_id) or "HA" in identity.version
 
 
 @dataclass(slots=True, eq=False)

@@ -10,7 +10,7 @@ do not know.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from protocol.lookup import lookup_payload, peer_info, topic_meta
@@ -62,17 +62,18 @@ def lookup(
     access: str | None = None,
     partition: str | None = None,
     metainfo: bool = False,
+    deleted: Collection[str] = (),
 ) -> dict[str, object]:
     """``/lookup``. ``access``: None (a stock client), ``"r"`` or ``"w"`` (youzan's clients);
-    ``partition``: None or ``"*"`` for all, else one partition id. Raises
-    :class:`ViewError`."""
+    ``partition``: None or ``"*"`` for all, else one partition id; a ``deleted`` topic's
+    left-over copies are not named (:func:`left_over`). Raises :class:`ViewError`."""
     if access not in (None, "r", "w"):
         raise ViewError(400, "INVALID_ACCESS_MODE")
     placement = placements.get(topic)
     meta = None
     if metainfo:
         meta = placement.meta.lookup_meta() if placement else topic_meta()
-    if not registry.has_topic(topic):
+    if not registry.has_topic(topic) or left_over(registry, topic, deleted):
         if access == "r":  # youzan: an unknown topic read is 200 with empty lists
             return lookup_payload([], [], {}, meta)
         raise ViewError(404, "TOPIC_NOT_FOUND")
@@ -93,6 +94,15 @@ def lookup(
     return lookup_payload(channels, [peer_payload(p.peer) for p in producers], partitions, meta)
 
 
+def left_over(registry: Registry, topic: str, deleted: Collection[str]) -> bool:
+    """A topic deleted on lookupd that only pnsq nodes register: copies they hold until they
+    hear of the deletion (a node that registered again first, after a restart of lookupd),
+    listed nowhere. A stock nsqd's registration of the name is listed, as on nsqlookupd."""
+    if topic not in deleted:
+        return False
+    return all(producer.peer.placed for producer in registry.topics.get(topic, {}).values())
+
+
 def partition_leaders(
     producers: list[Producer], placement: TopicPlacement | None
 ) -> dict[int, Producer]:
@@ -111,10 +121,16 @@ def partition_leaders(
 
 
 def topics(
-    registry: Registry, placements: Mapping[str, TopicPlacement], *, meta_info: bool = False
+    registry: Registry,
+    placements: Mapping[str, TopicPlacement],
+    deleted: Collection[str] = (),
+    *,
+    meta_info: bool = False,
 ) -> dict[str, object]:
-    """``/topics`` (with youzan's ``metaInfo=true``: ``meta_info`` per topic)."""
-    names = registry.topic_names()
+    """``/topics`` (with youzan's ``metaInfo=true``: ``meta_info`` per topic). A ``deleted``
+    topic registered only by pnsq nodes is left out: they still hold a copy lookupd has told
+    them to delete (a node that registered again before it heard of the deletion)."""
+    names = [name for name in registry.topic_names() if not left_over(registry, name, deleted)]
     payload: dict[str, object] = {"topics": names}
     if meta_info:
         infos = []

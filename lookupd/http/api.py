@@ -245,6 +245,7 @@ class LookupHTTP:
                 access=access,
                 partition=request.arg("partition"),
                 metainfo=bool(request.arg("metainfo")),
+                deleted=self.cluster.deleted,
             )
         except views.ViewError as exc:
             raise HTTPError(exc.status, exc.message) from None
@@ -252,7 +253,10 @@ class LookupHTTP:
     async def topics(self, request: Request) -> Reply:
         """Every topic key."""
         meta_info = request.arg("metaInfo") == "true"
-        return views.topics(self.cluster.registry, self.cluster.placements, meta_info=meta_info)
+        cluster = self.cluster
+        return views.topics(
+            cluster.registry, cluster.placements, cluster.deleted, meta_info=meta_info
+        )
 
     async def channels(self, request: Request) -> Reply:
         """A topic's channel keys (``[]`` for an unknown topic)."""

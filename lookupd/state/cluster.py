@@ -34,7 +34,7 @@ from ..core.placement import (
     place,
     place_pending,
 )
-from ..core.registry import Peer, Registry
+from ..core.registry import Peer, Registry, is_youzan
 from ..core.views import Timeouts
 from .operations import Operations, describe
 from .store import MetadataStore, Stored, StoreError, UnavailableError
@@ -136,9 +136,9 @@ class Cluster(Operations):
 
     def identify(self, peer_id: str, identity: PeerIdentity) -> Peer:
         """A peer identified itself; a pnsq peer that asked for partitions gets them."""
-        partitioned = EXT_PARTITIONS in identity.extensions or _is_youzan(identity)
+        partitioned = EXT_PARTITIONS in identity.extensions or is_youzan(identity)
         peer = self.registry.identify(peer_id, identity, self.clock(), partitioned=partitioned)
-        if partitioned and not _is_youzan(identity):
+        if partitioned and not is_youzan(identity):
             self._racks[peer.node_id] = identity.rack
             self.liveness.connected(peer.node_id, self.clock())
             self.events.unpark_all()
@@ -228,7 +228,7 @@ class Cluster(Operations):
         peer = self.registry.peers[peer_id]
         if peer.partitioned:
             self.liveness.heartbeat(peer.node_id, self.clock())
-        if partition is None or _is_youzan(peer.identity):
+        if partition is None or is_youzan(peer.identity):
             return
         if not self.leading:  # HA: only the leader adopts (the node registers there too)
             return
@@ -263,7 +263,7 @@ class Cluster(Operations):
     def live_nodes(self) -> list[str]:
         """Nodes (``host:tcp_port``) of active pnsq peers, which can take partitions."""
         peers = self.registry.active_peers(self.clock(), self.timeouts.inactive)
-        return sorted({p.node_id for p in peers if p.partitioned and not _is_youzan(p.identity)})
+        return sorted({p.node_id for p in peers if p.placed})
 
     def racks(self) -> dict[str, str]:
         """The rack each pnsq node registered (``--rack``) when it last identified itself, by
@@ -363,11 +363,6 @@ def _sizes(value: object) -> dict[str, int]:
         for node, size in value.items()
         if isinstance(size, int) and not isinstance(size, bool) and size >= 0
     }
-
-
-def _is_youzan(identity: PeerIdentity) -> bool:
-    """A youzan nsqd registers ``<topic> <partition>``; its placement is not lookupd's."""
-    return bool(identity.distributed_id) or "HA" in identity.version
 
 
 __all__ = [

@@ -185,6 +185,29 @@ def test_lookup_of_an_unknown_topic() -> None:
         lookup(registry, {}, "nope", 0.0, Timeouts(), access="x")
 
 
+def test_a_deleted_topics_left_over_copies_are_listed_nowhere() -> None:
+    """pnsq nodes that register a deleted topic again (lookupd restarted before they heard of
+    the deletion) hold copies they are about to delete: not in /topics, not found by /lookup;
+    a stock nsqd's registration of the name is listed as nsqlookupd lists it."""
+    registry, deleted = _registry(), {"t"}
+    assert topics(registry, {}, deleted) == {"topics": []}
+    assert topics(registry, {}) == {"topics": ["t"]}
+    with pytest.raises(ViewError, match="TOPIC_NOT_FOUND"):
+        lookup(registry, {}, "t", 100.0, Timeouts(), deleted=deleted)
+    assert (
+        lookup(registry, {}, "t", 100.0, Timeouts(), access="r", deleted=deleted)["producers"] == []
+    )
+    youzan = PeerIdentity("10.0.0.5", 4150, 4151, "0.3.7-HA.1.9.1", "y", distributed_id="y:1")
+    registry.identify("10.9.9.8:1", youzan, 100.0, partitioned=True)
+    registry.register("10.9.9.8:1", "t", None, 0)
+    assert topics(registry, {}, deleted) == {"topics": ["t"]}  # lookupd does not delete there
+    stock = Registry()
+    stock.identify("10.9.9.7:1", PeerIdentity("10.0.0.4", 4150, 4151, "1.3.0", "s"), 100.0)
+    stock.register("10.9.9.7:1", "t")
+    assert topics(stock, {}, deleted) == {"topics": ["t"]}
+    assert len(lookup(stock, {}, "t", 100.0, Timeouts(), deleted=deleted)["producers"]) == 1  # type: ignore[arg-type]
+
+
 def test_tombstones_hide_from_writers_not_youzan_readers() -> None:
     registry = _registry()
     registry.tombstone("t", "10.0.0.1:4151", 100.0)
