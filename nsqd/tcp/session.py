@@ -153,6 +153,7 @@ class Session:
                     nursery.cancel_scope.cancel()
         finally:
             self._consuming.unsubscribe()
+            self.parser.close()
 
     async def _read_loop(self) -> bool:
         """Read and handle commands; True when the client closed, False when we close."""

@@ -1,0 +1,56 @@
+"""What a connection holds is given back when it ends, without waiting for Python's cycle
+collector: a stranger's MPUB bodies cut short (up to --max-body-size each) grew the daemon by
+hundreds of megabytes a round of connections."""
+
+from __future__ import annotations
+
+import gc
+import struct
+import tracemalloc
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import trio
+
+from tests.unit.nsqd.tcp.test_publish_reactor import connect, listening
+
+ELEMENT = 1_000_000  # each of the MPUB's four messages, with its size (the limit is 1 MiB)
+SENT = 3_000_000  # of the body's 4 MB, what arrives before the client closes its side
+CONNECTIONS = 4
+
+
+@contextmanager
+def traced_without_the_cycle_collector() -> Iterator[None]:
+    enabled = gc.isenabled()
+    gc.disable()
+    tracemalloc.start()
+    try:
+        yield
+    finally:
+        tracemalloc.stop()
+        if enabled:
+            gc.enable()
+
+
+def traced() -> int:
+    return tracemalloc.get_traced_memory()[0]
+
+
+async def test_a_body_cut_short_is_freed_when_its_connection_ends(tmp_path: Path) -> None:
+    element = b"x" * (ELEMENT - 4)
+    body = struct.pack(">I", 4) + (struct.pack(">I", len(element)) + element) * 4
+    cut = b"MPUB t\n" + struct.pack(">I", len(body)) + body[:SENT]
+    with traced_without_the_cycle_collector():
+        async with listening(tmp_path) as (_broker, _server, port):
+            baseline = traced()
+            for _ in range(CONNECTIONS):
+                client = await connect(port)
+                await client.stream.send_all(cut)
+                await client.stream.send_eof()
+                kind, data = await client.frame()  # nsqd's read error, then the close
+                assert (kind, data) == (1, b"E_BAD_MESSAGE MPUB failed to read message body")
+                await client.stream.aclose()
+            with trio.fail_after(10):  # fails without the release: nothing would free it
+                while traced() - baseline > SENT:
+                    await trio.sleep(0.01)
