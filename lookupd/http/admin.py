@@ -89,6 +89,9 @@ class AdminEndpoints:
             raise HTTPError(400, str(exc)) from None
         except StoreError as exc:
             raise store_error(topic, exc) from None
+        placement = self.cluster.placements.get(topic)
+        if placement is None or placement.pending:
+            return None  # no node to place it on yet (none registered, or every one drained)
         with trio.move_on_after(CREATE_REGISTER_WAIT):
             # the registry is pure state without change notifications: a short bounded poll
             while not self._registered(topic, partition_num):  # noqa: ASYNC110

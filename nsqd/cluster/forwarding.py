@@ -48,6 +48,7 @@ from .leader_cache import (  # the errors are this module's to its callers
     NoLeaderError as NoLeaderError,
     NoLookupdError as NoLookupdError,
     PlacedElsewhereError as PlacedElsewhereError,
+    failure,
     placed_leaders,
 )
 from .leader_links import LeaderLinks
@@ -57,6 +58,9 @@ log = logging.getLogger("nsqd.forward")
 TIMEOUT = 5.0  # one forwarded publish, connecting included
 CREATE_WAIT = 2.0  # seconds a publish waits for a topic it had lookupd create to be placed
 RELOOK = 0.05  # seconds between lookups while lookupd still names this node as the leader
+#: lookupd's /topic/create answers once the placed nodes registered the topic, after 2 s at
+#: most: the node's usual 2 s read timeout turned a slow registration into "lookupd unreachable"
+ADMIN_TIMEOUT = httpx.Timeout(TIMEOUT, connect=1.0)
 
 
 class Forwarder:
@@ -201,9 +205,11 @@ class Forwarder:
         for http in addresses:
             try:
                 url = f"http://{http}/topic/create"
-                reply = await self._client().post(url, params=params, headers=self._auth)
+                reply = await self._client().post(
+                    url, params=params, headers=self._auth, timeout=ADMIN_TIMEOUT
+                )
             except httpx.HTTPError as exc:
-                problems.append(f"{http}: {exc}")
+                problems.append(f"{http}: {failure(exc)}")
                 continue
             if reply.status_code != 200:
                 raise ForwardError(f"lookupd refused to create topic {topic}: {reply.text}")
@@ -257,9 +263,11 @@ class Forwarder:
         for http in list(self._lookupd_http()):
             try:
                 url = f"http://{http}{path}"
-                reply = await self._client().post(url, params=params, headers=self._auth)
+                reply = await self._client().post(
+                    url, params=params, headers=self._auth, timeout=ADMIN_TIMEOUT
+                )
             except httpx.HTTPError as exc:
-                problems.append(f"{http}: {exc}")
+                problems.append(f"{http}: {failure(exc)}")
                 continue
             if reply.status_code != 200:
                 raise ForwardError(f"lookupd refused {path} of topic {topic}: {reply.text}")

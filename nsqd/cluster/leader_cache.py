@@ -116,7 +116,7 @@ class LeaderCache:
             try:
                 reply = await self._client().get(url, params=params, headers={"Accept": ACCEPT_V1})
             except httpx.HTTPError as exc:
-                problems.append(f"{http}: {exc}")
+                problems.append(f"{http}: {failure(exc)}")
                 continue
             if reply.status_code == 404:
                 return {}, {}  # lookupd does not know the topic
@@ -125,8 +125,14 @@ class LeaderCache:
                 document = unwrap(reply.json())
                 return _partition_leaders(document)
             except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
-                problems.append(f"{http}: {exc}")
+                problems.append(f"{http}: {failure(exc)}")
         raise NoLookupdError("lookupd unreachable: " + "; ".join(problems))
+
+
+def failure(exc: Exception) -> str:
+    """An HTTP failure in a message: its text, or its kind where it has none (httpx's timeouts
+    have an empty text)."""
+    return str(exc) or type(exc).__name__
 
 
 def placed_leaders(broker: Broker, topic: str) -> dict[int, tuple[str, int]]:

@@ -279,3 +279,32 @@ def test_listlookup_names_this_lookupd(cluster: Cluster) -> None:
         "Epoch": 0,
     }
     assert listed == {"lookupdnodes": [me], "lookupdleader": me}
+
+
+def test_a_topic_created_while_every_node_is_drained_is_placed_once_one_is_back(
+    cluster: Cluster,
+) -> None:
+    """Nothing to place it on: lookupd keeps it pending (and answers at once instead of waiting
+    for registrations that cannot come: the node's request timed out, and its publish said
+    "lookupd unreachable: <address>: "); a publish says the topic has no leader; once a node
+    takes placements again, the topic is placed there and takes publishes. Last in the module:
+    it drains both nodes (restored before it ends)."""
+    ids = [f"127.0.0.1:{node.tcp_port}" for node in cluster.nodes]
+    node_http = f"http://{cluster.nodes[0].http_address}"
+    try:
+        for node_id in ids:
+            assert post(cluster.lookupd, f"/cluster/node/remove?remove_node={node_id}")[0] == 200
+        assert post(cluster.lookupd, "/topic/create?topic=waiting&partition_num=2") == (200, b"")
+        assert lookup(cluster.lookupd, "waiting", "&access=r")["partitions"] == {}
+        for topic in ("waiting", "unknown_yet"):  # placed by lookupd, and made by the publish
+            status, body, _ = request(f"{node_http}/pub?topic={topic}", "POST", data=b"m")
+            expected = f"E_PUB_FAILED topic {topic} has no partition leader"
+            assert (status, json.loads(body)) == (503, {"message": expected})
+    finally:
+        for node_id in ids:
+            query = f"/cluster/node/remove?remove_node={node_id}&restore=true"
+            assert post(cluster.lookupd, query)[0] == 200
+    placed_now = wait_for(lambda: lookup(cluster.lookupd, "waiting")["partitions"] or None)
+    assert sorted(placed_now) == ["0", "1"]
+    status, body, _ = request(f"{node_http}/pub?topic=waiting", "POST", data=b"m")
+    assert (status, body) == (200, b"OK")
