@@ -11,6 +11,7 @@ import trio
 
 from pnsq._netio.cluster_secret import ClusterSecretError, load_cluster_secret
 
+from . import LOOKUPD_VERSION
 from .config.options import Options
 from .core.decide import Settings
 from .core.views import Timeouts
@@ -25,8 +26,6 @@ from .state.supervisor import Supervisor
 from .tcp.server import LookupTCPServer
 
 log = logging.getLogger("nsqlookupd")
-
-LOOKUPD_VERSION = "1.3.0"  # the nsqlookupd version whose protocol and API pnsq speaks
 
 
 async def run_lookupd(

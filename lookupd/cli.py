@@ -6,9 +6,16 @@ from collections.abc import Sequence
 
 from pnsq._netio.cli import run_daemon, version_line
 
-from . import __version__
-from .app import LOOKUPD_VERSION, main as run_main
-from .config.options import OptionsError, lookupd_flagset, options_from_flags
+from . import LOOKUPD_VERSION, __version__
+from .config.options import Options, OptionsError, lookupd_flagset, options_from_flags
+
+
+async def _run(options: Options) -> None:
+    # the daemon itself, imported only to run it: ``--version`` and a bad flag answer without
+    # its ~300 modules (a client's test harness asks ``nsqlookupd --version`` before each start)
+    from .app import main
+
+    await main(options)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -19,7 +26,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         options_from_flags,
         OptionsError,
         version_line("nsqlookupd", LOOKUPD_VERSION, __version__),
-        run_main,
+        _run,
     )
 
 

@@ -24,7 +24,7 @@ from pnsq._netio.limits import open_files_limit
 from protocol.identify import IdentifyLimits
 from protocol.parser import ParserLimits
 
-from . import replication
+from . import NSQD_VERSION, replication
 from .allocator import tune_malloc
 from .auth import AuthClient
 from .broker import Broker, BrokerConfig, open_broker
@@ -48,7 +48,6 @@ HANDOVER_DEADLINE = 5.0
 #: ``/consume`` long polls answer at once with nothing)
 DRAIN_DEADLINE = 2.0
 
-NSQD_VERSION = "1.3.0"  # the nsqd version whose protocol and API pnsq speaks
 
 #: the daemon's cyclic-GC thresholds (CPython's default: 700, 10, 10). Every message read
 #: makes two GC-tracked objects (its record and its delivery state) and tens of thousands stay

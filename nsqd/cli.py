@@ -6,10 +6,17 @@ from collections.abc import Sequence
 
 from pnsq._netio.cli import run_daemon, version_line
 
-from . import __version__
-from .app import NSQD_VERSION, main as run_main
+from . import NSQD_VERSION, __version__
 from .config.flags import nsqd_flagset, options_from_flags
-from .config.options import OptionsError
+from .config.options import Options, OptionsError
+
+
+async def _run(options: Options) -> None:
+    # the daemon itself, imported only to run it: ``--version`` and a bad flag answer without
+    # its ~300 modules (a client's test harness asks ``nsqd --version`` before each start)
+    from .app import main
+
+    await main(options)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -20,7 +27,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         options_from_flags,
         OptionsError,
         version_line("nsqd", NSQD_VERSION, __version__),
-        run_main,
+        _run,
     )
 
 
