@@ -21,7 +21,7 @@ import trio
 
 from protocol.lookup import ACCEPT_V1, ASSIGNMENTS_PATH, parse_assignments, parse_deleted
 
-from ..broker import Broker, StorageError
+from ..broker import Broker, StorageError, admin
 from ..broker.assignments import wanted_topics
 from ..core.errors import BrokerError
 from ..replication.progress import Outbox, ProgressTracker
@@ -75,7 +75,8 @@ async def poll_assignments(
 
 async def apply_assignments(broker: Broker, node_id: str, document: object) -> None:
     """Hold exactly the partitions lookupd placed on this node, in their roles; delete
-    the topics lookupd deleted (a copy left from before, or made while it was away). Every
+    the topics lookupd deleted (a copy left from before, or made while it was away), closing
+    their consumers' connections. Every
     change of role and epoch goes first; new partitions are then opened by a worker thread,
     :data:`OPENS_PER_STEP` at a time (:meth:`~nsqd.broker.Broker.apply_placement`).
     Raises ValueError for a document that is not lookupd's."""
@@ -87,7 +88,9 @@ async def apply_assignments(broker: Broker, node_id: str, document: object) -> N
             topic = broker.find_topic(name)
             if topic is not None and not topic.deleted:
                 log.info("TOPIC(%s): deleted on lookupd: deleting it here", name)
-                await broker.delete_topic(name)
+                # its consumers are closed, as nsqd closes them: a stock consumer looks the
+                # topic up again instead of waiting on a connection that gets nothing more
+                await admin.delete_topic(broker, name)
     except (BrokerError, StorageError, OSError) as exc:
         log.error("cannot apply lookupd's assignments: %s", exc)
 

@@ -62,6 +62,25 @@ def test_a_deleted_topic_is_deleted_on_every_node_and_stays_deleted(
     assert "doomed" not in stored["topics"]
 
 
+def test_a_topic_deleted_on_lookupd_closes_its_consumers_on_every_node(
+    nodes: tuple[Daemon, list[Daemon]],
+) -> None:
+    """As nsqd closes a deleted topic's consumers: a stock consumer looks it up again. Kept
+    open, it waited for ever on a connection that got nothing of the topic made again."""
+    lookupd, (a, b) = nodes
+    assert post(lookupd, "/topic/create?topic=gone&partition_num=2&replicator=2") == (200, b"")
+    wait_for(lambda: roles(a, "gone") and roles(b, "gone"), what="placed on both")
+    consumers = []
+    for node in (a, b):
+        consumer = RawClient(node.tcp_address)
+        consumer.send(Sub("gone", "c"), Rdy(10))
+        assert consumer.read().data == b"OK"
+        consumers.append(consumer)
+    assert post(lookupd, "/topic/delete?topic=gone&partition=**") == (200, b"")
+    for consumer in consumers:
+        assert consumer.closed_by_server(wait=10.0)
+
+
 def test_a_publish_brings_a_deleted_topic_back_as_new(nodes: tuple[Daemon, list[Daemon]]) -> None:
     lookupd, (a, _) = nodes
     _publish(a, "phoenix", b"first life")
