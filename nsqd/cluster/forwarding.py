@@ -152,8 +152,8 @@ class Forwarder:
         """Before a SUB of ``topic``: a topic unknown here and to lookupd is created through
         lookupd (this node leading a partition of it, as a PUB would), so a SUB never makes
         a copy lookupd does not know. Raises :class:`PlacedElsewhereError` when lookupd
-        placed the topic on other nodes only, :class:`NoLookupdError` when no lookupd
-        answers."""
+        placed the topic on other nodes only, :class:`NoLeaderError` when it has placed it
+        nowhere yet (every node drained), :class:`NoLookupdError` when no lookupd answers."""
         if not self.active:
             return
         local = broker.find_topic(topic)
@@ -162,6 +162,9 @@ class Forwarder:
         if await self.leaders(topic):
             raise PlacedElsewhereError(topic)
         await self._create(broker, topic)
+        local = broker.find_topic(topic)
+        if local is None or local.deleted:  # pending on lookupd: no node to place it on yet
+            raise NoLeaderError(f"topic {topic} has no partition leader")
 
     async def create_topic(
         self,

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from protocol import Sub
 from tests.daemons import Daemon, go_nsqd
 from tests.integration.lookupd_helpers import (
     get_json,
@@ -19,9 +20,11 @@ from tests.integration.lookupd_helpers import (
     post,
     publish_to_partition,
     request,
+    roles,
     wait_for,
 )
 from tests.interop.drivers import Driver
+from tests.rawclient import RawClient
 
 pytestmark = [pytest.mark.integration, pytest.mark.interop]
 
@@ -300,6 +303,11 @@ def test_a_topic_created_while_every_node_is_drained_is_placed_once_one_is_back(
             status, body, _ = request(f"{node_http}/pub?topic={topic}", "POST", data=b"m")
             expected = f"E_PUB_FAILED topic {topic} has no partition leader"
             assert (status, json.loads(body)) == (503, {"message": expected})
+        consumer = RawClient(cluster.nodes[0].tcp_address)
+        consumer.send(Sub("waiting", "c"))  # made no copy of its own (acknowledged, then lost)
+        assert consumer.read().data == b"E_FAILED_ON_NOT_LEADER "
+        assert consumer.closed_by_server()
+        assert roles(cluster.nodes[0], "waiting") is None
     finally:
         for node_id in ids:
             query = f"/cluster/node/remove?remove_node={node_id}&restore=true"
