@@ -79,6 +79,11 @@ class TopicPlacement:
     #: saved with the ISR that holds them, so a lookupd started later promotes them no more
     #: than this one would (the live set is :class:`~.liveness.Liveness`'s)
     joined: tuple[tuple[int, tuple[str, ...]], ...] = ()
+    #: this life of the topic: new at each placement of a name lookupd had not placed (a
+    #: topic deleted and made again gets another), kept by every later change ("": placed
+    #: by a lookupd before ids). A node's copy of the name with another id is of an earlier
+    #: life, deleted while the node was away: the node deletes it before it follows
+    topic_id: str = ""
     #: :meth:`encoded`'s bytes once made (a placement never changes: a change is a new one)
     _encoded: bytes | None = field(default=None, init=False, repr=False, compare=False)
 
@@ -143,6 +148,7 @@ class TopicPlacement:
                 "retention_days": meta.retention_days,
                 "sync_every": meta.sync_every,
                 "min_isr": meta.min_isr,
+                **({"topic_id": self.topic_id} if self.topic_id else {}),
             },
         )
 
@@ -178,8 +184,10 @@ def place(
     prefer: str | None = None,
     racks: Mapping[str, str] | None = None,
     copies: Mapping[str, int] | None = None,
+    topic_id: str = "",
 ) -> TopicPlacement:
-    """Place a new topic on ``nodes`` (pending if there are none); a live ``prefer`` node
+    """Place a new topic (``topic_id``: its life's id) on ``nodes`` (pending if there are
+    none); a live ``prefer`` node
     leads the first partition (the node whose publish created the topic); replicas go to
     other ``racks`` first, then to the nodes holding the fewest of the topic's partitions,
     then the fewest ``copies`` over every topic (:func:`copy_load`: without it, the ties went
@@ -187,7 +195,7 @@ def place(
     later). Raises :class:`PlacementError` if fewer nodes than ``meta.replica`` are live."""
     candidates = sorted(set(nodes))
     if not candidates:
-        return TopicPlacement(name, meta)
+        return TopicPlacement(name, meta, topic_id=topic_id)
     if len(candidates) < meta.replica:
         raise PlacementError(
             f"NOT_ENOUGH_NODES: replicator {meta.replica} needs {meta.replica} nsqd nodes, "
@@ -217,7 +225,7 @@ def place(
             held[node] += 1
             total[node] += 1
         parts.append(PartitionAssignment(leader, chosen, 0, (leader, *chosen)))  # all empty
-    return TopicPlacement(name, meta, tuple(parts))
+    return TopicPlacement(name, meta, tuple(parts), topic_id=topic_id)
 
 
 def place_pending(
@@ -232,7 +240,15 @@ def place_pending(
     for placement in all_placements:
         if not placement.pending or len(set(nodes)) < max(placement.meta.replica, 1):
             continue
-        done = place(placement.name, placement.meta, nodes, load, racks=racks, copies=copies)
+        done = place(
+            placement.name,
+            placement.meta,
+            nodes,
+            load,
+            racks=racks,
+            copies=copies,
+            topic_id=placement.topic_id,
+        )
         for part in done.partitions:
             load[part.leader] = load.get(part.leader, 0) + 1
             for node in (part.leader, *part.replicas):
@@ -241,12 +257,13 @@ def place_pending(
     return placed
 
 
-def adopt(name: str, node: str, partitions: Iterable[int]) -> TopicPlacement:
+def adopt(name: str, node: str, partitions: Iterable[int], topic_id: str = "") -> TopicPlacement:
     """The default placement of a topic a node created by itself: ``node`` leads each
     partition it registered (``partition_num`` = the highest registered partition + 1)."""
     count = max(partitions, default=0) + 1
     parts = tuple(PartitionAssignment(node) for _ in range(count))
-    return TopicPlacement(name, TopicMeta(partition_num=count), parts, adopted=True)
+    meta = TopicMeta(partition_num=count)
+    return TopicPlacement(name, meta, parts, adopted=True, topic_id=topic_id)
 
 
 def expand(
@@ -329,6 +346,7 @@ def to_document(placement: TopicPlacement) -> dict[str, object]:
         "min_isr": meta.min_isr,
         "unclean": meta.unclean,
         "adopted": placement.adopted,
+        "topic_id": placement.topic_id,
         "moves": to_documents(placement.moves),
         "released": list(placement.released),
         "partitions": [
@@ -389,6 +407,9 @@ def from_document(name: str, document: Mapping[str, object]) -> TopicPlacement:
     released = document.get("released", [])
     if not isinstance(released, list):
         raise ValueError(f"topic {name}: released is not a list")
+    topic_id = document.get("topic_id", "")
+    if not isinstance(topic_id, str):
+        raise ValueError(f"topic {name}: topic_id is not a string")
     return TopicPlacement(
         name,
         meta,
@@ -397,4 +418,5 @@ def from_document(name: str, document: Mapping[str, object]) -> TopicPlacement:
         moves=moves,
         released=tuple(map(str, released)),
         joined=joined,
+        topic_id=topic_id,
     )

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -237,7 +238,7 @@ class Cluster(Operations):
             return
         placement = self.placements.get(topic)
         if placement is None:
-            placement = adopt(topic, peer.node_id, [partition])
+            placement = adopt(topic, peer.node_id, [partition], new_topic_id())
         elif placement.adopted and partition >= len(placement.partitions):
             grown = [*placement.partitions]
             grown += [PartitionAssignment(peer.node_id)] * (partition + 1 - len(grown))
@@ -305,7 +306,8 @@ class Cluster(Operations):
                 return
         load, copies = leader_load(self.placements.values()), copy_load(self.placements.values())
         nodes = self.placeable_nodes()
-        placement = place(name, meta, nodes, load, prefer, self.racks(), copies)
+        topic_id = existing.topic_id if existing is not None else new_topic_id()
+        placement = place(name, meta, nodes, load, prefer, self.racks(), copies, topic_id)
         self.placements[name] = placement
         tombstone = self.deleted.pop(name, None)
         self._changed()
@@ -363,6 +365,11 @@ def _sizes(value: object) -> dict[str, int]:
         for node, size in value.items()
         if isinstance(size, int) and not isinstance(size, bool) and size >= 0
     }
+
+
+def new_topic_id() -> str:
+    """The id of a new life of a topic (:attr:`TopicPlacement.topic_id`)."""
+    return uuid.uuid4().hex
 
 
 __all__ = [

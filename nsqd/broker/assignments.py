@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 
 from protocol.lookup import TopicAssignment
 
@@ -46,10 +47,17 @@ def wanted_topics(node: str, assignments: Sequence[TopicAssignment]) -> list[Top
                 retention_days=_count(a.meta.get("retention_days")),
                 sync_every=_count(a.meta.get("sync_every")),
                 min_isr=max(1, _count(a.meta.get("min_isr"))),
+                topic_id=topic_id(a),
             ),
         )
         for a in assignments
     ]
+
+
+def topic_id(assignment: TopicAssignment) -> str:
+    """The id of the topic's life lookupd placed ("" from a lookupd before ids)."""
+    value = assignment.meta.get("topic_id", "")
+    return value if isinstance(value, str) else ""
 
 
 def _count(value: object) -> int:
@@ -66,6 +74,7 @@ def topic_settings(topic: Topic) -> TopicSettings:
         retention_days=round(topic.retention / 86400) if topic.retention else 0,
         sync_every=topic.sync_every or 0,
         min_isr=topic.min_isr,
+        topic_id=topic.topic_id,
     )
 
 
@@ -77,6 +86,7 @@ def apply_settings(topic: Topic, settings: TopicSettings) -> None:
     topic.retention = settings.retention_days * 86400.0 if settings.retention_days else None
     topic.sync_every = settings.sync_every or None
     topic.min_isr = settings.min_isr
+    topic.topic_id = settings.topic_id or topic.topic_id
     if topic.ordered:
         for channel in topic.channels.values():
             channel.ordered = True
@@ -85,12 +95,19 @@ def apply_settings(topic: Topic, settings: TopicSettings) -> None:
 def _plan(registry: TopicRegistry, wanted: Sequence[TopicPlan], max_opens: int | None) -> Plan:
     local = {
         t.name: LocalTopic(
-            {p.number: p.state.placement for p in topic.partitions}, topic_settings(topic)
+            {p.number: p.state.placement for p in topic.partitions},
+            _as_seen(topic_settings(topic), t.settings),
         )
         for t in wanted
         if (topic := registry.topics.get(t.name)) is not None and not topic.deleted
     }
     return plan(wanted, local, max_opens)
+
+
+def _as_seen(have: TopicSettings, wanted: TopicSettings) -> TopicSettings:
+    """``have`` as compared with ``wanted``: a lookupd before ids names none, which changes
+    nothing (the id kept here is not a difference to apply at every assignment)."""
+    return have if wanted.topic_id else replace(have, topic_id="")
 
 
 def logs_to_open(

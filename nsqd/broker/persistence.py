@@ -136,6 +136,7 @@ def metadata_document(topics: list[Topic], version: str) -> dict[str, object]:
                 "retention": topic.retention,
                 "sync_every": topic.sync_every,
                 "min_isr": topic.min_isr,
+                "topic_id": topic.topic_id,
             }
             entry["held"] = {
                 str(p.number): placement_document(p.state.placement) for p in topic.partitions

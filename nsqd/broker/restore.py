@@ -59,6 +59,8 @@ def restore_topics(data_path: Path, logs: LogOpener) -> list[Topic]:
             topic.sync_every = sync_every if isinstance(sync_every, int) else None
             min_isr = meta.get("min_isr", 1)
             topic.min_isr = min_isr if isinstance(min_isr, int) and min_isr > 0 else 1
+            topic_id = meta.get("topic_id", "")
+            topic.topic_id = topic_id if isinstance(topic_id, str) else ""
         restored.append(topic)
         channel_entries = entry.get("channels", [])
         assert isinstance(channel_entries, list)

@@ -71,6 +71,9 @@ class Topic:
         self.retention: float | None = None
         self.sync_every: int | None = None
         self.min_isr = 1  # lookupd's min_isr: publishes refused while fewer copies are in sync
+        #: the life of the topic lookupd placed here ("" before lookupd named one): a copy of
+        #: an earlier life of the name is deleted before this node follows the new one
+        self.topic_id = ""
         self.channels: dict[str, Channel] = {}
         self.message_count = 0
         self.message_bytes = 0

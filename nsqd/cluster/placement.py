@@ -19,10 +19,16 @@ import logging
 import httpx
 import trio
 
-from protocol.lookup import ACCEPT_V1, ASSIGNMENTS_PATH, parse_assignments, parse_deleted
+from protocol.lookup import (
+    ACCEPT_V1,
+    ASSIGNMENTS_PATH,
+    TopicAssignment,
+    parse_assignments,
+    parse_deleted,
+)
 
 from ..broker import Broker, StorageError, admin
-from ..broker.assignments import wanted_topics
+from ..broker.assignments import topic_id, wanted_topics
 from ..core.errors import BrokerError
 from ..replication.progress import Outbox, ProgressTracker
 
@@ -82,6 +88,8 @@ async def apply_assignments(broker: Broker, node_id: str, document: object) -> N
     Raises ValueError for a document that is not lookupd's."""
     placed, deleted = parse_assignments(document), parse_deleted(document)
     try:
+        for assignment in placed:
+            await _delete_earlier_life(broker, assignment)
         wanted = wanted_topics(node_id, placed)
         await broker.apply_placement(node_id, placed, wanted, OPENS_PER_STEP)
         for name in set(deleted) - {t.name for t in placed}:
@@ -93,6 +101,27 @@ async def apply_assignments(broker: Broker, node_id: str, document: object) -> N
                 await admin.delete_topic(broker, name)
     except (BrokerError, StorageError, OSError) as exc:
         log.error("cannot apply lookupd's assignments: %s", exc)
+
+
+async def _delete_earlier_life(broker: Broker, assignment: TopicAssignment) -> None:
+    """Delete this node's copy of ``assignment``'s topic if it is of an earlier life of the
+    name (another topic id): the topic was deleted and made again on lookupd while this node
+    was away or stopped, so its copy holds the deleted topic's messages. Kept, it was followed
+    from its own end as if it were the new topic's (the leaders' epochs start again with a
+    new topic), counted in sync, and served the deleted messages once it led."""
+    local = broker.find_topic(assignment.name)
+    wanted = topic_id(assignment)
+    if local is None or local.deleted or not wanted or not local.topic_id:
+        return
+    if local.topic_id != wanted:
+        log.warning(
+            "TOPIC(%s): this copy is of an earlier topic of the name (id %s, lookupd's is %s), "
+            "deleted while this node was away: deleting it",
+            assignment.name,
+            local.topic_id,
+            wanted,
+        )
+        await admin.delete_topic(broker, assignment.name)
 
 
 async def report_progress(

@@ -46,6 +46,7 @@ class TopicSettings:
     retention_days: int = 0  # 0: nsqd's --retention
     sync_every: int = 0  # syncdisk; 0: nsqd's --sync-every
     min_isr: int = 1  # publishes refused while fewer copies are in sync
+    topic_id: str = ""  # the topic's life on lookupd ("": unknown; see TopicPlacement)
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,6 +4,7 @@ through lookupd, as a PUB does; a SUB of a topic placed on other nodes only is r
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 
 import pytest
@@ -79,6 +80,51 @@ def test_a_topic_deleted_on_lookupd_closes_its_consumers_on_every_node(
     assert post(lookupd, "/topic/delete?topic=gone&partition=**") == (200, b"")
     for consumer in consumers:
         assert consumer.closed_by_server(wait=10.0)
+
+
+def _bytes_on_disk(node: Daemon, topic: str) -> bytes:
+    files = (node.data_path / "topics").glob(f"*{topic}*/**/*")
+    return b"".join(path.read_bytes() for path in files if path.is_file())
+
+
+def _isr(lookupd: Daemon, node_id: str, topic: str) -> list[str]:
+    topics = get_json(lookupd, f"/pnsq/assignments?node={node_id}")["topics"]
+    return list(topics[topic]["partitions"]["0"]["isr"]) if topic in topics else []
+
+
+def test_a_copy_of_a_deleted_topic_is_not_kept_as_the_topic_made_again(
+    nodes: tuple[Daemon, list[Daemon]],
+) -> None:
+    """A replica stopped while its topic is deleted and made again on lookupd keeps a copy of
+    the first life: it must be deleted, not followed from its own end as the new topic's (the
+    new leader's epochs start again), counted in sync and served once it led."""
+    lookupd, (a, b) = nodes
+    create = "/topic/create?topic=lives&partition_num=1&replicator=2"
+    prefer = f"&prefer=127.0.0.1:{a.tcp_port}"
+    assert post(lookupd, create + prefer) == (200, b"")
+    wait_for(lambda: roles(a, "lives") == {0: "leader"} and roles(b, "lives"), what="placed")
+    _publish(a, "lives", b"first-life-message")
+    wait_for(lambda: b"first-life-message" in _bytes_on_disk(b, "lives"), what="copied to b")
+    assert b.proc is not None
+    b.proc.send_signal(signal.SIGSTOP)  # away while the topic is deleted and made again
+    try:
+        a_id = f"127.0.0.1:{a.tcp_port}"
+        wait_for(  # lookupd takes b for dead (it no longer answers b's long-poll at once)
+            lambda: _isr(lookupd, a_id, "lives") == [a_id], what="b out of the in-sync set"
+        )
+        assert post(lookupd, "/topic/delete?topic=lives&partition=**") == (200, b"")
+        wait_for(lambda: roles(a, "lives") is None, what="deleted on a")
+        assert post(lookupd, create + prefer) == (200, b"")
+        wait_for(lambda: roles(a, "lives") == {0: "leader"}, what="made again, led by a")
+        _publish(a, "lives", b"second-life-message")
+    finally:
+        b.proc.send_signal(signal.SIGCONT)
+
+    def second_life_only() -> bool:
+        held = _bytes_on_disk(b, "lives")
+        return b"second-life-message" in held and b"first-life-message" not in held
+
+    wait_for(second_life_only, timeout=20, what="b's copy of the first life deleted")
 
 
 def test_a_publish_brings_a_deleted_topic_back_as_new(nodes: tuple[Daemon, list[Daemon]]) -> None:

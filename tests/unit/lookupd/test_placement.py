@@ -284,3 +284,17 @@ def test_topic_after_topic_the_copies_stay_even(partitions: int, replica: int, n
         copies, leaders = copy_load(placed), leader_load(placed)
         assert max(copies.values()) - min(copies.values()) <= 1
         assert max(leaders.values()) - min(leaders.values()) <= 1
+
+
+def test_a_topic_id_goes_with_its_placement_everywhere() -> None:
+    """The id of a topic's life: in the assignment the nodes get, in the stored form, kept
+    by placing a pending topic; none in a placement stored before ids."""
+    pending = place("t", TopicMeta(2), [], topic_id="life-2")
+    placed = place_pending([pending], NODES)[0]
+    assert placed.topic_id == "life-2"
+    assert placed.assignment().meta["topic_id"] == "life-2"
+    assert from_document("t", to_document(placed)) == placed
+    legacy = to_document(placed)
+    del legacy["topic_id"]
+    assert from_document("t", legacy).topic_id == ""
+    assert "topic_id" not in from_document("t", legacy).assignment().meta
