@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import re
 
+import trio
+
 from protocol.consume import parse_consume_start
 from protocol.gostr import go_quote
 from protocol.message import MAX_PARTITIONS
@@ -29,6 +31,9 @@ from .errors import ADMIN_ERRORS
 
 BOOL_PARAMS = {"true": True, "1": True, "false": False, "0": False}  # nsqd's boolParams
 _ATOI = re.compile(r"[+-]?[0-9]+")  # Go's strconv.Atoi syntax
+#: the longest a node's ``/topic/delete`` of a topic lookupd placed waits for lookupd's own
+#: deletion of it to arrive (nsqadmin's Delete asks lookupd, then every node at once)
+DELETE_WAIT = 2.0
 
 
 def _bool_param(value: str | None, default: bool) -> bool:
@@ -142,9 +147,30 @@ class AdminAPI:
         return None
 
     async def topic_delete(self, request: Request) -> Reply:
+        """nsqd's ``/topic/delete``; on a cluster node, a topic lookupd placed is deleted only
+        through lookupd (:meth:`_deleted_through_lookupd`)."""
         name = topic_arg(request, validate=False)
+        topic = self.broker.find_topic(name)
+        forwarder = self.context.forwarder
+        if forwarder is not None and forwarder.active and topic is not None and topic.managed:
+            await self._deleted_through_lookupd(name)
+            return None
         await admin.delete_topic(self.broker, name)
         return None
+
+    async def _deleted_through_lookupd(self, name: str) -> None:
+        """A topic lookupd placed is one topic over its copies: this copy deleted alone left
+        its partitions led here to be made again empty, and their replicas were cut back to
+        them (acknowledged messages gone on every node). nsqadmin's Delete asks lookupd first,
+        then each node: this waits (:data:`DELETE_WAIT`) for lookupd's deletion to reach this
+        node. Otherwise (nsqadmin's per-node tombstone) ``400 TOPIC_PLACED_BY_LOOKUPD``: delete
+        it on lookupd, or move its partitions away (a drain)."""
+        broker = self.broker
+        with trio.move_on_after(DELETE_WAIT):
+            while (topic := broker.find_topic(name)) is not None and not topic.deleted:
+                await broker.changes.wait_after(broker.changes.generation)
+        if broker.find_topic(name) is not None:
+            raise HTTPError(400, "TOPIC_PLACED_BY_LOOKUPD")
 
     async def topic_empty(self, request: Request) -> Reply:
         name = topic_arg(request)

@@ -4,6 +4,7 @@ through lookupd, as a PUB does; a SUB of a topic placed on other nodes only is r
 
 from __future__ import annotations
 
+import json
 import signal
 from collections.abc import Iterator
 
@@ -18,6 +19,7 @@ from tests.integration.lookupd_helpers import (
     post,
     request,
     roles,
+    stored,
     wait_for,
 )
 from tests.rawclient import RawClient
@@ -125,6 +127,29 @@ def test_a_copy_of_a_deleted_topic_is_not_kept_as_the_topic_made_again(
         return b"second-life-message" in held and b"first-life-message" not in held
 
     wait_for(second_life_only, timeout=20, what="b's copy of the first life deleted")
+
+
+def test_a_nodes_own_topic_delete_of_a_placed_topic_is_refused(
+    nodes: tuple[Daemon, list[Daemon]],
+) -> None:
+    """nsqadmin's per-node tombstone calls the node's /topic/delete: the leader's copy deleted
+    alone was made again empty and its replica cut back to it (every acknowledged message
+    gone). Refused now; nsqadmin's Delete (lookupd first, then each node) still answers."""
+    lookupd, (a, b) = nodes
+    create = f"/topic/create?topic=kept&partition_num=1&replicator=2&prefer=127.0.0.1:{a.tcp_port}"
+    assert post(lookupd, create) == (200, b"")
+    wait_for(lambda: roles(a, "kept") == {0: "leader"} and roles(b, "kept"), what="placed")
+    for n in range(3):
+        _publish(a, "kept", b"kept %d" % n)
+    for node in (a, b):
+        got, raw = post(node, "/topic/delete?topic=kept")
+        assert (got, json.loads(raw)) == (400, {"message": "TOPIC_PLACED_BY_LOOKUPD"})
+    assert roles(a, "kept") == {0: "leader"}
+    assert stored(a, "kept") == 3
+    assert post(lookupd, "/topic/delete?topic=kept") == (200, b"")
+    for node in (a, b):  # as nsqadmin's Delete goes on: the node's own delete after lookupd's
+        assert post(node, "/topic/delete?topic=kept")[0] in (200, 404)
+        assert roles(node, "kept") is None
 
 
 def test_a_publish_brings_a_deleted_topic_back_as_new(nodes: tuple[Daemon, list[Daemon]]) -> None:
