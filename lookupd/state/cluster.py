@@ -297,12 +297,13 @@ class Cluster(Operations):
         the topic's parameters). Raises :class:`PlacementError` or :class:`StoreError`."""
         self._check_leading()
         existing = self.placements.get(name)
-        self.registry.add_topic(name)
         if existing is not None and (prefer is not None or keep_existing):
+            self.registry.add_topic(name)
             return  # a node's publish raced another's: the topic stays where it is
         if existing is not None:
             check_recreate(existing, meta)
             if not existing.adopted:
+                self.registry.add_topic(name)
                 return
         load, copies = leader_load(self.placements.values()), copy_load(self.placements.values())
         nodes = self.placeable_nodes()
@@ -322,6 +323,7 @@ class Cluster(Operations):
                 self.deleted[name] = tombstone
             self._changed()
             raise
+        self.registry.add_topic(name)  # (not for a create refused: the name was left listed)
         log.info("TOPIC(%s): created, %s", name, describe(placement))
 
     async def delete_topic(self, name: str) -> None:

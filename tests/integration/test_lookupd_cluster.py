@@ -211,6 +211,7 @@ CREATE_CASES = [
 def test_topic_create_refusals(cluster: Cluster, query: str, status: int, message: str) -> None:
     got, raw = post(cluster.lookupd, f"/topic/create?{query}")
     assert (got, json.loads(raw)) == (status, {"message": message})
+    assert "c1" not in get_json(cluster.lookupd, "/topics")["topics"]  # nothing left behind
 
 
 CHANGE_CASES = [
