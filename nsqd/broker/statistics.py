@@ -261,8 +261,10 @@ def topic_partition_statistics(topic: TopicSource) -> tuple[TopicPartitionStatis
 def topic_statistics(
     topic: TopicSource, e2e_percentiles: Sequence[float] = (), now_ns: int = 0
 ) -> TopicStatistics:
-    """The record of ``topic`` and its channels; latencies over the window at ``now_ns``."""
+    """The record of ``topic`` and its channels; latencies over the window at ``now_ns``. Its
+    depth is that of the partitions led here (as its channels' counts)."""
     parts = topic_partition_statistics(topic)
+    led = [p for p in parts if p.replication.leads]
     channels = sorted(topic.channels.values(), key=lambda c: c.name)
     e2e = None
     if e2e_percentiles and topic.channels:
@@ -277,8 +279,8 @@ def topic_statistics(
         partition_num=topic.partition_num,
         channel_auto_create=topic.channel_auto_create,
         youzan_style=youzan_style(topic),
-        depth=sum(p.depth for p in parts),
-        backend_depth=sum(p.backend_depth for p in parts),
+        depth=sum(p.depth for p in led),
+        backend_depth=sum(p.backend_depth for p in led),
         message_count=topic.message_count,
         message_bytes=topic.message_bytes,
         partitions=parts,
@@ -290,8 +292,10 @@ def topic_statistics(
 def channel_statistics(
     channel: ChannelSource, e2e_percentiles: Sequence[float] = (), now_ns: int = 0
 ) -> ChannelStatistics:
-    """The record of ``channel``; its latencies over the window at ``now_ns``."""
-    parts = []
+    """The record of ``channel``; its latencies over the window at ``now_ns``. Its counts are
+    those of the partitions led here (each node's ``/stats`` adds its own: nsqadmin and
+    nsq_stat sum them over the nodes); ``partitions`` lists every one held."""
+    parts, led = [], []
     for partition, cursor in channel.iter_cursors():
         end = partition.log.end_offset
         depth, deferred = channel.partition_counts(partition, cursor)
@@ -312,6 +316,8 @@ def channel_statistics(
                 lag=end - cursor.confirmed,
             )
         )
+        if partition.state.leads:  # a replica's copy of the channel is counted by its leader
+            led.append(parts[-1])
     e2e = None
     if e2e_percentiles:
         windows = [channel.e2e_latency] if channel.e2e_latency is not None else []
@@ -325,13 +331,13 @@ def channel_statistics(
         skipped=channel.skipped,
         skip_zan_test=channel.skip_zan_test,
         youzan_style=youzan_style(channel.topic),
-        depth=sum(p.depth for p in parts),
-        backend_depth=sum(p.backend_depth for p in parts),
-        in_flight_count=sum(p.in_flight_count for p in parts),
-        deferred_count=sum(p.deferred_count for p in parts),
-        message_count=sum(p.message_count for p in parts),
-        requeue_count=sum(p.requeue_count for p in parts),
-        timeout_count=sum(p.timeout_count for p in parts),
+        depth=sum(p.depth for p in led),
+        backend_depth=sum(p.backend_depth for p in led),
+        in_flight_count=sum(p.in_flight_count for p in led),
+        deferred_count=sum(p.deferred_count for p in led),
+        message_count=sum(p.message_count for p in led),
+        requeue_count=sum(p.requeue_count for p in led),
+        timeout_count=sum(p.timeout_count for p in led),
         client_count=len(channel.clients),
         subscribers=tuple(channel.clients),
         partitions=tuple(parts),

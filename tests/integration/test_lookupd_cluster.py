@@ -285,6 +285,42 @@ def test_listlookup_names_this_lookupd(cluster: Cluster) -> None:
     assert listed == {"lookupdnodes": [me], "lookupdleader": me}
 
 
+def test_stats_count_each_message_once_over_the_nodes(cluster: Cluster) -> None:
+    """nsqadmin and nsq_stat add each node's /stats: a replica's copy of a partition (and of
+    its channels) is counted by its leader only, so a replicated topic's backlog is not
+    counted once per copy. The partitions list still shows every partition held."""
+    assert (
+        post(cluster.lookupd, "/topic/create?topic=counted&partition_num=2&replicator=2")[0] == 200
+    )
+    wait_for(
+        lambda: all(
+            roles(n, "counted") and len(roles(n, "counted") or {}) == 2 for n in cluster.nodes
+        )
+    )
+
+    def summed(key: str, channel: bool) -> int:
+        total = 0
+        for node in cluster.nodes:
+            for topic in get_json(node, "/stats?format=json&topic=counted")["topics"] or ():
+                entries = topic["channels"] if channel else [topic]
+                total += sum(entry[key] for entry in entries)
+        return total
+
+    leaders = wait_for(
+        lambda: len(found := lookup(cluster.lookupd, "counted")["partitions"]) == 2 and found
+    )
+    for n in range(4):
+        leader = cluster.node_by_tcp_port(leaders[str(n % 2)]["tcp_port"])
+        publish_to_partition(leader, "counted", n % 2, b"m%d" % n)
+    wait_for(lambda: summed("depth", channel=False) == 4, what="topic depth 4 over the nodes")
+    for node in cluster.nodes:
+        assert post(node, "/channel/create?topic=counted&channel=c")[0] == 200
+    wait_for(lambda: summed("depth", channel=True) == 4, what="channel depth 4 over the nodes")
+    assert summed("message_count", channel=False) == 4
+    held = get_json(cluster.nodes[0], "/stats?format=json&topic=counted")["topics"][0]
+    assert len(held["partitions"]) == 2  # one led, one a replica: both listed
+
+
 def test_a_topic_created_while_every_node_is_drained_is_placed_once_one_is_back(
     cluster: Cluster,
 ) -> None:
