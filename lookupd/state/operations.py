@@ -41,8 +41,15 @@ class Operations(Metadata):
         raise NotImplementedError
 
     def placeable_nodes(self) -> list[str]:
-        """Live nodes that may take new copies: not being drained."""
-        return [n for n in self.live_nodes() if n not in self.removing]
+        """Live nodes that may take new copies: not being drained, and heard from within the
+        heartbeat timeout (a node still registered but silent, hung or cut off, was given new
+        partitions that were offline from their first moment)."""
+        now = self.clock()
+        return [
+            n
+            for n in self.live_nodes()
+            if n not in self.removing and self.liveness.is_alive(n, now)
+        ]
 
     async def update_meta(
         self,

@@ -5,6 +5,7 @@ Go nsqd 1.3.0 registering, and default placements for topics stock clients auto-
 from __future__ import annotations
 
 import json
+import signal
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -319,6 +320,31 @@ def test_stats_count_each_message_once_over_the_nodes(cluster: Cluster) -> None:
     assert summed("message_count", channel=False) == 4
     held = get_json(cluster.nodes[0], "/stats?format=json&topic=counted")["topics"][0]
     assert len(held["partitions"]) == 2  # one led, one a replica: both listed
+
+
+def test_a_silent_node_takes_no_new_partitions(cluster: Cluster) -> None:
+    """A node still registered but not heard from (hung, cut off) is given no new partition:
+    they were offline from their first moment. Once it is back it takes its share again."""
+    a, b = cluster.nodes
+    a_id, b_id = (f"127.0.0.1:{n.tcp_port}" for n in (a, b))
+    query = f"/topic/create?topic=watch&partition_num=1&replicator=2&prefer={a_id}"
+    assert post(cluster.lookupd, query)[0] == 200
+
+    def isr() -> list[str]:
+        topics = get_json(cluster.lookupd, f"/pnsq/assignments?node={a_id}")["topics"]
+        return list(topics["watch"]["partitions"]["0"]["isr"])
+
+    wait_for(lambda: isr() == [a_id, b_id] or isr() == [b_id, a_id], what="b in sync")
+    assert b.proc is not None
+    b.proc.send_signal(signal.SIGSTOP)
+    try:
+        wait_for(lambda: isr() == [a_id], what="lookupd takes b for gone")
+        assert post(cluster.lookupd, "/topic/create?topic=afresh&partition_num=4")[0] == 200
+        placed = get_json(cluster.lookupd, f"/pnsq/assignments?node={a_id}")["topics"]["afresh"]
+        assert {p["leader"] for p in placed["partitions"].values()} == {a_id}
+    finally:
+        b.proc.send_signal(signal.SIGCONT)
+    wait_for(lambda: sorted(isr()) == sorted([a_id, b_id]), what="b back in sync")
 
 
 def test_a_topic_created_while_every_node_is_drained_is_placed_once_one_is_back(
