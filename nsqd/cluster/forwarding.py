@@ -58,6 +58,7 @@ log = logging.getLogger("nsqd.forward")
 TIMEOUT = 5.0  # one forwarded publish, connecting included
 CREATE_WAIT = 2.0  # seconds a publish waits for a topic it had lookupd create to be placed
 RELOOK = 0.05  # seconds between lookups while lookupd still names this node as the leader
+_NOT_LEADER = "E_FAILED_ON_NOT_LEADER"  # a leader's answer for a partition it leads no more
 #: lookupd's /topic/create answers once the placed nodes registered the topic, after 2 s at
 #: most: the node's usual 2 s read timeout turned a slow registration into "lookupd unreachable"
 ADMIN_TIMEOUT = httpx.Timeout(TIMEOUT, connect=1.0)
@@ -317,36 +318,47 @@ class Forwarder:
         """Publish ``bodies`` (one DPUB when ``defer_ms``) at a leader of ``topic``, round-robin
         over its partitions; returns once that leader acknowledged. While no lookupd answers,
         the leaders this node's own placement names (``broker``'s: the partitions of ``topic``
-        it holds as a replica) stand in for lookupd's. Raises ForwardError."""
-        leaders, numbers = await self._targets(topic, broker)
-        entry = self._cache.entry(topic)
-        number = numbers[entry.next % len(numbers)]
-        entry.next += 1
-        address = leaders[number]
-        if defer_ms:
-            commands = [encode_command(Dpub(topic, defer_ms, body)) for body in bodies]
-        elif len(bodies) == 1:
-            commands = [encode_command(Pub(topic, bodies[0], number))]
-        else:
-            commands = [encode_command(Mpub(topic, bodies, number))]
-        sent = 0  # commands the leader acknowledged
+        it holds as a replica) stand in for lookupd's. A leader that answers it leads the
+        partition no more (a move, a drain, a hand-over a moment ago) is looked up again and
+        the rest goes once more, to the new leader (a stock client cannot do that itself: it
+        gets an error it does not know, fatal when forwarded). A refused publish may have been
+        stored all the same (appended as the lead moved away): sent again, it is there at
+        least once, as a stock client's own retry would leave it. Raises ForwardError."""
+        sent = 0  # bodies a leader acknowledged
+        for attempt in range(2):
+            leaders, numbers = await self._targets(topic, broker)
+            entry = self._cache.entry(topic)
+            number = numbers[entry.next % len(numbers)]
+            entry.next += 1
+            address = leaders[number]
+            rest = bodies[sent:]
+            if defer_ms:
+                commands = [encode_command(Dpub(topic, defer_ms, body)) for body in rest]
+            elif len(rest) == 1:
+                commands = [encode_command(Pub(topic, rest[0], number))]
+            else:
+                commands = [encode_command(Mpub(topic, rest, number))]
+            acked, refused = await self._send(topic, address, commands)
+            if refused is None:
+                return
+            sent += acked  # (DPUBs go one by one: those acknowledged are not sent again)
+            if attempt == 0 and refused.startswith(_NOT_LEADER):
+                log.info(
+                    "FORWARD: %s:%d leads %s/%d no more: looking again", *address, topic, number
+                )
+                await self._cache.until_moved(topic, number, address, CREATE_WAIT, RELOOK)
+                continue
+            raise ForwardError(f"leader {address[0]}:{address[1]}: {refused}")
+
+    async def _send(
+        self, topic: str, address: tuple[str, int], commands: list[bytes]
+    ) -> tuple[int, str | None]:
+        """Send ``commands`` to the leader at ``address`` one by one: how many it acknowledged
+        and its refusal of the next (None once all were). Raises ForwardError when the link
+        fails."""
         try:
             with trio.fail_after(TIMEOUT):
-                while sent < len(commands):
-                    kept = self._links.is_open(address)
-                    try:
-                        refused = await self._links.exchange(address, commands[sent])
-                    except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
-                        if not kept:
-                            raise
-                        # a kept link the leader closed while it was idle (it restarted, or
-                        # dropped it): the command goes again once, on a new link
-                        await self._links.drop(address)
-                        log.info("FORWARD: link to %s:%d was closed: sending again", *address)
-                        refused = await self._links.exchange(address, commands[sent])
-                    if refused is not None:
-                        raise ForwardError(f"leader {address[0]}:{address[1]}: {refused}")
-                    sent += 1
+                return await self._links.send_all(address, commands)
         except (
             OSError,
             trio.BrokenResourceError,

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import httpx
+import trio
 
 from protocol.lookup import ACCEPT_V1, unwrap
 
@@ -97,6 +98,22 @@ class LeaderCache:
     def forget(self, topic: str) -> None:
         """Look ``topic`` up again next time."""
         self._topics.pop(topic, None)
+
+    async def until_moved(
+        self, topic: str, number: int, old: tuple[str, int], within: float, every: float
+    ) -> None:
+        """Look ``topic`` up again, every ``every`` seconds for up to ``within``, until lookupd
+        names another leader of partition ``number`` than ``old`` (which said it leads it no
+        more: lookupd's answer follows its decision a moment later), or none answers."""
+        with trio.move_on_after(within):
+            while True:
+                self.forget(topic)
+                try:
+                    if (await self.get(topic)).get(number) != old:
+                        return
+                except NoLookupdError:
+                    return
+                await trio.sleep(every)
 
     def keep(self, topic: str, partitions: dict[int, tuple[str, int]]) -> None:
         """While no lookupd answers: ``partitions``, known otherwise (:func:`placed_leaders`),

@@ -65,6 +65,29 @@ class LeaderLinks:
                 assert not isinstance(frame, MessageFrame)  # nothing subscribes here
                 return f"unexpected {frame!r}"
 
+    async def send_all(
+        self, address: tuple[str, int], commands: list[bytes]
+    ) -> tuple[int, str | None]:
+        """:meth:`exchange` ``commands`` one by one: how many the leader acknowledged, and its
+        refusal of the next (None once all were). A kept link the leader closed while it was
+        idle (it restarted, or dropped it) gets the command again once, on a new link. Raises
+        what :meth:`exchange` raises."""
+        sent = 0
+        while sent < len(commands):
+            kept = self.is_open(address)
+            try:
+                refused = await self.exchange(address, commands[sent])
+            except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
+                if not kept:
+                    raise
+                await self.drop(address)
+                log.info("FORWARD: link to %s:%d was closed: sending again", *address)
+                refused = await self.exchange(address, commands[sent])
+            if refused is not None:
+                return sent, refused
+            sent += 1
+        return sent, None
+
     def is_open(self, address: tuple[str, int]) -> bool:
         """Whether a link to ``address`` is kept open (the next exchange reuses it)."""
         return address in self._peers

@@ -98,35 +98,37 @@ def test_a_copy_of_a_deleted_topic_is_not_kept_as_the_topic_made_again(
     nodes: tuple[Daemon, list[Daemon]],
 ) -> None:
     """A replica stopped while its topic is deleted and made again on lookupd keeps a copy of
-    the first life: it must be deleted, not followed from its own end as the new topic's (the
-    new leader's epochs start again), counted in sync and served once it led."""
+    the first life (it never saw the tombstone): it must be deleted, not followed from its own
+    end as the new topic's once it is given a copy again (the new leader's epochs start
+    again), counted in sync and served once it led."""
     lookupd, (a, b) = nodes
-    create = "/topic/create?topic=lives&partition_num=1&replicator=2"
-    prefer = f"&prefer=127.0.0.1:{a.tcp_port}"
-    assert post(lookupd, create + prefer) == (200, b"")
+    a_id = f"127.0.0.1:{a.tcp_port}"
+    create = f"/topic/create?topic=lives&partition_num=1&prefer={a_id}"
+    assert post(lookupd, create + "&replicator=2") == (200, b"")
     wait_for(lambda: roles(a, "lives") == {0: "leader"} and roles(b, "lives"), what="placed")
     _publish(a, "lives", b"first-life-message")
     wait_for(lambda: b"first-life-message" in _bytes_on_disk(b, "lives"), what="copied to b")
     assert b.proc is not None
     b.proc.send_signal(signal.SIGSTOP)  # away while the topic is deleted and made again
     try:
-        a_id = f"127.0.0.1:{a.tcp_port}"
-        wait_for(  # lookupd takes b for dead (it no longer answers b's long-poll at once)
+        wait_for(  # lookupd takes b for gone (it no longer answers b's long-poll at once)
             lambda: _isr(lookupd, a_id, "lives") == [a_id], what="b out of the in-sync set"
         )
         assert post(lookupd, "/topic/delete?topic=lives&partition=**") == (200, b"")
         wait_for(lambda: roles(a, "lives") is None, what="deleted on a")
-        assert post(lookupd, create + prefer) == (200, b"")
+        assert post(lookupd, create + "&replicator=1") == (200, b"")  # b is silent: a alone
         wait_for(lambda: roles(a, "lives") == {0: "leader"}, what="made again, led by a")
         _publish(a, "lives", b"second-life-message")
     finally:
         b.proc.send_signal(signal.SIGCONT)
+    # back, and given a copy of the new life
+    assert post(lookupd, "/topic/meta/update?topic=lives&replicator=2") == (200, b"")
 
     def second_life_only() -> bool:
         held = _bytes_on_disk(b, "lives")
         return b"second-life-message" in held and b"first-life-message" not in held
 
-    wait_for(second_life_only, timeout=20, what="b's copy of the first life deleted")
+    wait_for(second_life_only, timeout=30, what="b's copy of the first life deleted")
 
 
 def test_a_nodes_own_topic_delete_of_a_placed_topic_is_refused(
