@@ -78,6 +78,11 @@ class Dispatch:
             or any(_tag_of(c) or getattr(c, "ext_filter", None) for c in channel.clients)
         )
 
+    @property
+    def holding(self) -> bool:
+        """Whether any message waits for its pool."""
+        return bool(self._held)
+
     def held_count(self, partition: int | None = None) -> int:
         """Messages waiting for their pool (of ``partition``, if given): part of the depth."""
         return sum(

@@ -75,6 +75,8 @@ class Consuming:
         self.requeue_count = 0
         self._pump_lot = ParkingLot()  # the pump waits here for RDY room or messages
         self._pump_idle = False  # parked there (not sending, not waiting for the socket)
+        #: the topic's ``leads_lost`` the pump started with (None: no pump yet)
+        self._leads_lost_seen: int | None = None
         self._delivery_queued = False  # with the publish reactor's turn (deliver_now)
         #: what a delivery made for the idle pump raised: the pump raises it
         self._delivery_error: Exception | None = None
@@ -91,7 +93,8 @@ class Consuming:
         channel = self.channel
         if channel is not None:
             self.broker.unsubscribe(channel, self.owner)
-            channel.notify()  # messages held for our tag go to the others
+            if channel.dispatch.holding:  # messages held for our tag go to the others
+                channel.notify()  # (not at every departure: N leaving together woke N² times)
 
     def set_ready(self, count: int) -> None:
         """RDY: the client takes up to ``count`` messages in flight."""
@@ -174,9 +177,17 @@ class Consuming:
     # ------------------------------------------------------------------ delivery
 
     def wake(self) -> None:
-        """The channel may have messages for us. When the publish reactor's appends woke an
-        idle pump, the reactor makes its delivery before the turn's replies (deliver_now),
-        and the pump is woken only if that leaves something for it."""
+        """The channel may have messages for us. An idle pump with no RDY room is left parked
+        (RDY, FIN, REQ and timeouts wake it when room comes) unless a lead of the topic was
+        lost since it started: the channel wakes every consumer on every append, and waking
+        those that cannot take anything (RDY 0: go-nsq's spare connections) cost each publish
+        ~11 µs per such consumer. When the publish reactor's appends woke an idle pump, the
+        reactor makes its delivery before the turn's replies (deliver_now), and the pump is
+        woken only if that leaves something for it."""
+        if self._pump_idle and self.in_flight >= self.ready_count:
+            channel = self.channel
+            if channel is not None and channel.topic.leads_lost == self._leads_lost_seen:
+                return
         reactor = self._reactor
         if (
             self._pump_idle
@@ -235,7 +246,7 @@ class Consuming:
         owner = self.owner
         max_pending = self.settings.max_pending_output_bytes
         topic = channel.topic
-        leads_lost = topic.leads_lost
+        leads_lost = self._leads_lost_seen = topic.leads_lost
         while not self._ended:
             if only is not None and not _leads(channel, only):
                 await self._lost_lead(f"partition {only} no longer led here")
