@@ -93,14 +93,16 @@ class CommandParser(PublishReader, AckReader):
         return rest
 
     def close(self) -> None:
-        """The connection ended: drop the unparsed bytes and the sticky error at once. A parser
-        is in a reference cycle of its own (its command table holds its bound methods), and so
-        is a sticky error (its traceback holds the frames that raised it, with the command's
-        body): left to the cycle collector, a body cut short (up to ``--max-body-size`` a
-        connection) stayed in memory until its next full pass."""
+        """The connection ended: drop the unparsed bytes, the sticky error and the command
+        table at once. A parser is in a reference cycle of its own (its command table holds its
+        bound methods), and so is a sticky error (its traceback holds the frames that raised
+        it, with the command's body): left to the cycle collector, a body cut short (up to
+        ``--max-body-size`` a connection) stayed in memory until its next full pass. No
+        command is read after this."""
         self._buf = bytearray()
         self._pos = 0
         self._error = None
+        self._handlers = {}
 
     @property
     def buffered(self) -> int:

@@ -34,6 +34,22 @@ if TYPE_CHECKING:
 log = logging.getLogger("nsqd.session")
 
 
+class _Departed:
+    """The owner of a consumer whose connection has ended (:meth:`Consuming.depart`): it
+    consumes nothing and is woken for nothing."""
+
+    partition: int | None = None
+
+    def wake(self) -> None:
+        """Nothing to wake."""
+
+    def message_timed_out(self) -> None:
+        """Nothing holds RDY room any more."""
+
+
+DEPARTED: Subscriber = _Departed()
+
+
 class Consuming:
     """A connection's consumer state and commands.
 
@@ -95,6 +111,12 @@ class Consuming:
             self.broker.unsubscribe(channel, self.owner)
             if channel.dispatch.holding:  # messages held for our tag go to the others
                 channel.notify()  # (not at every departure: N leaving together woke N² times)
+
+    def depart(self) -> None:
+        """The connection has ended: the pump returns, and the broker's view of the
+        connection (``owner``, which holds this consumer) is let go."""
+        self.stop()
+        self.owner = DEPARTED
 
     def set_ready(self, count: int) -> None:
         """RDY: the client takes up to ``count`` messages in flight."""

@@ -152,7 +152,11 @@ class Session:
                 else:
                     nursery.cancel_scope.cancel()
         finally:
+            # what refers back to the session (the consumer's owner) or to itself (the parser's
+            # command table) goes: its parts are then freed as it ends, not at the collector's
+            # rare full pass (GC_THRESHOLDS), which let 10,000 closed connections hold ~75 MB
             self._consuming.unsubscribe()
+            self._consuming.depart()
             self.parser.close()
 
     async def _read_loop(self) -> bool:
