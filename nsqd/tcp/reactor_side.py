@@ -57,9 +57,12 @@ class ReactorSide:
         output: OutputBuffer,
         clock: Clock,
         reactor: PublishReactor | None,
+        max_unsent: int = 1024 * 1024,
     ) -> None:
         """``stream``: the connection's stream as accepted; the reactor serves the connection
-        only while that is a plain socket stream and still its stream (the session checks)."""
+        only while that is a plain socket stream and still its stream (the session checks),
+        and while fewer than ``max_unsent`` bytes of its replies wait for the client to read
+        them (:meth:`replies_waiting`)."""
         self.stream = stream
         self._socket = stream.socket if isinstance(stream, PlainSocketStream) else None
         self.parser = parser
@@ -73,6 +76,13 @@ class ReactorSide:
         self.unreplicated: tuple[Sequence[Record], Taken] | None = None
         self.at_eof = False
         self.last_read = clock.monotonic()
+        self._max_unsent = max_unsent
+
+    def replies_waiting(self) -> bool:
+        """The client has left more of its replies unread than the bound: nothing more is read
+        from it until they went (nsqd's writes block the same way). A publisher that never read
+        its OKs grew the daemon without bound (the reactor read on regardless)."""
+        return self.output.backlog > self._max_unsent
 
     def serving_reactor(
         self, stream: trio.abc.Stream, channel: Channel | None, auth: SessionAuth | None
@@ -89,6 +99,7 @@ class ReactorSide:
             and channel is None
             and auth is None
             and type(stream) is PlainSocketStream
+            and not self.replies_waiting()
         ):
             return reactor
         return None
@@ -102,6 +113,8 @@ class ReactorSide:
         acknowledges at once are taken for the reactor's append; anything else is left for the
         command loop."""
         assert isinstance(self.stream, PlainSocketStream)
+        if self.replies_waiting():  # its own task waits for the client to read them
+            return Read.HAND_OVER
         data = self.stream.receive_nowait(RECEIVE_SIZE)
         if data is None:
             return Read.WAIT

@@ -110,7 +110,13 @@ class Session:
         self.message_timed_out = consuming.message_timed_out
         self.connect_time = int(self.clock.now())
         self._side = ReactorSide(
-            stream, self.parser, self.publisher, self.output, self.clock, reactor
+            stream,
+            self.parser,
+            self.publisher,
+            self.output,
+            self.clock,
+            reactor,
+            settings.max_pending_output_bytes,
         )
         heartbeat_interval = limits.default_heartbeat_interval_ms / 1000
         self._timers = Timers(
@@ -182,6 +188,9 @@ class Session:
                     # (a publisher the reactor serves waits there: its next read is a turn's)
                     data = stream.receive_nowait(RECEIVE_SIZE)
             if data is None:
+                if side.replies_waiting() and self._consuming.channel is None:
+                    await output.wait_sent()  # (a consumer's pump bounds its own output)
+                    continue
                 reactor = side.serving_reactor(self.stream, self._consuming.channel, self.auth)
                 if reactor is None:
                     data = await self.stream.receive_some(RECEIVE_SIZE)

@@ -5,6 +5,7 @@ hundreds of megabytes a round of connections."""
 from __future__ import annotations
 
 import gc
+import socket
 import struct
 import tracemalloc
 from collections.abc import Iterator
@@ -14,6 +15,7 @@ from pathlib import Path
 import trio
 
 from nsqd.tcp.session import Session
+from nsqd.tcp.settings import SessionSettings
 from tests.unit.nsqd.tcp.test_publish_reactor import connect, listening
 
 ELEMENT = 1_000_000  # each of the MPUB's four messages, with its size (the limit is 1 MiB)
@@ -77,3 +79,23 @@ async def test_a_closed_connection_leaves_nothing_for_the_cycle_collector(tmp_pa
             with trio.fail_after(10):  # fails without: nothing would free them
                 while sessions_left() > before:
                     await trio.sleep(0.01)
+
+
+async def test_a_publisher_that_reads_no_replies_is_read_no_further(tmp_path: Path) -> None:
+    """nsqd stops reading a client whose replies it cannot write; the publish reactor read on
+    and queued an OK per PUB without bound (a stranger's connection grew the daemon by
+    megabytes a second). Bounded now by --max-pending-output-bytes' share."""
+    bound = 64 * 1024
+    pub = b"PUB t\n" + struct.pack(">I", 1) + b"x"
+    settings = SessionSettings(max_pending_output_bytes=bound)
+    async with listening(tmp_path, settings) as (broker, server, port):
+        client = await connect(port)
+        client.stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        with trio.move_on_after(3):  # until the daemon stops reading us
+            while True:
+                await client.stream.send_all(pub * 1000)
+        (session,) = server.sessions
+        assert session.output.backlog <= bound + 64 * 1024  # (one read's replies past it)
+        stored = broker.topics["t"].partitions[0].log.end_offset
+        await client.stream.aclose()
+    assert stored < 1_000_000  # it stopped reading: not everything sent was taken
