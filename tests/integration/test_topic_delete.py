@@ -121,8 +121,11 @@ def test_a_copy_of_a_deleted_topic_is_not_kept_as_the_topic_made_again(
         _publish(a, "lives", b"second-life-message")
     finally:
         b.proc.send_signal(signal.SIGCONT)
-    # back, and given a copy of the new life
-    assert post(lookupd, "/topic/meta/update?topic=lives&replicator=2") == (200, b"")
+    # back (heard from again: lookupd places copies on it), and given a copy of the new life
+    wait_for(
+        lambda: post(lookupd, "/topic/meta/update?topic=lives&replicator=2") == (200, b""),
+        what="a second copy placed",
+    )
 
     def second_life_only() -> bool:
         held = _bytes_on_disk(b, "lives")
