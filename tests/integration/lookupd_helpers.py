@@ -132,6 +132,13 @@ def roles(node: Daemon, topic: str) -> dict[int, str] | None:
     return held
 
 
+def in_sync(lookupd: Daemon, node_id: str, topic: str) -> list[str]:
+    """Partition 0's in-sync set as lookupd saved it, from the assignments of ``node_id`` (a
+    node holding the topic); [] if that node's assignments do not list it."""
+    topics = get_json(lookupd, f"/pnsq/assignments?node={node_id}")["topics"]
+    return list(topics[topic]["partitions"]["0"]["isr"]) if topic in topics else []
+
+
 def stored(node: Daemon, topic: str) -> int:
     """Messages the node stored for ``topic`` (``message_count`` in its ``/stats``)."""
     stats = get_json(node, f"/stats?format=json&topic={topic}")

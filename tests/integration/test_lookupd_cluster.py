@@ -16,6 +16,7 @@ from protocol import Sub
 from tests.daemons import Daemon, go_nsqd
 from tests.integration.lookupd_helpers import (
     get_json,
+    in_sync,
     lookup,
     pnsq_cluster,
     post,
@@ -331,8 +332,7 @@ def test_a_silent_node_takes_no_new_partitions(cluster: Cluster) -> None:
     assert post(cluster.lookupd, query)[0] == 200
 
     def isr() -> list[str]:
-        topics = get_json(cluster.lookupd, f"/pnsq/assignments?node={a_id}")["topics"]
-        return list(topics["watch"]["partitions"]["0"]["isr"])
+        return in_sync(cluster.lookupd, a_id, "watch")
 
     wait_for(lambda: isr() == [a_id, b_id] or isr() == [b_id, a_id], what="b in sync")
     assert b.proc is not None

@@ -14,6 +14,7 @@ from protocol import Mpub, Pub, PubTrace, Rdy, Sub
 from tests.daemons import Daemon
 from tests.integration.lookupd_helpers import (
     get_json,
+    in_sync,
     lookup,
     pnsq_cluster,
     post,
@@ -89,11 +90,6 @@ def _bytes_on_disk(node: Daemon, topic: str) -> bytes:
     return b"".join(path.read_bytes() for path in files if path.is_file())
 
 
-def _isr(lookupd: Daemon, node_id: str, topic: str) -> list[str]:
-    topics = get_json(lookupd, f"/pnsq/assignments?node={node_id}")["topics"]
-    return list(topics[topic]["partitions"]["0"]["isr"]) if topic in topics else []
-
-
 def test_a_copy_of_a_deleted_topic_is_not_kept_as_the_topic_made_again(
     nodes: tuple[Daemon, list[Daemon]],
 ) -> None:
@@ -112,7 +108,7 @@ def test_a_copy_of_a_deleted_topic_is_not_kept_as_the_topic_made_again(
     b.proc.send_signal(signal.SIGSTOP)  # away while the topic is deleted and made again
     try:
         wait_for(  # lookupd takes b for gone (it no longer answers b's long-poll at once)
-            lambda: _isr(lookupd, a_id, "lives") == [a_id], what="b out of the in-sync set"
+            lambda: in_sync(lookupd, a_id, "lives") == [a_id], what="b out of the in-sync set"
         )
         assert post(lookupd, "/topic/delete?topic=lives&partition=**") == (200, b"")
         wait_for(lambda: roles(a, "lives") is None, what="deleted on a")
