@@ -17,7 +17,14 @@ A follower that understands the topic's administrative state (paused flags, chan
 their flags) says so with a Hello carrying :data:`FEATURE_ADMIN` (type ``HELLO_EX``); only
 then does the leader send :class:`Admin` frames, each answered with :class:`AdminAck`. A
 leader from before ``HELLO_EX`` answers it with ``Error E_BAD_FRAME``: the follower then
-dials again with a plain Hello, so either side may be upgraded first.
+dials again with a plain Hello, so either side may be upgraded first. Each later feature bit
+is given up the same way, newest first (:data:`FEATURES_NEWEST_FIRST`).
+
+A Hello with :data:`FEATURE_TOPIC_ID` ends with a third string: the id of the life of the topic
+the follower's copy belongs to (lookupd gives each creation of a name a new one; empty: not
+known). A leader whose topic has another id answers ``Error E_OTHER_LIFE``: the copy holds a
+deleted topic's messages and must not be followed as the new one's (its node deletes it when it
+applies lookupd's assignments, then follows from nothing).
 
 Every frame, both directions, big-endian::
 
@@ -67,7 +74,7 @@ HELLO_EX: Final = struct.Struct(
     "Q"  # log_end: the follower's log end offset (next offset it would write)
     "I"  # last_epoch: epoch of the follower's last record (0: empty log)
     "I"  # features: FEATURE_* bits the follower understands (no other bit)
-)  # then String node, String topic
+)  # then String node, String topic, and with FEATURE_TOPIC_ID String topic_id
 ACK: Final = struct.Struct(
     ">I"  # epoch: the leader epoch the follower follows
     "Q"  # log_end: the follower holds every record before this offset
@@ -136,11 +143,15 @@ FEATURE_NODE_BEAT: Final = 0x4
 #: the follower takes the Cursors frames of ``#ephemeral`` channels as marks, not channels: where
 #: each one is, so that its consumer, back on a new leader, goes on from there
 FEATURE_EPHEMERAL: Final = 0x8
+#: the Hello carries the topic id of the follower's copy; the leader refuses another life's copy
+FEATURE_TOPIC_ID: Final = 0x10
 #: every feature bit this codec knows
-FEATURES: Final = FEATURE_ADMIN | FEATURE_REPAIR | FEATURE_NODE_BEAT | FEATURE_EPHEMERAL
+FEATURES: Final = (
+    FEATURE_ADMIN | FEATURE_REPAIR | FEATURE_NODE_BEAT | FEATURE_EPHEMERAL | FEATURE_TOPIC_ID
+)
 #: the bits a follower gives up, newest first, for a leader that refuses its Hello's bits
 #: (a release before them); after them, none at all (a leader from before ``HELLO_EX``)
-FEATURES_NEWEST_FIRST: Final = (FEATURE_EPHEMERAL, FEATURE_NODE_BEAT)
+FEATURES_NEWEST_FIRST: Final = (FEATURE_TOPIC_ID, FEATURE_EPHEMERAL, FEATURE_NODE_BEAT)
 ADMIN_PAUSED: Final = 0x1  # topic or channel paused
 ADMIN_ORDERED: Final = 0x2  # channel ordered (SUB_ORDERED, /channel/setorder)
 ADMIN_SKIPPED: Final = 0x4  # channel skipped (youzan /channel/skip)
@@ -177,6 +188,7 @@ class ReplicationErrorCode(StrEnum):
     UNKNOWN_PARTITION = "E_UNKNOWN_PARTITION"  # no such topic partition here
     BAD_FRAME = "E_BAD_FRAME"  # the follower's frames broke this protocol
     NOT_REPLICA = "E_NOT_REPLICA"  # the authenticated follower is not placed on the partition
+    OTHER_LIFE = "E_OTHER_LIFE"  # the follower's copy is of another life of the topic (its id)
 
 
 class ReplicationProtocolError(ProtocolError):
@@ -194,6 +206,8 @@ class Hello:
     log_end: int
     last_epoch: int
     features: int = 0  # FEATURE_* bits; non-zero is sent as HELLO_EX
+    #: the topic id of the follower's copy ("": not known); sent only with FEATURE_TOPIC_ID
+    topic_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,6 +31,7 @@ from .replication import (
     CURSORS,
     CURSORS_ACK,
     DEFERRED,
+    FEATURE_TOPIC_ID,
     FEATURES,
     FRAME_HEADER,
     HELLO,
@@ -126,7 +127,8 @@ def _hello_ex(body: _Body) -> Hello:
         raise body.error(f"features {features:#x}: unknown bits, or none")
     node = body.string("node")
     topic = body.string("topic")
-    return Hello(node, topic, partition, epoch, log_end, last_epoch, features)
+    topic_id = body.string("topic_id") if features & FEATURE_TOPIC_ID else ""
+    return Hello(node, topic, partition, epoch, log_end, last_epoch, features, topic_id)
 
 
 def _admin(body: _Body) -> Admin:

@@ -19,6 +19,7 @@ from .replication import (
     CURSORS,
     CURSORS_ACK,
     DEFERRED,
+    FEATURE_TOPIC_ID,
     FEATURES,
     FRAME_HEADER,
     HELLO,
@@ -65,12 +66,15 @@ def encode(frame: Frame) -> bytes:
             case Hello():
                 names = _str(frame.node), _str(frame.topic)
                 fields = (frame.partition, frame.epoch, frame.log_end, frame.last_epoch)
+                if frame.topic_id and not frame.features & FEATURE_TOPIC_ID:
+                    raise ValueError("a topic id is sent only with FEATURE_TOPIC_ID")
                 if not frame.features:
                     return _frame(FrameType.HELLO, HELLO.pack(*fields), *names)
                 if frame.features & ~FEATURES:
                     raise ValueError(f"unknown feature bits {frame.features:#x}")
                 fixed = HELLO_EX.pack(*fields, frame.features)
-                return _frame(FrameType.HELLO_EX, fixed, *names)
+                life = (_str(frame.topic_id),) if frame.features & FEATURE_TOPIC_ID else ()
+                return _frame(FrameType.HELLO_EX, fixed, *names, *life)
             case Ack():
                 return _frame(FrameType.ACK, ACK.pack(frame.epoch, frame.log_end))
             case Refuse():

@@ -25,7 +25,11 @@ under that epoch. Its Hello also says it counts a leader's silence per leader no
 (``FEATURE_EPHEMERAL``, :func:`~nsqd.broker.copying.mirror_channel`); a leader that predates
 such a bit answers ``E_BAD_FRAME`` too, and the task dials it again without the newest bit
 first (:data:`~protocol.replication.FEATURES_NEWEST_FIRST`; such a leader sends a heartbeat
-on every stream, and no ephemeral channel's state).
+on every stream, and no ephemeral channel's state). With ``FEATURE_TOPIC_ID`` the Hello names
+the topic id of this node's copy, and a leader of another life of the topic refuses it
+(``E_OTHER_LIFE``): the task dials again after its backoff, by when lookupd's assignments have
+had this node delete the copy and make the new one (its task starts afresh: a task follows one
+``Partition`` object, not a name).
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ import trio
 from pnsq._netio.cluster_link import ClusterLinks, LinkFailed
 from pnsq._netio.handshake import FailureLog, unlogged_since
 from protocol.replication import (
+    FEATURE_TOPIC_ID,
     FEATURES,
     FEATURES_NEWEST_FIRST,
     MAGIC,
@@ -115,7 +120,8 @@ class Followers:
         self.broker = broker
         self.node_id = node_id
         self.links = links  # TLS and the cluster credential, before Hello (see .auth)
-        self._tasks: dict[Key, tuple[str, int, trio.CancelScope]] = {}
+        #: (topic, partition) -> the leader, epoch and Partition its task follows, and its scope
+        self._tasks: dict[Key, tuple[str, int, Partition, trio.CancelScope]] = {}
         #: when a frame last came from each leader node, on any of its streams (monotonic)
         self._heard: dict[str, float] = {}
         #: leader node -> until when no stream dials it (a dial to it failed: :data:`DOWN_HOLD`)
@@ -154,14 +160,14 @@ class Followers:
 
     def _reconcile(self, nursery: trio.Nursery) -> None:
         wanted = self._wanted()
-        for key, (leader, epoch, scope) in list(self._tasks.items()):
-            if key not in wanted or wanted[key][:2] != (leader, epoch):
+        for key, (leader, epoch, partition, scope) in list(self._tasks.items()):
+            if key not in wanted or wanted[key] != (leader, epoch, partition):
                 scope.cancel()
                 del self._tasks[key]
         for key, (leader, epoch, partition) in wanted.items():
             if key not in self._tasks:
                 scope = trio.CancelScope()
-                self._tasks[key] = (leader, epoch, scope)
+                self._tasks[key] = (leader, epoch, partition, scope)
                 nursery.start_soon(self._follow, key, leader, partition, scope)
 
     async def _follow(
@@ -244,6 +250,8 @@ class Followers:
         stream, rest = await self._dial(leader)
         async with stream:
             state = partition.state
+            copy = self.broker.find_topic(topic)
+            life = copy.topic_id if copy is not None and features & FEATURE_TOPIC_ID else ""
             hello = Hello(
                 self.node_id,
                 topic,
@@ -252,6 +260,7 @@ class Followers:
                 partition.log.end_offset,
                 last_epoch(partition),
                 features,
+                life,
             )
             await stream.send_all(encode(hello))
             reader = FrameReader(stream, LeaderFrameDecoder(), rest)

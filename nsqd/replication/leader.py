@@ -10,7 +10,9 @@ progress in the partition state (moving the high-watermark when the follower is 
 also gets the topic's administrative state (``Admin``), and its ``AdminAck`` is recorded in
 ``Partition.admin_acks`` (an administrative change waits for it:
 :mod:`nsqd.broker.admin_state`). The stream ends when this node stops leading the partition,
-or its epoch moves on: a deposed leader has nothing to send.
+or its epoch moves on: a deposed leader has nothing to send. A follower whose copy is of another
+life of the topic (the topic id its Hello names with ``FEATURE_TOPIC_ID`` is not this topic's)
+gets ``E_OTHER_LIFE``: its records are a deleted topic's, never to be counted as this one's.
 
 With a cluster secret (:class:`~pnsq._netio.cluster_link.ClusterLinks`) the follower proves it
 holds the secret, and which node it is, before anything else; the leader then takes its
@@ -115,6 +117,13 @@ async def _serve(
     if refusal is not None:
         log.warning("REPLICATION(%s/%d): refused: %s", hello.topic, hello.partition, refusal)
         await stream.send_all(encode(Error(ReplicationErrorCode.NOT_REPLICA, refusal)))
+        return
+    if hello.topic_id and topic.topic_id and hello.topic_id != topic.topic_id:
+        text = f"the copy is of topic id {hello.topic_id}, this leader's is {topic.topic_id}"
+        log.warning(
+            "REPLICATION(%s/%d): refused %s: %s", hello.topic, hello.partition, hello.node, text
+        )
+        await stream.send_all(encode(Error(ReplicationErrorCode.OTHER_LIFE, text)))
         return
     if hello.epoch > state.epoch:  # the follower already follows a newer leader
         text = f"this node leads epoch {state.epoch}, the follower follows {hello.epoch}"

@@ -15,6 +15,8 @@ from protocol.replication import (
     ADMIN_CHANNEL,
     APPEND,
     FEATURE_ADMIN,
+    FEATURE_TOPIC_ID,
+    FEATURES,
     HELLO_EX,
     MAGIC,
     MAX_APPEND_RECORDS_SIZE,
@@ -66,6 +68,7 @@ def _follower_frames(strings: st.SearchStrategy[str]) -> st.SearchStrategy[Follo
     return st.one_of(
         st.builds(Hello, strings, strings, _u16, _u32, _u64, _u32),
         st.builds(Hello, strings, strings, _u16, _u32, _u64, _u32, st.just(FEATURE_ADMIN)),
+        st.builds(Hello, strings, strings, _u16, _u32, _u64, _u32, st.just(FEATURES), strings),
         st.builds(Ack, _u32, _u64),
         st.builds(Refuse, _u32, strings),
         st.builds(CursorsAck, _u32, strings, _u64),
@@ -479,14 +482,29 @@ def test_hello_with_features_is_hello_ex_and_a_plain_hello_stays_plain() -> None
     assert data[5 : 5 + HELLO_EX.size] == HELLO_EX.pack(2, 5, 10, 4, FEATURE_ADMIN)
     assert _decode_one(data, FollowerFrameDecoder()) == featured
     with pytest.raises(ValueError, match="unknown feature bits"):
-        encode(Hello("n", "t", 0, 0, 0, 0, 0x10))
+        encode(Hello("n", "t", 0, 0, 0, 0, 0x20))
+    with pytest.raises(ValueError, match="only with FEATURE_TOPIC_ID"):
+        encode(Hello("n", "t", 0, 0, 0, 0, FEATURE_ADMIN, "id"))
+
+
+def test_hello_with_a_topic_id_ends_with_it() -> None:
+    frame = Hello("n", "t", 2, 5, 10, 4, FEATURE_ADMIN | FEATURE_TOPIC_ID, "1f2e")
+    data = encode(frame)
+    assert data[4] == FrameType.HELLO_EX
+    fixed = HELLO_EX.pack(2, 5, 10, 4, FEATURE_ADMIN | FEATURE_TOPIC_ID)
+    assert data[5:] == fixed + _s(b"n") + _s(b"t") + _s(b"1f2e")
+    assert _decode_one(data, FollowerFrameDecoder()) == frame
+    empty = Hello("n", "t", 2, 5, 10, 4, FEATURE_TOPIC_ID)  # a copy whose id is not known
+    assert encode(empty).endswith(_s(b"t") + _s(b""))
+    assert _decode_one(encode(empty), FollowerFrameDecoder()) == empty
 
 
 @pytest.mark.parametrize(
     ("frame_type", "body", "match", "leader_side"),
     [
         (FrameType.HELLO_EX, HELLO_EX.pack(0, 0, 0, 0, 0) + _s(b"n") + _s(b"t"), "none", True),
-        (FrameType.HELLO_EX, HELLO_EX.pack(0, 0, 0, 0, 17) + _s(b"n") + _s(b"t"), "unknown", True),
+        (FrameType.HELLO_EX, HELLO_EX.pack(0, 0, 0, 0, 33) + _s(b"n") + _s(b"t"), "unknown", True),
+        (FrameType.HELLO_EX, HELLO_EX.pack(0, 0, 0, 0, 17) + _s(b"n") + _s(b"t"), "topic_id", True),
         (FrameType.ADMIN_ACK, b"\x00" * 11, "ADMIN_ACK frame: body truncated", True),
         (FrameType.ADMIN, ADMIN.pack(1, 1, 0x2, 0), "topic flags 0x2", False),
         (FrameType.ADMIN, ADMIN.pack(1, 1, 0, 1) + b"\x10" + _s(b"c"), "flags 0x10", False),

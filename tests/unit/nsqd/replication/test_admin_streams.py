@@ -23,6 +23,7 @@ from protocol.replication import (
     FEATURE_ADMIN,
     FEATURE_EPHEMERAL,
     FEATURE_REPAIR,
+    FEATURE_TOPIC_ID,
     FEATURES,
     MAGIC,
     Admin,
@@ -123,17 +124,22 @@ async def test_a_change_goes_to_the_follower_at_once_and_waits_for_its_ack(
             nursery.cancel_scope.cancel()
 
 
+_NO_ID = FEATURES & ~FEATURE_TOPIC_ID
+_NO_EPHEMERAL = _NO_ID & ~FEATURE_EPHEMERAL
+
+
 @pytest.mark.parametrize(
     ("known", "expected"),
     [
-        (0, [FEATURES, FEATURES & ~FEATURE_EPHEMERAL, FEATURE_ADMIN | FEATURE_REPAIR, 0]),
+        (0, [FEATURES, _NO_ID, _NO_EPHEMERAL, FEATURE_ADMIN | FEATURE_REPAIR, 0]),
         (
             FEATURE_ADMIN | FEATURE_REPAIR,
-            [FEATURES, FEATURES & ~FEATURE_EPHEMERAL, FEATURE_ADMIN | FEATURE_REPAIR],
+            [FEATURES, _NO_ID, _NO_EPHEMERAL, FEATURE_ADMIN | FEATURE_REPAIR],
         ),
-        (FEATURES & ~FEATURE_EPHEMERAL, [FEATURES, FEATURES & ~FEATURE_EPHEMERAL]),
+        (_NO_EPHEMERAL, [FEATURES, _NO_ID, _NO_EPHEMERAL]),
+        (_NO_ID, [FEATURES, _NO_ID]),
     ],
-    ids=["before-hello-ex", "before-node-beat", "before-ephemeral"],
+    ids=["before-hello-ex", "before-node-beat", "before-ephemeral", "before-topic-id"],
 )
 async def test_a_follower_falls_back_to_the_features_an_older_leader_knows(
     tmp_path: Path, known: int, expected: list[int]
