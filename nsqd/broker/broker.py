@@ -94,6 +94,8 @@ class Broker:
         #: publishers waiting for followers, streams to followers waiting for records
         self.replication = ReplicationWaiters(self.clock.monotonic)
         self.role_changes = 0  # partitions whose role here changed by lookupd's word
+        #: the topic names lookupd deleted, as its last assignments listed them (its tombstones)
+        self.deleted_on_lookupd: frozenset[str] = frozenset()
         #: topics and channels: finding, creating, subscribing, deleting, channel timers
         self.registry = TopicRegistry(
             config,

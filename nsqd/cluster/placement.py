@@ -87,6 +87,7 @@ async def apply_assignments(broker: Broker, node_id: str, document: object) -> N
     :data:`OPENS_PER_STEP` at a time (:meth:`~nsqd.broker.Broker.apply_placement`).
     Raises ValueError for a document that is not lookupd's."""
     placed, deleted = parse_assignments(document), parse_deleted(document)
+    broker.deleted_on_lookupd = frozenset(deleted)
     try:
         for assignment in placed:
             await _delete_earlier_life(broker, assignment)

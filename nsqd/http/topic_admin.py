@@ -148,13 +148,17 @@ class AdminAPI:
 
     async def topic_delete(self, request: Request) -> Reply:
         """nsqd's ``/topic/delete``; on a cluster node, a topic lookupd placed is deleted only
-        through lookupd (:meth:`_deleted_through_lookupd`)."""
+        through lookupd (:meth:`_deleted_through_lookupd`), and one lookupd deleted is done
+        (nsqadmin's Delete asks lookupd first, then each node, which had deleted it by then)."""
         name = topic_arg(request, validate=False)
         topic = self.broker.find_topic(name)
         forwarder = self.context.forwarder
-        if forwarder is not None and forwarder.active and topic is not None and topic.managed:
-            await self._deleted_through_lookupd(name)
-            return None
+        if forwarder is not None and forwarder.active:
+            if topic is not None and topic.managed:
+                await self._deleted_through_lookupd(name)
+                return None
+            if topic is None and name in self.broker.deleted_on_lookupd:
+                return None
         await admin.delete_topic(self.broker, name)
         return None
 

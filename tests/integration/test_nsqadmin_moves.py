@@ -9,6 +9,7 @@ nsqadmin reads lookupd's ``/lookup?topic=`` and ``/nodes``, then each producer's
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +19,7 @@ import pytest
 
 from tests.daemons import Daemon, Peer, nsqadmin
 from tests.integration.cluster_load import BODY_SIZE, RackedCluster
-from tests.integration.lookupd_helpers import get_json, post, wait_for
+from tests.integration.lookupd_helpers import get_json, post, request, roles, wait_for
 from tests.integration.test_nsqadmin import get
 
 pytestmark = pytest.mark.integration
@@ -158,3 +159,11 @@ def test_nsqadmin_shows_the_leading_nodes_during_and_after_moves(
     for _ in range(10):  # and it stays so
         assert shown(admin) == (after, after, "")
         time.sleep(0.2)
+
+    # nsqadmin's Delete: lookupd's /topic/delete, then each producer's; pnsq's lookupd deletes
+    # the topic on every node, whose own delete then answers as done (no warning shown)
+    status, raw, _ = request(f"{admin.url}/api/topics/{TOPIC}", "DELETE", {}, None)
+    assert (status, json.loads(raw)) == (200, {"message": ""})
+    assert TOPIC not in get_json(cluster.lookupd, "/topics")["topics"]
+    for node in cluster.nodes:
+        wait_for(lambda node=node: roles(node, TOPIC) is None, what="deleted on the node")
