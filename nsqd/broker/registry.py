@@ -167,7 +167,9 @@ class TopicRegistry:
             return channel
         if self._exiting():
             raise ExitingError
-        channel = Channel(topic, name, ephemeral=is_ephemeral(name) or topic.ephemeral)
+        # as nsqd: a channel is #ephemeral by its own name (a plain channel of an #ephemeral
+        # topic stays when its last client leaves, and keeps the topic)
+        channel = Channel(topic, name, ephemeral=is_ephemeral(name))
         channel.ordered = topic.ordered  # an ordered topic has only ordered channels
         for partition in topic.partitions:
             channel.add_partition(partition, _channel_start(topic, partition, name), [])

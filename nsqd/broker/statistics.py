@@ -54,8 +54,6 @@ class TopicSource(TopicView, Protocol):
     """What a topic's record is read from (:class:`~nsqd.broker.topic.Topic`)."""
 
     @property
-    def ephemeral(self) -> bool: ...
-    @property
     def channel_auto_create(self) -> bool: ...
     @property
     def message_count(self) -> int: ...
@@ -303,7 +301,7 @@ def channel_statistics(
             ChannelPartitionStatistics(
                 number=partition.number,
                 depth=depth,
-                backend_depth=0 if channel.ephemeral else depth,
+                backend_depth=0 if channel.ephemeral or channel.topic.ephemeral else depth,
                 in_flight_count=len(cursor.in_flight),
                 deferred_count=deferred,
                 message_count=channel.partition_message_count(partition),

@@ -13,6 +13,7 @@ import pytest
 
 from protocol import Cls, Fin, Nop, Pub, Rdy, Req, Sub, Touch
 from tests.daemons import Daemon, pnsq_nsqd
+from tests.integration.lookupd_helpers import get_json
 from tests.rawclient import RawClient
 
 pytestmark = pytest.mark.integration
@@ -109,6 +110,23 @@ def test_ephemeral_channel_and_topic_vanish_with_their_last_client(nsqd: Daemon)
     assert c2.read(skip_heartbeats=True).body == b"y"  # y was kept for the topic's first channel
     meta = json.loads((nsqd.data_path / "pnsq.dat").read_text())
     assert all("ephemeral" not in t["name"] for t in meta["topics"])
+
+
+def test_a_plain_channel_of_an_ephemeral_topic_stays_when_its_client_leaves(
+    nsqd: Daemon,
+) -> None:
+    """As nsqd: only a channel named #ephemeral goes with its last client (a plain one of an
+    #ephemeral topic stays, and keeps the topic and what is published meanwhile)."""
+    c = consumer(nsqd, "ephx#ephemeral", "d")
+    c.send(Cls())
+    assert c.read().data == b"CLOSE_WAIT"
+    c.close()
+    time.sleep(0.5)
+    publish(nsqd, "ephx#ephemeral", b"while away")
+    [topic] = get_json(nsqd, "/stats?format=json&topic=ephx%23ephemeral")["topics"]
+    assert [(ch["channel_name"], ch["depth"]) for ch in topic["channels"]] == [("d", 1)]
+    back = consumer(nsqd, "ephx#ephemeral", "d")
+    assert back.read(skip_heartbeats=True).body == b"while away"
 
 
 def test_silent_client_is_closed_after_two_heartbeat_intervals(nsqd: Daemon) -> None:
