@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import trio
 
 from pnsq._netio.http import TEXT_TYPE, lifespan, send_response, serve_http as netio_serve_http
+from pnsq._netio.http_paths import fixed_path, redirect, request_path
 from protocol.cluster_auth import HTTP_HEADER, http_credential
 from protocol.lookup import ASSIGNMENTS_PATH
 
@@ -145,6 +146,13 @@ class LookupHTTP:
             PROGRESS_PATH: ({"POST"}, Route(self.pnsq.progress, body=True, control=True)),
             LEAVING_PATH: ({"POST"}, Route(self.pnsq.leaving, control=True)),
         }
+        self._lower_paths = {path.lower(): path for path in self.routes}
+
+    def _spelled(self, path: str, method: str) -> str | None:
+        """The route ``path`` names in any case, as the route spells it, if it takes
+        ``method`` (:func:`~pnsq._netio.http_paths.fixed_path`)."""
+        spelled = self._lower_paths.get(path.lower())
+        return spelled if spelled is not None and method in self.routes[spelled][0] else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -152,11 +160,15 @@ class LookupHTTP:
             return
         if scope["type"] != "http":
             return
-        path, method = scope["path"], scope["method"]
+        path, method = request_path(scope), scope["method"]
         raw_query = scope.get("query_string", b"").decode("latin-1")
         entry = self.routes.get(path)
         if entry is None:
-            await respond_v1_error(send, HTTPError(404, "NOT_FOUND"))
+            fixed = fixed_path(path, method, self._spelled)
+            if fixed is None:
+                await respond_v1_error(send, HTTPError(404, "NOT_FOUND"))
+            else:
+                await redirect(send, method, fixed + (f"?{raw_query}" if raw_query else ""))
             return
         methods, route = entry
         allow = ", ".join(sorted({*methods, "OPTIONS"})).encode()

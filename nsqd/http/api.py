@@ -11,14 +11,14 @@ the HTTP port.
 
 from __future__ import annotations
 
-import html
 import logging
 import re
 import socket
 
 import trio
 
-from pnsq._netio.http import lifespan, serve_http as netio_serve_http
+from pnsq._netio.http import JSON_TYPE, lifespan, send_response, serve_http as netio_serve_http
+from pnsq._netio.http_paths import fixed_path, redirect, request_path
 from protocol.mpub import MpubFormatError, split_mpub_body
 
 from ..broker import new_records
@@ -86,6 +86,7 @@ class NsqdHTTP:
             **YouzanAPI(context).routes(),
         }
         self.config_route = admin.config_route()
+        self._lower_paths = {path.lower(): path for path in self.routes}
 
     @property
     def settings(self) -> HTTPSettings:
@@ -110,14 +111,17 @@ class NsqdHTTP:
             return
         if self.tls_required_https_port is not None:
             body = f'{{"message": "TLS_REQUIRED", "https_port": {self.tls_required_https_port}}}'
-            await respond(send, 403, body.encode())
+            await send_response(send, 403, body.encode(), JSON_TYPE)  # nsqd's bytes and type
             return
-        path, method = scope["path"], scope["method"]
+        path, method = request_path(scope), scope["method"]
         raw_query = scope.get("query_string", b"").decode("latin-1")
         route, params = self.route(path)
         if route is None:
-            if not await self._redirect_slash(send, path, method, raw_query):
+            fixed = fixed_path(path, method, self._spelled)
+            if fixed is None:
                 await respond_error(send, HTTPError(404, "NOT_FOUND"))
+            else:
+                await redirect(send, method, fixed + (f"?{raw_query}" if raw_query else ""))
             return
         methods, errors = route.methods, route.errors
         allow = ", ".join(sorted({*methods, "OPTIONS"})).encode()
@@ -170,23 +174,15 @@ class NsqdHTTP:
             self._idle = trio.Event()
             await self._idle.wait()
 
-    async def _redirect_slash(self, send: Send, path: str, method: str, raw_query: str) -> bool:
-        """httprouter's RedirectTrailingSlash: ``/pub/`` -> ``/pub`` (301 for GET, else 307)."""
-        if not path.endswith("/") or path == "/":
-            return False
-        route, _ = self.route(path[:-1])
-        if route is None or method not in route.methods:
-            return False
-        location = path[:-1] + (f"?{raw_query}" if raw_query else "")
-        status, body, headers = 307, b"", [(b"Location", location.encode())]
-        if method == "GET":
-            status = 301
-            body = f'<a href="{html.escape(location)}">Moved Permanently</a>.\n\n'.encode()
-            headers.append((b"Content-Type", b"text/html; charset=utf-8"))
-        headers.append((b"Content-Length", str(len(body)).encode()))
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
-        return True
+    def _spelled(self, path: str, method: str) -> str | None:
+        """The route ``path`` names in any case, as the route spells it, if it takes
+        ``method`` (:func:`~pnsq._netio.http_paths.fixed_path`)."""
+        lower = path.lower()
+        spelled = self._lower_paths.get(lower)
+        if spelled is None and lower.startswith("/config/"):
+            spelled = "/config/" + path[len("/config/") :]  # the option as it was written
+        route, _ = self.route(spelled) if spelled is not None else (None, {})
+        return spelled if route is not None and method in route.methods else None
 
     # ------------------------------------------------------------------ endpoints
 

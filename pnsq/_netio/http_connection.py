@@ -35,12 +35,17 @@ It also writes like ``net/http``, which buffers a response's head and sends it w
 hypercorn sends the head, the body and the (empty) end of the message each by a ``send_all``
 of its own. :class:`_GoConnection` holds a final response's head until its body (or its end)
 follows, and :class:`_SerialTCPServer` skips the empty sends, so a response with its body in
-one piece is one send on the socket.
+one piece is one send on the socket. Its status line has the reason phrase Go writes
+(``HTTP/1.1 200 OK``; h11 leaves it empty), and a response given before the request's body was
+read, which ends the connection (hypercorn does not read what the app left), says so with
+``Connection: close`` (a keep-alive client would otherwise send its next request into a
+closing socket).
 """
 
 from __future__ import annotations
 
 import math
+from http import HTTPStatus
 from typing import Any
 
 import h11
@@ -69,8 +74,11 @@ class _GoConnection(h11.Connection):
     _done_reading = False
     _skippable = 0  # CR/LF bytes that may still be skipped before the next request line
     _head: list[bytes] = []  # a final response's head, not given yet (replaced, never mutated)
+    _request_body = False  # the request being answered declared a body
 
     def send_with_data_passthrough(self, event: h11.Event) -> list[bytes] | None:
+        if isinstance(event, h11.Response | h11.InformationalResponse):
+            event = self._as_go_writes(event)
         data = super().send_with_data_passthrough(event)  # refused: raises, nothing held
         if isinstance(event, h11.Response) and data is not None:
             self._head = data
@@ -78,6 +86,21 @@ class _GoConnection(h11.Connection):
         if self._head:
             data, self._head = self._head + (data or []), []
         return data
+
+    def _as_go_writes(
+        self, event: h11.Response | h11.InformationalResponse
+    ) -> h11.Response | h11.InformationalResponse:
+        headers = event.headers.raw_items()
+        unread = self._request_body and self.their_state is h11.SEND_BODY
+        said = any(name.lower() == b"connection" for name, _ in headers)
+        if unread and not said and isinstance(event, h11.Response):
+            headers = [*headers, (b"Connection", b"close")]
+        return type(event)(
+            status_code=event.status_code,
+            headers=headers,
+            reason=event.reason or _reason(event.status_code),
+            http_version=event.http_version,
+        )
 
     def next_event(self) -> Any:
         if self._done_reading:
@@ -96,6 +119,10 @@ class _GoConnection(h11.Connection):
             return h11.NEED_DATA
         if isinstance(event, h11.Request):
             self._skippable = 4 if event.method == b"POST" else 0
+            self._request_body = any(
+                (name == b"content-length" and value != b"0") or name == b"transfer-encoding"
+                for name, value in event.headers
+            )
         return event
 
     def _skip_line_breaks(self) -> None:
@@ -107,6 +134,20 @@ class _GoConnection(h11.Connection):
             self._skippable -= count
         elif data:
             self._skippable = 0
+
+
+#: Go's ``http.StatusText`` where Python's phrase for the code differs (RFC 9110's newer names)
+_GO_REASONS = {413: b"Request Entity Too Large", 422: b"Unprocessable Entity"}
+
+
+def _reason(status: int) -> bytes:
+    """The reason phrase Go's ``net/http`` writes for ``status`` (none for a code it lacks)."""
+    if status in _GO_REASONS:
+        return _GO_REASONS[status]
+    try:
+        return HTTPStatus(status).phrase.encode()
+    except ValueError:
+        return b""
 
 
 class _SerialTCPServer(TCPServer):

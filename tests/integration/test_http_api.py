@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import time
 import urllib.error
 import urllib.request
@@ -277,6 +278,73 @@ def test_trailing_slash_redirects(daemon: Daemon) -> None:
     status, _, headers = http(daemon, "GET", "/stats/")
     assert (status, headers.get("Location")) == (301, "/stats")
     assert http(daemon, "GET", "/topic/create/")[0] == 404  # no GET route there
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status", "location"),
+    [
+        ("POST", "//pub?topic=r", 307, "/pub?topic=r"),
+        ("GET", "/./ping", 301, "/ping"),
+        ("GET", "/x/../ping", 301, "/ping"),
+        ("GET", "/stats//?format=json", 301, "/stats?format=json"),
+        ("GET", "/PING", 301, "/ping"),
+        ("POST", "/Topic/Create/?topic=r", 307, "/topic/create?topic=r"),
+        ("GET", "/CONFIG/log_level", 301, "/config/log_level"),
+        ("GET", "//topic/create", 404, None),  # no GET route there
+        ("GET", "/nope/../nope", 404, None),
+    ],
+)
+def test_untidy_paths_redirect_to_their_route(
+    daemon: Daemon, method: str, path: str, status: int, location: str | None
+) -> None:
+    """httprouter's RedirectFixedPath: cleaned, in any case, with or without a trailing
+    slash; 301 for GET, 307 (method and body kept) for any other method."""
+    got, _, headers = http(daemon, method, path)
+    assert (got, headers.get("Location")) == (status, location)
+
+
+def _raw_exchange(daemon: Daemon, data: bytes) -> bytes:
+    """What the daemon answers to ``data`` sent on a fresh connection, until it closes it or
+    says nothing more for a moment."""
+    with socket.create_connection(("127.0.0.1", daemon.http_port), timeout=5) as sock:
+        sock.sendall(data)
+        sock.settimeout(0.5)
+        received = b""
+        try:
+            while chunk := sock.recv(65536):
+                received += chunk
+        except TimeoutError:
+            pass
+        return received
+
+
+def test_status_lines_have_go_s_reason_phrase(daemon: Daemon) -> None:
+    request = b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\nGET /nope HTTP/1.1\r\nHost: x\r\n\r\n"
+    lines = re.findall(rb"HTTP/1\.1 [^\r]*", _raw_exchange(daemon, request))
+    assert lines == [b"HTTP/1.1 200 OK", b"HTTP/1.1 404 Not Found"]
+
+
+def test_an_absolute_form_request_line_names_its_url_s_path(daemon: Daemon) -> None:
+    url = f"http://{daemon.http_address}/ping".encode()
+    reply = _raw_exchange(daemon, b"GET " + url + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert reply.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert reply.endswith(b"\r\n\r\nOK")
+
+
+def test_a_keep_alive_client_is_answered_after_a_refusal_before_the_body(daemon: Daemon) -> None:
+    """A 413 given on the declared length, the body unread: Go reads a small body and keeps
+    the connection; pnsq closes it and says so (Connection: close). Either way a keep-alive
+    client's next request is answered, on this connection or, told, on a new one."""
+    head = b"POST /pub?topic=big HTTP/1.1\r\nHost: x\r\nContent-Length: 300\r\n\r\n"
+    then = b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n"
+    reply = _raw_exchange(daemon, head + b"a" * 300 + then)
+    assert reply.startswith(b"HTTP/1.1 413 Request Entity Too Large\r\n")
+    first, _, rest = reply.partition(b'{"message":"MSG_TOO_BIG"}')
+    if b"\r\nConnection: close\r\n" in first:
+        assert rest == b""  # closed, as said
+    else:
+        assert rest.startswith(b"HTTP/1.1 200 OK\r\n")
+        assert rest.endswith(b"OK")
 
 
 def test_info_ignores_a_malformed_query(daemon: Daemon) -> None:

@@ -46,6 +46,7 @@ def test_plain_http_is_refused_and_https_serves(daemon: Daemon, certs: Certs) ->
         urllib.request.urlopen(f"http://{daemon.http_address}/ping", timeout=5)
     assert refused.value.code == 403
     assert refused.value.headers["X-Nsq-Content-Type"] == "nsq; version=1.0"
+    assert refused.value.headers["Content-Type"] == "application/json; charset=utf-8"
     body = refused.value.read()
     reply = json.loads(body)
     assert reply["message"] == "TLS_REQUIRED"

@@ -4,8 +4,12 @@ whatever the ``Accept`` header, and no state without ``--data-path``."""
 from __future__ import annotations
 
 import json
+import socket
 import sys
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
+from email.message import Message
 from pathlib import Path
 
 import pytest
@@ -110,3 +114,47 @@ def test_without_data_path_nothing_is_written_and_a_restart_starts_empty(
     finally:
         daemon.stop()
     assert sorted(p.name for p in cwd.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "//nodes"),
+        ("GET", "/LOOKUP?topic=x"),
+        ("GET", "/./info/"),
+        ("POST", "/Topic/Create?topic=x"),
+        ("GET", "/topic/create"),  # no GET route: 404
+        ("GET", "/nope"),
+    ],
+)
+def test_untidy_paths_redirect_as_go(pair: tuple[Daemon, Daemon], method: str, path: str) -> None:
+    """httprouter's RedirectFixedPath: 301 for GET, 307 for any other method, to the route's
+    own spelling with the query."""
+    go, pnsq = pair
+
+    def seen(daemon: Daemon) -> tuple[int, str | None, str]:
+        status, _, headers = no_redirect(f"http://{daemon.http_address}{path}", method)
+        return status, headers.get("Location"), status_line(daemon, method, path)
+
+    assert seen(pnsq) == seen(go)
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: object, **kwargs: object) -> None:
+        return None
+
+
+def no_redirect(url: str, method: str) -> tuple[int, bytes, Message]:
+    opener = urllib.request.build_opener(_NoRedirect)
+    try:
+        with opener.open(urllib.request.Request(url, method=method), timeout=5) as r:
+            return r.status, r.read(), r.headers
+    except urllib.error.HTTPError as e:
+        return e.code, e.read(), e.headers
+
+
+def status_line(daemon: Daemon, method: str, path: str) -> str:
+    """The first line of the daemon's answer, as sent."""
+    with socket.create_connection(("127.0.0.1", daemon.http_port), timeout=5) as sock:
+        sock.sendall(f"{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+        return sock.makefile("rb").readline().decode().rstrip("\r\n")
