@@ -161,7 +161,10 @@ class LookupClient:
                 delay = min(delay * 2, 5.0)
 
     async def _session(self, address: str) -> None:
-        host, port = split_host_port(address)
+        try:
+            host, port = split_host_port(address)
+        except ValueError as exc:  # PUT /config/nsqlookupd_tcp_addresses takes any string
+            raise LookupPeerError(str(exc)) from None
         log.info("LOOKUP connecting to %s", address)
         with trio.fail_after(DIAL_TIMEOUT):
             stream = await trio.open_tcp_stream(host, int(port))

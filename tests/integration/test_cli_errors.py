@@ -149,6 +149,27 @@ def test_nsqd_data_path_in_use_one_fatal_line(tmp_path: Path) -> None:
     assert "in use (possibly by another nsqd)" in fatal_line(stderr)
 
 
+def test_a_lookupd_address_set_at_runtime_without_a_port_is_one_error_line(
+    tmp_path: Path,
+) -> None:
+    """PUT /config/nsqlookupd_tcp_addresses takes any strings, as nsqd's does; one that is no
+    address is logged as nsqd logs a failed dial (ERROR, naming it), with no traceback."""
+    node = pnsq_nsqd(tmp_path / "data").start()
+    try:
+        url = f"http://{node.http_address}/config/nsqlookupd_tcp_addresses"
+        put = urllib.request.Request(url, b'["notanaddr"]', method="PUT")
+        with urllib.request.urlopen(put, timeout=5) as reply:
+            assert reply.read() == b'["notanaddr"]'
+        deadline = time.monotonic() + 10
+        while "LOOKUPD(notanaddr)" not in node.log_text() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        said = node.log_text()
+        assert "ERROR: LOOKUPD(notanaddr): address notanaddr: missing port in address" in said
+        assert "Traceback" not in said
+    finally:
+        node.stop()
+
+
 def test_nsqd_lookupd_unreachable_logs_the_address_and_keeps_serving(tmp_path: Path) -> None:
     """Go's nsqd only retries an unreachable lookupd; so does pnsq's: an ERROR line naming the
     address, and the daemon stays up and answers."""
