@@ -179,6 +179,7 @@ async def serve_http(
     config = HypercornConfig()
     if certfile and keyfile:
         config.certfile, config.keyfile = certfile, keyfile
+        config.alpn_protocols = ["http/1.1"]  # as nsqd's HTTPS: no HTTP/2
     config.accesslog = None
     config.errorlog = logging.getLogger(errorlog)
     config.include_server_header = False

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import ssl
 import urllib.error
 import urllib.request
@@ -56,3 +57,25 @@ def test_plain_http_is_refused_and_https_serves(daemon: Daemon, certs: Certs) ->
     url = f"https://127.0.0.1:{reply['https_port']}/ping"
     with urllib.request.urlopen(url, timeout=5, context=context) as r:
         assert r.read() == b"OK"
+
+
+def test_https_speaks_http_1_1_only(daemon: Daemon, certs: Certs) -> None:
+    """A client offering HTTP/2 (curl, browsers) gets HTTP/1.1, as from nsqd."""
+    context = ssl.create_default_context(cafile=str(certs.ca))
+    context.check_hostname = False
+    context.set_alpn_protocols(["h2", "http/1.1"])
+    port = json.loads(_refusal(daemon))["https_port"]
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
+        context.wrap_socket(raw) as tls,
+    ):
+        assert tls.selected_alpn_protocol() in (None, "http/1.1")
+        tls.sendall(b"GET /ping HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        assert tls.makefile("rb").readline() == b"HTTP/1.1 200 OK\r\n"
+
+
+def _refusal(daemon: Daemon) -> bytes:
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(f"http://{daemon.http_address}/ping", timeout=5)
+    body: bytes = refused.value.read()
+    return body
