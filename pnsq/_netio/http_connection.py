@@ -90,16 +90,25 @@ class _GoConnection(h11.Connection):
     def _as_go_writes(
         self, event: h11.Response | h11.InformationalResponse
     ) -> h11.Response | h11.InformationalResponse:
-        headers = event.headers.raw_items()
+        reason = event.reason or _reason(event.status_code)
         unread = self._request_body and self.their_state is h11.SEND_BODY
-        said = any(name.lower() == b"connection" for name, _ in headers)
-        if unread and not said and isinstance(event, h11.Response):
-            headers = [*headers, (b"Connection", b"close")]
+        if unread and isinstance(event, h11.Response):
+            headers = event.headers.raw_items()
+            if not any(name.lower() == b"connection" for name, _ in headers):
+                headers = [*headers, (b"Connection", b"close")]
+            return h11.Response(
+                status_code=event.status_code,
+                headers=headers,
+                reason=reason,
+                http_version=event.http_version,
+            )
+        # the event's headers as h11 validated them, with the reason phrase
         return type(event)(
             status_code=event.status_code,
-            headers=headers,
-            reason=event.reason or _reason(event.status_code),
+            headers=event.headers,
+            reason=reason,
             http_version=event.http_version,
+            _parsed=True,
         )
 
     def next_event(self) -> Any:
