@@ -99,3 +99,28 @@ async def test_a_publisher_that_reads_no_replies_is_read_no_further(tmp_path: Pa
         stored = broker.topics["t"].partitions[0].log.end_offset
         await client.stream.aclose()
     assert stored < 1_000_000  # it stopped reading: not everything sent was taken
+
+
+async def test_a_departed_consumer_s_unsent_messages_are_let_go_at_once(tmp_path: Path) -> None:
+    """A consumer that leaves holding messages keeps its session until they time out (its
+    in-flight entries name it; msg_timeout up to 15 minutes), as nsqd keeps the messages;
+    what its socket had not taken (up to --max-pending-output-bytes) goes when it leaves."""
+    body = b"m" * 100_000
+    async with listening(tmp_path) as (_broker, server, port):
+        publisher = await connect(port)
+        for _ in range(40):
+            await publisher.stream.send_all(b"PUB t\n" + struct.pack(">I", len(body)) + body)
+            assert await publisher.frame() == (0, b"OK")
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        await stream.send_all(b"  V2SUB t c\nRDY 40\n")
+        with trio.fail_after(10):  # it reads nothing: the daemon's output for it backs up
+            while not [s for s in server.sessions if s.output.backlog > 500_000]:
+                await trio.sleep(0.01)
+        (session,) = [s for s in server.sessions if s.output.backlog > 500_000]
+        await stream.aclose()
+        with trio.fail_after(10):
+            while session in server.sessions:
+                await trio.sleep(0.01)
+        assert session.consuming.in_flight > 0  # its messages still name it
+        assert session.output.backlog == 0  # but nothing is kept to send
