@@ -106,9 +106,12 @@ class Connection:
         stream: trio.abc.Stream,
         address: str,
         reply_timeout: float | None = DEFAULT_REPLY_TIMEOUT,
+        read_timeout: float | None = None,
     ) -> None:
         self.address = address
         self.reply_timeout = reply_timeout
+        #: seconds of silence from nsqd after which the connection is given up (None: never)
+        self.read_timeout = read_timeout
         self.features: dict[str, Any] = {}
         self.failed_acks = 0
         self._stream = stream
@@ -194,6 +197,11 @@ class Connection:
             self._shutdown(ConnectionClosedError("connection closed by the client"))
         await self._stream.aclose()
 
+    def abandon(self, reason: str) -> None:
+        """Close at once, sending nothing more (the peer is taken for gone: what is queued
+        could not reach it, and waiting for it to take it could wait forever)."""
+        self._shutdown(ConnectionClosedError(reason))
+
     # ------------------------------------------------------------------ internals
 
     def _check_open(self) -> None:
@@ -255,9 +263,17 @@ class Connection:
 
     async def _reader(self) -> None:
         decoder = self._decoder
+        silence = math.inf if self.read_timeout is None else self.read_timeout
         try:
             while True:
-                data = await self._stream.receive_some(_READ_SIZE)
+                with trio.move_on_after(silence) as waited:
+                    data = await self._stream.receive_some(_READ_SIZE)
+                if waited.cancelled_caught:
+                    # a live nsqd sends at least a heartbeat per interval: a hung or cut-off
+                    # one sends nothing and closes nothing (go-nsq's ReadTimeout)
+                    raise ConnectionClosedError(
+                        f"nothing from nsqd at {self.address} for {silence:g}s"
+                    )
                 if not data:
                     raise ConnectionClosedError(f"nsqd at {self.address} closed the connection")
                 decoder.receive_data(data)
@@ -346,7 +362,8 @@ async def open_connection(
     The reader and writer tasks live until the block exits; on exit queued commands are flushed
     (for at most 2 s) and the socket is closed. A command whose reply takes longer than
     ``reply_timeout`` seconds (None: no bound) closes the connection
-    (:meth:`Connection.command`).
+    (:meth:`Connection.command`), and so do two heartbeat intervals without a byte from nsqd
+    (as go-nsq's read timeout: nsqd sends a heartbeat every interval).
 
     Raises:
         OSError: the TCP connection failed.
@@ -354,7 +371,9 @@ async def open_connection(
     """
     host, port = parse_address(address)
     stream = await trio.open_tcp_stream(host, port)
-    conn = Connection(stream, address, reply_timeout)
+    # two heartbeat intervals without a byte: nsqd is gone (hung, or cut off) or deaf to us
+    silence = 2 * heartbeat_interval_ms / 1000 if heartbeat_interval_ms > 0 else None
+    conn = Connection(stream, address, reply_timeout, silence)
     body = identify_body(
         client_id, heartbeat_interval_ms, msg_timeout_ms, feature_negotiation, identify_extra
     )

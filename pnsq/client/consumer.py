@@ -11,7 +11,11 @@
 * Iterate (``async for``) and answer each message, or hand a function to :meth:`Consumer.run`,
   which FINs on success, REQs on failure and backs off (RDY 0, pause, RDY 1) like go-nsq.
 * A lost connection is re-established with backoff (``reconnect=True``); messages that came on
-  it and were not answered are skipped, nsqd redelivers them.
+  it and were not answered are skipped, nsqd redelivers them. With the partitions' leaders
+  known (``lookupd_http_address`` or ``http_address``) they are looked up again every
+  :data:`LEADER_WATCH` seconds, and a subscription whose partition is led elsewhere now moves
+  there: a leader that hangs or is cut off closes no connection. A connection silent for two
+  heartbeat intervals is given up too.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from protocol.consume import ConsumeStart
 
 from ._http import HTTPNode
 from .connection import Connection, ConnectOptions, _raise_single
-from .errors import ConnectionClosedError, PartitionsUnknownError
+from .errors import ConnectionClosedError, NsqError, PartitionsUnknownError
 from .message import Message as Message
 from .pool import Routes
 from .subscription import SubscribeSpec, Subscription
@@ -40,6 +44,8 @@ _log = logging.getLogger("pnsq.client")
 #: REQ delay per attempt after a handler failure (go-nsq: 90 s; shorter for tests and tools).
 DEFAULT_REQUEUE_DELAY_MS: Final = 1000
 _MAX_REQUEUE_DELAY_MS: Final = 60_000
+#: Seconds between two lookups of the leaders of a consumer's partitions (one per consumer)
+LEADER_WATCH: Final = 1.0
 
 Handler = Callable[[Message], Awaitable[None]]
 
@@ -274,6 +280,8 @@ async def open_consumer(
                     )
                     consumer.subscriptions.append(sub)
                     await nursery.start(sub.run)
+                if routes.known:
+                    nursery.start_soon(_watch_leaders, routes, topic, consumer.subscriptions)
                 yield consumer
                 await consumer._finish_last()
             finally:
@@ -285,6 +293,26 @@ async def open_consumer(
     except BaseExceptionGroup as group:
         _raise_single(group)
         raise
+
+
+async def _watch_leaders(routes: Routes, topic: str, subscriptions: list[Subscription]) -> None:
+    """Look the topic's leaders up every :data:`LEADER_WATCH` seconds and move each
+    subscription whose partition is led elsewhere now (:meth:`Subscription.leader_moved`): a
+    leader that hangs or is cut off gives its consumers no sign, while lookupd has promoted
+    another within seconds."""
+    while True:
+        await trio.sleep(LEADER_WATCH)
+        try:
+            route = await routes.get(topic, refresh=True)
+        except (OSError, LookupError, NsqError) as exc:
+            _log.debug("lookup of %s failed: %s", topic, exc)
+            continue
+        if route is None:
+            continue
+        for sub in subscriptions:
+            info = route.get(sub.partition) if sub.partition is not None else None
+            if info is not None:
+                sub.leader_moved(info.tcp_address)
 
 
 async def _set_offsets(

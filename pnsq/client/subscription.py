@@ -91,6 +91,18 @@ class Subscription:
         if self.connection is not None:
             await self.connection.aclose()
 
+    def leader_moved(self, address: str) -> None:
+        """The partition is led at ``address`` now (lookupd's word): a connection to another
+        node is given up at once, and :meth:`run` reconnects to the leader. A leader that
+        hangs or is cut off closes nothing and sends nothing (its successor is serving the
+        partition meanwhile); what it had in flight is delivered again by the new leader."""
+        conn = self.connection
+        if conn is None or conn.closed or address == self.address:
+            return
+        reason = f"{self.spec.topic}/{self.partition} is led at {address} now"
+        _log.warning("%s, not at %s: reconnecting", reason, self.address)
+        conn.abandon(reason)
+
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Subscribe; report started once the first ``SUB`` succeeded (its failure is raised to
         the starter); afterwards reconnect whenever the connection is lost."""

@@ -5,10 +5,14 @@ was on the new leader."""
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 
 import pytest
+import trio
 
+from pnsq.client import open_consumer
 from protocol import Fin, Pub, Rdy, Sub
 from tests.integration.lookupd_helpers import lookup, post, request, wait_for
 from tests.integration.test_failover import (
@@ -94,3 +98,43 @@ def test_an_ephemeral_channel_goes_on_where_it_was_after_a_failover(cluster: Clu
     got = again.bodies_until_quiet()
     assert got == [b"new"]  # not the 20 it had finished
     # (a channel made for the first time still gets the partition's kept messages, as in nsqd)
+
+
+def test_a_consumer_through_lookupd_leaves_a_leader_that_hangs(cluster: Cluster) -> None:
+    """A leader stopped (SIGSTOP) closes no connection and sends nothing: pnsq's consumer
+    waited for it until it came back (100 s in an audit) while lookupd had promoted the
+    replica in ~2 s and publishes went there. It now follows lookupd's new leader within
+    seconds, and gets what was published there."""
+    leader, replica, placed = create(cluster, "hung")
+    publish(leader, "hung", [b"before"])
+    assert leader.proc is not None
+    pid = leader.proc.pid
+
+    async def consume() -> float:
+        async with open_consumer(
+            leader.tcp_address, "hung", "c", lookupd_http_address=cluster.lookupd.http_address
+        ) as consumer:
+            first = await consumer.receive()
+            assert first.body == b"before"
+            await first.finish()
+            await trio.sleep(0.5)  # the FIN reaches the leader, its state the replica
+            os.kill(pid, signal.SIGSTOP)
+            stopped = trio.current_time()
+            try:
+
+                def moved() -> bool:
+                    return cluster.placement("hung")["leader"] != placed["leader"] and (
+                        try_publish(replica, "hung", b"after")
+                    )
+
+                await trio.to_thread.run_sync(lambda: wait_for(moved, what="a new leader"))
+                with trio.fail_after(15):  # (the stop lasts until then: the old code waited)
+                    message = await consumer.receive()
+                assert message.body == b"after"
+                await message.finish()
+                return trio.current_time() - stopped
+            finally:
+                os.kill(pid, signal.SIGCONT)
+
+    took = trio.run(consume)
+    print(f"the consumer had the new leader's message {took:.2f} s after the stop")
