@@ -32,7 +32,7 @@ from protocol.message import MESSAGE_ID, partition_of
 from protocol.range_read import RangeBatch
 from protocol.tracing import TRACED_RESPONSE
 
-from ._http import DEFAULT_TIMEOUT, HTTPNode
+from ._http import DEFAULT_TIMEOUT, HTTPNode, fetch_partitions_via_lookupd
 from .blocking_connection import BlockingConnection
 from .errors import (
     NsqHTTPError,
@@ -67,6 +67,10 @@ class BlockingClient:
         tcp_address: nsqd's TCP ``host:port``, for publishing.
         http_address: nsqd's HTTP ``host:port``, for partitions, keyed publishing and range
             reads.
+        lookupd_http_address: pnsq lookupd's HTTP ``host:port``: partitions are looked up
+            across the cluster, each published to at its leader (a node's own
+            ``/partitions`` lists only the partitions it leads), and looked up again after a
+            failure (a failover, a move).
         max_attempts: tries per publish (the first included) on retryable errors, waiting
             ``retry_backoff`` seconds before the second, doubling (at most 2 s).
         idempotent: number the publishes (see the module doc), as ``producer_name`` (default:
@@ -87,9 +91,11 @@ class BlockingClient:
         producer_name: str | None = None,
         numbering: Numbering | None = None,
         http_auth_secret: str = "",
+        lookupd_http_address: str | None = None,
     ) -> None:
         self.tcp_address = tcp_address
         self.http_address = http_address
+        self.lookupd_http_address = lookupd_http_address
         #: the AUTH secret sent on nsqd's HTTP API (``Authorization: Bearer``), which an nsqd
         #: with ``--auth-http-address`` asks of range reads
         self.http_auth_secret = http_auth_secret
@@ -143,7 +149,13 @@ class BlockingClient:
         Raises:
             NsqHTTPError: 404 ``TOPIC_NOT_FOUND``, ...
         """
-        route = self._node().partitions(topic, self.tcp_address)
+        if self.lookupd_http_address is not None:
+            found = fetch_partitions_via_lookupd(self.lookupd_http_address, topic, self.timeout)
+            if found is None:
+                raise NsqHTTPError(404, "TOPIC_NOT_FOUND")  # lookupd does not know it
+            route = found
+        else:
+            route = self._node().partitions(topic, self.tcp_address)
         self._routes[topic] = route
         return route
 
@@ -267,7 +279,7 @@ class BlockingClient:
 
     def _route(self, topic: str, *, required: bool = False) -> TopicPartitions | None:
         route = self._routes.get(topic)
-        if route is not None or self.http_address is None:
+        if route is not None or self._route_unknown:
             if route is None and required:
                 raise PartitionsUnknownError("keyed publishing needs nsqd's HTTP address")
             return route
@@ -277,6 +289,10 @@ class BlockingClient:
             if exc.status not in (400, 404) or required:
                 raise
             return None
+
+    @property
+    def _route_unknown(self) -> bool:
+        return self.http_address is None and self.lookupd_http_address is None
 
     def _connection(self, address: str) -> BlockingConnection:
         conn = self._conns.get(address)
@@ -297,7 +313,7 @@ class BlockingClient:
         idempotent producer numbers it at its first try and keeps partition and numbers for
         every retry (one publish at a time: a refusal out of turn only means earlier numbers
         were given up, or forgotten by the leader: renumbered, sent again at once)."""
-        if key is not None and partition is None and self.http_address is None:
+        if key is not None and partition is None and self._route_unknown:
             raise PartitionsUnknownError("keyed publishing needs nsqd's HTTP address")
         numbering = self.numbering
         ticket: Ticket | None = None

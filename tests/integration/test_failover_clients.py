@@ -13,8 +13,9 @@ import pytest
 import trio
 
 from pnsq.client import open_consumer
+from pnsq.client.blocking import Producer
 from protocol import Fin, Pub, Rdy, Sub
-from tests.integration.lookupd_helpers import lookup, post, request, wait_for
+from tests.integration.lookupd_helpers import get_json, lookup, post, request, wait_for
 from tests.integration.test_failover import (
     Cluster,
     cluster as cluster,
@@ -138,3 +139,43 @@ def test_a_consumer_through_lookupd_leaves_a_leader_that_hangs(cluster: Cluster)
 
     took = trio.run(consume)
     print(f"the consumer had the new leader's message {took:.2f} s after the stop")
+
+
+def test_the_blocking_producer_through_lookupd_reaches_every_leader_across_a_failover(
+    cluster: Cluster,
+) -> None:
+    """A node's own /partitions lists only the partitions it leads: the blocking producer,
+    given one node, sent the others to that node and was refused E_FAILED_ON_NOT_LEADER until
+    its attempts ran out. With lookupd it publishes each partition at its leader, and after a
+    leader's kill -9 at the one lookupd promotes."""
+    query = "/topic/create?topic=blocked&partition_num=2&replicator=2"
+    assert post(cluster.lookupd, query) == (200, b"")
+    node = f"127.0.0.1:{cluster.nodes[0].tcp_port}"
+
+    def in_sync() -> bool:
+        doc = get_json(cluster.lookupd, f"/pnsq/assignments?node={node}")
+        parts = doc["topics"]["blocked"]["partitions"].values()
+        led = lookup(cluster.lookupd, "blocked")["partitions"]
+        return len(led) == 2 and all(len(p["isr"]) == 2 for p in parts)
+
+    wait_for(in_sync, what="both partitions in sync, each led")
+    a, b = cluster.nodes
+    sent: list[bytes] = []
+    with Producer(
+        a.tcp_address, lookupd_http_address=cluster.lookupd.http_address, max_attempts=20
+    ) as producer:
+        for n in range(10):
+            body = b"m%d" % n
+            producer.publish("blocked", body, partition=n % 2)
+            sent.append(body)
+        port0 = lookup(cluster.lookupd, "blocked")["partitions"]["0"]["tcp_port"]
+        leader0 = next(n for n in cluster.nodes if n.tcp_port == port0)
+        leader0.kill()  # (the fixture stops it)
+        for n in range(10, 20):  # waits out the failover: ~2 s of retries
+            body = b"m%d" % n
+            producer.publish("blocked", body, partition=n % 2)
+            sent.append(body)
+    survivor = b if leader0 is a else a  # leads both now
+    with Producer(http_address=survivor.http_address) as reader:
+        stored = [r.body for p in (0, 1) for r in reader.read_range("blocked", p, 0, 100).records]
+    assert sorted(stored) == sorted(sent)  # each once
