@@ -79,6 +79,7 @@ def broker_config(options: Options) -> BrokerConfig:
         e2e_percentiles=options.e2e_processing_latency_percentiles,
         e2e_window=options.e2e_processing_latency_window_time,
         producer_state_ttl=options.producer_state_ttl,
+        max_producers=options.max_producers,
         max_segment_fds=options.max_segment_fds or segment_fd_budget(open_files_limit()),
     )
 

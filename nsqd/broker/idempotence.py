@@ -38,6 +38,8 @@ log = logging.getLogger("nsqd.broker")
 
 #: state.json's key
 KEY = "producers"
+#: seconds between two warnings of a partition's producers forgotten within the ttl
+EVICTIONS_LOG_INTERVAL = 60.0
 SCAN_BATCH = 1000  # records read at a time when stamps are read back from the log
 #: seconds between checkpoints saved for a change of the producer state alone
 CHECKPOINT_INTERVAL = 1.0
@@ -179,6 +181,28 @@ def expire(partition: Partition, now: float) -> None:
     """Forget the producers idle past the ttl (the checkpoint pass, every sync)."""
     if partition.producers.expire(now):
         partition.producers_changed = True
+
+
+def report_evictions(topic: str, partition: Partition, now: float) -> None:
+    """Log producers forgotten for --max-producers while seen within --producer-state-ttl (a
+    retry of theirs is no longer recognised), at most every :data:`EVICTIONS_LOG_INTERVAL`
+    seconds (``now``: monotonic)."""
+    producers = partition.producers
+    new = producers.evicted_early - producers.evicted_reported
+    if new <= 0 or now < producers.report_after:
+        return
+    producers.evicted_reported = producers.evicted_early
+    producers.report_after = now + EVICTIONS_LOG_INTERVAL
+    log.warning(
+        "PARTITION(%s/%d): %d numbering producers (HTTP Idempotency-Keys included) forgotten "
+        "past --max-producers=%d within --producer-state-ttl, the last %.1f s after it was "
+        "seen: a retry of their publishes may be stored twice; raise --max-producers",
+        topic,
+        partition.number,
+        new,
+        producers.limit,
+        producers.last_window,
+    )
 
 
 def truncated(partition: Partition, end: int) -> None:

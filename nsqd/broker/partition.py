@@ -98,7 +98,10 @@ class Partition:
         #: DPUB'd records not due yet (channels count them as deferred, not depth)
         self.delayed = DelayedIndex()
         #: what each numbering producer stored here (idempotent publishing, :mod:`.idempotence`)
-        self.producers = producers or Producers(PRODUCER_STATE_TTL, MAX_PRODUCERS)
+        # (not "producers or ...": an empty Producers is falsy, and the options were lost)
+        self.producers = (
+            producers if producers is not None else Producers(PRODUCER_STATE_TTL, MAX_PRODUCERS)
+        )
         #: the producer state changed since the last checkpoint, last saved then (monotonic)
         self.producers_changed = False
         self.producers_saved = -math.inf

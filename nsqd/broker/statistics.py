@@ -111,6 +111,8 @@ class TopicPartitionStatistics:
     end_offset: int
     replication: ReplicationStatistics
     producers: int = 0  # numbering (idempotent) producers whose last numbers it keeps
+    #: producers forgotten for --max-producers while seen within --producer-state-ttl
+    producers_evicted: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,6 +250,7 @@ def _topic_partition(topic: TopicSource, partition: Partition) -> TopicPartition
         end_offset=log.end_offset,
         replication=replication_statistics(partition),
         producers=len(partition.producers),
+        producers_evicted=partition.producers.evicted_early,
     )
 
 

@@ -80,6 +80,7 @@ class Syncer:
                         await self._disk(partition.log.sync)
                         fsync_latency.observe(self.clock.perf() - started)
                     idempotence.expire(partition, self.clock.now())
+                    idempotence.report_evictions(topic.name, partition, self.clock.monotonic())
                     now = self.clock.monotonic()
                     due = partition.dirty or idempotence.checkpoint_due(partition, now)
                     if due and _held(topic, partition):

@@ -160,6 +160,10 @@ replica-move-rate int
 producer-state-ttl duration
     [pnsq] how long a partition remembers a numbering (idempotent) producer that stopped
     publishing to it; a publish it retries later than that may be stored twice
+max-producers int
+    [pnsq] numbering (idempotent) producers a partition remembers, HTTP Idempotency-Keys
+    included (each key is one); past it the least recently seen is forgotten, also within
+    --producer-state-ttl (then logged): a retry of its publish may be stored twice
 retention duration
     [pnsq] how long fully consumed segments are kept on disk
 max-disk-usage-percent int

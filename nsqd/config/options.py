@@ -117,6 +117,7 @@ class Options:
     replica_lag_max: float = 10.0  # a follower behind this long is reported lagging
     replica_move_rate: int = 32 << 20  # bytes/s to a follower outside the in-sync set
     producer_state_ttl: float = 86400.0  # a numbering producer idle this long is forgotten
+    max_producers: int = 10_000  # numbering producers a partition keeps (least recent go)
     retention: float = 604800.0
     max_disk_usage_percent: int = 95
     read_cache_bytes: int = 16 * 1024 * 1024  # every partition's tail cache together
@@ -174,6 +175,8 @@ def validate_options(options: Options) -> Options:
         raise OptionsError("--replica-lag-max must be positive")
     if options.producer_state_ttl <= 0:
         raise OptionsError("--producer-state-ttl must be positive")
+    if options.max_producers <= 0:
+        raise OptionsError("--max-producers must be positive")
     if options.replica_move_rate <= 0:
         raise OptionsError("--replica-move-rate must be positive")
     if options.retention < 0:

@@ -92,6 +92,7 @@ default_replicator default_replicator int
 replica_lag_max replica_lag_max duration
 replica_move_rate replica_move_rate int
 producer_state_ttl producer_state_ttl duration
+max_producers max_producers int
 retention retention duration
 max_disk_usage_percent max_disk_usage_percent int
 read_cache_bytes read_cache_bytes int

@@ -27,7 +27,9 @@ last message), and judges each new publish (:meth:`Producers.check`):
 The state must follow the log: it is rebuilt from the records' producer stamps after a restart
 or when the log is truncated (a replica that follows a new leader), so each record carries its
 producer and number. A producer idle for ``ttl`` seconds is forgotten (:meth:`expire`); so is
-the least recently used one past ``limit`` producers.
+the least recently used one past ``limit`` producers — also within the ttl, when more producers
+than ``limit`` publish within it (each HTTP Idempotency-Key is one): those are counted
+(:attr:`Producers.evicted_early`), as a retry of theirs is no longer recognised.
 """
 
 from __future__ import annotations
@@ -96,6 +98,12 @@ class Producers:
         self.ttl = ttl
         self.limit = limit
         self._producers: OrderedDict[int, _Producer] = OrderedDict()  # least recent first
+        #: producers forgotten for ``limit`` while seen within ``ttl`` (a retry of theirs would
+        #: be stored again), and how long before its eviction the last such one was seen
+        self.evicted_early = 0
+        self.last_window = 0.0
+        self.evicted_reported = 0  # of ``evicted_early``, those the broker has logged
+        self.report_after = 0.0  # (monotonic) the broker's next log of them, at the earliest
 
     def __len__(self) -> int:
         return len(self._producers)
@@ -186,7 +194,10 @@ class Producers:
         if known is None:
             known = producers[producer] = _Producer(last)
             while len(producers) > self.limit:
-                producers.popitem(last=False)
+                _, gone = producers.popitem(last=False)
+                if now - gone.touched < self.ttl:
+                    self.evicted_early += 1
+                    self.last_window = now - gone.touched
         else:
             if first != known.last + 1:
                 known.recent.clear()  # a producer that started over (after an expiry elsewhere)

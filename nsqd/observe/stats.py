@@ -142,6 +142,7 @@ def _topic_partition(partition: TopicPartitionStatistics) -> Json:
         "start_offset": partition.start_offset,
         "end_offset": partition.end_offset,
         "producers": partition.producers,
+        "producers_evicted": partition.producers_evicted,
         **replication_stats(partition.replication),
     }
 

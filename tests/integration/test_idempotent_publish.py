@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import json
 import struct
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -182,3 +183,53 @@ def test_an_http_idempotency_key_stores_a_publish_once(nsqd: Daemon) -> None:
     assert b"INVALID_IDEMPOTENCY_KEY" in refused.value.read()
     stored = sorted(consume(nsqd.tcp_address, "keyed", 6))
     assert stored == [b"a", b"b", b"one", b"plain", b"plain", b"two"]
+
+
+def test_keys_past_max_producers_are_forgotten_and_said_so(tmp_path: Path) -> None:
+    """A partition remembers --max-producers numbering producers (each Idempotency-Key is one):
+    past it the least recent goes, also within --producer-state-ttl, and a retry of its
+    publish is stored again. Such evictions are logged (WARNING, once per minute) and counted
+    in /stats (``producers_evicted``)."""
+    daemon = pnsq_nsqd(tmp_path / "data", "--max-producers=3", "--sync-timeout=50ms").start()
+    try:
+        address = daemon.http_address
+        create_topic(address, "few", 1)
+        for n in range(5):
+            assert http_pub(address, "/pub", b"k%d" % n, f"key-{n}", topic="few") == b"OK"
+        assert http_pub(address, "/pub", b"k0", "key-0", topic="few") == b"OK"  # forgotten
+        assert sorted(consume(daemon.tcp_address, "few", 6)) == sorted(
+            [b"k0", b"k0", b"k1", b"k2", b"k3", b"k4"]
+        )
+        with urllib.request.urlopen(f"http://{address}/stats?format=json&topic=few") as reply:
+            [topic] = json.loads(reply.read())["topics"]
+        [partition] = topic["partitions"]
+        assert (partition["producers"], partition["producers_evicted"]) == (3, 3)
+
+        def warned() -> list[str]:
+            return [line for line in daemon.log_text().splitlines() if "--max-producers=3" in line]
+
+        for _ in range(50):
+            if warned():
+                break
+            time.sleep(0.1)
+        assert len(warned()) == 1
+        assert "WARNING: PARTITION(few/0): 3 numbering producers" in warned()[0]
+    finally:
+        daemon.stop()
+
+
+def test_a_producer_idle_past_producer_state_ttl_is_forgotten(tmp_path: Path) -> None:
+    """--producer-state-ttl applies (every partition kept the 24 h default: the options were
+    dropped where a partition was made): idle past it, a producer's next number is refused as
+    one from a producer the partition does not know."""
+    daemon = pnsq_nsqd(tmp_path / "data", "--producer-state-ttl=1s", "--sync-timeout=100ms").start()
+    try:
+        create_topic(daemon.http_address, "brief", 1)
+        client = producer(daemon.tcp_address)
+        assert replies(client, numbered("brief", 0, 0, b"a")) == [b"OK"]
+        time.sleep(2.0)  # idle past the ttl: a sync pass forgets it
+        [refused] = replies(client, numbered("brief", 0, 1, b"b"))
+        assert refused.startswith(b"E_PUB_SEQUENCE_UNKNOWN PUB producer "), refused
+        client.close()
+    finally:
+        daemon.stop()

@@ -65,6 +65,20 @@ def test_idle_producers_expire_and_the_least_recent_goes_past_the_limit() -> Non
     assert [row[0] for row in producers.snapshot()] == [3]
 
 
+def test_producers_pushed_out_within_the_ttl_are_counted() -> None:
+    """Past the limit the least recent producer goes, also one seen within the ttl (each HTTP
+    Idempotency-Key is a producer): a retry of its publish is then appended again, so such
+    evictions are counted (the broker logs them, /stats shows them); idle ones are not."""
+    producers = Producers(ttl=100.0, limit=2)
+    producers.record(1, 0, 1, 0, now=0.0)
+    producers.record(2, 0, 1, 1, now=1.0)
+    producers.record(3, 0, 1, 2, now=2.0)  # 1 goes, seen 2 s before
+    assert (producers.evicted_early, producers.last_window) == (1, 2.0)
+    assert producers.check(1, 0, 1, now=3.0) == (Verdict.APPEND, 0)  # its retry: new again
+    producers.record(4, 0, 1, 3, now=500.0)  # 2 goes, idle past the ttl: not counted
+    assert producers.evicted_early == 1
+
+
 def test_a_snapshot_restores_the_same_verdicts() -> None:
     producers = Producers(ttl=60.0, limit=10)
     producers.record(P, 0, 4, offset=9, now=1.0)
