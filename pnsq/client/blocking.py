@@ -21,6 +21,7 @@ round-robin, explicit partition), retries the same errors and is idempotent the 
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Sequence
 from functools import partial
@@ -39,7 +40,15 @@ from .errors import (
     PartitionsUnknownError,
     UnexpectedResponseError,
 )
-from .numbering import Make, Numbering, Ticket, already_stored, is_acknowledgement, refusal
+from .numbering import (
+    Make,
+    Numbering,
+    Ticket,
+    already_stored,
+    is_acknowledgement,
+    refusal,
+    stored_before_text,
+)
 from .retry import RETRIED, attempt_delays, retryable
 from .routing import (
     RoundRobin,
@@ -55,6 +64,7 @@ if TYPE_CHECKING:
     from .blocking_consumer import Consumer as Consumer, Message as Message
 
 _MAX_BATCH_BYTES: Final = 4 * 1024 * 1024
+_log = logging.getLogger("pnsq.client")
 
 Key = str | bytes
 
@@ -323,6 +333,7 @@ class BlockingClient:
         delay: float | None = next(delays)
         acknowledged = False
         hole: tuple[Ticket, Make] | None = None  # a given-up publish to send again first
+        sends = 0  # of this publish's numbers
         try:
             while delay is not None:
                 if error is not None:
@@ -354,6 +365,7 @@ class BlockingClient:
                             hole = None
                         sequence = numbering.number(ticket)
                         acked = numbering.acknowledged(ticket)
+                        sends += 1
                     reply = conn.command(make(number, sequence))
                 except RETRIED as exc:
                     expected = refusal(exc)
@@ -368,7 +380,13 @@ class BlockingClient:
                     delay = next(delays, None)
                     continue
                 self.stats["published"] += count
-                self.stats["duplicates"] += already_stored(reply, count)
+                stored = already_stored(reply, count)
+                self.stats["duplicates"] += stored
+                first_try = stored and sends == 1 and sequence is not None
+                if first_try and numbering is not None and ticket is not None:
+                    assert sequence is not None
+                    if numbering.stored_before_sent(ticket):  # said once per partition
+                        _log.warning(stored_before_text(numbering.name, ticket, sequence))
                 acknowledged = True
                 return reply
         finally:

@@ -92,6 +92,7 @@ class Numbering:
         #: again after a restart, such as a Spark task, names itself)
         self.name = name or f"pnsq-{uuid.uuid4().hex}"
         self._parts: dict[tuple[str, int], _Partition] = {}
+        self._collided: set[tuple[str, int]] = set()  # see :meth:`stored_before_sent`
 
     def take(self, topic: str, partition: int, count: int) -> Ticket:
         """Numbers for a publish of ``count`` messages, in flight until :meth:`done`."""
@@ -100,6 +101,18 @@ class Numbering:
         part.next += count
         part.pending.add(ticket.index)
         return ticket
+
+    def stored_before_sent(self, ticket: Ticket) -> bool:
+        """``ticket``'s first send was answered ``DUPLICATE``: numbers this producer had not
+        sent before are stored already — by another producer using the same name (whose
+        messages then stand for this one's, which are not stored), or by an earlier run of
+        this writer (which is right only if it publishes the same messages in the same order).
+        True the first time for the partition, so that the producer says so once."""
+        key = (ticket.topic, ticket.partition)
+        if key in self._collided:
+            return False
+        self._collided.add(key)
+        return True
 
     def number(self, ticket: Ticket) -> int:
         """The number ``ticket``'s publish carries now (its first message's)."""
@@ -202,6 +215,17 @@ def already_stored(reply: bytes, count: int) -> int:
         return 0
     _, _, number = reply.partition(b" ")
     return int(number) if number.isdigit() else count
+
+
+def stored_before_text(name: str, ticket: Ticket, number: int) -> str:
+    """What a producer logs when :meth:`Numbering.stored_before_sent` says so."""
+    return (
+        f"{ticket.topic}/{ticket.partition}: the first try of numbers {number}.. of producer "
+        f"{name!r} was answered DUPLICATE: they were stored before it sent them, by another "
+        "producer using this name (then these messages are not stored: give each producer "
+        "its own name) or by an earlier run of this writer (right only if it publishes the "
+        "same messages in the same order)"
+    )
 
 
 def is_acknowledgement(reply: bytes) -> bool:

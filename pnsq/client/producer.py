@@ -26,6 +26,7 @@ connection and leave in one write, and the replies are matched in order.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
@@ -44,7 +45,15 @@ from .errors import (
     PartitionsUnknownError,
     UnexpectedResponseError,
 )
-from .numbering import Make, Numbering, Ticket, already_stored, is_acknowledgement, refusal
+from .numbering import (
+    Make,
+    Numbering,
+    Ticket,
+    already_stored,
+    is_acknowledgement,
+    refusal,
+    stored_before_text,
+)
 from .pool import DEFAULT_ROUTE_TTL, ConnectionPool, Routes
 from .retry import RETRIED, attempt_delays, retry_delay, retryable
 from .routing import (
@@ -57,6 +66,7 @@ from .routing import (
 
 #: nsqd's default --max-body-size is 5 MiB; MPUB batches stay under it with room to spare.
 DEFAULT_MAX_BATCH_BYTES: Final = 4 * 1024 * 1024
+_log = logging.getLogger("pnsq.client")
 
 Key = str | bytes
 
@@ -233,6 +243,7 @@ class Producer:
         delay: float | None = next(delays)
         acknowledged = False
         hole: tuple[Ticket, Make] | None = None  # a given-up publish to send again first
+        sends = 0  # of this publish's numbers
         try:
             while delay is not None:
                 if error is not None:
@@ -259,6 +270,7 @@ class Producer:
                         acked = self.numbering.acknowledged(ticket)
                         self.numbering.sending(ticket)  # queued below without a pause
                         self._turns(ticket).unpark_all()
+                        sends += 1
                     reply = await conn.command(make(number, sequence))
                 except RETRIED as exc:
                     expected = refusal(exc)
@@ -277,7 +289,10 @@ class Producer:
                     delay = next(delays, None)
                     continue
                 self.stats["published"] += count
-                self.stats["duplicates"] += already_stored(reply, count)
+                stored = already_stored(reply, count)
+                self.stats["duplicates"] += stored
+                if stored and sends == 1 and ticket is not None:
+                    self._stored_before(ticket, sequence)
                 acknowledged = True
                 return reply
         finally:
@@ -289,6 +304,13 @@ class Producer:
                 self._turns(ticket).unpark_all()
         assert error is not None
         raise error
+
+    def _stored_before(self, ticket: Ticket, number: int | None) -> None:
+        """Say once per partition that a first try was answered DUPLICATE (a name used by
+        two producers, or a re-run: :meth:`Numbering.stored_before_sent`)."""
+        assert self.numbering is not None
+        if number is not None and self.numbering.stored_before_sent(ticket):
+            _log.warning(stored_before_text(self.numbering.name, ticket, number))
 
     async def _send_again(self, conn: Connection, hole: Ticket, make: Make) -> None:
         """Send the given-up publish ``hole`` again, with its numbers (the leader asked for

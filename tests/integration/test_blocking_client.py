@@ -11,7 +11,9 @@ import time
 import urllib.request
 
 import pytest
+import trio
 
+from pnsq.client import open_producer
 from pnsq.client.blocking import Consumer, Message, Producer
 from pnsq.client.errors import NsqError
 from pnsq.client.routing import partition_for_key
@@ -140,3 +142,38 @@ def test_a_writer_run_again_under_its_name_stores_nothing_twice(nsqd: Daemon) ->
         for partition in range(2):
             stored += [r.body for r in reader.read_range("rerun", partition, 0, 100).records]
     assert sorted(stored) == sorted([*bodies, b"plain"])
+
+
+def test_a_first_try_answered_duplicate_is_said_once(
+    nsqd: Daemon, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two producers of one name (or a re-run sending other messages): the second one's
+    numbers are stored already, its messages are answered DUPLICATE and not stored. Both
+    producers (blocking and Trio) say so, once per partition, naming the producer."""
+    create_topic(nsqd, "twins", 1)
+    with Producer(nsqd.tcp_address, http_address=nsqd.http_address, producer_name="twin") as a:
+        for n in range(3):
+            a.publish("twins", b"a%d" % n, partition=0)
+    with (
+        caplog.at_level("WARNING", logger="pnsq.client"),
+        Producer(nsqd.tcp_address, http_address=nsqd.http_address, producer_name="twin") as b,
+    ):
+        for n in range(2):
+            b.publish("twins", b"b%d" % n, partition=0)
+    assert b.stats["duplicates"] == 2
+    said = [r.getMessage() for r in caplog.records if "answered DUPLICATE" in r.getMessage()]
+    assert len(said) == 1
+    assert said[0].startswith("twins/0: the first try of numbers 0.. of producer 'twin'")
+    caplog.clear()
+
+    async def trio_twin() -> None:
+        async with open_producer(
+            nsqd.tcp_address, http_address=nsqd.http_address, producer_name="twin"
+        ) as c:
+            for n in range(2):
+                await c.publish("twins", b"c%d" % n, partition=0)
+
+    with caplog.at_level("WARNING", logger="pnsq.client"):
+        trio.run(trio_twin)
+    said = [r.getMessage() for r in caplog.records if "answered DUPLICATE" in r.getMessage()]
+    assert len(said) == 1
