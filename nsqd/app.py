@@ -21,6 +21,7 @@ import trio
 from pnsq._netio.cluster_link import ClusterLinks, client_tls_context
 from pnsq._netio.cluster_secret import ClusterSecretError, load_cluster_secret
 from pnsq._netio.limits import open_files_limit
+from protocol.cluster_auth import http_credential
 from protocol.identify import IdentifyLimits
 from protocol.parser import ParserLimits
 
@@ -289,6 +290,7 @@ async def _start_servers(
         on_lookupd_change=lookup.set_addresses,
         forwarder=forwarder,
         auth=settings.auth,  # the endpoints that hand out messages ask it too
+        cluster_credential=http_credential(secret) if secret else "",
     )
     app = NsqdHTTP(context)
     secure = None

@@ -70,8 +70,12 @@ class HTTPContext:
         on_lookupd_change: Callable[[list[str]], None] | None = None,
         forwarder: Forwarder | None = None,
         auth: AuthClient | None = None,
+        cluster_credential: str = "",
     ) -> None:
         self.broker = broker
+        #: ``X-Pnsq-Cluster-Auth``'s value with --cluster-secret-file ("": none): changing
+        #: which lookupds this node registers with asks for it (:mod:`.topic_admin`)
+        self.cluster_credential = cluster_credential
         self.settings = settings
         self.sessions = sessions
         self.forwarder = forwarder

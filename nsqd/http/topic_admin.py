@@ -12,10 +12,12 @@ topic's other partition leaders (:mod:`~nsqd.cluster.admin_spread`) before the r
 
 from __future__ import annotations
 
+import hmac
 import re
 
 import trio
 
+from protocol.cluster_auth import HTTP_HEADER
 from protocol.consume import parse_consume_start
 from protocol.gostr import go_quote
 from protocol.message import MAX_PARTITIONS
@@ -34,6 +36,7 @@ _ATOI = re.compile(r"[+-]?[0-9]+")  # Go's strconv.Atoi syntax
 #: the longest a node's ``/topic/delete`` of a topic lookupd placed waits for lookupd's own
 #: deletion of it to arrive (nsqadmin's Delete asks lookupd, then every node at once)
 DELETE_WAIT = 2.0
+LOOKUPDS = "nsqlookupd_tcp_addresses"  # the /config option that changes cluster state
 
 
 def _bool_param(value: str | None, default: bool) -> bool:
@@ -253,9 +256,22 @@ class AdminAPI:
 
     # ------------------------------------------------------------------ config
 
+    def _check_cluster_credential(self, request: Request) -> None:
+        """On a node with the cluster credential, the lookupds it registers with are cluster
+        state: pointed at none, its partitions fail over (or go offline); pointed at a
+        stranger, it hands that stranger its handshake to relay. ``401
+        CLUSTER_AUTH_REQUIRED`` without ``X-Pnsq-Cluster-Auth`` (as lookupd's control
+        endpoints); nsqd's open endpoint as before on a node without one."""
+        expected = self.context.cluster_credential
+        given = request.headers.get(HTTP_HEADER.lower().encode(), b"").decode("latin-1")
+        if expected and not hmac.compare_digest(given, expected):
+            raise HTTPError(401, "CLUSTER_AUTH_REQUIRED")
+
     async def config(self, request: Request) -> Reply:
         """``GET``/``PUT /config/:opt``."""
         name = request.params["opt"]
+        if request.method == "PUT" and name == LOOKUPDS:
+            self._check_cluster_credential(request)
         if request.method == "PUT":
             limit = self.context.settings.max_msg_size
             body = await request.body(limit)
