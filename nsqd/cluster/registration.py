@@ -24,12 +24,11 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
-from socket import SOCK_STREAM
 
 import trio
 
 from pnsq._netio.handshake import run_handshake
-from protocol.cluster_auth import DIALER, Handshake, HandshakeError
+from protocol.cluster_auth import DIALER, Handshake
 from protocol.lookup_v1 import (
     EXT_PARTITIONS,
     EXTENSIONS_KEY,
@@ -147,20 +146,6 @@ def lookupd_http_address(host: str, info: dict[str, object]) -> str:
     return f"{where}:{port}"
 
 
-async def names_the_peer(identity: str, stream: trio.SocketStream) -> bool:
-    """Whether ``identity`` (``host:port``) names the far end of ``stream``: its port, and a
-    host that is its address or resolves to it."""
-    host, _, port = identity.rpartition(":")
-    peer = stream.socket.getpeername()
-    if not port.isdigit() or int(port) != peer[1]:
-        return False
-    try:
-        found = await trio.socket.getaddrinfo(host.strip("[]"), int(port), type=SOCK_STREAM)
-    except OSError:
-        return False
-    return any(address[4][0] == peer[0] for address in found)
-
-
 class V1Connection:
     """One V1 connection: a command, then its size-prefixed reply within the deadline."""
 
@@ -175,30 +160,15 @@ class V1Connection:
         returns the identity the lookupd proved with. A lookupd without the secret (or a
         stock nsqlookupd) cannot prove it: no registration with it, and it learns nothing.
 
-        The lookupd must prove as the lookupd this connection reached: an identity
-        (``broadcast_address:tcp_port``) that names the connection's far end
-        (:func:`names_the_peer`). Any proof would do otherwise, and a stranger this node was
-        pointed at (``PUT /config/nsqlookupd_tcp_addresses`` is open, as nsqd's) relayed the
-        handshake to the real lookupd, then had this node register with it and send it the
-        HTTP credential; the replication and forwarding links check the same
-        (:class:`~pnsq._netio.cluster_link.ClusterLinks`).
-
         Raises:
-            HandshakeError: the lookupd refused, failed or broke the handshake, or proved as
-                another address than the one reached.
+            HandshakeError: the lookupd refused, failed or broke the handshake.
             trio.TooSlowError: no handshake within its deadline.
         """
         await self.stream.send_all(MAGIC_V1)
         shake = Handshake(secret, DIALER, MAGIC_V1, node_id)
         self.reader.receive_data(await run_handshake(self.stream, shake))
-        proved = shake.peer_identity
-        assert proved is not None
-        if not await names_the_peer(proved, self.stream):
-            raise HandshakeError(
-                f"proved as {proved!r}, which is not the address reached (a relay?); a pnsq "
-                "lookupd's --broadcast-address must name it as its nodes reach it"
-            )
-        return proved
+        assert shake.peer_identity is not None
+        return shake.peer_identity
 
     async def command(self, data: bytes) -> bytes:
         with trio.fail_after(self.timeout):
