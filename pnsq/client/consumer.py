@@ -34,7 +34,7 @@ from protocol.consume import ConsumeStart
 
 from ._http import HTTPNode
 from .connection import Connection, ConnectOptions, _raise_single
-from .errors import ConnectionClosedError, NsqError, PartitionsUnknownError
+from .errors import ConnectionClosedError, NsqError, NsqHTTPError, PartitionsUnknownError
 from .message import Message as Message
 from .pool import Routes
 from .subscription import SubscribeSpec, Subscription
@@ -304,8 +304,8 @@ async def _watch_leaders(routes: Routes, topic: str, subscriptions: list[Subscri
         await trio.sleep(LEADER_WATCH)
         try:
             route = await routes.get(topic, refresh=True)
-        except (OSError, LookupError, NsqError) as exc:
-            _log.debug("lookup of %s failed: %s", topic, exc)
+        except (OSError, LookupError, ValueError, NsqError, NsqHTTPError) as exc:
+            _log.debug("lookup of %s failed: %s", topic, exc)  # (the next one may not)
             continue
         if route is None:
             continue

@@ -11,7 +11,9 @@ import trio
 import trio.testing
 
 from pnsq.client.connection import Connection
-from pnsq.client.errors import ConnectionClosedError
+from pnsq.client.consumer import _watch_leaders
+from pnsq.client.errors import ConnectionClosedError, NsqHTTPError
+from pnsq.client.routing import PartitionInfo, TopicPartitions
 from pnsq.client.subscription import SubscribeSpec, Subscription
 from protocol import NEED_DATA, CommandParser, Nop, Pub, SubMode
 from protocol.frames import encode_response
@@ -78,4 +80,40 @@ async def test_a_subscription_whose_partition_is_led_elsewhere_gives_its_connect
         assert str(conn.close_reason) == "t/0 is led at new:4150 now"
         with pytest.raises(ConnectionClosedError):
             await conn.command(Pub("t", b"y"))
+        nursery.cancel_scope.cancel()
+
+
+async def test_the_leader_watch_outlives_failed_lookups_and_moves_the_subscription(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A lookup that fails (lookupd down, a 500) is tried again at the next tick; the consumer
+    is not ended by it. Once lookupd names another leader, the subscription moves."""
+
+    class Flaky:
+        calls = 0
+
+        async def get(self, topic: str, *, refresh: bool = False) -> TopicPartitions | None:
+            self.calls += 1
+            if self.calls == 1:
+                raise NsqHTTPError(500, "INTERNAL_ERROR")
+            if self.calls == 2:
+                raise OSError("connection refused")
+            info = PartitionInfo(0, 0, 0, "new:4150", "new:4151")
+            return TopicPartitions(topic, 1, False, False, (info,))
+
+    client, server = trio.testing.memory_stream_pair()
+    conn = Connection(client, "old:4150", read_timeout=None)
+    spec = SubscribeSpec("t", "c", SubMode.PLAIN, None, reconnect=True)
+    sub = Subscription(spec, 0, "old:4150", rdy=lambda: 1, deliver=print, fail=print)
+    routes = Flaky()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(conn._run)
+        nursery.start_soon(_nsqd, server, None)
+        sub.connection = conn
+        nursery.start_soon(_watch_leaders, routes, "t", [sub])
+        with trio.fail_after(10):
+            while not conn.closed:
+                await trio.sleep(0.1)
+        assert routes.calls == 3
+        assert str(conn.close_reason) == "t/0 is led at new:4150 now"
         nursery.cancel_scope.cancel()
