@@ -35,6 +35,7 @@ import hashlib
 import hmac
 import secrets
 import struct
+from collections.abc import Iterable
 from enum import IntEnum
 from typing import Final
 
@@ -287,6 +288,15 @@ def http_credential(secret: bytes) -> str:
 
 
 HTTP_HEADER: Final = "X-Pnsq-Cluster-Auth"
+
+
+def carries_credential(headers: Iterable[tuple[bytes, bytes]], credential: bytes) -> bool:
+    """Whether a request's raw ``headers`` carry :data:`HTTP_HEADER` once, with ``credential``
+    (:func:`http_credential`; compared in constant time, so timing tells a stranger nothing
+    of it)."""
+    name = HTTP_HEADER.lower().encode()
+    given = [value for key, value in headers if key.lower() == name]
+    return len(given) == 1 and hmac.compare_digest(given[0], credential)
 
 
 def http_headers(secret: bytes) -> dict[str, str]:

@@ -14,7 +14,6 @@ pnsq's nodes use :mod:`lookupd.http.pnsq`'s.
 
 from __future__ import annotations
 
-import hmac
 import logging
 import re
 from collections.abc import Callable
@@ -24,7 +23,7 @@ import trio
 
 from pnsq._netio.http import TEXT_TYPE, lifespan, send_response, serve_http as netio_serve_http
 from pnsq._netio.http_paths import fixed_path, redirect, request_path
-from protocol.cluster_auth import HTTP_HEADER, http_credential
+from protocol.cluster_auth import carries_credential, http_credential
 from protocol.lookup import ASSIGNMENTS_PATH
 
 from ..core import views
@@ -52,7 +51,6 @@ log = logging.getLogger("nsqlookupd.http")
 _ATOI = re.compile(r"[+-]?[0-9]+")
 #: the answer to a cluster-control request without the credential (docs/security.md)
 AUTH_REQUIRED = "CLUSTER_AUTH_REQUIRED"
-_AUTH_HEADER = HTTP_HEADER.lower().encode()
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,10 +200,7 @@ class LookupHTTP:
         """Whether ``request`` may reach a cluster-control route: always without a secret;
         with one, when it carries the credential (compared in constant time, so timing tells
         a stranger nothing of it)."""
-        if self._credential is None:
-            return True
-        given = [v for k, v in request.headers if k.lower() == _AUTH_HEADER]
-        return len(given) == 1 and hmac.compare_digest(given[0], self._credential)
+        return self._credential is None or carries_credential(request.headers, self._credential)
 
     async def _forward(self, send: Send, request: Request) -> None:
         """HA: a write on a follower goes to the leader (see :mod:`lookupd.http.forward`)."""

@@ -12,12 +12,11 @@ topic's other partition leaders (:mod:`~nsqd.cluster.admin_spread`) before the r
 
 from __future__ import annotations
 
-import hmac
 import re
 
 import trio
 
-from protocol.cluster_auth import HTTP_HEADER
+from protocol.cluster_auth import carries_credential
 from protocol.consume import parse_consume_start
 from protocol.gostr import go_quote
 from protocol.message import MAX_PARTITIONS
@@ -263,8 +262,7 @@ class AdminAPI:
         CLUSTER_AUTH_REQUIRED`` without ``X-Pnsq-Cluster-Auth`` (as lookupd's control
         endpoints); nsqd's open endpoint as before on a node without one."""
         expected = self.context.cluster_credential
-        given = request.headers.get(HTTP_HEADER.lower().encode(), b"").decode("latin-1")
-        if expected and not hmac.compare_digest(given, expected):
+        if expected and not carries_credential(request.headers.items(), expected.encode()):
             raise HTTPError(401, "CLUSTER_AUTH_REQUIRED")
 
     async def config(self, request: Request) -> Reply:
