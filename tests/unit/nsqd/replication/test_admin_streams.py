@@ -42,7 +42,7 @@ from protocol.replication_encoder import encode
 LEADER, FOLLOWER = "127.0.0.1:1", "127.0.0.1:2"
 
 
-def _links(node: str) -> ClusterLinks:
+def plain_links(node: str) -> ClusterLinks:
     """Plaintext links without a secret (the credential has tests of its own)."""
     return ClusterLinks(lambda: node, trio.current_time, logging.getLogger("test"))
 
@@ -71,7 +71,7 @@ async def _frames_seen(broker: Broker, features: int, seconds: float) -> list[Le
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(
-            partial(serve_follower, broker, there, "test", b"", links=_links(LEADER))
+            partial(serve_follower, broker, there, "test", b"", links=plain_links(LEADER))
         )
         nursery.start_soon(follower)
         await trio.sleep(seconds)
@@ -110,7 +110,7 @@ async def test_a_change_goes_to_the_follower_at_once_and_waits_for_its_ack(
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(
-                partial(serve_follower, broker, there, "test", b"", links=_links(LEADER))
+                partial(serve_follower, broker, there, "test", b"", links=plain_links(LEADER))
             )
             nursery.start_soon(follower)
             while not admins:
@@ -170,7 +170,7 @@ async def test_a_follower_falls_back_to_the_features_an_older_leader_knows(
             Placement(Role.REPLICA, 3, leader, (FOLLOWER,), (leader, FOLLOWER))
         )
         broker.changes.notify()
-        n.start_soon(Followers(broker, FOLLOWER, _links(FOLLOWER)).run)
+        n.start_soon(Followers(broker, FOLLOWER, plain_links(FOLLOWER)).run)
         with trio.fail_after(5):
             while len(hellos) < len(expected):
                 await trio.sleep(0.02)

@@ -5,7 +5,6 @@ made its copy again the follower dials with the new id and follows from nothing.
 
 from __future__ import annotations
 
-import logging
 from functools import partial
 from pathlib import Path
 
@@ -19,7 +18,6 @@ from nsqd.core.partition_state import Placement, Role
 from nsqd.replication.follower import Followers
 from nsqd.replication.frames import FrameReader
 from nsqd.replication.leader import serve_follower
-from pnsq._netio.cluster_link import ClusterLinks
 from protocol.replication import (
     FEATURES,
     MAGIC,
@@ -32,13 +30,7 @@ from protocol.replication import (
 )
 from protocol.replication_decoder import FollowerFrameDecoder, LeaderFrameDecoder
 from protocol.replication_encoder import encode
-
-LEADER, FOLLOWER = "127.0.0.1:1", "127.0.0.1:2"
-
-
-def _links(node: str) -> ClusterLinks:
-    """Plaintext links without a secret (the credential has tests of its own)."""
-    return ClusterLinks(lambda: node, trio.current_time, logging.getLogger("test"))
+from tests.unit.nsqd.replication.test_admin_streams import FOLLOWER, LEADER, plain_links
 
 
 async def _answer(broker: Broker, topic_id: str) -> LeaderFrame:
@@ -46,7 +38,7 @@ async def _answer(broker: Broker, topic_id: str) -> LeaderFrame:
     here, there = trio.testing.memory_stream_pair()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(
-            partial(serve_follower, broker, there, "test", b"", links=_links(LEADER))
+            partial(serve_follower, broker, there, "test", b"", links=plain_links(LEADER))
         )
         await here.send_all(encode(Hello(FOLLOWER, "t", 0, 3, 0, 0, FEATURES, topic_id)))
         with trio.fail_after(5):
@@ -116,7 +108,7 @@ async def test_a_refused_copy_is_followed_once_made_again_with_the_new_id(
             broker.changes.notify()
 
         copy("old")
-        n.start_soon(Followers(broker, FOLLOWER, _links(FOLLOWER)).run)
+        n.start_soon(Followers(broker, FOLLOWER, plain_links(FOLLOWER)).run)
         with trio.fail_after(5):
             while len(hellos) < 2:  # refused, and refused again after the backoff
                 await trio.sleep(0.02)
